@@ -1,0 +1,20 @@
+//===- MuonOps.h - muon dialect operations ----------------------*- C++ -*-===//
+#ifndef MUON_DIALECT_MUON_IR_MUONOPS_H
+#define MUON_DIALECT_MUON_IR_MUONOPS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/SymbolTable.h"
+#include "muon/Dialect/Muon/IR/MuonDialect.h"
+
+#include <array>
+#include <utility>
+#include <vector>
+
+#define GET_OP_CLASSES
+#include "muon/Dialect/Muon/IR/MuonOps.h.inc"
+
+#endif // MUON_DIALECT_MUON_IR_MUONOPS_H

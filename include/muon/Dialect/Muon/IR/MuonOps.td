@@ -1,0 +1,201 @@
+//===- MuonOps.td - muon dialect operations ---------------*- tablegen -*-===//
+#ifndef MUON_OPS_TD
+#define MUON_OPS_TD
+
+include "muon/Dialect/Muon/IR/MuonDialect.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// muon.model
+//===----------------------------------------------------------------------===//
+
+def Muon_ModelOp : Muon_Op<"model", [
+    Symbol, SymbolTable, IsolatedFromAbove, SingleBlock, NoTerminator]> {
+  let summary = "A model: its mesh or process groups, parameters and optimizer";
+  let description = [{
+    The unit the compiler works on. Its body holds either one `shard.grid`
+    (DTensor style) or `muon.group` ops (process-group style, converted into
+    a grid by `muon-convert-process-groups-to-mesh`), then `muon.param`,
+    `muon.optimizer`, `muon.adamw`, `muon.distributed` and `muon.assign` ops.
+
+    The region verifier checks everything that spans several ops: the style is
+    consistent, groups partition the world and are orthogonal, stage and expert
+    ids are in range, nothing is sharded or partial without a distributed
+    config, and explicit assignments cover every Muon matrix exactly once with
+    a rank that holds it.
+
+    Process-group style attributes: `world_size` (required there), `fsdp_dim`
+    (the dim FSDP splits, default 0), `num_experts` (default: largest expert
+    id + 1).
+
+    ```mlir
+    muon.model @gpt {
+      shard.grid @mesh(shape = 2x4) {muon.axis_names = ["dp", "tp"]}
+      muon.distributed {prefetch_count = 1 : i64}
+      muon.param @wq : tensor<4096x4096xf32> on @mesh split [[0], [1]]
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       OptionalAttr<I64Attr>:$world_size,
+                       OptionalAttr<I64Attr>:$fsdp_dim,
+                       OptionalAttr<I64Attr>:$num_experts);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
+  let hasRegionVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [OpBuilder<(ins "::llvm::StringRef":$name)>];
+  let extraClassDeclaration = [{
+    ::mlir::Block &getBodyBlock() { return getBody().front(); }
+    /// True when the model is described with process groups.
+    bool usesProcessGroups();
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// muon.param
+//===----------------------------------------------------------------------===//
+
+def Muon_ParamOp : Muon_Op<"param", [
+    Symbol, HasParent<"ModelOp">,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "One model parameter and how it is laid out";
+  let description = [{
+    Declares a parameter by name with its global shape and storage type, and
+    its layout: `on @grid split [[axes of dim 0], [axes of dim 1], ...]`
+    (major to minor), `partial [axes]` (pending sums), `only [axis = coord]`
+    (sub-mesh). Leading dims of tensors with more than two dims are batch dims
+    of independent matrices. `group` is `muon` (default for 2-D and more) or
+    `adamw` (default for 0-D and 1-D).
+
+    In the process-group style a parameter has no `on` clause; instead
+    `tp_dim`, `stage` and `expert` say what the groups do with it.
+
+    ```mlir
+    // TP splits dim 0 first (major), then FSDP splits each TP chunk.
+    muon.param @wq : tensor<8192x8192xbf16> on @mesh split [[1, 0], []]
+    muon.param @moe : tensor<64x2048x7168xf32> on @mesh split [[0], [], []]
+    muon.param @bias : tensor<512xf32> on @mesh split [[]] partial [1]
+    muon.param @head : tensor<4x4xf32> on @mesh split [[], []] only [0 = 3] group adamw
+    muon.param @w0 : tensor<1024x4096xf32> tp_dim 0 stage 1
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<AnyRankedTensor>:$tensor_type,
+                       OptionalAttr<FlatSymbolRefAttr>:$grid,
+                       OptionalAttr<ArrayAttr>:$split_axes,
+                       OptionalAttr<DenseI64ArrayAttr>:$partial_axes,
+                       OptionalAttr<DenseI64ArrayAttr>:$only,
+                       OptionalAttr<StrAttr>:$group,
+                       OptionalAttr<I64Attr>:$tp_dim,
+                       OptionalAttr<I64Attr>:$stage,
+                       OptionalAttr<I64Attr>:$expert);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// `group` if given, else the default for the tensor's rank.
+    bool isMuon();
+    /// The split axes of every dim (empty entries where none), the partial
+    /// axes and the `only` pairs, as plain vectors.
+    std::vector<std::vector<int64_t>> getSplitAxesVector();
+    std::vector<std::pair<int64_t, int64_t>> getOnlyPairs();
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Configuration ops
+//===----------------------------------------------------------------------===//
+
+def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
+  let summary = "Muon hyper-parameters (defaults of torch.optim.Muon)";
+  let description = [{
+    `ns_coefficients` holds one (a, b, c) triple used for every Newton-Schulz
+    step, or one triple per step (e.g. a Polar Express schedule).
+    `adjust_lr` is `original` (lr * sqrt(max(1, rows/cols))) or
+    `match_rms_adamw` (lr * 0.2 * sqrt(max(rows, cols))).
+
+    ```mlir
+    muon.optimizer {lr = 2.0e-02 : f64, ns_steps = 5 : i64,
+                    ns_coefficients = [array<f64: 3.4445, -4.775, 2.0315>]}
+    ```
+  }];
+  let arguments = (ins
+    DefaultValuedAttr<F64Attr, "1e-3">:$lr,
+    DefaultValuedAttr<F64Attr, "0.1">:$weight_decay,
+    DefaultValuedAttr<F64Attr, "0.95">:$momentum,
+    DefaultValuedAttr<BoolAttr, "true">:$nesterov,
+    DefaultValuedAttr<I64Attr, "5">:$ns_steps,
+    OptionalAttr<ArrayAttr>:$ns_coefficients,
+    DefaultValuedAttr<F64Attr, "1e-7">:$eps,
+    DefaultValuedAttr<StrAttr, "\"original\"">:$adjust_lr);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The (a, b, c) coefficients of Newton-Schulz step `step`.
+    std::array<double, 3> getCoefficients(int64_t step);
+  }];
+}
+
+def Muon_AdamWOp : Muon_Op<"adamw", [HasParent<"ModelOp">]> {
+  let summary = "AdamW hyper-parameters for the non-matrix group";
+  let arguments = (ins
+    DefaultValuedAttr<F64Attr, "1e-3">:$lr,
+    OptionalAttr<DenseF64ArrayAttr>:$betas,
+    DefaultValuedAttr<F64Attr, "1e-8">:$eps,
+    DefaultValuedAttr<F64Attr, "0.01">:$weight_decay);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def Muon_DistributedOp : Muon_Op<"distributed", [HasParent<"ModelOp">]> {
+  let summary = "Distributed options; absent means no distributed config";
+  let description = [{
+    `prefetch_count` caps the exchanges in flight; `async = false` is the
+    sequential debug mode (owners one rank after another). Explicit owners are
+    given by `muon.assign` ops next to it.
+  }];
+  let arguments = (ins
+    DefaultValuedAttr<I64Attr, "1">:$prefetch_count,
+    DefaultValuedAttr<BoolAttr, "true">:$async);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def Muon_AssignOp : Muon_Op<"assign", [HasParent<"ModelOp">]> {
+  let summary = "Explicit owner of Muon matrices (a custom assign function)";
+  let description = [{
+    Rank `rank` orthogonalizes the listed matrices: a parameter name means all
+    its matrices, `@p[i]` the i-th matrix of a batched parameter.
+
+    ```mlir
+    muon.assign 0 [@wq, @experts[3]]
+    ```
+  }];
+  let arguments = (ins I64Attr:$rank, ArrayAttr:$params,
+                       DenseI64ArrayAttr:$slices);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+}
+
+def Muon_GroupOp : Muon_Op<"group", [HasParent<"ModelOp">]> {
+  let summary = "One process-group kind: a partition of the world";
+  let description = [{
+    `kind` is one of fsdp, shard, tp, ddp, replicate, cp, ep, pp. The groups
+    partition 0..world_size-1 into equal groups; a rank's coordinate on this
+    kind's mesh axis is its position inside its group.
+
+    ```mlir
+    muon.group fsdp [[0, 1], [2, 3]]
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, ArrayAttr:$groups);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    std::vector<std::vector<int64_t>> getGroupsVector();
+  }];
+}
+
+#endif // MUON_OPS_TD

@@ -1,0 +1,77 @@
+//===- Layout.h - Sharded-tensor layout math (no MLIR) ----------*- C++ -*-===//
+//
+// Where each piece of a sharded parameter lives on a device mesh. Pure C++ so
+// that the compiler, the runtime and tests share one definition of DTensor's
+// chunking rules.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_SUPPORT_LAYOUT_H
+#define MUON_SUPPORT_LAYOUT_H
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace muon {
+
+/// Half-open index range [begin, end).
+struct Range {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const Range &o) const {
+    return begin == o.begin && end == o.end;
+  }
+};
+
+/// Chunk `index` of `parts` chunks of [0, size) with torch.chunk semantics:
+/// every chunk has ceil(size/parts) elements except the trailing ones, which
+/// may be smaller or empty.
+Range chunkRange(int64_t size, int64_t parts, int64_t index);
+
+/// A device mesh: axis sizes and, optionally, the world rank at each mesh
+/// position (row-major linear index). Empty `devices` means rank == index.
+struct Mesh {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> devices;
+
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  int64_t numDevices() const;
+  int64_t linearIndex(const std::vector<int64_t> &coords) const;
+  std::vector<int64_t> coordsOfLinear(int64_t linear) const;
+  /// World rank of mesh coordinates, and back.
+  int64_t rankAt(const std::vector<int64_t> &coords) const;
+  std::vector<int64_t> coordsOfRank(int64_t rank) const;
+};
+
+/// How one parameter is laid out on a mesh, in the split-axes model of the
+/// upstream `shard` dialect: for each tensor dim, the mesh axes splitting it
+/// from major to minor; axes holding pending partial sums; and an optional
+/// sub-mesh (`only`) outside of which the parameter does not exist.
+struct ParamLayout {
+  std::vector<int64_t> shape;
+  std::vector<std::vector<int64_t>> splitAxes; // one entry per tensor dim
+  std::vector<int64_t> partialAxes;
+  std::vector<std::pair<int64_t, int64_t>> only; // (axis, coordinate)
+
+  bool inSubmesh(const std::vector<int64_t> &coords) const;
+  /// The box of the global tensor held at mesh coordinates `coords` (one
+  /// range per dim). Empty ranges where chunking leaves nothing.
+  std::vector<Range> localBox(const Mesh &mesh,
+                              const std::vector<int64_t> &coords) const;
+  bool isSharded() const;
+  bool isPartial() const { return !partialAxes.empty(); }
+};
+
+/// Number of independent matrices in a tensor of this shape: the product of
+/// the leading (batch) dims; 1 for a 2-D tensor.
+int64_t numMatrices(const std::vector<int64_t> &shape);
+
+/// Newton-Schulz flops for one m x n matrix, as the report counts them:
+/// ns_steps * (4*a*a*b + 2*a*a*a) with a = min(m, n), b = max(m, n).
+int64_t nsFlops(int64_t m, int64_t n, int64_t nsSteps);
+
+} // namespace muon
+
+#endif // MUON_SUPPORT_LAYOUT_H

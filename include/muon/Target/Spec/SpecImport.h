@@ -1,0 +1,35 @@
+//===- SpecImport.h - muon-spec/1 JSON to the muon dialect ------*- C++ -*-===//
+//
+// Reads the model spec of docs/spec-format.md (both configuration styles) into
+// a module holding one `muon.model`. Structural errors (malformed JSON,
+// unknown keys, wrong types) are reported with the JSON path of the offending
+// value; every op is located at its JSON path (a NameLoc), so the dialect
+// verifier's errors name the place too.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_TARGET_SPEC_SPECIMPORT_H
+#define MUON_TARGET_SPEC_SPECIMPORT_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/OwningOpRef.h"
+
+namespace mlir::muon {
+
+/// Imports and verifies a spec. Returns null after emitting diagnostics.
+OwningOpRef<ModuleOp> importSpec(llvm::StringRef json, MLIRContext *context,
+                                 llvm::StringRef sourceName);
+
+/// While alive, prints diagnostics located at a JSON path (a NameLoc) as
+/// `<file>: <json path>: error: message` on stderr; others pass through.
+class SpecDiagnosticHandler : public ScopedDiagnosticHandler {
+public:
+  SpecDiagnosticHandler(MLIRContext *context, llvm::StringRef sourceName);
+};
+
+/// Registers `--import-spec` with the mlir-translate registry.
+void registerSpecImportTranslation();
+
+} // namespace mlir::muon
+
+#endif // MUON_TARGET_SPEC_SPECIMPORT_H

@@ -1,0 +1,108 @@
+//===- Figures.cpp - Work and traffic figures of a model ------------------===//
+#include "muon/Dialect/Muon/Analysis/Figures.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <algorithm>
+#include <map>
+
+using namespace mlir;
+using namespace mlir::muon;
+
+static int64_t nsStepsOf(ModelOp model) {
+  for (OptimizerOp opt : model.getBodyBlock().getOps<OptimizerOp>())
+    return opt.getNsSteps();
+  return 5; // torch.optim.Muon's default
+}
+
+std::vector<MuonMatrix>
+mlir::muon::collectMuonMatrices(ModelOp model, const ModelLayout &layout) {
+  int64_t steps = nsStepsOf(model);
+  std::vector<MuonMatrix> matrices;
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    ParamOp param = layout.params[i];
+    if (!param.isMuon())
+      continue;
+    const std::vector<int64_t> &shape = layout.layouts[i].shape;
+    int64_t rows = shape[shape.size() - 2], cols = shape.back();
+    int64_t count = numMatrices(shape);
+    bool batched = shape.size() > 2;
+    for (int64_t m = 0; m < count; ++m) {
+      std::string label = param.getSymName().str();
+      if (batched)
+        label += "[" + std::to_string(m) + "]";
+      matrices.push_back(
+          {i, m, rows, cols, nsFlops(rows, cols, steps), std::move(label)});
+    }
+  }
+  return matrices;
+}
+
+LowerBounds mlir::muon::computeLowerBounds(
+    const ModelLayout &layout, const std::vector<MuonMatrix> &matrices,
+    int64_t wireBytes) {
+  LowerBounds bounds;
+  // Holder set -> NS flops of the matrices held exactly by it.
+  std::map<std::vector<int64_t>, int64_t> flopsBySet;
+  for (const MuonMatrix &mm : matrices) {
+    const ParamLayout &pl = layout.layouts[mm.param];
+    std::vector<MatrixPiece> pieces = matrixPieces(layout, mm.param, mm.matrix);
+    int64_t largest = 0;
+    std::vector<int64_t> holders;
+    for (const MatrixPiece &piece : pieces) {
+      largest = std::max(largest, piece.elements);
+      holders.push_back(piece.rank);
+    }
+    // p: partial summands; c: copies of the whole matrix over the holders
+    // (product of the replicated and partial axes outside `only`).
+    int64_t p = 1, c = 1;
+    for (int64_t axis : pl.partialAxes)
+      p *= layout.mesh.shape[axis];
+    for (int64_t axis = 0; axis < layout.mesh.rank(); ++axis) {
+      bool split = false;
+      for (const auto &axes : pl.splitAxes)
+        split |= llvm::is_contained(axes, axis);
+      bool only = llvm::any_of(pl.only, [&](auto pr) { return pr.first == axis; });
+      if (!split && !only)
+        c *= layout.mesh.shape[axis];
+    }
+    int64_t full = mm.rows * mm.cols * wireBytes;
+    bounds.bytesReceived += (p + c) * full - 2 * largest * wireBytes;
+    bounds.makespanFlops = std::max(bounds.makespanFlops, mm.nsFlops);
+    flopsBySet[holders] += mm.nsFlops;
+  }
+  // For each holder set H: all work that must land inside H, spread evenly.
+  for (const auto &[set, unused] : flopsBySet) {
+    int64_t inside = 0;
+    for (const auto &[other, flops] : flopsBySet)
+      if (std::includes(set.begin(), set.end(), other.begin(), other.end()))
+        inside += flops;
+    int64_t perRank = (inside + set.size() - 1) / set.size();
+    bounds.makespanFlops = std::max(bounds.makespanFlops, perRank);
+  }
+  return bounds;
+}
+
+std::vector<int64_t> mlir::muon::ownersFromAssignments(
+    ModelOp model, const ModelLayout &layout,
+    const std::vector<MuonMatrix> &matrices) {
+  llvm::DenseMap<StringAttr, size_t> indexOf;
+  for (size_t i = 0; i < layout.params.size(); ++i)
+    indexOf[ParamOp(layout.params[i]).getSymNameAttr()] = i;
+  std::map<std::pair<size_t, int64_t>, int64_t> owner;
+  for (AssignOp assign : model.getBodyBlock().getOps<AssignOp>())
+    for (auto [ref, slice] : llvm::zip(assign.getParams(), assign.getSlices())) {
+      auto it = indexOf.find(cast<FlatSymbolRefAttr>(ref).getAttr());
+      if (it == indexOf.end())
+        continue;
+      int64_t count = numMatrices(layout.layouts[it->second].shape);
+      for (int64_t m = slice < 0 ? 0 : slice; m < (slice < 0 ? count : slice + 1); ++m)
+        owner[{it->second, m}] = assign.getRank();
+    }
+  std::vector<int64_t> result;
+  for (const MuonMatrix &mm : matrices) {
+    auto it = owner.find({mm.param, mm.matrix});
+    result.push_back(it == owner.end() ? -1 : it->second);
+  }
+  return result;
+}

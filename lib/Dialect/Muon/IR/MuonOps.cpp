@@ -1,0 +1,697 @@
+//===- MuonOps.cpp - muon dialect operations ------------------------------===//
+#include "muon/Dialect/Muon/IR/MuonOps.h"
+#include "muon/Dialect/Muon/IR/ModelLayout.h"
+#include "muon/Dialect/Muon/IR/ShardAdapter.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringSwitch.h"
+
+#include <map>
+
+using namespace mlir;
+using namespace mlir::muon;
+
+//===----------------------------------------------------------------------===//
+// Parsing helpers
+//===----------------------------------------------------------------------===//
+
+/// `[1, 2, 3]` (possibly empty).
+static ParseResult parseIntList(OpAsmParser &parser,
+                                SmallVectorImpl<int64_t> &values) {
+  return parser.parseCommaSeparatedList(
+      OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
+        int64_t v;
+        if (parser.parseInteger(v))
+          return failure();
+        values.push_back(v);
+        return success();
+      });
+}
+
+/// `[[0], [], [1, 2]]`: an array of i64 arrays.
+static ParseResult parseIntListList(OpAsmParser &parser, ArrayAttr &result) {
+  SmallVector<Attribute> lists;
+  if (parser.parseCommaSeparatedList(
+          OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
+            SmallVector<int64_t> values;
+            if (parseIntList(parser, values))
+              return failure();
+            lists.push_back(
+                DenseI64ArrayAttr::get(parser.getContext(), values));
+            return success();
+          }))
+    return failure();
+  result = ArrayAttr::get(parser.getContext(), lists);
+  return success();
+}
+
+static void printIntList(OpAsmPrinter &p, ArrayRef<int64_t> values) {
+  p << "[";
+  llvm::interleaveComma(values, p);
+  p << "]";
+}
+
+static void printIntListList(OpAsmPrinter &p, ArrayAttr lists) {
+  p << "[";
+  llvm::interleaveComma(lists, p, [&](Attribute a) {
+    if (auto arr = dyn_cast<DenseI64ArrayAttr>(a))
+      printIntList(p, arr.asArrayRef());
+    else
+      p.printAttribute(a);
+  });
+  p << "]";
+}
+
+//===----------------------------------------------------------------------===//
+// ModelOp
+//===----------------------------------------------------------------------===//
+
+void ModelOp::build(OpBuilder &builder, OperationState &state,
+                    StringRef name) {
+  state.addAttribute(mlir::SymbolTable::getSymbolAttrName(),
+                     builder.getStringAttr(name));
+  Region *body = state.addRegion();
+  body->push_back(new Block());
+}
+
+bool ModelOp::usesProcessGroups() {
+  return llvm::any_of(getBodyBlock(), llvm::IsaPred<GroupOp>);
+}
+
+/// Names a Muon matrix in messages: the parameter, plus the slice for
+/// batched tensors.
+static std::string matrixLabel(ParamOp param, int64_t matrix) {
+  std::string s;
+  if (param.getTensorType().getRank() > 2)
+    s = "matrix " + std::to_string(matrix) + " of ";
+  return s + "parameter '" + param.getSymName().str() + "'";
+}
+
+static std::string listRanks(ArrayRef<int64_t> ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+/// Explicit assignments: every Muon matrix exactly once, to a rank holding it.
+static LogicalResult verifyAssignments(ModelOp model,
+                                       const ModelLayout &layout,
+                                       ArrayRef<AssignOp> assigns) {
+  llvm::DenseMap<StringAttr, size_t> indexOf;
+  for (size_t i = 0; i < layout.params.size(); ++i)
+    indexOf[ParamOp(layout.params[i]).getSymNameAttr()] = i;
+  int64_t world = layout.mesh.numDevices();
+  // (param index, matrix) -> owning rank
+  std::map<std::pair<size_t, int64_t>, int64_t> owner;
+  for (AssignOp assign : assigns) {
+    int64_t rank = assign.getRank();
+    if (rank >= world)
+      return assign.emitError() << "assignment names rank " << rank
+                                << ", outside the world of " << world
+                                << " ranks";
+    for (auto [ref, slice] :
+         llvm::zip(assign.getParams(), assign.getSlices())) {
+      auto sym = cast<FlatSymbolRefAttr>(ref);
+      auto it = indexOf.find(sym.getAttr());
+      if (it == indexOf.end())
+        return assign.emitError()
+               << "assignment to rank " << rank << " names unknown parameter '"
+               << sym.getValue() << "'";
+      size_t i = it->second;
+      ParamOp param = layout.params[i];
+      if (!param.isMuon())
+        return assign.emitError()
+               << "assignment to rank " << rank << " names parameter '"
+               << sym.getValue()
+               << "', which is in the adamw group; only Muon matrices have "
+                  "owners";
+      int64_t count = numMatrices(layout.layouts[i].shape);
+      if (slice >= count)
+        return assign.emitError()
+               << "assignment to rank " << rank << " names matrix " << slice
+               << " of parameter '" << sym.getValue() << "', which has "
+               << count << " matrices";
+      int64_t first = slice < 0 ? 0 : slice;
+      int64_t last = slice < 0 ? count : slice + 1;
+      for (int64_t m = first; m < last; ++m) {
+        auto [pos, inserted] = owner.try_emplace({i, m}, rank);
+        if (!inserted)
+          return assign.emitError()
+                 << "overlapping assignments: " << matrixLabel(param, m)
+                 << " is assigned to rank " << pos->second << " and to rank "
+                 << rank;
+        std::vector<int64_t> holders = matrixHolders(layout, i, m);
+        if (!llvm::is_contained(holders, rank))
+          return assign.emitError()
+                 << "assignment to rank " << rank << ": the rank does not "
+                 << "hold " << matrixLabel(param, m) << " (held by ranks "
+                 << listRanks(holders) << ")";
+      }
+    }
+  }
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    ParamOp param = layout.params[i];
+    if (!param.isMuon())
+      continue;
+    int64_t count = numMatrices(layout.layouts[i].shape);
+    for (int64_t m = 0; m < count; ++m)
+      if (!owner.count({i, m}))
+        return param.emitError()
+               << "incomplete assignments: " << matrixLabel(param, m)
+               << " is assigned to no rank";
+  }
+  return success();
+}
+
+LogicalResult ModelOp::verifyRegions() {
+  Operation *grid = nullptr;
+  Operation *optimizer = nullptr, *adamw = nullptr, *distributed = nullptr;
+  SmallVector<GroupOp> groups;
+  SmallVector<AssignOp> assigns;
+  SmallVector<ParamOp> params;
+  auto once = [&](Operation *&slot, Operation &op) -> LogicalResult {
+    if (slot)
+      return op.emitError() << "a model has at most one '" << op.getName()
+                            << "'";
+    slot = &op;
+    return success();
+  };
+  for (Operation &op : getBodyBlock()) {
+    if (shard_adapter::isGrid(&op)) {
+      if (failed(once(grid, op)))
+        return failure();
+    } else if (isa<OptimizerOp>(op)) {
+      if (failed(once(optimizer, op)))
+        return failure();
+    } else if (isa<AdamWOp>(op)) {
+      if (failed(once(adamw, op)))
+        return failure();
+    } else if (isa<DistributedOp>(op)) {
+      if (failed(once(distributed, op)))
+        return failure();
+    } else if (auto g = dyn_cast<GroupOp>(op)) {
+      groups.push_back(g);
+    } else if (auto a = dyn_cast<AssignOp>(op)) {
+      assigns.push_back(a);
+    } else if (auto p = dyn_cast<ParamOp>(op)) {
+      params.push_back(p);
+    } else {
+      return op.emitError() << "'" << op.getName()
+                            << "' is not allowed in a muon.model";
+    }
+  }
+
+  if (!groups.empty()) {
+    if (grid)
+      return grid->emitError()
+             << "a model uses either a grid (DTensor style) or process "
+                "groups, not both";
+    if (!getWorldSize())
+      return emitError() << "process groups need the model's 'world_size'";
+    for (ParamOp p : params)
+      if (p.getGrid())
+        return p.emitError() << "parameter '" << p.getSymName()
+                             << "' has a mesh layout but the model uses "
+                                "process groups";
+  } else {
+    for (StringRef attr : {"world_size", "fsdp_dim", "num_experts"})
+      if ((*this)->hasAttr(attr))
+        return emitError() << "'" << attr
+                           << "' is only meaningful with process groups";
+    if (!grid && !params.empty())
+      return params.front().emitError()
+             << "the model has parameters but neither a grid nor process "
+                "groups";
+    for (ParamOp p : params) {
+      if (p.getTpDim() || p.getStage() || p.getExpert())
+        return p.emitError() << "parameter '" << p.getSymName()
+                             << "' has process-group attributes (tp_dim, "
+                                "stage, expert) but the model has no groups";
+      if (!p.getGrid())
+        return p.emitError() << "parameter '" << p.getSymName()
+                             << "' has no layout; expected 'on @"
+                             << shard_adapter::getGridName(grid) << "'";
+      if (*p.getGrid() != shard_adapter::getGridName(grid))
+        return p.emitError() << "parameter '" << p.getSymName()
+                             << "' is on grid @" << *p.getGrid()
+                             << " but the model's mesh is @"
+                             << shard_adapter::getGridName(grid);
+    }
+  }
+
+  FailureOr<ModelLayout> layout = computeModelLayout(*this);
+  if (failed(layout))
+    return failure();
+
+  if (!distributed) {
+    for (size_t i = 0; i < layout->params.size(); ++i) {
+      const ParamLayout &pl = layout->layouts[i];
+      ParamOp p = layout->params[i];
+      for (size_t d = 0; d < pl.splitAxes.size(); ++d)
+        if (!pl.splitAxes[d].empty())
+          return p.emitError()
+                 << "parameter '" << p.getSymName() << "' is sharded (dim "
+                 << d << " split on mesh axis '"
+                 << axisLabel(*layout, pl.splitAxes[d].front())
+                 << "') but there is no distributed config: Newton-Schulz "
+                    "on a shard gives a wrong update; add a distributed "
+                    "config";
+      if (pl.isPartial())
+        return p.emitError()
+               << "parameter '" << p.getSymName()
+               << "' has a partial gradient on mesh axis '"
+               << axisLabel(*layout, pl.partialAxes.front())
+               << "' but there is no distributed config to sum it; add a "
+                  "distributed config";
+    }
+    if (!assigns.empty())
+      return assigns.front().emitError()
+             << "explicit assignments need a distributed config";
+  }
+  if (!assigns.empty())
+    return verifyAssignments(*this, *layout, assigns);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ParamOp
+//===----------------------------------------------------------------------===//
+
+bool ParamOp::isMuon() {
+  if (std::optional<StringRef> g = getGroup())
+    return *g == "muon";
+  return getTensorType().getRank() >= 2;
+}
+
+std::vector<std::vector<int64_t>> ParamOp::getSplitAxesVector() {
+  std::vector<std::vector<int64_t>> result(getTensorType().getRank());
+  if (ArrayAttr split = getSplitAxesAttr())
+    for (auto [d, a] : llvm::enumerate(split))
+      if (auto axes = dyn_cast<DenseI64ArrayAttr>(a); axes && d < result.size())
+        result[d].assign(axes.asArrayRef().begin(), axes.asArrayRef().end());
+  return result;
+}
+
+std::vector<std::pair<int64_t, int64_t>> ParamOp::getOnlyPairs() {
+  std::vector<std::pair<int64_t, int64_t>> result;
+  if (std::optional<ArrayRef<int64_t>> only = getOnly())
+    for (size_t i = 0; i + 1 < only->size(); i += 2)
+      result.push_back({(*only)[i], (*only)[i + 1]});
+  return result;
+}
+
+ParseResult ParamOp::parse(OpAsmParser &parser, OperationState &result) {
+  MLIRContext *ctx = parser.getContext();
+  StringAttr name;
+  Type type;
+  if (parser.parseSymbolName(name, SymbolTable::getSymbolAttrName(),
+                             result.attributes) ||
+      parser.parseColonType(type))
+    return failure();
+  result.addAttribute("tensor_type", TypeAttr::get(type));
+
+  if (succeeded(parser.parseOptionalKeyword("on"))) {
+    FlatSymbolRefAttr grid;
+    ArrayAttr split;
+    if (parser.parseAttribute(grid, "grid", result.attributes) ||
+        parser.parseKeyword("split") || parseIntListList(parser, split))
+      return failure();
+    result.addAttribute("split_axes", split);
+    if (succeeded(parser.parseOptionalKeyword("partial"))) {
+      SmallVector<int64_t> axes;
+      if (parseIntList(parser, axes))
+        return failure();
+      result.addAttribute("partial_axes", DenseI64ArrayAttr::get(ctx, axes));
+    }
+    if (succeeded(parser.parseOptionalKeyword("only"))) {
+      SmallVector<int64_t> pairs;
+      if (parser.parseCommaSeparatedList(
+              OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
+                int64_t axis, coord;
+                if (parser.parseInteger(axis) || parser.parseEqual() ||
+                    parser.parseInteger(coord))
+                  return failure();
+                pairs.append({axis, coord});
+                return success();
+              }))
+        return failure();
+      result.addAttribute("only", DenseI64ArrayAttr::get(ctx, pairs));
+    }
+  }
+  for (StringRef key : {"tp_dim", "stage", "expert"}) {
+    if (failed(parser.parseOptionalKeyword(key)))
+      continue;
+    int64_t v;
+    if (parser.parseInteger(v))
+      return failure();
+    result.addAttribute(key, parser.getBuilder().getI64IntegerAttr(v));
+  }
+  if (succeeded(parser.parseOptionalKeyword("group"))) {
+    std::string group;
+    if (parser.parseKeywordOrString(&group))
+      return failure();
+    result.addAttribute("group", StringAttr::get(ctx, group));
+  }
+  return parser.parseOptionalAttrDict(result.attributes);
+}
+
+void ParamOp::print(OpAsmPrinter &p) {
+  p << " ";
+  p.printSymbolName(getSymName());
+  p << " : " << getTensorType();
+  if (FlatSymbolRefAttr grid = getGridAttr()) {
+    p << " on " << grid << " split ";
+    // A grid without split axes means replicated everywhere: print that.
+    p << "[";
+    llvm::interleaveComma(getSplitAxesVector(), p,
+                          [&](const auto &axes) { printIntList(p, axes); });
+    p << "]";
+    if (std::optional<ArrayRef<int64_t>> partial = getPartialAxes()) {
+      p << " partial ";
+      printIntList(p, *partial);
+    }
+    if (getOnly()) {
+      p << " only [";
+      llvm::interleaveComma(getOnlyPairs(), p, [&](auto pair) {
+        p << pair.first << " = " << pair.second;
+      });
+      p << "]";
+    }
+  }
+  if (std::optional<int64_t> v = getTpDim())
+    p << " tp_dim " << *v;
+  if (std::optional<int64_t> v = getStage())
+    p << " stage " << *v;
+  if (std::optional<int64_t> v = getExpert())
+    p << " expert " << *v;
+  if (std::optional<StringRef> g = getGroup())
+    p << " group " << *g;
+  p.printOptionalAttrDict(
+      (*this)->getAttrs(),
+      {SymbolTable::getSymbolAttrName(), "tensor_type", "grid", "split_axes",
+       "partial_axes", "only", "tp_dim", "stage", "expert", "group"});
+}
+
+LogicalResult ParamOp::verify() {
+  RankedTensorType type = getTensorType();
+  StringRef name = getSymName();
+  auto error = [&]() {
+    InFlightDiagnostic d = emitError();
+    d << "parameter '" << name << "' ";
+    return d;
+  };
+  if (!type.hasStaticShape())
+    return error() << "must have a static shape, got " << type;
+  Type elem = type.getElementType();
+  if (!elem.isF32() && !elem.isBF16() && !elem.isF16())
+    return error() << "has element type " << elem
+                   << "; expected f32, bf16 or f16";
+  for (auto [d, size] : llvm::enumerate(type.getShape()))
+    if (size == 0)
+      return error() << "has an empty dim " << d << " (size 0)";
+  if (std::optional<StringRef> g = getGroup(); g && *g != "muon" &&
+                                               *g != "adamw")
+    return error() << "has unknown optimizer group '" << *g
+                   << "'; expected 'muon' or 'adamw'";
+  int64_t rank = type.getRank();
+  if (isMuon() && rank < 2)
+    return error() << "has " << rank
+                   << " dim(s) but Muon orthogonalizes matrices (2 or more "
+                      "dims, leading dims being batch dims); use the adamw "
+                      "group";
+
+  bool hasLayout = getSplitAxesAttr() || getPartialAxesAttr() || getOnlyAttr();
+  if (hasLayout && !getGridAttr())
+    return error() << "has a layout but no grid ('on @grid')";
+  if (getGridAttr() && (getTpDim() || getStage() || getExpert()))
+    return error() << "mixes a mesh layout with process-group attributes "
+                      "(tp_dim, stage, expert)";
+  if (std::optional<int64_t> d = getTpDim(); d && (*d < 0 || *d >= rank))
+    return error() << "has tp_dim " << *d << ", out of range for a tensor of "
+                   << rank << " dim(s)";
+  if (std::optional<int64_t> s = getStage(); s && *s < 0)
+    return error() << "has negative stage " << *s;
+  if (std::optional<int64_t> e = getExpert(); e && *e < 0)
+    return error() << "has negative expert id " << *e;
+
+  // Each mesh axis plays at most one role for a parameter.
+  llvm::DenseMap<int64_t, std::string> roleOf;
+  auto claim = [&](int64_t axis, std::string role) -> LogicalResult {
+    if (axis < 0)
+      return error() << "names negative mesh axis " << axis;
+    auto [it, inserted] = roleOf.try_emplace(axis, role);
+    if (!inserted)
+      return error() << "uses mesh axis " << axis << " twice (" << it->second
+                     << " and " << role << ")";
+    return success();
+  };
+  if (ArrayAttr split = getSplitAxesAttr()) {
+    if (static_cast<int64_t>(split.size()) != rank)
+      return error() << "has " << split.size() << " split entries but "
+                     << rank << " dim(s)";
+    for (auto [d, a] : llvm::enumerate(split)) {
+      auto axes = dyn_cast<DenseI64ArrayAttr>(a);
+      if (!axes)
+        return error() << "split entry " << d << " must be an array<i64>";
+      for (int64_t axis : axes.asArrayRef())
+        if (failed(claim(axis, "split of dim " + std::to_string(d))))
+          return failure();
+    }
+  }
+  if (std::optional<ArrayRef<int64_t>> partial = getPartialAxes())
+    for (int64_t axis : *partial)
+      if (failed(claim(axis, "partial")))
+        return failure();
+  if (std::optional<ArrayRef<int64_t>> only = getOnly()) {
+    if (only->size() % 2)
+      return error() << "'only' must hold (axis, coordinate) pairs";
+    for (auto [axis, coord] : getOnlyPairs()) {
+      if (coord < 0)
+        return error() << "has negative 'only' coordinate " << coord;
+      if (failed(claim(axis, "only")))
+        return failure();
+    }
+  }
+  return success();
+}
+
+LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &) {
+  FlatSymbolRefAttr gridRef = getGridAttr();
+  if (!gridRef)
+    return success();
+  Operation *grid = shard_adapter::lookupGrid(*this, gridRef);
+  if (!grid)
+    return emitError() << "parameter '" << getSymName()
+                       << "' refers to unknown grid " << gridRef;
+  std::optional<std::vector<int64_t>> shape =
+      shard_adapter::getGridShape(grid);
+  if (!shape)
+    return emitError() << "grid " << gridRef << " must have a static shape";
+  int64_t meshRank = shape->size();
+  auto checkAxis = [&](int64_t axis, StringRef role) -> LogicalResult {
+    if (axis >= meshRank)
+      return emitError() << "parameter '" << getSymName() << "' " << role
+                         << " on mesh axis " << axis << ", but grid "
+                         << gridRef << " has " << meshRank << " axes";
+    return success();
+  };
+  for (auto [d, axes] : llvm::enumerate(getSplitAxesVector()))
+    for (int64_t axis : axes)
+      if (failed(checkAxis(axis, "splits dim " + std::to_string(d))))
+        return failure();
+  if (std::optional<ArrayRef<int64_t>> partial = getPartialAxes())
+    for (int64_t axis : *partial)
+      if (failed(checkAxis(axis, "is partial")))
+        return failure();
+  for (auto [axis, coord] : getOnlyPairs()) {
+    if (failed(checkAxis(axis, "is restricted ('only')")))
+      return failure();
+    if (coord >= (*shape)[axis])
+      return emitError() << "parameter '" << getSymName()
+                         << "' is restricted ('only') to coordinate " << coord
+                         << " of mesh axis " << axis << ", which has size "
+                         << (*shape)[axis];
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Configuration ops
+//===----------------------------------------------------------------------===//
+
+std::array<double, 3> OptimizerOp::getCoefficients(int64_t step) {
+  ArrayAttr table = getNsCoefficientsAttr();
+  if (!table || table.empty())
+    return {3.4445, -4.775, 2.0315};
+  auto row = cast<DenseF64ArrayAttr>(table[table.size() == 1 ? 0 : step]);
+  return {row[0], row[1], row[2]};
+}
+
+LogicalResult OptimizerOp::verify() {
+  auto nonNegative = [&](StringRef key, double v) -> LogicalResult {
+    if (v < 0 || std::isnan(v))
+      return emitError() << "optimizer '" << key << "' must be >= 0, got "
+                         << v;
+    return success();
+  };
+  if (failed(nonNegative("lr", getLr().convertToDouble())) ||
+      failed(nonNegative("weight_decay", getWeightDecay().convertToDouble())) ||
+      failed(nonNegative("momentum", getMomentum().convertToDouble())) ||
+      failed(nonNegative("eps", getEps().convertToDouble())))
+    return failure();
+  int64_t steps = static_cast<int64_t>(getNsSteps());
+  if (steps >= 100)
+    return emitError() << "optimizer 'ns_steps' must be less than 100, got "
+                       << steps;
+  if (steps < 1)
+    return emitError() << "optimizer 'ns_steps' must be at least 1, got "
+                       << steps;
+  if (ArrayAttr table = getNsCoefficientsAttr()) {
+    if (table.size() != 1 && static_cast<int64_t>(table.size()) != steps)
+      return emitError() << "optimizer 'ns_coefficients' has " << table.size()
+                         << " triples; expected 1 (for every step) or "
+                            "ns_steps = "
+                         << steps;
+    for (auto [i, row] : llvm::enumerate(table)) {
+      auto triple = dyn_cast<DenseF64ArrayAttr>(row);
+      if (!triple || triple.size() != 3)
+        return emitError() << "optimizer 'ns_coefficients' entry " << i
+                           << " must be an (a, b, c) triple";
+    }
+  }
+  StringRef adjust = getAdjustLr();
+  if (adjust != "original" && adjust != "match_rms_adamw")
+    return emitError() << "optimizer 'adjust_lr' is '" << adjust
+                       << "'; expected 'original' or 'match_rms_adamw'";
+  return success();
+}
+
+LogicalResult AdamWOp::verify() {
+  for (auto [key, v] : {std::pair<StringRef, double>{"lr", getLr().convertToDouble()},
+                        {"eps", getEps().convertToDouble()},
+                        {"weight_decay", getWeightDecay().convertToDouble()}})
+    if (v < 0 || std::isnan(v))
+      return emitError() << "adamw '" << key << "' must be >= 0, got " << v;
+  if (std::optional<ArrayRef<double>> betas = getBetas()) {
+    if (betas->size() != 2)
+      return emitError() << "adamw 'betas' must have 2 entries, got "
+                         << betas->size();
+    for (double b : *betas)
+      if (!(b >= 0 && b < 1))
+        return emitError() << "adamw 'betas' must be in [0, 1), got " << b;
+  }
+  return success();
+}
+
+LogicalResult DistributedOp::verify() {
+  // I64Attr getters are unsigned; the IR may still spell a negative value.
+  int64_t prefetch = static_cast<int64_t>(getPrefetchCount());
+  if (prefetch < 0)
+    return emitError() << "distributed 'prefetch_count' must be >= 0, got "
+                       << prefetch;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// AssignOp
+//===----------------------------------------------------------------------===//
+
+ParseResult AssignOp::parse(OpAsmParser &parser, OperationState &result) {
+  int64_t rank;
+  SmallVector<Attribute> params;
+  SmallVector<int64_t> slices;
+  if (parser.parseInteger(rank) ||
+      parser.parseCommaSeparatedList(
+          OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
+            FlatSymbolRefAttr ref;
+            if (parser.parseAttribute(ref))
+              return failure();
+            int64_t slice = -1;
+            if (succeeded(parser.parseOptionalLSquare()))
+              if (parser.parseInteger(slice) || parser.parseRSquare())
+                return failure();
+            params.push_back(ref);
+            slices.push_back(slice);
+            return success();
+          }))
+    return failure();
+  Builder &b = parser.getBuilder();
+  result.addAttribute("rank", b.getI64IntegerAttr(rank));
+  result.addAttribute("params", b.getArrayAttr(params));
+  result.addAttribute("slices", b.getDenseI64ArrayAttr(slices));
+  return parser.parseOptionalAttrDict(result.attributes);
+}
+
+void AssignOp::print(OpAsmPrinter &p) {
+  p << " " << static_cast<int64_t>(getRank()) << " [";
+  llvm::interleaveComma(llvm::zip(getParams(), getSlices()), p, [&](auto e) {
+    p.printAttribute(std::get<0>(e));
+    if (std::get<1>(e) >= 0)
+      p << "[" << std::get<1>(e) << "]";
+  });
+  p << "]";
+  p.printOptionalAttrDict((*this)->getAttrs(), {"rank", "params", "slices"});
+}
+
+LogicalResult AssignOp::verify() {
+  int64_t rank = static_cast<int64_t>(getRank());
+  if (rank < 0)
+    return emitError() << "assignment names negative rank " << rank;
+  if (getParams().size() != getSlices().size())
+    return emitError() << "'params' and 'slices' must have equal length";
+  for (auto [ref, slice] : llvm::zip(getParams(), getSlices())) {
+    if (!isa<FlatSymbolRefAttr>(ref))
+      return emitError() << "assignment entries must be parameter symbols";
+    if (slice < -1)
+      return emitError() << "assignment names negative matrix " << slice;
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// GroupOp
+//===----------------------------------------------------------------------===//
+
+std::vector<std::vector<int64_t>> GroupOp::getGroupsVector() {
+  std::vector<std::vector<int64_t>> result;
+  for (Attribute a : getGroups())
+    if (auto g = dyn_cast<DenseI64ArrayAttr>(a))
+      result.emplace_back(g.asArrayRef().begin(), g.asArrayRef().end());
+  return result;
+}
+
+ParseResult GroupOp::parse(OpAsmParser &parser, OperationState &result) {
+  std::string kind;
+  ArrayAttr groups;
+  if (parser.parseKeywordOrString(&kind) || parseIntListList(parser, groups))
+    return failure();
+  result.addAttribute("kind", parser.getBuilder().getStringAttr(kind));
+  result.addAttribute("groups", groups);
+  return parser.parseOptionalAttrDict(result.attributes);
+}
+
+void GroupOp::print(OpAsmPrinter &p) {
+  p << " " << getKind() << " ";
+  printIntListList(p, getGroups());
+  p.printOptionalAttrDict((*this)->getAttrs(), {"kind", "groups"});
+}
+
+LogicalResult GroupOp::verify() {
+  static const char *const kinds[] = {"fsdp", "shard", "tp", "ddp",
+                                      "replicate", "cp", "ep", "pp"};
+  if (!llvm::is_contained(kinds, getKind()))
+    return emitError() << "unknown process-group kind '" << getKind()
+                       << "'; expected one of fsdp, shard, tp, ddp, "
+                          "replicate, cp, ep, pp";
+  for (Attribute a : getGroups())
+    if (!isa<DenseI64ArrayAttr>(a))
+      return emitError() << "'" << getKind()
+                         << "' groups must be arrays of ranks";
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "muon/Dialect/Muon/IR/MuonOps.cpp.inc"

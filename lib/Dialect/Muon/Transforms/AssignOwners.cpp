@@ -1,0 +1,94 @@
+//===- AssignOwners.cpp - One owner per Muon matrix, LPT-balanced ---------===//
+#include "muon/Dialect/Muon/Analysis/Figures.h"
+#include "muon/Dialect/Muon/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <map>
+#include <set>
+#include <numeric>
+
+namespace mlir::muon {
+#define GEN_PASS_DEF_ASSIGNOWNERS
+#include "muon/Dialect/Muon/Transforms/Passes.h.inc"
+} // namespace mlir::muon
+
+using namespace mlir;
+using namespace mlir::muon;
+
+namespace {
+struct AssignOwners : mlir::muon::impl::AssignOwnersBase<AssignOwners> {
+  void runOnOperation() override {
+    ModelOp model = getOperation();
+    if (model.usesProcessGroups()) {
+      model.emitError() << "owners are assigned on a mesh; run "
+                           "muon-convert-process-groups-to-mesh first";
+      return signalPassFailure();
+    }
+    bool distributed = !model.getBodyBlock().getOps<DistributedOp>().empty();
+    bool explicitOwners = !model.getBodyBlock().getOps<AssignOp>().empty();
+    if (!distributed || explicitOwners)
+      return;
+    FailureOr<ModelLayout> layout = computeModelLayout(model);
+    if (failed(layout))
+      return signalPassFailure();
+    std::vector<MuonMatrix> matrices = collectMuonMatrices(model, *layout);
+
+    // Candidates: holders of the largest piece (gathering there moves the
+    // least data).
+    std::vector<std::vector<int64_t>> candidates(matrices.size());
+    for (size_t k = 0; k < matrices.size(); ++k) {
+      std::vector<MatrixPiece> pieces =
+          matrixPieces(*layout, matrices[k].param, matrices[k].matrix);
+      int64_t largest = 0;
+      for (const MatrixPiece &p : pieces)
+        largest = std::max(largest, p.elements);
+      for (const MatrixPiece &p : pieces)
+        if (p.elements == largest)
+          candidates[k].push_back(p.rank);
+    }
+
+    // LPT: most expensive first; stable on the model order for equal costs.
+    std::vector<size_t> order(matrices.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return matrices[a].nsFlops > matrices[b].nsFlops;
+    });
+    std::vector<int64_t> load(layout->mesh.numDevices(), 0);
+    std::vector<int64_t> owner(matrices.size(), -1);
+    for (size_t k : order) {
+      int64_t best = candidates[k].front(); // sorted by rank: lowest wins ties
+      for (int64_t r : candidates[k])
+        if (load[r] < load[best])
+          best = r;
+      owner[k] = best;
+      load[best] += matrices[k].nsFlops;
+    }
+
+    // Per rank, a whole parameter where the rank owns all its matrices.
+    std::map<int64_t, std::vector<std::pair<size_t, int64_t>>> byRank;
+    std::map<size_t, std::set<int64_t>> ownersOfParam;
+    for (size_t k = 0; k < matrices.size(); ++k)
+      ownersOfParam[matrices[k].param].insert(owner[k]);
+    for (size_t k = 0; k < matrices.size(); ++k) {
+      size_t i = matrices[k].param;
+      bool whole = ownersOfParam[i].size() == 1;
+      if (whole && matrices[k].matrix != 0)
+        continue;
+      byRank[owner[k]].push_back({i, whole ? -1 : matrices[k].matrix});
+    }
+    OpBuilder builder = OpBuilder::atBlockEnd(&model.getBodyBlock());
+    for (auto &[rank, entries] : byRank) {
+      SmallVector<Attribute> refs;
+      SmallVector<int64_t> slices;
+      for (auto [i, slice] : entries) {
+        refs.push_back(FlatSymbolRefAttr::get(layout->params[i].getSymNameAttr()));
+        slices.push_back(slice);
+      }
+      AssignOp::create(builder, model.getLoc(), rank,
+                       builder.getArrayAttr(refs),
+                       builder.getDenseI64ArrayAttr(slices));
+    }
+  }
+};
+} // namespace

@@ -1,0 +1,27 @@
+# -*- Python -*-
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "MUON"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.muon_obj_root, "test")
+config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
+
+config.substitutions.append(("%examples", os.path.join(config.muon_src_root, "examples")))
+config.substitutions.append(("%spec_docs", os.path.join(config.muon_src_root, "test", "Target", "Spec", "Inputs")))
+
+# ../shared/models is beside the checkout on developer and CI machines but not
+# for users: tests over it run only where it exists.
+shared_models = os.path.join(config.muon_src_root, "..", "shared", "models")
+if os.path.isdir(shared_models):
+    config.available_features.add("shared-models")
+    config.substitutions.append(("%shared_models", os.path.abspath(shared_models)))
+
+llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
+llvm_config.use_default_substitutions()
+tool_dirs = [config.muon_tools_dir, config.llvm_tools_dir]
+llvm_config.add_tool_substitutions(["muon-opt", "muon-translate"], tool_dirs)

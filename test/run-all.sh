@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every test suite and ends with one summary line, "N passed, N failed".
+set -u
+build=${1:-build}
+passed=0
+failed=0
+
+echo "== lit tests (test/)"
+lit_out=$(mktemp)
+/usr/lib/llvm-22/bin/lit -sv "$build/test" 2>&1 | tee "$lit_out"
+lit_rc=${PIPESTATUS[0]}
+p=$(grep -Eo '^ *Passed *: *[0-9]+' "$lit_out" | grep -Eo '[0-9]+$' || true)
+f=$(grep -Eo '^ *Failed *: *[0-9]+' "$lit_out" | grep -Eo '[0-9]+$' || true)
+passed=$((passed + ${p:-0}))
+failed=$((failed + ${f:-0}))
+[ "$lit_rc" -ne 0 ] && [ -z "$f" ] && failed=$((failed + 1))
+rm -f "$lit_out"
+
+echo "== unit tests (unittests/)"
+for t in "$build"/bin/*Tests; do
+  out=$(mktemp)
+  "$t" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  p=$(grep -Eo '\[  PASSED  \] [0-9]+' "$out" | grep -Eo '[0-9]+$' || true)
+  f=$(grep -Eo '\[  FAILED  \] [0-9]+ test' "$out" | grep -Eo '[0-9]+' || true)
+  passed=$((passed + ${p:-0}))
+  failed=$((failed + ${f:-0}))
+  [ "$rc" -ne 0 ] && [ -z "$f" ] && failed=$((failed + 1))
+  rm -f "$out"
+done
+
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

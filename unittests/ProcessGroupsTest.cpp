@@ -1,0 +1,75 @@
+//===- ProcessGroupsTest.cpp - Process groups to a grid -------------------===//
+#include "muon/Support/ProcessGroups.h"
+
+#include <gtest/gtest.h>
+
+using namespace muon;
+
+TEST(ProcessGroups, FsdpTimesTpIsAGrid) {
+  std::string error;
+  auto grid = buildGroupGrid(
+      8,
+      {{"fsdp", {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
+       {"tp", {{0, 2}, {1, 3}, {4, 6}, {5, 7}}},
+       {"ddp", {{0, 4}, {1, 5}, {2, 6}, {3, 7}}}},
+      error);
+  ASSERT_TRUE(grid) << error;
+  // Ranks are row-major for the order ddp, tp, fsdp.
+  EXPECT_TRUE(grid->mesh.devices.empty());
+  EXPECT_EQ(grid->mesh.shape, (std::vector<int64_t>{2, 2, 2}));
+  EXPECT_EQ(grid->axisKind, (std::vector<size_t>{2, 1, 0}));
+}
+
+TEST(ProcessGroups, NonRowMajorGetsADeviceTable) {
+  std::string error;
+  // Positions: rank 0 (0,0), 3 (1,0), 1 (0,1), 2 (1,1) for (fsdp, tp).
+  auto grid = buildGroupGrid(4, {{"fsdp", {{0, 3}, {1, 2}}},
+                                 {"tp", {{0, 1}, {3, 2}}}},
+                             error);
+  ASSERT_TRUE(grid) << error;
+  ASSERT_FALSE(grid->mesh.devices.empty());
+  for (int64_t r = 0; r < 4; ++r)
+    EXPECT_EQ(grid->mesh.rankAt(grid->mesh.coordsOfRank(r)), r);
+}
+
+TEST(ProcessGroups, OverlappingGroupsAreNotAPartition) {
+  std::string error;
+  EXPECT_FALSE(buildGroupGrid(4, {{"fsdp", {{0, 1}, {1, 2}}}}, error));
+  EXPECT_NE(error.find("rank 1 is in group 0 and group 1"), std::string::npos)
+      << error;
+}
+
+TEST(ProcessGroups, MissingRank) {
+  std::string error;
+  EXPECT_FALSE(buildGroupGrid(4, {{"fsdp", {{0, 1}, {2, 2}}}}, error));
+  EXPECT_NE(error.find("not a partition"), std::string::npos) << error;
+}
+
+TEST(ProcessGroups, UnequalGroups) {
+  std::string error;
+  EXPECT_FALSE(buildGroupGrid(4, {{"tp", {{0, 1, 2}, {3}}}}, error));
+  EXPECT_NE(error.find("equal size"), std::string::npos) << error;
+}
+
+TEST(ProcessGroups, NotOrthogonalNamesBothKinds) {
+  std::string error;
+  // tp groups cut across fsdp positions.
+  EXPECT_FALSE(buildGroupGrid(
+      4, {{"fsdp", {{0, 1}, {2, 3}}}, {"tp", {{0, 3}, {1, 2}}}}, error));
+  EXPECT_NE(error.find("'fsdp' and 'tp' are not orthogonal"), std::string::npos)
+      << error;
+}
+
+TEST(ProcessGroups, SameGroupingTwiceIsNotAGrid) {
+  std::string error;
+  EXPECT_FALSE(buildGroupGrid(
+      4, {{"fsdp", {{0, 1}, {2, 3}}}, {"ddp", {{0, 1}, {2, 3}}}}, error));
+  EXPECT_NE(error.find("not orthogonal"), std::string::npos) << error;
+}
+
+TEST(ProcessGroups, RankOutOfRange) {
+  std::string error;
+  EXPECT_FALSE(buildGroupGrid(2, {{"ddp", {{0, 5}}}}, error));
+  EXPECT_NE(error.find("outside the world of 2 ranks"), std::string::npos)
+      << error;
+}
