@@ -9,8 +9,9 @@ config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.muon_obj_root, "test")
-config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
+config.excludes = ["Inputs", "Utils", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
 
+config.substitutions.append(("%muon_obj_root", config.muon_obj_root))
 config.substitutions.append(("%examples", os.path.join(config.muon_src_root, "examples")))
 config.substitutions.append(("%spec_docs", os.path.join(config.muon_src_root, "test", "Target", "Spec", "Inputs")))
 
@@ -23,5 +24,7 @@ if os.path.isdir(shared_models):
 
 llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
+llvm_config.add_tool_substitutions(["split-file", "not", "count", "FileCheck"], [config.llvm_tools_dir])
 tool_dirs = [config.muon_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(["muon-opt", "muon-translate"], tool_dirs)
+config.substitutions.append(("expect-exit", os.path.join(config.test_source_root, "Utils", "expect-exit")))

@@ -48,6 +48,12 @@ bool checkPartition(int64_t worldSize, const GroupKind &kind,
         error = os.str();
         return false;
       }
+      if (groupOf[r] == static_cast<int64_t>(g)) {
+        os << "'" << kind.name << "' group " << g << " lists rank " << r
+           << " twice";
+        error = os.str();
+        return false;
+      }
       if (groupOf[r] >= 0) {
         os << "'" << kind.name << "' groups are not a partition of the world: "
            << "rank " << r << " is in group " << groupOf[r] << " and group "

@@ -834,9 +834,15 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
   if (const json::Value *a = root->get("adamw"))
     if (failed(importAdamW(*a)))
       return nullptr;
-  if (const json::Value *d = root->get("distributed"))
+  if (const json::Value *d = root->get("distributed")) {
     if (failed(importDistributed(*d)))
       return nullptr;
+  } else if (processGroups) {
+    // The groups are the distributed config in this style (the seeds'
+    // create_auto_config); only an explicit null turns it off.
+    builder.create(OperationState(at("distributed"),
+                                  DistributedOp::getOperationName()));
+  }
   if (failed(importParams(*params, *root)))
     return nullptr;
   if (const json::Value *d = root->get("distributed"))

@@ -1,0 +1,318 @@
+// Every verifier rule of the dialect, one case each.
+// RUN: muon-opt %s -split-input-file -verify-diagnostics
+
+muon.model @m {
+  shard.grid @mesh(shape = 2x4)
+  muon.distributed
+  // expected-error @+1 {{parameter 'w' has 1 split entries but 2 dim(s)}}
+  muon.param @w : tensor<8x8xf32> on @mesh split [[0]]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2x4)
+  muon.distributed
+  // expected-error @+1 {{parameter 'w' splits dim 1 on mesh axis 2, but grid @mesh has 2 axes}}
+  muon.param @w : tensor<8x8xf32> on @mesh split [[0], [2]]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2x4)
+  muon.distributed
+  // expected-error @+1 {{parameter 'w' uses mesh axis 0 twice (split of dim 0 and split of dim 1)}}
+  muon.param @w : tensor<8x8xf32> on @mesh split [[0], [0]]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2x4)
+  muon.distributed
+  // expected-error @+1 {{parameter 'w' uses mesh axis 1 twice (split of dim 0 and only)}}
+  muon.param @w : tensor<8x8xf32> on @mesh split [[1], []] only [1 = 0]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 4x2)
+  // expected-error @+1 {{parameter 'w' is restricted ('only') to coordinate 4 of mesh axis 0, which has size 4}}
+  muon.param @w : tensor<8x8xf32> on @mesh split [[], []] only [0 = 4]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{parameter 'b' has 1 dim(s) but Muon orthogonalizes matrices (2 or more dims, leading dims being batch dims); use the adamw group}}
+  muon.param @b : tensor<8xf32> on @mesh split [[]] group muon
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{parameter 'w' has unknown optimizer group 'sgd'; expected 'muon' or 'adamw'}}
+  muon.param @w : tensor<8x8xf32> on @mesh split [[], []] group sgd
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{parameter 'w' has element type 'i32'; expected f32, bf16 or f16}}
+  muon.param @w : tensor<8x8xi32> on @mesh split [[], []]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{parameter 'w' refers to unknown grid @other}}
+  muon.param @w : tensor<8x8xf32> on @other split [[], []]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{parameter 'w' mixes a mesh layout with process-group attributes (tp_dim, stage, expert)}}
+  muon.param @w : tensor<8x8xf32> on @mesh split [[], []] tp_dim 0
+}
+
+// -----
+
+// No distributed config while something is sharded.
+muon.model @m {
+  shard.grid @mesh(shape = 2) {muon.axis_names = ["dp"]}
+  // expected-error @+1 {{parameter 'w' is sharded (dim 0 split on mesh axis 'dp') but there is no distributed config}}
+  muon.param @w : tensor<8x8xf32> on @mesh split [[0], []]
+}
+
+// -----
+
+// No distributed config while a gradient is partial.
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{parameter 'w' has a partial gradient on mesh axis 'axis 0' but there is no distributed config to sum it}}
+  muon.param @w : tensor<8x8xf32> on @mesh split [[], []] partial [0]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{optimizer 'ns_steps' must be less than 100, got 100}}
+  muon.optimizer {ns_steps = 100 : i64}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{optimizer 'ns_steps' must be at least 1, got 0}}
+  muon.optimizer {ns_steps = 0 : i64}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{optimizer 'adjust_lr' is 'spectral'; expected 'original' or 'match_rms_adamw'}}
+  muon.optimizer {adjust_lr = "spectral"}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{optimizer 'ns_coefficients' has 2 triples; expected 1 (for every step) or ns_steps = 5}}
+  muon.optimizer {ns_coefficients = [array<f64: 1.0, 2.0, 3.0>, array<f64: 1.0, 2.0, 3.0>]}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{optimizer 'ns_coefficients' entry 0 must be an (a, b, c) triple}}
+  muon.optimizer {ns_coefficients = [array<f64: 1.0, 2.0>]}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{optimizer 'lr' must be >= 0, got -1}}
+  muon.optimizer {lr = -1.0 : f64}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{adamw 'betas' must be in [0, 1), got 1}}
+  muon.adamw {betas = array<f64: 0.9, 1.0>}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{distributed 'prefetch_count' must be >= 0, got -1}}
+  muon.distributed {prefetch_count = -1 : i64}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  // expected-error @+1 {{a model has at most one 'muon.distributed'}}
+  muon.distributed
+}
+
+// -----
+
+// Incomplete explicit assignments.
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  muon.param @a : tensor<8x8xf32> on @mesh split [[0], []]
+  // expected-error @+1 {{incomplete assignments: parameter 'b' is assigned to no rank}}
+  muon.param @b : tensor<8x8xf32> on @mesh split [[0], []]
+  muon.assign 0 [@a]
+}
+
+// -----
+
+// Incomplete: one slice of a batched parameter has no owner.
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  // expected-error @+1 {{incomplete assignments: matrix 1 of parameter 'e' is assigned to no rank}}
+  muon.param @e : tensor<2x8x8xf32> on @mesh split [[0], [], []]
+  muon.assign 0 [@e[0]]
+}
+
+// -----
+
+// Overlapping explicit assignments.
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  muon.param @a : tensor<8x8xf32> on @mesh split [[0], []]
+  muon.assign 0 [@a]
+  // expected-error @+1 {{overlapping assignments: parameter 'a' is assigned to rank 0 and to rank 1}}
+  muon.assign 1 [@a]
+}
+
+// -----
+
+// An owner must hold a piece of the matrix.
+muon.model @m {
+  shard.grid @mesh(shape = 2x2) {muon.axis_names = ["pp", "dp"]}
+  muon.distributed
+  muon.param @a : tensor<8x8xf32> on @mesh split [[1], []] only [0 = 1]
+  // expected-error @+1 {{assignment to rank 1: the rank does not hold parameter 'a' (held by ranks [2, 3])}}
+  muon.assign 1 [@a]
+}
+
+// -----
+
+// An empty trailing chunk holds nothing: 1 row over 2 ranks leaves rank 1 empty.
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  muon.param @a : tensor<1x8xf32> on @mesh split [[0], []]
+  // expected-error @+1 {{assignment to rank 1: the rank does not hold parameter 'a' (held by ranks [0])}}
+  muon.assign 1 [@a]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  muon.param @a : tensor<8x8xf32> on @mesh split [[0], []]
+  // expected-error @+1 {{assignment names rank 2, outside the world of 2 ranks}}
+  muon.assign 2 [@a]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  muon.param @a : tensor<8x8xf32> on @mesh split [[0], []]
+  // expected-error @+1 {{assignment to rank 0 names unknown parameter 'nope'}}
+  muon.assign 0 [@a, @nope]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  muon.param @a : tensor<8x8xf32> on @mesh split [[0], []] group adamw
+  // expected-error @+1 {{names parameter 'a', which is in the adamw group; only Muon matrices have owners}}
+  muon.assign 0 [@a]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  muon.param @e : tensor<2x8x8xf32> on @mesh split [[], [], []]
+  // expected-error @+1 {{assignment to rank 0 names matrix 2 of parameter 'e', which has 2 matrices}}
+  muon.assign 0 [@e[2]]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.param @a : tensor<8x8xf32> on @mesh split [[], []]
+  // expected-error @+1 {{explicit assignments need a distributed config}}
+  muon.assign 0 [@a]
+}
+
+// -----
+
+// Mesh axis names.
+muon.model @m {
+  // expected-error @+1 {{mesh axis name 'dp' is used twice}}
+  shard.grid @mesh(shape = 2x2) {muon.axis_names = ["dp", "dp"]}
+}
+
+// -----
+
+muon.model @m {
+  // expected-error @+1 {{'muon.axis_names' has 1 names but the grid has 2 axes}}
+  shard.grid @mesh(shape = 2x2) {muon.axis_names = ["dp"]}
+}
+
+// -----
+
+muon.model @m {
+  // expected-error @+1 {{'muon.devices' must be a permutation of 0..3}}
+  shard.grid @mesh(shape = 2x2) {muon.devices = array<i64: 0, 1, 1, 3>}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{a model has at most one 'shard.grid'}}
+  shard.grid @mesh2(shape = 2)
+}
+
+// -----
+
+muon.model @m {
+  // expected-error @+1 {{the model has parameters but neither a grid nor process groups}}
+  muon.param @a : tensor<8x8xf32>
+}
