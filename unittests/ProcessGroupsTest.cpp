@@ -41,8 +41,15 @@ TEST(ProcessGroups, OverlappingGroupsAreNotAPartition) {
 
 TEST(ProcessGroups, MissingRank) {
   std::string error;
+  EXPECT_FALSE(buildGroupGrid(6, {{"fsdp", {{0, 1}, {2, 3}}}}, error));
+  EXPECT_NE(error.find("rank 4 is in no group"), std::string::npos) << error;
+}
+
+TEST(ProcessGroups, RankTwiceInOneGroup) {
+  std::string error;
   EXPECT_FALSE(buildGroupGrid(4, {{"fsdp", {{0, 1}, {2, 2}}}}, error));
-  EXPECT_NE(error.find("not a partition"), std::string::npos) << error;
+  EXPECT_NE(error.find("group 1 lists rank 2 twice"), std::string::npos)
+      << error;
 }
 
 TEST(ProcessGroups, UnequalGroups) {
@@ -56,7 +63,9 @@ TEST(ProcessGroups, NotOrthogonalNamesBothKinds) {
   // tp groups cut across fsdp positions.
   EXPECT_FALSE(buildGroupGrid(
       4, {{"fsdp", {{0, 1}, {2, 3}}}, {"tp", {{0, 3}, {1, 2}}}}, error));
-  EXPECT_NE(error.find("'fsdp' and 'tp' are not orthogonal"), std::string::npos)
+  // fsdp lines are consistent; the tp group {0, 3} crosses fsdp positions.
+  EXPECT_NE(error.find("'tp' and 'fsdp' are not orthogonal: tp group 0 [0, 3]"),
+            std::string::npos)
       << error;
 }
 
@@ -64,7 +73,9 @@ TEST(ProcessGroups, SameGroupingTwiceIsNotAGrid) {
   std::string error;
   EXPECT_FALSE(buildGroupGrid(
       4, {{"fsdp", {{0, 1}, {2, 3}}}, {"ddp", {{0, 1}, {2, 3}}}}, error));
-  EXPECT_NE(error.find("not orthogonal"), std::string::npos) << error;
+  EXPECT_NE(error.find("'fsdp' and 'ddp' are not orthogonal: both put ranks 0 and 1 in one group"),
+            std::string::npos)
+      << error;
 }
 
 TEST(ProcessGroups, RankOutOfRange) {

@@ -103,6 +103,13 @@ std::optional<GroupGrid> buildGroupGrid(int64_t worldSize,
           int64_t r0 = group[0];
           if (position[k2][r] == position[k2][r0])
             continue;
+          if (groupOf[k2][r] == groupOf[k2][r0]) {
+            os << "process groups '" << kinds[k].name << "' and '"
+               << kinds[k2].name << "' are not orthogonal: both put ranks "
+               << r0 << " and " << r << " in one group";
+            error = os.str();
+            return std::nullopt;
+          }
           os << "process groups '" << kinds[k].name << "' and '"
              << kinds[k2].name << "' are not orthogonal: " << kinds[k].name
              << " group " << g << " " << listRanks(group) << " holds ranks "

@@ -66,3 +66,16 @@ muon.model @already {
   shard.grid @mesh(shape = 2)
   muon.param @w : tensor<8x8xf32> on @mesh split [[], []]
 }
+
+// -----
+
+// A 0-D parameter cannot be split: FSDP keeps a full copy on every rank.
+// CHECK-LABEL: muon.model @scalar {
+// CHECK:         muon.param @scale : tensor<f32> on @mesh split []
+// CHECK-NEXT:    muon.param @w : tensor<8x8xf32> on @mesh split {{\[}}[0], []]
+muon.model @scalar attributes {world_size = 2 : i64} {
+  muon.group fsdp [[0, 1]]
+  muon.distributed
+  muon.param @scale : tensor<f32>
+  muon.param @w : tensor<8x8xf32>
+}

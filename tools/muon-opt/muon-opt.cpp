@@ -1,7 +1,7 @@
 //===- muon-opt.cpp - The muon optimizer driver ---------------------------===//
 //
 // mlir-opt with only the muon dialect, `shard` and our passes registered.
-// Exit codes follow the tools' contract: 0 success, 2 invalid input.
+// Exit codes follow the tools' contract: 0 success, 2 invalid input or flags.
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Conversion/Passes.h"
@@ -10,14 +10,45 @@
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstring>
+#include <vector>
+
+// registerCLIOptions() leaves the file names to the caller.
+static llvm::cl::opt<std::string> inputFilename(llvm::cl::Positional,
+                                                llvm::cl::desc("<input file>"),
+                                                llvm::cl::init("-"));
+static llvm::cl::opt<std::string> outputFilename(
+    "o", llvm::cl::desc("Output filename"), llvm::cl::value_desc("filename"),
+    llvm::cl::init("-"));
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<mlir::muon::MuonDialect, mlir::shard::ShardDialect>();
   mlir::muon::registerMuonConversionPasses();
   mlir::muon::registerMuonTransformsPasses();
-  return mlir::failed(mlir::MlirOptMain(argc, argv, "muon optimizer driver\n",
-                                        registry))
+
+  // A model can hold tens of thousands of ops: an error should not dump the
+  // whole of it. Users can still ask with --mlir-print-op-on-diagnostic.
+  std::vector<char *> args(argv, argv + argc);
+  bool printOpChosen = false;
+  for (char *arg : args)
+    printOpChosen |= std::strstr(arg, "mlir-print-op-on-diagnostic") != nullptr;
+  static char noOpDump[] = "--mlir-print-op-on-diagnostic=false";
+  if (!printOpChosen)
+    args.insert(args.begin() + 1, noOpDump);
+  int count = static_cast<int>(args.size());
+
+  std::string header =
+      mlir::registerCLIOptions("muon optimizer driver", registry);
+  // Check the flags without letting LLVM exit(1): bad flags are exit code 2.
+  if (!llvm::cl::ParseCommandLineOptions(count, args.data(), header,
+                                         &llvm::errs()))
+    return 2;
+  return mlir::failed(mlir::MlirOptMain(count, args.data(), inputFilename,
+                                        outputFilename, registry))
              ? 2
              : 0;
 }

@@ -5,7 +5,6 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Verifier.h"
-#include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
@@ -861,6 +860,8 @@ OwningOpRef<ModuleOp> mlir::muon::importSpec(StringRef json,
                                              MLIRContext *context,
                                              StringRef sourceName) {
   context->loadDialect<MuonDialect, shard::ShardDialect>();
+  // The JSON path says where; a dump of the generic op would only be noise.
+  context->printOpOnDiagnostic(false);
   SpecDiagnosticHandler handler(context, sourceName);
   return SpecImporter(context).run(json);
 }
@@ -887,22 +888,4 @@ SpecDiagnosticHandler::SpecDiagnosticHandler(MLIRContext *context,
       os << source << ": note: " << note.str() << "\n";
     return success();
   });
-}
-
-void mlir::muon::registerSpecImportTranslation() {
-  TranslateToMLIRRegistration registration(
-      "import-spec", "Import a muon-spec/1 JSON model spec",
-      [](llvm::SourceMgr &sourceMgr, MLIRContext *context) -> OwningOpRef<Operation *> {
-        const llvm::MemoryBuffer *buffer =
-            sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
-        StringRef name = buffer->getBufferIdentifier();
-        OwningOpRef<ModuleOp> module =
-            importSpec(buffer->getBuffer(), context, name);
-        if (!module)
-          return nullptr;
-        return OwningOpRef<Operation *>(module.release());
-      },
-      [](DialectRegistry &registry) {
-        registry.insert<MuonDialect, shard::ShardDialect>();
-      });
 }

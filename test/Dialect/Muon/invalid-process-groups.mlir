@@ -47,7 +47,7 @@ muon.model @m attributes {world_size = 4 : i64} {
 
 // The same grouping under two kinds does not factor the world.
 muon.model @m attributes {world_size = 4 : i64} {
-  // expected-error @+1 {{process groups 'fsdp' and 'ddp' are not orthogonal}}
+  // expected-error @+1 {{process groups 'fsdp' and 'ddp' are not orthogonal: both put ranks 0 and 1 in one group}}
   muon.group fsdp [[0, 1], [2, 3]]
   muon.group ddp [[0, 1], [2, 3]]
 }

@@ -192,7 +192,7 @@ muon.model @m {
 muon.model @m {
   shard.grid @mesh(shape = 2)
   muon.distributed
-  // expected-error @+1 {{incomplete assignments: matrix 1 of parameter 'e' is assigned to no rank}}
+  // expected-error @+1 {{incomplete assignments: matrix 'e[1]' is assigned to no rank}}
   muon.param @e : tensor<2x8x8xf32> on @mesh split [[0], [], []]
   muon.assign 0 [@e[0]]
 }
@@ -267,7 +267,7 @@ muon.model @m {
   shard.grid @mesh(shape = 2)
   muon.distributed
   muon.param @e : tensor<2x8x8xf32> on @mesh split [[], [], []]
-  // expected-error @+1 {{assignment to rank 0 names matrix 2 of parameter 'e', which has 2 matrices}}
+  // expected-error @+1 {{assignment to rank 0 names matrix 'e[2]', but the parameter has 2 matrices}}
   muon.assign 0 [@e[2]]
 }
 

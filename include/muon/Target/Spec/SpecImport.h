@@ -27,9 +27,6 @@ public:
   SpecDiagnosticHandler(MLIRContext *context, llvm::StringRef sourceName);
 };
 
-/// Registers `--import-spec` with the mlir-translate registry.
-void registerSpecImportTranslation();
-
 } // namespace mlir::muon
 
 #endif // MUON_TARGET_SPEC_SPECIMPORT_H

@@ -3,7 +3,7 @@
 // Both configuration styles end here. The DTensor style reads the grid and
 // the layouts as written. The process-group style builds the grid from the
 // groups (see Support/ProcessGroups) and derives each layout:
-//   fsdp/shard  split `fsdp_dim`         tp        split `tp_dim` (major)
+//   fsdp/shard  split `fsdp_dim` (0-D: replicated)  tp  split `tp_dim` (major)
 //   ddp/replicate/cp  replicated         pp        only [pp = stage]
 //   ep  only [ep = floor(expert * g / num_experts)] for expert parameters,
 //       replicated for the others.
@@ -169,7 +169,8 @@ static FailureOr<ModelLayout> layoutFromGroups(ModelOp model) {
                                     "group";
       pl.splitAxes[*d].push_back(tpAxis); // TP is applied first: major
     }
-    if (fsdpAxis >= 0) {
+    // A 0-D parameter cannot be split: FSDP keeps a full copy everywhere.
+    if (fsdpAxis >= 0 && rank > 0) {
       if (fsdpDim < 0 || fsdpDim >= rank)
         return param.emitError()
                << "fsdp_dim " << fsdpDim << " is out of range for parameter '"

@@ -83,10 +83,10 @@ bool ModelOp::usesProcessGroups() {
 /// Names a Muon matrix in messages: the parameter, plus the slice for
 /// batched tensors.
 static std::string matrixLabel(ParamOp param, int64_t matrix) {
-  std::string s;
   if (param.getTensorType().getRank() > 2)
-    s = "matrix " + std::to_string(matrix) + " of ";
-  return s + "parameter '" + param.getSymName().str() + "'";
+    return "matrix '" + param.getSymName().str() + "[" +
+           std::to_string(matrix) + "]'";
+  return "parameter '" + param.getSymName().str() + "'";
 }
 
 static std::string listRanks(ArrayRef<int64_t> ranks) {
@@ -131,8 +131,8 @@ static LogicalResult verifyAssignments(ModelOp model,
       int64_t count = numMatrices(layout.layouts[i].shape);
       if (slice >= count)
         return assign.emitError()
-               << "assignment to rank " << rank << " names matrix " << slice
-               << " of parameter '" << sym.getValue() << "', which has "
+               << "assignment to rank " << rank << " names matrix '"
+               << sym.getValue() << "[" << slice << "]', but the parameter has "
                << count << " matrices";
       int64_t first = slice < 0 ? 0 : slice;
       int64_t last = slice < 0 ? count : slice + 1;

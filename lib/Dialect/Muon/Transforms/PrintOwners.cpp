@@ -59,10 +59,13 @@ struct PrintOwners : mlir::muon::impl::PrintOwnersBase<PrintOwners> {
       llvm::interleaveComma(owned[r], os);
       os << "]\n";
     }
-    if (unowned)
+    if (unowned && model.getBodyBlock().getOps<DistributedOp>().empty())
       os << "unowned matrices: " << unowned
          << " (no distributed config: every rank orthogonalizes what it "
             "holds)\n";
+    else if (unowned)
+      os << "unowned matrices: " << unowned
+         << " (run muon-assign-owners first)\n";
     os << "total.ns_flops " << total << "\n";
     os << "busiest_rank.ns_flops " << busiest << "\n";
     os << "lower_bound.makespan_flops " << bounds.makespanFlops << "\n";

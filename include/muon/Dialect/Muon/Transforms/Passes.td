@@ -50,9 +50,13 @@ def PrintOwners : Pass<"muon-print-owners", "::mlir::muon::ModelOp"> {
     rank's least NS work). The IR is not changed.
 
     ```
-    rank 0: ns_flops 2621440 owned [a]
-    ...
-    lower_bound.bytes_received 16384
+    model @m: 2 ranks, 3 Muon matrices, wire_dtype f32
+    rank 0: ns_flops 15728640 owned 2 [a, c]
+    rank 1: ns_flops 7864320 owned 1 [b]
+    total.ns_flops 23592960
+    busiest_rank.ns_flops 15728640
+    lower_bound.makespan_flops 11796480
+    lower_bound.bytes_received 49152
     ```
   }];
   let options = [
