@@ -80,6 +80,115 @@ bool ParamLayout::isSharded() const {
   return false;
 }
 
+namespace {
+/// A way to pick coordinates on the axes splitting one dim, with the range of
+/// the dim it leaves.
+struct DimChoice {
+  std::vector<std::pair<int64_t, int64_t>> coords; // (axis, coordinate)
+  Range range;
+};
+} // namespace
+
+std::vector<MatrixPiece> matrixPieces(const Mesh &mesh,
+                                      const ParamLayout &layout,
+                                      int64_t matrix) {
+  size_t rank = layout.shape.size();
+  assert(rank >= 2 && "a matrix needs two dims");
+  std::vector<int64_t> batch(rank - 2);
+  for (size_t d = batch.size(); d-- > 0;) {
+    batch[d] = matrix % layout.shape[d];
+    matrix /= layout.shape[d];
+  }
+  // Per dim, the coordinate choices of its split axes that keep a non-empty
+  // range (containing the matrix's index for batch dims).
+  std::vector<std::vector<DimChoice>> choices(rank);
+  std::vector<bool> isSplit(mesh.shape.size(), false);
+  for (size_t d = 0; d < rank; ++d) {
+    std::vector<DimChoice> current{{{}, {0, layout.shape[d]}}};
+    const std::vector<int64_t> noAxes;
+    const std::vector<int64_t> &axes =
+        d < layout.splitAxes.size() ? layout.splitAxes[d] : noAxes;
+    for (int64_t axis : axes) {
+      isSplit[axis] = true;
+      std::vector<DimChoice> next;
+      for (const DimChoice &c : current)
+        for (int64_t k = 0; k < mesh.shape[axis]; ++k) {
+          Range sub = chunkRange(c.range.size(), mesh.shape[axis], k);
+          if (sub.size() == 0)
+            continue;
+          DimChoice n = c;
+          n.coords.push_back({axis, k});
+          n.range = {c.range.begin + sub.begin, c.range.begin + sub.end};
+          next.push_back(std::move(n));
+        }
+      current = std::move(next);
+    }
+    if (d < batch.size()) {
+      std::vector<DimChoice> keep;
+      for (DimChoice &c : current)
+        if (c.range.begin <= batch[d] && batch[d] < c.range.end)
+          keep.push_back(std::move(c));
+      current = std::move(keep);
+    }
+    choices[d] = std::move(current);
+  }
+  // Free axes (replicated or partial) take every coordinate; `only` axes one.
+  std::vector<std::vector<int64_t>> freeValues(mesh.shape.size());
+  for (size_t a = 0; a < mesh.shape.size(); ++a) {
+    if (isSplit[a])
+      continue;
+    auto fixed = std::find_if(layout.only.begin(), layout.only.end(),
+                              [&](auto p) { return p.first == (int64_t)a; });
+    if (fixed != layout.only.end()) {
+      freeValues[a] = {fixed->second};
+    } else {
+      for (int64_t k = 0; k < mesh.shape[a]; ++k)
+        freeValues[a].push_back(k);
+    }
+  }
+  // Odometer over the dims' choices and the free axes' values.
+  std::vector<MatrixPiece> pieces;
+  for (const auto &c : choices)
+    if (c.empty())
+      return pieces;
+  std::vector<size_t> dimIdx(rank, 0), freeIdx(mesh.shape.size(), 0);
+  std::vector<int64_t> coords(mesh.shape.size(), 0);
+  while (true) {
+    for (size_t d = 0; d < rank; ++d)
+      for (auto [axis, k] : choices[d][dimIdx[d]].coords)
+        coords[axis] = k;
+    for (size_t a = 0; a < mesh.shape.size(); ++a)
+      if (!isSplit[a])
+        coords[a] = freeValues[a][freeIdx[a]];
+    pieces.push_back({mesh.rankAt(coords), choices[rank - 2][dimIdx[rank - 2]].range,
+                      choices[rank - 1][dimIdx[rank - 1]].range});
+    // Advance: free axes first, then dims.
+    size_t a = 0;
+    for (; a < mesh.shape.size(); ++a) {
+      if (isSplit[a])
+        continue;
+      if (++freeIdx[a] < freeValues[a].size())
+        break;
+      freeIdx[a] = 0;
+    }
+    if (a < mesh.shape.size())
+      continue;
+    size_t d = 0;
+    for (; d < rank; ++d) {
+      if (++dimIdx[d] < choices[d].size())
+        break;
+      dimIdx[d] = 0;
+    }
+    if (d == rank)
+      break;
+  }
+  std::sort(pieces.begin(), pieces.end(),
+            [](const MatrixPiece &x, const MatrixPiece &y) {
+              return x.rank < y.rank;
+            });
+  return pieces;
+}
+
 int64_t numMatrices(const std::vector<int64_t> &shape) {
   int64_t n = 1;
   for (size_t d = 0; d + 2 < shape.size(); ++d)

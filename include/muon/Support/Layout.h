@@ -64,6 +64,22 @@ struct ParamLayout {
   bool isPartial() const { return !partialAxes.empty(); }
 };
 
+/// One rank's non-empty piece of one matrix (the trailing two dims) of a
+/// parameter.
+struct MatrixPiece {
+  int64_t rank;
+  Range rows, cols;
+  int64_t elements() const { return rows.size() * cols.size(); }
+};
+
+/// The pieces of matrix `matrix` (row-major over the batch dims) of a
+/// parameter, one per rank holding a non-empty piece, sorted by rank.
+/// Replicas and partial summands count as pieces of their own. The cost is
+/// proportional to the number of pieces, not to the size of the mesh.
+std::vector<MatrixPiece> matrixPieces(const Mesh &mesh,
+                                      const ParamLayout &layout,
+                                      int64_t matrix);
+
 /// Number of independent matrices in a tensor of this shape: the product of
 /// the leading (batch) dims; 1 for a 2-D tensor.
 int64_t numMatrices(const std::vector<int64_t> &shape);

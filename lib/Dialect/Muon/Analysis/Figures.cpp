@@ -50,7 +50,7 @@ LowerBounds mlir::muon::computeLowerBounds(
     int64_t largest = 0;
     std::vector<int64_t> holders;
     for (const MatrixPiece &piece : pieces) {
-      largest = std::max(largest, piece.elements);
+      largest = std::max(largest, piece.elements());
       holders.push_back(piece.rank);
     }
     // p: partial summands; c: copies of the whole matrix over the holders

@@ -30,40 +30,7 @@ std::string mlir::muon::axisLabel(const ModelLayout &layout, int64_t axis) {
 
 std::vector<MatrixPiece> mlir::muon::matrixPieces(const ModelLayout &layout,
                                                   size_t i, int64_t matrix) {
-  const ParamLayout &pl = layout.layouts[i];
-  size_t rank = pl.shape.size();
-  // Batch coordinates of the matrix, row-major over the leading dims.
-  std::vector<int64_t> batch(rank >= 2 ? rank - 2 : 0);
-  for (size_t d = batch.size(); d-- > 0;) {
-    batch[d] = matrix % pl.shape[d];
-    matrix /= pl.shape[d];
-  }
-  std::vector<MatrixPiece> pieces;
-  int64_t positions = layout.mesh.numDevices();
-  for (int64_t linear = 0; linear < positions; ++linear) {
-    std::vector<int64_t> coords = layout.mesh.coordsOfLinear(linear);
-    if (!pl.inSubmesh(coords))
-      continue;
-    std::vector<Range> box = pl.localBox(layout.mesh, coords);
-    int64_t elements = 1;
-    for (size_t d = 0; d < rank; ++d) {
-      if (d < batch.size()) {
-        if (batch[d] < box[d].begin || batch[d] >= box[d].end)
-          elements = 0;
-      } else {
-        elements *= box[d].size();
-      }
-    }
-    if (elements > 0)
-      pieces.push_back({layout.mesh.devices.empty()
-                            ? linear
-                            : layout.mesh.devices[linear],
-                        elements});
-  }
-  llvm::sort(pieces, [](const MatrixPiece &a, const MatrixPiece &b) {
-    return a.rank < b.rank;
-  });
-  return pieces;
+  return ::muon::matrixPieces(layout.mesh, layout.layouts[i], matrix);
 }
 
 std::vector<int64_t> mlir::muon::matrixHolders(const ModelLayout &layout,

@@ -42,9 +42,9 @@ struct AssignOwners : mlir::muon::impl::AssignOwnersBase<AssignOwners> {
           matrixPieces(*layout, matrices[k].param, matrices[k].matrix);
       int64_t largest = 0;
       for (const MatrixPiece &p : pieces)
-        largest = std::max(largest, p.elements);
+        largest = std::max(largest, p.elements());
       for (const MatrixPiece &p : pieces)
-        if (p.elements == largest)
+        if (p.elements() == largest)
           candidates[k].push_back(p.rank);
     }
 

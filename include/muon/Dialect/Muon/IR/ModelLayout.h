@@ -37,11 +37,7 @@ struct ModelLayout {
 /// when the description is inconsistent (bad groups, ids out of range, ...).
 FailureOr<ModelLayout> computeModelLayout(ModelOp model);
 
-/// One rank's non-empty piece of a matrix.
-struct MatrixPiece {
-  int64_t rank;
-  int64_t elements;
-};
+using ::muon::MatrixPiece;
 
 /// The pieces of matrix `matrix` (row-major over the batch dims) of parameter
 /// `i`, one per rank holding a non-empty piece, in rank order. Replicas and
