@@ -160,8 +160,12 @@ std::vector<MatrixPiece> matrixPieces(const Mesh &mesh,
     for (size_t a = 0; a < mesh.shape.size(); ++a)
       if (!isSplit[a])
         coords[a] = freeValues[a][freeIdx[a]];
-    pieces.push_back({mesh.rankAt(coords), choices[rank - 2][dimIdx[rank - 2]].range,
-                      choices[rank - 1][dimIdx[rank - 1]].range});
+    int64_t summand = 0;
+    for (int64_t axis : layout.partialAxes)
+      summand = summand * mesh.shape[axis] + coords[axis];
+    pieces.push_back({mesh.rankAt(coords),
+                      choices[rank - 2][dimIdx[rank - 2]].range,
+                      choices[rank - 1][dimIdx[rank - 1]].range, summand});
     // Advance: free axes first, then dims.
     size_t a = 0;
     for (; a < mesh.shape.size(); ++a) {

@@ -69,6 +69,9 @@ struct ParamLayout {
 struct MatrixPiece {
   int64_t rank;
   Range rows, cols;
+  /// Which partial summand the rank holds: its coordinates on the partial
+  /// axes, row-major in axis order (0 when there are none).
+  int64_t summand = 0;
   int64_t elements() const { return rows.size() * cols.size(); }
 };
 

@@ -1,0 +1,30 @@
+//===- ExchangePlan.h - The exchanges of a zero-redundancy step -*- C++ -*-===//
+//
+// Builds the plan of one optimizer step from a verified model on a mesh
+// whose owners are assigned. For every Muon matrix the owner receives each
+// partial summand of each piece it lacks, from one of the replicas holding
+// it (the one that has sent the least so far, ties to the lowest rank), and
+// then sends every other holder its new piece. That is exactly the lower
+// bound of the report: p*S - s into the owner and c*S - s out of it.
+//
+// All gathers travel in one packed exchange and all scatters in another
+// (round 0); splitting into overlapped rounds is the scheduler's job.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_DIALECT_MUON_ANALYSIS_EXCHANGEPLAN_H
+#define MUON_DIALECT_MUON_ANALYSIS_EXCHANGEPLAN_H
+
+#include "muon/Dialect/Muon/IR/ModelLayout.h"
+#include "muon/Plan/Plan.h"
+
+namespace mlir::muon {
+
+/// Fails, with an error on the model, when a distributed model has a Muon
+/// matrix without an owner (run muon-assign-owners first) or `wireDtype` is
+/// not f32 or bf16.
+FailureOr<::muon::Plan> buildPlan(ModelOp model, const ModelLayout &layout,
+                                  StringRef wireDtype);
+
+} // namespace mlir::muon
+
+#endif // MUON_DIALECT_MUON_ANALYSIS_EXCHANGEPLAN_H

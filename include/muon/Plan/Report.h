@@ -1,0 +1,45 @@
+//===- Report.h - The run report (muon-report/1) ----------------*- C++ -*-===//
+//
+// The output contract of docs/spec-format.md section 2, for dry runs (figures
+// from the plan) and, later, real runs (figures counted by the runtime).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_PLAN_REPORT_H
+#define MUON_PLAN_REPORT_H
+
+#include "muon/Plan/Plan.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace muon {
+
+struct SecondsStats {
+  double median = 0, min = 0, max = 0;
+};
+
+struct Report {
+  int64_t worldSize = 1;
+  std::string wireDtype = "f32";
+  int64_t steps = 0;
+  std::optional<bool> verified;      // null for a dry run
+  std::optional<double> maxAbsDiff;  // null for a dry run
+  std::vector<RankFigures> perRank;
+  std::vector<std::optional<double>> rankMedianSeconds; // null: not measured
+  int64_t lowerBoundBytesReceived = 0;
+  int64_t lowerBoundMakespanFlops = 0;
+  std::optional<SecondsStats> stepSeconds; // null for a dry run
+};
+
+/// The report as pretty-printed JSON text.
+std::string renderReport(const Report &report);
+
+/// Writes `text` to `path` through a temporary file and a rename, so a
+/// reader never sees a partial report. Returns false with `error` set.
+bool writeFileAtomically(const std::string &path, const std::string &text,
+                         std::string &error);
+
+} // namespace muon
+
+#endif // MUON_PLAN_REPORT_H

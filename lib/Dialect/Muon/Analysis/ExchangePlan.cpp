@@ -1,0 +1,102 @@
+//===- ExchangePlan.cpp - The exchanges of a zero-redundancy step ---------===//
+#include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
+#include "muon/Dialect/Muon/Analysis/Figures.h"
+
+#include <algorithm>
+#include <tuple>
+
+using namespace mlir;
+using namespace mlir::muon;
+using ::muon::Exchange;
+using ::muon::Plan;
+using ::muon::PlanMatrix;
+using ::muon::Transfer;
+
+FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
+                                      StringRef wireDtype) {
+  Plan plan;
+  plan.worldSize = layout.mesh.numDevices();
+  plan.wireDtype = wireDtype.str();
+  plan.wireBytes = ::muon::wireDtypeBytes(plan.wireDtype);
+  if (!plan.wireBytes)
+    return model.emitError() << "unknown wire dtype '" << wireDtype
+                             << "'; expected f32 or bf16";
+  plan.nsMatrices.resize(plan.worldSize);
+
+  std::vector<MuonMatrix> matrices = collectMuonMatrices(model, layout);
+  std::vector<int64_t> owners = ownersFromAssignments(model, layout, matrices);
+  bool distributed = !model.getBodyBlock().getOps<DistributedOp>().empty();
+
+  Exchange gather, scatter;
+  gather.phase = Exchange::Phase::Gather;
+  scatter.phase = Exchange::Phase::Scatter;
+  std::vector<int64_t> sent(plan.worldSize, 0);
+  for (size_t k = 0; k < matrices.size(); ++k) {
+    const MuonMatrix &mm = matrices[k];
+    const std::vector<int64_t> &shape = layout.layouts[mm.param].shape;
+    PlanMatrix pm;
+    pm.param = ParamOp(layout.params[mm.param]).getSymName().str();
+    pm.slice = shape.size() > 2 ? mm.matrix : -1;
+    pm.rows = mm.rows;
+    pm.cols = mm.cols;
+    pm.nsFlops = mm.nsFlops;
+    std::vector<MatrixPiece> pieces = matrixPieces(layout, mm.param, mm.matrix);
+
+    if (!distributed) {
+      // Single-device algorithm on every rank: each holder (with the whole
+      // matrix, as nothing is sharded) orthogonalizes it.
+      for (const MatrixPiece &p : pieces)
+        plan.nsMatrices[p.rank].push_back(k);
+      plan.matrices.push_back(std::move(pm));
+      continue;
+    }
+    int64_t owner = owners[k];
+    if (owner < 0)
+      return model.emitError() << "matrix '" << mm.label
+                               << "' has no owner; run muon-assign-owners "
+                                  "first";
+    pm.owner = owner;
+    plan.nsMatrices[owner].push_back(k);
+    auto ownPiece = std::find_if(pieces.begin(), pieces.end(),
+                                 [&](auto &p) { return p.rank == owner; });
+    assert(ownPiece != pieces.end() && "verifier guarantees owners hold");
+    auto key = [](const MatrixPiece &p) {
+      return std::make_tuple(p.rows.begin, p.cols.begin, p.summand);
+    };
+    // Gather: one copy of every (piece, summand) the owner lacks. Replicas
+    // of the same summand are adjacent after sorting by key then rank.
+    std::vector<MatrixPiece> byKey = pieces;
+    std::stable_sort(byKey.begin(), byKey.end(),
+                     [&](auto &a, auto &b) { return key(a) < key(b); });
+    for (size_t i = 0; i < byKey.size();) {
+      size_t j = i;
+      while (j < byKey.size() && key(byKey[j]) == key(byKey[i]))
+        ++j;
+      if (key(byKey[i]) != key(*ownPiece)) {
+        // The first minimum: ties go to the lowest rank.
+        const MatrixPiece &p = *std::min_element(
+            byKey.begin() + i, byKey.begin() + j, [&](auto &a, auto &b) {
+              return sent[a.rank] < sent[b.rank];
+            });
+        Transfer t{p.rank, owner, static_cast<int64_t>(k), p.rows, p.cols,
+                   p.summand};
+        sent[p.rank] += t.elements();
+        gather.transfers.push_back(t);
+      }
+      i = j;
+    }
+    // Scatter: every other holder gets its new piece from the owner.
+    for (const MatrixPiece &p : pieces)
+      if (p.rank != owner) {
+        Transfer t{owner, p.rank, static_cast<int64_t>(k), p.rows, p.cols, 0};
+        sent[owner] += t.elements();
+        scatter.transfers.push_back(t);
+      }
+    plan.matrices.push_back(std::move(pm));
+  }
+  if (distributed) {
+    plan.exchanges.push_back(std::move(gather));
+    plan.exchanges.push_back(std::move(scatter));
+  }
+  return plan;
+}

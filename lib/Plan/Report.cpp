@@ -1,0 +1,95 @@
+//===- Report.cpp - The run report (muon-report/1) ------------------------===//
+#include "muon/Plan/Report.h"
+
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <unistd.h>
+
+namespace muon {
+namespace json = llvm::json;
+
+static json::Value optional(const std::optional<double> &v) {
+  return v ? json::Value(*v) : json::Value(nullptr);
+}
+
+std::string renderReport(const Report &report) {
+  json::Array perRank;
+  int64_t totalFlops = 0, totalReceived = 0;
+  for (size_t r = 0; r < report.perRank.size(); ++r) {
+    const RankFigures &f = report.perRank[r];
+    totalFlops += f.nsFlops;
+    totalReceived += f.bytesReceived;
+    json::Array owned;
+    for (const std::string &name : f.owned)
+      owned.push_back(name);
+    std::optional<double> seconds;
+    if (r < report.rankMedianSeconds.size())
+      seconds = report.rankMedianSeconds[r];
+    perRank.push_back(json::Object{
+        {"rank", static_cast<int64_t>(r)},
+        {"ns_flops", f.nsFlops},
+        {"bytes_sent", f.bytesSent},
+        {"bytes_received", f.bytesReceived},
+        {"owned", std::move(owned)},
+        {"seconds", json::Object{{"median", optional(seconds)}}}});
+  }
+  json::Value stepSeconds(nullptr);
+  if (report.stepSeconds)
+    stepSeconds = json::Object{{"median", report.stepSeconds->median},
+                               {"min", report.stepSeconds->min},
+                               {"max", report.stepSeconds->max}};
+  json::Object root{
+      {"format", "muon-report/1"},
+      {"world_size", report.worldSize},
+      {"wire_dtype", report.wireDtype},
+      {"steps", report.steps},
+      {"verified", report.verified ? json::Value(*report.verified)
+                                   : json::Value(nullptr)},
+      {"max_abs_diff", optional(report.maxAbsDiff)},
+      {"per_rank", std::move(perRank)},
+      {"total",
+       json::Object{{"ns_flops", totalFlops},
+                    {"bytes_received", totalReceived}}},
+      {"lower_bound",
+       json::Object{{"bytes_received", report.lowerBoundBytesReceived},
+                    {"makespan_flops", report.lowerBoundMakespanFlops}}},
+      {"step_seconds", std::move(stepSeconds)}};
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::formatv("{0:2}", json::Value(std::move(root))) << "\n";
+  return text;
+}
+
+bool writeFileAtomically(const std::string &path, const std::string &text,
+                         std::string &error) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      error = "cannot write '" + tmp + "': " + std::strerror(errno);
+      return false;
+    }
+    out << text;
+    out.flush();
+    if (!out) {
+      error = "cannot write '" + tmp + "': " + std::strerror(errno);
+      std::remove(tmp.c_str());
+      return false;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    error = "cannot move report into place at '" + path +
+            "': " + std::strerror(errno);
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+} // namespace muon

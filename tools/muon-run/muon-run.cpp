@@ -1,0 +1,150 @@
+//===- muon-run.cpp - Compile a model and report on its step --------------===//
+//
+// `muon-run SPEC|IR --dry-run --report FILE` compiles a spec or IR file
+// (import, process groups to mesh, owner assignment, exchange plan) and
+// writes the run report of the contract from the plan. Real multi-rank runs
+// arrive with the runtime.
+//
+// Exit codes: 0 success, 2 invalid input or flags (with a message, and no
+// report file).
+//
+//===----------------------------------------------------------------------===//
+#include "muon/Conversion/Passes.h"
+#include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
+#include "muon/Dialect/Muon/Analysis/Figures.h"
+#include "muon/Dialect/Muon/IR/MuonDialect.h"
+#include "muon/Dialect/Muon/Transforms/Passes.h"
+#include "muon/Plan/Report.h"
+#include "muon/Target/Spec/SpecImport.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace cl = llvm::cl;
+using namespace mlir;
+
+static cl::opt<std::string> inputFilename(cl::Positional, cl::Required,
+                                          cl::desc("<spec.json | model.mlir>"));
+static cl::opt<bool> dryRun("dry-run",
+                            cl::desc("Compile only; report the plan's figures"));
+static cl::opt<std::string> reportFile("report",
+                                       cl::desc("Write the run report here"),
+                                       cl::value_desc("file"));
+static cl::opt<std::string>
+    wireDtype("wire-dtype", cl::init("f32"),
+              cl::desc("Element type the exchanges carry: f32 or bf16"));
+static cl::opt<bool> quiet("quiet", cl::desc("No summary on the terminal"));
+
+static int fail(const llvm::Twine &message) {
+  llvm::errs() << "muon-run: " << message << "\n";
+  return 2;
+}
+
+/// The input as a module holding one muon.model: a JSON spec is imported,
+/// anything else parsed as IR.
+static OwningOpRef<ModuleOp> loadInput(MLIRContext &context) {
+  std::string error;
+  std::unique_ptr<llvm::MemoryBuffer> buffer =
+      openInputFile(inputFilename, &error);
+  if (!buffer) {
+    llvm::errs() << "muon-run: " << error << "\n";
+    return nullptr;
+  }
+  if (StringRef(inputFilename).ends_with(".json"))
+    return mlir::muon::importSpec(buffer->getBuffer(), &context, inputFilename);
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
+  SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  return parseSourceFile<ModuleOp>(sourceMgr, &context);
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  if (!cl::ParseCommandLineOptions(
+          argc, argv,
+          "muon-run: compile a Muon model and report on its optimizer step\n",
+          &llvm::errs()))
+    return 2;
+  if (!dryRun)
+    return fail("only --dry-run is available: executing plans on MPI ranks "
+                "needs the runtime, which is not built yet");
+  if (!::muon::wireDtypeBytes(wireDtype))
+    return fail("unknown --wire-dtype '" + wireDtype +
+                "'; expected f32 or bf16");
+
+  DialectRegistry registry;
+  registry.insert<mlir::muon::MuonDialect, shard::ShardDialect>();
+  MLIRContext context(registry);
+  context.printOpOnDiagnostic(false);
+  OwningOpRef<ModuleOp> module = loadInput(context);
+  if (!module)
+    return 2;
+  auto models = llvm::to_vector(module->getOps<mlir::muon::ModelOp>());
+  if (models.size() != 1)
+    return fail("expected one muon.model in '" + inputFilename + "', found " +
+                llvm::Twine(models.size()));
+  mlir::muon::ModelOp model = models.front();
+
+  PassManager pm(&context, ModuleOp::getOperationName());
+  OpPassManager &modelPm = pm.nest<mlir::muon::ModelOp>();
+  modelPm.addPass(mlir::muon::createConvertProcessGroupsToMesh());
+  modelPm.addPass(mlir::muon::createAssignOwners());
+  if (failed(pm.run(*module)))
+    return 2;
+
+  FailureOr<mlir::muon::ModelLayout> layout = mlir::muon::computeModelLayout(model);
+  if (failed(layout))
+    return 2;
+  FailureOr<::muon::Plan> plan = mlir::muon::buildPlan(model, *layout, wireDtype);
+  if (failed(plan))
+    return 2;
+  std::vector<mlir::muon::MuonMatrix> matrices =
+      mlir::muon::collectMuonMatrices(model, *layout);
+  mlir::muon::LowerBounds bounds =
+      mlir::muon::computeLowerBounds(*layout, matrices, plan->wireBytes);
+
+  ::muon::Report report;
+  report.worldSize = plan->worldSize;
+  report.wireDtype = plan->wireDtype;
+  report.perRank = ::muon::computeRankFigures(*plan);
+  report.lowerBoundBytesReceived = bounds.bytesReceived;
+  report.lowerBoundMakespanFlops = bounds.makespanFlops;
+  if (!reportFile.empty()) {
+    std::string error;
+    if (!::muon::writeFileAtomically(reportFile, ::muon::renderReport(report),
+                                     error))
+      return fail(error);
+  }
+  if (!quiet) {
+    llvm::raw_ostream &os = llvm::outs();
+    int64_t received = 0, busiest = 0;
+    os << llvm::formatv("dry run: {0} ranks, {1} Muon matrices, wire {2}\n",
+                        plan->worldSize, plan->matrices.size(),
+                        plan->wireDtype);
+    for (size_t r = 0; r < report.perRank.size(); ++r) {
+      const ::muon::RankFigures &f = report.perRank[r];
+      received += f.bytesReceived;
+      busiest = std::max(busiest, f.nsFlops);
+      if (report.perRank.size() <= 64)
+        os << llvm::formatv(
+            "  rank {0,4}: owns {1,5}  NS {2,10:F3} GFLOP  recv {3,10:F3} MB  "
+            "sent {4,10:F3} MB\n",
+            r, f.owned.size(), f.nsFlops / 1e9, f.bytesReceived / 1e6,
+            f.bytesSent / 1e6);
+    }
+    os << llvm::formatv("  bytes received {0} (lower bound {1})\n", received,
+                        bounds.bytesReceived);
+    os << llvm::formatv("  busiest rank NS {0:F3} GFLOP (lower bound {1:F3})\n",
+                        busiest / 1e9, bounds.makespanFlops / 1e9);
+  }
+  return 0;
+}
