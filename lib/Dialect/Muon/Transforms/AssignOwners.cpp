@@ -54,15 +54,57 @@ struct AssignOwners : mlir::muon::impl::AssignOwnersBase<AssignOwners> {
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       return matrices[a].nsFlops > matrices[b].nsFlops;
     });
-    std::vector<int64_t> load(layout->mesh.numDevices(), 0);
+    // Look-ahead for ties: each distinct candidate set is a group of ranks
+    // that must absorb the work only it can take. A rank's pressure is the
+    // highest expected final average load, (work already on the group + work
+    // still pending for it) / group size, over the groups it belongs to.
+    // Among equally loaded candidates the one under least pressure wins, so
+    // work any rank may take avoids groups that will be busy anyway; then the
+    // lowest rank. Every rank computes the same owners.
+    int64_t world = layout->mesh.numDevices();
+    std::map<std::vector<int64_t>, size_t> groupId;
+    std::vector<size_t> groupOf(matrices.size());
+    std::vector<std::vector<int64_t>> groups;
+    for (size_t k = 0; k < matrices.size(); ++k) {
+      auto [it, inserted] = groupId.try_emplace(candidates[k], groups.size());
+      if (inserted)
+        groups.push_back(candidates[k]);
+      groupOf[k] = it->second;
+    }
+    std::vector<std::vector<size_t>> groupsOfRank(world);
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (int64_t r : groups[g])
+        groupsOfRank[r].push_back(g);
+    std::vector<double> groupLoad(groups.size(), 0), pending(groups.size(), 0);
+    for (size_t k = 0; k < matrices.size(); ++k)
+      pending[groupOf[k]] += matrices[k].nsFlops;
+    auto pressure = [&](int64_t r) {
+      double worst = 0;
+      for (size_t g : groupsOfRank[r])
+        worst = std::max(worst, (groupLoad[g] + pending[g]) / groups[g].size());
+      return worst;
+    };
+
+    std::vector<int64_t> load(world, 0);
     std::vector<int64_t> owner(matrices.size(), -1);
     for (size_t k : order) {
-      int64_t best = candidates[k].front(); // sorted by rank: lowest wins ties
-      for (int64_t r : candidates[k])
-        if (load[r] < load[best])
+      int64_t best = candidates[k].front(); // sorted by rank
+      double bestPressure = pressure(best);
+      for (int64_t r : candidates[k]) {
+        if (load[r] > load[best])
+          continue;
+        double p = pressure(r);
+        if (load[r] < load[best] || p < bestPressure) {
           best = r;
+          bestPressure = p;
+        }
+      }
       owner[k] = best;
-      load[best] += matrices[k].nsFlops;
+      int64_t cost = matrices[k].nsFlops;
+      load[best] += cost;
+      pending[groupOf[k]] -= cost;
+      for (size_t g : groupsOfRank[best])
+        groupLoad[g] += cost;
     }
 
     // Per rank, a whole parameter where the rank owns all its matrices.

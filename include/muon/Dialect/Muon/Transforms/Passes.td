@@ -12,8 +12,12 @@ def AssignOwners : Pass<"muon-assign-owners", "::mlir::muon::ModelOp"> {
     holding the largest piece of the matrix, so that gathering to the owner
     moves no more than the lower bound. Matrices are taken in decreasing
     Newton-Schulz cost `ns_steps*(4m^2n+2m^3)` (m <= n) and each goes to the
-    least-loaded candidate (LPT); ties go to the lowest rank, so every rank
-    computes the same result. `only` sub-meshes are honoured because only
+    least-loaded candidate (LPT). Ties look ahead: each distinct candidate
+    set is a group that must absorb the work only it can take, and among
+    equally loaded candidates the rank whose groups expect the least final
+    average load wins (so work any rank may take avoids groups that will be
+    busy with work only they can take, e.g. expert groups); then the lowest
+    rank. Every rank computes the same result. `only` sub-meshes are honoured because only
     holders are candidates.
 
     The result is written as `muon.assign` ops, one per rank with work, so
