@@ -10,6 +10,7 @@
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
 #include "muon/Dialect/Muon/Analysis/Figures.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
+#include "muon/Plan/Schedule.h"
 #include "muon/Target/Spec/SpecImport.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -329,6 +330,36 @@ TEST(PlanProperties, RandomSpecsGiveZeroRedundancyPlans) {
     ASSERT_TRUE(plan) << "valid random spec failed to compile: " << spec;
     ++compiled;
     checkPlan(*plan, layout, bound, spec);
+
+    // Every schedule passes the verifier, for prefetch 0/1/2, the debug
+    // order, with and without a gather budget, and moves the same bytes.
+    for (int mode = 0; mode < 8; ++mode) {
+      Plan scheduled = *plan;
+      ::muon::ScheduleOptions options;
+      options.async = mode % 4 != 3;
+      options.prefetchCount = mode % 4 == 3 ? 0 : mode % 4;
+      options.maxRounds = 1 + seed % 5;
+      if (mode >= 4) { // the tightest budget that any schedule can meet
+        for (const auto &m : scheduled.matrices)
+          options.gatherBudgetBytes = std::max(
+              options.gatherBudgetBytes, m.rows * m.cols * scheduled.wireBytes);
+      }
+      std::string error;
+      ASSERT_TRUE(::muon::schedulePlan(scheduled, options, error)) << error;
+      EXPECT_EQ(::muon::verifySchedule(scheduled), "") << spec;
+      checkPlan(scheduled, layout, bound, spec);
+      if (!options.async) {
+        // Debug order: each round belongs to one owner, in rank order.
+        int64_t lastOwner = -1;
+        for (const auto &round : scheduled.rounds) {
+          int64_t owner = scheduled.matrices[round.front()].owner;
+          for (int64_t m : round)
+            EXPECT_EQ(scheduled.matrices[m].owner, owner);
+          EXPECT_GE(owner, lastOwner);
+          lastOwner = owner;
+        }
+      }
+    }
 
     // Determinism: the same spec compiles to the same plan.
     MLIRContext ctx2(registry);

@@ -15,6 +15,7 @@
 #include "muon/Dialect/Muon/IR/MuonDialect.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
 #include "muon/Plan/Report.h"
+#include "muon/Plan/Schedule.h"
 #include "muon/Target/Spec/SpecImport.h"
 
 #include "mlir/IR/AsmState.h"
@@ -43,6 +44,16 @@ static cl::opt<std::string>
     wireDtype("wire-dtype", cl::init("f32"),
               cl::desc("Element type the exchanges carry: f32 or bf16"));
 static cl::opt<bool> quiet("quiet", cl::desc("No summary on the terminal"));
+static cl::opt<bool> printSchedule(
+    "print-schedule",
+    cl::desc("Print the step's sequence of exchanges and NS batches"));
+static cl::opt<int64_t> gatherBudget(
+    "gather-budget-bytes", cl::init(0),
+    cl::desc("Bytes of gathered matrices a rank may hold at once (0: no "
+             "limit)"));
+static cl::opt<int64_t> maxRounds(
+    "max-rounds", cl::init(8),
+    cl::desc("Most rounds the exchanges are split into for overlap"));
 
 static int fail(const llvm::Twine &message) {
   llvm::errs() << "muon-run: " << message << "\n";
@@ -107,6 +118,22 @@ int main(int argc, char **argv) {
   FailureOr<::muon::Plan> plan = mlir::muon::buildPlan(model, *layout, wireDtype);
   if (failed(plan))
     return 2;
+  ::muon::ScheduleOptions scheduleOptions;
+  for (mlir::muon::DistributedOp d :
+       model.getBodyBlock().getOps<mlir::muon::DistributedOp>()) {
+    scheduleOptions.prefetchCount = static_cast<int64_t>(d.getPrefetchCount());
+    scheduleOptions.async = d.getAsync();
+  }
+  if (gatherBudget < 0 || maxRounds < 1)
+    return fail("--gather-budget-bytes must be >= 0 and --max-rounds >= 1");
+  scheduleOptions.gatherBudgetBytes = gatherBudget;
+  scheduleOptions.maxRounds = maxRounds;
+  std::string scheduleError;
+  if (!::muon::schedulePlan(*plan, scheduleOptions, scheduleError))
+    return fail(scheduleError);
+  if (std::string bad = ::muon::verifySchedule(*plan); !bad.empty())
+    return fail("internal error: the schedule breaks its own rules: " + bad);
+
   std::vector<mlir::muon::MuonMatrix> matrices =
       mlir::muon::collectMuonMatrices(model, *layout);
   mlir::muon::LowerBounds bounds =
@@ -145,6 +172,25 @@ int main(int argc, char **argv) {
                         bounds.bytesReceived);
     os << llvm::formatv("  busiest rank NS {0:F3} GFLOP (lower bound {1:F3})\n",
                         busiest / 1e9, bounds.makespanFlops / 1e9);
+    os << llvm::formatv("  schedule: {0} rounds, {1} exchanges, {2} steps, "
+                        "{3} in flight at most ({4})\n",
+                        plan->rounds.size(), plan->exchanges.size(),
+                        plan->schedule.size(), plan->inflightLimit,
+                        plan->async ? "async" : "sequential debug order");
+  }
+  if (printSchedule) {
+    llvm::raw_ostream &os = llvm::outs();
+    for (const ::muon::ScheduleStep &s : plan->schedule) {
+      if (s.kind == ::muon::ScheduleStep::Kind::NewtonSchulz) {
+        os << "ns round " << s.index << "\n";
+        continue;
+      }
+      const ::muon::Exchange &ex = plan->exchanges[s.index];
+      os << (s.kind == ::muon::ScheduleStep::Kind::Start ? "start " : "done ")
+         << (ex.phase == ::muon::Exchange::Phase::Gather ? "gather" : "scatter")
+         << " round " << ex.round << " (" << ex.transfers.size()
+         << " transfers)\n";
+    }
   }
   return 0;
 }

@@ -49,16 +49,44 @@ struct Exchange {
   std::vector<Transfer> transfers;
 };
 
+/// One entry of the step's sequence, identical on every rank.
+struct ScheduleStep {
+  enum class Kind { Start, Done, NewtonSchulz };
+  Kind kind = Kind::Start;
+  int64_t index = 0; // exchange index for Start/Done, round for NewtonSchulz
+};
+
+/// Same-shape matrices a rank orthogonalizes together in one round.
+struct NsBatch {
+  int64_t round = 0;
+  int64_t rows = 0, cols = 0;
+  std::vector<int64_t> matrices;
+};
+
 struct Plan {
   static constexpr int kVersion = 1;
   int64_t worldSize = 1;
   std::string wireDtype = "f32";
   int64_t wireBytes = 4;
+  /// False when the model has no distributed config: nothing moves and
+  /// every holder orthogonalizes what it holds.
+  bool distributed = false;
   std::vector<PlanMatrix> matrices;
   std::vector<Exchange> exchanges;
   /// Matrices each rank orthogonalizes; with no distributed config, every
   /// holder of a matrix (redundant, as the single-device algorithm does).
   std::vector<std::vector<int64_t>> nsMatrices;
+
+  // Filled by schedulePlan (Schedule.h).
+  /// Matrices of each round (all owners).
+  std::vector<std::vector<int64_t>> rounds;
+  /// Per rank, its NS batches in issue order.
+  std::vector<std::vector<NsBatch>> nsBatches;
+  std::vector<ScheduleStep> schedule;
+  int64_t prefetchCount = 0;
+  int64_t inflightLimit = 1;
+  int64_t gatherBudgetBytes = 0;
+  bool async = true;
 };
 
 /// Per-rank figures of the run report, counted from the plan's transfers.

@@ -26,6 +26,7 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
   std::vector<MuonMatrix> matrices = collectMuonMatrices(model, layout);
   std::vector<int64_t> owners = ownersFromAssignments(model, layout, matrices);
   bool distributed = !model.getBodyBlock().getOps<DistributedOp>().empty();
+  plan.distributed = distributed;
 
   Exchange gather, scatter;
   gather.phase = Exchange::Phase::Gather;

@@ -1,0 +1,54 @@
+//===- Schedule.h - Rounds and the overlapped step schedule -----*- C++ -*-===//
+//
+// Splits a plan's matrices into rounds and orders the step as one sequence of
+// exchange starts, exchange dones and Newton-Schulz batches that every rank
+// issues identically (collectives must be issued in the same order
+// everywhere):
+//
+//  * Rounds: each owner spreads its matrices over R rounds, balancing its
+//    NS work per round (largest first, to the round with least work on that
+//    owner, ties to the earliest round). R is the largest number of matrices
+//    any rank owns, capped by `maxRounds`, and raised when needed so that
+//    the gathered matrices of the rounds in flight fit `gatherBudgetBytes`.
+//    Round r gathers in exchange 2r and scatters in exchange 2r+1.
+//  * Schedule: starts as early as the limits allow, dones as late as
+//    possible (XLA's latency-hiding pattern): at most `prefetchCount + 1`
+//    exchanges in flight, the gathered buffers of started-but-unscattered
+//    rounds within the budget, gather r done before NS r, scatter r started
+//    after NS r.
+//  * async = false is the debug order of the seeds: one round per owning
+//    rank, in rank order, each exchange done before anything else starts.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_PLAN_SCHEDULE_H
+#define MUON_PLAN_SCHEDULE_H
+
+#include "muon/Plan/Plan.h"
+
+#include <string>
+
+namespace muon {
+
+struct ScheduleOptions {
+  int64_t prefetchCount = 1;
+  bool async = true;
+  int64_t maxRounds = 8;
+  /// Bytes of gathered (full) matrices one rank may hold at once; 0: no limit.
+  int64_t gatherBudgetBytes = 0;
+};
+
+/// Splits the plan's single gather/scatter pair into rounds and builds the
+/// schedule. Returns false with `error` set when the budget cannot be met
+/// (one matrix alone exceeds it).
+bool schedulePlan(Plan &plan, const ScheduleOptions &options,
+                  std::string &error);
+
+/// Checks a schedule independently of how it was built: every exchange is
+/// started once and done once after its start; NS of round r runs after
+/// gather r is done and before scatter r starts; in-flight and memory limits
+/// hold at every point. Returns an empty string or the first violation.
+std::string verifySchedule(const Plan &plan);
+
+} // namespace muon
+
+#endif // MUON_PLAN_SCHEDULE_H

@@ -1,0 +1,311 @@
+//===- Schedule.cpp - Rounds and the overlapped step schedule -------------===//
+#include "muon/Plan/Schedule.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <numeric>
+
+namespace muon {
+namespace {
+
+int64_t matrixBytes(const Plan &plan, int64_t m) {
+  return plan.matrices[m].rows * plan.matrices[m].cols * plan.wireBytes;
+}
+
+/// Per round, per rank: bytes of the full matrices it gathers as owner.
+std::vector<std::vector<int64_t>> gatheredBytes(const Plan &plan) {
+  std::vector<std::vector<int64_t>> bytes(
+      plan.rounds.size(), std::vector<int64_t>(plan.worldSize, 0));
+  for (size_t r = 0; r < plan.rounds.size(); ++r)
+    for (int64_t m : plan.rounds[r])
+      if (plan.matrices[m].owner >= 0)
+        bytes[r][plan.matrices[m].owner] += matrixBytes(plan, m);
+  return bytes;
+}
+
+/// Async rounds: each owner spreads its matrices over `count` rounds,
+/// balancing its NS work (largest first to the least-loaded round).
+std::vector<std::vector<int64_t>>
+balancedRounds(const Plan &plan, const std::vector<std::vector<int64_t>> &owned,
+               int64_t count) {
+  std::vector<std::vector<int64_t>> rounds(count);
+  for (const std::vector<int64_t> &mine : owned) {
+    std::vector<int64_t> order = mine;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return plan.matrices[a].nsFlops > plan.matrices[b].nsFlops;
+    });
+    std::vector<int64_t> work(count, 0);
+    for (int64_t m : order) {
+      int64_t best = std::min_element(work.begin(), work.end()) - work.begin();
+      work[best] += plan.matrices[m].nsFlops;
+      rounds[best].push_back(m);
+    }
+  }
+  for (auto &round : rounds)
+    std::sort(round.begin(), round.end());
+  return rounds;
+}
+
+/// Debug rounds: owners one after another, each owner's matrices split only
+/// as much as the budget requires.
+std::vector<std::vector<int64_t>>
+ownerRounds(const Plan &plan, const std::vector<std::vector<int64_t>> &owned,
+            int64_t budget) {
+  std::vector<std::vector<int64_t>> rounds;
+  for (const std::vector<int64_t> &mine : owned) {
+    std::vector<int64_t> current;
+    int64_t bytes = 0;
+    for (int64_t m : mine) {
+      if (budget && !current.empty() && bytes + matrixBytes(plan, m) > budget) {
+        rounds.push_back(std::move(current));
+        current.clear();
+        bytes = 0;
+      }
+      current.push_back(m);
+      bytes += matrixBytes(plan, m);
+    }
+    if (!current.empty())
+      rounds.push_back(std::move(current));
+  }
+  return rounds;
+}
+
+bool fitsBudget(const Plan &plan, int64_t budget) {
+  if (!budget)
+    return true;
+  for (const auto &perRank : gatheredBytes(plan))
+    for (int64_t b : perRank)
+      if (b > budget)
+        return false;
+  return true;
+}
+
+} // namespace
+
+bool schedulePlan(Plan &plan, const ScheduleOptions &options,
+                  std::string &error) {
+  plan.async = options.async;
+  plan.prefetchCount = options.async ? options.prefetchCount : 0;
+  plan.inflightLimit = plan.prefetchCount + 1;
+  plan.gatherBudgetBytes = options.gatherBudgetBytes;
+  plan.nsBatches.assign(plan.worldSize, {});
+  plan.schedule.clear();
+
+  bool distributed = plan.distributed;
+  std::vector<std::vector<int64_t>> owned(plan.worldSize);
+  for (int64_t r = 0; r < plan.worldSize; ++r)
+    owned[r] = plan.nsMatrices[r];
+
+  if (!distributed) {
+    // Nothing moves: every rank runs its own NS batches in one round.
+    std::vector<int64_t> all(plan.matrices.size());
+    std::iota(all.begin(), all.end(), 0);
+    plan.rounds = {all};
+  } else {
+    for (int64_t m = 0; m < static_cast<int64_t>(plan.matrices.size()); ++m)
+      if (plan.gatherBudgetBytes &&
+          matrixBytes(plan, m) > plan.gatherBudgetBytes) {
+        error = "gather buffer budget of " +
+                std::to_string(plan.gatherBudgetBytes) +
+                " bytes is too small: matrix '" + plan.matrices[m].label() +
+                "' alone needs " + std::to_string(matrixBytes(plan, m));
+        return false;
+      }
+    if (!options.async) {
+      plan.rounds = ownerRounds(plan, owned, plan.gatherBudgetBytes);
+    } else {
+      int64_t most = 1;
+      for (const auto &mine : owned)
+        most = std::max<int64_t>(most, mine.size());
+      int64_t count = std::min(std::max<int64_t>(1, options.maxRounds), most);
+      plan.rounds = balancedRounds(plan, owned, count);
+      // One matrix per owner per round always fits (checked above).
+      while (!fitsBudget(plan, plan.gatherBudgetBytes) && count < most)
+        plan.rounds = balancedRounds(plan, owned, ++count);
+    }
+    plan.rounds.erase(std::remove_if(plan.rounds.begin(), plan.rounds.end(),
+                                     [](auto &r) { return r.empty(); }),
+                      plan.rounds.end());
+    // Re-bucket the transfers: round r gathers in 2r, scatters in 2r+1.
+    std::vector<int64_t> roundOf(plan.matrices.size(), 0);
+    for (size_t r = 0; r < plan.rounds.size(); ++r)
+      for (int64_t m : plan.rounds[r])
+        roundOf[m] = r;
+    std::vector<Exchange> exchanges(2 * plan.rounds.size());
+    for (size_t r = 0; r < plan.rounds.size(); ++r) {
+      exchanges[2 * r] = {Exchange::Phase::Gather, static_cast<int64_t>(r), {}};
+      exchanges[2 * r + 1] = {Exchange::Phase::Scatter,
+                              static_cast<int64_t>(r), {}};
+    }
+    for (const Exchange &ex : plan.exchanges)
+      for (const Transfer &t : ex.transfers)
+        exchanges[2 * roundOf[t.matrix] +
+                  (ex.phase == Exchange::Phase::Scatter ? 1 : 0)]
+            .transfers.push_back(t);
+    plan.exchanges = std::move(exchanges);
+  }
+
+  // NS batches: per rank and round, same-shape matrices together.
+  for (int64_t rank = 0; rank < plan.worldSize; ++rank) {
+    std::vector<bool> mine(plan.matrices.size(), false);
+    for (int64_t m : plan.nsMatrices[rank])
+      mine[m] = true;
+    for (size_t r = 0; r < plan.rounds.size(); ++r) {
+      std::map<std::pair<int64_t, int64_t>, NsBatch> byShape;
+      for (int64_t m : plan.rounds[r]) {
+        if (!mine[m])
+          continue;
+        NsBatch &b = byShape[{plan.matrices[m].rows, plan.matrices[m].cols}];
+        b.round = r;
+        b.rows = plan.matrices[m].rows;
+        b.cols = plan.matrices[m].cols;
+        b.matrices.push_back(m);
+      }
+      for (auto &[shape, batch] : byShape)
+        plan.nsBatches[rank].push_back(std::move(batch));
+    }
+  }
+
+  if (!distributed) {
+    plan.schedule.push_back({ScheduleStep::Kind::NewtonSchulz, 0});
+    return true;
+  }
+
+  // The sequence: starts early, dones late, within the limits.
+  int64_t rounds = plan.rounds.size();
+  std::vector<std::vector<int64_t>> bytes = gatheredBytes(plan);
+  std::vector<int64_t> memory(plan.worldSize, 0);
+  std::deque<int64_t> inflight;
+  auto emit = [&](ScheduleStep::Kind kind, int64_t index) {
+    plan.schedule.push_back({kind, index});
+  };
+  auto done = [&](int64_t exchange) {
+    inflight.erase(std::find(inflight.begin(), inflight.end(), exchange));
+    emit(ScheduleStep::Kind::Done, exchange);
+    if (exchange % 2 == 1) // a scatter frees its round's gathered buffers
+      for (int64_t r = 0; r < plan.worldSize; ++r)
+        memory[r] -= bytes[exchange / 2][r];
+  };
+  auto fits = [&](int64_t round) {
+    if (static_cast<int64_t>(inflight.size()) >= plan.inflightLimit)
+      return false;
+    if (!plan.gatherBudgetBytes)
+      return true;
+    for (int64_t r = 0; r < plan.worldSize; ++r)
+      if (memory[r] + bytes[round][r] > plan.gatherBudgetBytes)
+        return false;
+    return true;
+  };
+  int64_t nextGather = 0;
+  for (int64_t r = 0; r < rounds; ++r) {
+    while (nextGather < rounds && nextGather <= r + plan.prefetchCount) {
+      if (!fits(nextGather)) {
+        if (nextGather > r)
+          break; // a prefetch waits for room
+        // Gather r is needed now: finish the oldest exchanges (scatters of
+        // earlier rounds) until it fits.
+        while (!fits(nextGather))
+          done(inflight.front());
+      }
+      emit(ScheduleStep::Kind::Start, 2 * nextGather);
+      inflight.push_back(2 * nextGather);
+      for (int64_t rank = 0; rank < plan.worldSize; ++rank)
+        memory[rank] += bytes[nextGather][rank];
+      ++nextGather;
+    }
+    done(2 * r);
+    emit(ScheduleStep::Kind::NewtonSchulz, r);
+    while (static_cast<int64_t>(inflight.size()) >= plan.inflightLimit)
+      done(inflight.front());
+    emit(ScheduleStep::Kind::Start, 2 * r + 1);
+    inflight.push_back(2 * r + 1);
+  }
+  while (!inflight.empty())
+    done(inflight.front());
+  return true;
+}
+
+std::string verifySchedule(const Plan &plan) {
+  int64_t exchanges = plan.exchanges.size();
+  int64_t rounds = plan.rounds.size();
+  std::vector<int> started(exchanges, 0), finished(exchanges, 0);
+  std::vector<int> nsRuns(rounds, 0);
+  std::vector<int64_t> memory(plan.worldSize, 0);
+  std::vector<std::vector<int64_t>> bytes = gatheredBytes(plan);
+  int64_t inflight = 0;
+  auto where = [](size_t i) { return "schedule step " + std::to_string(i); };
+  for (int64_t e = 0; e < exchanges; ++e) {
+    const Exchange &ex = plan.exchanges[e];
+    bool gather = ex.phase == Exchange::Phase::Gather;
+    if (ex.round != e / 2 || gather != (e % 2 == 0))
+      return "exchange " + std::to_string(e) +
+             " is not the expected gather/scatter of round " +
+             std::to_string(e / 2);
+    for (const Transfer &t : ex.transfers)
+      if (std::find(plan.rounds[ex.round].begin(), plan.rounds[ex.round].end(),
+                    t.matrix) == plan.rounds[ex.round].end())
+        return "exchange " + std::to_string(e) + " moves matrix '" +
+               plan.matrices[t.matrix].label() + "' of another round";
+  }
+  for (size_t i = 0; i < plan.schedule.size(); ++i) {
+    const ScheduleStep &s = plan.schedule[i];
+    if (s.kind == ScheduleStep::Kind::NewtonSchulz) {
+      if (s.index < 0 || s.index >= rounds)
+        return where(i) + ": NS of unknown round " + std::to_string(s.index);
+      if (exchanges && !finished[2 * s.index])
+        return where(i) + ": NS of round " + std::to_string(s.index) +
+               " before its gather is done";
+      if (nsRuns[s.index]++)
+        return where(i) + ": NS of round " + std::to_string(s.index) +
+               " runs twice";
+      continue;
+    }
+    if (s.index < 0 || s.index >= exchanges)
+      return where(i) + ": unknown exchange " + std::to_string(s.index);
+    bool gather = s.index % 2 == 0;
+    int64_t round = s.index / 2;
+    if (s.kind == ScheduleStep::Kind::Start) {
+      if (started[s.index]++)
+        return where(i) + ": exchange " + std::to_string(s.index) +
+               " started twice";
+      if (!gather && !nsRuns[round])
+        return where(i) + ": scatter of round " + std::to_string(round) +
+               " starts before its NS";
+      if (++inflight > plan.inflightLimit)
+        return where(i) + ": " + std::to_string(inflight) +
+               " exchanges in flight, limit " +
+               std::to_string(plan.inflightLimit);
+      if (gather)
+        for (int64_t r = 0; r < plan.worldSize; ++r) {
+          memory[r] += bytes[round][r];
+          if (plan.gatherBudgetBytes && memory[r] > plan.gatherBudgetBytes)
+            return where(i) + ": rank " + std::to_string(r) + " holds " +
+                   std::to_string(memory[r]) +
+                   " bytes of gathered matrices, budget " +
+                   std::to_string(plan.gatherBudgetBytes);
+        }
+    } else {
+      if (!started[s.index])
+        return where(i) + ": exchange " + std::to_string(s.index) +
+               " done before it starts";
+      if (finished[s.index]++)
+        return where(i) + ": exchange " + std::to_string(s.index) +
+               " done twice";
+      --inflight;
+      if (!gather)
+        for (int64_t r = 0; r < plan.worldSize; ++r)
+          memory[r] -= bytes[round][r];
+    }
+  }
+  for (int64_t e = 0; e < exchanges; ++e)
+    if (!started[e] || !finished[e])
+      return "exchange " + std::to_string(e) + " is never " +
+             (started[e] ? "done" : "started");
+  for (int64_t r = 0; r < rounds; ++r)
+    if (!nsRuns[r])
+      return "NS of round " + std::to_string(r) + " never runs";
+  return "";
+}
+
+} // namespace muon
