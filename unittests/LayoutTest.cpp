@@ -63,9 +63,8 @@ TEST(Cost, NsFlopsUsesTheShortSide) {
 
 namespace {
 /// Brute force: every mesh position, its local box, kept when non-empty.
-std::vector<MatrixPiece> piecesByScan(const Mesh &mesh,
-                                      const ParamLayout &layout,
-                                      int64_t matrix) {
+std::vector<MatrixPiece>
+piecesByScan(const Mesh &mesh, const ParamLayout &layout, int64_t matrix) {
   size_t rank = layout.shape.size();
   std::vector<int64_t> batch(rank - 2);
   for (size_t d = batch.size(); d-- > 0;) {

@@ -91,8 +91,8 @@ struct RandomSpec {
           break;
         }
       }
-      os << (i ? ", " : "") << R"({"name": "p)" << i
-         << R"(", "shape": )" << list(shape);
+      os << (i ? ", " : "") << R"({"name": "p)" << i << R"(", "shape": )"
+         << list(shape);
       bool strided = pick(0, 1) && !split.empty();
       if (strided) {
         // Explicit major-to-minor orders, reversed from the DTensor default.
@@ -170,8 +170,8 @@ struct RandomSpec {
     std::ostringstream tp;
     for (int64_t i = 0; i < count; ++i) {
       std::vector<int64_t> shape = randomShape();
-      os << (i ? ", " : "") << R"({"name": "p)" << i
-         << R"(", "shape": )" << list(shape) << "}";
+      os << (i ? ", " : "") << R"({"name": "p)" << i << R"(", "shape": )"
+         << list(shape) << "}";
       tp << (i ? ", " : "") << "\"" << i
          << "\": " << pick(0, static_cast<int64_t>(shape.size()) - 1);
     }
@@ -225,9 +225,9 @@ void checkPlan(const Plan &plan, const mlir::muon::ModelLayout &layout,
   for (size_t m = 0; m < plan.matrices.size(); ++m) {
     const auto &pm = plan.matrices[m];
     EXPECT_EQ(runs[m], 1) << pm.label();
-    pieces.push_back(::muon::matrixPieces(
-        layout.mesh, layout.layouts[paramIndex[pm.param]],
-        pm.slice < 0 ? 0 : pm.slice));
+    pieces.push_back(::muon::matrixPieces(layout.mesh,
+                                          layout.layouts[paramIndex[pm.param]],
+                                          pm.slice < 0 ? 0 : pm.slice));
     bool ownerHolds = false;
     for (auto &p : pieces.back())
       ownerHolds |= p.rank == pm.owner;
@@ -280,8 +280,9 @@ void checkPlan(const Plan &plan, const mlir::muon::ModelLayout &layout,
         }
       }
     for (int c : cover)
-      ASSERT_EQ(c, 1) << pm.label() << ": owner's sum is incomplete or "
-                                       "counts a summand twice";
+      ASSERT_EQ(c, 1) << pm.label()
+                      << ": owner's sum is incomplete or "
+                         "counts a summand twice";
     for (auto &p : pieces[m]) {
       if (p.rank != pm.owner) {
         EXPECT_EQ(scattered[p.rank], 1) << pm.label() << " rank " << p.rank;

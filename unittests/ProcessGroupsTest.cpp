@@ -7,12 +7,11 @@ using namespace muon;
 
 TEST(ProcessGroups, FsdpTimesTpIsAGrid) {
   std::string error;
-  auto grid = buildGroupGrid(
-      8,
-      {{"fsdp", {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
-       {"tp", {{0, 2}, {1, 3}, {4, 6}, {5, 7}}},
-       {"ddp", {{0, 4}, {1, 5}, {2, 6}, {3, 7}}}},
-      error);
+  auto grid = buildGroupGrid(8,
+                             {{"fsdp", {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
+                              {"tp", {{0, 2}, {1, 3}, {4, 6}, {5, 7}}},
+                              {"ddp", {{0, 4}, {1, 5}, {2, 6}, {3, 7}}}},
+                             error);
   ASSERT_TRUE(grid) << error;
   // Ranks are row-major for the order ddp, tp, fsdp.
   EXPECT_TRUE(grid->mesh.devices.empty());
@@ -23,9 +22,8 @@ TEST(ProcessGroups, FsdpTimesTpIsAGrid) {
 TEST(ProcessGroups, NonRowMajorGetsADeviceTable) {
   std::string error;
   // Positions: rank 0 (0,0), 3 (1,0), 1 (0,1), 2 (1,1) for (fsdp, tp).
-  auto grid = buildGroupGrid(4, {{"fsdp", {{0, 3}, {1, 2}}},
-                                 {"tp", {{0, 1}, {3, 2}}}},
-                             error);
+  auto grid = buildGroupGrid(
+      4, {{"fsdp", {{0, 3}, {1, 2}}}, {"tp", {{0, 1}, {3, 2}}}}, error);
   ASSERT_TRUE(grid) << error;
   ASSERT_FALSE(grid->mesh.devices.empty());
   for (int64_t r = 0; r < 4; ++r)
@@ -73,7 +71,8 @@ TEST(ProcessGroups, SameGroupingTwiceIsNotAGrid) {
   std::string error;
   EXPECT_FALSE(buildGroupGrid(
       4, {{"fsdp", {{0, 1}, {2, 3}}}, {"ddp", {{0, 1}, {2, 3}}}}, error));
-  EXPECT_NE(error.find("'fsdp' and 'ddp' are not orthogonal: both put ranks 0 and 1 in one group"),
+  EXPECT_NE(error.find("'fsdp' and 'ddp' are not orthogonal: both put ranks 0 "
+                       "and 1 in one group"),
             std::string::npos)
       << error;
 }

@@ -31,12 +31,13 @@ Plan smallPlan() {
 TEST(Schedule, PrefetchOneOverlapsTheNextGather) {
   Plan plan = smallPlan();
   std::string error;
-  ASSERT_TRUE(schedulePlan(plan, {/*prefetch*/ 1, /*async*/ true, 8, 0}, error));
+  ASSERT_TRUE(
+      schedulePlan(plan, {/*prefetch*/ 1, /*async*/ true, 8, 0}, error));
   EXPECT_EQ(verifySchedule(plan), "");
   ASSERT_EQ(plan.rounds.size(), 2u);
   // Two slots: gather 1 is in flight during NS 0, scatter 0 during NS 1.
   std::vector<std::pair<Kind, int64_t>> expected = {
-      {Kind::Start, 0}, {Kind::Start, 2}, {Kind::Done, 0},
+      {Kind::Start, 0},        {Kind::Start, 2}, {Kind::Done, 0},
       {Kind::NewtonSchulz, 0}, {Kind::Start, 1}, {Kind::Done, 2},
       {Kind::NewtonSchulz, 1}, {Kind::Start, 3}, {Kind::Done, 1},
       {Kind::Done, 3}};
@@ -99,22 +100,29 @@ TEST(ScheduleVerifier, CatchesEveryKindOfViolation) {
             std::string::npos);
   EXPECT_NE(broken({{Kind::Start, 0}, {Kind::Start, 0}}).find("started twice"),
             std::string::npos);
-  EXPECT_NE(broken({{Kind::Start, 0}, {Kind::Done, 0}, {Kind::NewtonSchulz, 0},
+  EXPECT_NE(broken({{Kind::Start, 0},
+                    {Kind::Done, 0},
+                    {Kind::NewtonSchulz, 0},
                     {Kind::Start, 1}})
                 .find("exchange 1 is never done"),
             std::string::npos);
-  EXPECT_NE(broken({{Kind::Start, 0}, {Kind::Done, 0}, {Kind::NewtonSchulz, 0},
+  EXPECT_NE(broken({{Kind::Start, 0},
+                    {Kind::Done, 0},
+                    {Kind::NewtonSchulz, 0},
                     {Kind::NewtonSchulz, 0}})
                 .find("runs twice"),
             std::string::npos);
   // Two exchanges in flight with a limit of one.
-  EXPECT_NE(broken({{Kind::Start, 0}, {Kind::Done, 0}, {Kind::NewtonSchulz, 0},
+  EXPECT_NE(broken({{Kind::Start, 0},
+                    {Kind::Done, 0},
+                    {Kind::NewtonSchulz, 0},
                     {Kind::Start, 1}},
                    /*limit*/ 0)
                 .find("in flight, limit 0"),
             std::string::npos);
   // Rank 0 gathers two 4x4 f32 matrices (128 bytes) with a budget of 100.
-  EXPECT_NE(broken({{Kind::Start, 0}}, 1, /*budget*/ 100)
-                .find("rank 0 holds 128 bytes of gathered matrices, budget 100"),
-            std::string::npos);
+  EXPECT_NE(
+      broken({{Kind::Start, 0}}, 1, /*budget*/ 100)
+          .find("rank 0 holds 128 bytes of gathered matrices, budget 100"),
+      std::string::npos);
 }

@@ -1,8 +1,8 @@
 //===- Report.cpp - The run report (muon-report/1) ------------------------===//
 #include "muon/Plan/Report.h"
 
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cerrno>
@@ -31,13 +31,13 @@ std::string renderReport(const Report &report) {
     std::optional<double> seconds;
     if (r < report.rankMedianSeconds.size())
       seconds = report.rankMedianSeconds[r];
-    perRank.push_back(json::Object{
-        {"rank", static_cast<int64_t>(r)},
-        {"ns_flops", f.nsFlops},
-        {"bytes_sent", f.bytesSent},
-        {"bytes_received", f.bytesReceived},
-        {"owned", std::move(owned)},
-        {"seconds", json::Object{{"median", optional(seconds)}}}});
+    perRank.push_back(
+        json::Object{{"rank", static_cast<int64_t>(r)},
+                     {"ns_flops", f.nsFlops},
+                     {"bytes_sent", f.bytesSent},
+                     {"bytes_received", f.bytesReceived},
+                     {"owned", std::move(owned)},
+                     {"seconds", json::Object{{"median", optional(seconds)}}}});
   }
   json::Value stepSeconds(nullptr);
   if (report.stepSeconds)
@@ -49,13 +49,12 @@ std::string renderReport(const Report &report) {
       {"world_size", report.worldSize},
       {"wire_dtype", report.wireDtype},
       {"steps", report.steps},
-      {"verified", report.verified ? json::Value(*report.verified)
-                                   : json::Value(nullptr)},
+      {"verified",
+       report.verified ? json::Value(*report.verified) : json::Value(nullptr)},
       {"max_abs_diff", optional(report.maxAbsDiff)},
       {"per_rank", std::move(perRank)},
-      {"total",
-       json::Object{{"ns_flops", totalFlops},
-                    {"bytes_received", totalReceived}}},
+      {"total", json::Object{{"ns_flops", totalFlops},
+                             {"bytes_received", totalReceived}}},
       {"lower_bound",
        json::Object{{"bytes_received", report.lowerBoundBytesReceived},
                     {"makespan_flops", report.lowerBoundMakespanFlops}}},

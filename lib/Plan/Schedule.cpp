@@ -135,8 +135,8 @@ bool schedulePlan(Plan &plan, const ScheduleOptions &options,
     std::vector<Exchange> exchanges(2 * plan.rounds.size());
     for (size_t r = 0; r < plan.rounds.size(); ++r) {
       exchanges[2 * r] = {Exchange::Phase::Gather, static_cast<int64_t>(r), {}};
-      exchanges[2 * r + 1] = {Exchange::Phase::Scatter,
-                              static_cast<int64_t>(r), {}};
+      exchanges[2 * r + 1] = {
+          Exchange::Phase::Scatter, static_cast<int64_t>(r), {}};
     }
     for (const Exchange &ex : plan.exchanges)
       for (const Transfer &t : ex.transfers)

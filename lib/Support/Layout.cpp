@@ -57,8 +57,9 @@ bool ParamLayout::inSubmesh(const std::vector<int64_t> &coords) const {
   return true;
 }
 
-std::vector<Range> ParamLayout::localBox(
-    const Mesh &mesh, const std::vector<int64_t> &coords) const {
+std::vector<Range>
+ParamLayout::localBox(const Mesh &mesh,
+                      const std::vector<int64_t> &coords) const {
   std::vector<Range> box(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) {
     Range r{0, shape[d]};
@@ -89,9 +90,8 @@ struct DimChoice {
 };
 } // namespace
 
-std::vector<MatrixPiece> matrixPieces(const Mesh &mesh,
-                                      const ParamLayout &layout,
-                                      int64_t matrix) {
+std::vector<MatrixPiece>
+matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix) {
   size_t rank = layout.shape.size();
   assert(rank >= 2 && "a matrix needs two dims");
   std::vector<int64_t> batch(rank - 2);

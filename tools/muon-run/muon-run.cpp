@@ -31,29 +31,34 @@
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
+
+static cl::OptionCategory toolCategory("muon-run options");
 using namespace mlir;
 
-static cl::opt<std::string> inputFilename(cl::Positional, cl::Required,
+static cl::opt<std::string> inputFilename(cl::cat(toolCategory), cl::Positional,
+                                          cl::Required,
                                           cl::desc("<spec.json | model.mlir>"));
-static cl::opt<bool> dryRun("dry-run",
-                            cl::desc("Compile only; report the plan's figures"));
-static cl::opt<std::string> reportFile("report",
+static cl::opt<bool>
+    dryRun(cl::cat(toolCategory), "dry-run",
+           cl::desc("Compile only; report the plan's figures"));
+static cl::opt<std::string> reportFile(cl::cat(toolCategory), "report",
                                        cl::desc("Write the run report here"),
                                        cl::value_desc("file"));
 static cl::opt<std::string>
-    wireDtype("wire-dtype", cl::init("f32"),
+    wireDtype(cl::cat(toolCategory), "wire-dtype", cl::init("f32"),
               cl::desc("Element type the exchanges carry: f32 or bf16"));
-static cl::opt<bool> quiet("quiet", cl::desc("No summary on the terminal"));
+static cl::opt<bool> quiet(cl::cat(toolCategory), "quiet",
+                           cl::desc("No summary on the terminal"));
 static cl::opt<bool> printSchedule(
-    "print-schedule",
+    cl::cat(toolCategory), "print-schedule",
     cl::desc("Print the step's sequence of exchanges and NS batches"));
 static cl::opt<int64_t> gatherBudget(
-    "gather-budget-bytes", cl::init(0),
+    cl::cat(toolCategory), "gather-budget-bytes", cl::init(0),
     cl::desc("Bytes of gathered matrices a rank may hold at once (0: no "
              "limit)"));
-static cl::opt<int64_t> maxRounds(
-    "max-rounds", cl::init(8),
-    cl::desc("Most rounds the exchanges are split into for overlap"));
+static cl::opt<int64_t>
+    maxRounds(cl::cat(toolCategory), "max-rounds", cl::init(8),
+              cl::desc("Most rounds the exchanges are split into for overlap"));
 
 static int fail(const llvm::Twine &message) {
   llvm::errs() << "muon-run: " << message << "\n";
@@ -70,7 +75,9 @@ static OwningOpRef<ModuleOp> loadInput(MLIRContext &context) {
     llvm::errs() << "muon-run: " << error << "\n";
     return nullptr;
   }
-  if (StringRef(inputFilename).ends_with(".json"))
+  // A spec is a JSON object; IR never starts with '{'.
+  if (StringRef(inputFilename).ends_with(".json") ||
+      buffer->getBuffer().ltrim().starts_with("{"))
     return mlir::muon::importSpec(buffer->getBuffer(), &context, inputFilename);
   llvm::SourceMgr sourceMgr;
   sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
@@ -80,6 +87,7 @@ static OwningOpRef<ModuleOp> loadInput(MLIRContext &context) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(toolCategory);
   if (!cl::ParseCommandLineOptions(
           argc, argv,
           "muon-run: compile a Muon model and report on its optimizer step\n",
@@ -112,10 +120,12 @@ int main(int argc, char **argv) {
   if (failed(pm.run(*module)))
     return 2;
 
-  FailureOr<mlir::muon::ModelLayout> layout = mlir::muon::computeModelLayout(model);
+  FailureOr<mlir::muon::ModelLayout> layout =
+      mlir::muon::computeModelLayout(model);
   if (failed(layout))
     return 2;
-  FailureOr<::muon::Plan> plan = mlir::muon::buildPlan(model, *layout, wireDtype);
+  FailureOr<::muon::Plan> plan =
+      mlir::muon::buildPlan(model, *layout, wireDtype);
   if (failed(plan))
     return 2;
   ::muon::ScheduleOptions scheduleOptions;
@@ -154,9 +164,9 @@ int main(int argc, char **argv) {
   if (!quiet) {
     llvm::raw_ostream &os = llvm::outs();
     int64_t received = 0, busiest = 0;
-    os << llvm::formatv("dry run: {0} ranks, {1} Muon matrices, wire {2}\n",
-                        plan->worldSize, plan->matrices.size(),
-                        plan->wireDtype);
+    os << llvm::formatv("dry run: {0} ranks, {1} Muon matri{3}, wire {2}\n",
+                        plan->worldSize, plan->matrices.size(), plan->wireDtype,
+                        plan->matrices.size() == 1 ? "x" : "ces");
     for (size_t r = 0; r < report.perRank.size(); ++r) {
       const ::muon::RankFigures &f = report.perRank[r];
       received += f.bytesReceived;

@@ -18,20 +18,24 @@
 
 namespace cl = llvm::cl;
 
-static cl::opt<std::string> inputFilename(cl::Positional,
+static cl::OptionCategory toolCategory("muon-translate options");
+
+static cl::opt<std::string> inputFilename(cl::cat(toolCategory), cl::Positional,
                                           cl::desc("<input file>"),
                                           cl::init("-"));
-static cl::opt<std::string> outputFilename("o", cl::desc("Output filename"),
+static cl::opt<std::string> outputFilename(cl::cat(toolCategory), "o",
+                                           cl::desc("Output filename"),
                                            cl::value_desc("filename"),
                                            cl::init("-"));
 static cl::opt<bool> importSpecFlag(
-    "import-spec",
+    cl::cat(toolCategory), "import-spec",
     cl::desc("Import a muon-spec/1 JSON model spec into the muon dialect"));
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   mlir::registerAsmPrinterCLOptions();
   mlir::registerMLIRContextCLOptions();
+  cl::HideUnrelatedOptions(toolCategory);
   if (!cl::ParseCommandLineOptions(argc, argv, "muon translation driver\n",
                                    &llvm::errs()))
     return 2;

@@ -1,7 +1,8 @@
 //===- Report.h - The run report (muon-report/1) ----------------*- C++ -*-===//
 //
-// The output contract of docs/spec-format.md section 2, for dry runs (figures
-// from the plan) and, later, real runs (figures counted by the runtime).
+// The output contract of the spec contract (shared/docs/spec-format.md) section
+// 2, for dry runs (figures from the plan) and, later, real runs (figures
+// counted by the runtime).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_PLAN_REPORT_H
@@ -23,8 +24,8 @@ struct Report {
   int64_t worldSize = 1;
   std::string wireDtype = "f32";
   int64_t steps = 0;
-  std::optional<bool> verified;      // null for a dry run
-  std::optional<double> maxAbsDiff;  // null for a dry run
+  std::optional<bool> verified;     // null for a dry run
+  std::optional<double> maxAbsDiff; // null for a dry run
   std::vector<RankFigures> perRank;
   std::vector<std::optional<double>> rankMedianSeconds; // null: not measured
   int64_t lowerBoundBytesReceived = 0;

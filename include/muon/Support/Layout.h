@@ -79,9 +79,8 @@ struct MatrixPiece {
 /// parameter, one per rank holding a non-empty piece, sorted by rank.
 /// Replicas and partial summands count as pieces of their own. The cost is
 /// proportional to the number of pieces, not to the size of the mesh.
-std::vector<MatrixPiece> matrixPieces(const Mesh &mesh,
-                                      const ParamLayout &layout,
-                                      int64_t matrix);
+std::vector<MatrixPiece>
+matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix);
 
 /// Number of independent matrices in a tensor of this shape: the product of
 /// the leading (batch) dims; 1 for a 2-D tensor.

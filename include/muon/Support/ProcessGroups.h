@@ -1,4 +1,5 @@
-//===- ProcessGroups.h - Process groups to a device grid (no MLIR) -*- C++ -*-===//
+//===- ProcessGroups.h - Process groups to a device grid (no MLIR) -*- C++
+//-*-===//
 //
 // The process-group configuration style names, for each parallelism kind, a
 // partition of the world into equal groups. When the kinds are orthogonal they

@@ -20,7 +20,8 @@ using namespace mlir::muon;
 
 namespace {
 struct ConvertProcessGroupsToMesh
-    : mlir::muon::impl::ConvertProcessGroupsToMeshBase<ConvertProcessGroupsToMesh> {
+    : mlir::muon::impl::ConvertProcessGroupsToMeshBase<
+          ConvertProcessGroupsToMesh> {
   void runOnOperation() override {
     ModelOp model = getOperation();
     if (!model.usesProcessGroups())

@@ -64,12 +64,13 @@ private:
   LogicalResult importAdamW(const json::Value &v);
   LogicalResult importDistributed(const json::Value &v);
   LogicalResult importParams(const json::Value &v, const json::Object &root);
-  LogicalResult importParamLayout(const json::Object &p, const std::string &path,
-                                  int64_t rank, OperationState &state);
+  LogicalResult importParamLayout(const json::Object &p,
+                                  const std::string &path, int64_t rank,
+                                  OperationState &state);
   /// Resolves a mesh axis given by name or index.
   std::optional<int64_t> resolveAxis(StringRef text, const std::string &path);
   std::optional<int64_t> resolveAxisValue(const json::Value &v,
-                                     const std::string &path);
+                                          const std::string &path);
   LogicalResult importAssignments(const json::Value &v,
                                   const std::string &path);
 
@@ -174,7 +175,7 @@ std::optional<int64_t> SpecImporter::resolveAxis(StringRef text,
 }
 
 std::optional<int64_t> SpecImporter::resolveAxisValue(const json::Value &v,
-                                                 const std::string &path) {
+                                                      const std::string &path) {
   if (std::optional<StringRef> s = v.getAsString())
     return resolveAxis(*s, path);
   if (std::optional<int64_t> i = v.getAsInteger())
@@ -210,11 +211,11 @@ LogicalResult SpecImporter::importMesh(const json::Value &v) {
     if (list->size() != meshShape.size())
       return fail("mesh.names", "has " + std::to_string(list->size()) +
                                     " names but mesh.shape has " +
-                                    std::to_string(meshShape.size()) +
-                                    " axes");
+                                    std::to_string(meshShape.size()) + " axes");
     llvm::StringSet<> seen;
     for (size_t i = 0; i < list->size(); ++i) {
-      std::optional<StringRef> n = getString((*list)[i], index("mesh.names", i));
+      std::optional<StringRef> n =
+          getString((*list)[i], index("mesh.names", i));
       if (!n)
         return failure();
       if (n->empty())
@@ -260,10 +261,9 @@ LogicalResult SpecImporter::importGroups(const json::Object &root) {
   if (!g)
     return fail("", "process-group style needs 'groups' next to 'world_size'");
   const json::Object *groups = getObject(*g, "groups");
-  if (!groups ||
-      failed(checkKeys(*groups, "groups",
-                       {"fsdp", "shard", "tp", "ddp", "replicate", "cp", "ep",
-                        "pp"})))
+  if (!groups || failed(checkKeys(*groups, "groups",
+                                  {"fsdp", "shard", "tp", "ddp", "replicate",
+                                   "cp", "ep", "pp"})))
     return failure();
   if (groups->empty())
     return fail("groups", "expected at least one process-group kind");
@@ -300,10 +300,10 @@ LogicalResult SpecImporter::importGroups(const json::Object &root) {
 
 LogicalResult SpecImporter::importOptimizer(const json::Value &v) {
   const json::Object *o = getObject(v, "optimizer");
-  if (!o || failed(checkKeys(*o, "optimizer",
-                             {"lr", "momentum", "nesterov", "weight_decay",
-                              "ns_steps", "ns_coefficients", "eps",
-                              "adjust_lr"})))
+  if (!o ||
+      failed(checkKeys(*o, "optimizer",
+                       {"lr", "momentum", "nesterov", "weight_decay",
+                        "ns_steps", "ns_coefficients", "eps", "adjust_lr"})))
     return failure();
   OperationState state(at("optimizer"), OptimizerOp::getOperationName());
   for (StringRef k : {"lr", "momentum", "weight_decay", "eps"})
@@ -320,8 +320,8 @@ LogicalResult SpecImporter::importOptimizer(const json::Value &v) {
     state.addAttribute("nesterov", builder.getBoolAttr(*b));
   }
   if (const json::Value *x = o->get("ns_steps")) {
-    std::optional<int64_t> n = getInt(*x, "optimizer.ns_steps",
-                                      std::numeric_limits<int64_t>::min());
+    std::optional<int64_t> n =
+        getInt(*x, "optimizer.ns_steps", std::numeric_limits<int64_t>::min());
     if (!n)
       return failure();
     state.addAttribute("ns_steps", builder.getI64IntegerAttr(*n));
@@ -463,8 +463,7 @@ LogicalResult SpecImporter::importAssignments(const json::Value &v,
         }
       }
       if (paramIndex.find(base) == paramIndex.end())
-        return fail(index(rpath, i),
-                    "unknown parameter '" + n->str() + "'");
+        return fail(index(rpath, i), "unknown parameter '" + n->str() + "'");
       refs.push_back(FlatSymbolRefAttr::get(ctx, base));
       slices.push_back(slice);
     }
@@ -539,14 +538,15 @@ LogicalResult SpecImporter::importParamLayout(const json::Object &p,
       if (!axes)
         return failure();
       for (size_t i = 0; i < axes->size(); ++i) {
-        std::optional<int64_t> axis = resolveAxisValue((*axes)[i], index(dpath, i));
+        std::optional<int64_t> axis =
+            resolveAxisValue((*axes)[i], index(dpath, i));
         if (!axis)
           return failure();
         if (dimOfAxis[*axis] >= 0)
           return fail(index(dpath, i),
-                      "mesh axis '" + (axisNames[*axis].empty()
-                                           ? std::to_string(*axis)
-                                           : axisNames[*axis]) +
+                      "mesh axis '" +
+                          (axisNames[*axis].empty() ? std::to_string(*axis)
+                                                    : axisNames[*axis]) +
                           "' already splits dim " +
                           std::to_string(dimOfAxis[*axis]));
         dimOfAxis[*axis] = d;
@@ -645,10 +645,9 @@ LogicalResult SpecImporter::importParams(const json::Value &v,
       return fail(key(path, "name"), "parameter names must not be empty");
     auto [it, inserted] = paramIndex.try_emplace(*name, i);
     if (!inserted)
-      return fail(key(path, "name"),
-                  "duplicate parameter name '" + name->str() +
-                      "' (first at params[" + std::to_string(it->second) +
-                      "])");
+      return fail(key(path, "name"), "duplicate parameter name '" +
+                                         name->str() + "' (first at params[" +
+                                         std::to_string(it->second) + "])");
     paramNames.push_back(name->str());
   }
 
@@ -680,9 +679,8 @@ LogicalResult SpecImporter::importParams(const json::Value &v,
   for (size_t i = 0; i < params->size(); ++i) {
     std::string path = index("params", i);
     const json::Object &p = *(*params)[i].getAsObject();
-    static const StringRef dtensorKeys[] = {"name",      "shape", "dtype",
-                                            "optimizer", "placements",
-                                            "split",     "only"};
+    static const StringRef dtensorKeys[] = {
+        "name", "shape", "dtype", "optimizer", "placements", "split", "only"};
     static const StringRef groupKeys[] = {"name",      "shape", "dtype",
                                           "optimizer", "stage", "expert"};
     if (failed(checkKeys(p, path,
@@ -733,8 +731,7 @@ LogicalResult SpecImporter::importParams(const json::Value &v,
       if (*group == "muon" && rank < 2)
         return fail(opath, "Muon orthogonalizes matrices but the parameter "
                            "has " +
-                               std::to_string(rank) +
-                               " dim(s); use 'adamw'");
+                               std::to_string(rank) + " dim(s); use 'adamw'");
       state.addAttribute("group", builder.getStringAttr(*group));
     }
     if (processGroups) {
@@ -839,8 +836,8 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
   } else if (processGroups) {
     // The groups are the distributed config in this style (the seeds'
     // create_auto_config); only an explicit null turns it off.
-    builder.create(OperationState(at("distributed"),
-                                  DistributedOp::getOperationName()));
+    builder.create(
+        OperationState(at("distributed"), DistributedOp::getOperationName()));
   }
   if (failed(importParams(*params, *root)))
     return nullptr;

@@ -3,6 +3,7 @@
 #include "muon/Dialect/Muon/Analysis/Figures.h"
 
 #include <algorithm>
+#include <cassert>
 #include <tuple>
 
 using namespace mlir;
@@ -19,8 +20,8 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
   plan.wireDtype = wireDtype.str();
   plan.wireBytes = ::muon::wireDtypeBytes(plan.wireDtype);
   if (!plan.wireBytes)
-    return model.emitError() << "unknown wire dtype '" << wireDtype
-                             << "'; expected f32 or bf16";
+    return model.emitError()
+           << "unknown wire dtype '" << wireDtype << "'; expected f32 or bf16";
   plan.nsMatrices.resize(plan.worldSize);
 
   std::vector<MuonMatrix> matrices = collectMuonMatrices(model, layout);
@@ -76,11 +77,10 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
       if (key(byKey[i]) != key(*ownPiece)) {
         // The first minimum: ties go to the lowest rank.
         const MatrixPiece &p = *std::min_element(
-            byKey.begin() + i, byKey.begin() + j, [&](auto &a, auto &b) {
-              return sent[a.rank] < sent[b.rank];
-            });
-        Transfer t{p.rank, owner, static_cast<int64_t>(k), p.rows, p.cols,
-                   p.summand};
+            byKey.begin() + i, byKey.begin() + j,
+            [&](auto &a, auto &b) { return sent[a.rank] < sent[b.rank]; });
+        Transfer t{p.rank, owner,  static_cast<int64_t>(k),
+                   p.rows, p.cols, p.summand};
         sent[p.rank] += t.elements();
         gather.transfers.push_back(t);
       }

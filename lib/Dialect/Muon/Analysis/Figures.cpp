@@ -38,9 +38,10 @@ mlir::muon::collectMuonMatrices(ModelOp model, const ModelLayout &layout) {
   return matrices;
 }
 
-LowerBounds mlir::muon::computeLowerBounds(
-    const ModelLayout &layout, const std::vector<MuonMatrix> &matrices,
-    int64_t wireBytes) {
+LowerBounds
+mlir::muon::computeLowerBounds(const ModelLayout &layout,
+                               const std::vector<MuonMatrix> &matrices,
+                               int64_t wireBytes) {
   LowerBounds bounds;
   // Holder set -> NS flops of the matrices held exactly by it.
   std::map<std::vector<int64_t>, int64_t> flopsBySet;
@@ -62,7 +63,8 @@ LowerBounds mlir::muon::computeLowerBounds(
       bool split = false;
       for (const auto &axes : pl.splitAxes)
         split |= llvm::is_contained(axes, axis);
-      bool only = llvm::any_of(pl.only, [&](auto pr) { return pr.first == axis; });
+      bool only =
+          llvm::any_of(pl.only, [&](auto pr) { return pr.first == axis; });
       if (!split && !only)
         c *= layout.mesh.shape[axis];
     }
@@ -83,20 +85,22 @@ LowerBounds mlir::muon::computeLowerBounds(
   return bounds;
 }
 
-std::vector<int64_t> mlir::muon::ownersFromAssignments(
-    ModelOp model, const ModelLayout &layout,
-    const std::vector<MuonMatrix> &matrices) {
+std::vector<int64_t>
+mlir::muon::ownersFromAssignments(ModelOp model, const ModelLayout &layout,
+                                  const std::vector<MuonMatrix> &matrices) {
   llvm::DenseMap<StringAttr, size_t> indexOf;
   for (size_t i = 0; i < layout.params.size(); ++i)
     indexOf[ParamOp(layout.params[i]).getSymNameAttr()] = i;
   std::map<std::pair<size_t, int64_t>, int64_t> owner;
   for (AssignOp assign : model.getBodyBlock().getOps<AssignOp>())
-    for (auto [ref, slice] : llvm::zip(assign.getParams(), assign.getSlices())) {
+    for (auto [ref, slice] :
+         llvm::zip(assign.getParams(), assign.getSlices())) {
       auto it = indexOf.find(cast<FlatSymbolRefAttr>(ref).getAttr());
       if (it == indexOf.end())
         continue;
       int64_t count = numMatrices(layout.layouts[it->second].shape);
-      for (int64_t m = slice < 0 ? 0 : slice; m < (slice < 0 ? count : slice + 1); ++m)
+      for (int64_t m = slice < 0 ? 0 : slice;
+           m < (slice < 0 ? count : slice + 1); ++m)
         owner[{it->second, m}] = assign.getRank();
     }
   std::vector<int64_t> result;

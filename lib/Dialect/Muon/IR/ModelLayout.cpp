@@ -118,8 +118,8 @@ static FailureOr<ModelLayout> layoutFromGroups(ModelOp model) {
       numExperts = std::max(numExperts, *e + 1);
   if (std::optional<int64_t> n = model.getNumExperts()) {
     if (*n < 1)
-      return model.emitError() << "'num_experts' must be at least 1, got "
-                               << *n;
+      return model.emitError()
+             << "'num_experts' must be at least 1, got " << *n;
     numExperts = *n;
   }
 

@@ -34,17 +34,17 @@ LogicalResult MuonDialect::verifyOperationAttribute(Operation *op,
     if (!names || !llvm::all_of(names, llvm::IsaPred<StringAttr>))
       return op->emitError() << "'" << name << "' must be an array of strings";
     if (names.size() != shape->size())
-      return op->emitError() << "'" << name << "' has " << names.size()
-                             << " names but the grid has " << shape->size()
-                             << " axes";
+      return op->emitError()
+             << "'" << name << "' has " << names.size()
+             << " names but the grid has " << shape->size() << " axes";
     llvm::DenseSet<StringAttr> seen;
     for (Attribute a : names) {
       auto s = cast<StringAttr>(a);
       if (s.getValue().empty())
         return op->emitError() << "mesh axis names must not be empty";
       if (!seen.insert(s).second)
-        return op->emitError() << "mesh axis name '" << s.getValue()
-                               << "' is used twice";
+        return op->emitError()
+               << "mesh axis name '" << s.getValue() << "' is used twice";
     }
     return success();
   }
@@ -61,8 +61,8 @@ LogicalResult MuonDialect::verifyOperationAttribute(Operation *op,
   std::vector<bool> seen(count, false);
   for (int64_t r : devices.asArrayRef()) {
     if (r < 0 || r >= count || seen[r])
-      return op->emitError() << "'" << name
-                             << "' must be a permutation of 0.." << count - 1;
+      return op->emitError()
+             << "'" << name << "' must be a permutation of 0.." << count - 1;
     seen[r] = true;
   }
   return success();

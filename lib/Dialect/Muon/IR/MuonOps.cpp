@@ -20,14 +20,14 @@ using namespace mlir::muon;
 /// `[1, 2, 3]` (possibly empty).
 static ParseResult parseIntList(OpAsmParser &parser,
                                 SmallVectorImpl<int64_t> &values) {
-  return parser.parseCommaSeparatedList(
-      OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
-        int64_t v;
-        if (parser.parseInteger(v))
-          return failure();
-        values.push_back(v);
-        return success();
-      });
+  return parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Square,
+                                        [&]() -> ParseResult {
+                                          int64_t v;
+                                          if (parser.parseInteger(v))
+                                            return failure();
+                                          values.push_back(v);
+                                          return success();
+                                        });
 }
 
 /// `[[0], [], [1, 2]]`: an array of i64 arrays.
@@ -68,8 +68,7 @@ static void printIntListList(OpAsmPrinter &p, ArrayAttr lists) {
 // ModelOp
 //===----------------------------------------------------------------------===//
 
-void ModelOp::build(OpBuilder &builder, OperationState &state,
-                    StringRef name) {
+void ModelOp::build(OpBuilder &builder, OperationState &state, StringRef name) {
   state.addAttribute(mlir::SymbolTable::getSymbolAttrName(),
                      builder.getStringAttr(name));
   Region *body = state.addRegion();
@@ -97,8 +96,7 @@ static std::string listRanks(ArrayRef<int64_t> ranks) {
 }
 
 /// Explicit assignments: every Muon matrix exactly once, to a rank holding it.
-static LogicalResult verifyAssignments(ModelOp model,
-                                       const ModelLayout &layout,
+static LogicalResult verifyAssignments(ModelOp model, const ModelLayout &layout,
                                        ArrayRef<AssignOp> assigns) {
   llvm::DenseMap<StringAttr, size_t> indexOf;
   for (size_t i = 0; i < layout.params.size(); ++i)
@@ -109,9 +107,9 @@ static LogicalResult verifyAssignments(ModelOp model,
   for (AssignOp assign : assigns) {
     int64_t rank = assign.getRank();
     if (rank >= world)
-      return assign.emitError() << "assignment names rank " << rank
-                                << ", outside the world of " << world
-                                << " ranks";
+      return assign.emitError()
+             << "assignment names rank " << rank << ", outside the world of "
+             << world << " ranks";
     for (auto [ref, slice] :
          llvm::zip(assign.getParams(), assign.getSlices())) {
       auto sym = cast<FlatSymbolRefAttr>(ref);
@@ -174,8 +172,8 @@ LogicalResult ModelOp::verifyRegions() {
   SmallVector<ParamOp> params;
   auto once = [&](Operation *&slot, Operation &op) -> LogicalResult {
     if (slot)
-      return op.emitError() << "a model has at most one '" << op.getName()
-                            << "'";
+      return op.emitError()
+             << "a model has at most one '" << op.getName() << "'";
     slot = &op;
     return success();
   };
@@ -199,8 +197,8 @@ LogicalResult ModelOp::verifyRegions() {
     } else if (auto p = dyn_cast<ParamOp>(op)) {
       params.push_back(p);
     } else {
-      return op.emitError() << "'" << op.getName()
-                            << "' is not allowed in a muon.model";
+      return op.emitError()
+             << "'" << op.getName() << "' is not allowed in a muon.model";
     }
   }
 
@@ -235,10 +233,10 @@ LogicalResult ModelOp::verifyRegions() {
                              << "' has no layout; expected 'on @"
                              << shard_adapter::getGridName(grid) << "'";
       if (*p.getGrid() != shard_adapter::getGridName(grid))
-        return p.emitError() << "parameter '" << p.getSymName()
-                             << "' is on grid @" << *p.getGrid()
-                             << " but the model's mesh is @"
-                             << shard_adapter::getGridName(grid);
+        return p.emitError()
+               << "parameter '" << p.getSymName() << "' is on grid @"
+               << *p.getGrid() << " but the model's mesh is @"
+               << shard_adapter::getGridName(grid);
     }
   }
 
@@ -253,8 +251,8 @@ LogicalResult ModelOp::verifyRegions() {
       for (size_t d = 0; d < pl.splitAxes.size(); ++d)
         if (!pl.splitAxes[d].empty())
           return p.emitError()
-                 << "parameter '" << p.getSymName() << "' is sharded (dim "
-                 << d << " split on mesh axis '"
+                 << "parameter '" << p.getSymName() << "' is sharded (dim " << d
+                 << " split on mesh axis '"
                  << axisLabel(*layout, pl.splitAxes[d].front())
                  << "') but there is no distributed config: Newton-Schulz "
                     "on a shard gives a wrong update; add a distributed "
@@ -389,10 +387,10 @@ void ParamOp::print(OpAsmPrinter &p) {
     p << " expert " << *v;
   if (std::optional<StringRef> g = getGroup())
     p << " group " << *g;
-  p.printOptionalAttrDict(
-      (*this)->getAttrs(),
-      {SymbolTable::getSymbolAttrName(), "tensor_type", "grid", "split_axes",
-       "partial_axes", "only", "tp_dim", "stage", "expert", "group"});
+  p.printOptionalAttrDict((*this)->getAttrs(),
+                          {SymbolTable::getSymbolAttrName(), "tensor_type",
+                           "grid", "split_axes", "partial_axes", "only",
+                           "tp_dim", "stage", "expert", "group"});
 }
 
 LogicalResult ParamOp::verify() {
@@ -412,8 +410,8 @@ LogicalResult ParamOp::verify() {
   for (auto [d, size] : llvm::enumerate(type.getShape()))
     if (size == 0)
       return error() << "has an empty dim " << d << " (size 0)";
-  if (std::optional<StringRef> g = getGroup(); g && *g != "muon" &&
-                                               *g != "adamw")
+  if (std::optional<StringRef> g = getGroup();
+      g && *g != "muon" && *g != "adamw")
     return error() << "has unknown optimizer group '" << *g
                    << "'; expected 'muon' or 'adamw'";
   int64_t rank = type.getRank();
@@ -450,8 +448,8 @@ LogicalResult ParamOp::verify() {
   };
   if (ArrayAttr split = getSplitAxesAttr()) {
     if (static_cast<int64_t>(split.size()) != rank)
-      return error() << "has " << split.size() << " split entries but "
-                     << rank << " dim(s)";
+      return error() << "has " << split.size() << " split entries but " << rank
+                     << " dim(s)";
     for (auto [d, a] : llvm::enumerate(split)) {
       auto axes = dyn_cast<DenseI64ArrayAttr>(a);
       if (!axes)
@@ -486,16 +484,15 @@ LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &) {
   if (!grid)
     return emitError() << "parameter '" << getSymName()
                        << "' refers to unknown grid " << gridRef;
-  std::optional<std::vector<int64_t>> shape =
-      shard_adapter::getGridShape(grid);
+  std::optional<std::vector<int64_t>> shape = shard_adapter::getGridShape(grid);
   if (!shape)
     return emitError() << "grid " << gridRef << " must have a static shape";
   int64_t meshRank = shape->size();
   auto checkAxis = [&](int64_t axis, StringRef role) -> LogicalResult {
     if (axis >= meshRank)
       return emitError() << "parameter '" << getSymName() << "' " << role
-                         << " on mesh axis " << axis << ", but grid "
-                         << gridRef << " has " << meshRank << " axes";
+                         << " on mesh axis " << axis << ", but grid " << gridRef
+                         << " has " << meshRank << " axes";
     return success();
   };
   for (auto [d, axes] : llvm::enumerate(getSplitAxesVector()))
@@ -533,8 +530,7 @@ std::array<double, 3> OptimizerOp::getCoefficients(int64_t step) {
 LogicalResult OptimizerOp::verify() {
   auto nonNegative = [&](StringRef key, double v) -> LogicalResult {
     if (v < 0 || std::isnan(v))
-      return emitError() << "optimizer '" << key << "' must be >= 0, got "
-                         << v;
+      return emitError() << "optimizer '" << key << "' must be >= 0, got " << v;
     return success();
   };
   if (failed(nonNegative("lr", getLr().convertToDouble())) ||
@@ -570,9 +566,10 @@ LogicalResult OptimizerOp::verify() {
 }
 
 LogicalResult AdamWOp::verify() {
-  for (auto [key, v] : {std::pair<StringRef, double>{"lr", getLr().convertToDouble()},
-                        {"eps", getEps().convertToDouble()},
-                        {"weight_decay", getWeightDecay().convertToDouble()}})
+  for (auto [key, v] :
+       {std::pair<StringRef, double>{"lr", getLr().convertToDouble()},
+        {"eps", getEps().convertToDouble()},
+        {"weight_decay", getWeightDecay().convertToDouble()}})
     if (v < 0 || std::isnan(v))
       return emitError() << "adamw '" << key << "' must be >= 0, got " << v;
   if (std::optional<ArrayRef<double>> betas = getBetas()) {
@@ -680,8 +677,8 @@ void GroupOp::print(OpAsmPrinter &p) {
 }
 
 LogicalResult GroupOp::verify() {
-  static const char *const kinds[] = {"fsdp", "shard", "tp", "ddp",
-                                      "replicate", "cp", "ep", "pp"};
+  static const char *const kinds[] = {"fsdp",      "shard", "tp", "ddp",
+                                      "replicate", "cp",    "ep", "pp"};
   if (!llvm::is_contained(kinds, getKind()))
     return emitError() << "unknown process-group kind '" << getKind()
                        << "'; expected one of fsdp, shard, tp, ddp, "

@@ -5,8 +5,8 @@
 #include "mlir/IR/Builders.h"
 
 #include <map>
-#include <set>
 #include <numeric>
+#include <set>
 
 namespace mlir::muon {
 #define GEN_PASS_DEF_ASSIGNOWNERS
@@ -124,7 +124,8 @@ struct AssignOwners : mlir::muon::impl::AssignOwnersBase<AssignOwners> {
       SmallVector<Attribute> refs;
       SmallVector<int64_t> slices;
       for (auto [i, slice] : entries) {
-        refs.push_back(FlatSymbolRefAttr::get(layout->params[i].getSymNameAttr()));
+        refs.push_back(
+            FlatSymbolRefAttr::get(layout->params[i].getSymNameAttr()));
         slices.push_back(slice);
       }
       AssignOp::create(builder, model.getLoc(), rank,

@@ -50,8 +50,7 @@ struct PrintOwners : mlir::muon::impl::PrintOwnersBase<PrintOwners> {
     int64_t busiest = 0;
     llvm::raw_ostream &os = llvm::outs();
     os << "model @" << model.getSymName() << ": " << world << " ranks, "
-       << matrices.size() << " Muon matrices, wire_dtype " << wireDtype
-       << "\n";
+       << matrices.size() << " Muon matrices, wire_dtype " << wireDtype << "\n";
     for (int64_t r = 0; r < world; ++r) {
       busiest = std::max(busiest, flops[r]);
       os << "rank " << r << ": ns_flops " << flops[r] << " owned "

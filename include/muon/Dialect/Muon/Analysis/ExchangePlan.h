@@ -4,8 +4,11 @@
 // whose owners are assigned. For every Muon matrix the owner receives each
 // partial summand of each piece it lacks, from one of the replicas holding
 // it (the one that has sent the least so far, ties to the lowest rank), and
-// then sends every other holder its new piece. That is exactly the lower
-// bound of the report: p*S - s into the owner and c*S - s out of it.
+// then sends every other holder its new piece: p*S - s into the owner and
+// c*S - s out of it, s being the owner's piece. With an owner holding a
+// largest piece (what muon-assign-owners picks) that is exactly the report's
+// lower bound; an explicit assignment to a rank with a smaller piece moves
+// correspondingly more, and the report shows it.
 //
 // All gathers travel in one packed exchange and all scatters in another
 // (round 0); splitting into overlapped rounds is the scheduler's job.

@@ -2,7 +2,7 @@
 //
 // The numbers of the run report that follow from the layout and the owners:
 // per-rank Newton-Schulz flops and owned matrices, and the two lower bounds
-// (see docs/spec-format.md of the project contract).
+// (see the spec contract (shared/docs/spec-format.md) of the project contract).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_DIALECT_MUON_ANALYSIS_FIGURES_H
@@ -42,9 +42,9 @@ LowerBounds computeLowerBounds(const ModelLayout &layout,
 
 /// The owner of every matrix of `matrices`, from the model's `muon.assign`
 /// ops; -1 where none is assigned.
-std::vector<int64_t> ownersFromAssignments(ModelOp model,
-                                           const ModelLayout &layout,
-                                           const std::vector<MuonMatrix> &matrices);
+std::vector<int64_t>
+ownersFromAssignments(ModelOp model, const ModelLayout &layout,
+                      const std::vector<MuonMatrix> &matrices);
 
 } // namespace mlir::muon
 
