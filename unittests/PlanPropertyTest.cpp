@@ -10,6 +10,7 @@
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
 #include "muon/Dialect/Muon/Analysis/Figures.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
+#include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Schedule.h"
 #include "muon/Target/Spec/SpecImport.h"
 
@@ -349,6 +350,11 @@ TEST(PlanProperties, RandomSpecsGiveZeroRedundancyPlans) {
       ASSERT_TRUE(::muon::schedulePlan(scheduled, options, error)) << error;
       EXPECT_EQ(::muon::verifySchedule(scheduled), "") << spec;
       checkPlan(scheduled, layout, bound, spec);
+      // The plan file round-trips exactly and passes the reader's checks.
+      std::string text = ::muon::renderPlan(scheduled);
+      Plan reread;
+      ASSERT_TRUE(::muon::parsePlan(text, reread, error)) << error << spec;
+      EXPECT_EQ(::muon::renderPlan(reread), text);
       if (!options.async) {
         // Debug order: each round belongs to one owner, in rank order.
         int64_t lastOwner = -1;

@@ -18,7 +18,12 @@ Plan smallPlan() {
   Exchange scatter{Exchange::Phase::Scatter, 0, {}};
   for (int64_t m = 0; m < 4; ++m) {
     int64_t owner = m % 2;
-    plan.matrices.push_back({"w" + std::to_string(m), -1, 4, 4, owner, 10});
+    PlanMatrix pm;
+    pm.param = "w" + std::to_string(m);
+    pm.rows = pm.cols = 4;
+    pm.owner = owner;
+    pm.nsFlops = 10;
+    plan.matrices.push_back(pm);
     plan.nsMatrices[owner].push_back(m);
     gather.transfers.push_back({1 - owner, owner, m, {2, 4}, {0, 4}, 0});
     scatter.transfers.push_back({owner, 1 - owner, m, {2, 4}, {0, 4}, 0});

@@ -1,6 +1,9 @@
 //===- Plan.cpp - A compiled Muon step ------------------------------------===//
 #include "muon/Plan/Plan.h"
 
+#include <algorithm>
+#include <map>
+
 namespace muon {
 
 std::string PlanMatrix::label() const {
@@ -22,6 +25,44 @@ std::vector<RankFigures> computeRankFigures(const Plan &plan) {
       figures[t.dst].bytesReceived += bytes;
     }
   return figures;
+}
+
+std::vector<RankExchangeView> rankExchangeViews(const Exchange &exchange,
+                                                int64_t worldSize) {
+  // Per rank, per peer (ordered), the transfers in exchange order.
+  std::vector<std::map<int64_t, PeerSlice>> sends(worldSize), recvs(worldSize);
+  for (size_t i = 0; i < exchange.transfers.size(); ++i) {
+    const Transfer &t = exchange.transfers[i];
+    PeerSlice &s = sends[t.src][t.dst];
+    s.peer = t.dst;
+    s.elements += t.elements();
+    s.transfers.push_back(static_cast<int64_t>(i));
+    PeerSlice &r = recvs[t.dst][t.src];
+    r.peer = t.src;
+    r.elements += t.elements();
+    r.transfers.push_back(static_cast<int64_t>(i));
+  }
+  std::vector<RankExchangeView> views(worldSize);
+  auto lay = [](std::map<int64_t, PeerSlice> &byPeer,
+                std::vector<PeerSlice> &out, int64_t &total) {
+    for (auto &[peer, slice] : byPeer) {
+      slice.offset = total;
+      total += slice.elements;
+      out.push_back(std::move(slice));
+    }
+  };
+  for (int64_t r = 0; r < worldSize; ++r) {
+    lay(sends[r], views[r].send, views[r].sendElements);
+    lay(recvs[r], views[r].recv, views[r].recvElements);
+  }
+  return views;
+}
+
+RankExchangeView rankExchangeView(const Exchange &exchange, int64_t rank) {
+  int64_t world = rank + 1;
+  for (const Transfer &t : exchange.transfers)
+    world = std::max({world, t.src + 1, t.dst + 1});
+  return std::move(rankExchangeViews(exchange, world)[rank]);
 }
 
 int64_t wireDtypeBytes(const std::string &dtype) {

@@ -14,6 +14,7 @@
 #include "muon/Dialect/Muon/Analysis/Figures.h"
 #include "muon/Dialect/Muon/IR/MuonDialect.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
+#include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Report.h"
 #include "muon/Plan/Schedule.h"
 #include "muon/Target/Spec/SpecImport.h"
@@ -44,6 +45,10 @@ static cl::opt<bool>
 static cl::opt<std::string> reportFile(cl::cat(toolCategory), "report",
                                        cl::desc("Write the run report here"),
                                        cl::value_desc("file"));
+static cl::opt<std::string>
+    planFile("plan", cl::cat(toolCategory),
+             cl::desc("Write the compiled plan (muon-plan/1) here"),
+             cl::value_desc("file"));
 static cl::opt<std::string>
     wireDtype(cl::cat(toolCategory), "wire-dtype", cl::init("f32"),
               cl::desc("Element type the exchanges carry: f32 or bf16"));
@@ -155,6 +160,12 @@ int main(int argc, char **argv) {
   report.perRank = ::muon::computeRankFigures(*plan);
   report.lowerBoundBytesReceived = bounds.bytesReceived;
   report.lowerBoundMakespanFlops = bounds.makespanFlops;
+  if (!planFile.empty()) {
+    std::string error;
+    if (!::muon::writeFileAtomically(planFile, ::muon::renderPlan(*plan),
+                                     error))
+      return fail(error);
+  }
   if (!reportFile.empty()) {
     std::string error;
     if (!::muon::writeFileAtomically(reportFile, ::muon::renderReport(report),

@@ -12,15 +12,39 @@
 
 #include "muon/Support/Layout.h"
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace muon {
 
+/// A parameter as the runtime needs it: shape, storage type, optimizer group
+/// and layout on the mesh (every rank derives its own piece from it).
+struct PlanParam {
+  std::string name;
+  std::string dtype = "f32";
+  bool muon = true;
+  ParamLayout layout;
+};
+
+/// Muon hyper-parameters; `coefficients` has one (a, b, c) per NS step.
+struct MuonSettings {
+  double lr = 1e-3, weightDecay = 0.1, momentum = 0.95, eps = 1e-7;
+  bool nesterov = true;
+  int64_t nsSteps = 5;
+  std::vector<std::array<double, 3>> coefficients;
+  std::string adjustLr = "original";
+};
+
+struct AdamWSettings {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0.01;
+};
+
 /// One Muon matrix: a 2-D parameter or one slice of a batched one.
 struct PlanMatrix {
   std::string param;
+  int64_t paramIndex = 0;
   int64_t slice = -1; // -1 for a 2-D parameter
   int64_t rows = 0, cols = 0;
   int64_t owner = -1; // -1: no distributed config, every holder runs NS
@@ -71,6 +95,10 @@ struct Plan {
   /// False when the model has no distributed config: nothing moves and
   /// every holder orthogonalizes what it holds.
   bool distributed = false;
+  Mesh mesh;
+  std::vector<PlanParam> params;
+  MuonSettings muon;
+  AdamWSettings adamw;
   std::vector<PlanMatrix> matrices;
   std::vector<Exchange> exchanges;
   /// Matrices each rank orthogonalizes; with no distributed config, every
@@ -97,6 +125,25 @@ struct RankFigures {
   std::vector<std::string> owned;
 };
 std::vector<RankFigures> computeRankFigures(const Plan &plan);
+
+/// One rank's side of one exchange, as an all-to-all-v needs it: per peer
+/// (ascending), how many elements go to / come from it and where they sit in
+/// the rank's send / receive buffer. Within a peer, the transfers keep the
+/// exchange's order, each box row-major.
+struct PeerSlice {
+  int64_t peer = 0;
+  int64_t elements = 0;
+  int64_t offset = 0;
+  std::vector<int64_t> transfers; // indices into Exchange::transfers
+};
+struct RankExchangeView {
+  std::vector<PeerSlice> send, recv;
+  int64_t sendElements = 0, recvElements = 0;
+};
+RankExchangeView rankExchangeView(const Exchange &exchange, int64_t rank);
+/// The views of every rank at once, in one pass over the transfers.
+std::vector<RankExchangeView> rankExchangeViews(const Exchange &exchange,
+                                                int64_t worldSize);
 
 /// Bytes per element of a wire dtype ("f32" 4, "bf16" 2); 0 if unknown.
 int64_t wireDtypeBytes(const std::string &dtype);

@@ -23,6 +23,41 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     return model.emitError()
            << "unknown wire dtype '" << wireDtype << "'; expected f32 or bf16";
   plan.nsMatrices.resize(plan.worldSize);
+  plan.mesh = layout.mesh;
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    ParamOp param = layout.params[i];
+    ::muon::PlanParam pp;
+    pp.name = param.getSymName().str();
+    Type elem = param.getTensorType().getElementType();
+    pp.dtype = elem.isBF16() ? "bf16" : elem.isF16() ? "f16" : "f32";
+    pp.muon = param.isMuon();
+    pp.layout = layout.layouts[i];
+    plan.params.push_back(std::move(pp));
+  }
+  for (OptimizerOp opt : model.getBodyBlock().getOps<OptimizerOp>()) {
+    plan.muon.lr = opt.getLr().convertToDouble();
+    plan.muon.weightDecay = opt.getWeightDecay().convertToDouble();
+    plan.muon.momentum = opt.getMomentum().convertToDouble();
+    plan.muon.eps = opt.getEps().convertToDouble();
+    plan.muon.nesterov = opt.getNesterov();
+    plan.muon.nsSteps = static_cast<int64_t>(opt.getNsSteps());
+    plan.muon.adjustLr = opt.getAdjustLr().str();
+  }
+  for (int64_t step = 0; step < plan.muon.nsSteps; ++step) {
+    std::array<double, 3> abc = {3.4445, -4.775, 2.0315};
+    for (OptimizerOp opt : model.getBodyBlock().getOps<OptimizerOp>())
+      abc = opt.getCoefficients(step);
+    plan.muon.coefficients.push_back(abc);
+  }
+  for (AdamWOp adamw : model.getBodyBlock().getOps<AdamWOp>()) {
+    plan.adamw.lr = adamw.getLr().convertToDouble();
+    plan.adamw.eps = adamw.getEps().convertToDouble();
+    plan.adamw.weightDecay = adamw.getWeightDecay().convertToDouble();
+    if (std::optional<ArrayRef<double>> betas = adamw.getBetas()) {
+      plan.adamw.beta1 = (*betas)[0];
+      plan.adamw.beta2 = (*betas)[1];
+    }
+  }
 
   std::vector<MuonMatrix> matrices = collectMuonMatrices(model, layout);
   std::vector<int64_t> owners = ownersFromAssignments(model, layout, matrices);
@@ -38,6 +73,7 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     const std::vector<int64_t> &shape = layout.layouts[mm.param].shape;
     PlanMatrix pm;
     pm.param = ParamOp(layout.params[mm.param]).getSymName().str();
+    pm.paramIndex = mm.param;
     pm.slice = shape.size() > 2 ? mm.matrix : -1;
     pm.rows = mm.rows;
     pm.cols = mm.cols;

@@ -1,0 +1,28 @@
+//===- PlanFile.h - The plan file (muon-plan/1) -----------------*- C++ -*-===//
+//
+// A compiled step on disk: what a trainer that links only the runtime loads
+// instead of running the compiler. JSON, versioned by its "format" key;
+// docs/plan-format.md describes every key. The writer also records each
+// rank's all-to-all-v counts and offsets (redundant with the transfers, for
+// readers that want them ready-made); the reader checks them against the
+// transfers.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_PLAN_PLANFILE_H
+#define MUON_PLAN_PLANFILE_H
+
+#include "muon/Plan/Plan.h"
+
+#include <string>
+
+namespace muon {
+
+std::string renderPlan(const Plan &plan);
+
+/// Parses and checks a plan file. Returns false with `error` naming the
+/// JSON path of the first problem.
+bool parsePlan(const std::string &text, Plan &plan, std::string &error);
+
+} // namespace muon
+
+#endif // MUON_PLAN_PLANFILE_H
