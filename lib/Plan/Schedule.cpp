@@ -14,11 +14,13 @@ int64_t matrixBytes(const Plan &plan, int64_t m) {
 }
 
 /// Per round, per rank: bytes of the full matrices it gathers as owner.
-std::vector<std::vector<int64_t>> gatheredBytes(const Plan &plan) {
+std::vector<std::vector<int64_t>>
+gatheredBytes(const Plan &plan,
+              const std::vector<std::vector<int64_t>> &rounds) {
   std::vector<std::vector<int64_t>> bytes(
-      plan.rounds.size(), std::vector<int64_t>(plan.worldSize, 0));
-  for (size_t r = 0; r < plan.rounds.size(); ++r)
-    for (int64_t m : plan.rounds[r])
+      rounds.size(), std::vector<int64_t>(plan.worldSize, 0));
+  for (size_t r = 0; r < rounds.size(); ++r)
+    for (int64_t m : rounds[r])
       if (plan.matrices[m].owner >= 0)
         bytes[r][plan.matrices[m].owner] += matrixBytes(plan, m);
   return bytes;
@@ -71,10 +73,12 @@ ownerRounds(const Plan &plan, const std::vector<std::vector<int64_t>> &owned,
   return rounds;
 }
 
-bool fitsBudget(const Plan &plan, int64_t budget) {
+bool fitsBudget(const Plan &plan,
+                const std::vector<std::vector<int64_t>> &rounds,
+                int64_t budget) {
   if (!budget)
     return true;
-  for (const auto &perRank : gatheredBytes(plan))
+  for (const auto &perRank : gatheredBytes(plan, rounds))
     for (int64_t b : perRank)
       if (b > budget)
         return false;
@@ -83,50 +87,58 @@ bool fitsBudget(const Plan &plan, int64_t budget) {
 
 } // namespace
 
-bool schedulePlan(Plan &plan, const ScheduleOptions &options,
-                  std::string &error) {
+static void setOptions(Plan &plan, const ScheduleOptions &options) {
   plan.async = options.async;
   plan.prefetchCount = options.async ? options.prefetchCount : 0;
   plan.inflightLimit = plan.prefetchCount + 1;
   plan.gatherBudgetBytes = options.gatherBudgetBytes;
-  plan.nsBatches.assign(plan.worldSize, {});
-  plan.schedule.clear();
+}
 
-  bool distributed = plan.distributed;
-  std::vector<std::vector<int64_t>> owned(plan.worldSize);
-  for (int64_t r = 0; r < plan.worldSize; ++r)
-    owned[r] = plan.nsMatrices[r];
-
-  if (!distributed) {
+bool packRounds(Plan &plan, const ScheduleOptions &options,
+                std::string &error) {
+  setOptions(plan, options);
+  if (!plan.distributed) {
     // Nothing moves: every rank runs its own NS batches in one round.
     std::vector<int64_t> all(plan.matrices.size());
     std::iota(all.begin(), all.end(), 0);
-    plan.rounds = {all};
-  } else {
-    for (int64_t m = 0; m < static_cast<int64_t>(plan.matrices.size()); ++m)
-      if (plan.gatherBudgetBytes &&
-          matrixBytes(plan, m) > plan.gatherBudgetBytes) {
-        error = "gather buffer budget of " +
-                std::to_string(plan.gatherBudgetBytes) +
-                " bytes is too small: matrix '" + plan.matrices[m].label() +
-                "' alone needs " + std::to_string(matrixBytes(plan, m));
-        return false;
-      }
-    if (!options.async) {
-      plan.rounds = ownerRounds(plan, owned, plan.gatherBudgetBytes);
-    } else {
-      int64_t most = 1;
-      for (const auto &mine : owned)
-        most = std::max<int64_t>(most, mine.size());
-      int64_t count = std::min(std::max<int64_t>(1, options.maxRounds), most);
-      plan.rounds = balancedRounds(plan, owned, count);
-      // One matrix per owner per round always fits (checked above).
-      while (!fitsBudget(plan, plan.gatherBudgetBytes) && count < most)
-        plan.rounds = balancedRounds(plan, owned, ++count);
+    setRounds(plan, {all});
+    return true;
+  }
+  std::vector<std::vector<int64_t>> owned(plan.worldSize);
+  for (int64_t r = 0; r < plan.worldSize; ++r)
+    owned[r] = plan.nsMatrices[r];
+  for (int64_t m = 0; m < static_cast<int64_t>(plan.matrices.size()); ++m)
+    if (plan.gatherBudgetBytes &&
+        matrixBytes(plan, m) > plan.gatherBudgetBytes) {
+      error = "gather buffer budget of " +
+              std::to_string(plan.gatherBudgetBytes) +
+              " bytes is too small: matrix '" + plan.matrices[m].label() +
+              "' alone needs " + std::to_string(matrixBytes(plan, m));
+      return false;
     }
-    plan.rounds.erase(std::remove_if(plan.rounds.begin(), plan.rounds.end(),
-                                     [](auto &r) { return r.empty(); }),
-                      plan.rounds.end());
+  std::vector<std::vector<int64_t>> rounds;
+  if (!options.async) {
+    rounds = ownerRounds(plan, owned, plan.gatherBudgetBytes);
+  } else {
+    int64_t most = 1;
+    for (const auto &mine : owned)
+      most = std::max<int64_t>(most, mine.size());
+    int64_t count = std::min(std::max<int64_t>(1, options.maxRounds), most);
+    rounds = balancedRounds(plan, owned, count);
+    // One matrix per owner per round always fits (checked above).
+    while (!fitsBudget(plan, rounds, plan.gatherBudgetBytes) && count < most)
+      rounds = balancedRounds(plan, owned, ++count);
+  }
+  rounds.erase(std::remove_if(rounds.begin(), rounds.end(),
+                              [](auto &r) { return r.empty(); }),
+               rounds.end());
+  setRounds(plan, std::move(rounds));
+  return true;
+}
+
+void setRounds(Plan &plan, std::vector<std::vector<int64_t>> rounds) {
+  plan.rounds = std::move(rounds);
+  if (plan.distributed) {
     // Re-bucket the transfers: round r gathers in 2r, scatters in 2r+1.
     std::vector<int64_t> roundOf(plan.matrices.size(), 0);
     for (size_t r = 0; r < plan.rounds.size(); ++r)
@@ -135,8 +147,8 @@ bool schedulePlan(Plan &plan, const ScheduleOptions &options,
     std::vector<Exchange> exchanges(2 * plan.rounds.size());
     for (size_t r = 0; r < plan.rounds.size(); ++r) {
       exchanges[2 * r] = {Exchange::Phase::Gather, static_cast<int64_t>(r), {}};
-      exchanges[2 * r + 1] = {
-          Exchange::Phase::Scatter, static_cast<int64_t>(r), {}};
+      exchanges[2 * r + 1] = {Exchange::Phase::Scatter,
+                              static_cast<int64_t>(r), {}};
     }
     for (const Exchange &ex : plan.exchanges)
       for (const Transfer &t : ex.transfers)
@@ -145,8 +157,8 @@ bool schedulePlan(Plan &plan, const ScheduleOptions &options,
             .transfers.push_back(t);
     plan.exchanges = std::move(exchanges);
   }
-
   // NS batches: per rank and round, same-shape matrices together.
+  plan.nsBatches.assign(plan.worldSize, {});
   for (int64_t rank = 0; rank < plan.worldSize; ++rank) {
     std::vector<bool> mine(plan.matrices.size(), false);
     for (int64_t m : plan.nsMatrices[rank])
@@ -166,15 +178,17 @@ bool schedulePlan(Plan &plan, const ScheduleOptions &options,
         plan.nsBatches[rank].push_back(std::move(batch));
     }
   }
+}
 
-  if (!distributed) {
+void sequenceSchedule(Plan &plan) {
+  plan.schedule.clear();
+  if (!plan.distributed) {
     plan.schedule.push_back({ScheduleStep::Kind::NewtonSchulz, 0});
-    return true;
+    return;
   }
-
   // The sequence: starts early, dones late, within the limits.
   int64_t rounds = plan.rounds.size();
-  std::vector<std::vector<int64_t>> bytes = gatheredBytes(plan);
+  std::vector<std::vector<int64_t>> bytes = gatheredBytes(plan, plan.rounds);
   std::vector<int64_t> memory(plan.worldSize, 0);
   std::deque<int64_t> inflight;
   auto emit = [&](ScheduleStep::Kind kind, int64_t index) {
@@ -223,8 +237,16 @@ bool schedulePlan(Plan &plan, const ScheduleOptions &options,
   }
   while (!inflight.empty())
     done(inflight.front());
+}
+
+bool schedulePlan(Plan &plan, const ScheduleOptions &options,
+                  std::string &error) {
+  if (!packRounds(plan, options, error))
+    return false;
+  sequenceSchedule(plan);
   return true;
 }
+
 
 std::string verifySchedule(const Plan &plan) {
   int64_t exchanges = plan.exchanges.size();
@@ -232,7 +254,7 @@ std::string verifySchedule(const Plan &plan) {
   std::vector<int> started(exchanges, 0), finished(exchanges, 0);
   std::vector<int> nsRuns(rounds, 0);
   std::vector<int64_t> memory(plan.worldSize, 0);
-  std::vector<std::vector<int64_t>> bytes = gatheredBytes(plan);
+  std::vector<std::vector<int64_t>> bytes = gatheredBytes(plan, plan.rounds);
   int64_t inflight = 0;
   auto where = [](size_t i) { return "schedule step " + std::to_string(i); };
   for (int64_t e = 0; e < exchanges; ++e) {

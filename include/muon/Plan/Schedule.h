@@ -37,9 +37,21 @@ struct ScheduleOptions {
   int64_t gatherBudgetBytes = 0;
 };
 
-/// Splits the plan's single gather/scatter pair into rounds and builds the
-/// schedule. Returns false with `error` set when the budget cannot be met
-/// (one matrix alone exceeds it).
+/// Records the options (async, prefetch, in-flight limit, budget) in the plan
+/// and splits it into rounds (see above). Returns false with `error` set
+/// when the budget cannot be met (one matrix alone exceeds it).
+bool packRounds(Plan &plan, const ScheduleOptions &options,
+                std::string &error);
+
+/// Uses the given rounds (each matrix in exactly one): re-buckets the
+/// transfers into exchanges 2r / 2r+1 and forms each rank's NS batches.
+void setRounds(Plan &plan, std::vector<std::vector<int64_t>> rounds);
+
+/// Builds the sequence of starts, dones and NS batches for the plan's rounds
+/// under the limits recorded in the plan.
+void sequenceSchedule(Plan &plan);
+
+/// packRounds, then sequenceSchedule.
 bool schedulePlan(Plan &plan, const ScheduleOptions &options,
                   std::string &error);
 
