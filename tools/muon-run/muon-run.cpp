@@ -51,7 +51,8 @@ static cl::opt<std::string>
              cl::value_desc("file"));
 static cl::opt<std::string>
     wireDtype(cl::cat(toolCategory), "wire-dtype", cl::init("f32"),
-              cl::desc("Element type the exchanges carry: f32 or bf16"));
+              cl::desc("Element type the exchanges carry: f32 or bf16 "
+                       "(default: the model's setting, else f32)"));
 static cl::opt<bool> quiet(cl::cat(toolCategory), "quiet",
                            cl::desc("No summary on the terminal"));
 static cl::opt<bool> printSchedule(
@@ -71,8 +72,11 @@ static int fail(const llvm::Twine &message) {
 }
 
 /// The input as a module holding one muon.model: a JSON spec is imported,
-/// anything else parsed as IR.
-static OwningOpRef<ModuleOp> loadInput(MLIRContext &context) {
+/// anything else parsed as IR. Diagnostics of the whole run go through the
+/// handler installed here (JSON paths for specs, file:line:col for IR).
+static OwningOpRef<ModuleOp>
+loadInput(MLIRContext &context, llvm::SourceMgr &sourceMgr,
+          std::unique_ptr<ScopedDiagnosticHandler> &handler) {
   std::string error;
   std::unique_ptr<llvm::MemoryBuffer> buffer =
       openInputFile(inputFilename, &error);
@@ -82,11 +86,14 @@ static OwningOpRef<ModuleOp> loadInput(MLIRContext &context) {
   }
   // A spec is a JSON object; IR never starts with '{'.
   if (StringRef(inputFilename).ends_with(".json") ||
-      buffer->getBuffer().ltrim().starts_with("{"))
-    return mlir::muon::importSpec(buffer->getBuffer(), &context, inputFilename);
-  llvm::SourceMgr sourceMgr;
+      buffer->getBuffer().ltrim().starts_with("{")) {
+    handler = std::make_unique<mlir::muon::SpecDiagnosticHandler>(
+        &context, inputFilename);
+    return mlir::muon::importSpec(buffer->getBuffer(), &context,
+                                  inputFilename);
+  }
   sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
-  SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  handler = std::make_unique<SourceMgrDiagnosticHandler>(sourceMgr, &context);
   return parseSourceFile<ModuleOp>(sourceMgr, &context);
 }
 
@@ -109,7 +116,9 @@ int main(int argc, char **argv) {
   registry.insert<mlir::muon::MuonDialect, shard::ShardDialect>();
   MLIRContext context(registry);
   context.printOpOnDiagnostic(false);
-  OwningOpRef<ModuleOp> module = loadInput(context);
+  llvm::SourceMgr sourceMgr;
+  std::unique_ptr<ScopedDiagnosticHandler> handler;
+  OwningOpRef<ModuleOp> module = loadInput(context, sourceMgr, handler);
   if (!module)
     return 2;
   auto models = llvm::to_vector(module->getOps<mlir::muon::ModelOp>());
@@ -118,10 +127,28 @@ int main(int argc, char **argv) {
                 llvm::Twine(models.size()));
   mlir::muon::ModelOp model = models.front();
 
+  // Flags given on the command line override the model's settings.
+  if (gatherBudget < 0 || maxRounds < 1)
+    return fail("--gather-budget-bytes must be >= 0 and --max-rounds >= 1");
+  for (mlir::muon::DistributedOp d :
+       model.getBodyBlock().getOps<mlir::muon::DistributedOp>()) {
+    Builder b(&context);
+    if (wireDtype.getNumOccurrences())
+      d.setWireDtypeAttr(b.getStringAttr(wireDtype));
+    if (gatherBudget.getNumOccurrences())
+      d.setGatherBudgetBytesAttr(b.getI64IntegerAttr(gatherBudget));
+    if (maxRounds.getNumOccurrences())
+      d.setMaxRoundsAttr(b.getI64IntegerAttr(maxRounds));
+  }
+
+  // The compiler proper: every decision is written into the IR and checked.
   PassManager pm(&context, ModuleOp::getOperationName());
   OpPassManager &modelPm = pm.nest<mlir::muon::ModelOp>();
   modelPm.addPass(mlir::muon::createConvertProcessGroupsToMesh());
   modelPm.addPass(mlir::muon::createAssignOwners());
+  modelPm.addPass(mlir::muon::createPackRounds());
+  modelPm.addPass(mlir::muon::createScheduleStep());
+  modelPm.addPass(mlir::muon::createVerifySchedule());
   if (failed(pm.run(*module)))
     return 2;
 
@@ -130,25 +157,9 @@ int main(int argc, char **argv) {
   if (failed(layout))
     return 2;
   FailureOr<::muon::Plan> plan =
-      mlir::muon::buildPlan(model, *layout, wireDtype);
+      mlir::muon::planFromModel(model, *layout, wireDtype);
   if (failed(plan))
     return 2;
-  ::muon::ScheduleOptions scheduleOptions;
-  for (mlir::muon::DistributedOp d :
-       model.getBodyBlock().getOps<mlir::muon::DistributedOp>()) {
-    scheduleOptions.prefetchCount = static_cast<int64_t>(d.getPrefetchCount());
-    scheduleOptions.async = d.getAsync();
-  }
-  if (gatherBudget < 0 || maxRounds < 1)
-    return fail("--gather-budget-bytes must be >= 0 and --max-rounds >= 1");
-  scheduleOptions.gatherBudgetBytes = gatherBudget;
-  scheduleOptions.maxRounds = maxRounds;
-  std::string scheduleError;
-  if (!::muon::schedulePlan(*plan, scheduleOptions, scheduleError))
-    return fail(scheduleError);
-  if (std::string bad = ::muon::verifySchedule(*plan); !bad.empty())
-    return fail("internal error: the schedule breaks its own rules: " + bad);
-
   std::vector<mlir::muon::MuonMatrix> matrices =
       mlir::muon::collectMuonMatrices(model, *layout);
   mlir::muon::LowerBounds bounds =

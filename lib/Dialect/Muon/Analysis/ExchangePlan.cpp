@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <map>
 #include <tuple>
 
 using namespace mlir;
@@ -134,6 +135,80 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
   if (distributed) {
     plan.exchanges.push_back(std::move(gather));
     plan.exchanges.push_back(std::move(scatter));
+  }
+  return plan;
+}
+
+::muon::ScheduleOptions mlir::muon::scheduleOptionsOf(ModelOp model) {
+  ::muon::ScheduleOptions options;
+  for (DistributedOp d : model.getBodyBlock().getOps<DistributedOp>()) {
+    options.prefetchCount = static_cast<int64_t>(d.getPrefetchCount());
+    options.async = d.getAsync();
+    options.gatherBudgetBytes = static_cast<int64_t>(d.getGatherBudgetBytes());
+    options.maxRounds = static_cast<int64_t>(d.getMaxRounds());
+  }
+  return options;
+}
+
+FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
+                                          const ModelLayout &layout,
+                                          StringRef wireWithoutConfig) {
+  StringRef wire = wireWithoutConfig;
+  for (DistributedOp d : model.getBodyBlock().getOps<DistributedOp>())
+    wire = d.getWireDtype();
+  FailureOr<Plan> plan = buildPlan(model, layout, wire);
+  if (failed(plan))
+    return failure();
+  SmallVector<RoundOp> roundOps(model.getBodyBlock().getOps<RoundOp>());
+  if (roundOps.empty())
+    return plan;
+
+  // Rounds from the IR (the verifier made them a partition).
+  std::map<std::pair<std::string, int64_t>, int64_t> indexOf;
+  for (size_t k = 0; k < plan->matrices.size(); ++k)
+    indexOf[{plan->matrices[k].param,
+             std::max<int64_t>(plan->matrices[k].slice, 0)}] = k;
+  std::vector<std::vector<int64_t>> rounds(roundOps.size());
+  for (RoundOp round : roundOps)
+    for (auto [ref, slice] : llvm::zip(round.getParams(), round.getSlices())) {
+      std::string name = cast<FlatSymbolRefAttr>(ref).getValue().str();
+      for (int64_t m = slice < 0 ? 0 : slice;; ++m) {
+        auto it = indexOf.find({name, m});
+        if (it == indexOf.end())
+          break;
+        rounds[round.getIndex()].push_back(it->second);
+        if (slice >= 0)
+          break;
+      }
+    }
+  for (auto &r : rounds)
+    llvm::sort(r);
+  ::muon::ScheduleOptions options = scheduleOptionsOf(model);
+  std::string error;
+  // Records the options; the rounds it packs are replaced by the IR's.
+  if (!::muon::packRounds(*plan, options, error))
+    return model.emitError() << error;
+  ::muon::setRounds(*plan, std::move(rounds));
+
+  // The sequence from the IR, if there is one.
+  for (ScheduleOp schedule : model.getBodyBlock().getOps<ScheduleOp>()) {
+    plan->schedule.clear();
+    for (Operation &op : schedule.getBodyBlock()) {
+      using Kind = ::muon::ScheduleStep::Kind;
+      if (auto start = dyn_cast<ExchangeStartOp>(op)) {
+        int64_t e = 2 * static_cast<int64_t>(start.getRound()) +
+                    (start.getPhase() == "scatter" ? 1 : 0);
+        plan->schedule.push_back({Kind::Start, e});
+      } else if (auto done = dyn_cast<ExchangeDoneOp>(op)) {
+        auto start = done.getToken().getDefiningOp<ExchangeStartOp>();
+        int64_t e = 2 * static_cast<int64_t>(start.getRound()) +
+                    (start.getPhase() == "scatter" ? 1 : 0);
+        plan->schedule.push_back({Kind::Done, e});
+      } else if (auto ns = dyn_cast<NewtonSchulzOp>(op)) {
+        plan->schedule.push_back(
+            {Kind::NewtonSchulz, static_cast<int64_t>(ns.getRound())});
+      }
+    }
   }
   return plan;
 }

@@ -3,14 +3,23 @@
 #include "muon/Dialect/Muon/IR/MuonOps.h"
 #include "muon/Dialect/Muon/IR/ShardAdapter.h"
 
+#include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 using namespace mlir::muon;
 
 #include "muon/Dialect/Muon/IR/MuonOpsDialect.cpp.inc"
 
+#define GET_TYPEDEF_CLASSES
+#include "muon/Dialect/Muon/IR/MuonOpsTypes.cpp.inc"
+
 void MuonDialect::initialize() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "muon/Dialect/Muon/IR/MuonOpsTypes.cpp.inc"
+      >();
   addOperations<
 #define GET_OP_LIST
 #include "muon/Dialect/Muon/IR/MuonOps.cpp.inc"

@@ -95,73 +95,131 @@ static std::string listRanks(ArrayRef<int64_t> ranks) {
   return s + "]";
 }
 
-/// Explicit assignments: every Muon matrix exactly once, to a rank holding it.
-static LogicalResult verifyAssignments(ModelOp model, const ModelLayout &layout,
-                                       ArrayRef<AssignOp> assigns) {
+/// Calls `fn(param index, matrix)` for every Muon matrix a `[@p, @q[i]]` list
+/// names; `who` starts the error messages ("assignment to rank 3").
+static LogicalResult
+forEachMatrixRef(Operation *op, const ModelLayout &layout,
+                 const llvm::DenseMap<StringAttr, size_t> &indexOf,
+                 ArrayAttr params, ArrayRef<int64_t> slices,
+                 const std::string &who,
+                 llvm::function_ref<LogicalResult(size_t, int64_t)> fn) {
+  for (auto [ref, slice] : llvm::zip(params, slices)) {
+    auto sym = cast<FlatSymbolRefAttr>(ref);
+    auto it = indexOf.find(sym.getAttr());
+    if (it == indexOf.end())
+      return op->emitError() << who << " names unknown parameter '"
+                             << sym.getValue() << "'";
+    size_t i = it->second;
+    ParamOp param = layout.params[i];
+    if (!param.isMuon())
+      return op->emitError()
+             << who << " names parameter '" << sym.getValue()
+             << "', which is in the adamw group; only Muon matrices have "
+                "owners";
+    int64_t count = numMatrices(layout.layouts[i].shape);
+    if (slice >= count)
+      return op->emitError() << who << " names matrix '" << sym.getValue()
+                             << "[" << slice << "]', but the parameter has "
+                             << count << " matrices";
+    for (int64_t m = slice < 0 ? 0 : slice; m < (slice < 0 ? count : slice + 1);
+         ++m)
+      if (failed(fn(i, m)))
+        return failure();
+  }
+  return success();
+}
+
+static llvm::DenseMap<StringAttr, size_t> paramIndex(const ModelLayout &layout) {
   llvm::DenseMap<StringAttr, size_t> indexOf;
   for (size_t i = 0; i < layout.params.size(); ++i)
     indexOf[ParamOp(layout.params[i]).getSymNameAttr()] = i;
-  int64_t world = layout.mesh.numDevices();
-  // (param index, matrix) -> owning rank
-  std::map<std::pair<size_t, int64_t>, int64_t> owner;
-  for (AssignOp assign : assigns) {
-    int64_t rank = assign.getRank();
-    if (rank >= world)
-      return assign.emitError()
-             << "assignment names rank " << rank << ", outside the world of "
-             << world << " ranks";
-    for (auto [ref, slice] :
-         llvm::zip(assign.getParams(), assign.getSlices())) {
-      auto sym = cast<FlatSymbolRefAttr>(ref);
-      auto it = indexOf.find(sym.getAttr());
-      if (it == indexOf.end())
-        return assign.emitError()
-               << "assignment to rank " << rank << " names unknown parameter '"
-               << sym.getValue() << "'";
-      size_t i = it->second;
-      ParamOp param = layout.params[i];
-      if (!param.isMuon())
-        return assign.emitError()
-               << "assignment to rank " << rank << " names parameter '"
-               << sym.getValue()
-               << "', which is in the adamw group; only Muon matrices have "
-                  "owners";
-      int64_t count = numMatrices(layout.layouts[i].shape);
-      if (slice >= count)
-        return assign.emitError()
-               << "assignment to rank " << rank << " names matrix '"
-               << sym.getValue() << "[" << slice << "]', but the parameter has "
-               << count << " matrices";
-      int64_t first = slice < 0 ? 0 : slice;
-      int64_t last = slice < 0 ? count : slice + 1;
-      for (int64_t m = first; m < last; ++m) {
-        auto [pos, inserted] = owner.try_emplace({i, m}, rank);
-        if (!inserted)
-          return assign.emitError()
-                 << "overlapping assignments: " << matrixLabel(param, m)
-                 << " is assigned to rank " << pos->second << " and to rank "
-                 << rank;
-        std::vector<int64_t> holders = matrixHolders(layout, i, m);
-        if (!llvm::is_contained(holders, rank))
-          return assign.emitError()
-                 << "assignment to rank " << rank << ": the rank does not "
-                 << "hold " << matrixLabel(param, m) << " (held by ranks "
-                 << listRanks(holders) << ")";
-      }
-    }
-  }
+  return indexOf;
+}
+
+/// Names the first Muon matrix missing from `seen`, at its parameter.
+static LogicalResult
+requireAllMatrices(const ModelLayout &layout,
+                   const std::map<std::pair<size_t, int64_t>, int64_t> &seen,
+                   StringRef prefix, StringRef suffix) {
   for (size_t i = 0; i < layout.params.size(); ++i) {
     ParamOp param = layout.params[i];
     if (!param.isMuon())
       continue;
     int64_t count = numMatrices(layout.layouts[i].shape);
     for (int64_t m = 0; m < count; ++m)
-      if (!owner.count({i, m}))
-        return param.emitError()
-               << "incomplete assignments: " << matrixLabel(param, m)
-               << " is assigned to no rank";
+      if (!seen.count({i, m}))
+        return param.emitError() << prefix << matrixLabel(param, m) << suffix;
   }
   return success();
+}
+
+/// Explicit assignments: every Muon matrix exactly once, to a rank holding it.
+static LogicalResult verifyAssignments(const ModelLayout &layout,
+                                       ArrayRef<AssignOp> assigns) {
+  llvm::DenseMap<StringAttr, size_t> indexOf = paramIndex(layout);
+  int64_t world = layout.mesh.numDevices();
+  // (param index, matrix) -> owning rank
+  std::map<std::pair<size_t, int64_t>, int64_t> owner;
+  for (AssignOp assign : assigns) {
+    int64_t rank = assign.getRank();
+    if (rank >= world)
+      return assign.emitError() << "assignment names rank " << rank
+                                << ", outside the world of " << world
+                                << " ranks";
+    std::string who = "assignment to rank " + std::to_string(rank);
+    if (failed(forEachMatrixRef(
+            assign, layout, indexOf, assign.getParams(), assign.getSlices(),
+            who, [&](size_t i, int64_t m) -> LogicalResult {
+              ParamOp param = layout.params[i];
+              auto [pos, inserted] = owner.try_emplace({i, m}, rank);
+              if (!inserted)
+                return assign.emitError()
+                       << "overlapping assignments: " << matrixLabel(param, m)
+                       << " is assigned to rank " << pos->second
+                       << " and to rank " << rank;
+              std::vector<int64_t> holders = matrixHolders(layout, i, m);
+              if (!llvm::is_contained(holders, rank))
+                return assign.emitError()
+                       << who << ": the rank does not hold "
+                       << matrixLabel(param, m) << " (held by ranks "
+                       << listRanks(holders) << ")";
+              return success();
+            })))
+      return failure();
+  }
+  return requireAllMatrices(layout, owner, "incomplete assignments: ",
+                            " is assigned to no rank");
+}
+
+/// Rounds: numbered 0..R-1, every Muon matrix in exactly one.
+static LogicalResult verifyRounds(const ModelLayout &layout,
+                                  ArrayRef<RoundOp> rounds) {
+  llvm::DenseMap<StringAttr, size_t> indexOf = paramIndex(layout);
+  std::map<std::pair<size_t, int64_t>, int64_t> roundOf;
+  std::vector<bool> present(rounds.size(), false);
+  for (RoundOp round : rounds) {
+    int64_t index = round.getIndex();
+    if (index >= static_cast<int64_t>(rounds.size()) || present[index])
+      return round.emitError() << "rounds must be numbered 0.."
+                               << rounds.size() - 1 << " once each; found "
+                               << index << " again or out of range";
+    present[index] = true;
+    std::string who = "round " + std::to_string(index);
+    if (failed(forEachMatrixRef(
+            round, layout, indexOf, round.getParams(), round.getSlices(), who,
+            [&](size_t i, int64_t m) -> LogicalResult {
+              auto [pos, inserted] = roundOf.try_emplace({i, m}, index);
+              if (!inserted)
+                return round.emitError()
+                       << matrixLabel(layout.params[i], m)
+                       << " is in round " << pos->second << " and round "
+                       << index;
+              return success();
+            })))
+      return failure();
+  }
+  return requireAllMatrices(layout, roundOf, "incomplete rounds: ",
+                            " is in no round");
 }
 
 LogicalResult ModelOp::verifyRegions() {
@@ -170,6 +228,8 @@ LogicalResult ModelOp::verifyRegions() {
   SmallVector<GroupOp> groups;
   SmallVector<AssignOp> assigns;
   SmallVector<ParamOp> params;
+  SmallVector<RoundOp> rounds;
+  Operation *schedule = nullptr;
   auto once = [&](Operation *&slot, Operation &op) -> LogicalResult {
     if (slot)
       return op.emitError()
@@ -196,6 +256,11 @@ LogicalResult ModelOp::verifyRegions() {
       assigns.push_back(a);
     } else if (auto p = dyn_cast<ParamOp>(op)) {
       params.push_back(p);
+    } else if (auto r = dyn_cast<RoundOp>(op)) {
+      rounds.push_back(r);
+    } else if (isa<ScheduleOp>(op)) {
+      if (failed(once(schedule, op)))
+        return failure();
     } else {
       return op.emitError()
              << "'" << op.getName() << "' is not allowed in a muon.model";
@@ -269,8 +334,13 @@ LogicalResult ModelOp::verifyRegions() {
       return assigns.front().emitError()
              << "explicit assignments need a distributed config";
   }
-  if (!assigns.empty())
-    return verifyAssignments(*this, *layout, assigns);
+  if (!assigns.empty() && failed(verifyAssignments(*layout, assigns)))
+    return failure();
+  if (!rounds.empty() && failed(verifyRounds(*layout, rounds)))
+    return failure();
+  if (schedule && rounds.empty())
+    return schedule->emitError() << "a schedule needs the model's rounds "
+                                    "(muon.round, from muon-pack-rounds)";
   return success();
 }
 
@@ -584,6 +654,13 @@ LogicalResult AdamWOp::verify() {
 }
 
 LogicalResult DistributedOp::verify() {
+  if (getWireDtype() != "f32" && getWireDtype() != "bf16")
+    return emitError() << "distributed 'wire_dtype' is '" << getWireDtype()
+                       << "'; expected 'f32' or 'bf16'";
+  if (static_cast<int64_t>(getGatherBudgetBytes()) < 0 ||
+      static_cast<int64_t>(getMaxRounds()) < 1)
+    return emitError() << "distributed 'gather_budget_bytes' must be >= 0 "
+                          "and 'max_rounds' >= 1";
   // I64Attr getters are unsigned; the IR may still spell a negative value.
   int64_t prefetch = static_cast<int64_t>(getPrefetchCount());
   if (prefetch < 0)
@@ -596,55 +673,133 @@ LogicalResult DistributedOp::verify() {
 // AssignOp
 //===----------------------------------------------------------------------===//
 
-ParseResult AssignOp::parse(OpAsmParser &parser, OperationState &result) {
-  int64_t rank;
-  SmallVector<Attribute> params;
-  SmallVector<int64_t> slices;
-  if (parser.parseInteger(rank) ||
-      parser.parseCommaSeparatedList(
-          OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
-            FlatSymbolRefAttr ref;
-            if (parser.parseAttribute(ref))
-              return failure();
-            int64_t slice = -1;
-            if (succeeded(parser.parseOptionalLSquare()))
-              if (parser.parseInteger(slice) || parser.parseRSquare())
-                return failure();
-            params.push_back(ref);
-            slices.push_back(slice);
-            return success();
-          }))
-    return failure();
-  Builder &b = parser.getBuilder();
-  result.addAttribute("rank", b.getI64IntegerAttr(rank));
-  result.addAttribute("params", b.getArrayAttr(params));
-  result.addAttribute("slices", b.getDenseI64ArrayAttr(slices));
-  return parser.parseOptionalAttrDict(result.attributes);
+/// `[@p, @q[3]]`: whole parameters or single matrices of batched ones.
+static ParseResult parseMatrixRefs(OpAsmParser &parser,
+                                   SmallVectorImpl<Attribute> &params,
+                                   SmallVectorImpl<int64_t> &slices) {
+  return parser.parseCommaSeparatedList(
+      OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
+        FlatSymbolRefAttr ref;
+        if (parser.parseAttribute(ref))
+          return failure();
+        int64_t slice = -1;
+        if (succeeded(parser.parseOptionalLSquare()))
+          if (parser.parseInteger(slice) || parser.parseRSquare())
+            return failure();
+        params.push_back(ref);
+        slices.push_back(slice);
+        return success();
+      });
 }
 
-void AssignOp::print(OpAsmPrinter &p) {
-  p << " " << static_cast<int64_t>(getRank()) << " [";
-  llvm::interleaveComma(llvm::zip(getParams(), getSlices()), p, [&](auto e) {
+static void printMatrixRefs(OpAsmPrinter &p, ArrayAttr params,
+                            ArrayRef<int64_t> slices) {
+  p << "[";
+  llvm::interleaveComma(llvm::zip(params, slices), p, [&](auto e) {
     p.printAttribute(std::get<0>(e));
     if (std::get<1>(e) >= 0)
       p << "[" << std::get<1>(e) << "]";
   });
   p << "]";
+}
+
+/// `N [@p, @q[3]]` with N stored in `indexName`.
+static ParseResult parseIndexedMatrixRefs(OpAsmParser &parser,
+                                          OperationState &result,
+                                          StringRef indexName) {
+  int64_t index;
+  SmallVector<Attribute> params;
+  SmallVector<int64_t> slices;
+  if (parser.parseInteger(index) || parseMatrixRefs(parser, params, slices))
+    return failure();
+  Builder &b = parser.getBuilder();
+  result.addAttribute(indexName, b.getI64IntegerAttr(index));
+  result.addAttribute("params", b.getArrayAttr(params));
+  result.addAttribute("slices", b.getDenseI64ArrayAttr(slices));
+  return parser.parseOptionalAttrDict(result.attributes);
+}
+
+static LogicalResult verifyMatrixRefs(Operation *op, int64_t index,
+                                      StringRef what, ArrayAttr params,
+                                      ArrayRef<int64_t> slices) {
+  if (index < 0)
+    return op->emitError() << what << " is negative: " << index;
+  if (params.size() != slices.size())
+    return op->emitError() << "'params' and 'slices' must have equal length";
+  for (auto [ref, slice] : llvm::zip(params, slices)) {
+    if (!isa<FlatSymbolRefAttr>(ref))
+      return op->emitError() << "entries must be parameter symbols";
+    if (slice < -1)
+      return op->emitError() << "names negative matrix " << slice;
+  }
+  return success();
+}
+
+ParseResult AssignOp::parse(OpAsmParser &parser, OperationState &result) {
+  return parseIndexedMatrixRefs(parser, result, "rank");
+}
+
+void AssignOp::print(OpAsmPrinter &p) {
+  p << " " << static_cast<int64_t>(getRank()) << " ";
+  printMatrixRefs(p, getParams(), getSlices());
   p.printOptionalAttrDict((*this)->getAttrs(), {"rank", "params", "slices"});
 }
 
 LogicalResult AssignOp::verify() {
-  int64_t rank = static_cast<int64_t>(getRank());
-  if (rank < 0)
-    return emitError() << "assignment names negative rank " << rank;
-  if (getParams().size() != getSlices().size())
-    return emitError() << "'params' and 'slices' must have equal length";
-  for (auto [ref, slice] : llvm::zip(getParams(), getSlices())) {
-    if (!isa<FlatSymbolRefAttr>(ref))
-      return emitError() << "assignment entries must be parameter symbols";
-    if (slice < -1)
-      return emitError() << "assignment names negative matrix " << slice;
+  return verifyMatrixRefs(*this, static_cast<int64_t>(getRank()),
+                          "assignment rank", getParams(), getSlices());
+}
+
+//===----------------------------------------------------------------------===//
+// The step: rounds and their schedule
+//===----------------------------------------------------------------------===//
+
+ParseResult RoundOp::parse(OpAsmParser &parser, OperationState &result) {
+  return parseIndexedMatrixRefs(parser, result, "index");
+}
+
+void RoundOp::print(OpAsmPrinter &p) {
+  p << " " << static_cast<int64_t>(getIndex()) << " ";
+  printMatrixRefs(p, getParams(), getSlices());
+  p.printOptionalAttrDict((*this)->getAttrs(), {"index", "params", "slices"});
+}
+
+LogicalResult RoundOp::verify() {
+  return verifyMatrixRefs(*this, static_cast<int64_t>(getIndex()),
+                          "round index", getParams(), getSlices());
+}
+
+void ScheduleOp::build(OpBuilder &builder, OperationState &state) {
+  state.addRegion()->push_back(new Block());
+}
+
+LogicalResult ScheduleOp::verifyRegions() {
+  if (getBodyBlock().getNumArguments())
+    return emitError() << "the schedule's block takes no arguments";
+  for (ExchangeDoneOp done : getBodyBlock().getOps<ExchangeDoneOp>())
+    if (!done.getToken().getDefiningOp<ExchangeStartOp>())
+      return done.emitError()
+             << "waits on a token that no muon.exchange_start here made";
+  for (ExchangeStartOp start : getBodyBlock().getOps<ExchangeStartOp>()) {
+    int64_t dones = 0;
+    for (Operation *user : start.getToken().getUsers())
+      dones += isa<ExchangeDoneOp>(user);
+    if (dones != 1)
+      return start.emitError()
+             << "the " << start.getPhase() << " of round "
+             << static_cast<int64_t>(start.getRound()) << " is waited on "
+             << dones << " times; every exchange needs exactly one "
+             << "muon.exchange_done";
   }
+  return success();
+}
+
+LogicalResult ExchangeStartOp::verify() {
+  if (getPhase() != "gather" && getPhase() != "scatter")
+    return emitError() << "unknown exchange phase '" << getPhase()
+                       << "'; expected 'gather' or 'scatter'";
+  if (static_cast<int64_t>(getRound()) < 0)
+    return emitError() << "round is negative";
   return success();
 }
 

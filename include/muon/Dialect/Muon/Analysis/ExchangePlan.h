@@ -19,6 +19,7 @@
 
 #include "muon/Dialect/Muon/IR/ModelLayout.h"
 #include "muon/Plan/Plan.h"
+#include "muon/Plan/Schedule.h"
 
 namespace mlir::muon {
 
@@ -27,6 +28,17 @@ namespace mlir::muon {
 /// not f32 or bf16.
 FailureOr<::muon::Plan> buildPlan(ModelOp model, const ModelLayout &layout,
                                   StringRef wireDtype);
+
+/// The schedule options the model's muon.distributed op sets.
+::muon::ScheduleOptions scheduleOptionsOf(ModelOp model);
+
+/// The plan the IR describes: buildPlan with the model's wire dtype, its
+/// options, then the rounds of its muon.round ops and the sequence of its
+/// muon.schedule op where they exist. Fails with an error on the model.
+/// `wireWithoutConfig` is the wire dtype reported for models without a
+/// distributed config (which move nothing).
+FailureOr<::muon::Plan> planFromModel(ModelOp model, const ModelLayout &layout,
+                                      StringRef wireWithoutConfig = "f32");
 
 } // namespace mlir::muon
 

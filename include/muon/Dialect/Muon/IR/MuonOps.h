@@ -14,6 +14,9 @@
 #include <utility>
 #include <vector>
 
+#define GET_TYPEDEF_CLASSES
+#include "muon/Dialect/Muon/IR/MuonOpsTypes.h.inc"
+
 #define GET_OP_CLASSES
 #include "muon/Dialect/Muon/IR/MuonOps.h.inc"
 

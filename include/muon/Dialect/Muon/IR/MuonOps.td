@@ -6,6 +6,16 @@ include "muon/Dialect/Muon/IR/MuonDialect.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/IR/AttrTypeBase.td"
+
+//===----------------------------------------------------------------------===//
+// Types
+//===----------------------------------------------------------------------===//
+
+def Muon_TokenType : TypeDef<Muon_Dialect, "Token"> {
+  let mnemonic = "token";
+  let summary = "An exchange in flight, from its start to its done";
+}
 
 //===----------------------------------------------------------------------===//
 // muon.model
@@ -154,11 +164,18 @@ def Muon_DistributedOp : Muon_Op<"distributed", [HasParent<"ModelOp">]> {
   let description = [{
     `prefetch_count` caps the exchanges in flight; `async = false` is the
     sequential debug mode (owners one rank after another). Explicit owners are
-    given by `muon.assign` ops next to it.
+    given by `muon.assign` ops next to it. `gather_budget_bytes` (0: no
+    limit) caps the bytes of gathered matrices a rank holds at once, and
+    `max_rounds` the rounds the exchanges are split into when no budget
+    forces more; `wire_dtype` (f32 or bf16) is what the exchanges carry.
+    These three are compiler settings, not in the spec.
   }];
   let arguments = (ins
     DefaultValuedAttr<I64Attr, "1">:$prefetch_count,
-    DefaultValuedAttr<BoolAttr, "true">:$async);
+    DefaultValuedAttr<BoolAttr, "true">:$async,
+    DefaultValuedAttr<I64Attr, "0">:$gather_budget_bytes,
+    DefaultValuedAttr<I64Attr, "8">:$max_rounds,
+    DefaultValuedAttr<StrAttr, "\"f32\"">:$wire_dtype);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
 }
@@ -196,6 +213,81 @@ def Muon_GroupOp : Muon_Op<"group", [HasParent<"ModelOp">]> {
   let extraClassDeclaration = [{
     std::vector<std::vector<int64_t>> getGroupsVector();
   }];
+}
+
+//===----------------------------------------------------------------------===//
+// The step: rounds and their schedule
+//===----------------------------------------------------------------------===//
+
+def Muon_RoundOp : Muon_Op<"round", [HasParent<"ModelOp">]> {
+  let summary = "The Muon matrices gathered, orthogonalized and scattered together";
+  let description = [{
+    Round `index` holds the listed matrices (`@p` all matrices of a parameter,
+    `@p[i]` one). It gathers them to their owners in one packed exchange and
+    scatters the results in another. Written by `muon-pack-rounds`; the
+    model verifier checks that the rounds are numbered 0..R-1 and hold every
+    Muon matrix exactly once. The exchanges' contents are not spelled out:
+    they follow from the layouts, the owners and the rounds.
+
+    ```mlir
+    muon.round 0 [@wq, @experts[3]]
+    ```
+  }];
+  let arguments = (ins I64Attr:$index, ArrayAttr:$params,
+                       DenseI64ArrayAttr:$slices);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+}
+
+def Muon_ScheduleOp : Muon_Op<"schedule", [
+    HasParent<"ModelOp">, SingleBlock, NoTerminator]> {
+  let summary = "The step as one sequence every rank issues identically";
+  let description = [{
+    Holds `muon.exchange_start`, `muon.exchange_done` and
+    `muon.newton_schulz` ops in issue order. Collectives must be issued in
+    the same order on every rank, so there is one sequence for all. The
+    region verifier checks that every token is waited on by exactly one
+    `muon.exchange_done`; `muon-verify-schedule` checks the ordering rules and
+    limits.
+
+    ```mlir
+    muon.schedule {
+      %0 = muon.exchange_start "gather" round 0 : !muon.token
+      muon.exchange_done %0
+      muon.newton_schulz round 0
+      %1 = muon.exchange_start "scatter" round 0 : !muon.token
+      muon.exchange_done %1
+    }
+    ```
+  }];
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "attr-dict-with-keyword $body";
+  let hasRegionVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [OpBuilder<(ins)>];
+  let extraClassDeclaration = [{
+    ::mlir::Block &getBodyBlock() { return getBody().front(); }
+  }];
+}
+
+def Muon_ExchangeStartOp : Muon_Op<"exchange_start", [HasParent<"ScheduleOp">]> {
+  let summary = "Post the gather or scatter exchange of a round";
+  let arguments = (ins StrAttr:$phase, I64Attr:$round);
+  let results = (outs Muon_TokenType:$token);
+  let assemblyFormat = "$phase `round` $round attr-dict `:` type($token)";
+  let hasVerifier = 1;
+}
+
+def Muon_ExchangeDoneOp : Muon_Op<"exchange_done", [HasParent<"ScheduleOp">]> {
+  let summary = "Wait for an exchange started earlier";
+  let arguments = (ins Muon_TokenType:$token);
+  let assemblyFormat = "$token attr-dict";
+}
+
+def Muon_NewtonSchulzOp : Muon_Op<"newton_schulz", [HasParent<"ScheduleOp">]> {
+  let summary = "Run this rank's Newton-Schulz batches of a round";
+  let arguments = (ins I64Attr:$round);
+  let assemblyFormat = "`round` $round attr-dict";
 }
 
 #endif // MUON_OPS_TD

@@ -69,4 +69,100 @@ def PrintOwners : Pass<"muon-print-owners", "::mlir::muon::ModelOp"> {
   ];
 }
 
+def PackRounds : Pass<"muon-pack-rounds", "::mlir::muon::ModelOp"> {
+  let summary = "Split the step's exchanges into rounds that can overlap";
+  let description = [{
+    With owners assigned, every Muon matrix is gathered to its owner,
+    orthogonalized there and scattered back. This pass decides which
+    matrices travel together: round r gathers its matrices in one packed
+    exchange (all-to-all-v, never one collective per parameter) and scatters
+    them in another, so NS of one round can overlap the exchanges of others.
+
+    Each owner spreads its matrices over R rounds, largest first, each to the
+    round where that owner has the least NS work. R is the largest number of
+    matrices a rank owns, capped by `max_rounds`, and raised until each
+    round's gathered matrices fit `gather_budget_bytes` per rank (both on
+    `muon.distributed`). With `async = false` there is one round per owning
+    rank, in rank order: the seeds' sequential debug mode. Without a
+    distributed config there is one round and nothing moves. The exchanges'
+    contents are not written out: they follow from the layouts, the owners
+    and the rounds (see docs/plan-format.md). Existing rounds and schedule
+    are replaced.
+
+    Before:
+    ```mlir
+    muon.model @m {
+      shard.grid @mesh(shape = 2)
+      muon.distributed {max_rounds = 2 : i64}
+      muon.param @a : tensor<64x64xf32> on @mesh split [[0], []]
+      muon.param @b : tensor<64x64xf32> on @mesh split [[0], []]
+      muon.param @c : tensor<64x64xf32> on @mesh split [[0], []]
+      muon.assign 0 [@a, @c]
+      muon.assign 1 [@b]
+    }
+    ```
+    After (added):
+    ```mlir
+      muon.round 0 [@a, @b]
+      muon.round 1 [@c]
+    ```
+  }];
+}
+
+def ScheduleStep : Pass<"muon-schedule-step", "::mlir::muon::ModelOp"> {
+  let summary = "Split exchanges into start/done and order the step";
+  let description = [{
+    Writes the step as one `muon.schedule`: every exchange becomes a
+    `muon.exchange_start` returning a `!muon.token` and a
+    `muon.exchange_done` on it, interleaved with `muon.newton_schulz` of each
+    round. A list scheduler issues starts as early as the limits allow and
+    dones as late as possible: at most `prefetch_count + 1` exchanges in
+    flight, gathers up to `prefetch_count` rounds ahead, the gathered
+    matrices of a round (held from its gather's start to its scatter's done)
+    within `gather_budget_bytes`, gather r done just before NS r and
+    scatter r started just after. Every choice depends only on the model,
+    never on the rank, so all ranks issue the same collectives in the same
+    order. With `async = false` one exchange is in flight at a time.
+
+    Before: the rounds of `muon-pack-rounds`, `prefetch_count = 1`.
+    After:
+    ```mlir
+    muon.schedule {
+      %0 = muon.exchange_start "gather" round 0 : !muon.token
+      %1 = muon.exchange_start "gather" round 1 : !muon.token
+      muon.exchange_done %0
+      muon.newton_schulz round 0
+      %2 = muon.exchange_start "scatter" round 0 : !muon.token
+      muon.exchange_done %1
+      muon.newton_schulz round 1
+      %3 = muon.exchange_start "scatter" round 1 : !muon.token
+      muon.exchange_done %2
+      muon.exchange_done %3
+    }
+    ```
+  }];
+}
+
+def VerifySchedule : Pass<"muon-verify-schedule", "::mlir::muon::ModelOp"> {
+  let summary = "Check the step's schedule against every rule";
+  let description = [{
+    Re-simulates the `muon.schedule` without the scheduler's logic and
+    reports the first violation at the offending op: an exchange started or
+    waited on twice or never, NS of a round before its gather is done, a
+    scatter started before its round's NS, more exchanges in flight than
+    `prefetch_count + 1`, or a rank holding more gathered bytes than
+    `gather_budget_bytes`. There is one sequence for all ranks, so every rank
+    issues the same exchanges in the same order by construction. The IR is
+    not changed.
+
+    ```mlir
+    muon.schedule {
+      %0 = muon.exchange_start "gather" round 0 : !muon.token
+      // error: NS of round 0 before its gather is done
+      muon.newton_schulz round 0
+      ...
+    ```
+  }];
+}
+
 #endif // MUON_TRANSFORMS_PASSES

@@ -1,0 +1,60 @@
+//===- ScheduleStep.cpp - Start/done split and list scheduling ------------===//
+#include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
+#include "muon/Dialect/Muon/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace mlir::muon {
+#define GEN_PASS_DEF_SCHEDULESTEP
+#include "muon/Dialect/Muon/Transforms/Passes.h.inc"
+} // namespace mlir::muon
+
+using namespace mlir;
+using namespace mlir::muon;
+
+namespace {
+struct ScheduleStep : mlir::muon::impl::ScheduleStepBase<ScheduleStep> {
+  void runOnOperation() override {
+    ModelOp model = getOperation();
+    if (model.getBodyBlock().getOps<RoundOp>().empty()) {
+      model.emitError() << "the step has no rounds; run muon-pack-rounds "
+                           "first";
+      return signalPassFailure();
+    }
+    for (ScheduleOp old : llvm::make_early_inc_range(
+             model.getBodyBlock().getOps<ScheduleOp>()))
+      old.erase();
+    FailureOr<ModelLayout> layout = computeModelLayout(model);
+    if (failed(layout))
+      return signalPassFailure();
+    FailureOr<::muon::Plan> plan = planFromModel(model, *layout);
+    if (failed(plan))
+      return signalPassFailure();
+    ::muon::sequenceSchedule(*plan);
+
+    OpBuilder builder = OpBuilder::atBlockEnd(&model.getBodyBlock());
+    auto schedule = ScheduleOp::create(builder, model.getLoc());
+    builder.setInsertionPointToStart(&schedule.getBodyBlock());
+    std::vector<Value> tokens(plan->exchanges.size());
+    for (const ::muon::ScheduleStep &step : plan->schedule) {
+      switch (step.kind) {
+      case ::muon::ScheduleStep::Kind::Start: {
+        const ::muon::Exchange &ex = plan->exchanges[step.index];
+        tokens[step.index] = ExchangeStartOp::create(
+            builder, model.getLoc(), TokenType::get(builder.getContext()),
+            ex.phase == ::muon::Exchange::Phase::Gather ? "gather"
+                                                         : "scatter",
+            ex.round);
+        break;
+      }
+      case ::muon::ScheduleStep::Kind::Done:
+        ExchangeDoneOp::create(builder, model.getLoc(), tokens[step.index]);
+        break;
+      case ::muon::ScheduleStep::Kind::NewtonSchulz:
+        NewtonSchulzOp::create(builder, model.getLoc(), step.index);
+        break;
+      }
+    }
+  }
+};
+} // namespace
