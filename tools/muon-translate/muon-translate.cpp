@@ -1,11 +1,16 @@
-//===- muon-translate.cpp - Spec import (later: plan export) --------------===//
+//===- muon-translate.cpp - Spec import and plan export --------------------===//
 //
 // Exit codes follow the tools' contract: 0 success, 2 invalid input or
 // flags. The output file is created only once the translation succeeded, so
 // a failure never leaves a partial file.
 //
 //===----------------------------------------------------------------------===//
+#include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
+#include "muon/Plan/PlanFile.h"
 #include "muon/Target/Spec/SpecImport.h"
+
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/SourceMgr.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
@@ -30,6 +35,11 @@ static cl::opt<std::string> outputFilename(cl::cat(toolCategory), "o",
 static cl::opt<bool> importSpecFlag(
     cl::cat(toolCategory), "import-spec",
     cl::desc("Import a muon-spec/1 JSON model spec into the muon dialect"));
+static cl::opt<bool> exportPlanFlag(
+    "export-plan", cl::cat(toolCategory),
+    cl::desc("Write the plan file (muon-plan/1) of a compiled model: IR with "
+             "owners, rounds and a schedule (muon-assign-owners, "
+             "muon-pack-rounds, muon-schedule-step)"));
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
@@ -39,9 +49,9 @@ int main(int argc, char **argv) {
   if (!cl::ParseCommandLineOptions(argc, argv, "muon translation driver\n",
                                    &llvm::errs()))
     return 2;
-  if (!importSpecFlag) {
-    llvm::errs() << "muon-translate: no translation chosen; use "
-                    "--import-spec (see --help)\n";
+  if (importSpecFlag == exportPlanFlag) {
+    llvm::errs() << "muon-translate: choose one translation: --import-spec "
+                    "or --export-plan (see --help)\n";
     return 2;
   }
   std::string error;
@@ -51,19 +61,61 @@ int main(int argc, char **argv) {
     llvm::errs() << "muon-translate: " << error << "\n";
     return 2;
   }
-  mlir::MLIRContext context;
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::muon::importSpec(input->getBuffer(), &context, inputFilename);
-  if (!module)
-    return 2;
+  mlir::DialectRegistry registry;
+  registry.insert<mlir::muon::MuonDialect, mlir::shard::ShardDialect>();
+  mlir::MLIRContext context(registry);
+  context.printOpOnDiagnostic(false);
+  std::string text;
+  if (importSpecFlag) {
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        mlir::muon::importSpec(input->getBuffer(), &context, inputFilename);
+    if (!module)
+      return 2;
+    llvm::raw_string_ostream os(text);
+    module->print(os);
+    os << "\n";
+  } else {
+    llvm::SourceMgr sourceMgr;
+    sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
+    mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &context);
+    if (!module)
+      return 2;
+    auto models = llvm::to_vector(module->getOps<mlir::muon::ModelOp>());
+    if (models.size() != 1) {
+      llvm::errs() << "muon-translate: expected one muon.model, found "
+                   << models.size() << "\n";
+      return 2;
+    }
+    mlir::muon::ModelOp model = models.front();
+    if (model.getBodyBlock().getOps<mlir::muon::ScheduleOp>().empty()) {
+      model.emitError() << "the model is not compiled: run muon-assign-owners, "
+                           "muon-pack-rounds and muon-schedule-step first";
+      return 2;
+    }
+    mlir::FailureOr<mlir::muon::ModelLayout> layout =
+        mlir::muon::computeModelLayout(model);
+    if (mlir::failed(layout))
+      return 2;
+    mlir::FailureOr<::muon::Plan> plan =
+        mlir::muon::planFromModel(model, *layout);
+    if (mlir::failed(plan))
+      return 2;
+    if (std::string bad = ::muon::verifySchedule(*plan); !bad.empty()) {
+      model.emitError() << "the schedule breaks its rules: " << bad
+                        << " (run muon-verify-schedule for the place)";
+      return 2;
+    }
+    text = ::muon::renderPlan(*plan);
+  }
   std::unique_ptr<llvm::ToolOutputFile> output =
       mlir::openOutputFile(outputFilename, &error);
   if (!output) {
     llvm::errs() << "muon-translate: " << error << "\n";
     return 2;
   }
-  module->print(output->os());
-  output->os() << "\n";
+  output->os() << text;
   output->keep();
   return 0;
 }

@@ -316,3 +316,82 @@ muon.model @m {
   // expected-error @+1 {{the model has parameters but neither a grid nor process groups}}
   muon.param @a : tensor<8x8xf32>
 }
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  muon.param @a : tensor<8x8xf32> on @mesh split [[0], []]
+  muon.param @b : tensor<8x8xf32> on @mesh split [[0], []]
+  muon.assign 0 [@a, @b]
+  muon.round 0 [@a]
+  // expected-error @+1 {{parameter 'a' is in round 0 and round 1}}
+  muon.round 1 [@a, @b]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  muon.param @a : tensor<8x8xf32> on @mesh split [[0], []]
+  // expected-error @+1 {{incomplete rounds: parameter 'b' is in no round}}
+  muon.param @b : tensor<8x8xf32> on @mesh split [[0], []]
+  muon.assign 0 [@a, @b]
+  muon.round 0 [@a]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  muon.param @a : tensor<8x8xf32> on @mesh split [[0], []]
+  muon.assign 0 [@a]
+  // expected-error @+1 {{rounds must be numbered 0..0 once each; found 3 again or out of range}}
+  muon.round 3 [@a]
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.param @a : tensor<8x8xf32> on @mesh split [[], []]
+  // expected-error @+1 {{a schedule needs the model's rounds (muon.round, from muon-pack-rounds)}}
+  muon.schedule {
+  }
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.param @a : tensor<8x8xf32> on @mesh split [[], []]
+  muon.round 0 [@a]
+  muon.schedule {
+    // expected-error @+1 {{the gather of round 0 is waited on 0 times; every exchange needs exactly one muon.exchange_done}}
+    %0 = muon.exchange_start "gather" round 0 : !muon.token
+  }
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.param @a : tensor<8x8xf32> on @mesh split [[], []]
+  muon.round 0 [@a]
+  muon.schedule {
+    // expected-error @+1 {{unknown exchange phase 'reduce'; expected 'gather' or 'scatter'}}
+    %0 = muon.exchange_start "reduce" round 0 : !muon.token
+    muon.exchange_done %0
+  }
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{distributed 'wire_dtype' is 'fp8'; expected 'f32' or 'bf16'}}
+  muon.distributed {wire_dtype = "fp8"}
+}

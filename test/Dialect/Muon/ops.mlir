@@ -53,3 +53,25 @@ muon.model @single {
   // CHECK: muon.param @w : tensor<4x4xf32> on @mesh split {{\[}}[], []]
   muon.param @w : tensor<4x4xf32> on @mesh split [[], []]
 }
+
+// The step's IR: rounds and a schedule with tokens.
+// CHECK-LABEL: muon.model @step
+// CHECK:         muon.round 0 [@a]
+// CHECK:         muon.schedule {
+// CHECK-NEXT:      %[[T:.*]] = muon.exchange_start "gather" round 0 : !muon.token
+// CHECK-NEXT:      muon.exchange_done %[[T]]
+// CHECK-NEXT:      muon.newton_schulz round 0
+muon.model @step {
+  shard.grid @mesh(shape = 2)
+  muon.distributed {wire_dtype = "bf16", gather_budget_bytes = 1024 : i64, max_rounds = 4 : i64}
+  muon.param @a : tensor<8x8xf32> on @mesh split [[0], []]
+  muon.assign 0 [@a]
+  muon.round 0 [@a]
+  muon.schedule {
+    %0 = muon.exchange_start "gather" round 0 : !muon.token
+    muon.exchange_done %0
+    muon.newton_schulz round 0
+    %1 = muon.exchange_start "scatter" round 0 : !muon.token
+    muon.exchange_done %1
+  }
+}
