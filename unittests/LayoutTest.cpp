@@ -137,6 +137,13 @@ TEST(MatrixPieces, MatchesAScanOfEveryRank) {
         EXPECT_EQ(fast[i].rows, slow[i].rows);
         EXPECT_EQ(fast[i].cols, slow[i].cols);
       }
+      // holdsMatrix agrees with the enumeration for every rank.
+      for (int64_t r = 0; r < mesh.numDevices(); ++r) {
+        bool listed = std::any_of(fast.begin(), fast.end(),
+                                  [&](auto &p) { return p.rank == r; });
+        EXPECT_EQ(layout.holdsMatrix(mesh, mesh.coordsOfRank(r), m), listed)
+            << "trial " << trial << " rank " << r;
+      }
     }
   }
 }

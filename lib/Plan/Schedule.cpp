@@ -5,6 +5,7 @@
 #include <deque>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 namespace muon {
 namespace {
@@ -157,26 +158,27 @@ void setRounds(Plan &plan, std::vector<std::vector<int64_t>> rounds) {
             .transfers.push_back(t);
     plan.exchanges = std::move(exchanges);
   }
-  // NS batches: per rank and round, same-shape matrices together.
+  // NS batches: per rank and round, same-shape matrices together (each
+  // rank walks only its own matrices).
+  std::vector<int64_t> roundOf(plan.matrices.size(), 0);
+  for (size_t r = 0; r < plan.rounds.size(); ++r)
+    for (int64_t m : plan.rounds[r])
+      roundOf[m] = r;
   plan.nsBatches.assign(plan.worldSize, {});
   for (int64_t rank = 0; rank < plan.worldSize; ++rank) {
-    std::vector<bool> mine(plan.matrices.size(), false);
-    for (int64_t m : plan.nsMatrices[rank])
-      mine[m] = true;
-    for (size_t r = 0; r < plan.rounds.size(); ++r) {
-      std::map<std::pair<int64_t, int64_t>, NsBatch> byShape;
-      for (int64_t m : plan.rounds[r]) {
-        if (!mine[m])
-          continue;
-        NsBatch &b = byShape[{plan.matrices[m].rows, plan.matrices[m].cols}];
-        b.round = r;
-        b.rows = plan.matrices[m].rows;
-        b.cols = plan.matrices[m].cols;
-        b.matrices.push_back(m);
-      }
-      for (auto &[shape, batch] : byShape)
-        plan.nsBatches[rank].push_back(std::move(batch));
+    std::map<std::tuple<int64_t, int64_t, int64_t>, NsBatch> batches;
+    std::vector<int64_t> mine = plan.nsMatrices[rank];
+    std::sort(mine.begin(), mine.end());
+    for (int64_t m : mine) {
+      const PlanMatrix &pm = plan.matrices[m];
+      NsBatch &b = batches[{roundOf[m], pm.rows, pm.cols}];
+      b.round = roundOf[m];
+      b.rows = pm.rows;
+      b.cols = pm.cols;
+      b.matrices.push_back(m);
     }
+    for (auto &[key, batch] : batches)
+      plan.nsBatches[rank].push_back(std::move(batch));
   }
 }
 
@@ -257,6 +259,10 @@ std::string verifySchedule(const Plan &plan) {
   std::vector<std::vector<int64_t>> bytes = gatheredBytes(plan, plan.rounds);
   int64_t inflight = 0;
   auto where = [](size_t i) { return "schedule step " + std::to_string(i); };
+  std::vector<int64_t> roundOf(plan.matrices.size(), -1);
+  for (int64_t r = 0; r < rounds; ++r)
+    for (int64_t m : plan.rounds[r])
+      roundOf[m] = r;
   for (int64_t e = 0; e < exchanges; ++e) {
     const Exchange &ex = plan.exchanges[e];
     bool gather = ex.phase == Exchange::Phase::Gather;
@@ -265,8 +271,7 @@ std::string verifySchedule(const Plan &plan) {
              " is not the expected gather/scatter of round " +
              std::to_string(e / 2);
     for (const Transfer &t : ex.transfers)
-      if (std::find(plan.rounds[ex.round].begin(), plan.rounds[ex.round].end(),
-                    t.matrix) == plan.rounds[ex.round].end())
+      if (roundOf[t.matrix] != ex.round)
         return "exchange " + std::to_string(e) + " moves matrix '" +
                plan.matrices[t.matrix].label() + "' of another round";
   }

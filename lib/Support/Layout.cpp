@@ -74,6 +74,24 @@ ParamLayout::localBox(const Mesh &mesh,
   return box;
 }
 
+bool ParamLayout::holdsMatrix(const Mesh &mesh,
+                              const std::vector<int64_t> &coords,
+                              int64_t matrix) const {
+  if (!inSubmesh(coords))
+    return false;
+  std::vector<Range> box = localBox(mesh, coords);
+  size_t rank = shape.size();
+  if (box[rank - 2].size() == 0 || box[rank - 1].size() == 0)
+    return false;
+  for (size_t d = rank - 2; d-- > 0;) {
+    int64_t index = matrix % shape[d];
+    matrix /= shape[d];
+    if (index < box[d].begin || index >= box[d].end)
+      return false;
+  }
+  return true;
+}
+
 bool ParamLayout::isSharded() const {
   for (const auto &axes : splitAxes)
     if (!axes.empty())

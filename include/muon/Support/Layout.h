@@ -61,6 +61,10 @@ struct ParamLayout {
   std::vector<Range> localBox(const Mesh &mesh,
                               const std::vector<int64_t> &coords) const;
   bool isSharded() const;
+  /// Whether the rank at `coords` holds a non-empty piece of matrix
+  /// `matrix` (row-major over the batch dims). O(dims).
+  bool holdsMatrix(const Mesh &mesh, const std::vector<int64_t> &coords,
+                   int64_t matrix) const;
   bool isPartial() const { return !partialAxes.empty(); }
 };
 

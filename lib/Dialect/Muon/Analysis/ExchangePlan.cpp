@@ -15,7 +15,8 @@ using ::muon::PlanMatrix;
 using ::muon::Transfer;
 
 FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
-                                      StringRef wireDtype) {
+                                      StringRef wireDtype,
+                                      bool withTransfers) {
   Plan plan;
   plan.worldSize = layout.mesh.numDevices();
   plan.wireDtype = wireDtype.str();
@@ -79,6 +80,16 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     pm.rows = mm.rows;
     pm.cols = mm.cols;
     pm.nsFlops = mm.nsFlops;
+    if (distributed && !withTransfers) {
+      if (owners[k] < 0)
+        return model.emitError() << "matrix '" << mm.label
+                                 << "' has no owner; run muon-assign-owners "
+                                    "first";
+      pm.owner = owners[k];
+      plan.nsMatrices[owners[k]].push_back(k);
+      plan.matrices.push_back(std::move(pm));
+      continue;
+    }
     std::vector<MatrixPiece> pieces = matrixPieces(layout, mm.param, mm.matrix);
 
     if (!distributed) {
@@ -152,11 +163,12 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
 
 FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
                                           const ModelLayout &layout,
-                                          StringRef wireWithoutConfig) {
+                                          StringRef wireWithoutConfig,
+                                          bool withTransfers) {
   StringRef wire = wireWithoutConfig;
   for (DistributedOp d : model.getBodyBlock().getOps<DistributedOp>())
     wire = d.getWireDtype();
-  FailureOr<Plan> plan = buildPlan(model, layout, wire);
+  FailureOr<Plan> plan = buildPlan(model, layout, wire, withTransfers);
   if (failed(plan))
     return failure();
   SmallVector<RoundOp> roundOps(model.getBodyBlock().getOps<RoundOp>());

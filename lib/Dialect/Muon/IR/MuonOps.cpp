@@ -136,18 +136,26 @@ static llvm::DenseMap<StringAttr, size_t> paramIndex(const ModelLayout &layout) 
   return indexOf;
 }
 
-/// Names the first Muon matrix missing from `seen`, at its parameter.
-static LogicalResult
-requireAllMatrices(const ModelLayout &layout,
-                   const std::map<std::pair<size_t, int64_t>, int64_t> &seen,
-                   StringRef prefix, StringRef suffix) {
+/// Numbers every matrix of every parameter: matrix m of parameter i is
+/// first[i] + m.
+static std::vector<int64_t> firstMatrix(const ModelLayout &layout) {
+  std::vector<int64_t> first(layout.params.size() + 1, 0);
+  for (size_t i = 0; i < layout.params.size(); ++i)
+    first[i + 1] = first[i] + numMatrices(layout.layouts[i].shape);
+  return first;
+}
+
+/// Names the first Muon matrix whose entry in `seen` is still -1.
+static LogicalResult requireAllMatrices(const ModelLayout &layout,
+                                        const std::vector<int64_t> &first,
+                                        const std::vector<int64_t> &seen,
+                                        StringRef prefix, StringRef suffix) {
   for (size_t i = 0; i < layout.params.size(); ++i) {
     ParamOp param = layout.params[i];
     if (!param.isMuon())
       continue;
-    int64_t count = numMatrices(layout.layouts[i].shape);
-    for (int64_t m = 0; m < count; ++m)
-      if (!seen.count({i, m}))
+    for (int64_t m = 0; m < first[i + 1] - first[i]; ++m)
+      if (seen[first[i] + m] < 0)
         return param.emitError() << prefix << matrixLabel(param, m) << suffix;
   }
   return success();
@@ -158,36 +166,37 @@ static LogicalResult verifyAssignments(const ModelLayout &layout,
                                        ArrayRef<AssignOp> assigns) {
   llvm::DenseMap<StringAttr, size_t> indexOf = paramIndex(layout);
   int64_t world = layout.mesh.numDevices();
-  // (param index, matrix) -> owning rank
-  std::map<std::pair<size_t, int64_t>, int64_t> owner;
+  std::vector<int64_t> first = firstMatrix(layout);
+  std::vector<int64_t> owner(first.back(), -1); // matrix -> owning rank
   for (AssignOp assign : assigns) {
     int64_t rank = assign.getRank();
     if (rank >= world)
       return assign.emitError() << "assignment names rank " << rank
                                 << ", outside the world of " << world
                                 << " ranks";
+    std::vector<int64_t> coords = layout.mesh.coordsOfRank(rank);
     std::string who = "assignment to rank " + std::to_string(rank);
     if (failed(forEachMatrixRef(
             assign, layout, indexOf, assign.getParams(), assign.getSlices(),
             who, [&](size_t i, int64_t m) -> LogicalResult {
               ParamOp param = layout.params[i];
-              auto [pos, inserted] = owner.try_emplace({i, m}, rank);
-              if (!inserted)
+              int64_t &slot = owner[first[i] + m];
+              if (slot >= 0)
                 return assign.emitError()
                        << "overlapping assignments: " << matrixLabel(param, m)
-                       << " is assigned to rank " << pos->second
-                       << " and to rank " << rank;
-              std::vector<int64_t> holders = matrixHolders(layout, i, m);
-              if (!llvm::is_contained(holders, rank))
+                       << " is assigned to rank " << slot << " and to rank "
+                       << rank;
+              slot = rank;
+              if (!layout.layouts[i].holdsMatrix(layout.mesh, coords, m))
                 return assign.emitError()
                        << who << ": the rank does not hold "
                        << matrixLabel(param, m) << " (held by ranks "
-                       << listRanks(holders) << ")";
+                       << listRanks(matrixHolders(layout, i, m)) << ")";
               return success();
             })))
       return failure();
   }
-  return requireAllMatrices(layout, owner, "incomplete assignments: ",
+  return requireAllMatrices(layout, first, owner, "incomplete assignments: ",
                             " is assigned to no rank");
 }
 
@@ -195,7 +204,8 @@ static LogicalResult verifyAssignments(const ModelLayout &layout,
 static LogicalResult verifyRounds(const ModelLayout &layout,
                                   ArrayRef<RoundOp> rounds) {
   llvm::DenseMap<StringAttr, size_t> indexOf = paramIndex(layout);
-  std::map<std::pair<size_t, int64_t>, int64_t> roundOf;
+  std::vector<int64_t> first = firstMatrix(layout);
+  std::vector<int64_t> roundOf(first.back(), -1);
   std::vector<bool> present(rounds.size(), false);
   for (RoundOp round : rounds) {
     int64_t index = round.getIndex();
@@ -208,17 +218,17 @@ static LogicalResult verifyRounds(const ModelLayout &layout,
     if (failed(forEachMatrixRef(
             round, layout, indexOf, round.getParams(), round.getSlices(), who,
             [&](size_t i, int64_t m) -> LogicalResult {
-              auto [pos, inserted] = roundOf.try_emplace({i, m}, index);
-              if (!inserted)
+              int64_t &slot = roundOf[first[i] + m];
+              if (slot >= 0)
                 return round.emitError()
-                       << matrixLabel(layout.params[i], m)
-                       << " is in round " << pos->second << " and round "
-                       << index;
+                       << matrixLabel(layout.params[i], m) << " is in round "
+                       << slot << " and round " << index;
+              slot = index;
               return success();
             })))
       return failure();
   }
-  return requireAllMatrices(layout, roundOf, "incomplete rounds: ",
+  return requireAllMatrices(layout, first, roundOf, "incomplete rounds: ",
                             " is in no round");
 }
 

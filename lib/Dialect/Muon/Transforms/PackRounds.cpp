@@ -26,7 +26,8 @@ struct PackRounds : mlir::muon::impl::PackRoundsBase<PackRounds> {
     FailureOr<ModelLayout> layout = computeModelLayout(model);
     if (failed(layout))
       return signalPassFailure();
-    FailureOr<::muon::Plan> plan = planFromModel(model, *layout);
+    FailureOr<::muon::Plan> plan = planFromModel(model, *layout, "f32",
+                                                 /*withTransfers=*/false);
     if (failed(plan))
       return signalPassFailure();
     std::string error;

@@ -27,7 +27,8 @@ struct ScheduleStep : mlir::muon::impl::ScheduleStepBase<ScheduleStep> {
     FailureOr<ModelLayout> layout = computeModelLayout(model);
     if (failed(layout))
       return signalPassFailure();
-    FailureOr<::muon::Plan> plan = planFromModel(model, *layout);
+    FailureOr<::muon::Plan> plan = planFromModel(model, *layout, "f32",
+                                                 /*withTransfers=*/false);
     if (failed(plan))
       return signalPassFailure();
     ::muon::sequenceSchedule(*plan);

@@ -24,7 +24,8 @@ struct VerifySchedule : mlir::muon::impl::VerifyScheduleBase<VerifySchedule> {
     FailureOr<ModelLayout> layout = computeModelLayout(model);
     if (failed(layout))
       return signalPassFailure();
-    FailureOr<::muon::Plan> plan = planFromModel(model, *layout);
+    FailureOr<::muon::Plan> plan = planFromModel(model, *layout, "f32",
+                                                 /*withTransfers=*/false);
     if (failed(plan))
       return signalPassFailure();
     std::string error = ::muon::verifySchedule(*plan);

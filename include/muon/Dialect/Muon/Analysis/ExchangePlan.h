@@ -26,8 +26,12 @@ namespace mlir::muon {
 /// Fails, with an error on the model, when a distributed model has a Muon
 /// matrix without an owner (run muon-assign-owners first) or `wireDtype` is
 /// not f32 or bf16.
+/// With `withTransfers` false only the matrices, owners and settings are
+/// filled (what packing and scheduling need), which is much cheaper at
+/// scale.
 FailureOr<::muon::Plan> buildPlan(ModelOp model, const ModelLayout &layout,
-                                  StringRef wireDtype);
+                                  StringRef wireDtype,
+                                  bool withTransfers = true);
 
 /// The schedule options the model's muon.distributed op sets.
 ::muon::ScheduleOptions scheduleOptionsOf(ModelOp model);
@@ -38,7 +42,8 @@ FailureOr<::muon::Plan> buildPlan(ModelOp model, const ModelLayout &layout,
 /// `wireWithoutConfig` is the wire dtype reported for models without a
 /// distributed config (which move nothing).
 FailureOr<::muon::Plan> planFromModel(ModelOp model, const ModelLayout &layout,
-                                      StringRef wireWithoutConfig = "f32");
+                                      StringRef wireWithoutConfig = "f32",
+                                      bool withTransfers = true);
 
 } // namespace mlir::muon
 
