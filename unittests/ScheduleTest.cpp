@@ -40,12 +40,15 @@ TEST(Schedule, PrefetchOneOverlapsTheNextGather) {
       schedulePlan(plan, {/*prefetch*/ 1, /*async*/ true, 8, 0}, error));
   EXPECT_EQ(verifySchedule(plan), "");
   ASSERT_EQ(plan.rounds.size(), 2u);
-  // Two slots: gather 1 is in flight during NS 0, scatter 0 during NS 1.
+  // Two slots: gather 1 is in flight during NS 0, scatter 0 during NS 1;
+  // momentum first, each round's update right after its scatter, AdamW
+  // last (no reduction needed).
   std::vector<std::pair<Kind, int64_t>> expected = {
-      {Kind::Start, 0},        {Kind::Start, 2}, {Kind::Done, 0},
-      {Kind::NewtonSchulz, 0}, {Kind::Start, 1}, {Kind::Done, 2},
-      {Kind::NewtonSchulz, 1}, {Kind::Start, 3}, {Kind::Done, 1},
-      {Kind::Done, 3}};
+      {Kind::Momentum, 0},    {Kind::Start, 0},        {Kind::Start, 2},
+      {Kind::Done, 0},        {Kind::NewtonSchulz, 0}, {Kind::Start, 1},
+      {Kind::Done, 2},        {Kind::NewtonSchulz, 1}, {Kind::Start, 3},
+      {Kind::Done, 1},        {Kind::ApplyUpdate, 0},  {Kind::Done, 3},
+      {Kind::ApplyUpdate, 1}, {Kind::AdamW, 0}};
   ASSERT_EQ(plan.schedule.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(plan.schedule[i].kind, expected[i].first) << i;
@@ -86,10 +89,18 @@ TEST(ScheduleVerifier, CatchesEveryKindOfViolation) {
   std::string error;
   ASSERT_TRUE(schedulePlan(good, {0, true, 1, 0}, error));
   ASSERT_EQ(verifySchedule(good), "");
-  // good.schedule: start 0, done 0, ns 0, start 1, done 1
+  // good.schedule: momentum, start 0, done 0, ns 0, start 1, done 1,
+  // apply 0, adamw. Broken schedules start with momentum unless they test
+  // it (`raw`).
+  auto raw = [&](std::vector<ScheduleStep> s) {
+    Plan p = good;
+    p.schedule = std::move(s);
+    return verifySchedule(p);
+  };
   auto broken = [&](std::vector<ScheduleStep> s, int64_t limit = 1,
                     int64_t budget = 0) {
     Plan p = good;
+    s.insert(s.begin(), {Kind::Momentum, 0});
     p.schedule = std::move(s);
     p.inflightLimit = limit;
     p.gatherBudgetBytes = budget;
@@ -125,9 +136,54 @@ TEST(ScheduleVerifier, CatchesEveryKindOfViolation) {
                    /*limit*/ 0)
                 .find("in flight, limit 0"),
             std::string::npos);
+  // The elementwise steps.
+  EXPECT_NE(raw({{Kind::Start, 0}}).find("starts before momentum"),
+            std::string::npos);
+  EXPECT_NE(raw({{Kind::Momentum, 0}, {Kind::Start, 0}, {Kind::Momentum, 0}})
+                .find("momentum runs twice"),
+            std::string::npos);
+  EXPECT_NE(broken({{Kind::Start, 0}, {Kind::Done, 0}, {Kind::NewtonSchulz, 0},
+                    {Kind::Start, 1}, {Kind::ApplyUpdate, 0}})
+                .find("update of round 0 before its scatter is done"),
+            std::string::npos);
+  EXPECT_NE(broken({{Kind::Start, 0}, {Kind::Done, 0}, {Kind::NewtonSchulz, 0},
+                    {Kind::Start, 1}, {Kind::Done, 1}, {Kind::AdamW, 0}})
+                .find("the update of round 0 is never applied"),
+            std::string::npos);
+  EXPECT_NE(broken({{Kind::Start, 0}, {Kind::Done, 0}, {Kind::NewtonSchulz, 0},
+                    {Kind::Start, 1}, {Kind::Done, 1},
+                    {Kind::ApplyUpdate, 0}})
+                .find("AdamW never runs"),
+            std::string::npos);
   // Rank 0 gathers two 4x4 f32 matrices (128 bytes) with a budget of 100.
   EXPECT_NE(
       broken({{Kind::Start, 0}}, 1, /*budget*/ 100)
           .find("rank 0 holds 128 bytes of gathered matrices, budget 100"),
       std::string::npos);
+}
+
+// AdamW parameters with partial gradients: the reduce exchange goes first,
+// AdamW runs right after it is done, and not before.
+TEST(Schedule, AdamWRunsAfterItsReduction) {
+  Plan plan = smallPlan();
+  Exchange reduce{Exchange::Phase::Reduce, 0, {}, {{0, 1, 0, 1, 8}}};
+  plan.exchanges.push_back(reduce);
+  std::string error;
+  ASSERT_TRUE(schedulePlan(plan, {0, true, 1, 0}, error)) << error;
+  EXPECT_EQ(verifySchedule(plan), "");
+  // Reduce is exchange 2 (after round 0's gather and scatter).
+  ASSERT_EQ(plan.exchanges.size(), 3u);
+  EXPECT_EQ(plan.exchanges[2].phase, Exchange::Phase::Reduce);
+  size_t doneReduce = 0, adamw = 0;
+  for (size_t i = 0; i < plan.schedule.size(); ++i) {
+    if (plan.schedule[i].kind == Kind::Done && plan.schedule[i].index == 2)
+      doneReduce = i;
+    if (plan.schedule[i].kind == Kind::AdamW)
+      adamw = i;
+  }
+  EXPECT_EQ(adamw, doneReduce + 1);
+  // Moving AdamW before the reduction's done breaks the rules.
+  std::swap(plan.schedule[adamw], plan.schedule[doneReduce]);
+  EXPECT_NE(verifySchedule(plan).find("AdamW before its gradients are reduced"),
+            std::string::npos);
 }

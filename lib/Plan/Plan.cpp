@@ -18,12 +18,18 @@ std::vector<RankFigures> computeRankFigures(const Plan &plan) {
       if (plan.matrices[m].owner == r)
         figures[r].owned.push_back(plan.matrices[m].label());
     }
-  for (const Exchange &ex : plan.exchanges)
+  for (const Exchange &ex : plan.exchanges) {
     for (const Transfer &t : ex.transfers) {
       int64_t bytes = t.elements() * plan.wireBytes;
       figures[t.src].bytesSent += bytes;
       figures[t.dst].bytesReceived += bytes;
     }
+    for (const Reduction &r : ex.reductions) {
+      int64_t bytes = r.elements * plan.wireBytes;
+      figures[r.src].bytesSent += bytes;
+      figures[r.dst].bytesReceived += bytes;
+    }
+  }
   return figures;
 }
 
@@ -31,17 +37,24 @@ std::vector<RankExchangeView> rankExchangeViews(const Exchange &exchange,
                                                 int64_t worldSize) {
   // Per rank, per peer (ordered), the transfers in exchange order.
   std::vector<std::map<int64_t, PeerSlice>> sends(worldSize), recvs(worldSize);
-  for (size_t i = 0; i < exchange.transfers.size(); ++i) {
-    const Transfer &t = exchange.transfers[i];
-    PeerSlice &s = sends[t.src][t.dst];
-    s.peer = t.dst;
-    s.elements += t.elements();
+  auto add = [&](int64_t src, int64_t dst, int64_t elements, size_t i) {
+    PeerSlice &s = sends[src][dst];
+    s.peer = dst;
+    s.elements += elements;
     s.transfers.push_back(static_cast<int64_t>(i));
-    PeerSlice &r = recvs[t.dst][t.src];
-    r.peer = t.src;
-    r.elements += t.elements();
+    PeerSlice &r = recvs[dst][src];
+    r.peer = src;
+    r.elements += elements;
     r.transfers.push_back(static_cast<int64_t>(i));
-  }
+  };
+  // Transfers (gather, scatter) or reductions (reduce): an exchange has one
+  // kind, and the slices index into that list.
+  for (size_t i = 0; i < exchange.transfers.size(); ++i)
+    add(exchange.transfers[i].src, exchange.transfers[i].dst,
+        exchange.transfers[i].elements(), i);
+  for (size_t i = 0; i < exchange.reductions.size(); ++i)
+    add(exchange.reductions[i].src, exchange.reductions[i].dst,
+        exchange.reductions[i].elements, i);
   std::vector<RankExchangeView> views(worldSize);
   auto lay = [](std::map<int64_t, PeerSlice> &byPeer,
                 std::vector<PeerSlice> &out, int64_t &total) {
@@ -62,6 +75,8 @@ RankExchangeView rankExchangeView(const Exchange &exchange, int64_t rank) {
   int64_t world = rank + 1;
   for (const Transfer &t : exchange.transfers)
     world = std::max({world, t.src + 1, t.dst + 1});
+  for (const Reduction &r : exchange.reductions)
+    world = std::max({world, r.src + 1, r.dst + 1});
   return std::move(rankExchangeViews(exchange, world)[rank]);
 }
 

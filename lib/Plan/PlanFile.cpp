@@ -3,6 +3,8 @@
 #include "muon/Plan/Schedule.h"
 
 #include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -11,7 +13,15 @@ namespace json = llvm::json;
 
 namespace {
 const char *phaseName(Exchange::Phase p) {
-  return p == Exchange::Phase::Gather ? "gather" : "scatter";
+  switch (p) {
+  case Exchange::Phase::Gather:
+    return "gather";
+  case Exchange::Phase::Scatter:
+    return "scatter";
+  case Exchange::Phase::Reduce:
+    return "reduce";
+  }
+  return "?";
 }
 const char *stepName(ScheduleStep::Kind k) {
   switch (k) {
@@ -21,6 +31,12 @@ const char *stepName(ScheduleStep::Kind k) {
     return "done";
   case ScheduleStep::Kind::NewtonSchulz:
     return "ns";
+  case ScheduleStep::Kind::Momentum:
+    return "momentum";
+  case ScheduleStep::Kind::ApplyUpdate:
+    return "apply";
+  case ScheduleStep::Kind::AdamW:
+    return "adamw";
   }
   return "?";
 }
@@ -125,6 +141,10 @@ std::string renderPlan(const Plan &plan) {
             for (const Transfer &t : ex.transfers)
               ints({t.src, t.dst, t.matrix, t.rows.begin, t.rows.end,
                     t.cols.begin, t.cols.end, t.summand});
+          });
+          j.attributeArray("reductions", [&] {
+            for (const Reduction &r : ex.reductions)
+              ints({r.src, r.dst, r.param, r.summand, r.elements});
           });
         });
     });
@@ -391,10 +411,13 @@ bool parsePlan(const std::string &text, Plan &plan, std::string &error) {
         break;
       Exchange ex;
       std::string phase = rd.string(o->get("phase"), path + ".phase");
-      if (rd.ok() && phase != "gather" && phase != "scatter")
-        rd.fail(path + ".phase", "expected \"gather\" or \"scatter\"");
-      ex.phase = phase == "gather" ? Exchange::Phase::Gather
-                                   : Exchange::Phase::Scatter;
+      if (rd.ok() && phase != "gather" && phase != "scatter" &&
+          phase != "reduce")
+        rd.fail(path + ".phase",
+                "expected \"gather\", \"scatter\" or \"reduce\"");
+      ex.phase = phase == "gather"    ? Exchange::Phase::Gather
+                 : phase == "scatter" ? Exchange::Phase::Scatter
+                                      : Exchange::Phase::Reduce;
       ex.round = rd.integer(o->get("round"), path + ".round", 0);
       if (const json::Array *ts =
               rd.array(o->get("transfers"), path + ".transfers"))
@@ -423,6 +446,21 @@ bool parsePlan(const std::string &text, Plan &plan, std::string &error) {
             rd.fail(tpath, "ranks, matrix or box out of range");
           ex.transfers.push_back(t);
         }
+      if (const json::Array *rs =
+              rd.array(o->get("reductions"), path + ".reductions"))
+        for (size_t k = 0; k < rs->size() && rd.ok(); ++k) {
+          std::string rpath = at(path + ".reductions", k);
+          std::vector<int64_t> v = rd.ints(&(*rs)[k], rpath, 0);
+          if (!rd.ok())
+            break;
+          if (v.size() != 5 || v[0] >= world || v[1] >= world ||
+              v[0] == v[1] || v[2] >= numParams || v[4] < 1) {
+            rd.fail(rpath, "expected [src, dst, param, summand, elements] "
+                           "in range");
+            break;
+          }
+          ex.reductions.push_back({v[0], v[1], v[2], v[3], v[4]});
+        }
       plan.exchanges.push_back(std::move(ex));
     }
   if (const json::Array *ss = rd.array(root->get("schedule"), "schedule"))
@@ -435,11 +473,18 @@ bool parsePlan(const std::string &text, Plan &plan, std::string &error) {
       }
       std::string kind = rd.string(&(*step)[0], at(path, 0));
       ScheduleStep s;
-      s.kind = kind == "start"  ? ScheduleStep::Kind::Start
-               : kind == "done" ? ScheduleStep::Kind::Done
-                                : ScheduleStep::Kind::NewtonSchulz;
-      if (rd.ok() && kind != "start" && kind != "done" && kind != "ns")
-        rd.fail(at(path, 0), "expected \"start\", \"done\" or \"ns\"");
+      using Kind = ScheduleStep::Kind;
+      static const std::pair<const char *, Kind> kinds[] = {
+          {"start", Kind::Start},       {"done", Kind::Done},
+          {"ns", Kind::NewtonSchulz},   {"momentum", Kind::Momentum},
+          {"apply", Kind::ApplyUpdate}, {"adamw", Kind::AdamW}};
+      auto known = std::find_if(std::begin(kinds), std::end(kinds),
+                                [&](auto &k) { return kind == k.first; });
+      if (rd.ok() && known == std::end(kinds))
+        rd.fail(at(path, 0), "expected \"start\", \"done\", \"ns\", "
+                             "\"momentum\", \"apply\" or \"adamw\"");
+      if (known != std::end(kinds))
+        s.kind = known->second;
       s.index = rd.integer(&(*step)[1], at(path, 1), 0);
       plan.schedule.push_back(s);
     }

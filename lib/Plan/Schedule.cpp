@@ -5,6 +5,7 @@
 #include <deque>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <tuple>
 
 namespace muon {
@@ -147,15 +148,24 @@ void setRounds(Plan &plan, std::vector<std::vector<int64_t>> rounds) {
         roundOf[m] = r;
     std::vector<Exchange> exchanges(2 * plan.rounds.size());
     for (size_t r = 0; r < plan.rounds.size(); ++r) {
-      exchanges[2 * r] = {Exchange::Phase::Gather, static_cast<int64_t>(r), {}};
+      exchanges[2 * r] = {Exchange::Phase::Gather, static_cast<int64_t>(r),
+                          {}, {}};
       exchanges[2 * r + 1] = {Exchange::Phase::Scatter,
-                              static_cast<int64_t>(r), {}};
+                              static_cast<int64_t>(r), {}, {}};
     }
-    for (const Exchange &ex : plan.exchanges)
+    std::optional<Exchange> reduce;
+    for (const Exchange &ex : plan.exchanges) {
+      if (ex.phase == Exchange::Phase::Reduce) {
+        reduce = ex;
+        continue;
+      }
       for (const Transfer &t : ex.transfers)
         exchanges[2 * roundOf[t.matrix] +
                   (ex.phase == Exchange::Phase::Scatter ? 1 : 0)]
             .transfers.push_back(t);
+    }
+    if (reduce)
+      exchanges.push_back(std::move(*reduce));
     plan.exchanges = std::move(exchanges);
   }
   // NS batches: per rank and round, same-shape matrices together (each
@@ -183,11 +193,19 @@ void setRounds(Plan &plan, std::vector<std::vector<int64_t>> rounds) {
 }
 
 void sequenceSchedule(Plan &plan) {
+  using Kind = ScheduleStep::Kind;
   plan.schedule.clear();
+  plan.schedule.push_back({Kind::Momentum, 0});
   if (!plan.distributed) {
-    plan.schedule.push_back({ScheduleStep::Kind::NewtonSchulz, 0});
+    plan.schedule.push_back({Kind::NewtonSchulz, 0});
+    plan.schedule.push_back({Kind::ApplyUpdate, 0});
+    plan.schedule.push_back({Kind::AdamW, 0});
     return;
   }
+  int64_t reduceExchange = -1;
+  if (!plan.exchanges.empty() &&
+      plan.exchanges.back().phase == Exchange::Phase::Reduce)
+    reduceExchange = static_cast<int64_t>(plan.exchanges.size()) - 1;
   // The sequence: starts early, dones late, within the limits.
   int64_t rounds = plan.rounds.size();
   std::vector<std::vector<int64_t>> bytes = gatheredBytes(plan, plan.rounds);
@@ -199,10 +217,23 @@ void sequenceSchedule(Plan &plan) {
   auto done = [&](int64_t exchange) {
     inflight.erase(std::find(inflight.begin(), inflight.end(), exchange));
     emit(ScheduleStep::Kind::Done, exchange);
-    if (exchange % 2 == 1) // a scatter frees its round's gathered buffers
+    if (exchange == reduceExchange) {
+      // Summed AdamW gradients: AdamW can run now.
+      emit(ScheduleStep::Kind::AdamW, 0);
+      return;
+    }
+    if (exchange % 2 == 1) { // a scatter: apply the round, free its buffers
+      emit(ScheduleStep::Kind::ApplyUpdate, exchange / 2);
       for (int64_t r = 0; r < plan.worldSize; ++r)
         memory[r] -= bytes[exchange / 2][r];
+    }
   };
+  // The AdamW reduction goes first and finishes whenever its slot is needed
+  // (or at the end): it overlaps the Muon rounds.
+  if (reduceExchange >= 0) {
+    emit(ScheduleStep::Kind::Start, reduceExchange);
+    inflight.push_back(reduceExchange);
+  }
   auto fits = [&](int64_t round) {
     if (static_cast<int64_t>(inflight.size()) >= plan.inflightLimit)
       return false;
@@ -239,6 +270,8 @@ void sequenceSchedule(Plan &plan) {
   }
   while (!inflight.empty())
     done(inflight.front());
+  if (reduceExchange < 0)
+    emit(ScheduleStep::Kind::AdamW, 0);
 }
 
 bool schedulePlan(Plan &plan, const ScheduleOptions &options,
@@ -263,10 +296,23 @@ std::string verifySchedule(const Plan &plan) {
   for (int64_t r = 0; r < rounds; ++r)
     for (int64_t m : plan.rounds[r])
       roundOf[m] = r;
+  // Round r gathers in 2r and scatters in 2r+1; a reduce may follow.
+  int64_t reduceExchange = -1;
+  if (exchanges > 2 * rounds)
+    reduceExchange = 2 * rounds;
+  if (exchanges > 2 * rounds + 1 ||
+      (reduceExchange >= 0 &&
+       plan.exchanges[reduceExchange].phase != Exchange::Phase::Reduce))
+    return "expected 2 exchanges per round and at most one reduce, found " +
+           std::to_string(exchanges) + " exchanges for " +
+           std::to_string(rounds) + " rounds";
   for (int64_t e = 0; e < exchanges; ++e) {
     const Exchange &ex = plan.exchanges[e];
+    if (e == reduceExchange)
+      continue;
     bool gather = ex.phase == Exchange::Phase::Gather;
-    if (ex.round != e / 2 || gather != (e % 2 == 0))
+    if (ex.phase == Exchange::Phase::Reduce || ex.round != e / 2 ||
+        gather != (e % 2 == 0))
       return "exchange " + std::to_string(e) +
              " is not the expected gather/scatter of round " +
              std::to_string(e / 2);
@@ -275,8 +321,38 @@ std::string verifySchedule(const Plan &plan) {
         return "exchange " + std::to_string(e) + " moves matrix '" +
                plan.matrices[t.matrix].label() + "' of another round";
   }
+  int momentum = 0, adamw = 0;
+  std::vector<int> applied(rounds, 0);
   for (size_t i = 0; i < plan.schedule.size(); ++i) {
     const ScheduleStep &s = plan.schedule[i];
+    if (s.kind == ScheduleStep::Kind::Momentum) {
+      if (momentum++)
+        return where(i) + ": momentum runs twice";
+      for (int64_t e = 0; e < exchanges; ++e)
+        if (started[e] && e != reduceExchange)
+          return where(i) + ": momentum after a gather has started (the "
+                            "gathers carry its result)";
+      continue;
+    }
+    if (s.kind == ScheduleStep::Kind::ApplyUpdate) {
+      if (s.index < 0 || s.index >= rounds)
+        return where(i) + ": update of unknown round " +
+               std::to_string(s.index);
+      if (!nsRuns[s.index] || (exchanges && !finished[2 * s.index + 1]))
+        return where(i) + ": update of round " + std::to_string(s.index) +
+               " before its scatter is done";
+      if (applied[s.index]++)
+        return where(i) + ": update of round " + std::to_string(s.index) +
+               " applied twice";
+      continue;
+    }
+    if (s.kind == ScheduleStep::Kind::AdamW) {
+      if (adamw++)
+        return where(i) + ": AdamW runs twice";
+      if (reduceExchange >= 0 && !finished[reduceExchange])
+        return where(i) + ": AdamW before its gradients are reduced";
+      continue;
+    }
     if (s.kind == ScheduleStep::Kind::NewtonSchulz) {
       if (s.index < 0 || s.index >= rounds)
         return where(i) + ": NS of unknown round " + std::to_string(s.index);
@@ -290,13 +366,17 @@ std::string verifySchedule(const Plan &plan) {
     }
     if (s.index < 0 || s.index >= exchanges)
       return where(i) + ": unknown exchange " + std::to_string(s.index);
-    bool gather = s.index % 2 == 0;
+    bool reduce = s.index == reduceExchange;
+    bool gather = !reduce && s.index % 2 == 0;
     int64_t round = s.index / 2;
     if (s.kind == ScheduleStep::Kind::Start) {
       if (started[s.index]++)
         return where(i) + ": exchange " + std::to_string(s.index) +
                " started twice";
-      if (!gather && !nsRuns[round])
+      if (gather && !momentum)
+        return where(i) + ": gather of round " + std::to_string(round) +
+               " starts before momentum";
+      if (!gather && !reduce && !nsRuns[round])
         return where(i) + ": scatter of round " + std::to_string(round) +
                " starts before its NS";
       if (++inflight > plan.inflightLimit)
@@ -320,7 +400,7 @@ std::string verifySchedule(const Plan &plan) {
         return where(i) + ": exchange " + std::to_string(s.index) +
                " done twice";
       --inflight;
-      if (!gather)
+      if (!gather && !reduce)
         for (int64_t r = 0; r < plan.worldSize; ++r)
           memory[r] -= bytes[round][r];
     }
@@ -329,9 +409,16 @@ std::string verifySchedule(const Plan &plan) {
     if (!started[e] || !finished[e])
       return "exchange " + std::to_string(e) + " is never " +
              (started[e] ? "done" : "started");
-  for (int64_t r = 0; r < rounds; ++r)
+  for (int64_t r = 0; r < rounds; ++r) {
     if (!nsRuns[r])
       return "NS of round " + std::to_string(r) + " never runs";
+    if (!applied[r])
+      return "the update of round " + std::to_string(r) + " is never applied";
+  }
+  if (!momentum)
+    return "momentum never runs";
+  if (!adamw)
+    return "AdamW never runs";
   return "";
 }
 

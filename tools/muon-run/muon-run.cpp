@@ -216,14 +216,32 @@ int main(int argc, char **argv) {
   }
   if (printSchedule) {
     llvm::raw_ostream &os = llvm::outs();
+    using Kind = ::muon::ScheduleStep::Kind;
     for (const ::muon::ScheduleStep &s : plan->schedule) {
-      if (s.kind == ::muon::ScheduleStep::Kind::NewtonSchulz) {
+      switch (s.kind) {
+      case Kind::NewtonSchulz:
         os << "ns round " << s.index << "\n";
         continue;
+      case Kind::Momentum:
+        os << "momentum\n";
+        continue;
+      case Kind::ApplyUpdate:
+        os << "apply round " << s.index << "\n";
+        continue;
+      case Kind::AdamW:
+        os << "adamw\n";
+        continue;
+      case Kind::Start:
+      case Kind::Done:
+        break;
       }
       const ::muon::Exchange &ex = plan->exchanges[s.index];
-      os << (s.kind == ::muon::ScheduleStep::Kind::Start ? "start " : "done ")
-         << (ex.phase == ::muon::Exchange::Phase::Gather ? "gather" : "scatter")
+      os << (s.kind == Kind::Start ? "start " : "done ");
+      if (ex.phase == ::muon::Exchange::Phase::Reduce) {
+        os << "reduce (" << ex.reductions.size() << " reductions)\n";
+        continue;
+      }
+      os << (ex.phase == ::muon::Exchange::Phase::Gather ? "gather" : "scatter")
          << " round " << ex.round << " (" << ex.transfers.size()
          << " transfers)\n";
     }

@@ -64,20 +64,42 @@ struct Transfer {
   int64_t elements() const { return rows.size() * cols.size(); }
 };
 
+/// One partial summand of an AdamW parameter's piece moving to another
+/// holder of the same piece: AdamW's moments are not linear, so each holder
+/// needs the summed gradient of its piece before it updates. The box is the
+/// receiver's (equal to the sender's) local box of the parameter.
+struct Reduction {
+  int64_t src = 0, dst = 0;
+  int64_t param = 0; // index into Plan::params
+  int64_t summand = 0;
+  int64_t elements = 0;
+};
+
 /// One packed exchange: everything that moves in one round of one phase
-/// goes in a single all-to-all-v over the world communicator.
+/// goes in a single all-to-all-v over the world communicator. Round r gathers
+/// in exchange 2r and scatters in 2r+1; the AdamW reduction, if any model
+/// parameter needs one, is the last exchange.
 struct Exchange {
-  enum class Phase { Gather, Scatter };
+  enum class Phase { Gather, Scatter, Reduce };
   Phase phase = Phase::Gather;
   int64_t round = 0;
-  std::vector<Transfer> transfers;
+  std::vector<Transfer> transfers;    // Gather, Scatter
+  std::vector<Reduction> reductions;  // Reduce
 };
 
 /// One entry of the step's sequence, identical on every rank.
+///  - Start / Done: post / wait for exchange `index`;
+///  - NewtonSchulz: this rank's NS batches of round `index`;
+///  - Momentum: momentum (and the Nesterov mix) on every local Muon piece,
+///    with the rank's own gradient summand; the gathers carry its result;
+///  - ApplyUpdate: weight decay and the adjusted-lr update on every local
+///    piece of round `index`'s matrices, from the orthogonalized values;
+///  - AdamW: the AdamW update of every local AdamW piece, on summed
+///    gradients.
 struct ScheduleStep {
-  enum class Kind { Start, Done, NewtonSchulz };
+  enum class Kind { Start, Done, NewtonSchulz, Momentum, ApplyUpdate, AdamW };
   Kind kind = Kind::Start;
-  int64_t index = 0; // exchange index for Start/Done, round for NewtonSchulz
+  int64_t index = 0; // exchange for Start/Done, round for NS/ApplyUpdate
 };
 
 /// Same-shape matrices a rank orthogonalizes together in one round.

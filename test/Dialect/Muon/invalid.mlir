@@ -382,8 +382,8 @@ muon.model @m {
   muon.param @a : tensor<8x8xf32> on @mesh split [[], []]
   muon.round 0 [@a]
   muon.schedule {
-    // expected-error @+1 {{unknown exchange phase 'reduce'; expected 'gather' or 'scatter'}}
-    %0 = muon.exchange_start "reduce" round 0 : !muon.token
+    // expected-error @+1 {{unknown exchange phase 'allreduce'; expected 'gather', 'scatter' or 'reduce'}}
+    %0 = muon.exchange_start "allreduce" round 0 : !muon.token
     muon.exchange_done %0
   }
 }

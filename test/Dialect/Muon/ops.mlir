@@ -58,9 +58,14 @@ muon.model @single {
 // CHECK-LABEL: muon.model @step
 // CHECK:         muon.round 0 [@a]
 // CHECK:         muon.schedule {
+// CHECK-NEXT:      muon.momentum
+// CHECK-NEXT:      %[[R:.*]] = muon.exchange_start "reduce" round 0 : !muon.token
 // CHECK-NEXT:      %[[T:.*]] = muon.exchange_start "gather" round 0 : !muon.token
 // CHECK-NEXT:      muon.exchange_done %[[T]]
 // CHECK-NEXT:      muon.newton_schulz round 0
+// CHECK:           muon.apply_update round 0
+// CHECK-NEXT:      muon.exchange_done %[[R]]
+// CHECK-NEXT:      muon.adamw_update
 muon.model @step {
   shard.grid @mesh(shape = 2)
   muon.distributed {wire_dtype = "bf16", gather_budget_bytes = 1024 : i64, max_rounds = 4 : i64}
@@ -68,10 +73,15 @@ muon.model @step {
   muon.assign 0 [@a]
   muon.round 0 [@a]
   muon.schedule {
+    muon.momentum
+    %r = muon.exchange_start "reduce" round 0 : !muon.token
     %0 = muon.exchange_start "gather" round 0 : !muon.token
     muon.exchange_done %0
     muon.newton_schulz round 0
     %1 = muon.exchange_start "scatter" round 0 : !muon.token
     muon.exchange_done %1
+    muon.apply_update round 0
+    muon.exchange_done %r
+    muon.adamw_update
   }
 }

@@ -14,6 +14,62 @@ using ::muon::Plan;
 using ::muon::PlanMatrix;
 using ::muon::Transfer;
 
+/// The AdamW reduction: every holder of a piece of an AdamW parameter with
+/// partial axes receives the other summands of that piece, each from one of
+/// the replicas holding it (the one that has sent least, ties to the lowest
+/// rank).
+static Exchange adamwReductions(const Plan &plan, std::vector<int64_t> &sent) {
+  Exchange reduce;
+  reduce.phase = Exchange::Phase::Reduce;
+  const ::muon::Mesh &mesh = plan.mesh;
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    const ::muon::ParamLayout &pl = plan.params[i].layout;
+    if (plan.params[i].muon || pl.partialAxes.empty())
+      continue;
+    // Holders grouped by box, then summand: (box begins) -> summand -> ranks.
+    std::map<std::vector<int64_t>, std::map<int64_t, std::vector<int64_t>>>
+        holders;
+    std::map<std::vector<int64_t>, int64_t> boxElements;
+    for (int64_t linear = 0; linear < mesh.numDevices(); ++linear) {
+      std::vector<int64_t> coords = mesh.coordsOfLinear(linear);
+      if (!pl.inSubmesh(coords))
+        continue;
+      std::vector<::muon::Range> box = pl.localBox(mesh, coords);
+      int64_t elements = 1;
+      std::vector<int64_t> begins;
+      for (const ::muon::Range &r : box) {
+        elements *= r.size();
+        begins.push_back(r.begin);
+      }
+      if (elements == 0)
+        continue;
+      int64_t summand = 0;
+      for (int64_t axis : pl.partialAxes)
+        summand = summand * mesh.shape[axis] + coords[axis];
+      holders[begins][summand].push_back(mesh.rankAt(coords));
+      boxElements[begins] = elements;
+    }
+    for (auto &[begins, bySummand] : holders) {
+      for (auto &[s, ranks] : bySummand)
+        llvm::sort(ranks);
+      for (auto &[mySummand, receivers] : bySummand)
+        for (int64_t dst : receivers)
+          for (auto &[s, replicas] : bySummand) {
+            if (s == mySummand)
+              continue;
+            int64_t src = *std::min_element(
+                replicas.begin(), replicas.end(),
+                [&](int64_t a, int64_t b) { return sent[a] < sent[b]; });
+            int64_t elements = boxElements[begins];
+            sent[src] += elements;
+            reduce.reductions.push_back(
+                {src, dst, static_cast<int64_t>(i), s, elements});
+          }
+    }
+  }
+  return reduce;
+}
+
 FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
                                       StringRef wireDtype,
                                       bool withTransfers) {
@@ -146,6 +202,9 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
   if (distributed) {
     plan.exchanges.push_back(std::move(gather));
     plan.exchanges.push_back(std::move(scatter));
+    Exchange reduce = adamwReductions(plan, sent);
+    if (!reduce.reductions.empty())
+      plan.exchanges.push_back(std::move(reduce));
   }
   return plan;
 }
@@ -203,22 +262,45 @@ FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
   ::muon::setRounds(*plan, std::move(rounds));
 
   // The sequence from the IR, if there is one.
+  bool hasReduce = !plan->exchanges.empty() &&
+                   plan->exchanges.back().phase == Exchange::Phase::Reduce;
   for (ScheduleOp schedule : model.getBodyBlock().getOps<ScheduleOp>()) {
     plan->schedule.clear();
+    auto exchangeOf = [&](ExchangeStartOp start) -> FailureOr<int64_t> {
+      if (start.getPhase() == "reduce") {
+        if (!hasReduce)
+          return start.emitError()
+                 << "no parameter needs an AdamW reduction here";
+        return static_cast<int64_t>(plan->exchanges.size()) - 1;
+      }
+      int64_t round = static_cast<int64_t>(start.getRound());
+      if (round >= static_cast<int64_t>(plan->rounds.size()))
+        return start.emitError() << "the model has no round " << round;
+      return 2 * round + (start.getPhase() == "scatter" ? 1 : 0);
+    };
     for (Operation &op : schedule.getBodyBlock()) {
       using Kind = ::muon::ScheduleStep::Kind;
       if (auto start = dyn_cast<ExchangeStartOp>(op)) {
-        int64_t e = 2 * static_cast<int64_t>(start.getRound()) +
-                    (start.getPhase() == "scatter" ? 1 : 0);
-        plan->schedule.push_back({Kind::Start, e});
+        FailureOr<int64_t> e = exchangeOf(start);
+        if (failed(e))
+          return failure();
+        plan->schedule.push_back({Kind::Start, *e});
       } else if (auto done = dyn_cast<ExchangeDoneOp>(op)) {
-        auto start = done.getToken().getDefiningOp<ExchangeStartOp>();
-        int64_t e = 2 * static_cast<int64_t>(start.getRound()) +
-                    (start.getPhase() == "scatter" ? 1 : 0);
-        plan->schedule.push_back({Kind::Done, e});
+        FailureOr<int64_t> e =
+            exchangeOf(done.getToken().getDefiningOp<ExchangeStartOp>());
+        if (failed(e))
+          return failure();
+        plan->schedule.push_back({Kind::Done, *e});
       } else if (auto ns = dyn_cast<NewtonSchulzOp>(op)) {
         plan->schedule.push_back(
             {Kind::NewtonSchulz, static_cast<int64_t>(ns.getRound())});
+      } else if (isa<MomentumOp>(op)) {
+        plan->schedule.push_back({Kind::Momentum, 0});
+      } else if (auto apply = dyn_cast<ApplyUpdateOp>(op)) {
+        plan->schedule.push_back(
+            {Kind::ApplyUpdate, static_cast<int64_t>(apply.getRound())});
+      } else if (isa<AdamWUpdateOp>(op)) {
+        plan->schedule.push_back({Kind::AdamW, 0});
       }
     }
   }

@@ -805,9 +805,10 @@ LogicalResult ScheduleOp::verifyRegions() {
 }
 
 LogicalResult ExchangeStartOp::verify() {
-  if (getPhase() != "gather" && getPhase() != "scatter")
+  if (getPhase() != "gather" && getPhase() != "scatter" &&
+      getPhase() != "reduce")
     return emitError() << "unknown exchange phase '" << getPhase()
-                       << "'; expected 'gather' or 'scatter'";
+                       << "'; expected 'gather', 'scatter' or 'reduce'";
   if (static_cast<int64_t>(getRound()) < 0)
     return emitError() << "round is negative";
   return success();

@@ -41,13 +41,24 @@ struct ScheduleStep : mlir::muon::impl::ScheduleStepBase<ScheduleStep> {
       switch (step.kind) {
       case ::muon::ScheduleStep::Kind::Start: {
         const ::muon::Exchange &ex = plan->exchanges[step.index];
+        const char *phase =
+            ex.phase == ::muon::Exchange::Phase::Gather    ? "gather"
+            : ex.phase == ::muon::Exchange::Phase::Scatter ? "scatter"
+                                                           : "reduce";
         tokens[step.index] = ExchangeStartOp::create(
             builder, model.getLoc(), TokenType::get(builder.getContext()),
-            ex.phase == ::muon::Exchange::Phase::Gather ? "gather"
-                                                         : "scatter",
-            ex.round);
+            phase, ex.round);
         break;
       }
+      case ::muon::ScheduleStep::Kind::Momentum:
+        MomentumOp::create(builder, model.getLoc());
+        break;
+      case ::muon::ScheduleStep::Kind::ApplyUpdate:
+        ApplyUpdateOp::create(builder, model.getLoc(), step.index);
+        break;
+      case ::muon::ScheduleStep::Kind::AdamW:
+        AdamWUpdateOp::create(builder, model.getLoc());
+        break;
       case ::muon::ScheduleStep::Kind::Done:
         ExchangeDoneOp::create(builder, model.getLoc(), tokens[step.index]);
         break;

@@ -271,7 +271,7 @@ def Muon_ScheduleOp : Muon_Op<"schedule", [
 }
 
 def Muon_ExchangeStartOp : Muon_Op<"exchange_start", [HasParent<"ScheduleOp">]> {
-  let summary = "Post the gather or scatter exchange of a round";
+  let summary = "Post the gather or scatter of a round, or the AdamW reduce";
   let arguments = (ins StrAttr:$phase, I64Attr:$round);
   let results = (outs Muon_TokenType:$token);
   let assemblyFormat = "$phase `round` $round attr-dict `:` type($token)";
@@ -288,6 +288,38 @@ def Muon_NewtonSchulzOp : Muon_Op<"newton_schulz", [HasParent<"ScheduleOp">]> {
   let summary = "Run this rank's Newton-Schulz batches of a round";
   let arguments = (ins I64Attr:$round);
   let assemblyFormat = "`round` $round attr-dict";
+}
+
+def Muon_MomentumOp : Muon_Op<"momentum", [HasParent<"ScheduleOp">]> {
+  let summary = "Momentum and the Nesterov mix on every local Muon piece";
+  let description = [{
+    `buf = lerp(buf, grad, 1 - momentum)`, then the update
+    `lerp(grad, buf, momentum)` with Nesterov (else `buf`), on each rank's
+    own pieces with its own gradient summand. Both are linear, so summing the
+    summands' results at the owner gives the update of the summed gradient:
+    the gathers carry this step's result.
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
+def Muon_ApplyUpdateOp : Muon_Op<"apply_update", [HasParent<"ScheduleOp">]> {
+  let summary = "Weight decay and the adjusted-lr update for a round";
+  let description = [{
+    On every local piece of the round's matrices, once their orthogonalized
+    values are back: `param *= 1 - lr * weight_decay`, then
+    `param -= adjusted_lr * update`.
+  }];
+  let arguments = (ins I64Attr:$round);
+  let assemblyFormat = "`round` $round attr-dict";
+}
+
+def Muon_AdamWUpdateOp : Muon_Op<"adamw_update", [HasParent<"ScheduleOp">]> {
+  let summary = "AdamW on every local piece of the adamw group";
+  let description = [{
+    Runs on summed gradients: for parameters with partial axes, after the
+    `reduce` exchange is done.
+  }];
+  let assemblyFormat = "attr-dict";
 }
 
 #endif // MUON_OPS_TD
