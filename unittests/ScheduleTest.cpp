@@ -106,7 +106,7 @@ TEST(ScheduleVerifier, CatchesEveryKindOfViolation) {
     p.gatherBudgetBytes = budget;
     return verifySchedule(p);
   };
-  EXPECT_NE(broken({{Kind::Done, 0}}).find("done before it starts"),
+  EXPECT_NE(broken({{Kind::Done, 0}}).find("the gather of round 0 is done before it starts"),
             std::string::npos);
   EXPECT_NE(broken({{Kind::Start, 0}, {Kind::NewtonSchulz, 0}})
                 .find("before its gather is done"),
@@ -114,13 +114,13 @@ TEST(ScheduleVerifier, CatchesEveryKindOfViolation) {
   EXPECT_NE(broken({{Kind::Start, 0}, {Kind::Done, 0}, {Kind::Start, 1}})
                 .find("starts before its NS"),
             std::string::npos);
-  EXPECT_NE(broken({{Kind::Start, 0}, {Kind::Start, 0}}).find("started twice"),
+  EXPECT_NE(broken({{Kind::Start, 0}, {Kind::Start, 0}}).find("the gather of round 0 starts twice"),
             std::string::npos);
   EXPECT_NE(broken({{Kind::Start, 0},
                     {Kind::Done, 0},
                     {Kind::NewtonSchulz, 0},
                     {Kind::Start, 1}})
-                .find("exchange 1 is never done"),
+                .find("the scatter of round 0 is never done"),
             std::string::npos);
   EXPECT_NE(broken({{Kind::Start, 0},
                     {Kind::Done, 0},

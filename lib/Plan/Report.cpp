@@ -67,27 +67,38 @@ std::string renderReport(const Report &report) {
 
 bool writeFileAtomically(const std::string &path, const std::string &text,
                          std::string &error) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      error = "cannot write '" + tmp + "': " + std::strerror(errno);
-      return false;
-    }
-    out << text;
-    out.flush();
-    if (!out) {
-      error = "cannot write '" + tmp + "': " + std::strerror(errno);
+  return writeFilesAtomically({{path, text}}, error);
+}
+
+bool writeFilesAtomically(
+    const std::vector<std::pair<std::string, std::string>> &files,
+    std::string &error) {
+  std::vector<std::string> staged;
+  auto discard = [&] {
+    for (const std::string &tmp : staged)
       std::remove(tmp.c_str());
+  };
+  for (const auto &[path, text] : files) {
+    std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (out) {
+      staged.push_back(tmp);
+      out << text;
+      out.flush();
+    }
+    if (!out) {
+      error = "cannot write '" + tmp + "': " + std::strerror(errno);
+      discard();
       return false;
     }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    error = "cannot move report into place at '" + path +
-            "': " + std::strerror(errno);
-    std::remove(tmp.c_str());
-    return false;
-  }
+  for (size_t i = 0; i < files.size(); ++i)
+    if (std::rename(staged[i].c_str(), files[i].first.c_str()) != 0) {
+      error = "cannot move '" + files[i].first +
+              "' into place: " + std::strerror(errno);
+      discard();
+      return false;
+    }
   return true;
 }
 

@@ -292,6 +292,13 @@ std::string verifySchedule(const Plan &plan) {
   std::vector<std::vector<int64_t>> bytes = gatheredBytes(plan, plan.rounds);
   int64_t inflight = 0;
   auto where = [](size_t i) { return "schedule step " + std::to_string(i); };
+  auto name = [&](int64_t e) -> std::string {
+    if (e >= 0 && e < exchanges &&
+        plan.exchanges[e].phase == Exchange::Phase::Reduce)
+      return "the AdamW reduce";
+    return std::string(e % 2 ? "the scatter" : "the gather") + " of round " +
+           std::to_string(e / 2);
+  };
   std::vector<int64_t> roundOf(plan.matrices.size(), -1);
   for (int64_t r = 0; r < rounds; ++r)
     for (int64_t m : plan.rounds[r])
@@ -365,14 +372,14 @@ std::string verifySchedule(const Plan &plan) {
       continue;
     }
     if (s.index < 0 || s.index >= exchanges)
-      return where(i) + ": unknown exchange " + std::to_string(s.index);
+      return where(i) + ": unknown exchange " + std::to_string(s.index) +
+             " (the model has " + std::to_string(rounds) + " rounds)";
     bool reduce = s.index == reduceExchange;
     bool gather = !reduce && s.index % 2 == 0;
     int64_t round = s.index / 2;
     if (s.kind == ScheduleStep::Kind::Start) {
       if (started[s.index]++)
-        return where(i) + ": exchange " + std::to_string(s.index) +
-               " started twice";
+        return where(i) + ": " + name(s.index) + " starts twice";
       if (gather && !momentum)
         return where(i) + ": gather of round " + std::to_string(round) +
                " starts before momentum";
@@ -394,11 +401,9 @@ std::string verifySchedule(const Plan &plan) {
         }
     } else {
       if (!started[s.index])
-        return where(i) + ": exchange " + std::to_string(s.index) +
-               " done before it starts";
+        return where(i) + ": " + name(s.index) + " is done before it starts";
       if (finished[s.index]++)
-        return where(i) + ": exchange " + std::to_string(s.index) +
-               " done twice";
+        return where(i) + ": " + name(s.index) + " is done twice";
       --inflight;
       if (!gather && !reduce)
         for (int64_t r = 0; r < plan.worldSize; ++r)
@@ -407,8 +412,7 @@ std::string verifySchedule(const Plan &plan) {
   }
   for (int64_t e = 0; e < exchanges; ++e)
     if (!started[e] || !finished[e])
-      return "exchange " + std::to_string(e) + " is never " +
-             (started[e] ? "done" : "started");
+      return name(e) + " is never " + (started[e] ? "done" : "started");
   for (int64_t r = 0; r < rounds; ++r) {
     if (!nsRuns[r])
       return "NS of round " + std::to_string(r) + " never runs";

@@ -119,7 +119,7 @@ muon.model @missing_scatter {
   muon.param @a : tensor<8x8xf32> on @mesh split [[0], []]
   muon.assign 0 [@a]
   muon.round 0 [@a]
-  // expected-error @+1 {{exchange 1 is never started}}
+  // expected-error @+1 {{the scatter of round 0 is never started}}
   muon.schedule {
     muon.momentum
     %0 = muon.exchange_start "gather" round 0 : !muon.token

@@ -175,18 +175,16 @@ int main(int argc, char **argv) {
   report.perRank = ::muon::computeRankFigures(*plan);
   report.lowerBoundBytesReceived = bounds.bytesReceived;
   report.lowerBoundMakespanFlops = bounds.makespanFlops;
-  if (!planFile.empty()) {
-    std::string error;
-    if (!::muon::writeFileAtomically(planFile, ::muon::renderPlan(*plan),
-                                     error))
-      return fail(error);
-  }
-  if (!reportFile.empty()) {
-    std::string error;
-    if (!::muon::writeFileAtomically(reportFile, ::muon::renderReport(report),
-                                     error))
-      return fail(error);
-  }
+  // Both outputs or neither: each is staged in a temporary file beside its
+  // target, and only when both are complete do they move into place.
+  std::vector<std::pair<std::string, std::string>> outputs;
+  if (!planFile.empty())
+    outputs.push_back({planFile, ::muon::renderPlan(*plan)});
+  if (!reportFile.empty())
+    outputs.push_back({reportFile, ::muon::renderReport(report)});
+  std::string error;
+  if (!::muon::writeFilesAtomically(outputs, error))
+    return fail(error);
   if (!quiet) {
     llvm::raw_ostream &os = llvm::outs();
     int64_t received = 0, busiest = 0;

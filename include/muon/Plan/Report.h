@@ -41,6 +41,12 @@ std::string renderReport(const Report &report);
 bool writeFileAtomically(const std::string &path, const std::string &text,
                          std::string &error);
 
+/// Writes several (path, text) files: all are staged first, and none is
+/// moved into place unless every one was written.
+bool writeFilesAtomically(
+    const std::vector<std::pair<std::string, std::string>> &files,
+    std::string &error);
+
 } // namespace muon
 
 #endif // MUON_PLAN_REPORT_H

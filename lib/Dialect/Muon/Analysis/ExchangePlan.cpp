@@ -231,7 +231,9 @@ FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
   if (failed(plan))
     return failure();
   SmallVector<RoundOp> roundOps(model.getBodyBlock().getOps<RoundOp>());
-  if (roundOps.empty())
+  // No rounds and no schedule: not packed yet. (A packed model without Muon
+  // matrices has a schedule and no rounds.)
+  if (roundOps.empty() && model.getBodyBlock().getOps<ScheduleOp>().empty())
     return plan;
 
   // Rounds from the IR (the verifier made them a partition).

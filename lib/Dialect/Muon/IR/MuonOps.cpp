@@ -101,7 +101,7 @@ static LogicalResult
 forEachMatrixRef(Operation *op, const ModelLayout &layout,
                  const llvm::DenseMap<StringAttr, size_t> &indexOf,
                  ArrayAttr params, ArrayRef<int64_t> slices,
-                 const std::string &who,
+                 const std::string &who, StringRef onlyMuon,
                  llvm::function_ref<LogicalResult(size_t, int64_t)> fn) {
   for (auto [ref, slice] : llvm::zip(params, slices)) {
     auto sym = cast<FlatSymbolRefAttr>(ref);
@@ -114,8 +114,7 @@ forEachMatrixRef(Operation *op, const ModelLayout &layout,
     if (!param.isMuon())
       return op->emitError()
              << who << " names parameter '" << sym.getValue()
-             << "', which is in the adamw group; only Muon matrices have "
-                "owners";
+             << "', which is in the adamw group; " << onlyMuon;
     int64_t count = numMatrices(layout.layouts[i].shape);
     if (slice >= count)
       return op->emitError() << who << " names matrix '" << sym.getValue()
@@ -178,7 +177,8 @@ static LogicalResult verifyAssignments(const ModelLayout &layout,
     std::string who = "assignment to rank " + std::to_string(rank);
     if (failed(forEachMatrixRef(
             assign, layout, indexOf, assign.getParams(), assign.getSlices(),
-            who, [&](size_t i, int64_t m) -> LogicalResult {
+            who, "only Muon matrices have owners",
+            [&](size_t i, int64_t m) -> LogicalResult {
               ParamOp param = layout.params[i];
               int64_t &slot = owner[first[i] + m];
               if (slot >= 0)
@@ -217,6 +217,7 @@ static LogicalResult verifyRounds(const ModelLayout &layout,
     std::string who = "round " + std::to_string(index);
     if (failed(forEachMatrixRef(
             round, layout, indexOf, round.getParams(), round.getSlices(), who,
+            "only Muon matrices go in rounds",
             [&](size_t i, int64_t m) -> LogicalResult {
               int64_t &slot = roundOf[first[i] + m];
               if (slot >= 0)
@@ -348,7 +349,9 @@ LogicalResult ModelOp::verifyRegions() {
     return failure();
   if (!rounds.empty() && failed(verifyRounds(*layout, rounds)))
     return failure();
-  if (schedule && rounds.empty())
+  bool hasMuonMatrices = llvm::any_of(
+      layout->params, [](ParamOp p) { return ParamOp(p).isMuon(); });
+  if (schedule && rounds.empty() && hasMuonMatrices)
     return schedule->emitError() << "a schedule needs the model's rounds "
                                     "(muon.round, from muon-pack-rounds)";
   return success();
@@ -786,6 +789,11 @@ void ScheduleOp::build(OpBuilder &builder, OperationState &state) {
 LogicalResult ScheduleOp::verifyRegions() {
   if (getBodyBlock().getNumArguments())
     return emitError() << "the schedule's block takes no arguments";
+  for (Operation &op : getBodyBlock())
+    if (!isa<ExchangeStartOp, ExchangeDoneOp, NewtonSchulzOp, MomentumOp,
+             ApplyUpdateOp, AdamWUpdateOp>(op))
+      return op.emitError() << "'" << op.getName()
+                            << "' is not a step of a muon.schedule";
   for (ExchangeDoneOp done : getBodyBlock().getOps<ExchangeDoneOp>())
     if (!done.getToken().getDefiningOp<ExchangeStartOp>())
       return done.emitError()

@@ -1,5 +1,6 @@
 //===- ScheduleStep.cpp - Start/done split and list scheduling ------------===//
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
+#include "muon/Dialect/Muon/Analysis/Figures.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -16,25 +17,30 @@ namespace {
 struct ScheduleStep : mlir::muon::impl::ScheduleStepBase<ScheduleStep> {
   void runOnOperation() override {
     ModelOp model = getOperation();
-    if (model.getBodyBlock().getOps<RoundOp>().empty()) {
-      model.emitError() << "the step has no rounds; run muon-pack-rounds "
-                           "first";
-      return signalPassFailure();
-    }
     for (ScheduleOp old : llvm::make_early_inc_range(
              model.getBodyBlock().getOps<ScheduleOp>()))
       old.erase();
     FailureOr<ModelLayout> layout = computeModelLayout(model);
     if (failed(layout))
       return signalPassFailure();
+    // Rounds come from muon-pack-rounds; a model without Muon matrices has
+    // none and needs none.
+    if (model.getBodyBlock().getOps<RoundOp>().empty() &&
+        !collectMuonMatrices(model, *layout).empty()) {
+      model.emitError() << "the step has no rounds; run muon-pack-rounds "
+                           "first";
+      return signalPassFailure();
+    }
+    // An empty schedule marks the model as packed (it may have no rounds).
+    OpBuilder marker = OpBuilder::atBlockEnd(&model.getBodyBlock());
+    auto schedule = ScheduleOp::create(marker, model.getLoc());
     FailureOr<::muon::Plan> plan = planFromModel(model, *layout, "f32",
                                                  /*withTransfers=*/false);
     if (failed(plan))
       return signalPassFailure();
     ::muon::sequenceSchedule(*plan);
 
-    OpBuilder builder = OpBuilder::atBlockEnd(&model.getBodyBlock());
-    auto schedule = ScheduleOp::create(builder, model.getLoc());
+    OpBuilder builder(model.getContext());
     builder.setInsertionPointToStart(&schedule.getBodyBlock());
     std::vector<Value> tokens(plan->exchanges.size());
     for (const ::muon::ScheduleStep &step : plan->schedule) {
