@@ -115,7 +115,11 @@ def ScheduleStep : Pass<"muon-schedule-step", "::mlir::muon::ModelOp"> {
     Writes the step as one `muon.schedule`: every exchange becomes a
     `muon.exchange_start` returning a `!muon.token` and a
     `muon.exchange_done` on it, interleaved with `muon.newton_schulz` of each
-    round. A list scheduler issues starts as early as the limits allow and
+    round and the elementwise steps: `muon.momentum` first (the gathers
+    carry its result), `muon.apply_update` of a round right after its
+    scatter, and `muon.adamw_update` after the AdamW `reduce` exchange (which
+    starts first) or last. A list scheduler issues starts as early as the
+    limits allow and
     dones as late as possible: at most `prefetch_count + 1` exchanges in
     flight, gathers up to `prefetch_count` rounds ahead, the gathered
     matrices of a round (held from its gather's start to its scatter's done)
@@ -128,6 +132,7 @@ def ScheduleStep : Pass<"muon-schedule-step", "::mlir::muon::ModelOp"> {
     After:
     ```mlir
     muon.schedule {
+      muon.momentum
       %0 = muon.exchange_start "gather" round 0 : !muon.token
       %1 = muon.exchange_start "gather" round 1 : !muon.token
       muon.exchange_done %0
@@ -137,7 +142,10 @@ def ScheduleStep : Pass<"muon-schedule-step", "::mlir::muon::ModelOp"> {
       muon.newton_schulz round 1
       %3 = muon.exchange_start "scatter" round 1 : !muon.token
       muon.exchange_done %2
+      muon.apply_update round 0
       muon.exchange_done %3
+      muon.apply_update round 1
+      muon.adamw_update
     }
     ```
   }];
@@ -149,7 +157,9 @@ def VerifySchedule : Pass<"muon-verify-schedule", "::mlir::muon::ModelOp"> {
     Re-simulates the `muon.schedule` without the scheduler's logic and
     reports the first violation at the offending op: an exchange started or
     waited on twice or never, NS of a round before its gather is done, a
-    scatter started before its round's NS, more exchanges in flight than
+    scatter started before its round's NS, momentum after a gather started,
+    a round's update before its scatter is done, AdamW before its reduce is
+    done, a step missing or repeated, more exchanges in flight than
     `prefetch_count + 1`, or a rank holding more gathered bytes than
     `gather_budget_bytes`. There is one sequence for all ranks, so every rank
     issues the same exchanges in the same order by construction. The IR is
@@ -157,6 +167,7 @@ def VerifySchedule : Pass<"muon-verify-schedule", "::mlir::muon::ModelOp"> {
 
     ```mlir
     muon.schedule {
+      muon.momentum
       %0 = muon.exchange_start "gather" round 0 : !muon.token
       // error: NS of round 0 before its gather is done
       muon.newton_schulz round 0
