@@ -10,6 +10,7 @@
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
 #include "muon/Dialect/Muon/Analysis/Figures.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
+#include "muon/Dialect/Muon/Transforms/Pipelines.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Schedule.h"
 #include "muon/Target/Spec/SpecImport.h"
@@ -195,12 +196,7 @@ std::optional<Plan> compile(MLIRContext &ctx, const std::string &spec,
   if (!module)
     return std::nullopt;
   PassManager pm(&ctx, ModuleOp::getOperationName());
-  OpPassManager &modelPm = pm.nest<mlir::muon::ModelOp>();
-  modelPm.addPass(mlir::muon::createConvertProcessGroupsToMesh());
-  modelPm.addPass(mlir::muon::createAssignOwners());
-  modelPm.addPass(mlir::muon::createPackRounds());
-  modelPm.addPass(mlir::muon::createScheduleStep());
-  modelPm.addPass(mlir::muon::createVerifySchedule());
+  mlir::muon::buildCompilePipeline(pm.nest<mlir::muon::ModelOp>());
   if (failed(pm.run(*module)))
     return std::nullopt;
   auto model = *module->getOps<mlir::muon::ModelOp>().begin();

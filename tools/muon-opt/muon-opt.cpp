@@ -7,6 +7,7 @@
 #include "muon/Conversion/Passes.h"
 #include "muon/Dialect/Muon/IR/MuonDialect.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
+#include "muon/Dialect/Muon/Transforms/Pipelines.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
@@ -29,6 +30,7 @@ int main(int argc, char **argv) {
   registry.insert<mlir::muon::MuonDialect, mlir::shard::ShardDialect>();
   mlir::muon::registerMuonConversionPasses();
   mlir::muon::registerMuonTransformsPasses();
+  mlir::muon::registerCompilePipeline();
 
   // A model can hold tens of thousands of ops: an error should not dump the
   // whole of it. Users can still ask with --mlir-print-op-on-diagnostic.

@@ -14,6 +14,7 @@
 #include "muon/Dialect/Muon/Analysis/Figures.h"
 #include "muon/Dialect/Muon/IR/MuonDialect.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
+#include "muon/Dialect/Muon/Transforms/Pipelines.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Report.h"
 #include "muon/Plan/Schedule.h"
@@ -144,12 +145,7 @@ int main(int argc, char **argv) {
 
   // The compiler proper: every decision is written into the IR and checked.
   PassManager pm(&context, ModuleOp::getOperationName());
-  OpPassManager &modelPm = pm.nest<mlir::muon::ModelOp>();
-  modelPm.addPass(mlir::muon::createConvertProcessGroupsToMesh());
-  modelPm.addPass(mlir::muon::createAssignOwners());
-  modelPm.addPass(mlir::muon::createPackRounds());
-  modelPm.addPass(mlir::muon::createScheduleStep());
-  modelPm.addPass(mlir::muon::createVerifySchedule());
+  mlir::muon::buildCompilePipeline(pm.nest<mlir::muon::ModelOp>());
   // The input was verified when it was read; verifying the whole model after
   // each pass costs seconds at scale, so the result is verified once.
   pm.enableVerifier(false);

@@ -308,3 +308,10 @@ FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
   }
   return plan;
 }
+
+FailureOr<Plan> mlir::muon::ownersPlanOf(ModelOp model) {
+  FailureOr<ModelLayout> layout = computeModelLayout(model);
+  if (failed(layout))
+    return failure();
+  return planFromModel(model, *layout, "f32", /*withTransfers=*/false);
+}

@@ -23,11 +23,7 @@ struct PackRounds : mlir::muon::impl::PackRoundsBase<PackRounds> {
          llvm::make_early_inc_range(model.getBodyBlock().getOperations()))
       if (isa<RoundOp, ScheduleOp>(op))
         op.erase();
-    FailureOr<ModelLayout> layout = computeModelLayout(model);
-    if (failed(layout))
-      return signalPassFailure();
-    FailureOr<::muon::Plan> plan = planFromModel(model, *layout, "f32",
-                                                 /*withTransfers=*/false);
+    FailureOr<::muon::Plan> plan = ownersPlanOf(model);
     if (failed(plan))
       return signalPassFailure();
     std::string error;

@@ -21,11 +21,7 @@ struct VerifySchedule : mlir::muon::impl::VerifyScheduleBase<VerifySchedule> {
       return signalPassFailure();
     }
     ScheduleOp schedule = *schedules.begin();
-    FailureOr<ModelLayout> layout = computeModelLayout(model);
-    if (failed(layout))
-      return signalPassFailure();
-    FailureOr<::muon::Plan> plan = planFromModel(model, *layout, "f32",
-                                                 /*withTransfers=*/false);
+    FailureOr<::muon::Plan> plan = ownersPlanOf(model);
     if (failed(plan))
       return signalPassFailure();
     std::string error = ::muon::verifySchedule(*plan);

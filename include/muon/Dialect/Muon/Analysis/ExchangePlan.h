@@ -45,6 +45,10 @@ FailureOr<::muon::Plan> planFromModel(ModelOp model, const ModelLayout &layout,
                                       StringRef wireWithoutConfig = "f32",
                                       bool withTransfers = true);
 
+/// computeModelLayout, then planFromModel without transfers: what the
+/// packing, scheduling and verification passes work on.
+FailureOr<::muon::Plan> ownersPlanOf(ModelOp model);
+
 } // namespace mlir::muon
 
 #endif // MUON_DIALECT_MUON_ANALYSIS_EXCHANGEPLAN_H
