@@ -353,8 +353,13 @@ bool samePlan(const Plan &a, const Plan &b) {
       return false;
   for (size_t e = 0; e < a.exchanges.size(); ++e) {
     const auto &x = a.exchanges[e].transfers, &y = b.exchanges[e].transfers;
-    if (x.size() != y.size())
+    const auto &rx = a.exchanges[e].reductions, &ry = b.exchanges[e].reductions;
+    if (x.size() != y.size() || rx.size() != ry.size())
       return false;
+    for (size_t i = 0; i < rx.size(); ++i)
+      if (rx[i].src != ry[i].src || rx[i].dst != ry[i].dst ||
+          rx[i].param != ry[i].param || rx[i].summand != ry[i].summand)
+        return false;
     for (size_t i = 0; i < x.size(); ++i)
       if (x[i].src != y[i].src || x[i].dst != y[i].dst ||
           x[i].matrix != y[i].matrix || !(x[i].rows == y[i].rows) ||

@@ -78,8 +78,15 @@ bool writeFilesAtomically(
     for (const std::string &tmp : staged)
       std::remove(tmp.c_str());
   };
+  for (size_t i = 0; i < files.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (files[i].first == files[j].first) {
+        error = "two outputs name the same file '" + files[i].first + "'";
+        return false;
+      }
   for (const auto &[path, text] : files) {
-    std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                      std::to_string(staged.size());
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (out) {
       staged.push_back(tmp);

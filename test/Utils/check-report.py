@@ -6,6 +6,10 @@ received equal lower_bound.bytes_received exactly, every rank's bytes add up
 to the total, and (with a tolerance) the busiest rank's ns_flops is within
 (1 + T) of lower_bound.makespan_flops. Prints one line per check; exits 1 on
 the first failure.
+
+The bound counts Muon matrices only, while the report's bytes also count the
+AdamW reduce, so this check is for models without AdamW parameters that have
+partial gradients (all of ../shared/models).
 """
 import json
 import sys

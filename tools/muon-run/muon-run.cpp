@@ -59,7 +59,8 @@ static cl::opt<bool> quiet(cl::cat(toolCategory), "quiet",
                            cl::desc("No summary on the terminal"));
 static cl::opt<bool> printSchedule(
     cl::cat(toolCategory), "print-schedule",
-    cl::desc("Print the step's sequence of exchanges and NS batches"));
+    cl::desc("Print the step's sequence: exchanges, NS batches and the "
+             "elementwise updates"));
 static cl::opt<int64_t> gatherBudget(
     cl::cat(toolCategory), "gather-budget-bytes", cl::init(0),
     cl::desc("Bytes of gathered matrices a rank may hold at once (0: no "

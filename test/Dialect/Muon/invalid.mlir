@@ -395,3 +395,28 @@ muon.model @m {
   // expected-error @+1 {{distributed 'wire_dtype' is 'fp8'; expected 'f32' or 'bf16'}}
   muon.distributed {wire_dtype = "fp8"}
 }
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.param @a : tensor<8x8xf32> on @mesh split [[], []]
+  muon.round 0 [@a]
+  muon.schedule {
+    // expected-error @+1 {{the AdamW reduce belongs to no round; write 'round 0'}}
+    %0 = muon.exchange_start "reduce" round 5 : !muon.token
+    muon.exchange_done %0
+  }
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.param @a : tensor<8x8xf32> on @mesh split [[], []]
+  muon.round 0 [@a]
+  muon.schedule {
+    // expected-error @+1 {{'builtin.unrealized_conversion_cast' is not a step of a muon.schedule}}
+    %x = "builtin.unrealized_conversion_cast"() : () -> i32
+  }
+}

@@ -819,6 +819,9 @@ LogicalResult ExchangeStartOp::verify() {
                        << "'; expected 'gather', 'scatter' or 'reduce'";
   if (static_cast<int64_t>(getRound()) < 0)
     return emitError() << "round is negative";
+  if (getPhase() == "reduce" && getRound() != 0)
+    return emitError() << "the AdamW reduce belongs to no round; write "
+                          "'round 0'";
   return success();
 }
 

@@ -243,8 +243,9 @@ def Muon_ScheduleOp : Muon_Op<"schedule", [
     HasParent<"ModelOp">, SingleBlock, NoTerminator]> {
   let summary = "The step as one sequence every rank issues identically";
   let description = [{
-    Holds `muon.exchange_start`, `muon.exchange_done` and
-    `muon.newton_schulz` ops in issue order. Collectives must be issued in
+    Holds the step in issue order: `muon.momentum`, `muon.exchange_start`
+    and `muon.exchange_done` (gathers, scatters, the AdamW reduce),
+    `muon.newton_schulz`, `muon.apply_update` and `muon.adamw_update`. Collectives must be issued in
     the same order on every rank, so there is one sequence for all. The
     region verifier checks that every token is waited on by exactly one
     `muon.exchange_done`; `muon-verify-schedule` checks the ordering rules and
@@ -252,11 +253,14 @@ def Muon_ScheduleOp : Muon_Op<"schedule", [
 
     ```mlir
     muon.schedule {
+      muon.momentum
       %0 = muon.exchange_start "gather" round 0 : !muon.token
       muon.exchange_done %0
       muon.newton_schulz round 0
       %1 = muon.exchange_start "scatter" round 0 : !muon.token
       muon.exchange_done %1
+      muon.apply_update round 0
+      muon.adamw_update
     }
     ```
   }];
