@@ -211,6 +211,13 @@ matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix) {
   return pieces;
 }
 
+std::string formatRanks(const std::vector<int64_t> &ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
 int64_t numMatrices(const std::vector<int64_t> &shape) {
   int64_t n = 1;
   for (size_t d = 0; d + 2 < shape.size(); ++d)

@@ -8,15 +8,6 @@
 namespace muon {
 namespace {
 
-std::string listRanks(const std::vector<int64_t> &ranks) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < ranks.size(); ++i)
-    os << (i ? ", " : "") << ranks[i];
-  os << "]";
-  return os.str();
-}
-
 /// Checks one kind is a partition of the world into equal groups; fills the
 /// group index and position of every rank.
 bool checkPartition(int64_t worldSize, const GroupKind &kind,
@@ -34,7 +25,7 @@ bool checkPartition(int64_t worldSize, const GroupKind &kind,
   for (size_t g = 0; g < kind.groups.size(); ++g) {
     const auto &group = kind.groups[g];
     if (group.size() != size) {
-      os << "'" << kind.name << "' group " << g << " " << listRanks(group)
+      os << "'" << kind.name << "' group " << g << " " << formatRanks(group)
          << " has " << group.size() << " ranks but group 0 has " << size
          << "; the groups of a kind must have equal size";
       error = os.str();
@@ -112,12 +103,12 @@ std::optional<GroupGrid> buildGroupGrid(int64_t worldSize,
           }
           os << "process groups '" << kinds[k].name << "' and '"
              << kinds[k2].name << "' are not orthogonal: " << kinds[k].name
-             << " group " << g << " " << listRanks(group) << " holds ranks "
+             << " group " << g << " " << formatRanks(group) << " holds ranks "
              << r0 << " and " << r << ", which sit at different positions ("
              << position[k2][r0] << " and " << position[k2][r] << ") of "
              << kinds[k2].name << " groups "
-             << listRanks(kinds[k2].groups[groupOf[k2][r0]]) << " and "
-             << listRanks(kinds[k2].groups[groupOf[k2][r]]);
+             << formatRanks(kinds[k2].groups[groupOf[k2][r0]]) << " and "
+             << formatRanks(kinds[k2].groups[groupOf[k2][r]]);
           error = os.str();
           return std::nullopt;
         }

@@ -86,6 +86,9 @@ struct MatrixPiece {
 std::vector<MatrixPiece>
 matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix);
 
+/// "[0, 1, 2]": how messages show a list of ranks.
+std::string formatRanks(const std::vector<int64_t> &ranks);
+
 /// Number of independent matrices in a tensor of this shape: the product of
 /// the leading (batch) dims; 1 for a 2-D tensor.
 int64_t numMatrices(const std::vector<int64_t> &shape);

@@ -88,13 +88,6 @@ static std::string matrixLabel(ParamOp param, int64_t matrix) {
   return "parameter '" + param.getSymName().str() + "'";
 }
 
-static std::string listRanks(ArrayRef<int64_t> ranks) {
-  std::string s = "[";
-  for (size_t i = 0; i < ranks.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s + "]";
-}
-
 /// Calls `fn(param index, matrix)` for every Muon matrix a `[@p, @q[i]]` list
 /// names; `who` starts the error messages ("assignment to rank 3").
 static LogicalResult
@@ -107,19 +100,18 @@ forEachMatrixRef(Operation *op, const ModelLayout &layout,
     auto sym = cast<FlatSymbolRefAttr>(ref);
     auto it = indexOf.find(sym.getAttr());
     if (it == indexOf.end())
-      return op->emitError() << who << " names unknown parameter '"
-                             << sym.getValue() << "'";
+      return op->emitError()
+             << who << " names unknown parameter '" << sym.getValue() << "'";
     size_t i = it->second;
     ParamOp param = layout.params[i];
     if (!param.isMuon())
-      return op->emitError()
-             << who << " names parameter '" << sym.getValue()
-             << "', which is in the adamw group; " << onlyMuon;
+      return op->emitError() << who << " names parameter '" << sym.getValue()
+                             << "', which is in the adamw group; " << onlyMuon;
     int64_t count = numMatrices(layout.layouts[i].shape);
     if (slice >= count)
-      return op->emitError() << who << " names matrix '" << sym.getValue()
-                             << "[" << slice << "]', but the parameter has "
-                             << count << " matrices";
+      return op->emitError()
+             << who << " names matrix '" << sym.getValue() << "[" << slice
+             << "]', but the parameter has " << count << " matrices";
     for (int64_t m = slice < 0 ? 0 : slice; m < (slice < 0 ? count : slice + 1);
          ++m)
       if (failed(fn(i, m)))
@@ -128,7 +120,8 @@ forEachMatrixRef(Operation *op, const ModelLayout &layout,
   return success();
 }
 
-static llvm::DenseMap<StringAttr, size_t> paramIndex(const ModelLayout &layout) {
+static llvm::DenseMap<StringAttr, size_t>
+paramIndex(const ModelLayout &layout) {
   llvm::DenseMap<StringAttr, size_t> indexOf;
   for (size_t i = 0; i < layout.params.size(); ++i)
     indexOf[ParamOp(layout.params[i]).getSymNameAttr()] = i;
@@ -170,9 +163,9 @@ static LogicalResult verifyAssignments(const ModelLayout &layout,
   for (AssignOp assign : assigns) {
     int64_t rank = assign.getRank();
     if (rank >= world)
-      return assign.emitError() << "assignment names rank " << rank
-                                << ", outside the world of " << world
-                                << " ranks";
+      return assign.emitError()
+             << "assignment names rank " << rank << ", outside the world of "
+             << world << " ranks";
     std::vector<int64_t> coords = layout.mesh.coordsOfRank(rank);
     std::string who = "assignment to rank " + std::to_string(rank);
     if (failed(forEachMatrixRef(
@@ -191,7 +184,8 @@ static LogicalResult verifyAssignments(const ModelLayout &layout,
                 return assign.emitError()
                        << who << ": the rank does not hold "
                        << matrixLabel(param, m) << " (held by ranks "
-                       << listRanks(matrixHolders(layout, i, m)) << ")";
+                       << ::muon::formatRanks(matrixHolders(layout, i, m))
+                       << ")";
               return success();
             })))
       return failure();
@@ -210,27 +204,28 @@ static LogicalResult verifyRounds(const ModelLayout &layout,
   for (RoundOp round : rounds) {
     int64_t index = round.getIndex();
     if (index >= static_cast<int64_t>(rounds.size()) || present[index])
-      return round.emitError() << "rounds must be numbered 0.."
-                               << rounds.size() - 1 << " once each; found "
-                               << index << " again or out of range";
+      return round.emitError()
+             << "rounds must be numbered 0.." << rounds.size() - 1
+             << " once each; found " << index << " again or out of range";
     present[index] = true;
     std::string who = "round " + std::to_string(index);
-    if (failed(forEachMatrixRef(
-            round, layout, indexOf, round.getParams(), round.getSlices(), who,
-            "only Muon matrices go in rounds",
-            [&](size_t i, int64_t m) -> LogicalResult {
-              int64_t &slot = roundOf[first[i] + m];
-              if (slot >= 0)
-                return round.emitError()
-                       << matrixLabel(layout.params[i], m) << " is in round "
-                       << slot << " and round " << index;
-              slot = index;
-              return success();
-            })))
+    if (failed(forEachMatrixRef(round, layout, indexOf, round.getParams(),
+                                round.getSlices(), who,
+                                "only Muon matrices go in rounds",
+                                [&](size_t i, int64_t m) -> LogicalResult {
+                                  int64_t &slot = roundOf[first[i] + m];
+                                  if (slot >= 0)
+                                    return round.emitError()
+                                           << matrixLabel(layout.params[i], m)
+                                           << " is in round " << slot
+                                           << " and round " << index;
+                                  slot = index;
+                                  return success();
+                                })))
       return failure();
   }
-  return requireAllMatrices(layout, first, roundOf, "incomplete rounds: ",
-                            " is in no round");
+  return requireAllMatrices(layout, first, roundOf,
+                            "incomplete rounds: ", " is in no round");
 }
 
 LogicalResult ModelOp::verifyRegions() {
@@ -792,8 +787,8 @@ LogicalResult ScheduleOp::verifyRegions() {
   for (Operation &op : getBodyBlock())
     if (!isa<ExchangeStartOp, ExchangeDoneOp, NewtonSchulzOp, MomentumOp,
              ApplyUpdateOp, AdamWUpdateOp>(op))
-      return op.emitError() << "'" << op.getName()
-                            << "' is not a step of a muon.schedule";
+      return op.emitError()
+             << "'" << op.getName() << "' is not a step of a muon.schedule";
   for (ExchangeDoneOp done : getBodyBlock().getOps<ExchangeDoneOp>())
     if (!done.getToken().getDefiningOp<ExchangeStartOp>())
       return done.emitError()
