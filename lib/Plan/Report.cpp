@@ -44,6 +44,9 @@ std::string renderReport(const Report &report) {
     stepSeconds = json::Object{{"median", report.stepSeconds->median},
                                {"min", report.stepSeconds->min},
                                {"max", report.stepSeconds->max}};
+  json::Array skipped;
+  for (int64_t s : report.skippedSteps)
+    skipped.push_back(s);
   json::Object root{
       {"format", "muon-report/1"},
       {"world_size", report.worldSize},
@@ -58,7 +61,9 @@ std::string renderReport(const Report &report) {
       {"lower_bound",
        json::Object{{"bytes_received", report.lowerBoundBytesReceived},
                     {"makespan_flops", report.lowerBoundMakespanFlops}}},
-      {"step_seconds", std::move(stepSeconds)}};
+      {"step_seconds", std::move(stepSeconds)},
+      {"micro_batches", report.microBatches},
+      {"skipped_steps", std::move(skipped)}};
   std::string text;
   llvm::raw_string_ostream os(text);
   os << llvm::formatv("{0:2}", json::Value(std::move(root))) << "\n";

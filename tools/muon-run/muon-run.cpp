@@ -1,46 +1,40 @@
-//===- muon-run.cpp - Compile a model and report on its step --------------===//
+//===- muon-run.cpp - Compile a model, run and verify its step ------------===//
 //
-// `muon-run SPEC|IR --dry-run --report FILE` compiles a spec or IR file
-// (import, process groups to mesh, owner assignment, exchange plan) and
-// writes the run report of the contract from the plan. Real multi-rank runs
-// arrive with the runtime.
+// `muon-run SPEC|IR|PLAN --ranks N --steps K --verify --report FILE` compiles
+// a spec or IR file (or takes a compiled plan), launches N MPI ranks with
+// mpirun (or runs as one rank when mpirun started it), executes K steps of
+// synthetic deterministic gradients, checks the traffic and work it measured
+// against the plan and, with --verify, the parameters against the
+// single-device reference. `--dry-run` compiles only and reports the plan's
+// figures.
 //
-// Exit codes: 0 success, 2 invalid input or flags (with a message, and no
-// report file).
+// Exit codes: 0 success, 1 verification failed, 2 invalid input or flags
+// (with a message, and no report file), 3 the run failed (a rank died or
+// stalled, or a non-finite gradient with --nonfinite=fail).
 //
 //===----------------------------------------------------------------------===//
-#include "muon/Conversion/Passes.h"
-#include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
-#include "muon/Dialect/Muon/Analysis/Figures.h"
-#include "muon/Dialect/Muon/IR/MuonDialect.h"
-#include "muon/Dialect/Muon/Transforms/Passes.h"
-#include "muon/Dialect/Muon/Transforms/Pipelines.h"
+#include "CompileModel.h"
+#include "Launcher.h"
+#include "RunOptions.h"
+#include "Worker.h"
+
+#include "muon/Plan/Bounds.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Report.h"
-#include "muon/Plan/Schedule.h"
-#include "muon/Target/Spec/SpecImport.h"
+#include "muon/Runtime/MpiCommunicator.h"
 
-#include "mlir/IR/AsmState.h"
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/IR/Verifier.h"
-#include "mlir/Parser/Parser.h"
-#include "mlir/Pass/PassManager.h"
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
 
 static cl::OptionCategory toolCategory("muon-run options");
-using namespace mlir;
 
-static cl::opt<std::string> inputFilename(cl::cat(toolCategory), cl::Positional,
-                                          cl::Required,
-                                          cl::desc("<spec.json | model.mlir>"));
+static cl::opt<std::string>
+    inputFilename(cl::cat(toolCategory), cl::Positional, cl::Required,
+                  cl::desc("<spec.json | model.mlir | plan.json>"));
 static cl::opt<bool>
     dryRun(cl::cat(toolCategory), "dry-run",
            cl::desc("Compile only; report the plan's figures"));
@@ -69,35 +63,130 @@ static cl::opt<int64_t>
     maxRounds(cl::cat(toolCategory), "max-rounds", cl::init(8),
               cl::desc("Most rounds the exchanges are split into for overlap"));
 
+static cl::opt<int64_t> ranks(
+    cl::cat(toolCategory), "ranks", cl::init(0),
+    cl::desc("MPI ranks to launch (default: the model's world size)"));
+static cl::opt<int64_t> steps(cl::cat(toolCategory), "steps", cl::init(3),
+                              cl::desc("Optimizer steps to run (default 3)"));
+static cl::opt<bool>
+    verifyRun(cl::cat(toolCategory), "verify",
+              cl::desc("Also run the single-device reference and compare "
+                       "every parameter"));
+static cl::opt<int64_t> microBatches(
+    cl::cat(toolCategory), "micro-batches", cl::init(1),
+    cl::desc("Gradients accumulated before each step (default 1)"));
+static cl::opt<uint64_t>
+    seed(cl::cat(toolCategory), "seed", cl::init(0),
+         cl::desc("Seed of the synthetic parameters and gradients"));
+static cl::opt<double> timeoutSeconds(
+    cl::cat(toolCategory), "timeout", cl::init(60),
+    cl::desc("Seconds a rank waits for any exchange before the run fails "
+             "(default 60)"));
+static cl::opt<std::string> nonFinite(
+    cl::cat(toolCategory), "nonfinite", cl::init("skip"),
+    cl::desc("On NaN/Inf in a gradient: skip (the step changes nothing) or "
+             "fail (end the run with exit code 3)"));
+static cl::opt<int64_t>
+    blasThreads(cl::cat(toolCategory), "blas-threads", cl::init(1),
+                cl::desc("BLAS threads per rank (default 1; the reference "
+                         "uses the same, for bit-exact results)"));
+static cl::opt<double> tolerance(
+    cl::cat(toolCategory), "tolerance", cl::init(0.0),
+    cl::desc("Largest difference from the reference accepted (default 0: "
+             "bit-exact; parameters with partial axes get 1e-6 relative)"));
+static cl::list<std::string> inject(
+    cl::cat(toolCategory), "inject",
+    cl::desc("Fault injection for tests: nan:PARAM:STEP, die:RANK:STEP, "
+             "stall:RANK:STEP, plan-mismatch:RANK"));
+static cl::opt<std::string>
+    mpirunPath(cl::cat(toolCategory), "mpirun", cl::init("mpirun"),
+               cl::desc("The mpirun to launch ranks with"));
+
 static int fail(const llvm::Twine &message) {
   llvm::errs() << "muon-run: " << message << "\n";
   return 2;
 }
 
-/// The input as a module holding one muon.model: a JSON spec is imported,
-/// anything else parsed as IR. Diagnostics of the whole run go through the
-/// handler installed here (JSON paths for specs, file:line:col for IR).
-static OwningOpRef<ModuleOp>
-loadInput(MLIRContext &context, llvm::SourceMgr &sourceMgr,
-          std::unique_ptr<ScopedDiagnosticHandler> &handler) {
+/// The report and summary of --dry-run: the plan's own figures.
+static int dryRunReport(const ::muon::Plan &plan) {
+  ::muon::LowerBounds bounds = ::muon::planLowerBounds(plan);
+  ::muon::Report report;
+  report.worldSize = plan.worldSize;
+  report.wireDtype = plan.wireDtype;
+  report.perRank = ::muon::computeRankFigures(plan);
+  report.lowerBoundBytesReceived = bounds.bytesReceived;
+  report.lowerBoundMakespanFlops = bounds.makespanFlops;
+  // Both outputs or neither: each is staged in a temporary file beside its
+  // target, and only when both are complete do they move into place.
+  std::vector<std::pair<std::string, std::string>> outputs;
+  if (!planFile.empty())
+    outputs.push_back({planFile, ::muon::renderPlan(plan)});
+  if (!reportFile.empty())
+    outputs.push_back({reportFile, ::muon::renderReport(report)});
   std::string error;
-  std::unique_ptr<llvm::MemoryBuffer> buffer =
-      openInputFile(inputFilename, &error);
-  if (!buffer) {
-    llvm::errs() << "muon-run: " << error << "\n";
-    return nullptr;
+  if (!::muon::writeFilesAtomically(outputs, error))
+    return fail(error);
+  if (quiet)
+    return 0;
+  llvm::raw_ostream &os = llvm::outs();
+  int64_t received = 0, busiest = 0;
+  os << llvm::formatv("dry run: {0} ranks, {1} Muon matri{3}, wire {2}\n",
+                      plan.worldSize, plan.matrices.size(), plan.wireDtype,
+                      plan.matrices.size() == 1 ? "x" : "ces");
+  for (size_t r = 0; r < report.perRank.size(); ++r) {
+    const ::muon::RankFigures &f = report.perRank[r];
+    received += f.bytesReceived;
+    busiest = std::max(busiest, f.nsFlops);
+    if (report.perRank.size() <= 64)
+      os << llvm::formatv(
+          "  rank {0,4}: owns {1,5}  NS {2,10:F3} GFLOP  recv {3,10:F3} MB  "
+          "sent {4,10:F3} MB\n",
+          r, f.owned.size(), f.nsFlops / 1e9, f.bytesReceived / 1e6,
+          f.bytesSent / 1e6);
   }
-  // A spec is a JSON object; IR never starts with '{'.
-  if (StringRef(inputFilename).ends_with(".json") ||
-      buffer->getBuffer().ltrim().starts_with("{")) {
-    handler = std::make_unique<mlir::muon::SpecDiagnosticHandler>(
-        &context, inputFilename);
-    return mlir::muon::importSpec(buffer->getBuffer(), &context,
-                                  inputFilename);
+  os << llvm::formatv("  bytes received {0} (lower bound {1})\n", received,
+                      bounds.bytesReceived);
+  os << llvm::formatv("  busiest rank NS {0:F3} GFLOP (lower bound {1:F3})\n",
+                      busiest / 1e9, bounds.makespanFlops / 1e9);
+  os << llvm::formatv("  schedule: {0} rounds, {1} exchanges, {2} steps, "
+                      "{3} in flight at most ({4})\n",
+                      plan.rounds.size(), plan.exchanges.size(),
+                      plan.schedule.size(), plan.inflightLimit,
+                      plan.async ? "async" : "sequential debug order");
+  return 0;
+}
+
+static void printPlanSchedule(const ::muon::Plan &plan) {
+  llvm::raw_ostream &os = llvm::outs();
+  using Kind = ::muon::ScheduleStep::Kind;
+  for (const ::muon::ScheduleStep &s : plan.schedule) {
+    switch (s.kind) {
+    case Kind::NewtonSchulz:
+      os << "ns round " << s.index << "\n";
+      continue;
+    case Kind::Momentum:
+      os << "momentum\n";
+      continue;
+    case Kind::ApplyUpdate:
+      os << "apply round " << s.index << "\n";
+      continue;
+    case Kind::AdamW:
+      os << "adamw\n";
+      continue;
+    case Kind::Start:
+    case Kind::Done:
+      break;
+    }
+    const ::muon::Exchange &ex = plan.exchanges[s.index];
+    os << (s.kind == Kind::Start ? "start " : "done ");
+    if (ex.phase == ::muon::Exchange::Phase::Reduce) {
+      os << "reduce (" << ex.reductions.size() << " reductions)\n";
+      continue;
+    }
+    os << (ex.phase == ::muon::Exchange::Phase::Gather ? "gather" : "scatter")
+       << " round " << ex.round << " (" << ex.transfers.size()
+       << " transfers)\n";
   }
-  sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
-  handler = std::make_unique<SourceMgrDiagnosticHandler>(sourceMgr, &context);
-  return parseSourceFile<ModuleOp>(sourceMgr, &context);
 }
 
 int main(int argc, char **argv) {
@@ -105,141 +194,93 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(toolCategory);
   if (!cl::ParseCommandLineOptions(
           argc, argv,
-          "muon-run: compile a Muon model and report on its optimizer step\n",
+          "muon-run: compile a Muon model, run its optimizer step on MPI "
+          "ranks and verify it against one device\n",
           &llvm::errs()))
     return 2;
-  if (!dryRun)
-    return fail("only --dry-run is available: executing plans on MPI ranks "
-                "needs the runtime, which is not built yet");
   if (!::muon::wireDtypeBytes(wireDtype))
     return fail("unknown --wire-dtype '" + wireDtype +
                 "'; expected f32 or bf16");
-
-  DialectRegistry registry;
-  registry.insert<mlir::muon::MuonDialect, shard::ShardDialect>();
-  MLIRContext context(registry);
-  context.printOpOnDiagnostic(false);
-  llvm::SourceMgr sourceMgr;
-  std::unique_ptr<ScopedDiagnosticHandler> handler;
-  OwningOpRef<ModuleOp> module = loadInput(context, sourceMgr, handler);
-  if (!module)
-    return 2;
-  auto models = llvm::to_vector(module->getOps<mlir::muon::ModelOp>());
-  if (models.size() != 1)
-    return fail("expected one muon.model in '" + inputFilename + "', found " +
-                llvm::Twine(models.size()));
-  mlir::muon::ModelOp model = models.front();
-
-  // Flags given on the command line override the model's settings.
   if (gatherBudget < 0 || maxRounds < 1)
     return fail("--gather-budget-bytes must be >= 0 and --max-rounds >= 1");
-  for (mlir::muon::DistributedOp d :
-       model.getBodyBlock().getOps<mlir::muon::DistributedOp>()) {
-    Builder b(&context);
-    if (wireDtype.getNumOccurrences())
-      d.setWireDtypeAttr(b.getStringAttr(wireDtype));
-    if (gatherBudget.getNumOccurrences())
-      d.setGatherBudgetBytesAttr(b.getI64IntegerAttr(gatherBudget));
-    if (maxRounds.getNumOccurrences())
-      d.setMaxRoundsAttr(b.getI64IntegerAttr(maxRounds));
+  if (ranks < 0 || steps < 1 || microBatches < 1 || blasThreads < 1 ||
+      !(timeoutSeconds > 0) || !(tolerance >= 0))
+    return fail("--ranks must be >= 0, --steps, --micro-batches and "
+                "--blas-threads >= 1, --timeout > 0 and --tolerance >= 0");
+  if (nonFinite != "skip" && nonFinite != "fail")
+    return fail("unknown --nonfinite '" + nonFinite +
+                "'; expected skip or fail");
+
+  ::muon::tool::RunFlags run;
+  run.ranks = ranks;
+  run.steps = steps;
+  run.microBatches = microBatches;
+  run.seed = seed;
+  run.verify = verifyRun;
+  run.timeoutSeconds = timeoutSeconds;
+  run.nonFiniteFatal = nonFinite == "fail";
+  run.blasThreads = blasThreads;
+  run.tolerance = tolerance;
+  run.reportFile = reportFile;
+  run.quiet = quiet;
+  run.mpirun = mpirunPath;
+  for (const std::string &text : inject) {
+    ::muon::tool::Fault fault;
+    std::string error;
+    if (!::muon::tool::parseFault(text, fault, error))
+      return fail(error);
+    run.faults.push_back(fault);
+    run.faultSpecs.push_back(text);
   }
 
-  // The compiler proper: every decision is written into the IR and checked.
-  PassManager pm(&context, ModuleOp::getOperationName());
-  mlir::muon::buildCompilePipeline(pm.nest<mlir::muon::ModelOp>());
-  // The input was verified when it was read; verifying the whole model after
-  // each pass costs seconds at scale, so the result is verified once.
-  pm.enableVerifier(false);
-  if (failed(pm.run(*module)) || failed(verify(*module)))
+  ::muon::tool::CompileFlags compile;
+  compile.wireDtype = wireDtype;
+  compile.wireDtypeGiven = wireDtype.getNumOccurrences() > 0;
+  compile.gatherBudgetBytes = gatherBudget;
+  compile.gatherBudgetGiven = gatherBudget.getNumOccurrences() > 0;
+  compile.maxRounds = maxRounds;
+  compile.maxRoundsGiven = maxRounds.getNumOccurrences() > 0;
+  ::muon::Plan plan;
+  bool isPlanFile = false;
+  if (!::muon::tool::loadPlan(inputFilename, compile, plan, isPlanFile))
     return 2;
+  for (const ::muon::tool::Fault &f : run.faults)
+    if (f.rank >= plan.worldSize)
+      return fail("--inject names rank " + llvm::Twine(f.rank) +
+                  " but the plan has " + llvm::Twine(plan.worldSize) +
+                  " ranks");
 
-  FailureOr<mlir::muon::ModelLayout> layout =
-      mlir::muon::computeModelLayout(model);
-  if (failed(layout))
-    return 2;
-  FailureOr<::muon::Plan> plan =
-      mlir::muon::planFromModel(model, *layout, wireDtype);
-  if (failed(plan))
-    return 2;
-  std::vector<mlir::muon::MuonMatrix> matrices =
-      mlir::muon::collectMuonMatrices(model, *layout);
-  mlir::muon::LowerBounds bounds =
-      mlir::muon::computeLowerBounds(*layout, matrices, plan->wireBytes);
-
-  ::muon::Report report;
-  report.worldSize = plan->worldSize;
-  report.wireDtype = plan->wireDtype;
-  report.perRank = ::muon::computeRankFigures(*plan);
-  report.lowerBoundBytesReceived = bounds.bytesReceived;
-  report.lowerBoundMakespanFlops = bounds.makespanFlops;
-  // Both outputs or neither: each is staged in a temporary file beside its
-  // target, and only when both are complete do they move into place.
-  std::vector<std::pair<std::string, std::string>> outputs;
-  if (!planFile.empty())
-    outputs.push_back({planFile, ::muon::renderPlan(*plan)});
-  if (!reportFile.empty())
-    outputs.push_back({reportFile, ::muon::renderReport(report)});
-  std::string error;
-  if (!::muon::writeFilesAtomically(outputs, error))
-    return fail(error);
-  if (!quiet) {
-    llvm::raw_ostream &os = llvm::outs();
-    int64_t received = 0, busiest = 0;
-    os << llvm::formatv("dry run: {0} ranks, {1} Muon matri{3}, wire {2}\n",
-                        plan->worldSize, plan->matrices.size(), plan->wireDtype,
-                        plan->matrices.size() == 1 ? "x" : "ces");
-    for (size_t r = 0; r < report.perRank.size(); ++r) {
-      const ::muon::RankFigures &f = report.perRank[r];
-      received += f.bytesReceived;
-      busiest = std::max(busiest, f.nsFlops);
-      if (report.perRank.size() <= 64)
-        os << llvm::formatv(
-            "  rank {0,4}: owns {1,5}  NS {2,10:F3} GFLOP  recv {3,10:F3} MB  "
-            "sent {4,10:F3} MB\n",
-            r, f.owned.size(), f.nsFlops / 1e9, f.bytesReceived / 1e6,
-            f.bytesSent / 1e6);
-    }
-    os << llvm::formatv("  bytes received {0} (lower bound {1})\n", received,
-                        bounds.bytesReceived);
-    os << llvm::formatv("  busiest rank NS {0:F3} GFLOP (lower bound {1:F3})\n",
-                        busiest / 1e9, bounds.makespanFlops / 1e9);
-    os << llvm::formatv("  schedule: {0} rounds, {1} exchanges, {2} steps, "
-                        "{3} in flight at most ({4})\n",
-                        plan->rounds.size(), plan->exchanges.size(),
-                        plan->schedule.size(), plan->inflightLimit,
-                        plan->async ? "async" : "sequential debug order");
+  // Started by mpirun: this process is one rank of the run.
+  if (::muon::runtime::MpiCommunicator::launchedByMpirun()) {
+    if (dryRun)
+      return fail("--dry-run compiles only; run it without mpirun");
+    return ::muon::tool::runWorker(std::move(plan), run, &argc, &argv);
   }
-  if (printSchedule) {
-    llvm::raw_ostream &os = llvm::outs();
-    using Kind = ::muon::ScheduleStep::Kind;
-    for (const ::muon::ScheduleStep &s : plan->schedule) {
-      switch (s.kind) {
-      case Kind::NewtonSchulz:
-        os << "ns round " << s.index << "\n";
-        continue;
-      case Kind::Momentum:
-        os << "momentum\n";
-        continue;
-      case Kind::ApplyUpdate:
-        os << "apply round " << s.index << "\n";
-        continue;
-      case Kind::AdamW:
-        os << "adamw\n";
-        continue;
-      case Kind::Start:
-      case Kind::Done:
-        break;
-      }
-      const ::muon::Exchange &ex = plan->exchanges[s.index];
-      os << (s.kind == Kind::Start ? "start " : "done ");
-      if (ex.phase == ::muon::Exchange::Phase::Reduce) {
-        os << "reduce (" << ex.reductions.size() << " reductions)\n";
-        continue;
-      }
-      os << (ex.phase == ::muon::Exchange::Phase::Gather ? "gather" : "scatter")
-         << " round " << ex.round << " (" << ex.transfers.size()
-         << " transfers)\n";
-    }
+  if (dryRun) {
+    int rc = dryRunReport(plan);
+    if (rc == 0 && printSchedule)
+      printPlanSchedule(plan);
+    return rc;
   }
-  return 0;
+  if (ranks && ranks != plan.worldSize)
+    return fail("--ranks " + llvm::Twine(ranks) + " but the model's mesh has " +
+                llvm::Twine(plan.worldSize) + " devices");
+  if (!planFile.empty()) {
+    std::string error;
+    if (!::muon::writeFileAtomically(planFile, ::muon::renderPlan(plan), error))
+      return fail(error);
+  }
+  if (printSchedule)
+    printPlanSchedule(plan);
+  if (!quiet)
+    llvm::outs() << llvm::formatv(
+        "run: {0} ranks, {1} Muon matri{2}, {3} step(s){4}, wire {5}{6}\n",
+        plan.worldSize, plan.matrices.size(),
+        plan.matrices.size() == 1 ? "x" : "ces", steps,
+        microBatches > 1
+            ? llvm::formatv(" of {0} micro-batches", microBatches).str()
+            : std::string(),
+        plan.wireDtype, verifyRun ? ", verified against one device" : "");
+  llvm::outs().flush();
+  return ::muon::tool::launchRanks(plan, run);
 }

@@ -31,6 +31,11 @@ struct Report {
   int64_t lowerBoundBytesReceived = 0;
   int64_t lowerBoundMakespanFlops = 0;
   std::optional<SecondsStats> stepSeconds; // null for a dry run
+  // Additions to the contract (it may only grow), for real runs:
+  /// Steps skipped because a gradient held NaN or Inf (0-based).
+  std::vector<int64_t> skippedSteps;
+  /// Micro-batches accumulated before each step.
+  int64_t microBatches = 1;
 };
 
 /// The report as pretty-printed JSON text.

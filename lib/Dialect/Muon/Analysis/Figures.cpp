@@ -3,7 +3,6 @@
 
 #include "llvm/ADT/DenseMap.h"
 
-#include <algorithm>
 #include <map>
 
 using namespace mlir;
@@ -42,47 +41,13 @@ LowerBounds
 mlir::muon::computeLowerBounds(const ModelLayout &layout,
                                const std::vector<MuonMatrix> &matrices,
                                int64_t wireBytes) {
-  LowerBounds bounds;
-  // Holder set -> NS flops of the matrices held exactly by it.
-  std::map<std::vector<int64_t>, int64_t> flopsBySet;
-  for (const MuonMatrix &mm : matrices) {
-    const ParamLayout &pl = layout.layouts[mm.param];
-    std::vector<MatrixPiece> pieces = matrixPieces(layout, mm.param, mm.matrix);
-    int64_t largest = 0;
-    std::vector<int64_t> holders;
-    for (const MatrixPiece &piece : pieces) {
-      largest = std::max(largest, piece.elements());
-      holders.push_back(piece.rank);
-    }
-    // p: partial summands; c: copies of the whole matrix over the holders
-    // (product of the replicated and partial axes outside `only`).
-    int64_t p = 1, c = 1;
-    for (int64_t axis : pl.partialAxes)
-      p *= layout.mesh.shape[axis];
-    for (int64_t axis = 0; axis < layout.mesh.rank(); ++axis) {
-      bool split = false;
-      for (const auto &axes : pl.splitAxes)
-        split |= llvm::is_contained(axes, axis);
-      bool only =
-          llvm::any_of(pl.only, [&](auto pr) { return pr.first == axis; });
-      if (!split && !only)
-        c *= layout.mesh.shape[axis];
-    }
-    int64_t full = mm.rows * mm.cols * wireBytes;
-    bounds.bytesReceived += (p + c) * full - 2 * largest * wireBytes;
-    bounds.makespanFlops = std::max(bounds.makespanFlops, mm.nsFlops);
-    flopsBySet[holders] += mm.nsFlops;
-  }
-  // For each holder set H: all work that must land inside H, spread evenly.
-  for (const auto &[set, unused] : flopsBySet) {
-    int64_t inside = 0;
-    for (const auto &[other, flops] : flopsBySet)
-      if (std::includes(set.begin(), set.end(), other.begin(), other.end()))
-        inside += flops;
-    int64_t perRank = (inside + set.size() - 1) / set.size();
-    bounds.makespanFlops = std::max(bounds.makespanFlops, perRank);
-  }
-  return bounds;
+  std::vector<::muon::BoundMatrix> bound;
+  bound.reserve(matrices.size());
+  for (const MuonMatrix &mm : matrices)
+    bound.push_back({static_cast<int64_t>(mm.param), mm.matrix, mm.rows,
+                     mm.cols, mm.nsFlops});
+  return ::muon::computeLowerBounds(layout.mesh, layout.layouts, bound,
+                                    wireBytes);
 }
 
 std::vector<int64_t>

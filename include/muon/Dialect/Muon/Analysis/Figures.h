@@ -9,6 +9,7 @@
 #define MUON_DIALECT_MUON_ANALYSIS_FIGURES_H
 
 #include "muon/Dialect/Muon/IR/ModelLayout.h"
+#include "muon/Plan/Bounds.h"
 
 #include <string>
 #include <vector>
@@ -29,10 +30,7 @@ struct MuonMatrix {
 std::vector<MuonMatrix> collectMuonMatrices(ModelOp model,
                                             const ModelLayout &layout);
 
-struct LowerBounds {
-  int64_t bytesReceived = 0;
-  int64_t makespanFlops = 0;
-};
+using ::muon::LowerBounds;
 
 /// The least bytes any zero-redundancy scheme must receive and the least NS
 /// work of the busiest rank, for `wireBytes` bytes per element on the wire.

@@ -1,0 +1,68 @@
+//===- Bounds.cpp - Lower bounds of the run report ------------------------===//
+#include "muon/Plan/Bounds.h"
+
+#include <algorithm>
+#include <map>
+
+namespace muon {
+
+LowerBounds computeLowerBounds(const Mesh &mesh,
+                               const std::vector<ParamLayout> &layouts,
+                               const std::vector<BoundMatrix> &matrices,
+                               int64_t wireBytes) {
+  LowerBounds bounds;
+  // Holder set -> NS flops of the matrices held exactly by it.
+  std::map<std::vector<int64_t>, int64_t> flopsBySet;
+  for (const BoundMatrix &mm : matrices) {
+    const ParamLayout &pl = layouts[mm.param];
+    std::vector<MatrixPiece> pieces = matrixPieces(mesh, pl, mm.matrix);
+    int64_t largest = 0;
+    std::vector<int64_t> holders;
+    for (const MatrixPiece &piece : pieces) {
+      largest = std::max(largest, piece.elements());
+      holders.push_back(piece.rank);
+    }
+    // p: partial summands; c: copies of the whole matrix over the holders
+    // (product of the replicated and partial axes outside `only`).
+    int64_t p = 1, c = 1;
+    for (int64_t axis : pl.partialAxes)
+      p *= mesh.shape[axis];
+    for (int64_t axis = 0; axis < mesh.rank(); ++axis) {
+      bool split = false;
+      for (const auto &axes : pl.splitAxes)
+        split |= std::find(axes.begin(), axes.end(), axis) != axes.end();
+      bool only = std::any_of(pl.only.begin(), pl.only.end(),
+                              [&](auto pr) { return pr.first == axis; });
+      if (!split && !only)
+        c *= mesh.shape[axis];
+    }
+    int64_t full = mm.rows * mm.cols * wireBytes;
+    bounds.bytesReceived += (p + c) * full - 2 * largest * wireBytes;
+    bounds.makespanFlops = std::max(bounds.makespanFlops, mm.nsFlops);
+    flopsBySet[holders] += mm.nsFlops;
+  }
+  // For each holder set H: all work that must land inside H, spread evenly.
+  for (const auto &[set, unused] : flopsBySet) {
+    int64_t inside = 0;
+    for (const auto &[other, flops] : flopsBySet)
+      if (std::includes(set.begin(), set.end(), other.begin(), other.end()))
+        inside += flops;
+    int64_t size = static_cast<int64_t>(set.size());
+    bounds.makespanFlops =
+        std::max(bounds.makespanFlops, (inside + size - 1) / size);
+  }
+  return bounds;
+}
+
+LowerBounds planLowerBounds(const Plan &plan) {
+  std::vector<ParamLayout> layouts;
+  for (const PlanParam &p : plan.params)
+    layouts.push_back(p.layout);
+  std::vector<BoundMatrix> matrices;
+  for (const PlanMatrix &m : plan.matrices)
+    matrices.push_back({m.paramIndex, std::max<int64_t>(m.slice, 0), m.rows,
+                        m.cols, m.nsFlops});
+  return computeLowerBounds(plan.mesh, layouts, matrices, plan.wireBytes);
+}
+
+} // namespace muon

@@ -1,0 +1,92 @@
+//===- Communicator.h - What the runtime needs from a transport -*- C++ -*-===//
+//
+// The runtime moves data only through this interface: MPI on the CPU
+// (MpiCommunicator), NCCL on the GPU later, and a one-rank communicator for
+// the single-device reference and for tests. Every collective is started and
+// then waited for with a deadline, so a dead or stalled peer ends the run
+// with an error instead of a hang.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_RUNTIME_COMMUNICATOR_H
+#define MUON_RUNTIME_COMMUNICATOR_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace muon::runtime {
+
+/// A started collective; `id` is the communicator's own handle.
+struct PendingExchange {
+  int64_t id = -1;
+};
+
+/// One rank's side of an all-to-all-v, in elements of `elementBytes` bytes.
+/// `sendCounts[p]` elements at `sendOffsets[p]` go to peer p; the peer's
+/// elements land at `recvOffsets[p]`.
+struct AllToAllV {
+  const void *sendBuffer = nullptr;
+  void *recvBuffer = nullptr;
+  std::vector<int64_t> sendCounts, sendOffsets, recvCounts, recvOffsets;
+  int64_t elementBytes = 4;
+};
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  virtual int64_t rank() const = 0;
+  virtual int64_t size() const = 0;
+
+  /// Starts an all-to-all-v; buffers must stay alive until `wait` returns.
+  /// Returns false with `error` set when the exchange cannot be expressed
+  /// (counts beyond what the transport addresses).
+  virtual bool start(const AllToAllV &exchange, PendingExchange &pending,
+                     std::string &error) = 0;
+  /// Waits for a started exchange for at most `timeoutSeconds`. Returns false
+  /// with `error` set on a timeout or a transport failure.
+  virtual bool wait(PendingExchange &pending, double timeoutSeconds,
+                    std::string &error) = 0;
+  /// Lets started exchanges advance while the caller computes (transports
+  /// without a progress thread move data only inside their own calls).
+  virtual void progress() = 0;
+
+  /// Small control collectives (never counted as payload), with the same
+  /// deadline: every rank's value, and the minimum over ranks.
+  virtual bool allGather(uint64_t value, std::vector<uint64_t> &values,
+                         double timeoutSeconds, std::string &error) = 0;
+  virtual bool allReduceMin(int64_t value, int64_t &result,
+                            double timeoutSeconds, std::string &error) = 0;
+  /// Every rank's bytes, at rank 0 (empty elsewhere).
+  virtual bool gatherToRoot(const std::vector<char> &bytes,
+                            std::vector<std::vector<char>> &atRoot,
+                            double timeoutSeconds, std::string &error) = 0;
+
+  /// Ends every rank of the run with `exitCode` (after a fatal error on one
+  /// rank, the others must not wait for it).
+  [[noreturn]] virtual void abort(int exitCode) = 0;
+};
+
+/// The communicator of a run with one rank: exchanges can only be empty, and
+/// collectives return the rank's own values.
+class SingleRankCommunicator final : public Communicator {
+public:
+  int64_t rank() const override { return 0; }
+  int64_t size() const override { return 1; }
+  bool start(const AllToAllV &exchange, PendingExchange &pending,
+             std::string &error) override;
+  bool wait(PendingExchange &pending, double timeoutSeconds,
+            std::string &error) override;
+  void progress() override {}
+  bool allGather(uint64_t value, std::vector<uint64_t> &values, double,
+                 std::string &) override;
+  bool allReduceMin(int64_t value, int64_t &result, double,
+                    std::string &) override;
+  bool gatherToRoot(const std::vector<char> &bytes,
+                    std::vector<std::vector<char>> &atRoot, double,
+                    std::string &) override;
+  [[noreturn]] void abort(int exitCode) override;
+};
+
+} // namespace muon::runtime
+
+#endif // MUON_RUNTIME_COMMUNICATOR_H

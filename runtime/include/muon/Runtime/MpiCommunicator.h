@@ -1,0 +1,50 @@
+//===- MpiCommunicator.h - The CPU transport: MPI ---------------*- C++ -*-===//
+//
+// Non-blocking MPI collectives (MPI_Ialltoallv and friends) on a
+// communicator, waited for by polling MPI_Test against a deadline. The only
+// runtime header that needs mpi.h is its implementation.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_RUNTIME_MPICOMMUNICATOR_H
+#define MUON_RUNTIME_MPICOMMUNICATOR_H
+
+#include "muon/Runtime/Communicator.h"
+
+#include <memory>
+
+namespace muon::runtime {
+
+class MpiCommunicator final : public Communicator {
+public:
+  /// Initializes MPI if nobody has (and finalizes it in the destructor then)
+  /// and uses MPI_COMM_WORLD.
+  MpiCommunicator(int *argc, char ***argv);
+  ~MpiCommunicator() override;
+
+  int64_t rank() const override;
+  int64_t size() const override;
+  bool start(const AllToAllV &exchange, PendingExchange &pending,
+             std::string &error) override;
+  bool wait(PendingExchange &pending, double timeoutSeconds,
+            std::string &error) override;
+  void progress() override;
+  bool allGather(uint64_t value, std::vector<uint64_t> &values,
+                 double timeoutSeconds, std::string &error) override;
+  bool allReduceMin(int64_t value, int64_t &result, double timeoutSeconds,
+                    std::string &error) override;
+  bool gatherToRoot(const std::vector<char> &bytes,
+                    std::vector<std::vector<char>> &atRoot,
+                    double timeoutSeconds, std::string &error) override;
+  [[noreturn]] void abort(int exitCode) override;
+
+  /// Whether this process was started by mpirun (so it is one rank of many).
+  static bool launchedByMpirun();
+
+private:
+  struct State;
+  std::unique_ptr<State> state;
+};
+
+} // namespace muon::runtime
+
+#endif // MUON_RUNTIME_MPICOMMUNICATOR_H

@@ -1,0 +1,91 @@
+//===- Synthetic.h - Deterministic parameters and gradients -----*- C++ -*-===//
+//
+// The synthetic training problem muon-run steps through. An element's value
+// depends only on (seed, parameter name, step, micro-batch, global index,
+// summand), never on the sharding, so every layout of a model (and the
+// single-device reference) sees the same global problem. A parameter with
+// partial axes has one gradient summand per partial coordinate; the summands
+// add up to the gradient the reference sees.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_RUNTIME_SYNTHETIC_H
+#define MUON_RUNTIME_SYNTHETIC_H
+
+#include "muon/Plan/Plan.h"
+#include "muon/Runtime/StepExecutor.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace muon::runtime {
+
+/// A value in [-1, 1) with 24 significant bits (exact in f32).
+float syntheticValue(uint64_t seed, const std::string &param, int64_t stream,
+                     int64_t index, int64_t summand);
+
+/// Calls `fn(local, global)` for every element of `box` (row-major), with
+/// its index in the box and in the whole tensor of shape `shape`.
+template <typename Fn>
+void forEachElement(const std::vector<int64_t> &shape,
+                    const std::vector<Range> &box, Fn fn) {
+  int64_t count = 1;
+  for (const Range &r : box)
+    count *= r.size();
+  if (!count)
+    return;
+  std::vector<int64_t> at(box.size());
+  for (size_t d = 0; d < box.size(); ++d)
+    at[d] = box[d].begin;
+  for (int64_t local = 0; local < count; ++local) {
+    int64_t global = 0;
+    for (size_t d = 0; d < shape.size(); ++d)
+      global = global * shape[d] + at[d];
+    fn(local, global);
+    for (size_t d = box.size(); d-- > 0;) {
+      if (++at[d] < box[d].end)
+        break;
+      at[d] = box[d].begin;
+    }
+  }
+}
+
+/// Where a synthetic gradient gets a NaN (fault injection for tests).
+struct NonFiniteInjection {
+  std::string param;
+  int64_t step = -1;
+};
+
+/// One rank's parameter pieces and gradients for the synthetic problem,
+/// bound to an executor.
+class SyntheticModel {
+public:
+  /// `summands[i]`: how many partial summands parameter i's gradient has in
+  /// the distributed model (the reference sums them all itself).
+  SyntheticModel(StepExecutor &executor, uint64_t seed,
+                 std::vector<int64_t> summands);
+
+  /// Fills the gradients of `step` (0-based) accumulated over
+  /// `microBatches` micro-batches: each micro-batch's gradient is added in
+  /// order, as a training loop accumulates them before the step.
+  void makeGradients(int64_t step, int64_t microBatches,
+                     const std::vector<NonFiniteInjection> &faults);
+
+  const std::vector<float> &values(int64_t param) const {
+    return params[param];
+  }
+
+private:
+  StepExecutor &executor;
+  uint64_t seed;
+  std::vector<int64_t> summands;
+  std::vector<std::vector<float>> params, grads;
+};
+
+/// The single-device form of a plan: one rank, nothing sharded or partial,
+/// no distributed config, same optimizer settings and wire dtype.
+Plan referencePlan(const Plan &plan);
+
+} // namespace muon::runtime
+
+#endif // MUON_RUNTIME_SYNTHETIC_H

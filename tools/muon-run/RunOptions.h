@@ -1,0 +1,53 @@
+//===- RunOptions.h - What muon-run was asked to do -------------*- C++ -*-===//
+#ifndef MUON_TOOLS_MUON_RUN_RUNOPTIONS_H
+#define MUON_TOOLS_MUON_RUN_RUNOPTIONS_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace muon::tool {
+
+/// Compiler settings given on the command line (they override the model's).
+struct CompileFlags {
+  std::string wireDtype = "f32";
+  bool wireDtypeGiven = false;
+  int64_t gatherBudgetBytes = 0;
+  bool gatherBudgetGiven = false;
+  int64_t maxRounds = 8;
+  bool maxRoundsGiven = false;
+};
+
+/// A fault to inject, for testing that failures are loud and lose nothing.
+struct Fault {
+  enum class Kind { NonFinite, Die, Stall, PlanMismatch } kind;
+  std::string param; // NonFinite
+  int64_t rank = -1; // Die, Stall, PlanMismatch
+  int64_t step = -1; // NonFinite, Die, Stall
+};
+
+/// Settings of a real run; the launcher forwards them to every rank.
+struct RunFlags {
+  int64_t ranks = 0; // 0: the plan's world size
+  int64_t steps = 3;
+  int64_t microBatches = 1;
+  uint64_t seed = 0;
+  bool verify = false;
+  double timeoutSeconds = 60;
+  bool nonFiniteFatal = false;
+  int64_t blasThreads = 1;
+  double tolerance = 0;
+  std::string reportFile;
+  bool quiet = false;
+  std::vector<Fault> faults;
+  std::vector<std::string> faultSpecs; // as given, to forward
+  std::string mpirun = "mpirun";
+};
+
+/// Parses "nan:PARAM:STEP", "die:RANK:STEP", "stall:RANK:STEP" or
+/// "plan-mismatch:RANK". Returns false with `error` set.
+bool parseFault(const std::string &text, Fault &fault, std::string &error);
+
+} // namespace muon::tool
+
+#endif // MUON_TOOLS_MUON_RUN_RUNOPTIONS_H

@@ -1,0 +1,412 @@
+//===- Worker.cpp - One rank of a real run --------------------------------===//
+#include "Worker.h"
+
+#include "muon/Plan/Bounds.h"
+#include "muon/Plan/Report.h"
+#include "muon/Runtime/MpiCommunicator.h"
+#include "muon/Runtime/NewtonSchulz.h"
+#include "muon/Runtime/Synthetic.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <unistd.h>
+
+namespace muon::tool {
+using namespace muon::runtime;
+
+namespace {
+
+/// Exit codes beyond the contract's 0/1/2.
+constexpr int kRunFailed = 3;
+
+double median(std::vector<double> v) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+template <typename T> void append(std::vector<char> &out, const T *data,
+                                  size_t count) {
+  const char *bytes = reinterpret_cast<const char *>(data);
+  out.insert(out.end(), bytes, bytes + count * sizeof(T));
+}
+
+template <typename T> std::vector<T> as(const std::vector<char> &bytes) {
+  std::vector<T> out(bytes.size() / sizeof(T));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+  return out;
+}
+
+/// What each rank reports to rank 0 after its steps.
+struct RankRun {
+  double bytesSent = 0, bytesReceived = 0, nsFlops = 0;
+  double consistent = 1; // every applied step moved and ran the same
+  std::vector<double> stepSeconds;
+};
+
+std::vector<char> encode(const RankRun &run) {
+  std::vector<double> v = {run.bytesSent, run.bytesReceived, run.nsFlops,
+                           run.consistent};
+  v.insert(v.end(), run.stepSeconds.begin(), run.stepSeconds.end());
+  std::vector<char> out;
+  append(out, v.data(), v.size());
+  return out;
+}
+
+RankRun decode(const std::vector<char> &bytes) {
+  std::vector<double> v = as<double>(bytes);
+  RankRun run;
+  run.bytesSent = v[0];
+  run.bytesReceived = v[1];
+  run.nsFlops = v[2];
+  run.consistent = v[3];
+  run.stepSeconds.assign(v.begin() + 4, v.end());
+  return run;
+}
+
+/// Partial parameters are compared with a relative tolerance: their summands
+/// are added in another order than the reference adds them.
+double partialRelativeTolerance(const Plan &plan) {
+  return plan.wireBytes == 4 ? 1e-6 : 1e-2;
+}
+
+struct Verification {
+  bool verified = true;
+  double maxAbsDiff = 0;
+  std::vector<std::string> failures;
+};
+
+/// Compares every rank's pieces (gathered at rank 0) with the reference.
+Verification compare(const Plan &plan, const SyntheticModel &reference,
+                     const std::vector<std::vector<char>> &pieces,
+                     double tolerance) {
+  Verification v;
+  std::vector<double> paramDiff(plan.params.size(), 0.0);
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    std::vector<float> values = as<float>(pieces[r]);
+    size_t at = 0;
+    std::vector<int64_t> coords = plan.mesh.coordsOfRank(r);
+    for (size_t i = 0; i < plan.params.size(); ++i) {
+      const ParamLayout &layout = plan.params[i].layout;
+      if (!layout.inSubmesh(coords))
+        continue;
+      const std::vector<float> &ref = reference.values(i);
+      forEachElement(layout.shape, layout.localBox(plan.mesh, coords),
+                     [&](int64_t, int64_t global) {
+                       double d = std::fabs(static_cast<double>(values[at++]) -
+                                            ref[global]);
+                       if (std::isnan(d))
+                         d = INFINITY;
+                       paramDiff[i] = std::max(paramDiff[i], d);
+                     });
+    }
+  }
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    double allowed = tolerance;
+    if (plan.params[i].layout.isPartial()) {
+      double largest = 0;
+      for (float x : reference.values(i))
+        largest = std::max(largest, std::fabs(static_cast<double>(x)));
+      allowed = std::max(allowed, partialRelativeTolerance(plan) * largest);
+    }
+    v.maxAbsDiff = std::max(v.maxAbsDiff, paramDiff[i]);
+    if (!(paramDiff[i] <= allowed)) {
+      v.verified = false;
+      v.failures.push_back(llvm::formatv("'{0}' differs by {1:e} (allowed {2:e})",
+                                         plan.params[i].name, paramDiff[i],
+                                         allowed)
+                               .str());
+    }
+  }
+  return v;
+}
+
+/// Runs the single-device reference of `plan` for the same steps.
+bool runReference(const Plan &plan, const RunFlags &flags,
+                  const std::vector<int64_t> &summands,
+                  const std::vector<NonFiniteInjection> &nonFinite,
+                  std::unique_ptr<SyntheticModel> &model,
+                  std::unique_ptr<StepExecutor> &executor, Plan &ref,
+                  std::string &error) {
+  ref = referencePlan(plan);
+  static SingleRankCommunicator self;
+  executor = std::make_unique<StepExecutor>(ref, self);
+  if (!executor->initialize(error))
+    return false;
+  model = std::make_unique<SyntheticModel>(*executor, flags.seed, summands);
+  for (int64_t s = 0; s < flags.steps; ++s) {
+    model->makeGradients(s, flags.microBatches, nonFinite);
+    StepResult result;
+    if (!executor->step(result, error))
+      return false;
+    if (!result.applied && flags.nonFiniteFatal)
+      break;
+  }
+  return true;
+}
+
+} // namespace
+
+int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
+  MpiCommunicator comm(argc, argv);
+  const int64_t rank = comm.rank();
+  const bool lead = rank == 0;
+  llvm::raw_ostream &out = llvm::outs();
+  auto fail = [&](const std::string &message) {
+    llvm::errs() << "muon-run: rank " << rank << ": " << message << "\n";
+    llvm::errs().flush();
+  };
+  if (comm.size() != plan.worldSize) {
+    if (lead)
+      fail("the plan is for " + std::to_string(plan.worldSize) +
+           " ranks but mpirun started " + std::to_string(comm.size()) +
+           " (use -np " + std::to_string(plan.worldSize) + ")");
+    return 2;
+  }
+  setBlasThreads(static_cast<int>(flags.blasThreads));
+  std::vector<NonFiniteInjection> nonFinite;
+  for (const Fault &f : flags.faults) {
+    if (f.kind == Fault::Kind::NonFinite)
+      nonFinite.push_back({f.param, f.step});
+    // A rank with a different plan: what a stale plan file on one node
+    // looks like.
+    if (f.kind == Fault::Kind::PlanMismatch && f.rank == rank)
+      plan.muon.lr *= 2;
+  }
+
+  ExecutorOptions options;
+  options.timeoutSeconds = flags.timeoutSeconds;
+  StepExecutor executor(plan, comm, options);
+  std::string error;
+  if (!executor.initialize(error)) {
+    // Every rank sees the same start-up result: all leave with 2.
+    if (lead)
+      fail(error);
+    return 2;
+  }
+  std::vector<int64_t> summands;
+  for (const PlanParam &p : plan.params) {
+    int64_t n = 1;
+    for (int64_t axis : p.layout.partialAxes)
+      n *= plan.mesh.shape[axis];
+    summands.push_back(n);
+  }
+  SyntheticModel model(executor, flags.seed, summands);
+
+  RankRun run;
+  std::vector<int64_t> skipped;
+  std::optional<StepCounters> counted;
+  for (int64_t s = 0; s < flags.steps; ++s) {
+    for (const Fault &f : flags.faults) {
+      if (f.rank != rank || f.step != s)
+        continue;
+      if (f.kind == Fault::Kind::Die) {
+        fail("injected fault: dying at step " + std::to_string(s));
+        _exit(9);
+      }
+      if (f.kind == Fault::Kind::Stall) {
+        fail("injected fault: stalling at step " + std::to_string(s));
+        while (true)
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+      }
+    }
+    model.makeGradients(s, flags.microBatches, nonFinite);
+    auto start = std::chrono::steady_clock::now();
+    StepResult result;
+    if (!executor.step(result, error)) {
+      fail(error);
+      comm.abort(kRunFailed);
+    }
+    double seconds = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+    if (!result.applied) {
+      skipped.push_back(s);
+      if (lead) {
+        out << llvm::formatv(
+            "step {0}/{1}: gradient of '{2}' has NaN or Inf (rank {3}); {4}\n",
+            s + 1, flags.steps, plan.params[result.nonFiniteParam].name,
+            result.nonFiniteRank,
+            flags.nonFiniteFatal
+                ? "stopping (--nonfinite=fail)"
+                : "step skipped, parameters and optimizer state unchanged");
+        out.flush();
+      }
+      if (flags.nonFiniteFatal)
+        return kRunFailed; // every rank took the same decision
+      continue;
+    }
+    const StepCounters &c = executor.counters();
+    if (counted && (c.bytesSent != counted->bytesSent ||
+                    c.bytesReceived != counted->bytesReceived ||
+                    c.nsFlops != counted->nsFlops))
+      run.consistent = 0;
+    counted = c;
+    run.stepSeconds.push_back(seconds);
+    if (lead && !flags.quiet) {
+      out << llvm::formatv("step {0}/{1}: {2:F2} ms (rank 0)\n", s + 1,
+                           flags.steps, seconds * 1e3);
+      out.flush();
+    }
+  }
+  if (counted) {
+    run.bytesSent = static_cast<double>(counted->bytesSent);
+    run.bytesReceived = static_cast<double>(counted->bytesReceived);
+    run.nsFlops = static_cast<double>(counted->nsFlops);
+  }
+
+  std::vector<std::vector<char>> runs;
+  if (!comm.gatherToRoot(encode(run), runs, flags.timeoutSeconds, error)) {
+    fail("collecting figures: " + error);
+    comm.abort(kRunFailed);
+  }
+  std::vector<std::vector<char>> pieces;
+  if (flags.verify) {
+    std::vector<char> mine;
+    for (size_t i = 0; i < plan.params.size(); ++i)
+      append(mine, model.values(i).data(), model.values(i).size());
+    if (!comm.gatherToRoot(mine, pieces, flags.timeoutSeconds, error)) {
+      fail("collecting parameters to verify: " + error);
+      comm.abort(kRunFailed);
+    }
+  }
+  if (!lead)
+    return 0;
+
+  // Rank 0: measured figures against the plan, the reference, the report.
+  int exitCode = 0;
+  std::vector<RankFigures> planned = computeRankFigures(plan);
+  LowerBounds bounds = planLowerBounds(plan);
+  Report report;
+  report.worldSize = plan.worldSize;
+  report.wireDtype = plan.wireDtype;
+  report.steps = flags.steps;
+  report.microBatches = flags.microBatches;
+  report.skippedSteps = skipped;
+  report.lowerBoundBytesReceived = bounds.bytesReceived;
+  report.lowerBoundMakespanFlops = bounds.makespanFlops;
+  std::vector<RankRun> rankRuns;
+  for (const std::vector<char> &bytes : runs)
+    rankRuns.push_back(decode(bytes));
+  bool anyApplied = skipped.size() < static_cast<size_t>(flags.steps);
+  std::vector<std::string> mismatches;
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    const RankRun &rr = rankRuns[r];
+    RankFigures f = planned[r]; // owned matrices come from the plan
+    if (anyApplied) {
+      f.bytesSent = static_cast<int64_t>(rr.bytesSent);
+      f.bytesReceived = static_cast<int64_t>(rr.bytesReceived);
+      f.nsFlops = static_cast<int64_t>(rr.nsFlops);
+      if (f.bytesSent != planned[r].bytesSent ||
+          f.bytesReceived != planned[r].bytesReceived ||
+          f.nsFlops != planned[r].nsFlops || !rr.consistent)
+        mismatches.push_back(llvm::formatv(
+            "rank {0} measured sent {1} / received {2} bytes, {3} flops; "
+            "the plan says {4} / {5}, {6}",
+            r, f.bytesSent, f.bytesReceived, f.nsFlops, planned[r].bytesSent,
+            planned[r].bytesReceived, planned[r].nsFlops));
+    }
+    report.perRank.push_back(f);
+    // After one warm-up step when there is more than one.
+    std::vector<double> measured = rr.stepSeconds;
+    if (measured.size() > 1)
+      measured.erase(measured.begin());
+    report.rankMedianSeconds.push_back(
+        measured.empty() ? std::nullopt : std::optional<double>(median(measured)));
+  }
+  // A step lasts until its slowest rank is done.
+  std::vector<double> stepMax;
+  for (size_t s = 0; s < rankRuns[0].stepSeconds.size(); ++s) {
+    double m = 0;
+    for (const RankRun &rr : rankRuns)
+      if (s < rr.stepSeconds.size())
+        m = std::max(m, rr.stepSeconds[s]);
+    stepMax.push_back(m);
+  }
+  if (stepMax.size() > 1)
+    stepMax.erase(stepMax.begin());
+  if (!stepMax.empty())
+    report.stepSeconds = SecondsStats{
+        median(stepMax), *std::min_element(stepMax.begin(), stepMax.end()),
+        *std::max_element(stepMax.begin(), stepMax.end())};
+  for (const std::string &m : mismatches)
+    fail("measured figures differ from the plan: " + m);
+  if (!mismatches.empty())
+    exitCode = 1;
+
+  std::optional<Verification> verification;
+  if (flags.verify) {
+    std::unique_ptr<SyntheticModel> refModel;
+    std::unique_ptr<StepExecutor> refExecutor;
+    Plan ref;
+    if (!runReference(plan, flags, summands, nonFinite, refModel, refExecutor,
+                      ref, error)) {
+      fail("single-device reference: " + error);
+      return kRunFailed;
+    }
+    verification = compare(plan, *refModel, pieces, flags.tolerance);
+    report.verified = verification->verified;
+    report.maxAbsDiff = verification->maxAbsDiff;
+    for (const std::string &f : verification->failures)
+      fail("not verified: " + f);
+    if (!verification->verified)
+      exitCode = 1;
+  }
+
+  if (!flags.reportFile.empty() &&
+      !writeFileAtomically(flags.reportFile, renderReport(report), error)) {
+    fail(error);
+    return 2;
+  }
+  if (!flags.quiet) {
+    int64_t received = 0;
+    for (const RankFigures &f : report.perRank)
+      received += f.bytesReceived;
+    for (int64_t r = 0; r < plan.worldSize && r < 64; ++r) {
+      const RankFigures &f = report.perRank[r];
+      std::optional<double> sec = report.rankMedianSeconds[r];
+      out << llvm::formatv("  rank {0,3}: owns {1,4}  NS {2,9:F3} GFLOP  "
+                           "recv {3,9:F3} MB  sent {4,9:F3} MB  step {5}\n",
+                           r, f.owned.size(), f.nsFlops / 1e9,
+                           f.bytesReceived / 1e6, f.bytesSent / 1e6,
+                           sec ? llvm::formatv("{0:F2} ms", *sec * 1e3).str()
+                               : std::string("-"));
+    }
+    out << llvm::formatv("  bytes received {0} measured (plan {1}, lower "
+                         "bound {2})\n",
+                         received,
+                         [&] {
+                           int64_t t = 0;
+                           for (const RankFigures &f : planned)
+                             t += f.bytesReceived;
+                           return t;
+                         }(),
+                         bounds.bytesReceived);
+    if (report.stepSeconds)
+      out << llvm::formatv("  step time median {0:F2} ms (min {1:F2}, max "
+                           "{2:F2}) over {3} step(s) after warm-up\n",
+                           report.stepSeconds->median * 1e3,
+                           report.stepSeconds->min * 1e3,
+                           report.stepSeconds->max * 1e3, stepMax.size());
+    if (verification)
+      out << llvm::formatv(
+          "  {0} against one device: max_abs_diff {1:e}{2}\n",
+          verification->verified ? "verified" : "NOT verified",
+          verification->maxAbsDiff,
+          verification->maxAbsDiff == 0 ? " (bit-exact)" : "");
+    else
+      out << "  not verified (pass --verify to compare with one device)\n";
+    out.flush();
+  }
+  return exitCode;
+}
+
+} // namespace muon::tool

@@ -1,0 +1,19 @@
+//===- Worker.h - One rank of a real run ------------------------*- C++ -*-===//
+#ifndef MUON_TOOLS_MUON_RUN_WORKER_H
+#define MUON_TOOLS_MUON_RUN_WORKER_H
+
+#include "RunOptions.h"
+
+#include "muon/Plan/Plan.h"
+
+namespace muon::tool {
+
+/// Runs as one MPI rank: executes `flags.steps` synthetic steps of the plan,
+/// then (rank 0) checks the measured figures against the plan, runs the
+/// single-device reference when asked, prints the summary and writes the
+/// report. Returns the process's exit code.
+int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv);
+
+} // namespace muon::tool
+
+#endif // MUON_TOOLS_MUON_RUN_WORKER_H
