@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <thread>
@@ -121,8 +122,10 @@ static bool waitRequest(MPI_Request &request, double timeoutSeconds,
     if (done)
       return true;
     if (std::chrono::steady_clock::now() > deadline) {
-      error = "no progress within " + std::to_string(timeoutSeconds) +
-              " s (a peer died or stalled)";
+      char limit[32];
+      std::snprintf(limit, sizeof(limit), "%g", timeoutSeconds);
+      error = std::string("no answer within ") + limit +
+              " s (a peer died or stalled; see --timeout)";
       return false;
     }
     if (++spins > 64)

@@ -275,8 +275,7 @@ bool StepExecutor::startExchange(int64_t index, std::string &error) {
 bool StepExecutor::finishExchange(int64_t index, std::string &error) {
   InFlight &flight = inFlight.at(index);
   if (!comm.wait(flight.pending, options.timeoutSeconds, error)) {
-    error = "rank " + std::to_string(rank) + ": waiting for " +
-            describeExchange(index) + ": " + error;
+    error = "waiting for " + describeExchange(index) + ": " + error;
     return false;
   }
   const Exchange &ex = planRef.exchanges[index];
@@ -403,8 +402,7 @@ bool StepExecutor::step(StepResult &result, std::string &error) {
       }
   int64_t firstBad = none;
   if (!comm.allReduceMin(bad, firstBad, options.timeoutSeconds, error)) {
-    error = "rank " + std::to_string(rank) +
-            ": checking gradients for NaN/Inf: " + error;
+    error = "checking gradients for NaN/Inf: " + error;
     return false;
   }
   if (firstBad != none) {

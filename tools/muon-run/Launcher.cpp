@@ -60,7 +60,7 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
 
   int64_t ranks = flags.ranks ? flags.ranks : plan.worldSize;
   std::vector<std::string> args = {
-      flags.mpirun, "-np", std::to_string(ranks),
+      flags.mpirun, "-q", "-np", std::to_string(ranks),
       // Root in containers, more ranks than cores on small machines, no
       // pinning (ranks share cores), and shared memory without ptrace (which
       // containers often forbid).

@@ -26,11 +26,13 @@ bool parseFault(const std::string &text, Fault &fault, std::string &error) {
   bool ok = false;
   if (kind == "nan" && parts.size() == 3) {
     fault.kind = Fault::Kind::NonFinite;
-    // The parameter name may itself hold ':' only at the ends we split off.
     fault.param = parts[1];
     ok = !fault.param.empty() && parseIndex(parts[2], fault.step);
-  } else if ((kind == "die" || kind == "stall") && parts.size() == 3) {
-    fault.kind = kind == "die" ? Fault::Kind::Die : Fault::Kind::Stall;
+  } else if ((kind == "die" || kind == "stall" || kind == "corrupt") &&
+             parts.size() == 3) {
+    fault.kind = kind == "die"     ? Fault::Kind::Die
+                 : kind == "stall" ? Fault::Kind::Stall
+                                   : Fault::Kind::Corrupt;
     ok = parseIndex(parts[1], fault.rank) && parseIndex(parts[2], fault.step);
   } else if (kind == "plan-mismatch" && parts.size() == 2) {
     fault.kind = Fault::Kind::PlanMismatch;
@@ -38,8 +40,8 @@ bool parseFault(const std::string &text, Fault &fault, std::string &error) {
   }
   if (!ok)
     error = "bad --inject '" + text +
-            "': expected nan:PARAM:STEP, die:RANK:STEP, stall:RANK:STEP or "
-            "plan-mismatch:RANK (steps count from 0)";
+            "': expected nan:PARAM:STEP, die:RANK:STEP, stall:RANK:STEP, "
+            "corrupt:RANK:STEP or plan-mismatch:RANK (steps count from 0)";
   return ok;
 }
 

@@ -20,10 +20,10 @@ struct CompileFlags {
 
 /// A fault to inject, for testing that failures are loud and lose nothing.
 struct Fault {
-  enum class Kind { NonFinite, Die, Stall, PlanMismatch } kind;
+  enum class Kind { NonFinite, Die, Stall, PlanMismatch, Corrupt } kind;
   std::string param; // NonFinite
-  int64_t rank = -1; // Die, Stall, PlanMismatch
-  int64_t step = -1; // NonFinite, Die, Stall
+  int64_t rank = -1; // Die, Stall, PlanMismatch, Corrupt
+  int64_t step = -1; // NonFinite, Die, Stall, Corrupt
 };
 
 /// Settings of a real run; the launcher forwards them to every rank.
@@ -44,8 +44,9 @@ struct RunFlags {
   std::string mpirun = "mpirun";
 };
 
-/// Parses "nan:PARAM:STEP", "die:RANK:STEP", "stall:RANK:STEP" or
-/// "plan-mismatch:RANK". Returns false with `error` set.
+/// Parses "nan:PARAM:STEP", "die:RANK:STEP", "stall:RANK:STEP",
+/// "corrupt:RANK:STEP" (a silently wrong update, which --verify must catch)
+/// or "plan-mismatch:RANK". Returns false with `error` set.
 bool parseFault(const std::string &text, Fault &fault, std::string &error);
 
 } // namespace muon::tool

@@ -244,6 +244,13 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
         return kRunFailed; // every rank took the same decision
       continue;
     }
+    for (const Fault &f : flags.faults)
+      if (f.kind == Fault::Kind::Corrupt && f.rank == rank && f.step == s)
+        for (size_t i = 0; i < plan.params.size(); ++i)
+          if (!model.values(i).empty()) {
+            model.values(i)[0] += 1e-3f; // what a lost update looks like
+            break;
+          }
     const StepCounters &c = executor.counters();
     if (counted && (c.bytesSent != counted->bytesSent ||
                     c.bytesReceived != counted->bytesReceived ||

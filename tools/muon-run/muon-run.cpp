@@ -97,7 +97,7 @@ static cl::opt<double> tolerance(
 static cl::list<std::string> inject(
     cl::cat(toolCategory), "inject",
     cl::desc("Fault injection for tests: nan:PARAM:STEP, die:RANK:STEP, "
-             "stall:RANK:STEP, plan-mismatch:RANK"));
+             "stall:RANK:STEP, corrupt:RANK:STEP, plan-mismatch:RANK"));
 static cl::opt<std::string>
     mpirunPath(cl::cat(toolCategory), "mpirun", cl::init("mpirun"),
                cl::desc("The mpirun to launch ranks with"));

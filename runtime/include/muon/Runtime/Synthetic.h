@@ -29,6 +29,8 @@ float syntheticValue(uint64_t seed, const std::string &param, int64_t stream,
 template <typename Fn>
 void forEachElement(const std::vector<int64_t> &shape,
                     const std::vector<Range> &box, Fn fn) {
+  if (box.size() != shape.size()) // outside the parameter's sub-mesh
+    return;
   int64_t count = 1;
   for (const Range &r : box)
     count *= r.size();
@@ -74,6 +76,7 @@ public:
   const std::vector<float> &values(int64_t param) const {
     return params[param];
   }
+  std::vector<float> &values(int64_t param) { return params[param]; }
 
 private:
   StepExecutor &executor;
