@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # `make demo`: compile the embedded example (a small GPT-like model with
-# FSDP x TP on 4 ranks) and print what the compiler decided: each rank's
-# owned matrices and Newton-Schulz work, the traffic of the compiled step
-# against the lower bounds of the run report, and the step's schedule.
-# (Running the plan on MPI ranks arrives with the runtime.)
+# FSDP x TP on 4 ranks), show what the compiler decided (owners, traffic
+# against the lower bound, the overlapped schedule), then run 10 optimizer
+# steps on 4 MPI ranks and verify the parameters against one device.
+# Usage: examples/demo.sh [BUILD_DIR] (DEMO_STEPS overrides the 10 steps).
 set -euo pipefail
 build=${1:-build}
+steps=${DEMO_STEPS:-10}
 here=$(cd "$(dirname "$0")" && pwd)
 spec="$here/gpt-fsdp-tp.json"
 
@@ -15,6 +16,9 @@ echo "== owners: muon-translate --import-spec | muon-opt --muon-assign-owners --
   "$build/bin/muon-opt" --muon-convert-process-groups-to-mesh \
     --muon-assign-owners --muon-print-owners -o /dev/null
 echo
-echo "== compiled step: muon-run --dry-run --print-schedule (report: build/demo-report.json, plan: build/demo-plan.json)"
-"$build/bin/muon-run" "$spec" --dry-run --print-schedule \
+echo "== compiled step: muon-run --dry-run"
+"$build/bin/muon-run" "$spec" --dry-run
+echo
+echo "== run: muon-run --steps $steps --verify (4 MPI ranks; report: $build/demo-report.json, plan: $build/demo-plan.json)"
+"$build/bin/muon-run" "$spec" --steps "$steps" --verify \
   --report "$build/demo-report.json" --plan "$build/demo-plan.json"

@@ -267,6 +267,8 @@ int main(int argc, char **argv) {
                 llvm::Twine(plan.worldSize) + " devices");
   if (!planFile.empty()) {
     std::string error;
+    if (planFile == reportFile)
+      return fail("two outputs name the same file '" + planFile + "'");
     if (!::muon::writeFileAtomically(planFile, ::muon::renderPlan(plan), error))
       return fail(error);
   }
