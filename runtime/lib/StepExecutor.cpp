@@ -378,9 +378,9 @@ void StepExecutor::runAdamW() {
     LocalParam &local = locals[i];
     if (planRef.params[i].muon || !local.elements)
       continue;
-    const float *grad = planRef.params[i].layout.isPartial() && planRef.distributed
-                            ? local.summedGrad.data()
-                            : local.grad;
+    // Summed by this step's reduce when the gradient has several summands.
+    const float *grad =
+        local.summedGrad.empty() ? local.grad : local.summedGrad.data();
     ++local.adamwStep;
     adamwUpdate(local.values, grad, local.expAvg.data(), local.expAvgSq.data(),
                 local.elements, planRef.adamw, local.adamwStep);
@@ -390,6 +390,8 @@ void StepExecutor::runAdamW() {
 bool StepExecutor::step(StepResult &result, std::string &error) {
   lastCounters = {};
   result = {};
+  for (LocalParam &local : locals)
+    local.summedGrad.clear();
   // Non-finite gradients anywhere skip the step everywhere, before any
   // state changes.
   const int64_t none = std::numeric_limits<int64_t>::max();

@@ -104,6 +104,11 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (code == 0 || code == 1 || code == 2 || code == 3)
     return code;
+  if (code == 127) {
+    llvm::errs() << "muon-run: cannot start '" << flags.mpirun
+                 << "' (install OpenMPI with `make deps`, or pass --mpirun)\n";
+    return 2;
+  }
   llvm::errs() << "muon-run: the run failed: mpirun exited with status "
                << code << " (a rank died; see its message above)\n";
   return 3;

@@ -135,9 +135,8 @@ bool runReference(const Plan &plan, const RunFlags &flags,
                   const std::vector<NonFiniteInjection> &nonFinite,
                   std::unique_ptr<SyntheticModel> &model,
                   std::unique_ptr<StepExecutor> &executor, Plan &ref,
-                  std::string &error) {
+                  Communicator &self, std::string &error) {
   ref = referencePlan(plan);
-  static SingleRankCommunicator self;
   executor = std::make_unique<StepExecutor>(ref, self);
   if (!executor->initialize(error))
     return false;
@@ -354,8 +353,9 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
     std::unique_ptr<SyntheticModel> refModel;
     std::unique_ptr<StepExecutor> refExecutor;
     Plan ref;
+    SingleRankCommunicator self;
     if (!runReference(plan, flags, summands, nonFinite, refModel, refExecutor,
-                      ref, error)) {
+                      ref, self, error)) {
       fail("single-device reference: " + error);
       return kRunFailed;
     }
