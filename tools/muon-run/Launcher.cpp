@@ -2,7 +2,10 @@
 #include "Launcher.h"
 
 #include "muon/Plan/PlanFile.h"
+#include "muon/Plan/Report.h"
 
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cerrno>
@@ -35,26 +38,21 @@ static std::string formatDouble(double v) {
 }
 
 int launchRanks(const Plan &plan, const RunFlags &flags) {
-  // The ranks read the compiled plan instead of compiling again.
-  const char *tmpdir = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") +
-                        "/muon-run-plan-XXXXXX";
-  std::vector<char> path(pattern.begin(), pattern.end());
-  path.push_back(0);
-  int fd = mkstemp(path.data());
-  if (fd < 0) {
-    llvm::errs() << "muon-run: cannot create a temporary plan file in "
-                 << pattern << ": " << std::strerror(errno) << "\n";
+  // A private directory per run holds the plan the ranks read and OpenMPI's
+  // session directory: concurrent mpiruns sharing one session base race
+  // when one of them cleans it up.
+  llvm::SmallString<128> dir;
+  if (std::error_code ec = llvm::sys::fs::createUniqueDirectory("muon-run", dir)) {
+    llvm::errs() << "muon-run: cannot create a temporary directory: "
+                 << ec.message() << "\n";
     return 2;
   }
-  std::string text = renderPlan(plan);
-  bool written = ::write(fd, text.data(), text.size()) ==
-                 static_cast<ssize_t>(text.size());
-  ::close(fd);
-  std::string planPath(path.data());
-  if (!written) {
-    std::remove(planPath.c_str());
-    llvm::errs() << "muon-run: cannot write " << planPath << "\n";
+  auto cleanUp = [&] { llvm::sys::fs::remove_directories(dir); };
+  std::string planPath = (dir + "/plan.json").str();
+  std::string error;
+  if (!writeFileAtomically(planPath, renderPlan(plan), error)) {
+    cleanUp();
+    llvm::errs() << "muon-run: " << error << "\n";
     return 2;
   }
 
@@ -65,7 +63,8 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
       // pinning (ranks share cores), and shared memory without ptrace (which
       // containers often forbid).
       "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca",
-      "btl_vader_single_copy_mechanism", "none", selfPath(), planPath,
+      "btl_vader_single_copy_mechanism", "none", "--mca", "orte_tmpdir_base",
+      dir.str().str(), selfPath(), planPath,
       "--steps", std::to_string(flags.steps), "--micro-batches",
       std::to_string(flags.microBatches), "--seed", std::to_string(flags.seed),
       "--timeout", formatDouble(flags.timeoutSeconds), "--blas-threads",
@@ -91,7 +90,7 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
   int rc = posix_spawnp(&pid, flags.mpirun.c_str(), nullptr, nullptr,
                         argv.data(), environ);
   if (rc != 0) {
-    std::remove(planPath.c_str());
+    cleanUp();
     llvm::errs() << "muon-run: cannot start '" << flags.mpirun
                  << "': " << std::strerror(rc)
                  << " (install OpenMPI with `make deps`, or pass --mpirun)\n";
@@ -100,7 +99,7 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  std::remove(planPath.c_str());
+  cleanUp();
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (code == 0 || code == 1 || code == 2 || code == 3)
     return code;
