@@ -1,6 +1,8 @@
 //===- Report.cpp - The run report (muon-report/1) ------------------------===//
 #include "muon/Plan/Report.h"
 
+#include "muon/Plan/Bounds.h"
+
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
@@ -16,6 +18,17 @@ namespace json = llvm::json;
 
 static json::Value optional(const std::optional<double> &v) {
   return v ? json::Value(*v) : json::Value(nullptr);
+}
+
+Report planReport(const Plan &plan) {
+  LowerBounds bounds = planLowerBounds(plan);
+  Report report;
+  report.worldSize = plan.worldSize;
+  report.wireDtype = plan.wireDtype;
+  report.perRank = computeRankFigures(plan);
+  report.lowerBoundBytesReceived = bounds.bytesReceived;
+  report.lowerBoundMakespanFlops = bounds.makespanFlops;
+  return report;
 }
 
 std::string renderReport(const Report &report) {

@@ -133,6 +133,16 @@ static bool waitRequest(MPI_Request &request, double timeoutSeconds,
   }
 }
 
+/// Waits for a request that an MPI_I* call (returning `rc`) started.
+static bool finish(int rc, MPI_Request &request, double timeoutSeconds,
+                   std::string &error) {
+  if (rc != MPI_SUCCESS) {
+    error = mpiError(rc);
+    return false;
+  }
+  return waitRequest(request, timeoutSeconds, error);
+}
+
 bool MpiCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
                            std::string &error) {
   auto it = state->calls.find(pending.id);
@@ -161,11 +171,7 @@ bool MpiCommunicator::allGather(uint64_t value, std::vector<uint64_t> &values,
   MPI_Request request;
   int rc = MPI_Iallgather(&value, 1, MPI_UINT64_T, values.data(), 1,
                           MPI_UINT64_T, state->comm, &request);
-  if (rc != MPI_SUCCESS) {
-    error = mpiError(rc);
-    return false;
-  }
-  return waitRequest(request, timeoutSeconds, error);
+  return finish(rc, request, timeoutSeconds, error);
 }
 
 bool MpiCommunicator::allReduceMin(int64_t value, int64_t &result,
@@ -173,11 +179,7 @@ bool MpiCommunicator::allReduceMin(int64_t value, int64_t &result,
   MPI_Request request;
   int rc = MPI_Iallreduce(&value, &result, 1, MPI_INT64_T, MPI_MIN,
                           state->comm, &request);
-  if (rc != MPI_SUCCESS) {
-    error = mpiError(rc);
-    return false;
-  }
-  return waitRequest(request, timeoutSeconds, error);
+  return finish(rc, request, timeoutSeconds, error);
 }
 
 bool MpiCommunicator::gatherToRoot(const std::vector<char> &bytes,
@@ -192,11 +194,8 @@ bool MpiCommunicator::gatherToRoot(const std::vector<char> &bytes,
   MPI_Request request;
   int rc = MPI_Igather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0,
                        state->comm, &request);
-  if (rc != MPI_SUCCESS || !waitRequest(request, timeoutSeconds, error)) {
-    if (rc != MPI_SUCCESS)
-      error = mpiError(rc);
+  if (!finish(rc, request, timeoutSeconds, error))
     return false;
-  }
   int64_t total = 0;
   for (int r = 0; r < state->size; ++r) {
     offsets[r] = static_cast<int>(total);
@@ -209,11 +208,8 @@ bool MpiCommunicator::gatherToRoot(const std::vector<char> &bytes,
   std::vector<char> all(state->rank == 0 ? total : 0);
   rc = MPI_Igatherv(bytes.data(), mine, MPI_BYTE, all.data(), counts.data(),
                     offsets.data(), MPI_BYTE, 0, state->comm, &request);
-  if (rc != MPI_SUCCESS || !waitRequest(request, timeoutSeconds, error)) {
-    if (rc != MPI_SUCCESS)
-      error = mpiError(rc);
+  if (!finish(rc, request, timeoutSeconds, error))
     return false;
-  }
   atRoot.clear();
   if (state->rank == 0)
     for (int r = 0; r < state->size; ++r)

@@ -106,11 +106,12 @@ void StepExecutor::bind(int64_t param, float *values, const float *grad) {
   locals[param].grad = grad;
 }
 
-int64_t StepExecutor::pieceOffset(int64_t k) const {
+StepExecutor::Piece StepExecutor::piece(int64_t k) const {
   const PlanMatrix &m = planRef.matrices[k];
   const LocalParam &local = locals[m.paramIndex];
+  Piece piece;
   if (!local.elements)
-    return -1;
+    return piece;
   const std::vector<int64_t> &shape = planRef.params[m.paramIndex].layout.shape;
   size_t batchDims = shape.size() - 2;
   // The slice's coordinates over the batch dims, then its place among the
@@ -124,11 +125,13 @@ int64_t StepExecutor::pieceOffset(int64_t k) const {
   for (size_t d = 0; d < batchDims; ++d) {
     const Range &r = local.box[d];
     if (coord[d] < r.begin || coord[d] >= r.end)
-      return -1;
+      return piece;
     localSlice = localSlice * r.size() + (coord[d] - r.begin);
   }
-  return localSlice * local.box[batchDims].size() *
-         local.box[batchDims + 1].size();
+  piece.rows = local.box[batchDims];
+  piece.cols = local.box[batchDims + 1];
+  piece.offset = localSlice * piece.elements();
+  return piece;
 }
 
 namespace {
@@ -169,15 +172,12 @@ std::vector<float> &StepExecutor::fullMatrix(int64_t k) {
   matrix.assign(m.rows * m.cols, 0.0f);
   // The owner's own piece enters as if it had crossed the wire, so that the
   // values Newton-Schulz sees do not depend on who holds what.
-  int64_t offset = pieceOffset(k);
-  if (offset >= 0) {
-    const LocalParam &local = locals[m.paramIndex];
-    const Range &rows = local.box[local.box.size() - 2];
-    const Range &cols = local.box.back();
+  Piece own = piece(k);
+  if (own.offset >= 0) {
     Wire wire{planRef.wireBytes};
-    const float *src = local.update.data() + offset;
-    for (int64_t r = rows.begin; r < rows.end; ++r)
-      for (int64_t c = cols.begin; c < cols.end; ++c)
+    const float *src = locals[m.paramIndex].update.data() + own.offset;
+    for (int64_t r = own.rows.begin; r < own.rows.end; ++r)
+      for (int64_t c = own.cols.begin; c < own.cols.end; ++c)
         matrix[r * m.cols + c] += wire.round(*src++);
   }
   return matrix;
@@ -220,13 +220,11 @@ bool StepExecutor::startExchange(int64_t index, std::string &error) {
       const int64_t width = t.cols.size();
       if (ex.phase == Exchange::Phase::Gather) {
         // A box of this rank's momentum-updated piece, for the owner.
-        const LocalParam &local = locals[m.paramIndex];
-        const Range &rows = local.box[local.box.size() - 2];
-        const Range &cols = local.box.back();
-        const float *base = local.update.data() + pieceOffset(t.matrix);
+        Piece from = piece(t.matrix);
+        const float *base = locals[m.paramIndex].update.data() + from.offset;
         for (int64_t r = t.rows.begin; r < t.rows.end; ++r) {
-          wire.put(base + (r - rows.begin) * cols.size() +
-                       (t.cols.begin - cols.begin),
+          wire.put(base + (r - from.rows.begin) * from.cols.size() +
+                       (t.cols.begin - from.cols.begin),
                    width, out);
           out += width * wire.bytes;
         }
@@ -318,13 +316,11 @@ bool StepExecutor::finishExchange(int64_t index, std::string &error) {
             for (int64_t c = t.cols.begin; c < t.cols.end; ++c)
               matrix[r * m.cols + c] += wire.get(in, at++);
         } else {
-          LocalParam &local = locals[m.paramIndex];
-          const Range &rows = local.box[local.box.size() - 2];
-          const Range &cols = local.box.back();
-          float *base = local.orthogonalized.data() + pieceOffset(t.matrix);
+          Piece to = piece(t.matrix);
+          float *base = locals[m.paramIndex].orthogonalized.data() + to.offset;
           for (int64_t r = t.rows.begin; r < t.rows.end; ++r)
             for (int64_t c = t.cols.begin; c < t.cols.end; ++c)
-              base[(r - rows.begin) * cols.size() + (c - cols.begin)] =
+              base[(r - to.rows.begin) * to.cols.size() + (c - to.cols.begin)] =
                   wire.get(in, at++);
         }
       }
@@ -346,15 +342,12 @@ void StepExecutor::runNewtonSchulz(int64_t round) {
       // Keep the exchanges in flight moving between matrices.
       comm.progress();
       // The orthogonalizing rank's own piece, as a holder would receive it.
-      int64_t offset = pieceOffset(k);
-      if (offset < 0)
+      Piece own = piece(k);
+      if (own.offset < 0)
         continue;
-      LocalParam &local = locals[m.paramIndex];
-      const Range &rows = local.box[local.box.size() - 2];
-      const Range &cols = local.box.back();
-      float *dst = local.orthogonalized.data() + offset;
-      for (int64_t r = rows.begin; r < rows.end; ++r)
-        for (int64_t c = cols.begin; c < cols.end; ++c)
+      float *dst = locals[m.paramIndex].orthogonalized.data() + own.offset;
+      for (int64_t r = own.rows.begin; r < own.rows.end; ++r)
+        for (int64_t c = own.cols.begin; c < own.cols.end; ++c)
           *dst++ = wire.round(matrix[r * m.cols + c]);
     }
 }
@@ -362,14 +355,14 @@ void StepExecutor::runNewtonSchulz(int64_t round) {
 void StepExecutor::applyRound(int64_t round) {
   for (int64_t k : planRef.rounds[round]) {
     full.erase(k);
-    int64_t offset = pieceOffset(k);
-    if (offset < 0)
+    Piece own = piece(k);
+    if (own.offset < 0)
       continue;
     const PlanMatrix &m = planRef.matrices[k];
     LocalParam &local = locals[m.paramIndex];
-    int64_t n = local.box[local.box.size() - 2].size() * local.box.back().size();
-    applyMuonUpdate(local.values + offset, local.orthogonalized.data() + offset,
-                    n, planRef.muon, adjustedLr(planRef.muon, m.rows, m.cols));
+    applyMuonUpdate(local.values + own.offset,
+                    local.orthogonalized.data() + own.offset, own.elements(),
+                    planRef.muon, adjustedLr(planRef.muon, m.rows, m.cols));
   }
 }
 

@@ -1,7 +1,6 @@
 //===- Worker.cpp - One rank of a real run --------------------------------===//
 #include "Worker.h"
 
-#include "muon/Plan/Bounds.h"
 #include "muon/Plan/Report.h"
 #include "muon/Runtime/MpiCommunicator.h"
 #include "muon/Runtime/NewtonSchulz.h"
@@ -85,7 +84,8 @@ struct Verification {
 };
 
 /// Compares every rank's pieces (gathered at rank 0) with the reference.
-Verification compare(const Plan &plan, const SyntheticModel &reference,
+Verification compare(const Plan &plan,
+                     const std::vector<std::vector<float>> &reference,
                      const std::vector<std::vector<char>> &pieces,
                      double tolerance) {
   Verification v;
@@ -98,7 +98,7 @@ Verification compare(const Plan &plan, const SyntheticModel &reference,
       const ParamLayout &layout = plan.params[i].layout;
       if (!layout.inSubmesh(coords))
         continue;
-      const std::vector<float> &ref = reference.values(i);
+      const std::vector<float> &ref = reference[i];
       forEachElement(layout.shape, layout.localBox(plan.mesh, coords),
                      [&](int64_t, int64_t global) {
                        double d = std::fabs(static_cast<double>(values[at++]) -
@@ -113,7 +113,7 @@ Verification compare(const Plan &plan, const SyntheticModel &reference,
     double allowed = tolerance;
     if (plan.params[i].layout.isPartial()) {
       double largest = 0;
-      for (float x : reference.values(i))
+      for (float x : reference[i])
         largest = std::max(largest, std::fabs(static_cast<double>(x)));
       allowed = std::max(allowed, partialRelativeTolerance(plan) * largest);
     }
@@ -129,26 +129,27 @@ Verification compare(const Plan &plan, const SyntheticModel &reference,
   return v;
 }
 
-/// Runs the single-device reference of `plan` for the same steps.
+/// Runs the single-device reference of `plan` for the same steps; `values`
+/// gets every parameter, whole.
 bool runReference(const Plan &plan, const RunFlags &flags,
                   const std::vector<int64_t> &summands,
                   const std::vector<NonFiniteInjection> &nonFinite,
-                  std::unique_ptr<SyntheticModel> &model,
-                  std::unique_ptr<StepExecutor> &executor, Plan &ref,
-                  Communicator &self, std::string &error) {
-  ref = referencePlan(plan);
-  executor = std::make_unique<StepExecutor>(ref, self);
-  if (!executor->initialize(error))
+                  std::vector<std::vector<float>> &values, std::string &error) {
+  Plan ref = referencePlan(plan);
+  SingleRankCommunicator self;
+  StepExecutor executor(ref, self);
+  if (!executor.initialize(error))
     return false;
-  model = std::make_unique<SyntheticModel>(*executor, flags.seed, summands);
+  SyntheticModel model(executor, flags.seed, summands);
   for (int64_t s = 0; s < flags.steps; ++s) {
-    model->makeGradients(s, flags.microBatches, nonFinite);
+    model.makeGradients(s, flags.microBatches, nonFinite);
     StepResult result;
-    if (!executor->step(result, error))
+    if (!executor.step(result, error))
       return false;
-    if (!result.applied && flags.nonFiniteFatal)
-      break;
   }
+  values.clear();
+  for (size_t i = 0; i < ref.params.size(); ++i)
+    values.push_back(model.values(i));
   return true;
 }
 
@@ -289,16 +290,11 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
 
   // Rank 0: measured figures against the plan, the reference, the report.
   int exitCode = 0;
-  std::vector<RankFigures> planned = computeRankFigures(plan);
-  LowerBounds bounds = planLowerBounds(plan);
-  Report report;
-  report.worldSize = plan.worldSize;
-  report.wireDtype = plan.wireDtype;
+  Report report = planReport(plan);
+  const std::vector<RankFigures> planned = report.perRank;
   report.steps = flags.steps;
   report.microBatches = flags.microBatches;
   report.skippedSteps = skipped;
-  report.lowerBoundBytesReceived = bounds.bytesReceived;
-  report.lowerBoundMakespanFlops = bounds.makespanFlops;
   std::vector<RankRun> rankRuns;
   for (const std::vector<char> &bytes : runs)
     rankRuns.push_back(decode(bytes));
@@ -306,7 +302,7 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
   std::vector<std::string> mismatches;
   for (int64_t r = 0; r < plan.worldSize; ++r) {
     const RankRun &rr = rankRuns[r];
-    RankFigures f = planned[r]; // owned matrices come from the plan
+    RankFigures &f = report.perRank[r]; // owned matrices stay the plan's
     if (anyApplied) {
       f.bytesSent = static_cast<int64_t>(rr.bytesSent);
       f.bytesReceived = static_cast<int64_t>(rr.bytesReceived);
@@ -320,7 +316,6 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
             r, f.bytesSent, f.bytesReceived, f.nsFlops, planned[r].bytesSent,
             planned[r].bytesReceived, planned[r].nsFlops));
     }
-    report.perRank.push_back(f);
     // After one warm-up step when there is more than one.
     std::vector<double> measured = rr.stepSeconds;
     if (measured.size() > 1)
@@ -350,16 +345,12 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
 
   std::optional<Verification> verification;
   if (flags.verify) {
-    std::unique_ptr<SyntheticModel> refModel;
-    std::unique_ptr<StepExecutor> refExecutor;
-    Plan ref;
-    SingleRankCommunicator self;
-    if (!runReference(plan, flags, summands, nonFinite, refModel, refExecutor,
-                      ref, self, error)) {
+    std::vector<std::vector<float>> reference;
+    if (!runReference(plan, flags, summands, nonFinite, reference, error)) {
       fail("single-device reference: " + error);
       return kRunFailed;
     }
-    verification = compare(plan, *refModel, pieces, flags.tolerance);
+    verification = compare(plan, reference, pieces, flags.tolerance);
     report.verified = verification->verified;
     report.maxAbsDiff = verification->maxAbsDiff;
     for (const std::string &f : verification->failures)
@@ -374,9 +365,11 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
     return 2;
   }
   if (!flags.quiet) {
-    int64_t received = 0;
-    for (const RankFigures &f : report.perRank)
-      received += f.bytesReceived;
+    int64_t received = 0, plannedReceived = 0;
+    for (int64_t r = 0; r < plan.worldSize; ++r) {
+      received += report.perRank[r].bytesReceived;
+      plannedReceived += planned[r].bytesReceived;
+    }
     for (int64_t r = 0; r < plan.worldSize && r < 64; ++r) {
       const RankFigures &f = report.perRank[r];
       std::optional<double> sec = report.rankMedianSeconds[r];
@@ -389,14 +382,8 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
     }
     out << llvm::formatv("  bytes received {0} measured (plan {1}, lower "
                          "bound {2})\n",
-                         received,
-                         [&] {
-                           int64_t t = 0;
-                           for (const RankFigures &f : planned)
-                             t += f.bytesReceived;
-                           return t;
-                         }(),
-                         bounds.bytesReceived);
+                         received, plannedReceived,
+                         report.lowerBoundBytesReceived);
     if (report.stepSeconds)
       out << llvm::formatv("  step time median {0:F2} ms (min {1:F2}, max "
                            "{2:F2}) over {3} step(s) after warm-up\n",

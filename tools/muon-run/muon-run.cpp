@@ -18,7 +18,6 @@
 #include "RunOptions.h"
 #include "Worker.h"
 
-#include "muon/Plan/Bounds.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Report.h"
 #include "muon/Runtime/MpiCommunicator.h"
@@ -109,13 +108,7 @@ static int fail(const llvm::Twine &message) {
 
 /// The report and summary of --dry-run: the plan's own figures.
 static int dryRunReport(const ::muon::Plan &plan) {
-  ::muon::LowerBounds bounds = ::muon::planLowerBounds(plan);
-  ::muon::Report report;
-  report.worldSize = plan.worldSize;
-  report.wireDtype = plan.wireDtype;
-  report.perRank = ::muon::computeRankFigures(plan);
-  report.lowerBoundBytesReceived = bounds.bytesReceived;
-  report.lowerBoundMakespanFlops = bounds.makespanFlops;
+  ::muon::Report report = ::muon::planReport(plan);
   // Both outputs or neither: each is staged in a temporary file beside its
   // target, and only when both are complete do they move into place.
   std::vector<std::pair<std::string, std::string>> outputs;
@@ -145,9 +138,9 @@ static int dryRunReport(const ::muon::Plan &plan) {
           f.bytesSent / 1e6);
   }
   os << llvm::formatv("  bytes received {0} (lower bound {1})\n", received,
-                      bounds.bytesReceived);
+                      report.lowerBoundBytesReceived);
   os << llvm::formatv("  busiest rank NS {0:F3} GFLOP (lower bound {1:F3})\n",
-                      busiest / 1e9, bounds.makespanFlops / 1e9);
+                      busiest / 1e9, report.lowerBoundMakespanFlops / 1e9);
   os << llvm::formatv("  schedule: {0} rounds, {1} exchanges, {2} steps, "
                       "{3} in flight at most ({4})\n",
                       plan.rounds.size(), plan.exchanges.size(),

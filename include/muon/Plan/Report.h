@@ -38,6 +38,11 @@ struct Report {
   int64_t microBatches = 1;
 };
 
+/// A plan's own figures as a report (what a dry run writes): per-rank NS
+/// flops, bytes and owned matrices from the plan, and the lower bounds. A
+/// real run starts from it and replaces the figures with measured ones.
+Report planReport(const Plan &plan);
+
 /// The report as pretty-printed JSON text.
 std::string renderReport(const Report &report);
 

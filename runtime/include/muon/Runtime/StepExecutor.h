@@ -91,9 +91,15 @@ private:
     PendingExchange pending;
   };
 
-  /// Element offset of matrix `k`'s piece in its parameter's local buffer,
-  /// or -1 when this rank holds none of it.
-  int64_t pieceOffset(int64_t k) const;
+  /// Where matrix `k`'s piece sits in its parameter's local buffers: the
+  /// element offset of its (row-major, rows x cols) block, and its global
+  /// rows and cols. `offset` is -1 when this rank holds none of it.
+  struct Piece {
+    int64_t offset = -1;
+    Range rows, cols;
+    int64_t elements() const { return rows.size() * cols.size(); }
+  };
+  Piece piece(int64_t k) const;
   std::vector<float> &fullMatrix(int64_t k);
   bool startExchange(int64_t index, std::string &error);
   bool finishExchange(int64_t index, std::string &error);
