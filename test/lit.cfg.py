@@ -28,4 +28,5 @@ llvm_config.add_tool_substitutions(["split-file", "not", "count", "FileCheck"], 
 tool_dirs = [config.muon_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(["muon-opt", "muon-translate", "muon-run"], tool_dirs)
 config.substitutions.append(("expect-exit", os.path.join(config.test_source_root, "Utils", "expect-exit")))
+config.substitutions.append(("edit-json", "python3 " + os.path.join(config.test_source_root, "Utils", "edit-json.py")))
 config.substitutions.append(("check-report", "python3 " + os.path.join(config.test_source_root, "Utils", "check-report.py")))

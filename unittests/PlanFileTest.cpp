@@ -1,33 +1,43 @@
-//===- PlanFileTest.cpp - Reading a corrupted plan file -------------------===//
+//===- PlanFileTest.cpp - Reading and validating plan files ---------------===//
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Schedule.h"
+#include "muon/Plan/Validate.h"
 
 #include <gtest/gtest.h>
 
 using namespace muon;
 
 namespace {
-/// One 4x4 matrix FSDP-split over two ranks, owned by rank 0.
-std::string goodPlan() {
+/// One 8x4 matrix FSDP-split over four ranks (two rows each), owned by
+/// rank 0, and a 1-D AdamW parameter replicated everywhere.
+Plan goodPlanModel() {
   Plan plan;
-  plan.worldSize = 2;
+  plan.worldSize = 4;
   plan.distributed = true;
-  plan.mesh.shape = {2};
-  plan.params.push_back({"w", "f32", true, {{4, 4}, {{0}, {}}, {}, {}}});
+  plan.mesh.shape = {4};
+  plan.params.push_back({"w", "f32", true, {{8, 4}, {{0}, {}}, {}, {}}});
+  plan.params.push_back({"b", "f32", false, {{4}, {{}}, {}, {}}});
   plan.muon.coefficients.assign(5, {3.4445, -4.775, 2.0315});
-  plan.matrices.push_back({"w", 0, -1, 4, 4, 0, 100});
-  plan.nsMatrices = {{0}, {}};
-  plan.exchanges = {{Exchange::Phase::Gather, 0, {{1, 0, 0, {2, 4}, {0, 4}, 0}}},
-                    {Exchange::Phase::Scatter, 0, {{0, 1, 0, {2, 4}, {0, 4}, 0}}}};
+  plan.matrices.push_back({"w", 0, -1, 8, 4, 0, nsFlops(8, 4, 5)});
+  plan.nsMatrices = {{0}, {}, {}, {}};
+  Exchange gather{Exchange::Phase::Gather, 0, {}, {}};
+  Exchange scatter{Exchange::Phase::Scatter, 0, {}, {}};
+  for (int64_t r = 1; r < 4; ++r) {
+    gather.transfers.push_back({r, 0, 0, {2 * r, 2 * r + 2}, {0, 4}, 0});
+    scatter.transfers.push_back({0, r, 0, {2 * r, 2 * r + 2}, {0, 4}, 0});
+  }
+  plan.exchanges = {gather, scatter};
   std::string error;
   EXPECT_TRUE(schedulePlan(plan, {}, error)) << error;
-  return renderPlan(plan);
+  return plan;
 }
+
+std::string goodPlan() { return renderPlan(goodPlanModel()); }
 
 std::string readError(const std::string &text) {
   Plan plan;
   std::string error;
-  EXPECT_FALSE(parsePlan(text, plan, error));
+  EXPECT_FALSE(parsePlan(text, plan, error)) << text;
   return error;
 }
 
@@ -37,6 +47,10 @@ std::string replace(std::string text, const std::string &from,
   EXPECT_NE(at, std::string::npos) << from;
   return text.replace(at, from.size(), to);
 }
+
+#define EXPECT_CONTAINS(haystack, needle)                                      \
+  EXPECT_NE((haystack).find(needle), std::string::npos)                        \
+      << "'" << (haystack) << "' lacks '" << (needle) << "'"
 } // namespace
 
 TEST(PlanFile, RoundTrip) {
@@ -54,27 +68,125 @@ TEST(PlanFile, RoundTrip) {
 
 TEST(PlanFile, ErrorsNameThePath) {
   std::string text = goodPlan();
-  EXPECT_NE(readError("{").find("invalid JSON"), std::string::npos);
-  EXPECT_NE(readError("[1]").find("<root>: expected an object"),
-            std::string::npos);
-  EXPECT_NE(readError(replace(text, "muon-plan/1", "muon-plan/9"))
-                .find("format: expected \"muon-plan/1\""),
-            std::string::npos);
-  // A transfer whose box leaves the 4x4 matrix.
-  EXPECT_NE(readError(replace(text, "[1,0,0,2,4,0,4,0]", "[1,0,0,2,5,0,4,0]"))
-                .find("exchanges[0].transfers[0]: ranks, matrix or box out of "
-                      "range"),
-            std::string::npos);
+  EXPECT_CONTAINS(readError("{"), "<root>: invalid JSON");
+  EXPECT_CONTAINS(readError("[1]"), "<root>: expected an object");
+  EXPECT_CONTAINS(readError(replace(text, "muon-plan/1", "muon-plan/9")),
+                  "format: expected \"muon-plan/1\"");
   // Ready-made counts that disagree with the transfers.
-  EXPECT_NE(readError(replace(text, "\"send\":[[0,8,0]]", "\"send\":[[0,9,0]]"))
-                .find("ranks[1].exchanges[0].send: counts and offsets do not "
-                      "match the transfers"),
-            std::string::npos);
+  EXPECT_CONTAINS(
+      readError(replace(text, "\"send\":[[0,8,0]]", "\"send\":[[0,9,0]]")),
+      "ranks[1].exchanges[0].send: counts and offsets do not match the "
+      "transfers");
   // A schedule that breaks its rules is refused.
-  EXPECT_NE(readError(replace(text, "[\"done\",0]", "[\"done\",1]"))
-                .find("schedule: "),
-            std::string::npos);
-  EXPECT_NE(readError(replace(text, "\"world_size\":2", "\"world_size\":0"))
-                .find("world_size: value 0 out of range"),
-            std::string::npos);
+  EXPECT_CONTAINS(readError(replace(text, "[\"done\",0]", "[\"done\",1]")),
+                  "schedule: ");
+  EXPECT_CONTAINS(readError(replace(text, "\"world_size\":4", "\"world_size\":0")),
+                  "world_size: expected an integer >= 1, got 0");
+}
+
+TEST(PlanFile, StrictJson) {
+  std::string text = goodPlan();
+  EXPECT_CONTAINS(readError(replace(text, "\"world_size\":4",
+                                    "\"world_size\":4,\"world_size\":4")),
+                  "<root>: key 'world_size' is given twice");
+  EXPECT_CONTAINS(readError(replace(text, "\"world_size\":4",
+                                    "\"world_size\":4,\"extra\":1")),
+                  "extra: unknown key 'extra'");
+  EXPECT_CONTAINS(readError(replace(text, "\"world_size\":4",
+                                    "\"world_size\":4.0")),
+                  "world_size: expected an integer, got a fraction");
+  EXPECT_CONTAINS(readError(replace(text, "\"world_size\":4",
+                                    "\"world_size\":+4")),
+                  "invalid JSON");
+  EXPECT_CONTAINS(readError(replace(text, "\"world_size\":4",
+                                    "\"world_size\":9007199254740992")),
+                  "world_size: 9007199254740992 is above the limit of 2^16 "
+                  "(65536) ranks");
+  EXPECT_CONTAINS(readError(std::string(100000, '[')),
+                  "nest deeper than the limit of 64 levels");
+}
+
+TEST(PlanFile, EnumsAreClosedSets) {
+  std::string text = goodPlan();
+  EXPECT_CONTAINS(readError(replace(text, "\"group\":\"adamw\"",
+                                    "\"group\":\"sgd\"")),
+                  "params[1].group: unknown value \"sgd\"; expected \"muon\" "
+                  "or \"adamw\"");
+  EXPECT_CONTAINS(readError(replace(text, "\"dtype\":\"f32\"",
+                                    "\"dtype\":\"f64\"")),
+                  "params[0].dtype: unknown value \"f64\"");
+  EXPECT_CONTAINS(readError(replace(text, "\"phase\":\"gather\"",
+                                    "\"phase\":\"gatherr\"")),
+                  "exchanges[0].phase: unknown value \"gatherr\"");
+  EXPECT_CONTAINS(readError(replace(text, "[\"momentum\",0]",
+                                    "[\"momentun\",0]")),
+                  "schedule[0][0]: unknown value \"momentun\"");
+}
+
+// Each of these made ranks read or write out of bounds before the plan was
+// checked against itself.
+TEST(PlanFile, ThePlanMustAgreeWithItself) {
+  std::string text = goodPlan();
+  // A parameter's rows.
+  EXPECT_CONTAINS(readError(replace(text, "\"shape\":[8,4]",
+                                    "\"shape\":[9,4]")),
+                  "matrices[0]: expected matrix 0 of parameter 0 ('w'): "
+                  "slice -1, 9 x 4");
+  EXPECT_CONTAINS(readError(replace(text, "\"rows\":8,\"cols\":4,\"owner\"",
+                                    "\"rows\":80,\"cols\":4,\"owner\"")),
+                  "matrices[0]: expected matrix 0 of parameter 0 ('w')");
+  // A box bound.
+  EXPECT_CONTAINS(readError(replace(text, "[2,0,0,4,6,0,4,0]",
+                                    "[2,0,0,4,7,0,4,0]")),
+                  "exchanges[0].transfers[1]: rank 2 does not hold rows [4, "
+                  "7) cols [0, 4) summand 0 of 'w'");
+  // A split axis listed twice.
+  EXPECT_CONTAINS(readError(replace(text, "\"split\":[[0],[]]",
+                                    "\"split\":[[0],[0]]")),
+                  "params[0].split[1][0]: mesh axis 0 is used twice (split of "
+                  "dim 0 and split of dim 1)");
+  // A moved transfer source.
+  EXPECT_CONTAINS(readError(replace(text, "[2,0,0,4,6,0,4,0]",
+                                    "[3,0,0,4,6,0,4,0]")),
+                  "exchanges[0].transfers[1]: rank 3 does not hold rows [4, "
+                  "6)");
+  // A deleted NS batch entry.
+  EXPECT_CONTAINS(readError(replace(text, "\"matrices\":[0]}",
+                                    "\"matrices\":[]}")),
+                  "ranks[0].ns_batches: matrix 'w' is missing: rank 0 owns "
+                  "it");
+  // An owner that holds nothing of the matrix cannot be one.
+  EXPECT_CONTAINS(readError(replace(text, "\"owner\":0", "\"owner\":7")),
+                  "matrices[0].owner: expected a rank in [0, 3]");
+  // A scatter to a rank twice, and a holder left without its piece.
+  EXPECT_CONTAINS(readError(replace(text, "[0,3,0,6,8,0,4,0]",
+                                    "[0,2,0,4,6,0,4,0]")),
+                  "exchanges[1].transfers[2]: scatters 'w' to rank 2 twice");
+  // A gather of a piece the owner has.
+  EXPECT_CONTAINS(readError(replace(text, "[1,0,0,2,4,0,4,0]",
+                                    "[1,0,0,0,2,0,4,0]")),
+                  "rank 1 does not hold rows [0, 2)");
+  // A device table that is not a permutation.
+  EXPECT_CONTAINS(readError(replace(text, "\"devices\":[]",
+                                    "\"devices\":[0,1,1,3]")),
+                  "mesh: the device table names rank 1 twice");
+  // Optimizer settings.
+  EXPECT_CONTAINS(readError(replace(text, "\"ns_steps\":5", "\"ns_steps\":6")),
+                  "optimizer.ns_coefficients: expected one [a, b, c] per NS "
+                  "step (6)");
+  EXPECT_CONTAINS(readError(replace(text, "\"inflight_limit\":2",
+                                    "\"inflight_limit\":9223372036854775807")),
+                  "inflight_limit: expected prefetch_count + 1 = 2");
+}
+
+TEST(PlanFile, ValidatorAcceptsWhatTheSchedulerBuilds) {
+  Plan plan = goodPlanModel();
+  for (int mode = 0; mode < 4; ++mode) {
+    ScheduleOptions options;
+    options.async = mode != 3;
+    options.prefetchCount = mode == 3 ? 0 : mode;
+    std::string error;
+    ASSERT_TRUE(schedulePlan(plan, options, error)) << error;
+    EXPECT_TRUE(validatePlan(plan).empty()) << validatePlan(plan).str();
+  }
 }

@@ -1,14 +1,18 @@
 //===- RuntimeTest.cpp - Runtime kernels and the one-rank executor --------===//
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Kernels.h"
+#include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/NewtonSchulz.h"
 #include "muon/Runtime/StepExecutor.h"
 #include "muon/Runtime/Synthetic.h"
+#include "muon/Plan/Schedule.h"
+#include "muon/Plan/Validate.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <thread>
 
 using namespace muon;
 using namespace muon::runtime;
@@ -223,6 +227,91 @@ TEST(StepExecutor, RefusesAPlanForAnotherWorldSize) {
   std::string error;
   EXPECT_FALSE(executor.initialize(error));
   EXPECT_EQ(error, "the plan is for 2 ranks but the run has 1");
+}
+
+/// One 8x4 Muon matrix FSDP-split over four ranks, owned by rank 2, and a
+/// 4-element AdamW vector sharded the same way.
+Plan fsdpModel() {
+  Plan plan;
+  plan.worldSize = 4;
+  plan.distributed = true;
+  plan.mesh.shape = {4};
+  plan.params.push_back({"w", "f32", true, {{8, 4}, {{0}, {}}, {}, {}}});
+  plan.params.push_back({"b", "f32", false, {{4}, {{0}}, {}, {}}});
+  plan.muon.coefficients.assign(5, {3.4445, -4.775, 2.0315});
+  plan.matrices.push_back({"w", 0, -1, 8, 4, 2, nsFlops(8, 4, 5)});
+  plan.nsMatrices = {{}, {}, {0}, {}};
+  Exchange gather{Exchange::Phase::Gather, 0, {}, {}};
+  Exchange scatter{Exchange::Phase::Scatter, 0, {}, {}};
+  for (int64_t r = 0; r < 4; ++r)
+    if (r != 2) {
+      gather.transfers.push_back({r, 2, 0, {2 * r, 2 * r + 2}, {0, 4}, 0});
+      scatter.transfers.push_back({2, r, 0, {2 * r, 2 * r + 2}, {0, 4}, 0});
+    }
+  plan.exchanges = {gather, scatter};
+  std::string error;
+  EXPECT_TRUE(schedulePlan(plan, {}, error)) << error;
+  return plan;
+}
+
+TEST(LocalCommunicator, ThreadsRunAPlanLikeOneDevice) {
+  Plan plan = fsdpModel();
+  ASSERT_TRUE(validatePlan(plan).empty()) << validatePlan(plan).str();
+  const int64_t steps = 3;
+  // Every rank in a thread of its own; each writes its pieces back into
+  // whole tensors (disjoint elements).
+  std::vector<std::vector<float>> distributed = {std::vector<float>(32),
+                                                 std::vector<float>(4)};
+  LocalWorld world(4);
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < 4; ++r)
+    ranks.emplace_back([&, r] {
+      LocalCommunicator comm(world, r);
+      StepExecutor executor(plan, comm, {10.0});
+      if (!executor.initialize(errors[r]))
+        return;
+      SyntheticModel model(executor, 11, {1, 1});
+      for (int64_t s = 0; s < steps; ++s) {
+        model.makeGradients(s, 1, {});
+        StepResult result;
+        if (!executor.step(result, errors[r]))
+          return;
+      }
+      for (size_t i = 0; i < plan.params.size(); ++i)
+        forEachElement(plan.params[i].layout.shape, executor.localBox(i),
+                       [&](int64_t local, int64_t global) {
+                         distributed[i][global] = model.values(i)[local];
+                       });
+    });
+  for (std::thread &t : ranks)
+    t.join();
+  for (const std::string &e : errors)
+    ASSERT_EQ(e, "");
+
+  Plan ref = referencePlan(plan);
+  SingleRankCommunicator self;
+  StepExecutor executor(ref, self);
+  std::string error;
+  ASSERT_TRUE(executor.initialize(error)) << error;
+  SyntheticModel model(executor, 11, {1, 1});
+  for (int64_t s = 0; s < steps; ++s) {
+    model.makeGradients(s, 1, {});
+    StepResult result;
+    ASSERT_TRUE(executor.step(result, error)) << error;
+  }
+  for (size_t i = 0; i < plan.params.size(); ++i)
+    EXPECT_EQ(distributed[i], model.values(i)) << plan.params[i].name;
+}
+
+TEST(LocalCommunicator, AStalledPeerTimesOut) {
+  LocalWorld world(2);
+  LocalCommunicator comm(world, 0);
+  int64_t result = 0;
+  std::string error;
+  EXPECT_FALSE(comm.allReduceMin(1, result, 0.05, error));
+  EXPECT_EQ(error, "no answer within 0.05 s (a peer died or stalled; see "
+                   "--timeout)");
 }
 
 } // namespace

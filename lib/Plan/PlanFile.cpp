@@ -1,15 +1,16 @@
 //===- PlanFile.cpp - The plan file (muon-plan/1) -------------------------===//
 #include "muon/Plan/PlanFile.h"
-#include "muon/Plan/Schedule.h"
+#include "muon/Plan/Validate.h"
+#include "muon/Support/Json.h"
+#include "muon/Support/JsonWriter.h"
+#include "muon/Support/Limits.h"
 
-#include "llvm/Support/FormatVariadic.h"
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include "llvm/Support/JSON.h"
-#include "llvm/Support/raw_ostream.h"
+#include <array>
 
 namespace muon {
-namespace json = llvm::json;
 
 namespace {
 const char *phaseName(Exchange::Phase p) {
@@ -23,21 +24,19 @@ const char *phaseName(Exchange::Phase p) {
   }
   return "?";
 }
+
+constexpr std::pair<const char *, ScheduleStep::Kind> kStepNames[] = {
+    {"start", ScheduleStep::Kind::Start},
+    {"done", ScheduleStep::Kind::Done},
+    {"ns", ScheduleStep::Kind::NewtonSchulz},
+    {"momentum", ScheduleStep::Kind::Momentum},
+    {"apply", ScheduleStep::Kind::ApplyUpdate},
+    {"adamw", ScheduleStep::Kind::AdamW}};
+
 const char *stepName(ScheduleStep::Kind k) {
-  switch (k) {
-  case ScheduleStep::Kind::Start:
-    return "start";
-  case ScheduleStep::Kind::Done:
-    return "done";
-  case ScheduleStep::Kind::NewtonSchulz:
-    return "ns";
-  case ScheduleStep::Kind::Momentum:
-    return "momentum";
-  case ScheduleStep::Kind::ApplyUpdate:
-    return "apply";
-  case ScheduleStep::Kind::AdamW:
-    return "adamw";
-  }
+  for (const auto &[name, kind] : kStepNames)
+    if (kind == k)
+      return name;
   return "?";
 }
 } // namespace
@@ -45,522 +44,503 @@ const char *stepName(ScheduleStep::Kind k) {
 std::string renderPlan(const Plan &plan) {
   // Streamed: a large plan (a million transfers) never exists as a tree.
   std::string text;
-  llvm::raw_string_ostream os(text);
-  json::OStream j(os);
-  auto ints = [&](const std::vector<int64_t> &v) {
-    j.array([&] {
-      for (int64_t x : v)
-        j.value(x);
-    });
-  };
-  j.object([&] {
-    j.attribute("format", "muon-plan/1");
-    j.attribute("world_size", plan.worldSize);
-    j.attribute("wire_dtype", plan.wireDtype);
-    j.attribute("distributed", plan.distributed);
-    j.attribute("async", plan.async);
-    j.attribute("prefetch_count", plan.prefetchCount);
-    j.attribute("inflight_limit", plan.inflightLimit);
-    j.attribute("gather_budget_bytes", plan.gatherBudgetBytes);
-    j.attributeObject("mesh", [&] {
-      j.attributeBegin("shape");
-      ints(plan.mesh.shape);
-      j.attributeEnd();
-      j.attributeBegin("devices");
-      ints(plan.mesh.devices);
-      j.attributeEnd();
-    });
-    j.attributeObject("optimizer", [&] {
-      j.attribute("lr", plan.muon.lr);
-      j.attribute("weight_decay", plan.muon.weightDecay);
-      j.attribute("momentum", plan.muon.momentum);
-      j.attribute("nesterov", plan.muon.nesterov);
-      j.attribute("ns_steps", plan.muon.nsSteps);
-      j.attributeArray("ns_coefficients", [&] {
-        for (const auto &abc : plan.muon.coefficients)
-          j.array([&] {
-            for (double x : abc)
-              j.value(x);
-          });
-      });
-      j.attribute("eps", plan.muon.eps);
-      j.attribute("adjust_lr", plan.muon.adjustLr);
-    });
-    j.attributeObject("adamw", [&] {
-      j.attribute("lr", plan.adamw.lr);
-      j.attributeArray("betas", [&] {
-        j.value(plan.adamw.beta1);
-        j.value(plan.adamw.beta2);
-      });
-      j.attribute("eps", plan.adamw.eps);
-      j.attribute("weight_decay", plan.adamw.weightDecay);
-    });
-    j.attributeArray("params", [&] {
-      for (const PlanParam &p : plan.params)
-        j.object([&] {
-          j.attribute("name", p.name);
-          j.attributeBegin("shape");
-          ints(p.layout.shape);
-          j.attributeEnd();
-          j.attribute("dtype", p.dtype);
-          j.attribute("group", p.muon ? "muon" : "adamw");
-          j.attributeArray("split", [&] {
-            for (const auto &axes : p.layout.splitAxes)
-              ints(axes);
-          });
-          j.attributeBegin("partial");
-          ints(p.layout.partialAxes);
-          j.attributeEnd();
-          j.attributeArray("only", [&] {
-            for (auto [axis, coord] : p.layout.only)
-              ints({axis, coord});
-          });
-        });
-    });
-    j.attributeArray("matrices", [&] {
-      for (const PlanMatrix &m : plan.matrices)
-        j.object([&] {
-          j.attribute("param", m.paramIndex);
-          j.attribute("slice", m.slice);
-          j.attribute("rows", m.rows);
-          j.attribute("cols", m.cols);
-          j.attribute("owner", m.owner);
-          j.attribute("ns_flops", m.nsFlops);
-        });
-    });
-    j.attributeArray("rounds", [&] {
-      for (const auto &r : plan.rounds)
-        ints(r);
-    });
-    j.attributeArray("exchanges", [&] {
-      for (const Exchange &ex : plan.exchanges)
-        j.object([&] {
-          j.attribute("phase", phaseName(ex.phase));
-          j.attribute("round", ex.round);
-          j.attributeArray("transfers", [&] {
-            for (const Transfer &t : ex.transfers)
-              ints({t.src, t.dst, t.matrix, t.rows.begin, t.rows.end,
-                    t.cols.begin, t.cols.end, t.summand});
-          });
-          j.attributeArray("reductions", [&] {
-            for (const Reduction &r : ex.reductions)
-              ints({r.src, r.dst, r.param, r.summand, r.elements});
-          });
-        });
-    });
-    j.attributeArray("schedule", [&] {
-      for (const ScheduleStep &s : plan.schedule)
-        j.array([&] {
-          j.value(stepName(s.kind));
-          j.value(s.index);
-        });
-    });
-    std::vector<std::vector<RankExchangeView>> views;
-    for (const Exchange &ex : plan.exchanges)
-      views.push_back(rankExchangeViews(ex, plan.worldSize));
-    j.attributeArray("ranks", [&] {
-      for (int64_t r = 0; r < plan.worldSize; ++r)
-        j.object([&] {
-          j.attribute("rank", r);
-          j.attributeArray("ns_batches", [&] {
-            if (r < static_cast<int64_t>(plan.nsBatches.size()))
-              for (const NsBatch &b : plan.nsBatches[r])
-                j.object([&] {
-                  j.attribute("round", b.round);
-                  j.attribute("rows", b.rows);
-                  j.attribute("cols", b.cols);
-                  j.attributeBegin("matrices");
-                  ints(b.matrices);
-                  j.attributeEnd();
-                });
-          });
-          auto slices = [&](const std::vector<PeerSlice> &list) {
-            j.array([&] {
-              for (const PeerSlice &s : list)
-                ints({s.peer, s.elements, s.offset});
-            });
-          };
-          j.attributeArray("exchanges", [&] {
-            for (const auto &perRank : views)
-              j.object([&] {
-                j.attributeBegin("send");
-                slices(perRank[r].send);
-                j.attributeEnd();
-                j.attributeBegin("recv");
-                slices(perRank[r].recv);
-                j.attributeEnd();
-              });
-          });
-        });
-    });
-  });
-  os << "\n";
+  json::Writer j(text);
+  j.beginObject();
+  j.member("format", "muon-plan/1");
+  j.member("world_size", plan.worldSize);
+  j.member("wire_dtype", plan.wireDtype);
+  j.member("distributed", plan.distributed);
+  j.member("async", plan.async);
+  j.member("prefetch_count", plan.prefetchCount);
+  j.member("inflight_limit", plan.inflightLimit);
+  j.member("gather_budget_bytes", plan.gatherBudgetBytes);
+  j.key("mesh");
+  j.beginObject();
+  j.key("shape");
+  j.integers(plan.mesh.shape);
+  j.key("devices");
+  j.integers(plan.mesh.devices);
+  j.endObject();
+  j.key("optimizer");
+  j.beginObject();
+  j.member("lr", plan.muon.lr);
+  j.member("weight_decay", plan.muon.weightDecay);
+  j.member("momentum", plan.muon.momentum);
+  j.member("nesterov", plan.muon.nesterov);
+  j.member("ns_steps", plan.muon.nsSteps);
+  j.key("ns_coefficients");
+  j.beginArray();
+  for (const auto &abc : plan.muon.coefficients) {
+    j.beginArray();
+    for (double x : abc)
+      j.value(x);
+    j.endArray();
+  }
+  j.endArray();
+  j.member("eps", plan.muon.eps);
+  j.member("adjust_lr", plan.muon.adjustLr);
+  j.endObject();
+  j.key("adamw");
+  j.beginObject();
+  j.member("lr", plan.adamw.lr);
+  j.key("betas");
+  j.beginArray();
+  j.value(plan.adamw.beta1);
+  j.value(plan.adamw.beta2);
+  j.endArray();
+  j.member("eps", plan.adamw.eps);
+  j.member("weight_decay", plan.adamw.weightDecay);
+  j.endObject();
+  j.key("params");
+  j.beginArray();
+  for (const PlanParam &p : plan.params) {
+    j.beginObject();
+    j.member("name", p.name);
+    j.key("shape");
+    j.integers(p.layout.shape);
+    j.member("dtype", p.dtype);
+    j.member("group", p.muon ? "muon" : "adamw");
+    j.key("split");
+    j.beginArray();
+    for (const auto &axes : p.layout.splitAxes)
+      j.integers(axes);
+    j.endArray();
+    j.key("partial");
+    j.integers(p.layout.partialAxes);
+    j.key("only");
+    j.beginArray();
+    for (auto [axis, coord] : p.layout.only)
+      j.integers({axis, coord});
+    j.endArray();
+    j.endObject();
+  }
+  j.endArray();
+  j.key("matrices");
+  j.beginArray();
+  for (const PlanMatrix &m : plan.matrices) {
+    j.beginObject();
+    j.member("param", m.paramIndex);
+    j.member("slice", m.slice);
+    j.member("rows", m.rows);
+    j.member("cols", m.cols);
+    j.member("owner", m.owner);
+    j.member("ns_flops", m.nsFlops);
+    j.endObject();
+  }
+  j.endArray();
+  j.key("rounds");
+  j.beginArray();
+  for (const auto &r : plan.rounds)
+    j.integers(r);
+  j.endArray();
+  j.key("exchanges");
+  j.beginArray();
+  for (const Exchange &ex : plan.exchanges) {
+    j.beginObject();
+    j.member("phase", phaseName(ex.phase));
+    j.member("round", ex.round);
+    j.key("transfers");
+    j.beginArray();
+    for (const Transfer &t : ex.transfers)
+      j.integers({t.src, t.dst, t.matrix, t.rows.begin, t.rows.end,
+                  t.cols.begin, t.cols.end, t.summand});
+    j.endArray();
+    j.key("reductions");
+    j.beginArray();
+    for (const Reduction &r : ex.reductions)
+      j.integers({r.src, r.dst, r.param, r.summand, r.elements});
+    j.endArray();
+    j.endObject();
+  }
+  j.endArray();
+  j.key("schedule");
+  j.beginArray();
+  for (const ScheduleStep &s : plan.schedule) {
+    j.beginArray();
+    j.value(stepName(s.kind));
+    j.value(s.index);
+    j.endArray();
+  }
+  j.endArray();
+  std::vector<std::vector<RankExchangeView>> views;
+  for (const Exchange &ex : plan.exchanges)
+    views.push_back(rankExchangeViews(ex, plan.worldSize));
+  j.key("ranks");
+  j.beginArray();
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    j.beginObject();
+    j.member("rank", r);
+    j.key("ns_batches");
+    j.beginArray();
+    if (r < static_cast<int64_t>(plan.nsBatches.size()))
+      for (const NsBatch &b : plan.nsBatches[r]) {
+        j.beginObject();
+        j.member("round", b.round);
+        j.member("rows", b.rows);
+        j.member("cols", b.cols);
+        j.key("matrices");
+        j.integers(b.matrices);
+        j.endObject();
+      }
+    j.endArray();
+    auto slices = [&](const std::vector<PeerSlice> &list) {
+      j.beginArray();
+      for (const PeerSlice &s : list)
+        j.integers({s.peer, s.elements, s.offset});
+      j.endArray();
+    };
+    j.key("exchanges");
+    j.beginArray();
+    for (const auto &perRank : views) {
+      j.beginObject();
+      j.key("send");
+      slices(perRank[r].send);
+      j.key("recv");
+      slices(perRank[r].recv);
+      j.endObject();
+    }
+    j.endArray();
+    j.endObject();
+  }
+  j.endArray();
+  j.endObject();
+  text += "\n";
   return text;
 }
 
 namespace {
-/// Typed access with JSON paths in the errors; the first error sticks.
-struct Reader {
-  std::string error;
-  bool ok() const { return error.empty(); }
-  void fail(const std::string &path, const std::string &what) {
-    if (error.empty())
-      error = path + ": " + what;
+using json::index;
+using json::key;
+using json::Value;
+
+/// A rank's ready-made counts and offsets: per exchange, send and recv
+/// lists of (peer, elements, offset).
+using SliceTable = std::vector<std::array<std::vector<std::vector<int64_t>>, 2>>;
+
+/// Reads the file into a Plan; the checks that need the whole plan are
+/// validatePlan's.
+class PlanReader {
+public:
+  bool read(const Value &root, Plan &plan, std::vector<SliceTable> &tables);
+  const json::Error &error() const { return rd.error(); }
+
+private:
+  const Value *get(const Value &o, std::string_view k) {
+    return json::Reader::get(o, k);
   }
-  const json::Object *object(const json::Value *v, const std::string &path) {
-    const json::Object *o = v ? v->getAsObject() : nullptr;
-    if (!o)
-      fail(path, v ? "expected an object" : "missing");
+  const Value *object(const Value &parent, const std::string &path,
+                      std::string_view k,
+                      std::initializer_list<std::string_view> keys) {
+    const Value *o = rd.object(get(parent, k), key(path, k));
+    if (o && !rd.knownKeys(*o, key(path, k), keys))
+      return nullptr;
     return o;
   }
-  const json::Array *array(const json::Value *v, const std::string &path) {
-    const json::Array *a = v ? v->getAsArray() : nullptr;
+  /// Array members of an object, each an object with only `keys`.
+  template <typename Fn>
+  bool objects(const Value &parent, const std::string &path, std::string_view k,
+               std::initializer_list<std::string_view> keys, Fn fn) {
+    std::string apath = key(path, k);
+    const Value *a = rd.array(get(parent, k), apath);
     if (!a)
-      fail(path, v ? "expected an array" : "missing");
-    return a;
-  }
-  int64_t integer(const json::Value *v, const std::string &path,
-                  int64_t min = INT64_MIN, int64_t max = INT64_MAX) {
-    std::optional<int64_t> i = v ? v->getAsInteger() : std::nullopt;
-    if (!i) {
-      fail(path, v ? "expected an integer" : "missing");
-      return 0;
+      return false;
+    for (size_t i = 0; i < a->size() && rd.ok(); ++i) {
+      std::string ipath = index(apath, i);
+      const Value *o = rd.object(&(*a)[i], ipath);
+      if (!o || !rd.knownKeys(*o, ipath, keys))
+        return false;
+      fn(*o, ipath);
     }
-    if (*i < min || *i > max) {
-      fail(path, "value " + std::to_string(*i) + " out of range [" +
-                     std::to_string(min) + ", " + std::to_string(max) + "]");
-      return 0;
+    return rd.ok();
+  }
+  int64_t integer(const Value &o, const std::string &path, std::string_view k,
+                  int64_t min = json::Reader::kMin) {
+    return rd.integer(get(o, k), key(path, k), min).value_or(0);
+  }
+  double number(const Value &o, const std::string &path, std::string_view k) {
+    return rd.number(get(o, k), key(path, k)).value_or(0);
+  }
+  std::vector<int64_t> ints(const Value *v, const std::string &path,
+                            int64_t min = json::Reader::kMin) {
+    return rd.integers(v, path, min).value_or(std::vector<int64_t>());
+  }
+  /// An array of arrays of integers; `width` > 0 fixes the inner size.
+  std::vector<std::vector<int64_t>> rows(const Value *v,
+                                         const std::string &path, size_t width,
+                                         const char *shape,
+                                         int64_t min = json::Reader::kMin) {
+    std::vector<std::vector<int64_t>> out;
+    const Value *a = rd.array(v, path);
+    for (size_t i = 0; a && i < a->size() && rd.ok(); ++i) {
+      std::vector<int64_t> row = ints(&(*a)[i], index(path, i), min);
+      if (rd.ok() && width && row.size() != width)
+        rd.fail(index(path, i), std::string("expected ") + shape);
+      out.push_back(std::move(row));
     }
-    return *i;
-  }
-  double number(const json::Value *v, const std::string &path) {
-    std::optional<double> d = v ? v->getAsNumber() : std::nullopt;
-    if (!d)
-      fail(path, v ? "expected a number" : "missing");
-    return d.value_or(0);
-  }
-  bool boolean(const json::Value *v, const std::string &path) {
-    std::optional<bool> b = v ? v->getAsBoolean() : std::nullopt;
-    if (!b)
-      fail(path, v ? "expected true or false" : "missing");
-    return b.value_or(false);
-  }
-  std::string string(const json::Value *v, const std::string &path) {
-    std::optional<llvm::StringRef> s = v ? v->getAsString() : std::nullopt;
-    if (!s)
-      fail(path, v ? "expected a string" : "missing");
-    return s ? s->str() : "";
-  }
-  std::vector<int64_t> ints(const json::Value *v, const std::string &path,
-                            int64_t min = INT64_MIN,
-                            int64_t max = INT64_MAX) {
-    std::vector<int64_t> out;
-    if (const json::Array *a = array(v, path))
-      for (size_t i = 0; i < a->size() && ok(); ++i)
-        out.push_back(integer(&(*a)[i], path + "[" + std::to_string(i) + "]",
-                              min, max));
     return out;
   }
+
+  json::Reader rd;
 };
-std::string at(const std::string &path, size_t i) {
-  return path + "[" + std::to_string(i) + "]";
+
+bool PlanReader::read(const Value &root, Plan &plan,
+                      std::vector<SliceTable> &tables) {
+  if (!rd.object(&root, "") ||
+      !rd.knownKeys(root, "",
+                    {"format", "world_size", "wire_dtype", "distributed",
+                     "async", "prefetch_count", "inflight_limit",
+                     "gather_budget_bytes", "mesh", "optimizer", "adamw",
+                     "params", "matrices", "rounds", "exchanges", "schedule",
+                     "ranks"}))
+    return false;
+  std::optional<std::string> format = rd.string(get(root, "format"), "format");
+  if (format && *format != "muon-plan/1")
+    rd.fail("format", "expected \"muon-plan/1\", got \"" + *format + "\"");
+  plan = Plan();
+  plan.worldSize = rd.limited(get(root, "world_size"), "world_size", 1,
+                              limits::kMaxWorldSize, "ranks")
+                       .value_or(1);
+  plan.wireDtype = rd.oneOf(get(root, "wire_dtype"), "wire_dtype",
+                            {"f32", "bf16"})
+                       .value_or("f32");
+  plan.wireBytes = wireDtypeBytes(plan.wireDtype);
+  plan.distributed =
+      rd.boolean(get(root, "distributed"), "distributed").value_or(false);
+  plan.async = rd.boolean(get(root, "async"), "async").value_or(true);
+  plan.prefetchCount = integer(root, "", "prefetch_count", 0);
+  plan.inflightLimit = integer(root, "", "inflight_limit", 1);
+  plan.gatherBudgetBytes = integer(root, "", "gather_budget_bytes", 0);
+  if (!rd.ok())
+    return false;
+
+  if (const Value *mesh = object(root, "", "mesh", {"shape", "devices"})) {
+    plan.mesh.shape = ints(get(*mesh, "shape"), "mesh.shape", 1);
+    plan.mesh.devices = ints(get(*mesh, "devices"), "mesh.devices", 0);
+  }
+  if (const Value *o = object(root, "", "optimizer",
+                              {"lr", "weight_decay", "momentum", "nesterov",
+                               "ns_steps", "ns_coefficients", "eps",
+                               "adjust_lr"})) {
+    const std::string p = "optimizer";
+    plan.muon.lr = number(*o, p, "lr");
+    plan.muon.weightDecay = number(*o, p, "weight_decay");
+    plan.muon.momentum = number(*o, p, "momentum");
+    plan.muon.nesterov =
+        rd.boolean(get(*o, "nesterov"), "optimizer.nesterov").value_or(true);
+    plan.muon.nsSteps = integer(*o, p, "ns_steps", 1);
+    plan.muon.eps = number(*o, p, "eps");
+    plan.muon.adjustLr =
+        rd.oneOf(get(*o, "adjust_lr"), "optimizer.adjust_lr",
+                 {"original", "match_rms_adamw"})
+            .value_or("original");
+    const Value *rowsV =
+        rd.array(get(*o, "ns_coefficients"), "optimizer.ns_coefficients");
+    for (size_t i = 0; rowsV && i < rowsV->size() && rd.ok(); ++i) {
+      std::string path = index("optimizer.ns_coefficients", i);
+      const Value *row = rd.array(&(*rowsV)[i], path);
+      if (row && row->size() != 3)
+        rd.fail(path, "expected [a, b, c]");
+      if (!rd.ok())
+        break;
+      std::array<double, 3> abc{};
+      for (size_t j = 0; j < 3; ++j)
+        abc[j] = rd.number(&(*row)[j], index(path, j)).value_or(0);
+      plan.muon.coefficients.push_back(abc);
+    }
+  }
+  if (const Value *o = object(root, "", "adamw",
+                              {"lr", "betas", "eps", "weight_decay"})) {
+    plan.adamw.lr = number(*o, "adamw", "lr");
+    plan.adamw.eps = number(*o, "adamw", "eps");
+    plan.adamw.weightDecay = number(*o, "adamw", "weight_decay");
+    if (const Value *b = rd.array(get(*o, "betas"), "adamw.betas")) {
+      if (b->size() != 2) {
+        rd.fail("adamw.betas", "expected [beta1, beta2]");
+      } else {
+        plan.adamw.beta1 = rd.number(&(*b)[0], "adamw.betas[0]").value_or(0);
+        plan.adamw.beta2 = rd.number(&(*b)[1], "adamw.betas[1]").value_or(0);
+      }
+    }
+  }
+  if (!rd.ok())
+    return false;
+
+  objects(root, "", "params",
+          {"name", "shape", "dtype", "group", "split", "partial", "only"},
+          [&](const Value &o, const std::string &path) {
+            PlanParam p;
+            p.name = rd.string(get(o, "name"), key(path, "name")).value_or("");
+            p.dtype = rd.oneOf(get(o, "dtype"), key(path, "dtype"),
+                               {"f32", "bf16", "f16"})
+                          .value_or("f32");
+            p.muon = rd.oneOf(get(o, "group"), key(path, "group"),
+                              {"muon", "adamw"})
+                         .value_or("muon") == "muon";
+            p.layout.shape = ints(get(o, "shape"), key(path, "shape"), 1);
+            p.layout.splitAxes =
+                rows(get(o, "split"), key(path, "split"), 0, "", 0);
+            p.layout.partialAxes =
+                ints(get(o, "partial"), key(path, "partial"), 0);
+            for (const auto &pair : rows(get(o, "only"), key(path, "only"), 2,
+                                         "[axis, coordinate]", 0))
+              p.layout.only.push_back({pair[0], pair[1]});
+            plan.params.push_back(std::move(p));
+          });
+  int64_t numParams = plan.params.size();
+  objects(root, "", "matrices",
+          {"param", "slice", "rows", "cols", "owner", "ns_flops"},
+          [&](const Value &o, const std::string &path) {
+            PlanMatrix m;
+            m.paramIndex = rd.integer(get(o, "param"), key(path, "param"), 0,
+                                      numParams - 1)
+                               .value_or(0);
+            if (rd.ok())
+              m.param = plan.params[m.paramIndex].name;
+            m.slice = integer(o, path, "slice", -1);
+            m.rows = integer(o, path, "rows", 1);
+            m.cols = integer(o, path, "cols", 1);
+            m.owner = integer(o, path, "owner", -1);
+            m.nsFlops = integer(o, path, "ns_flops", 0);
+            plan.matrices.push_back(std::move(m));
+          });
+  plan.rounds = rows(get(root, "rounds"), "rounds", 0, "", 0);
+  objects(
+      root, "", "exchanges", {"phase", "round", "transfers", "reductions"},
+      [&](const Value &o, const std::string &path) {
+        Exchange ex;
+        std::string phase = rd.oneOf(get(o, "phase"), key(path, "phase"),
+                                     {"gather", "scatter", "reduce"})
+                                .value_or("gather");
+        ex.phase = phase == "gather"    ? Exchange::Phase::Gather
+                   : phase == "scatter" ? Exchange::Phase::Scatter
+                                        : Exchange::Phase::Reduce;
+        ex.round = integer(o, path, "round", 0);
+        for (const auto &v :
+             rows(get(o, "transfers"), key(path, "transfers"), 8,
+                  "[src, dst, matrix, row_begin, row_end, col_begin, "
+                  "col_end, summand]",
+                  0))
+          ex.transfers.push_back(
+              {v[0], v[1], v[2], {v[3], v[4]}, {v[5], v[6]}, v[7]});
+        for (const auto &v :
+             rows(get(o, "reductions"), key(path, "reductions"), 5,
+                  "[src, dst, param, summand, elements]", 0))
+          ex.reductions.push_back({v[0], v[1], v[2], v[3], v[4]});
+        // Boxes must be non-empty and ordered before anything sizes them.
+        for (size_t t = 0; t < ex.transfers.size() && rd.ok(); ++t) {
+          const Transfer &tr = ex.transfers[t];
+          if (tr.rows.begin >= tr.rows.end || tr.cols.begin >= tr.cols.end)
+            rd.fail(index(key(path, "transfers"), t),
+                    "expected a non-empty box");
+        }
+        plan.exchanges.push_back(std::move(ex));
+      });
+  if (const Value *steps = rd.array(get(root, "schedule"), "schedule"))
+    for (size_t i = 0; i < steps->size() && rd.ok(); ++i) {
+      std::string path = index("schedule", i);
+      const Value *step = rd.array(&(*steps)[i], path);
+      if (step && step->size() != 2)
+        rd.fail(path, "expected [step, index]");
+      if (!rd.ok())
+        break;
+      std::optional<std::string> name =
+          rd.oneOf(&(*step)[0], index(path, 0),
+                   {"start", "done", "ns", "momentum", "apply", "adamw"});
+      ScheduleStep s;
+      for (const auto &[n, kind] : kStepNames)
+        if (name && *name == n)
+          s.kind = kind;
+      s.index = rd.integer(&(*step)[1], index(path, 1), 0).value_or(0);
+      plan.schedule.push_back(s);
+    }
+  if (!rd.ok())
+    return false;
+
+  const Value *ranks = rd.array(get(root, "ranks"), "ranks");
+  if (ranks && static_cast<int64_t>(ranks->size()) != plan.worldSize)
+    return rd.fail("ranks", "expected one entry per rank (" +
+                                std::to_string(plan.worldSize) + ")");
+  plan.nsMatrices.assign(plan.worldSize, {});
+  plan.nsBatches.assign(plan.worldSize, {});
+  tables.assign(plan.worldSize, {});
+  int64_t r = 0;
+  objects(
+      root, "", "ranks", {"rank", "ns_batches", "exchanges"},
+      [&](const Value &o, const std::string &path) {
+        if (rd.integer(get(o, "rank"), key(path, "rank"), r, r))
+          objects(o, path, "ns_batches", {"round", "rows", "cols", "matrices"},
+                  [&](const Value &b, const std::string &bpath) {
+                    NsBatch batch;
+                    batch.round = integer(b, bpath, "round", 0);
+                    batch.rows = integer(b, bpath, "rows", 1);
+                    batch.cols = integer(b, bpath, "cols", 1);
+                    batch.matrices = ints(get(b, "matrices"),
+                                          key(bpath, "matrices"), 0);
+                    plan.nsMatrices[r].insert(plan.nsMatrices[r].end(),
+                                              batch.matrices.begin(),
+                                              batch.matrices.end());
+                    plan.nsBatches[r].push_back(std::move(batch));
+                  });
+        const Value *views = rd.array(get(o, "exchanges"),
+                                      key(path, "exchanges"));
+        if (views && views->size() != plan.exchanges.size())
+          rd.fail(key(path, "exchanges"),
+                  "expected one entry per exchange (" +
+                      std::to_string(plan.exchanges.size()) + ")");
+        if (rd.ok())
+          objects(o, path, "exchanges", {"send", "recv"},
+                  [&](const Value &v, const std::string &vpath) {
+                    tables[r].push_back(
+                        {rows(get(v, "send"), key(vpath, "send"), 3,
+                              "[peer, elements, offset]"),
+                         rows(get(v, "recv"), key(vpath, "recv"), 3,
+                              "[peer, elements, offset]")});
+                  });
+        ++r;
+      });
+  return rd.ok();
 }
 } // namespace
 
 bool parsePlan(const std::string &text, Plan &plan, std::string &error) {
-  llvm::Expected<json::Value> parsed = json::parse(text);
-  if (!parsed) {
-    error = "invalid JSON: " + llvm::toString(parsed.takeError());
+  Value root;
+  json::Error jsonError;
+  if (!json::parse(text, root, jsonError)) {
+    error = jsonError.str();
     return false;
   }
-  Reader rd;
-  const json::Object *root = rd.object(&*parsed, "<root>");
-  if (!root) {
-    error = rd.error;
+  PlanReader reader;
+  std::vector<SliceTable> tables;
+  if (!reader.read(root, plan, tables)) {
+    error = reader.error().str();
     return false;
   }
-  if (rd.string(root->get("format"), "format") != "muon-plan/1" && rd.ok())
-    rd.fail("format", "expected \"muon-plan/1\"");
-  plan = Plan();
-  plan.worldSize = rd.integer(root->get("world_size"), "world_size", 1);
-  plan.wireDtype = rd.string(root->get("wire_dtype"), "wire_dtype");
-  plan.wireBytes = wireDtypeBytes(plan.wireDtype);
-  if (rd.ok() && !plan.wireBytes)
-    rd.fail("wire_dtype", "expected \"f32\" or \"bf16\"");
-  plan.distributed = rd.boolean(root->get("distributed"), "distributed");
-  plan.async = rd.boolean(root->get("async"), "async");
-  plan.prefetchCount =
-      rd.integer(root->get("prefetch_count"), "prefetch_count", 0);
-  plan.inflightLimit =
-      rd.integer(root->get("inflight_limit"), "inflight_limit", 1);
-  plan.gatherBudgetBytes =
-      rd.integer(root->get("gather_budget_bytes"), "gather_budget_bytes", 0);
-  int64_t world = plan.worldSize;
-
-  if (const json::Object *mesh = rd.object(root->get("mesh"), "mesh")) {
-    plan.mesh.shape = rd.ints(mesh->get("shape"), "mesh.shape", 1);
-    plan.mesh.devices =
-        rd.ints(mesh->get("devices"), "mesh.devices", 0, world - 1);
-    if (rd.ok() && plan.mesh.numDevices() != world)
-      rd.fail("mesh.shape", "does not multiply to world_size");
+  if (json::Error bad = validatePlan(plan); !bad.empty()) {
+    error = bad.str();
+    return false;
   }
-  if (const json::Object *o = rd.object(root->get("optimizer"), "optimizer")) {
-    plan.muon.lr = rd.number(o->get("lr"), "optimizer.lr");
-    plan.muon.weightDecay =
-        rd.number(o->get("weight_decay"), "optimizer.weight_decay");
-    plan.muon.momentum = rd.number(o->get("momentum"), "optimizer.momentum");
-    plan.muon.nesterov = rd.boolean(o->get("nesterov"), "optimizer.nesterov");
-    plan.muon.nsSteps =
-        rd.integer(o->get("ns_steps"), "optimizer.ns_steps", 1, 99);
-    plan.muon.eps = rd.number(o->get("eps"), "optimizer.eps");
-    plan.muon.adjustLr = rd.string(o->get("adjust_lr"), "optimizer.adjust_lr");
-    if (const json::Array *rows =
-            rd.array(o->get("ns_coefficients"), "optimizer.ns_coefficients")) {
-      for (size_t i = 0; i < rows->size() && rd.ok(); ++i) {
-        std::string path = at("optimizer.ns_coefficients", i);
-        const json::Array *row = rd.array(&(*rows)[i], path);
-        if (row && row->size() != 3)
-          rd.fail(path, "expected [a, b, c]");
-        if (row && rd.ok())
-          plan.muon.coefficients.push_back(
-              {rd.number(&(*row)[0], at(path, 0)),
-               rd.number(&(*row)[1], at(path, 1)),
-               rd.number(&(*row)[2], at(path, 2))});
-      }
-      if (rd.ok() &&
-          static_cast<int64_t>(plan.muon.coefficients.size()) !=
-              plan.muon.nsSteps)
-        rd.fail("optimizer.ns_coefficients", "expected one row per NS step");
-    }
-  }
-  if (const json::Object *o = rd.object(root->get("adamw"), "adamw")) {
-    plan.adamw.lr = rd.number(o->get("lr"), "adamw.lr");
-    plan.adamw.eps = rd.number(o->get("eps"), "adamw.eps");
-    plan.adamw.weightDecay =
-        rd.number(o->get("weight_decay"), "adamw.weight_decay");
-    if (const json::Array *b = rd.array(o->get("betas"), "adamw.betas")) {
-      if (b->size() != 2)
-        rd.fail("adamw.betas", "expected [beta1, beta2]");
-      else {
-        plan.adamw.beta1 = rd.number(&(*b)[0], "adamw.betas[0]");
-        plan.adamw.beta2 = rd.number(&(*b)[1], "adamw.betas[1]");
-      }
-    }
-  }
-  int64_t meshRank = plan.mesh.rank();
-  if (const json::Array *ps = rd.array(root->get("params"), "params"))
-    for (size_t i = 0; i < ps->size() && rd.ok(); ++i) {
-      std::string path = at("params", i);
-      const json::Object *o = rd.object(&(*ps)[i], path);
-      if (!o)
-        break;
-      PlanParam p;
-      p.name = rd.string(o->get("name"), path + ".name");
-      p.dtype = rd.string(o->get("dtype"), path + ".dtype");
-      p.muon = rd.string(o->get("group"), path + ".group") == "muon";
-      p.layout.shape = rd.ints(o->get("shape"), path + ".shape", 1);
-      if (const json::Array *split = rd.array(o->get("split"), path + ".split"))
-        for (size_t d = 0; d < split->size() && rd.ok(); ++d)
-          p.layout.splitAxes.push_back(rd.ints(
-              &(*split)[d], at(path + ".split", d), 0, meshRank - 1));
-      if (rd.ok() && p.layout.splitAxes.size() != p.layout.shape.size())
-        rd.fail(path + ".split", "expected one entry per dim");
-      p.layout.partialAxes =
-          rd.ints(o->get("partial"), path + ".partial", 0, meshRank - 1);
-      if (const json::Array *only = rd.array(o->get("only"), path + ".only"))
-        for (size_t k = 0; k < only->size() && rd.ok(); ++k) {
-          std::vector<int64_t> pair =
-              rd.ints(&(*only)[k], at(path + ".only", k), 0);
-          if (rd.ok() && (pair.size() != 2 || pair[0] >= meshRank ||
-                          pair[1] >= plan.mesh.shape[pair[0]]))
-            rd.fail(at(path + ".only", k), "expected [axis, coordinate]");
-          else if (rd.ok())
-            p.layout.only.push_back({pair[0], pair[1]});
-        }
-      plan.params.push_back(std::move(p));
-    }
-  int64_t numParams = plan.params.size();
-  if (const json::Array *ms = rd.array(root->get("matrices"), "matrices"))
-    for (size_t i = 0; i < ms->size() && rd.ok(); ++i) {
-      std::string path = at("matrices", i);
-      const json::Object *o = rd.object(&(*ms)[i], path);
-      if (!o)
-        break;
-      PlanMatrix m;
-      m.paramIndex =
-          rd.integer(o->get("param"), path + ".param", 0, numParams - 1);
-      if (rd.ok())
-        m.param = plan.params[m.paramIndex].name;
-      m.slice = rd.integer(o->get("slice"), path + ".slice", -1);
-      m.rows = rd.integer(o->get("rows"), path + ".rows", 1);
-      m.cols = rd.integer(o->get("cols"), path + ".cols", 1);
-      m.owner = rd.integer(o->get("owner"), path + ".owner", -1, world - 1);
-      m.nsFlops = rd.integer(o->get("ns_flops"), path + ".ns_flops", 0);
-      plan.matrices.push_back(std::move(m));
-    }
-  int64_t numMatrices = plan.matrices.size();
-  if (const json::Array *rs = rd.array(root->get("rounds"), "rounds"))
-    for (size_t i = 0; i < rs->size() && rd.ok(); ++i)
-      plan.rounds.push_back(
-          rd.ints(&(*rs)[i], at("rounds", i), 0, numMatrices - 1));
-  if (const json::Array *es = rd.array(root->get("exchanges"), "exchanges"))
-    for (size_t e = 0; e < es->size() && rd.ok(); ++e) {
-      std::string path = at("exchanges", e);
-      const json::Object *o = rd.object(&(*es)[e], path);
-      if (!o)
-        break;
-      Exchange ex;
-      std::string phase = rd.string(o->get("phase"), path + ".phase");
-      if (rd.ok() && phase != "gather" && phase != "scatter" &&
-          phase != "reduce")
-        rd.fail(path + ".phase",
-                "expected \"gather\", \"scatter\" or \"reduce\"");
-      ex.phase = phase == "gather"    ? Exchange::Phase::Gather
-                 : phase == "scatter" ? Exchange::Phase::Scatter
-                                      : Exchange::Phase::Reduce;
-      ex.round = rd.integer(o->get("round"), path + ".round", 0);
-      if (const json::Array *ts =
-              rd.array(o->get("transfers"), path + ".transfers"))
-        for (size_t k = 0; k < ts->size() && rd.ok(); ++k) {
-          std::string tpath = at(path + ".transfers", k);
-          std::vector<int64_t> v = rd.ints(&(*ts)[k], tpath, -1);
-          if (!rd.ok())
-            break;
-          if (v.size() != 8) {
-            rd.fail(tpath, "expected [src, dst, matrix, row_begin, row_end, "
-                           "col_begin, col_end, summand]");
-            break;
-          }
-          Transfer t{v[0], v[1], v[2], {v[3], v[4]}, {v[5], v[6]}, v[7]};
-          bool valid = t.src >= 0 && t.src < world && t.dst >= 0 &&
-                       t.dst < world && t.src != t.dst && t.matrix >= 0 &&
-                       t.matrix < numMatrices;
-          if (valid) {
-            const PlanMatrix &m = plan.matrices[t.matrix];
-            valid = 0 <= t.rows.begin && t.rows.begin < t.rows.end &&
-                    t.rows.end <= m.rows && 0 <= t.cols.begin &&
-                    t.cols.begin < t.cols.end && t.cols.end <= m.cols &&
-                    t.summand >= 0;
-          }
-          if (!valid)
-            rd.fail(tpath, "ranks, matrix or box out of range");
-          ex.transfers.push_back(t);
-        }
-      if (const json::Array *rs =
-              rd.array(o->get("reductions"), path + ".reductions"))
-        for (size_t k = 0; k < rs->size() && rd.ok(); ++k) {
-          std::string rpath = at(path + ".reductions", k);
-          std::vector<int64_t> v = rd.ints(&(*rs)[k], rpath, 0);
-          if (!rd.ok())
-            break;
-          if (v.size() != 5 || v[0] >= world || v[1] >= world ||
-              v[0] == v[1] || v[2] >= numParams || v[4] < 1) {
-            rd.fail(rpath, "expected [src, dst, param, summand, elements] "
-                           "in range");
-            break;
-          }
-          ex.reductions.push_back({v[0], v[1], v[2], v[3], v[4]});
-        }
-      plan.exchanges.push_back(std::move(ex));
-    }
-  if (const json::Array *ss = rd.array(root->get("schedule"), "schedule"))
-    for (size_t i = 0; i < ss->size() && rd.ok(); ++i) {
-      std::string path = at("schedule", i);
-      const json::Array *step = rd.array(&(*ss)[i], path);
-      if (!step || step->size() != 2) {
-        rd.fail(path, "expected [\"start\"|\"done\"|\"ns\", index]");
-        break;
-      }
-      std::string kind = rd.string(&(*step)[0], at(path, 0));
-      ScheduleStep s;
-      using Kind = ScheduleStep::Kind;
-      static const std::pair<const char *, Kind> kinds[] = {
-          {"start", Kind::Start},       {"done", Kind::Done},
-          {"ns", Kind::NewtonSchulz},   {"momentum", Kind::Momentum},
-          {"apply", Kind::ApplyUpdate}, {"adamw", Kind::AdamW}};
-      auto known = std::find_if(std::begin(kinds), std::end(kinds),
-                                [&](auto &k) { return kind == k.first; });
-      if (rd.ok() && known == std::end(kinds))
-        rd.fail(at(path, 0), "expected \"start\", \"done\", \"ns\", "
-                             "\"momentum\", \"apply\" or \"adamw\"");
-      if (known != std::end(kinds))
-        s.kind = known->second;
-      s.index = rd.integer(&(*step)[1], at(path, 1), 0);
-      plan.schedule.push_back(s);
-    }
-  plan.nsMatrices.assign(world, {});
-  plan.nsBatches.assign(world, {});
-  std::vector<std::vector<RankExchangeView>> views;
-  if (rd.ok())
-    for (const Exchange &ex : plan.exchanges)
-      views.push_back(rankExchangeViews(ex, world));
-  if (const json::Array *rs = rd.array(root->get("ranks"), "ranks")) {
-    if (rd.ok() && static_cast<int64_t>(rs->size()) != world)
-      rd.fail("ranks", "expected one entry per rank");
-    for (size_t r = 0; r < rs->size() && rd.ok(); ++r) {
-      std::string path = at("ranks", r);
-      const json::Object *o = rd.object(&(*rs)[r], path);
-      if (!o)
-        break;
-      if (rd.integer(o->get("rank"), path + ".rank") != (int64_t)r && rd.ok())
-        rd.fail(path + ".rank", "expected " + std::to_string(r));
-      if (const json::Array *bs =
-              rd.array(o->get("ns_batches"), path + ".ns_batches"))
-        for (size_t b = 0; b < bs->size() && rd.ok(); ++b) {
-          std::string bpath = at(path + ".ns_batches", b);
-          const json::Object *bo = rd.object(&(*bs)[b], bpath);
-          if (!bo)
-            break;
-          NsBatch batch;
-          batch.round = rd.integer(bo->get("round"), bpath + ".round", 0);
-          batch.rows = rd.integer(bo->get("rows"), bpath + ".rows", 1);
-          batch.cols = rd.integer(bo->get("cols"), bpath + ".cols", 1);
-          batch.matrices = rd.ints(bo->get("matrices"), bpath + ".matrices", 0,
-                                   numMatrices - 1);
-          for (int64_t m : batch.matrices)
-            plan.nsMatrices[r].push_back(m);
-          plan.nsBatches[r].push_back(std::move(batch));
-        }
-      // The ready-made counts and offsets must match the transfers.
-      if (const json::Array *vs =
-              rd.array(o->get("exchanges"), path + ".exchanges")) {
-        if (rd.ok() && vs->size() != plan.exchanges.size())
-          rd.fail(path + ".exchanges", "expected one entry per exchange");
-        for (size_t e = 0; e < vs->size() && rd.ok(); ++e) {
-          RankExchangeView &view = views[e][r];
-          std::string vpath = at(path + ".exchanges", e);
-          const json::Object *vo = rd.object(&(*vs)[e], vpath);
-          if (!vo)
-            break;
-          for (auto [key, slices] :
-               {std::pair<const char *, std::vector<PeerSlice> *>{"send",
-                                                                  &view.send},
-                {"recv", &view.recv}}) {
-            const json::Array *list =
-                rd.array(vo->get(key), vpath + "." + key);
-            if (!list)
-              break;
-            bool same = list->size() == slices->size();
-            for (size_t k = 0; same && k < list->size(); ++k) {
-              std::vector<int64_t> v =
-                  rd.ints(&(*list)[k], at(vpath + "." + key, k));
-              const PeerSlice &s = (*slices)[k];
-              same = v.size() == 3 && v[0] == s.peer &&
-                     v[1] == s.elements && v[2] == s.offset;
-            }
-            if (rd.ok() && !same)
-              rd.fail(vpath + "." + key,
-                      "counts and offsets do not match the transfers");
-          }
+  // The ready-made counts and offsets must match the transfers.
+  for (size_t e = 0; e < plan.exchanges.size(); ++e) {
+    std::vector<RankExchangeView> views =
+        rankExchangeViews(plan.exchanges[e], plan.worldSize);
+    for (int64_t r = 0; r < plan.worldSize; ++r)
+      for (int side = 0; side < 2; ++side) {
+        const std::vector<PeerSlice> &want =
+            side ? views[r].recv : views[r].send;
+        const std::vector<std::vector<int64_t>> &got = tables[r][e][side];
+        bool same = got.size() == want.size();
+        for (size_t k = 0; same && k < got.size(); ++k)
+          same = got[k][0] == want[k].peer && got[k][1] == want[k].elements &&
+                 got[k][2] == want[k].offset;
+        if (!same) {
+          error = key(index(key(index("ranks", r), "exchanges"), e),
+                      side ? "recv" : "send") +
+                  ": counts and offsets do not match the transfers";
+          return false;
         }
       }
-    }
   }
-  if (rd.ok())
-    if (std::string bad = verifySchedule(plan); !bad.empty())
-      rd.fail("schedule", bad);
-  error = rd.error;
-  return rd.ok();
+  return true;
 }
 
 } // namespace muon

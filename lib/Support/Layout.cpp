@@ -108,17 +108,17 @@ struct DimChoice {
 };
 } // namespace
 
-std::vector<MatrixPiece>
-matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix) {
+namespace {
+/// Calls `fn(rank, box choices per dim, summand)` for every rank holding a
+/// non-empty piece of the parameter; with `batch`, only pieces holding that
+/// batch index (one coordinate per leading dim). The cost is proportional
+/// to the number of pieces, not to the size of the mesh.
+template <typename Fn>
+void forEachPiece(const Mesh &mesh, const ParamLayout &layout,
+                  const std::vector<int64_t> *batch, Fn fn) {
   size_t rank = layout.shape.size();
-  assert(rank >= 2 && "a matrix needs two dims");
-  std::vector<int64_t> batch(rank - 2);
-  for (size_t d = batch.size(); d-- > 0;) {
-    batch[d] = matrix % layout.shape[d];
-    matrix /= layout.shape[d];
-  }
   // Per dim, the coordinate choices of its split axes that keep a non-empty
-  // range (containing the matrix's index for batch dims).
+  // range (containing the batch index for batch dims).
   std::vector<std::vector<DimChoice>> choices(rank);
   std::vector<bool> isSplit(mesh.shape.size(), false);
   for (size_t d = 0; d < rank; ++d) {
@@ -141,10 +141,10 @@ matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix) {
         }
       current = std::move(next);
     }
-    if (d < batch.size()) {
+    if (batch && d < batch->size()) {
       std::vector<DimChoice> keep;
       for (DimChoice &c : current)
-        if (c.range.begin <= batch[d] && batch[d] < c.range.end)
+        if (c.range.begin <= (*batch)[d] && (*batch)[d] < c.range.end)
           keep.push_back(std::move(c));
       current = std::move(keep);
     }
@@ -165,25 +165,25 @@ matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix) {
     }
   }
   // Odometer over the dims' choices and the free axes' values.
-  std::vector<MatrixPiece> pieces;
   for (const auto &c : choices)
     if (c.empty())
-      return pieces;
+      return;
   std::vector<size_t> dimIdx(rank, 0), freeIdx(mesh.shape.size(), 0);
   std::vector<int64_t> coords(mesh.shape.size(), 0);
+  std::vector<const DimChoice *> picked(rank);
   while (true) {
-    for (size_t d = 0; d < rank; ++d)
-      for (auto [axis, k] : choices[d][dimIdx[d]].coords)
+    for (size_t d = 0; d < rank; ++d) {
+      picked[d] = &choices[d][dimIdx[d]];
+      for (auto [axis, k] : picked[d]->coords)
         coords[axis] = k;
+    }
     for (size_t a = 0; a < mesh.shape.size(); ++a)
       if (!isSplit[a])
         coords[a] = freeValues[a][freeIdx[a]];
     int64_t summand = 0;
     for (int64_t axis : layout.partialAxes)
       summand = summand * mesh.shape[axis] + coords[axis];
-    pieces.push_back({mesh.rankAt(coords),
-                      choices[rank - 2][dimIdx[rank - 2]].range,
-                      choices[rank - 1][dimIdx[rank - 1]].range, summand});
+    fn(mesh.rankAt(coords), picked, summand);
     // Advance: free axes first, then dims.
     size_t a = 0;
     for (; a < mesh.shape.size(); ++a) {
@@ -204,8 +204,45 @@ matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix) {
     if (d == rank)
       break;
   }
+}
+} // namespace
+
+std::vector<MatrixPiece>
+matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix) {
+  size_t rank = layout.shape.size();
+  assert(rank >= 2 && "a matrix needs two dims");
+  std::vector<int64_t> batch(rank - 2);
+  for (size_t d = batch.size(); d-- > 0;) {
+    batch[d] = matrix % layout.shape[d];
+    matrix /= layout.shape[d];
+  }
+  std::vector<MatrixPiece> pieces;
+  forEachPiece(mesh, layout, &batch,
+               [&](int64_t r, const std::vector<const DimChoice *> &box,
+                   int64_t summand) {
+                 pieces.push_back({r, box[rank - 2]->range,
+                                   box[rank - 1]->range, summand});
+               });
   std::sort(pieces.begin(), pieces.end(),
             [](const MatrixPiece &x, const MatrixPiece &y) {
+              return x.rank < y.rank;
+            });
+  return pieces;
+}
+
+std::vector<ParamPiece> paramPieces(const Mesh &mesh,
+                                    const ParamLayout &layout) {
+  std::vector<ParamPiece> pieces;
+  forEachPiece(mesh, layout, nullptr,
+               [&](int64_t r, const std::vector<const DimChoice *> &box,
+                   int64_t summand) {
+                 ParamPiece p{r, {}, summand};
+                 for (const DimChoice *c : box)
+                   p.box.push_back(c->range);
+                 pieces.push_back(std::move(p));
+               });
+  std::sort(pieces.begin(), pieces.end(),
+            [](const ParamPiece &x, const ParamPiece &y) {
               return x.rank < y.rank;
             });
   return pieces;

@@ -9,9 +9,13 @@
 #include "muon/Dialect/Muon/Transforms/Passes.h"
 #include "muon/Dialect/Muon/Transforms/Pipelines.h"
 
+#include "muon/Support/OutputFile.h"
+
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstring>
@@ -49,8 +53,30 @@ int main(int argc, char **argv) {
   if (!llvm::cl::ParseCommandLineOptions(count, args.data(), header,
                                          &llvm::errs()))
     return 2;
-  return mlir::failed(mlir::MlirOptMain(count, args.data(), inputFilename,
-                                        outputFilename, registry))
-             ? 2
-             : 0;
+  // The output is checked before any work and written only once the passes
+  // succeeded (atomically, never over the input): MLIR's own driver would
+  // open it first, truncating an input given as the output.
+  std::string error;
+  if (!muon::checkOutputs({inputFilename}, {{"-o", outputFilename}}, error)) {
+    llvm::errs() << "muon-opt: " << error << "\n";
+    return 2;
+  }
+  muon::installSignalCleanup();
+  std::unique_ptr<llvm::MemoryBuffer> input =
+      mlir::openInputFile(inputFilename, &error);
+  if (!input) {
+    llvm::errs() << "muon-opt: " << error << "\n";
+    return 2;
+  }
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();
+  if (mlir::failed(mlir::MlirOptMain(os, std::move(input), registry, config)))
+    return 2;
+  os.flush();
+  if (!muon::writeOutput(outputFilename, text, error)) {
+    llvm::errs() << "muon-opt: " << error << "\n";
+    return 2;
+  }
+  return 0;
 }

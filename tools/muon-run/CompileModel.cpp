@@ -1,5 +1,6 @@
 //===- CompileModel.cpp - Spec or IR to plan, for muon-run ----------------===//
 #include "CompileModel.h"
+#include "Console.h"
 
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
 #include "muon/Dialect/Muon/IR/MuonDialect.h"
@@ -25,7 +26,7 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
   std::string error;
   std::unique_ptr<llvm::MemoryBuffer> buffer = openInputFile(path, &error);
   if (!buffer) {
-    llvm::errs() << "muon-run: " << error << "\n";
+    printError(error);
     return false;
   }
   StringRef text = buffer->getBuffer();
@@ -35,14 +36,13 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
                text.take_front(256).contains("\"muon-plan/");
   if (isPlanFile) {
     if (flags.wireDtypeGiven || flags.gatherBudgetGiven || flags.maxRoundsGiven) {
-      llvm::errs() << "muon-run: " << path
-                   << ": a plan file is already compiled; --wire-dtype, "
-                      "--gather-budget-bytes and --max-rounds apply to specs "
-                      "and IR only\n";
+      printError(path + ": a plan file is already compiled; --wire-dtype, "
+                        "--gather-budget-bytes and --max-rounds apply to "
+                        "specs and IR only");
       return false;
     }
     if (!parsePlan(text.str(), plan, error)) {
-      llvm::errs() << "muon-run: " << path << ": " << error << "\n";
+      printError(path + ": " + error);
       return false;
     }
     return true;
@@ -68,8 +68,8 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
     return false;
   auto models = llvm::to_vector(module->getOps<mlir::muon::ModelOp>());
   if (models.size() != 1) {
-    llvm::errs() << "muon-run: expected one muon.model in '" << path
-                 << "', found " << models.size() << "\n";
+    printError("expected one muon.model in '" + path + "', found " +
+               std::to_string(models.size()));
     return false;
   }
   mlir::muon::ModelOp model = models.front();

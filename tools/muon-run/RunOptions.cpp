@@ -1,14 +1,17 @@
 //===- RunOptions.cpp - Fault specifications ------------------------------===//
 #include "RunOptions.h"
 
-#include <cstdlib>
+#include "muon/Support/Limits.h"
+
+#include <optional>
 
 namespace muon::tool {
 
 static bool parseIndex(const std::string &text, int64_t &value) {
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
+  std::optional<int64_t> v = parseDecimal(text);
+  if (!v)
     return false;
-  value = std::strtoll(text.c_str(), nullptr, 10);
+  value = *v;
   return true;
 }
 
@@ -34,14 +37,17 @@ bool parseFault(const std::string &text, Fault &fault, std::string &error) {
                  : kind == "stall" ? Fault::Kind::Stall
                                    : Fault::Kind::Corrupt;
     ok = parseIndex(parts[1], fault.rank) && parseIndex(parts[2], fault.step);
-  } else if (kind == "plan-mismatch" && parts.size() == 2) {
-    fault.kind = Fault::Kind::PlanMismatch;
+  } else if ((kind == "plan-mismatch" || kind == "die-at-end") &&
+             parts.size() == 2) {
+    fault.kind = kind == "plan-mismatch" ? Fault::Kind::PlanMismatch
+                                         : Fault::Kind::DieAtEnd;
     ok = parseIndex(parts[1], fault.rank);
   }
   if (!ok)
     error = "bad --inject '" + text +
             "': expected nan:PARAM:STEP, die:RANK:STEP, stall:RANK:STEP, "
-            "corrupt:RANK:STEP or plan-mismatch:RANK (steps count from 0)";
+            "corrupt:RANK:STEP, plan-mismatch:RANK or die-at-end:RANK (steps "
+            "count from 0)";
   return ok;
 }
 

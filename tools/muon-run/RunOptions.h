@@ -20,9 +20,9 @@ struct CompileFlags {
 
 /// A fault to inject, for testing that failures are loud and lose nothing.
 struct Fault {
-  enum class Kind { NonFinite, Die, Stall, PlanMismatch, Corrupt } kind;
+  enum class Kind { NonFinite, Die, Stall, PlanMismatch, Corrupt, DieAtEnd } kind;
   std::string param; // NonFinite
-  int64_t rank = -1; // Die, Stall, PlanMismatch, Corrupt
+  int64_t rank = -1; // Die, Stall, PlanMismatch, Corrupt, DieAtEnd
   int64_t step = -1; // NonFinite, Die, Stall, Corrupt
 };
 
@@ -45,8 +45,10 @@ struct RunFlags {
 };
 
 /// Parses "nan:PARAM:STEP", "die:RANK:STEP", "stall:RANK:STEP",
-/// "corrupt:RANK:STEP" (a silently wrong update, which --verify must catch)
-/// or "plan-mismatch:RANK". Returns false with `error` set.
+/// "corrupt:RANK:STEP" (a silently wrong update, which --verify must catch),
+/// "plan-mismatch:RANK" or "die-at-end:RANK" (a rank that dies after its
+/// last step, once rank 0 has what it needs for the report). Returns false
+/// with `error` set.
 bool parseFault(const std::string &text, Fault &fault, std::string &error);
 
 } // namespace muon::tool

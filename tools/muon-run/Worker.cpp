@@ -1,18 +1,22 @@
 //===- Worker.cpp - One rank of a real run --------------------------------===//
 #include "Worker.h"
+#include "Console.h"
 
 #include "muon/Plan/Report.h"
+#include "muon/Support/OutputFile.h"
 #include "muon/Runtime/MpiCommunicator.h"
 #include "muon/Runtime/NewtonSchulz.h"
 #include "muon/Runtime/Synthetic.h"
 
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <thread>
 #include <unistd.h>
 
@@ -155,14 +159,31 @@ bool runReference(const Plan &plan, const RunFlags &flags,
 
 } // namespace
 
+static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm);
+
 int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
+  // A crash ends the rank at once, so that mpirun notices and ends the run:
+  // a crash handler that symbolizes a stack trace can stall a rank for
+  // seconds, or deadlock when the crash corrupted the heap.
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT})
+    std::signal(sig, SIG_DFL);
+  // Running out of memory is a failed run with a message, not a crash.
+  std::set_new_handler([] {
+    static const char message[] =
+        "muon-run: a rank ran out of memory; the run needs more memory than "
+        "this machine gives it\n";
+    (void)!::write(STDERR_FILENO, message, sizeof(message) - 1);
+    std::_Exit(kRunFailed);
+  });
   MpiCommunicator comm(argc, argv);
+  return runRank(plan, flags, comm);
+}
+
+static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm) {
   const int64_t rank = comm.rank();
   const bool lead = rank == 0;
-  llvm::raw_ostream &out = llvm::outs();
   auto fail = [&](const std::string &message) {
-    llvm::errs() << "muon-run: rank " << rank << ": " << message << "\n";
-    llvm::errs().flush();
+    printError("rank " + std::to_string(rank) + ": " + message);
   };
   if (comm.size() != plan.worldSize) {
     if (lead)
@@ -230,16 +251,14 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
                          .count();
     if (!result.applied) {
       skipped.push_back(s);
-      if (lead) {
-        out << llvm::formatv(
-            "step {0}/{1}: gradient of '{2}' has NaN or Inf (rank {3}); {4}\n",
+      if (lead)
+        printLines(llvm::formatv(
+            "step {0}/{1}: gradient of '{2}' has NaN or Inf (rank {3}); {4}",
             s + 1, flags.steps, plan.params[result.nonFiniteParam].name,
             result.nonFiniteRank,
             flags.nonFiniteFatal
                 ? "stopping (--nonfinite=fail)"
-                : "step skipped, parameters and optimizer state unchanged");
-        out.flush();
-      }
+                : "step skipped, parameters and optimizer state unchanged"));
       if (flags.nonFiniteFatal)
         return kRunFailed; // every rank took the same decision
       continue;
@@ -258,11 +277,9 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
       run.consistent = 0;
     counted = c;
     run.stepSeconds.push_back(seconds);
-    if (lead && !flags.quiet) {
-      out << llvm::formatv("step {0}/{1}: {2:F2} ms (rank 0)\n", s + 1,
-                           flags.steps, seconds * 1e3);
-      out.flush();
-    }
+    if (lead && !flags.quiet)
+      printLines(llvm::formatv("step {0}/{1}: {2:F2} ms (rank 0)", s + 1,
+                               flags.steps, seconds * 1e3));
   }
   if (counted) {
     run.bytesSent = static_cast<double>(counted->bytesSent);
@@ -285,6 +302,13 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
       comm.abort(kRunFailed);
     }
   }
+  for (const Fault &f : flags.faults)
+    if (f.kind == Fault::Kind::DieAtEnd && f.rank == rank) {
+      // After rank 0 has every figure and piece: the run still failed.
+      fail("injected fault: dying after the last step");
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      _exit(9);
+    }
   if (!lead)
     return 0;
 
@@ -360,7 +384,7 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
   }
 
   if (!flags.reportFile.empty() &&
-      !writeFileAtomically(flags.reportFile, renderReport(report), error)) {
+      !writeOutput(flags.reportFile, renderReport(report), error)) {
     fail(error);
     return 2;
   }
@@ -370,35 +394,36 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
       received += report.perRank[r].bytesReceived;
       plannedReceived += planned[r].bytesReceived;
     }
+    std::string text;
     for (int64_t r = 0; r < plan.worldSize && r < 64; ++r) {
       const RankFigures &f = report.perRank[r];
       std::optional<double> sec = report.rankMedianSeconds[r];
-      out << llvm::formatv("  rank {0,3}: owns {1,4}  NS {2,9:F3} GFLOP  "
-                           "recv {3,9:F3} MB  sent {4,9:F3} MB  step {5}\n",
-                           r, f.owned.size(), f.nsFlops / 1e9,
-                           f.bytesReceived / 1e6, f.bytesSent / 1e6,
-                           sec ? llvm::formatv("{0:F2} ms", *sec * 1e3).str()
-                               : std::string("-"));
+      text += llvm::formatv("  rank {0,3}: owns {1,4}  NS {2,9:F3} GFLOP  "
+                            "recv {3,9:F3} MB  sent {4,9:F3} MB  step {5}\n",
+                            r, f.owned.size(), f.nsFlops / 1e9,
+                            f.bytesReceived / 1e6, f.bytesSent / 1e6,
+                            sec ? llvm::formatv("{0:F2} ms", *sec * 1e3).str()
+                                : std::string("-"));
     }
-    out << llvm::formatv("  bytes received {0} measured (plan {1}, lower "
-                         "bound {2})\n",
-                         received, plannedReceived,
-                         report.lowerBoundBytesReceived);
+    text += llvm::formatv("  bytes received {0} measured (plan {1}, lower "
+                          "bound {2})\n",
+                          received, plannedReceived,
+                          report.lowerBoundBytesReceived);
     if (report.stepSeconds)
-      out << llvm::formatv("  step time median {0:F2} ms (min {1:F2}, max "
-                           "{2:F2}) over {3} step(s) after warm-up\n",
-                           report.stepSeconds->median * 1e3,
-                           report.stepSeconds->min * 1e3,
-                           report.stepSeconds->max * 1e3, stepMax.size());
+      text += llvm::formatv("  step time median {0:F2} ms (min {1:F2}, max "
+                            "{2:F2}) over {3} step(s) after warm-up\n",
+                            report.stepSeconds->median * 1e3,
+                            report.stepSeconds->min * 1e3,
+                            report.stepSeconds->max * 1e3, stepMax.size());
     if (verification)
-      out << llvm::formatv(
+      text += llvm::formatv(
           "  {0} against one device: max_abs_diff {1:e}{2}\n",
           verification->verified ? "verified" : "NOT verified",
           verification->maxAbsDiff,
           verification->maxAbsDiff == 0 ? " (bit-exact)" : "");
     else
-      out << "  not verified (pass --verify to compare with one device)\n";
-    out.flush();
+      text += "  not verified (pass --verify to compare with one device)\n";
+    printLines(text);
   }
   return exitCode;
 }

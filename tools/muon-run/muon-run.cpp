@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CompileModel.h"
+#include "Console.h"
 #include "Launcher.h"
 #include "RunOptions.h"
 #include "Worker.h"
@@ -21,11 +22,15 @@
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Report.h"
 #include "muon/Runtime/MpiCommunicator.h"
+#include "muon/Support/Limits.h"
+#include "muon/Support/OutputFile.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
 
 namespace cl = llvm::cl;
 
@@ -101,8 +106,14 @@ static cl::opt<std::string>
     mpirunPath(cl::cat(toolCategory), "mpirun", cl::init("mpirun"),
                cl::desc("The mpirun to launch ranks with"));
 
+// Flag maxima (the model's sizes have theirs in Support/Limits.h).
+static constexpr int64_t kMaxSteps = 1000000000;
+static constexpr int64_t kMaxMicroBatches = 1000000;
+static constexpr int64_t kMaxBlasThreads = 1024;
+static constexpr double kMaxTimeoutSeconds = 1e7;
+
 static int fail(const llvm::Twine &message) {
-  llvm::errs() << "muon-run: " << message << "\n";
+  ::muon::tool::printError(message.str());
   return 2;
 }
 
@@ -117,7 +128,7 @@ static int dryRunReport(const ::muon::Plan &plan) {
   if (!reportFile.empty())
     outputs.push_back({reportFile, ::muon::renderReport(report)});
   std::string error;
-  if (!::muon::writeFilesAtomically(outputs, error))
+  if (!::muon::writeOutputs(outputs, error))
     return fail(error);
   if (quiet)
     return 0;
@@ -194,15 +205,43 @@ int main(int argc, char **argv) {
   if (!::muon::wireDtypeBytes(wireDtype))
     return fail("unknown --wire-dtype '" + wireDtype +
                 "'; expected f32 or bf16");
-  if (gatherBudget < 0 || maxRounds < 1)
-    return fail("--gather-budget-bytes must be >= 0 and --max-rounds >= 1");
-  if (ranks < 0 || steps < 1 || microBatches < 1 || blasThreads < 1 ||
-      !(timeoutSeconds > 0) || !(tolerance >= 0))
-    return fail("--ranks must be >= 0, --steps, --micro-batches and "
-                "--blas-threads >= 1, --timeout > 0 and --tolerance >= 0");
+  namespace limits = ::muon::limits;
+  if (gatherBudget < 0)
+    return fail("--gather-budget-bytes must be >= 0");
+  if (maxRounds < 1 || maxRounds > limits::kMaxRounds)
+    return fail("--max-rounds must be in [1, " +
+                limits::describe(limits::kMaxRounds) + "]");
+  if (ranks < 0 || ranks > limits::kMaxWorldSize)
+    return fail("--ranks must be in [0, " +
+                limits::describe(limits::kMaxWorldSize) +
+                "] (0: the model's world size)");
+  if (steps < 1 || steps > kMaxSteps || microBatches < 1 ||
+      microBatches > kMaxMicroBatches)
+    return fail("--steps must be in [1, " + llvm::Twine(kMaxSteps) +
+                "] and --micro-batches in [1, " +
+                llvm::Twine(kMaxMicroBatches) + "]");
+  if (blasThreads < 1 || blasThreads > kMaxBlasThreads)
+    return fail("--blas-threads must be in [1, " +
+                llvm::Twine(kMaxBlasThreads) + "]");
+  if (!(timeoutSeconds > 0) || !(timeoutSeconds <= kMaxTimeoutSeconds))
+    return fail("--timeout must be > 0 and at most " +
+                llvm::formatv("{0:e0}", kMaxTimeoutSeconds).str() +
+                " seconds");
+  if (!(tolerance >= 0) || !std::isfinite(tolerance))
+    return fail("--tolerance must be a finite number >= 0");
   if (nonFinite != "skip" && nonFinite != "fail")
     return fail("unknown --nonfinite '" + nonFinite +
                 "'; expected skip or fail");
+  // Outputs are checked before any work: never over the input or each
+  // other, and only into a directory that exists.
+  {
+    std::string error;
+    if (!::muon::checkOutputs({inputFilename},
+                              {{"--report", reportFile}, {"--plan", planFile}},
+                              error))
+      return fail(error);
+  }
+  ::muon::installSignalCleanup();
 
   ::muon::tool::RunFlags run;
   run.ranks = ranks;
@@ -260,9 +299,7 @@ int main(int argc, char **argv) {
                 llvm::Twine(plan.worldSize) + " devices");
   if (!planFile.empty()) {
     std::string error;
-    if (planFile == reportFile)
-      return fail("two outputs name the same file '" + planFile + "'");
-    if (!::muon::writeFileAtomically(planFile, ::muon::renderPlan(plan), error))
+    if (!::muon::writeOutput(planFile, ::muon::renderPlan(plan), error))
       return fail(error);
   }
   if (printSchedule)

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Support/OutputFile.h"
 #include "muon/Target/Spec/SpecImport.h"
 
 #include "mlir/Parser/Parser.h"
@@ -18,7 +19,6 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
@@ -55,6 +55,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   std::string error;
+  if (!muon::checkOutputs({inputFilename}, {{"-o", outputFilename}}, error)) {
+    llvm::errs() << "muon-translate: " << error << "\n";
+    return 2;
+  }
+  muon::installSignalCleanup();
   std::unique_ptr<llvm::MemoryBuffer> input =
       mlir::openInputFile(inputFilename, &error);
   if (!input) {
@@ -109,13 +114,9 @@ int main(int argc, char **argv) {
     }
     text = ::muon::renderPlan(*plan);
   }
-  std::unique_ptr<llvm::ToolOutputFile> output =
-      mlir::openOutputFile(outputFilename, &error);
-  if (!output) {
+  if (!muon::writeOutput(outputFilename, text, error)) {
     llvm::errs() << "muon-translate: " << error << "\n";
     return 2;
   }
-  output->os() << text;
-  output->keep();
   return 0;
 }

@@ -1,8 +1,8 @@
 //===- Report.h - The run report (muon-report/1) ----------------*- C++ -*-===//
 //
-// The output contract of the spec contract (shared/docs/spec-format.md) section
-// 2, for dry runs (figures from the plan) and, later, real runs (figures
-// counted by the runtime).
+// The output of the spec contract (spec-format.md, section 2): for dry runs
+// the plan's own figures, for real runs the figures the runtime counted.
+// Written with Support/OutputFile (atomically, never over an input).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_PLAN_REPORT_H
@@ -45,17 +45,6 @@ Report planReport(const Plan &plan);
 
 /// The report as pretty-printed JSON text.
 std::string renderReport(const Report &report);
-
-/// Writes `text` to `path` through a temporary file and a rename, so a
-/// reader never sees a partial report. Returns false with `error` set.
-bool writeFileAtomically(const std::string &path, const std::string &text,
-                         std::string &error);
-
-/// Writes several (path, text) files: all are staged first, and none is
-/// moved into place unless every one was written.
-bool writeFilesAtomically(
-    const std::vector<std::pair<std::string, std::string>> &files,
-    std::string &error);
 
 } // namespace muon
 

@@ -86,6 +86,18 @@ struct MatrixPiece {
 std::vector<MatrixPiece>
 matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix);
 
+/// One rank's non-empty piece of a whole parameter.
+struct ParamPiece {
+  int64_t rank;
+  std::vector<Range> box; // one range per dim
+  int64_t summand = 0;
+};
+
+/// The pieces of a parameter (every dim), one per rank holding a non-empty
+/// piece, sorted by rank. The cost is proportional to the number of pieces.
+std::vector<ParamPiece> paramPieces(const Mesh &mesh,
+                                    const ParamLayout &layout);
+
 /// "[0, 1, 2]": how messages show a list of ranks.
 std::string formatRanks(const std::vector<int64_t> &ranks);
 

@@ -2,22 +2,27 @@
 #include "muon/Target/Spec/SpecImport.h"
 #include "muon/Dialect/Muon/IR/MuonOps.h"
 #include "muon/Dialect/Muon/IR/ShardAdapter.h"
+#include "muon/Support/Json.h"
+#include "muon/Support/Limits.h"
+#include "muon/Support/ModelLimits.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <cmath>
+#include <nlohmann/json.hpp>
+
 #include <optional>
 
 using namespace mlir;
 using namespace mlir::muon;
-namespace json = llvm::json;
+using JsonValue = ::muon::json::Value;
+using ::muon::parseDecimal;
+namespace limits = ::muon::limits;
 
 namespace {
 
@@ -31,129 +36,136 @@ public:
 
 private:
   Location at(const std::string &path) {
-    return NameLoc::get(StringAttr::get(ctx, path.empty() ? "<root>" : path));
+    return NameLoc::get(StringAttr::get(ctx, ::muon::json::showPath(path)));
   }
   /// Reports `message` at `path`; always returns failure.
   LogicalResult fail(const std::string &path, const Twine &message) {
     emitError(at(path)) << message;
     return failure();
   }
-  static std::string key(const std::string &path, StringRef k) {
-    return path.empty() ? k.str() : path + "." + k.str();
+  static std::string key(const std::string &path, std::string_view k) {
+    return ::muon::json::key(path, k);
   }
   static std::string index(const std::string &path, size_t i) {
-    return path + "[" + std::to_string(i) + "]";
+    return ::muon::json::index(path, i);
+  }
+  static const JsonValue *get(const JsonValue &object, std::string_view k) {
+    return ::muon::json::Reader::get(object, k);
   }
 
   // Typed accessors: fail with the path when the value has the wrong type.
-  const json::Object *getObject(const json::Value &v, const std::string &path);
-  const json::Array *getArray(const json::Value &v, const std::string &path);
-  std::optional<int64_t> getInt(const json::Value &v, const std::string &path,
+  /// Emits the reader's error; returns nullptr.
+  const JsonValue *report();
+  const JsonValue *getObject(const JsonValue &v, const std::string &path);
+  const JsonValue *getArray(const JsonValue &v, const std::string &path);
+  std::optional<int64_t> getInt(const JsonValue &v, const std::string &path,
                                 int64_t min);
-  std::optional<double> getNumber(const json::Value &v,
-                                  const std::string &path);
-  std::optional<StringRef> getString(const json::Value &v,
-                                     const std::string &path);
-  std::optional<bool> getBool(const json::Value &v, const std::string &path);
-  LogicalResult checkKeys(const json::Object &obj, const std::string &path,
-                          ArrayRef<StringRef> allowed);
+  std::optional<int64_t> getLimited(const JsonValue &v,
+                                    const std::string &path, int64_t min,
+                                    int64_t limit, const std::string &what);
+  std::optional<double> getNumber(const JsonValue &v, const std::string &path);
+  std::optional<std::string> getString(const JsonValue &v,
+                                       const std::string &path);
+  std::optional<bool> getBool(const JsonValue &v, const std::string &path);
+  LogicalResult checkKeys(const JsonValue &obj, const std::string &path,
+                          std::initializer_list<std::string_view> allowed);
 
-  LogicalResult importMesh(const json::Value &v);
-  LogicalResult importGroups(const json::Object &root);
-  LogicalResult importOptimizer(const json::Value &v);
-  LogicalResult importAdamW(const json::Value &v);
-  LogicalResult importDistributed(const json::Value &v);
-  LogicalResult importParams(const json::Value &v, const json::Object &root);
-  LogicalResult importParamLayout(const json::Object &p,
-                                  const std::string &path, int64_t rank,
-                                  OperationState &state);
+  LogicalResult importMesh(const JsonValue &v);
+  LogicalResult importGroups(const JsonValue &root);
+  LogicalResult importOptimizer(const JsonValue &v);
+  LogicalResult importAdamW(const JsonValue &v);
+  LogicalResult importDistributed(const JsonValue &v);
+  LogicalResult importParams(const JsonValue &v, const JsonValue &root);
+  LogicalResult importParamLayout(const JsonValue &p, const std::string &path,
+                                  int64_t rank, OperationState &state);
   /// Resolves a mesh axis given by name or index.
   std::optional<int64_t> resolveAxis(StringRef text, const std::string &path);
-  std::optional<int64_t> resolveAxisValue(const json::Value &v,
+  std::optional<int64_t> resolveAxisValue(const JsonValue &v,
                                           const std::string &path);
-  LogicalResult importAssignments(const json::Value &v,
-                                  const std::string &path);
+  LogicalResult importAssignments(const JsonValue &v, const std::string &path);
 
   MLIRContext *ctx;
   OpBuilder builder;
+  ::muon::json::Reader rd;
   ModelOp model;
   bool processGroups = false;
   std::vector<int64_t> meshShape;
   std::vector<std::string> axisNames;
   std::vector<std::string> paramNames;
-  std::vector<int64_t> paramRanks;
   llvm::StringMap<size_t> paramIndex;
 };
 
-const json::Object *SpecImporter::getObject(const json::Value &v,
-                                            const std::string &path) {
-  if (const json::Object *o = v.getAsObject())
+const JsonValue *SpecImporter::report() {
+  (void)fail(rd.error().path, rd.error().message);
+  rd.clear();
+  return nullptr;
+}
+
+const JsonValue *SpecImporter::getObject(const JsonValue &v,
+                                         const std::string &path) {
+  if (const JsonValue *o = rd.object(&v, path))
     return o;
-  (void)fail(path, "expected an object");
-  return nullptr;
+  return report();
 }
 
-const json::Array *SpecImporter::getArray(const json::Value &v,
-                                          const std::string &path) {
-  if (const json::Array *a = v.getAsArray())
+const JsonValue *SpecImporter::getArray(const JsonValue &v,
+                                        const std::string &path) {
+  if (const JsonValue *a = rd.array(&v, path))
     return a;
-  (void)fail(path, "expected an array");
-  return nullptr;
+  return report();
 }
 
-std::optional<int64_t> SpecImporter::getInt(const json::Value &v,
+std::optional<int64_t> SpecImporter::getInt(const JsonValue &v,
                                             const std::string &path,
                                             int64_t min) {
-  std::optional<int64_t> i = v.getAsInteger();
-  if (!i) {
-    (void)fail(path, "expected an integer");
-    return std::nullopt;
-  }
-  if (*i < min) {
-    (void)fail(path, "expected an integer >= " + std::to_string(min) +
-                         ", got " + std::to_string(*i));
-    return std::nullopt;
-  }
-  return i;
+  if (std::optional<int64_t> i = rd.integer(&v, path, min))
+    return i;
+  report();
+  return std::nullopt;
 }
 
-std::optional<double> SpecImporter::getNumber(const json::Value &v,
+std::optional<int64_t> SpecImporter::getLimited(const JsonValue &v,
+                                                const std::string &path,
+                                                int64_t min, int64_t limit,
+                                                const std::string &what) {
+  if (std::optional<int64_t> i = rd.limited(&v, path, min, limit, what))
+    return i;
+  report();
+  return std::nullopt;
+}
+
+std::optional<double> SpecImporter::getNumber(const JsonValue &v,
                                               const std::string &path) {
-  if (std::optional<double> d = v.getAsNumber(); d && std::isfinite(*d))
+  if (std::optional<double> d = rd.number(&v, path))
     return d;
-  (void)fail(path, "expected a finite number");
+  report();
   return std::nullopt;
 }
 
-std::optional<StringRef> SpecImporter::getString(const json::Value &v,
-                                                 const std::string &path) {
-  if (std::optional<StringRef> s = v.getAsString())
+std::optional<std::string> SpecImporter::getString(const JsonValue &v,
+                                                   const std::string &path) {
+  if (std::optional<std::string> s = rd.string(&v, path))
     return s;
-  (void)fail(path, "expected a string");
+  report();
   return std::nullopt;
 }
 
-std::optional<bool> SpecImporter::getBool(const json::Value &v,
+std::optional<bool> SpecImporter::getBool(const JsonValue &v,
                                           const std::string &path) {
-  if (std::optional<bool> b = v.getAsBoolean())
+  if (std::optional<bool> b = rd.boolean(&v, path))
     return b;
-  (void)fail(path, "expected true or false");
+  report();
   return std::nullopt;
 }
 
-LogicalResult SpecImporter::checkKeys(const json::Object &obj,
+LogicalResult SpecImporter::checkKeys(const JsonValue &obj,
                                       const std::string &path,
-                                      ArrayRef<StringRef> allowed) {
-  // Report unknown keys in a stable (sorted) order.
-  std::vector<std::string> keys;
-  for (const auto &kv : obj)
-    keys.push_back(kv.first.str());
-  llvm::sort(keys);
-  for (const std::string &k : keys)
-    if (!llvm::is_contained(allowed, k))
-      return fail(key(path, k), "unknown key '" + k + "'; expected one of " +
-                                    llvm::join(allowed, ", "));
-  return success();
+                                      std::initializer_list<std::string_view>
+                                          allowed) {
+  if (rd.knownKeys(obj, path, allowed))
+    return success();
+  report();
+  return failure();
 }
 
 std::optional<int64_t> SpecImporter::resolveAxis(StringRef text,
@@ -161,9 +173,8 @@ std::optional<int64_t> SpecImporter::resolveAxis(StringRef text,
   for (size_t a = 0; a < axisNames.size(); ++a)
     if (axisNames[a] == text)
       return a;
-  int64_t axis;
-  if (!text.getAsInteger(10, axis) && axis >= 0 &&
-      axis < static_cast<int64_t>(meshShape.size()))
+  std::optional<int64_t> axis = parseDecimal(text.str());
+  if (axis && *axis < static_cast<int64_t>(meshShape.size()))
     return axis;
   std::string names = "axes";
   for (const std::string &n : axisNames)
@@ -174,38 +185,48 @@ std::optional<int64_t> SpecImporter::resolveAxis(StringRef text,
   return std::nullopt;
 }
 
-std::optional<int64_t> SpecImporter::resolveAxisValue(const json::Value &v,
+std::optional<int64_t> SpecImporter::resolveAxisValue(const JsonValue &v,
                                                       const std::string &path) {
-  if (std::optional<StringRef> s = v.getAsString())
-    return resolveAxis(*s, path);
-  if (std::optional<int64_t> i = v.getAsInteger())
-    return resolveAxis(StringRef(std::to_string(*i)), path);
+  if (v.is_string())
+    return resolveAxis(v.get<std::string>(), path);
+  if (v.is_number_integer())
+    return resolveAxis(std::to_string(v.get<int64_t>()), path);
   (void)fail(path, "expected a mesh axis name or index");
   return std::nullopt;
 }
 
-LogicalResult SpecImporter::importMesh(const json::Value &v) {
-  const json::Object *mesh = getObject(v, "mesh");
+LogicalResult SpecImporter::importMesh(const JsonValue &v) {
+  const JsonValue *mesh = getObject(v, "mesh");
   if (!mesh || failed(checkKeys(*mesh, "mesh", {"shape", "names"})))
     return failure();
-  const json::Value *shape = mesh->get("shape");
+  const JsonValue *shape = get(*mesh, "shape");
   if (!shape)
     return fail("mesh", "missing key 'shape'");
-  const json::Array *dims = getArray(*shape, "mesh.shape");
+  const JsonValue *dims = getArray(*shape, "mesh.shape");
   if (!dims)
     return failure();
   if (dims->empty())
     return fail("mesh.shape", "a mesh needs at least one axis; a single "
                               "device is [1]");
+  if (static_cast<int64_t>(dims->size()) > limits::kMaxMeshAxes)
+    return fail("mesh.shape", "a mesh of " + std::to_string(dims->size()) +
+                                  " axes is above the limit of " +
+                                  limits::describe(limits::kMaxMeshAxes));
   for (size_t i = 0; i < dims->size(); ++i) {
-    std::optional<int64_t> s = getInt((*dims)[i], index("mesh.shape", i), 1);
+    std::optional<int64_t> s =
+        getLimited((*dims)[i], index("mesh.shape", i), 1,
+                   limits::kMaxWorldSize, "ranks");
     if (!s)
       return failure();
     meshShape.push_back(*s);
   }
+  ::muon::Mesh checked;
+  checked.shape = meshShape;
+  if (std::string bad = ::muon::checkMeshLimits(checked); !bad.empty())
+    return fail("mesh.shape", bad);
   axisNames.assign(meshShape.size(), "");
-  if (const json::Value *names = mesh->get("names")) {
-    const json::Array *list = getArray(*names, "mesh.names");
+  if (const JsonValue *names = get(*mesh, "names")) {
+    const JsonValue *list = getArray(*names, "mesh.names");
     if (!list)
       return failure();
     if (list->size() != meshShape.size())
@@ -214,7 +235,7 @@ LogicalResult SpecImporter::importMesh(const json::Value &v) {
                                     std::to_string(meshShape.size()) + " axes");
     llvm::StringSet<> seen;
     for (size_t i = 0; i < list->size(); ++i) {
-      std::optional<StringRef> n =
+      std::optional<std::string> n =
           getString((*list)[i], index("mesh.names", i));
       if (!n)
         return failure();
@@ -222,13 +243,13 @@ LogicalResult SpecImporter::importMesh(const json::Value &v) {
         return fail(index("mesh.names", i), "axis names must not be empty");
       if (!seen.insert(*n).second)
         return fail(index("mesh.names", i),
-                    "axis name '" + n->str() + "' is used twice");
-      axisNames[i] = n->str();
+                    "axis name '" + *n + "' is used twice");
+      axisNames[i] = *n;
     }
   }
   Operation *grid =
       shard_adapter::createGrid(builder, at("mesh"), "mesh", meshShape);
-  if (mesh->get("names")) {
+  if (get(*mesh, "names")) {
     SmallVector<Attribute> names;
     for (const std::string &n : axisNames)
       names.push_back(builder.getStringAttr(n));
@@ -237,30 +258,33 @@ LogicalResult SpecImporter::importMesh(const json::Value &v) {
   return success();
 }
 
-LogicalResult SpecImporter::importGroups(const json::Object &root) {
-  const json::Value *ws = root.get("world_size");
+LogicalResult SpecImporter::importGroups(const JsonValue &root) {
+  const JsonValue *ws = get(root, "world_size");
   if (!ws)
     return fail("", "process groups need 'world_size'");
-  std::optional<int64_t> world = getInt(*ws, "world_size", 1);
+  std::optional<int64_t> world =
+      getLimited(*ws, "world_size", 1, limits::kMaxWorldSize, "ranks");
   if (!world)
     return failure();
   model.setWorldSizeAttr(builder.getI64IntegerAttr(*world));
-  if (const json::Value *d = root.get("fsdp_dim")) {
-    std::optional<int64_t> dim = getInt(*d, "fsdp_dim", 0);
+  if (const JsonValue *d = get(root, "fsdp_dim")) {
+    std::optional<int64_t> dim = getLimited(
+        *d, "fsdp_dim", 0, limits::kMaxTensorDims - 1, "for a tensor dim");
     if (!dim)
       return failure();
     model.setFsdpDimAttr(builder.getI64IntegerAttr(*dim));
   }
-  if (const json::Value *n = root.get("num_experts")) {
-    std::optional<int64_t> num = getInt(*n, "num_experts", 1);
+  if (const JsonValue *n = get(root, "num_experts")) {
+    std::optional<int64_t> num =
+        getLimited(*n, "num_experts", 1, limits::kMaxExperts, "experts");
     if (!num)
       return failure();
     model.setNumExpertsAttr(builder.getI64IntegerAttr(*num));
   }
-  const json::Value *g = root.get("groups");
+  const JsonValue *g = get(root, "groups");
   if (!g)
     return fail("", "process-group style needs 'groups' next to 'world_size'");
-  const json::Object *groups = getObject(*g, "groups");
+  const JsonValue *groups = getObject(*g, "groups");
   if (!groups || failed(checkKeys(*groups, "groups",
                                   {"fsdp", "shard", "tp", "ddp", "replicate",
                                    "cp", "ep", "pp"})))
@@ -270,18 +294,25 @@ LogicalResult SpecImporter::importGroups(const json::Object &root) {
   // Kinds in a fixed order, so the output does not depend on key order.
   for (StringRef kind :
        {"pp", "ep", "ddp", "replicate", "cp", "fsdp", "shard", "tp"}) {
-    const json::Value *v = groups->get(kind);
+    const JsonValue *v = get(*groups, kind);
     if (!v)
       continue;
     std::string path = key("groups", kind);
-    const json::Array *list = getArray(*v, path);
+    const JsonValue *list = getArray(*v, path);
     if (!list)
       return failure();
+    // A kind partitions the world: more ranks than that cannot be valid.
+    int64_t listed = 0;
     SmallVector<Attribute> lists;
     for (size_t i = 0; i < list->size(); ++i) {
-      const json::Array *group = getArray((*list)[i], index(path, i));
+      const JsonValue *group = getArray((*list)[i], index(path, i));
       if (!group)
         return failure();
+      listed += group->size();
+      if (listed > *world)
+        return fail(index(path, i),
+                    "'" + kind.str() + "' groups list more than world_size = " +
+                        std::to_string(*world) + " ranks");
       SmallVector<int64_t> ranks;
       for (size_t j = 0; j < group->size(); ++j) {
         std::optional<int64_t> r =
@@ -298,8 +329,8 @@ LogicalResult SpecImporter::importGroups(const json::Object &root) {
   return success();
 }
 
-LogicalResult SpecImporter::importOptimizer(const json::Value &v) {
-  const json::Object *o = getObject(v, "optimizer");
+LogicalResult SpecImporter::importOptimizer(const JsonValue &v) {
+  const JsonValue *o = getObject(v, "optimizer");
   if (!o ||
       failed(checkKeys(*o, "optimizer",
                        {"lr", "momentum", "nesterov", "weight_decay",
@@ -307,36 +338,42 @@ LogicalResult SpecImporter::importOptimizer(const json::Value &v) {
     return failure();
   OperationState state(at("optimizer"), OptimizerOp::getOperationName());
   for (StringRef k : {"lr", "momentum", "weight_decay", "eps"})
-    if (const json::Value *x = o->get(k)) {
+    if (const JsonValue *x = get(*o, k)) {
       std::optional<double> d = getNumber(*x, key("optimizer", k));
       if (!d)
         return failure();
       state.addAttribute(k, builder.getF64FloatAttr(*d));
     }
-  if (const json::Value *x = o->get("nesterov")) {
+  if (const JsonValue *x = get(*o, "nesterov")) {
     std::optional<bool> b = getBool(*x, "optimizer.nesterov");
     if (!b)
       return failure();
     state.addAttribute("nesterov", builder.getBoolAttr(*b));
   }
-  if (const json::Value *x = o->get("ns_steps")) {
+  if (const JsonValue *x = get(*o, "ns_steps")) {
+    // The verifier names the range; any integer is carried to it.
     std::optional<int64_t> n =
         getInt(*x, "optimizer.ns_steps", std::numeric_limits<int64_t>::min());
     if (!n)
       return failure();
     state.addAttribute("ns_steps", builder.getI64IntegerAttr(*n));
   }
-  if (const json::Value *x = o->get("ns_coefficients")) {
-    const json::Array *rows = getArray(*x, "optimizer.ns_coefficients");
+  if (const JsonValue *x = get(*o, "ns_coefficients")) {
+    const JsonValue *rows = getArray(*x, "optimizer.ns_coefficients");
     if (!rows)
       return failure();
     if (rows->empty())
       return fail("optimizer.ns_coefficients",
                   "expected at least one [a, b, c] triple");
+    if (static_cast<int64_t>(rows->size()) > limits::kMaxNsSteps)
+      return fail("optimizer.ns_coefficients",
+                  "has " + std::to_string(rows->size()) +
+                      " triples, more than the limit of " +
+                      std::to_string(limits::kMaxNsSteps) + " NS steps");
     SmallVector<Attribute> table;
     for (size_t i = 0; i < rows->size(); ++i) {
       std::string path = index("optimizer.ns_coefficients", i);
-      const json::Array *row = getArray((*rows)[i], path);
+      const JsonValue *row = getArray((*rows)[i], path);
       if (!row)
         return failure();
       if (row->size() != 3)
@@ -353,13 +390,13 @@ LogicalResult SpecImporter::importOptimizer(const json::Value &v) {
     }
     state.addAttribute("ns_coefficients", builder.getArrayAttr(table));
   }
-  if (const json::Value *x = o->get("adjust_lr")) {
-    std::optional<StringRef> s = getString(*x, "optimizer.adjust_lr");
+  if (const JsonValue *x = get(*o, "adjust_lr")) {
+    std::optional<std::string> s = getString(*x, "optimizer.adjust_lr");
     if (!s)
       return failure();
     if (*s != "original" && *s != "match_rms_adamw")
       return fail("optimizer.adjust_lr",
-                  "unknown adjust_lr '" + s->str() +
+                  "unknown adjust_lr '" + *s +
                       "'; expected 'original' or 'match_rms_adamw'");
     state.addAttribute("adjust_lr", builder.getStringAttr(*s));
   }
@@ -367,21 +404,21 @@ LogicalResult SpecImporter::importOptimizer(const json::Value &v) {
   return success();
 }
 
-LogicalResult SpecImporter::importAdamW(const json::Value &v) {
-  const json::Object *o = getObject(v, "adamw");
+LogicalResult SpecImporter::importAdamW(const JsonValue &v) {
+  const JsonValue *o = getObject(v, "adamw");
   if (!o ||
       failed(checkKeys(*o, "adamw", {"lr", "betas", "eps", "weight_decay"})))
     return failure();
   OperationState state(at("adamw"), AdamWOp::getOperationName());
   for (StringRef k : {"lr", "eps", "weight_decay"})
-    if (const json::Value *x = o->get(k)) {
+    if (const JsonValue *x = get(*o, k)) {
       std::optional<double> d = getNumber(*x, key("adamw", k));
       if (!d)
         return failure();
       state.addAttribute(k, builder.getF64FloatAttr(*d));
     }
-  if (const json::Value *x = o->get("betas")) {
-    const json::Array *betas = getArray(*x, "adamw.betas");
+  if (const JsonValue *x = get(*o, "betas")) {
+    const JsonValue *betas = getArray(*x, "adamw.betas");
     if (!betas)
       return failure();
     if (betas->size() != 2)
@@ -399,21 +436,23 @@ LogicalResult SpecImporter::importAdamW(const json::Value &v) {
   return success();
 }
 
-LogicalResult SpecImporter::importDistributed(const json::Value &v) {
-  if (v.kind() == json::Value::Null)
+LogicalResult SpecImporter::importDistributed(const JsonValue &v) {
+  if (v.is_null())
     return success(); // no distributed config
-  const json::Object *o = getObject(v, "distributed");
+  const JsonValue *o = getObject(v, "distributed");
   if (!o || failed(checkKeys(*o, "distributed",
                              {"prefetch_count", "async", "assignments"})))
     return failure();
   OperationState state(at("distributed"), DistributedOp::getOperationName());
-  if (const json::Value *x = o->get("prefetch_count")) {
-    std::optional<int64_t> n = getInt(*x, "distributed.prefetch_count", 0);
+  if (const JsonValue *x = get(*o, "prefetch_count")) {
+    std::optional<int64_t> n =
+        getLimited(*x, "distributed.prefetch_count", 0,
+                   limits::kMaxPrefetchCount, "exchanges prefetched");
     if (!n)
       return failure();
     state.addAttribute("prefetch_count", builder.getI64IntegerAttr(*n));
   }
-  if (const json::Value *x = o->get("async")) {
+  if (const JsonValue *x = get(*o, "async")) {
     std::optional<bool> b = getBool(*x, "distributed.async");
     if (!b)
       return failure();
@@ -423,47 +462,47 @@ LogicalResult SpecImporter::importDistributed(const json::Value &v) {
   return success();
 }
 
-LogicalResult SpecImporter::importAssignments(const json::Value &v,
+LogicalResult SpecImporter::importAssignments(const JsonValue &v,
                                               const std::string &path) {
-  const json::Object *o = getObject(v, path);
+  const JsonValue *o = getObject(v, path);
   if (!o)
     return failure();
   // Ranks in numeric order, for output that does not depend on key order.
   std::vector<std::pair<int64_t, std::string>> ranks;
-  for (const auto &kv : *o) {
-    int64_t r;
-    if (kv.first.str().empty() || StringRef(kv.first).getAsInteger(10, r) ||
-        r < 0)
-      return fail(key(path, kv.first.str()),
+  for (auto it = o->begin(); it != o->end(); ++it) {
+    std::optional<int64_t> r = parseDecimal(it.key());
+    if (!r)
+      return fail(key(path, it.key()),
                   "expected a rank (a non-negative integer) as key");
-    ranks.push_back({r, kv.first.str()});
+    ranks.push_back({*r, it.key()});
   }
   llvm::sort(ranks);
   for (auto &[rank, k] : ranks) {
     std::string rpath = key(path, k);
-    const json::Array *names = getArray(*o->get(k), rpath);
+    const JsonValue *names = getArray(o->at(k), rpath);
     if (!names)
       return failure();
     SmallVector<Attribute> refs;
     SmallVector<int64_t> slices;
     for (size_t i = 0; i < names->size(); ++i) {
-      std::optional<StringRef> n = getString((*names)[i], index(rpath, i));
-      if (!n)
+      std::optional<std::string> text = getString((*names)[i], index(rpath, i));
+      if (!text)
         return failure();
       // "name" or "name[i]" for one matrix of a batched parameter.
-      StringRef base = *n;
+      StringRef n = *text, base = n;
       int64_t slice = -1;
-      if (n->ends_with("]") && paramIndex.find(*n) == paramIndex.end()) {
-        size_t open = n->rfind('[');
-        if (open != StringRef::npos &&
-            !n->slice(open + 1, n->size() - 1).getAsInteger(10, slice)) {
-          base = n->take_front(open);
-        } else {
-          slice = -1;
+      if (n.ends_with("]") && paramIndex.find(n) == paramIndex.end()) {
+        size_t open = n.rfind('[');
+        std::optional<int64_t> s;
+        if (open != StringRef::npos)
+          s = parseDecimal(n.slice(open + 1, n.size() - 1).str());
+        if (s) {
+          base = n.take_front(open);
+          slice = *s;
         }
       }
       if (paramIndex.find(base) == paramIndex.end())
-        return fail(index(rpath, i), "unknown parameter '" + n->str() + "'");
+        return fail(index(rpath, i), "unknown parameter '" + *text + "'");
       refs.push_back(FlatSymbolRefAttr::get(ctx, base));
       slices.push_back(slice);
     }
@@ -474,7 +513,7 @@ LogicalResult SpecImporter::importAssignments(const json::Value &v,
 }
 
 /// DTensor placements (`R`, `P`, `S(d)`), `split` and `only` of one param.
-LogicalResult SpecImporter::importParamLayout(const json::Object &p,
+LogicalResult SpecImporter::importParamLayout(const JsonValue &p,
                                               const std::string &path,
                                               int64_t rank,
                                               OperationState &state) {
@@ -482,14 +521,14 @@ LogicalResult SpecImporter::importParamLayout(const json::Object &p,
   // Per mesh axis: 'R', 'P' or 'S' with its dim (-1: "S" under split).
   std::vector<char> kind(meshRank, 'R');
   std::vector<int64_t> shardDim(meshRank, -1);
-  const json::Value *placements = p.get("placements");
-  const json::Value *split = p.get("split");
+  const JsonValue *placements = get(p, "placements");
+  const JsonValue *split = get(p, "split");
   if (!placements && !split)
     return fail(path, "missing key 'placements' (one entry per mesh axis) or "
                       "'split'");
   if (placements) {
     std::string ppath = key(path, "placements");
-    const json::Array *list = getArray(*placements, ppath);
+    const JsonValue *list = getArray(*placements, ppath);
     if (!list)
       return failure();
     if (list->size() != meshRank)
@@ -499,42 +538,44 @@ LogicalResult SpecImporter::importParamLayout(const json::Object &p,
                              " axes; expected one placement per mesh axis");
     for (size_t a = 0; a < meshRank; ++a) {
       std::string epath = index(ppath, a);
-      std::optional<StringRef> s = getString((*list)[a], epath);
-      if (!s)
+      std::optional<std::string> text = getString((*list)[a], epath);
+      if (!text)
         return failure();
-      int64_t d;
-      if (*s == "R" || *s == "P") {
-        kind[a] = (*s)[0];
-      } else if (*s == "S" && split) {
+      StringRef s = *text;
+      std::optional<int64_t> d;
+      if (s.starts_with("S(") && s.ends_with(")"))
+        d = parseDecimal(s.drop_front(2).drop_back(1).str());
+      if (s == "R" || s == "P") {
+        kind[a] = s[0];
+      } else if (s == "S" && split) {
         kind[a] = 'S';
-      } else if (s->starts_with("S(") && s->ends_with(")") &&
-                 !s->drop_front(2).drop_back(1).getAsInteger(10, d)) {
-        if (d < 0 || d >= rank)
-          return fail(epath, s->str() + " is out of range for a tensor of " +
+      } else if (d) {
+        if (*d >= rank)
+          return fail(epath, s.str() + " is out of range for a tensor of " +
                                  std::to_string(rank) + " dim(s)");
         kind[a] = 'S';
-        shardDim[a] = d;
+        shardDim[a] = *d;
       } else {
         return fail(epath, "expected \"R\", \"P\" or \"S(<dim>)\", got \"" +
-                               s->str() + "\"");
+                               s.str() + "\"");
       }
     }
   }
   std::vector<SmallVector<int64_t>> splitAxes(rank);
   if (split) {
     std::string spath = key(path, "split");
-    const json::Object *o = getObject(*split, spath);
+    const JsonValue *o = getObject(*split, spath);
     if (!o)
       return failure();
     std::vector<int64_t> dimOfAxis(meshRank, -1);
-    for (const auto &kv : *o) {
-      std::string dpath = key(spath, kv.first.str());
-      int64_t d;
-      if (StringRef(kv.first).getAsInteger(10, d) || d < 0 || d >= rank)
+    for (auto it = o->begin(); it != o->end(); ++it) {
+      std::string dpath = key(spath, it.key());
+      std::optional<int64_t> d = parseDecimal(it.key());
+      if (!d || *d >= rank)
         return fail(dpath, "expected a tensor dim in 0.." +
                                std::to_string(rank - 1) + " as key, got '" +
-                               kv.first.str() + "'");
-      const json::Array *axes = getArray(kv.second, dpath);
+                               it.key() + "'");
+      const JsonValue *axes = getArray(it.value(), dpath);
       if (!axes)
         return failure();
       for (size_t i = 0; i < axes->size(); ++i) {
@@ -549,8 +590,8 @@ LogicalResult SpecImporter::importParamLayout(const json::Object &p,
                                                     : axisNames[*axis]) +
                           "' already splits dim " +
                           std::to_string(dimOfAxis[*axis]));
-        dimOfAxis[*axis] = d;
-        splitAxes[d].push_back(*axis);
+        dimOfAxis[*axis] = *d;
+        splitAxes[*d].push_back(*axis);
       }
     }
     for (size_t a = 0; a < meshRank; ++a) {
@@ -584,28 +625,30 @@ LogicalResult SpecImporter::importParamLayout(const json::Object &p,
   for (size_t a = 0; a < meshRank; ++a)
     if (kind[a] == 'P')
       partial.push_back(a);
-  if (const json::Value *only = p.get("only")) {
+  if (const JsonValue *only = get(p, "only")) {
     std::string opath = key(path, "only");
-    const json::Object *o = getObject(*only, opath);
+    const JsonValue *o = getObject(*only, opath);
     if (!o)
       return failure();
     std::vector<std::pair<int64_t, int64_t>> pairs;
-    for (const auto &kv : *o) {
-      std::string apath = key(opath, kv.first.str());
-      std::optional<int64_t> axis = resolveAxis(StringRef(kv.first), apath);
+    for (auto it = o->begin(); it != o->end(); ++it) {
+      std::string apath = key(opath, it.key());
+      std::optional<int64_t> axis = resolveAxis(it.key(), apath);
       if (!axis)
         return failure();
-      std::optional<int64_t> coord = getInt(kv.second, apath, 0);
+      std::optional<int64_t> coord = getInt(it.value(), apath, 0);
       if (!coord)
         return failure();
       if (*coord >= meshShape[*axis])
         return fail(apath, "coordinate " + std::to_string(*coord) +
-                               " is out of range for mesh axis '" +
-                               kv.first.str() + "' of size " +
-                               std::to_string(meshShape[*axis]));
+                               " is out of range for mesh axis '" + it.key() +
+                               "' of size " + std::to_string(meshShape[*axis]));
       if (kind[*axis] != 'R')
         return fail(apath, "the parameter is restricted to this axis, so its "
                            "placement on it must be \"R\"");
+      if (llvm::any_of(pairs, [&](auto pr) { return pr.first == *axis; }))
+        return fail(apath, "mesh axis '" + it.key() +
+                               "' is restricted twice (by name and by index)");
       pairs.push_back({*axis, *coord});
     }
     llvm::sort(pairs);
@@ -624,53 +667,60 @@ LogicalResult SpecImporter::importParamLayout(const json::Object &p,
   return success();
 }
 
-LogicalResult SpecImporter::importParams(const json::Value &v,
-                                         const json::Object &root) {
-  const json::Array *params = getArray(v, "params");
+LogicalResult SpecImporter::importParams(const JsonValue &v,
+                                         const JsonValue &root) {
+  const JsonValue *params = getArray(v, "params");
   if (!params)
     return failure();
+  if (static_cast<int64_t>(params->size()) > limits::kMaxParams)
+    return fail("params", "has " + std::to_string(params->size()) +
+                              " parameters, above the limit of " +
+                              limits::describe(limits::kMaxParams));
   // Names first: assignments and tp_dim_per_param refer to them.
   for (size_t i = 0; i < params->size(); ++i) {
     std::string path = index("params", i);
-    const json::Object *p = getObject((*params)[i], path);
+    const JsonValue *p = getObject((*params)[i], path);
     if (!p)
       return failure();
-    const json::Value *n = p->get("name");
+    const JsonValue *n = get(*p, "name");
     if (!n)
       return fail(path, "missing key 'name'");
-    std::optional<StringRef> name = getString(*n, key(path, "name"));
+    std::optional<std::string> name = getString(*n, key(path, "name"));
     if (!name)
       return failure();
     if (name->empty())
       return fail(key(path, "name"), "parameter names must not be empty");
     auto [it, inserted] = paramIndex.try_emplace(*name, i);
     if (!inserted)
-      return fail(key(path, "name"), "duplicate parameter name '" +
-                                         name->str() + "' (first at params[" +
+      return fail(key(path, "name"), "duplicate parameter name '" + *name +
+                                         "' (first at params[" +
                                          std::to_string(it->second) + "])");
-    paramNames.push_back(name->str());
+    paramNames.push_back(*name);
   }
 
   // tp_dim_per_param: {"<param index>": dim} or one int for every matrix.
   std::vector<std::optional<int64_t>> tpDim(params->size());
   std::optional<int64_t> tpAll;
-  if (const json::Value *t = root.get("tp_dim_per_param")) {
-    if (t->getAsInteger()) {
-      tpAll = getInt(*t, "tp_dim_per_param", 0);
+  if (const JsonValue *t = get(root, "tp_dim_per_param")) {
+    if (t->is_number_integer()) {
+      tpAll = getLimited(*t, "tp_dim_per_param", 0,
+                         limits::kMaxTensorDims - 1, "for a tensor dim");
+      if (!tpAll)
+        return failure();
     } else {
-      const json::Object *o = getObject(*t, "tp_dim_per_param");
+      const JsonValue *o = getObject(*t, "tp_dim_per_param");
       if (!o)
         return failure();
-      for (const auto &kv : *o) {
-        std::string tpath = key("tp_dim_per_param", kv.first.str());
-        int64_t i;
-        if (StringRef(kv.first).getAsInteger(10, i) || i < 0 ||
-            i >= static_cast<int64_t>(params->size()))
+      for (auto it = o->begin(); it != o->end(); ++it) {
+        std::string tpath = key("tp_dim_per_param", it.key());
+        std::optional<int64_t> i = parseDecimal(it.key());
+        if (!i || *i >= static_cast<int64_t>(params->size()))
           return fail(tpath, "expected a parameter index in 0.." +
                                  std::to_string(params->size() - 1) +
-                                 " as key, got '" + kv.first.str() + "'");
-        tpDim[i] = getInt(kv.second, tpath, 0);
-        if (!tpDim[i])
+                                 " as key, got '" + it.key() + "'");
+        tpDim[*i] = getLimited(it.value(), tpath, 0,
+                               limits::kMaxTensorDims - 1, "for a tensor dim");
+        if (!tpDim[*i])
           return failure();
       }
     }
@@ -678,33 +728,40 @@ LogicalResult SpecImporter::importParams(const json::Value &v,
 
   for (size_t i = 0; i < params->size(); ++i) {
     std::string path = index("params", i);
-    const json::Object &p = *(*params)[i].getAsObject();
-    static const StringRef dtensorKeys[] = {
-        "name", "shape", "dtype", "optimizer", "placements", "split", "only"};
-    static const StringRef groupKeys[] = {"name",      "shape", "dtype",
-                                          "optimizer", "stage", "expert"};
+    const JsonValue &p = (*params)[i];
     if (failed(checkKeys(p, path,
-                         processGroups ? ArrayRef<StringRef>(groupKeys)
-                                       : ArrayRef<StringRef>(dtensorKeys))))
+                         processGroups
+                             ? std::initializer_list<std::string_view>{
+                                   "name", "shape", "dtype", "optimizer",
+                                   "stage", "expert"}
+                             : std::initializer_list<std::string_view>{
+                                   "name", "shape", "dtype", "optimizer",
+                                   "placements", "split", "only"})))
       return failure();
-    const json::Value *s = p.get("shape");
+    const JsonValue *s = get(p, "shape");
     if (!s)
       return fail(path, "missing key 'shape'");
-    const json::Array *dims = getArray(*s, key(path, "shape"));
+    std::string shapePath = key(path, "shape");
+    const JsonValue *dims = getArray(*s, shapePath);
     if (!dims)
       return failure();
+    if (static_cast<int64_t>(dims->size()) > limits::kMaxTensorDims)
+      return fail(shapePath, "has " + std::to_string(dims->size()) +
+                                 " dims, above the limit of " +
+                                 limits::describe(limits::kMaxTensorDims));
     SmallVector<int64_t> shape;
     for (size_t d = 0; d < dims->size(); ++d) {
       std::optional<int64_t> size =
-          getInt((*dims)[d], index(key(path, "shape"), d), 1);
+          getLimited((*dims)[d], index(shapePath, d), 1,
+                     limits::kMaxParamElements, "elements per parameter");
       if (!size)
         return failure();
       shape.push_back(*size);
     }
     int64_t rank = shape.size();
     Type elem = builder.getF32Type();
-    if (const json::Value *d = p.get("dtype")) {
-      std::optional<StringRef> dtype = getString(*d, key(path, "dtype"));
+    if (const JsonValue *d = get(p, "dtype")) {
+      std::optional<std::string> dtype = getString(*d, key(path, "dtype"));
       if (!dtype)
         return failure();
       if (*dtype == "bf16")
@@ -712,7 +769,7 @@ LogicalResult SpecImporter::importParams(const json::Value &v,
       else if (*dtype == "f16")
         elem = builder.getF16Type();
       else if (*dtype != "f32")
-        return fail(key(path, "dtype"), "unknown dtype '" + dtype->str() +
+        return fail(key(path, "dtype"), "unknown dtype '" + *dtype +
                                             "'; expected f32, bf16 or f16");
     }
     OperationState state(at(path), ParamOp::getOperationName());
@@ -720,20 +777,26 @@ LogicalResult SpecImporter::importParams(const json::Value &v,
                        builder.getStringAttr(paramNames[i]));
     state.addAttribute("tensor_type",
                        TypeAttr::get(RankedTensorType::get(shape, elem)));
-    if (const json::Value *o = p.get("optimizer")) {
+    bool muon = rank >= 2;
+    if (const JsonValue *o = get(p, "optimizer")) {
       std::string opath = key(path, "optimizer");
-      std::optional<StringRef> group = getString(*o, opath);
+      std::optional<std::string> group = getString(*o, opath);
       if (!group)
         return failure();
       if (*group != "muon" && *group != "adamw")
-        return fail(opath, "unknown optimizer '" + group->str() +
+        return fail(opath, "unknown optimizer '" + *group +
                                "'; expected 'muon' or 'adamw'");
       if (*group == "muon" && rank < 2)
         return fail(opath, "Muon orthogonalizes matrices but the parameter "
                            "has " +
                                std::to_string(rank) + " dim(s); use 'adamw'");
+      muon = *group == "muon";
       state.addAttribute("group", builder.getStringAttr(*group));
     }
+    if (std::string bad = ::muon::checkShapeLimits(
+            std::vector<int64_t>(shape.begin(), shape.end()), muon);
+        !bad.empty())
+      return fail(shapePath, "parameter '" + paramNames[i] + "' " + bad);
     if (processGroups) {
       std::optional<int64_t> tp = tpDim[i];
       if (!tp && tpAll && rank >= 2)
@@ -748,8 +811,13 @@ LogicalResult SpecImporter::importParams(const json::Value &v,
         state.addAttribute("tp_dim", builder.getI64IntegerAttr(*tp));
       }
       for (StringRef k : {"stage", "expert"})
-        if (const json::Value *x = p.get(k)) {
-          std::optional<int64_t> n = getInt(*x, key(path, k), 0);
+        if (const JsonValue *x = get(p, k)) {
+          std::optional<int64_t> n =
+              k == "stage"
+                  ? getLimited(*x, key(path, k), 0, limits::kMaxWorldSize - 1,
+                               "for a pipeline stage")
+                  : getLimited(*x, key(path, k), 0, limits::kMaxExperts - 1,
+                               "for an expert id");
           if (!n)
             return failure();
           state.addAttribute(k, builder.getI64IntegerAttr(*n));
@@ -763,12 +831,14 @@ LogicalResult SpecImporter::importParams(const json::Value &v,
 }
 
 OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
-  llvm::Expected<json::Value> parsed = json::parse(text);
-  if (!parsed) {
-    (void)fail("", "invalid JSON: " + llvm::toString(parsed.takeError()));
+  JsonValue parsed;
+  ::muon::json::Error error;
+  if (!::muon::json::parse(std::string_view(text.data(), text.size()), parsed,
+                           error)) {
+    (void)fail(error.path, error.message);
     return nullptr;
   }
-  const json::Object *root = getObject(*parsed, "");
+  const JsonValue *root = getObject(parsed, "");
   if (!root)
     return nullptr;
   if (failed(checkKeys(*root, "",
@@ -776,23 +846,23 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
                         "tp_dim_per_param", "fsdp_dim", "num_experts",
                         "optimizer", "adamw", "distributed", "params"})))
     return nullptr;
-  const json::Value *format = root->get("format");
+  const JsonValue *format = get(*root, "format");
   if (!format) {
     (void)fail("", "missing key 'format' (expected \"muon-spec/1\")");
     return nullptr;
   }
-  std::optional<StringRef> f = getString(*format, "format");
+  std::optional<std::string> f = getString(*format, "format");
   if (!f)
     return nullptr;
   if (*f != "muon-spec/1") {
-    (void)fail("format", "unsupported format '" + f->str() +
+    (void)fail("format", "unsupported format '" + *f +
                              "'; expected \"muon-spec/1\"");
     return nullptr;
   }
-  bool hasMesh = root->get("mesh");
-  processGroups = root->get("groups") || root->get("world_size");
+  bool hasMesh = get(*root, "mesh");
+  processGroups = get(*root, "groups") || get(*root, "world_size");
   if (hasMesh && processGroups) {
-    (void)fail(root->get("groups") ? "groups" : "world_size",
+    (void)fail(get(*root, "groups") ? "groups" : "world_size",
                "a spec uses either 'mesh' (DTensor style) or 'world_size' "
                "and 'groups' (process-group style), not both");
     return nullptr;
@@ -804,13 +874,13 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
   }
   if (!processGroups)
     for (StringRef k : {"tp_dim_per_param", "fsdp_dim", "num_experts"})
-      if (root->get(k)) {
+      if (get(*root, k)) {
         (void)fail(k.str(), "'" + k.str() +
                                 "' belongs to the process-group style; with "
                                 "'mesh', give placements per parameter");
         return nullptr;
       }
-  const json::Value *params = root->get("params");
+  const JsonValue *params = get(*root, "params");
   if (!params) {
     (void)fail("", "missing key 'params'");
     return nullptr;
@@ -821,16 +891,16 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
   model = ModelOp::create(builder, at(""), "model");
   builder.setInsertionPointToEnd(&model.getBodyBlock());
 
-  if (hasMesh ? failed(importMesh(*root->get("mesh")))
+  if (hasMesh ? failed(importMesh(*get(*root, "mesh")))
               : failed(importGroups(*root)))
     return nullptr;
-  if (const json::Value *o = root->get("optimizer"))
+  if (const JsonValue *o = get(*root, "optimizer"))
     if (failed(importOptimizer(*o)))
       return nullptr;
-  if (const json::Value *a = root->get("adamw"))
+  if (const JsonValue *a = get(*root, "adamw"))
     if (failed(importAdamW(*a)))
       return nullptr;
-  if (const json::Value *d = root->get("distributed")) {
+  if (const JsonValue *d = get(*root, "distributed")) {
     if (failed(importDistributed(*d)))
       return nullptr;
   } else if (processGroups) {
@@ -841,9 +911,9 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
   }
   if (failed(importParams(*params, *root)))
     return nullptr;
-  if (const json::Value *d = root->get("distributed"))
-    if (const json::Object *o = d->getAsObject())
-      if (const json::Value *a = o->get("assignments"))
+  if (const JsonValue *d = get(*root, "distributed"))
+    if (d->is_object())
+      if (const JsonValue *a = get(*d, "assignments"))
         if (failed(importAssignments(*a, "distributed.assignments")))
           return nullptr;
   if (failed(verify(*module)))

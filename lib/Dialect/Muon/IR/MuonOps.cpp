@@ -2,6 +2,8 @@
 #include "muon/Dialect/Muon/IR/MuonOps.h"
 #include "muon/Dialect/Muon/IR/ModelLayout.h"
 #include "muon/Dialect/Muon/IR/ShardAdapter.h"
+#include "muon/Support/Limits.h"
+#include "muon/Support/ModelLimits.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -273,6 +275,36 @@ LogicalResult ModelOp::verifyRegions() {
     }
   }
 
+  namespace limits = ::muon::limits;
+  // Sizes first: the layout below allocates per rank.
+  if (grid) {
+    std::optional<std::vector<int64_t>> shape =
+        shard_adapter::getGridShape(grid);
+    if (!shape)
+      return grid->emitError() << "the model's grid must have a static shape";
+    ::muon::Mesh mesh;
+    mesh.shape = *shape;
+    if (auto devices =
+            grid->getAttrOfType<DenseI64ArrayAttr>(MuonDialect::kDevicesAttr))
+      mesh.devices.assign(devices.asArrayRef().begin(),
+                          devices.asArrayRef().end());
+    if (std::string bad = ::muon::checkMeshLimits(mesh); !bad.empty())
+      return grid->emitError() << bad;
+  }
+  if (std::optional<int64_t> world = getWorldSize();
+      world && (*world < 1 || *world > limits::kMaxWorldSize))
+    return emitError() << "world_size " << *world << " is outside [1, "
+                       << limits::describe(limits::kMaxWorldSize) << "]";
+  if (std::optional<int64_t> experts = getNumExperts();
+      experts && *experts > limits::kMaxExperts)
+    return emitError() << "num_experts " << *experts
+                       << " is above the limit of "
+                       << limits::describe(limits::kMaxExperts);
+  if (static_cast<int64_t>(params.size()) > limits::kMaxParams)
+    return emitError() << "the model has " << params.size()
+                       << " parameters, above the limit of "
+                       << limits::describe(limits::kMaxParams);
+
   if (!groups.empty()) {
     if (grid)
       return grid->emitError()
@@ -314,6 +346,24 @@ LogicalResult ModelOp::verifyRegions() {
   FailureOr<ModelLayout> layout = computeModelLayout(*this);
   if (failed(layout))
     return failure();
+  {
+    std::vector<bool> muon;
+    for (ParamOp p : layout->params)
+      muon.push_back(p.isMuon());
+    int64_t nsSteps = optimizer
+                          ? static_cast<int64_t>(
+                                cast<OptimizerOp>(optimizer).getNsSteps())
+                          : 5;
+    ::muon::ModelLimitError error;
+    if (!::muon::checkModelLimits(layout->mesh, layout->layouts, muon, nsSteps,
+                                  error)) {
+      if (error.param < 0)
+        return emitError() << error.message;
+      return layout->params[error.param].emitError()
+             << "parameter '" << layout->params[error.param].getSymName()
+             << "': " << error.message;
+    }
+  }
 
   if (!distributed) {
     for (size_t i = 0; i < layout->params.size(); ++i) {
@@ -488,6 +538,11 @@ LogicalResult ParamOp::verify() {
   for (auto [d, size] : llvm::enumerate(type.getShape()))
     if (size == 0)
       return error() << "has an empty dim " << d << " (size 0)";
+  if (std::string bad = ::muon::checkShapeLimits(
+          std::vector<int64_t>(type.getShape().begin(), type.getShape().end()),
+          isMuon() && type.getRank() >= 2);
+      !bad.empty())
+    return error() << bad;
   if (std::optional<StringRef> g = getGroup();
       g && *g != "muon" && *g != "adamw")
     return error() << "has unknown optimizer group '" << *g
@@ -512,6 +567,10 @@ LogicalResult ParamOp::verify() {
     return error() << "has negative stage " << *s;
   if (std::optional<int64_t> e = getExpert(); e && *e < 0)
     return error() << "has negative expert id " << *e;
+  if (std::optional<int64_t> e = getExpert();
+      e && *e >= ::muon::limits::kMaxExperts)
+    return error() << "has expert id " << *e << ", above the limit of "
+                   << ::muon::limits::describe(::muon::limits::kMaxExperts);
 
   // Each mesh axis plays at most one role for a parameter.
   llvm::DenseMap<int64_t, std::string> roleOf;
@@ -674,6 +733,16 @@ LogicalResult DistributedOp::verify() {
   if (prefetch < 0)
     return emitError() << "distributed 'prefetch_count' must be >= 0, got "
                        << prefetch;
+  namespace limits = ::muon::limits;
+  if (prefetch > limits::kMaxPrefetchCount)
+    return emitError() << "distributed 'prefetch_count' " << prefetch
+                       << " is above the limit of "
+                       << limits::describe(limits::kMaxPrefetchCount);
+  if (static_cast<int64_t>(getMaxRounds()) > limits::kMaxRounds)
+    return emitError() << "distributed 'max_rounds' "
+                       << static_cast<int64_t>(getMaxRounds())
+                       << " is above the limit of "
+                       << limits::describe(limits::kMaxRounds);
   return success();
 }
 

@@ -1,0 +1,603 @@
+//===- Validate.cpp - A plan checked against itself -----------------------===//
+#include "muon/Plan/Validate.h"
+
+#include "muon/Plan/Schedule.h"
+#include "muon/Support/Limits.h"
+#include "muon/Support/ModelLimits.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace muon {
+namespace {
+using json::index;
+using json::key;
+using limits::describe;
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+/// (rows, cols, summand) of a piece: what identifies the data it holds.
+using PieceKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+PieceKey keyOf(const Range &rows, const Range &cols, int64_t summand) {
+  return {rows.begin, rows.end, cols.begin, cols.end, summand};
+}
+
+std::string showBox(const Range &rows, const Range &cols) {
+  return "rows [" + num(rows.begin) + ", " + num(rows.end) + ") cols [" +
+         num(cols.begin) + ", " + num(cols.end) + ")";
+}
+
+class Checker {
+public:
+  explicit Checker(const Plan &plan) : plan(plan) {}
+
+  json::Error run() {
+    if (settings() && mesh() && params() && matrices() && rounds() &&
+        batches() && exchanges() && transfers() && reductions())
+      schedule();
+    return err;
+  }
+
+private:
+  bool fail(const std::string &path, const std::string &message) {
+    if (err.empty())
+      err = {path, message};
+    return false;
+  }
+  bool nonNegative(double v, const std::string &path) {
+    if (!std::isfinite(v) || v < 0)
+      return fail(path, "expected a finite number >= 0");
+    return true;
+  }
+
+  bool settings();
+  bool mesh();
+  bool params();
+  bool matrices();
+  bool rounds();
+  bool batches();
+  bool exchanges();
+  bool transfers();
+  bool reductions();
+  void schedule();
+
+  /// The piece `rank` holds of matrix `k`, or nullptr.
+  const MatrixPiece *pieceOf(const std::vector<MatrixPiece> &pieces,
+                             int64_t rank) const {
+    auto it = std::lower_bound(
+        pieces.begin(), pieces.end(), rank,
+        [](const MatrixPiece &p, int64_t r) { return p.rank < r; });
+    return it != pieces.end() && it->rank == rank ? &*it : nullptr;
+  }
+  int64_t sliceOf(const PlanMatrix &m) const {
+    return std::max<int64_t>(m.slice, 0);
+  }
+  std::string label(int64_t k) const {
+    const PlanMatrix &m = plan.matrices[k];
+    const std::string &name = plan.params[m.paramIndex].name;
+    return "'" + (m.slice < 0 ? name : name + "[" + num(m.slice) + "]") + "'";
+  }
+
+  const Plan &plan;
+  json::Error err;
+  std::vector<std::vector<int64_t>> coords; // per rank
+  std::vector<int64_t> roundOf;             // per matrix
+};
+
+bool Checker::settings() {
+  if (plan.worldSize < 1 || plan.worldSize > limits::kMaxWorldSize)
+    return fail("world_size", num(plan.worldSize) +
+                                  " is outside [1, " +
+                                  describe(limits::kMaxWorldSize) + "]");
+  if (!wireDtypeBytes(plan.wireDtype))
+    return fail("wire_dtype", "unknown wire dtype \"" + plan.wireDtype +
+                                  "\"; expected \"f32\" or \"bf16\"");
+  if (plan.wireBytes != wireDtypeBytes(plan.wireDtype))
+    return fail("wire_dtype", "element size does not match the wire dtype");
+  if (plan.prefetchCount < 0 || plan.prefetchCount > limits::kMaxPrefetchCount)
+    return fail("prefetch_count",
+                num(plan.prefetchCount) + " is outside [0, " +
+                    describe(limits::kMaxPrefetchCount) + "]");
+  if (!plan.async && plan.prefetchCount != 0)
+    return fail("prefetch_count", "the sequential debug order (async false) "
+                                  "prefetches nothing; expected 0");
+  if (plan.inflightLimit != plan.prefetchCount + 1)
+    return fail("inflight_limit",
+                "expected prefetch_count + 1 = " + num(plan.prefetchCount + 1));
+  if (plan.gatherBudgetBytes < 0)
+    return fail("gather_budget_bytes", "expected a number of bytes >= 0");
+  const MuonSettings &m = plan.muon;
+  if (!nonNegative(m.lr, "optimizer.lr") ||
+      !nonNegative(m.weightDecay, "optimizer.weight_decay") ||
+      !nonNegative(m.momentum, "optimizer.momentum") ||
+      !nonNegative(m.eps, "optimizer.eps"))
+    return false;
+  if (m.nsSteps < 1 || m.nsSteps > limits::kMaxNsSteps)
+    return fail("optimizer.ns_steps", num(m.nsSteps) + " is outside [1, " +
+                                          num(limits::kMaxNsSteps) + "]");
+  if (static_cast<int64_t>(m.coefficients.size()) != m.nsSteps)
+    return fail("optimizer.ns_coefficients",
+                "expected one [a, b, c] per NS step (" + num(m.nsSteps) + ")");
+  for (size_t i = 0; i < m.coefficients.size(); ++i)
+    for (size_t j = 0; j < 3; ++j)
+      if (!std::isfinite(m.coefficients[i][j]))
+        return fail(index(index("optimizer.ns_coefficients", i), j),
+                    "expected a finite number");
+  if (m.adjustLr != "original" && m.adjustLr != "match_rms_adamw")
+    return fail("optimizer.adjust_lr",
+                "unknown value \"" + m.adjustLr +
+                    "\"; expected \"original\" or \"match_rms_adamw\"");
+  const AdamWSettings &a = plan.adamw;
+  if (!nonNegative(a.lr, "adamw.lr") || !nonNegative(a.eps, "adamw.eps") ||
+      !nonNegative(a.weightDecay, "adamw.weight_decay"))
+    return false;
+  for (auto [i, b] : {std::pair<int, double>{0, a.beta1}, {1, a.beta2}})
+    if (!(b >= 0 && b < 1))
+      return fail(index("adamw.betas", i), "expected a number in [0, 1)");
+  return true;
+}
+
+bool Checker::mesh() {
+  if (std::string bad = checkMeshLimits(plan.mesh); !bad.empty())
+    return fail("mesh", bad);
+  if (plan.mesh.numDevices() != plan.worldSize)
+    return fail("mesh.shape", "has " + num(plan.mesh.numDevices()) +
+                                  " devices but world_size is " +
+                                  num(plan.worldSize));
+  // Every rank's coordinates, once (the device table may permute them).
+  coords.assign(plan.worldSize, {});
+  for (int64_t linear = 0; linear < plan.worldSize; ++linear) {
+    int64_t rank =
+        plan.mesh.devices.empty() ? linear : plan.mesh.devices[linear];
+    coords[rank] = plan.mesh.coordsOfLinear(linear);
+  }
+  return true;
+}
+
+bool Checker::params() {
+  if (static_cast<int64_t>(plan.params.size()) > limits::kMaxParams)
+    return fail("params", "has " + num(plan.params.size()) +
+                              " parameters, above the limit of " +
+                              describe(limits::kMaxParams));
+  int64_t meshRank = plan.mesh.rank();
+  std::map<std::string, size_t> names;
+  std::vector<ParamLayout> layouts;
+  std::vector<bool> muon;
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    const PlanParam &p = plan.params[i];
+    std::string path = index("params", i);
+    if (p.name.empty())
+      return fail(key(path, "name"), "parameter names must not be empty");
+    for (unsigned char c : p.name)
+      if (c < 0x20)
+        return fail(key(path, "name"), "holds a control character");
+    if (auto [it, inserted] = names.try_emplace(p.name, i); !inserted)
+      return fail(key(path, "name"), "'" + p.name + "' is also the name of " +
+                                         index("params", it->second));
+    if (p.dtype != "f32" && p.dtype != "bf16" && p.dtype != "f16")
+      return fail(key(path, "dtype"), "unknown dtype \"" + p.dtype +
+                                          "\"; expected \"f32\", \"bf16\" or "
+                                          "\"f16\"");
+    const ParamLayout &pl = p.layout;
+    if (std::string bad = checkShapeLimits(pl.shape, p.muon); !bad.empty())
+      return fail(key(path, "shape"), "parameter '" + p.name + "' " + bad);
+    if (pl.splitAxes.size() != pl.shape.size())
+      return fail(key(path, "split"), "expected one entry per dim (" +
+                                          num(pl.shape.size()) + ")");
+    // Each mesh axis plays at most one role.
+    std::vector<std::string> role(meshRank);
+    auto claim = [&](int64_t axis, const std::string &at,
+                     const std::string &what) {
+      if (axis < 0 || axis >= meshRank)
+        return fail(at, "mesh axis " + num(axis) + " is out of range (the "
+                                                   "mesh has " +
+                            num(meshRank) + " axes)");
+      if (!role[axis].empty())
+        return fail(at, "mesh axis " + num(axis) + " is used twice (" +
+                            role[axis] + " and " + what + ")");
+      role[axis] = what;
+      return true;
+    };
+    for (size_t d = 0; d < pl.splitAxes.size(); ++d)
+      for (size_t k = 0; k < pl.splitAxes[d].size(); ++k)
+        if (!claim(pl.splitAxes[d][k], index(index(key(path, "split"), d), k),
+                   "split of dim " + num(d)))
+          return false;
+    for (size_t k = 0; k < pl.partialAxes.size(); ++k)
+      if (!claim(pl.partialAxes[k], index(key(path, "partial"), k),
+                 "partial"))
+        return false;
+    for (size_t k = 0; k < pl.only.size(); ++k) {
+      auto [axis, coord] = pl.only[k];
+      std::string at = index(key(path, "only"), k);
+      if (!claim(axis, at, "only"))
+        return false;
+      if (coord < 0 || coord >= plan.mesh.shape[axis])
+        return fail(at, "coordinate " + num(coord) + " is off mesh axis " +
+                            num(axis) + " of size " +
+                            num(plan.mesh.shape[axis]));
+    }
+    if (!plan.distributed && (pl.isSharded() || pl.isPartial()))
+      return fail(key(path, pl.isSharded() ? "split" : "partial"),
+                  "parameter '" + p.name +
+                      "' is sharded or partial but the plan has no "
+                      "distributed config");
+    layouts.push_back(pl);
+    muon.push_back(p.muon);
+  }
+  ModelLimitError limit;
+  if (!checkModelLimits(plan.mesh, layouts, muon, plan.muon.nsSteps, limit))
+    return fail(limit.param < 0 ? "params" : index("params", limit.param),
+                limit.message);
+  return true;
+}
+
+bool Checker::matrices() {
+  size_t k = 0;
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    const PlanParam &p = plan.params[i];
+    if (!p.muon)
+      continue;
+    const std::vector<int64_t> &shape = p.layout.shape;
+    int64_t rows = shape[shape.size() - 2], cols = shape.back();
+    int64_t count = numMatrices(shape);
+    for (int64_t s = 0; s < count; ++s, ++k) {
+      std::string path = index("matrices", k);
+      if (k >= plan.matrices.size())
+        return fail("matrices", "has " + num(plan.matrices.size()) +
+                                    " entries; the Muon parameters have "
+                                    "more matrices");
+      const PlanMatrix &m = plan.matrices[k];
+      int64_t slice = shape.size() > 2 ? s : -1;
+      int64_t flops = nsFlops(rows, cols, plan.muon.nsSteps);
+      if (m.paramIndex != static_cast<int64_t>(i) || m.slice != slice ||
+          m.rows != rows || m.cols != cols || m.nsFlops != flops ||
+          m.param != p.name)
+        return fail(path, "expected matrix " + num(s) + " of parameter " +
+                              num(i) + " ('" + p.name + "'): slice " +
+                              num(slice) + ", " + num(rows) + " x " +
+                              num(cols) + ", " + num(flops) + " NS flops");
+      if (!plan.distributed) {
+        if (m.owner != -1)
+          return fail(key(path, "owner"), "a plan without a distributed "
+                                          "config has no owners; expected -1");
+        continue;
+      }
+      if (m.owner < 0 || m.owner >= plan.worldSize)
+        return fail(key(path, "owner"), "expected a rank in [0, " +
+                                            num(plan.worldSize - 1) + "]");
+      if (!p.layout.holdsMatrix(plan.mesh, coords[m.owner], s))
+        return fail(key(path, "owner"), "rank " + num(m.owner) +
+                                            " holds no piece of " + label(k));
+    }
+  }
+  if (k != plan.matrices.size())
+    return fail(index("matrices", k),
+                "is one more than the Muon parameters have (" + num(k) + ")");
+  return true;
+}
+
+bool Checker::rounds() {
+  if (static_cast<int64_t>(plan.rounds.size()) > limits::kMaxRounds)
+    return fail("rounds", "has " + num(plan.rounds.size()) +
+                              " rounds, above the limit of " +
+                              describe(limits::kMaxRounds));
+  roundOf.assign(plan.matrices.size(), -1);
+  for (size_t r = 0; r < plan.rounds.size(); ++r)
+    for (size_t i = 0; i < plan.rounds[r].size(); ++i) {
+      int64_t k = plan.rounds[r][i];
+      std::string path = index(index("rounds", r), i);
+      if (k < 0 || k >= static_cast<int64_t>(plan.matrices.size()))
+        return fail(path, "no matrix " + num(k));
+      if (roundOf[k] >= 0)
+        return fail(path, "matrix " + label(k) + " is also in round " +
+                              num(roundOf[k]));
+      roundOf[k] = r;
+    }
+  for (size_t k = 0; k < roundOf.size(); ++k)
+    if (roundOf[k] < 0)
+      return fail("rounds", "matrix " + label(k) + " is in no round");
+  return true;
+}
+
+bool Checker::batches() {
+  if (static_cast<int64_t>(plan.nsBatches.size()) != plan.worldSize ||
+      static_cast<int64_t>(plan.nsMatrices.size()) != plan.worldSize)
+    return fail("ranks", "expected one entry per rank");
+  // What each rank must orthogonalize: what it owns, or without a
+  // distributed config whatever it holds.
+  std::vector<std::vector<int64_t>> expected(plan.worldSize);
+  for (size_t k = 0; k < plan.matrices.size(); ++k) {
+    const PlanMatrix &m = plan.matrices[k];
+    if (plan.distributed) {
+      expected[m.owner].push_back(k);
+      continue;
+    }
+    for (const MatrixPiece &piece :
+         matrixPieces(plan.mesh, plan.params[m.paramIndex].layout,
+                      sliceOf(m)))
+      expected[piece.rank].push_back(k);
+  }
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    std::string path = key(index("ranks", r), "ns_batches");
+    std::vector<int64_t> listed;
+    for (size_t b = 0; b < plan.nsBatches[r].size(); ++b) {
+      const NsBatch &batch = plan.nsBatches[r][b];
+      std::string bpath = index(path, b);
+      if (batch.round < 0 ||
+          batch.round >= static_cast<int64_t>(plan.rounds.size()))
+        return fail(key(bpath, "round"), "no round " + num(batch.round));
+      for (size_t i = 0; i < batch.matrices.size(); ++i) {
+        int64_t k = batch.matrices[i];
+        std::string mpath = index(key(bpath, "matrices"), i);
+        if (k < 0 || k >= static_cast<int64_t>(plan.matrices.size()))
+          return fail(mpath, "no matrix " + num(k));
+        const PlanMatrix &m = plan.matrices[k];
+        if (m.rows != batch.rows || m.cols != batch.cols)
+          return fail(mpath, "matrix " + label(k) + " is " + num(m.rows) +
+                                 " x " + num(m.cols) + ", not " +
+                                 num(batch.rows) + " x " + num(batch.cols));
+        if (roundOf[k] != batch.round)
+          return fail(mpath, "matrix " + label(k) + " is in round " +
+                                 num(roundOf[k]) + ", not " +
+                                 num(batch.round));
+        listed.push_back(k);
+      }
+    }
+    std::vector<int64_t> want = expected[r], fromPlan = plan.nsMatrices[r];
+    std::sort(listed.begin(), listed.end());
+    std::sort(want.begin(), want.end());
+    std::sort(fromPlan.begin(), fromPlan.end());
+    if (listed != want) {
+      auto dup = std::adjacent_find(listed.begin(), listed.end());
+      if (dup != listed.end())
+        return fail(path, "matrix " + label(*dup) + " is listed twice");
+      for (int64_t k : want)
+        if (!std::binary_search(listed.begin(), listed.end(), k))
+          return fail(path, "matrix " + label(k) + " is missing: rank " +
+                                num(r) +
+                                (plan.distributed ? " owns it" : " holds it"));
+      for (int64_t k : listed)
+        if (!std::binary_search(want.begin(), want.end(), k))
+          return fail(path, "matrix " + label(k) + " is not rank " + num(r) +
+                                "'s to orthogonalize");
+    }
+    if (fromPlan != listed)
+      return fail(index("ranks", r), "the rank's NS matrices do not match "
+                                     "its batches");
+  }
+  return true;
+}
+
+bool Checker::exchanges() {
+  int64_t count = plan.exchanges.size();
+  int64_t rounds = plan.rounds.size();
+  if (!plan.distributed) {
+    if (count)
+      return fail("exchanges", "a plan without a distributed config moves "
+                               "nothing; expected no exchanges");
+    return true;
+  }
+  if (count != 2 * rounds && count != 2 * rounds + 1)
+    return fail("exchanges", "expected a gather and a scatter per round (" +
+                                 num(2 * rounds) + ") and at most one "
+                                                   "reduce, found " +
+                                 num(count));
+  if (!checkedMul(plan.worldSize, count) ||
+      plan.worldSize * count > limits::kMaxRankExchanges)
+    return fail("exchanges", num(plan.worldSize) + " ranks x " + num(count) +
+                                 " exchanges is above the limit of " +
+                                 describe(limits::kMaxRankExchanges));
+  for (int64_t e = 0; e < count; ++e) {
+    const Exchange &ex = plan.exchanges[e];
+    std::string path = index("exchanges", e);
+    if (e == 2 * rounds) {
+      if (ex.phase != Exchange::Phase::Reduce || ex.round != 0 ||
+          !ex.transfers.empty() || ex.reductions.empty())
+        return fail(path, "the exchange after the rounds' is the AdamW "
+                          "reduce: phase \"reduce\", round 0, reductions "
+                          "only, at least one");
+      continue;
+    }
+    Exchange::Phase phase =
+        e % 2 ? Exchange::Phase::Scatter : Exchange::Phase::Gather;
+    if (ex.phase != phase || ex.round != e / 2 || !ex.reductions.empty())
+      return fail(path, std::string("expected the ") +
+                            (e % 2 ? "scatter" : "gather") + " of round " +
+                            num(e / 2) + " (transfers only)");
+    for (size_t t = 0; t < ex.transfers.size(); ++t) {
+      const Transfer &tr = ex.transfers[t];
+      std::string tpath = index(key(path, "transfers"), t);
+      if (tr.src < 0 || tr.src >= plan.worldSize || tr.dst < 0 ||
+          tr.dst >= plan.worldSize || tr.src == tr.dst)
+        return fail(tpath, "expected two different ranks in [0, " +
+                               num(plan.worldSize - 1) + "]");
+      if (tr.matrix < 0 ||
+          tr.matrix >= static_cast<int64_t>(plan.matrices.size()))
+        return fail(tpath, "no matrix " + num(tr.matrix));
+      if (roundOf[tr.matrix] != ex.round)
+        return fail(tpath, "matrix " + label(tr.matrix) + " is in round " +
+                               num(roundOf[tr.matrix]));
+    }
+  }
+  return true;
+}
+
+bool Checker::transfers() {
+  if (!plan.distributed)
+    return true;
+  // Per matrix, its transfers: (exchange, index) for gathers and scatters.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> gathers(
+      plan.matrices.size()),
+      scatters(plan.matrices.size());
+  for (size_t e = 0; e < plan.exchanges.size(); ++e)
+    for (size_t t = 0; t < plan.exchanges[e].transfers.size(); ++t) {
+      const Exchange &ex = plan.exchanges[e];
+      (ex.phase == Exchange::Phase::Gather ? gathers : scatters)
+          [ex.transfers[t].matrix]
+              .push_back({e, t});
+    }
+  auto pathOf = [](std::pair<int64_t, int64_t> at) {
+    return index(key(index("exchanges", at.first), "transfers"), at.second);
+  };
+  for (size_t k = 0; k < plan.matrices.size(); ++k) {
+    const PlanMatrix &m = plan.matrices[k];
+    std::vector<MatrixPiece> pieces = matrixPieces(
+        plan.mesh, plan.params[m.paramIndex].layout, sliceOf(m));
+    const MatrixPiece *own = pieceOf(pieces, m.owner);
+    // Gathers: the owner gets each (piece, summand) it lacks, once.
+    std::set<PieceKey> distinct, received;
+    for (const MatrixPiece &p : pieces)
+      distinct.insert(keyOf(p.rows, p.cols, p.summand));
+    for (auto at : gathers[k]) {
+      const Transfer &t = plan.exchanges[at.first].transfers[at.second];
+      if (t.dst != m.owner)
+        return fail(pathOf(at), "gathers " + label(k) + " to rank " +
+                                    num(t.dst) + ", but its owner is rank " +
+                                    num(m.owner));
+      const MatrixPiece *from = pieceOf(pieces, t.src);
+      if (!from || !(from->rows == t.rows) || !(from->cols == t.cols) ||
+          from->summand != t.summand)
+        return fail(pathOf(at), "rank " + num(t.src) + " does not hold " +
+                                    showBox(t.rows, t.cols) + " summand " +
+                                    num(t.summand) + " of " + label(k));
+      PieceKey pk = keyOf(t.rows, t.cols, t.summand);
+      if (pk == keyOf(own->rows, own->cols, own->summand))
+        return fail(pathOf(at), "sends the owner a piece of " + label(k) +
+                                    " it holds already");
+      if (!received.insert(pk).second)
+        return fail(pathOf(at), "sends " + showBox(t.rows, t.cols) +
+                                    " summand " + num(t.summand) + " of " +
+                                    label(k) + " to its owner twice");
+    }
+    if (received.size() + 1 != distinct.size())
+      return fail("exchanges", "the owner of " + label(k) + " (rank " +
+                                   num(m.owner) + ") receives " +
+                                   num(received.size()) + " of the " +
+                                   num(distinct.size() - 1) +
+                                   " pieces it lacks");
+    // Scatters: every other holder gets its own new piece, once.
+    std::set<int64_t> served;
+    for (auto at : scatters[k]) {
+      const Transfer &t = plan.exchanges[at.first].transfers[at.second];
+      if (t.src != m.owner)
+        return fail(pathOf(at), "scatters " + label(k) + " from rank " +
+                                    num(t.src) + ", but its owner is rank " +
+                                    num(m.owner));
+      const MatrixPiece *to = pieceOf(pieces, t.dst);
+      if (!to || !(to->rows == t.rows) || !(to->cols == t.cols) ||
+          t.summand != 0)
+        return fail(pathOf(at), "rank " + num(t.dst) + " does not hold " +
+                                    showBox(t.rows, t.cols) + " of " +
+                                    label(k) + " (scatters carry summand 0)");
+      if (!served.insert(t.dst).second)
+        return fail(pathOf(at), "scatters " + label(k) + " to rank " +
+                                    num(t.dst) + " twice");
+    }
+    if (served.size() + 1 != pieces.size())
+      return fail("exchanges", num(pieces.size() - 1 - served.size()) +
+                                   " holder(s) of " + label(k) +
+                                   " never receive its new piece");
+  }
+  return true;
+}
+
+bool Checker::reductions() {
+  if (!plan.distributed)
+    return true;
+  const Exchange *reduce =
+      plan.exchanges.size() == 2 * plan.rounds.size() + 1
+          ? &plan.exchanges.back()
+          : nullptr;
+  std::string path = index("exchanges", plan.exchanges.size() - 1);
+  std::vector<std::vector<int64_t>> byParam(plan.params.size());
+  if (reduce)
+    for (size_t i = 0; i < reduce->reductions.size(); ++i) {
+      const Reduction &r = reduce->reductions[i];
+      std::string rpath = index(key(path, "reductions"), i);
+      if (r.src < 0 || r.src >= plan.worldSize || r.dst < 0 ||
+          r.dst >= plan.worldSize || r.src == r.dst)
+        return fail(rpath, "expected two different ranks in [0, " +
+                               num(plan.worldSize - 1) + "]");
+      if (r.param < 0 || r.param >= static_cast<int64_t>(plan.params.size()))
+        return fail(rpath, "no parameter " + num(r.param));
+      const PlanParam &p = plan.params[r.param];
+      if (p.muon || !p.layout.isPartial())
+        return fail(rpath, "parameter '" + p.name +
+                               "' is not an AdamW parameter with partial "
+                               "axes; only those are reduced");
+      byParam[r.param].push_back(i);
+    }
+  bool needed = false;
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    const PlanParam &p = plan.params[i];
+    if (p.muon || !p.layout.isPartial())
+      continue;
+    std::vector<ParamPiece> pieces = paramPieces(plan.mesh, p.layout);
+    // Box -> the summands held of it.
+    std::map<std::vector<int64_t>, std::set<int64_t>> summandsOf;
+    auto boxKey = [](const std::vector<Range> &box) {
+      std::vector<int64_t> k;
+      for (const Range &r : box)
+        k.insert(k.end(), {r.begin, r.end});
+      return k;
+    };
+    for (const ParamPiece &piece : pieces)
+      summandsOf[boxKey(piece.box)].insert(piece.summand);
+    auto find = [&](int64_t rank) -> const ParamPiece * {
+      auto it = std::lower_bound(
+          pieces.begin(), pieces.end(), rank,
+          [](const ParamPiece &q, int64_t r) { return q.rank < r; });
+      return it != pieces.end() && it->rank == rank ? &*it : nullptr;
+    };
+    std::map<int64_t, std::set<int64_t>> got; // dst -> summands received
+    for (int64_t ri : byParam[i]) {
+      const Reduction &r = reduce->reductions[ri];
+      std::string rpath = index(key(path, "reductions"), ri);
+      const ParamPiece *from = find(r.src), *to = find(r.dst);
+      if (!from || from->summand != r.summand)
+        return fail(rpath, "rank " + num(r.src) + " does not hold summand " +
+                               num(r.summand) + " of '" + p.name + "'");
+      if (!to || boxKey(to->box) != boxKey(from->box))
+        return fail(rpath, "ranks " + num(r.src) + " and " + num(r.dst) +
+                               " do not hold the same piece of '" + p.name +
+                               "'");
+      int64_t elements = 1;
+      for (const Range &range : from->box)
+        elements *= range.size();
+      if (r.elements != elements)
+        return fail(rpath, "the piece has " + num(elements) +
+                               " elements, not " + num(r.elements));
+      if (r.summand == to->summand || !got[r.dst].insert(r.summand).second)
+        return fail(rpath, "rank " + num(r.dst) + " gets summand " +
+                               num(r.summand) + " of '" + p.name +
+                               "' twice or its own");
+    }
+    for (const ParamPiece &piece : pieces) {
+      size_t want = summandsOf[boxKey(piece.box)].size() - 1;
+      needed |= want > 0;
+      if (got[piece.rank].size() != want)
+        return fail(reduce ? path : "exchanges",
+                    "rank " + num(piece.rank) + " receives " +
+                        num(got[piece.rank].size()) + " of the " + num(want) +
+                        " other summands of its piece of '" + p.name + "'");
+    }
+  }
+  if (reduce && !needed)
+    return fail(path, "no parameter needs an AdamW reduce");
+  return true;
+}
+
+void Checker::schedule() {
+  if (std::string bad = verifySchedule(plan); !bad.empty())
+    fail("schedule", bad);
+}
+
+} // namespace
+
+json::Error validatePlan(const Plan &plan) { return Checker(plan).run(); }
+
+} // namespace muon

@@ -1,0 +1,208 @@
+//===- LocalCommunicator.cpp - Ranks as threads of one process ------------===//
+#include "muon/Runtime/LocalCommunicator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace muon::runtime {
+
+namespace {
+/// One collective as the ranks see it. Posted buffers stay valid until every
+/// rank has finished reading them; the last rank to leave frees the slot.
+struct Slot {
+  std::vector<AllToAllV> calls;         // all-to-all-v, per rank
+  std::vector<std::vector<char>> bytes; // small collectives, per rank
+  int64_t posted = 0, finished = 0, left = 0;
+};
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point deadlineAfter(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(seconds));
+}
+
+std::string timeoutMessage(double seconds) {
+  char text[96];
+  std::snprintf(text, sizeof(text),
+                "no answer within %g s (a peer died or stalled; see --timeout)",
+                seconds);
+  return text;
+}
+} // namespace
+
+struct LocalWorld::State {
+  int64_t size;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::map<int64_t, Slot> slots;
+
+  Slot &slot(int64_t id) {
+    Slot &s = slots[id];
+    s.calls.resize(size);
+    s.bytes.resize(size);
+    return s;
+  }
+  /// Waits until every rank has finished with slot `id`, then leaves it.
+  bool finish(std::unique_lock<std::mutex> &lock, int64_t id,
+              Clock::time_point deadline) {
+    ++slots[id].finished;
+    changed.notify_all();
+    if (!changed.wait_until(lock, deadline,
+                            [&] { return slots[id].finished == size; }))
+      return false;
+    if (++slots[id].left == size)
+      slots.erase(id);
+    return true;
+  }
+  bool allPosted(std::unique_lock<std::mutex> &lock, int64_t id,
+                 Clock::time_point deadline) {
+    return changed.wait_until(lock, deadline,
+                              [&] { return slots[id].posted == size; });
+  }
+};
+
+LocalWorld::LocalWorld(int64_t size) : state(std::make_unique<State>()) {
+  state->size = size;
+}
+LocalWorld::~LocalWorld() = default;
+int64_t LocalWorld::size() const { return state->size; }
+
+LocalCommunicator::LocalCommunicator(LocalWorld &world, int64_t rank)
+    : world(world), me(rank) {}
+
+int64_t LocalCommunicator::size() const { return world.size(); }
+
+bool LocalCommunicator::start(const AllToAllV &exchange,
+                              PendingExchange &pending, std::string &error) {
+  LocalWorld::State &s = *world.state;
+  size_t n = s.size;
+  if (exchange.sendCounts.size() != n || exchange.recvCounts.size() != n ||
+      exchange.sendOffsets.size() != n || exchange.recvOffsets.size() != n) {
+    error = "an exchange needs one count and offset per rank";
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(s.mutex);
+  int64_t id = issued++;
+  Slot &slot = s.slot(id);
+  slot.calls[me] = exchange;
+  ++slot.posted;
+  s.changed.notify_all();
+  pending.id = id;
+  return true;
+}
+
+bool LocalCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
+                             std::string &error) {
+  LocalWorld::State &s = *world.state;
+  int64_t id = pending.id, n = s.size;
+  Clock::time_point deadline = deadlineAfter(timeoutSeconds);
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (!s.allPosted(lock, id, deadline)) {
+    error = timeoutMessage(timeoutSeconds);
+    return false;
+  }
+  // Pull every peer's part for this rank.
+  const std::vector<AllToAllV> &calls = s.slots[id].calls;
+  const AllToAllV &mine = calls[me];
+  bool ok = true;
+  for (int64_t p = 0; p < n; ++p) {
+    const AllToAllV &peer = calls[p];
+    if (peer.sendCounts[me] != mine.recvCounts[p] ||
+        peer.elementBytes != mine.elementBytes) {
+      error = "rank " + std::to_string(p) + " sends " +
+              std::to_string(peer.sendCounts[me]) + " elements but rank " +
+              std::to_string(me) + " expects " +
+              std::to_string(mine.recvCounts[p]);
+      ok = false;
+      continue;
+    }
+    if (mine.recvCounts[p])
+      std::memcpy(static_cast<char *>(mine.recvBuffer) +
+                      mine.recvOffsets[p] * mine.elementBytes,
+                  static_cast<const char *>(peer.sendBuffer) +
+                      peer.sendOffsets[me] * peer.elementBytes,
+                  mine.recvCounts[p] * mine.elementBytes);
+  }
+  if (!s.finish(lock, id, deadline)) {
+    error = timeoutMessage(timeoutSeconds);
+    return false;
+  }
+  pending.id = -1;
+  return ok;
+}
+
+bool LocalCommunicator::exchangeBytes(std::vector<char> mine,
+                                      std::vector<std::vector<char>> &all,
+                                      double timeoutSeconds,
+                                      std::string &error) {
+  LocalWorld::State &s = *world.state;
+  Clock::time_point deadline = deadlineAfter(timeoutSeconds);
+  std::unique_lock<std::mutex> lock(s.mutex);
+  int64_t id = issued++;
+  Slot &slot = s.slot(id);
+  slot.bytes[me] = std::move(mine);
+  ++slot.posted;
+  s.changed.notify_all();
+  if (!s.allPosted(lock, id, deadline)) {
+    error = timeoutMessage(timeoutSeconds);
+    return false;
+  }
+  all = s.slots[id].bytes;
+  if (!s.finish(lock, id, deadline)) {
+    error = timeoutMessage(timeoutSeconds);
+    return false;
+  }
+  return true;
+}
+
+bool LocalCommunicator::allGather(uint64_t value, std::vector<uint64_t> &values,
+                                  double timeoutSeconds, std::string &error) {
+  std::vector<char> bytes(sizeof(value));
+  std::memcpy(bytes.data(), &value, sizeof(value));
+  std::vector<std::vector<char>> all;
+  if (!exchangeBytes(bytes, all, timeoutSeconds, error))
+    return false;
+  values.clear();
+  for (const std::vector<char> &b : all) {
+    uint64_t v;
+    std::memcpy(&v, b.data(), sizeof(v));
+    values.push_back(v);
+  }
+  return true;
+}
+
+bool LocalCommunicator::allReduceMin(int64_t value, int64_t &result,
+                                     double timeoutSeconds,
+                                     std::string &error) {
+  std::vector<uint64_t> values;
+  if (!allGather(static_cast<uint64_t>(value), values, timeoutSeconds, error))
+    return false;
+  result = value;
+  for (uint64_t v : values)
+    result = std::min(result, static_cast<int64_t>(v));
+  return true;
+}
+
+bool LocalCommunicator::gatherToRoot(const std::vector<char> &bytes,
+                                     std::vector<std::vector<char>> &atRoot,
+                                     double timeoutSeconds,
+                                     std::string &error) {
+  std::vector<std::vector<char>> all;
+  if (!exchangeBytes(bytes, all, timeoutSeconds, error))
+    return false;
+  atRoot.clear();
+  if (me == 0)
+    atRoot = std::move(all);
+  return true;
+}
+
+void LocalCommunicator::abort(int exitCode) { std::_Exit(exitCode); }
+
+} // namespace muon::runtime
