@@ -9,11 +9,21 @@ JOBS        ?= $(shell nproc)
 # Debian packages the build, the tests and the runtime need.
 DEB_PACKAGES := cmake ninja-build g++ python3 libgtest-dev \
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools libzstd-dev \
-  openmpi-bin libopenmpi-dev libopenblas-dev
+  openmpi-bin libopenmpi-dev libopenblas-dev nlohmann-json3-dev \
+  clang-22 libclang-rt-22-dev
+
+# The fuzz build: our code with libFuzzer coverage, AddressSanitizer and
+# UndefinedBehaviorSanitizer (clang from Debian).
+FUZZ_DIR     ?= build-fuzz
+FUZZ_SECONDS ?= 600
+CHECK_FUZZ_SECONDS ?= 20
+FUZZ_FLAGS   := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=vptr \
+  -fno-sanitize-recover=undefined -g -O1
+FUZZ_TARGETS := muon-spec-fuzzer muon-ir-fuzzer muon-plan-fuzzer
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build check check-lit check-unit demo clean
+.PHONY: all deps configure build check check-lit check-unit demo clean fuzz fuzz-build
 
 all: build
 
@@ -40,11 +50,28 @@ configure: $(BUILD_DIR)/build.ninja
 build: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-check: build
-	@bash test/run-all.sh $(BUILD_DIR)
+# Every test, then a short fuzz run (about a minute) of each target.
+check: build fuzz-build
+	@bash test/run-all.sh $(BUILD_DIR) $(FUZZ_DIR) $(CHECK_FUZZ_SECONDS)
+
+$(FUZZ_DIR)/build.ninja:
+	cmake -G Ninja -S . -B $(FUZZ_DIR) \
+	  -DCMAKE_BUILD_TYPE=Release -DMUON_FUZZ=ON \
+	  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
+	  -DCMAKE_C_FLAGS="$(FUZZ_FLAGS)" -DCMAKE_CXX_FLAGS="$(FUZZ_FLAGS)" \
+	  -DMLIR_DIR=$(LLVM_PREFIX)/lib/cmake/mlir \
+	  -DLLVM_DIR=$(LLVM_PREFIX)/lib/cmake/llvm \
+	  -DLLVM_EXTERNAL_LIT=$(LLVM_PREFIX)/bin/lit >/dev/null
+
+fuzz-build: deps $(FUZZ_DIR)/build.ninja
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target $(FUZZ_TARGETS)
+
+# FUZZ_SECONDS per target (default 600); crashes land in $(FUZZ_DIR)/artifacts.
+fuzz: build fuzz-build
+	@bash fuzz/run.sh $(BUILD_DIR) $(FUZZ_DIR) $(FUZZ_SECONDS)
 
 demo: build
 	@bash examples/demo.sh $(BUILD_DIR)
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_DIR)

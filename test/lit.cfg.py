@@ -9,7 +9,7 @@ config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.muon_obj_root, "test")
-config.excludes = ["Inputs", "Utils", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
+config.excludes = ["Inputs", "Utils", "spec", "ir", "plan", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
 
 config.substitutions.append(("%muon_obj_root", config.muon_obj_root))
 config.substitutions.append(("%examples", os.path.join(config.muon_src_root, "examples")))
@@ -28,5 +28,6 @@ llvm_config.add_tool_substitutions(["split-file", "not", "count", "FileCheck"], 
 tool_dirs = [config.muon_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(["muon-opt", "muon-translate", "muon-run"], tool_dirs)
 config.substitutions.append(("expect-exit", os.path.join(config.test_source_root, "Utils", "expect-exit")))
+config.substitutions.append(("replay-inputs", "python3 " + os.path.join(config.test_source_root, "Utils", "replay-inputs.py")))
 config.substitutions.append(("edit-json", "python3 " + os.path.join(config.test_source_root, "Utils", "edit-json.py")))
 config.substitutions.append(("check-report", "python3 " + os.path.join(config.test_source_root, "Utils", "check-report.py")))

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test suite and ends with one summary line, "N passed, N failed".
+# With a fuzz build (second argument), each fuzz target also runs for the
+# given seconds (third argument) and counts as one test.
 set -u
 build=${1:-build}
+fuzz=${2:-}
+fuzz_seconds=${3:-20}
 passed=0
 failed=0
 
@@ -28,6 +32,17 @@ for t in "$build"/bin/*Tests; do
   [ "$rc" -ne 0 ] && [ -z "$f" ] && failed=$((failed + 1))
   rm -f "$out"
 done
+
+if [ -n "$fuzz" ]; then
+  echo "== fuzz targets (fuzz/), ${fuzz_seconds}s each"
+  out=$(mktemp)
+  bash "$(dirname "$0")/../fuzz/run.sh" "$build" "$fuzz" "$fuzz_seconds" | tee "$out"
+  p=$(grep -Eo '^[0-9]+ passed' "$out" | grep -Eo '[0-9]+' || true)
+  f=$(grep -Eo '[0-9]+ failed$' "$out" | grep -Eo '[0-9]+' || true)
+  passed=$((passed + ${p:-0}))
+  failed=$((failed + ${f:-1}))
+  rm -f "$out"
+fi
 
 echo
 echo "$passed passed, $failed failed"

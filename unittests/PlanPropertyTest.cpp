@@ -192,7 +192,7 @@ struct RandomSpec {
 std::optional<Plan> compile(MLIRContext &ctx, const std::string &spec,
                             OwningOpRef<ModuleOp> &module,
                             mlir::muon::ModelLayout &layout, int64_t &bound) {
-  module = mlir::muon::importSpec(spec, &ctx, "random.json");
+  module = mlir::muon::importSpec(spec, &ctx);
   if (!module)
     return std::nullopt;
   PassManager pm(&ctx, ModuleOp::getOperationName());

@@ -277,6 +277,9 @@ private:
         rd.fail(index(path, i), std::string("expected ") + shape);
       out.push_back(std::move(row));
     }
+    // Callers index the rows by their width: nothing half-read escapes.
+    if (!rd.ok())
+      out.clear();
     return out;
   }
 

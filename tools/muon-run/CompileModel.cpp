@@ -58,7 +58,7 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
   if (StringRef(path).ends_with(".json") || text.ltrim().starts_with("{")) {
     handler =
         std::make_unique<mlir::muon::SpecDiagnosticHandler>(&context, path);
-    module = mlir::muon::importSpec(text, &context, path);
+    module = mlir::muon::importSpec(text, &context);
   } else {
     sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
     handler = std::make_unique<SourceMgrDiagnosticHandler>(sourceMgr, &context);
@@ -66,37 +66,14 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
   }
   if (!module)
     return false;
-  auto models = llvm::to_vector(module->getOps<mlir::muon::ModelOp>());
-  if (models.size() != 1) {
-    printError("expected one muon.model in '" + path + "', found " +
-               std::to_string(models.size()));
-    return false;
-  }
-  mlir::muon::ModelOp model = models.front();
-  for (mlir::muon::DistributedOp d :
-       model.getBodyBlock().getOps<mlir::muon::DistributedOp>()) {
-    Builder b(&context);
-    if (flags.wireDtypeGiven)
-      d.setWireDtypeAttr(b.getStringAttr(flags.wireDtype));
-    if (flags.gatherBudgetGiven)
-      d.setGatherBudgetBytesAttr(b.getI64IntegerAttr(flags.gatherBudgetBytes));
-    if (flags.maxRoundsGiven)
-      d.setMaxRoundsAttr(b.getI64IntegerAttr(flags.maxRounds));
-  }
-  // The compiler proper: every decision is written into the IR and checked.
-  PassManager pm(&context, ModuleOp::getOperationName());
-  mlir::muon::buildCompilePipeline(pm.nest<mlir::muon::ModelOp>());
-  // The input was verified when it was read; verifying the whole model after
-  // each pass costs seconds at scale, so the result is verified once.
-  pm.enableVerifier(false);
-  if (failed(pm.run(*module)) || failed(verify(*module)))
-    return false;
-  FailureOr<mlir::muon::ModelLayout> layout =
-      mlir::muon::computeModelLayout(model);
-  if (failed(layout))
-    return false;
-  FailureOr<Plan> compiled =
-      mlir::muon::planFromModel(model, *layout, flags.wireDtype);
+  mlir::muon::CompileOverrides overrides;
+  if (flags.wireDtypeGiven)
+    overrides.wireDtype = flags.wireDtype;
+  if (flags.gatherBudgetGiven)
+    overrides.gatherBudgetBytes = flags.gatherBudgetBytes;
+  if (flags.maxRoundsGiven)
+    overrides.maxRounds = flags.maxRounds;
+  FailureOr<Plan> compiled = mlir::muon::compileModule(*module, overrides);
   if (failed(compiled))
     return false;
   plan = std::move(*compiled);

@@ -72,8 +72,9 @@ int main(int argc, char **argv) {
   context.printOpOnDiagnostic(false);
   std::string text;
   if (importSpecFlag) {
+    mlir::muon::SpecDiagnosticHandler handler(&context, inputFilename);
     mlir::OwningOpRef<mlir::ModuleOp> module =
-        mlir::muon::importSpec(input->getBuffer(), &context, inputFilename);
+        mlir::muon::importSpec(input->getBuffer(), &context);
     if (!module)
       return 2;
     llvm::raw_string_ostream os(text);

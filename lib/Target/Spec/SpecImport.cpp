@@ -924,12 +924,10 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
 } // namespace
 
 OwningOpRef<ModuleOp> mlir::muon::importSpec(StringRef json,
-                                             MLIRContext *context,
-                                             StringRef sourceName) {
+                                             MLIRContext *context) {
   context->loadDialect<MuonDialect, shard::ShardDialect>();
   // The JSON path says where; a dump of the generic op would only be noise.
   context->printOpOnDiagnostic(false);
-  SpecDiagnosticHandler handler(context, sourceName);
   return SpecImporter(context).run(json);
 }
 

@@ -16,9 +16,9 @@
 
 namespace mlir::muon {
 
-/// Imports and verifies a spec. Returns null after emitting diagnostics.
-OwningOpRef<ModuleOp> importSpec(llvm::StringRef json, MLIRContext *context,
-                                 llvm::StringRef sourceName);
+/// Imports and verifies a spec. Returns null after emitting diagnostics
+/// (located at JSON paths; a SpecDiagnosticHandler prints them).
+OwningOpRef<ModuleOp> importSpec(llvm::StringRef json, MLIRContext *context);
 
 /// While alive, prints diagnostics located at a JSON path (a NameLoc) as
 /// `<file>: <json path>: error: message` on stderr; others pass through.

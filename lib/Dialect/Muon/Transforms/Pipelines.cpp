@@ -1,7 +1,11 @@
 //===- Pipelines.cpp - The muon compiler as one pipeline ------------------===//
 #include "muon/Dialect/Muon/Transforms/Pipelines.h"
 #include "muon/Conversion/Passes.h"
+#include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Verifier.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -24,4 +28,42 @@ void mlir::muon::registerCompilePipeline() {
       [](OpPassManager &pm) {
         buildCompilePipeline(pm.nest<muon::ModelOp>());
       });
+}
+
+FailureOr<::muon::Plan>
+mlir::muon::compileModule(ModuleOp module, const CompileOverrides &overrides) {
+  auto models = llvm::to_vector(module.getOps<ModelOp>());
+  if (models.size() != 1)
+    return module.emitError()
+           << "expected one muon.model, found " << models.size();
+  ModelOp model = models.front();
+  Builder b(module.getContext());
+  for (DistributedOp d : model.getBodyBlock().getOps<DistributedOp>()) {
+    if (!overrides.wireDtype && !overrides.gatherBudgetBytes &&
+        !overrides.maxRounds)
+      break;
+    if (overrides.wireDtype)
+      d.setWireDtypeAttr(b.getStringAttr(*overrides.wireDtype));
+    if (overrides.gatherBudgetBytes)
+      d.setGatherBudgetBytesAttr(
+          b.getI64IntegerAttr(*overrides.gatherBudgetBytes));
+    if (overrides.maxRounds)
+      d.setMaxRoundsAttr(b.getI64IntegerAttr(*overrides.maxRounds));
+    // The overrides must keep the model's rules (limits, wire dtypes).
+    if (failed(verify(d)))
+      return failure();
+  }
+  // Every decision is written into the IR and checked.
+  PassManager pm(module.getContext(), ModuleOp::getOperationName());
+  buildCompilePipeline(pm.nest<ModelOp>());
+  // The input was verified when it was read; verifying the whole model after
+  // each pass costs seconds at scale, so the result is verified once.
+  pm.enableVerifier(false);
+  if (failed(pm.run(module)) || failed(verify(module)))
+    return failure();
+  FailureOr<ModelLayout> layout = computeModelLayout(model);
+  if (failed(layout))
+    return failure();
+  return planFromModel(model, *layout,
+                       overrides.wireDtype.value_or(std::string("f32")));
 }

@@ -2,7 +2,13 @@
 #ifndef MUON_DIALECT_MUON_TRANSFORMS_PIPELINES_H
 #define MUON_DIALECT_MUON_TRANSFORMS_PIPELINES_H
 
+#include "muon/Plan/Plan.h"
+
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
+
+#include <optional>
+#include <string>
 
 namespace mlir::muon {
 
@@ -13,6 +19,21 @@ void buildCompilePipeline(OpPassManager &modelPm);
 
 /// Registers `muon-compile` (the pipeline above, on every muon.model).
 void registerCompilePipeline();
+
+/// Settings that replace the model's own `muon.distributed` ones (tool
+/// flags such as muon-run --wire-dtype).
+struct CompileOverrides {
+  std::optional<std::string> wireDtype;
+  std::optional<int64_t> gatherBudgetBytes;
+  std::optional<int64_t> maxRounds;
+};
+
+/// The compiler as one call: runs the compile pipeline on the module's only
+/// `muon.model` (after applying `overrides`), verifies the result once, and
+/// returns the plan the IR now describes. Errors are emitted as
+/// diagnostics; a module with no or several models is an error too.
+FailureOr<::muon::Plan> compileModule(ModuleOp module,
+                                      const CompileOverrides &overrides = {});
 
 } // namespace mlir::muon
 
