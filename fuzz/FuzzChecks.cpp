@@ -54,13 +54,7 @@ void runEveryRank(const Plan &plan) {
   runtime::LocalWorld world(plan.worldSize);
   std::vector<std::string> errors(plan.worldSize);
   std::vector<std::thread> ranks;
-  std::vector<int64_t> summands;
-  for (const PlanParam &p : plan.params) {
-    int64_t n = 1;
-    for (int64_t axis : p.layout.partialAxes)
-      n *= plan.mesh.shape[axis];
-    summands.push_back(n);
-  }
+  std::vector<int64_t> summands = runtime::summandCounts(plan);
   for (int64_t r = 0; r < plan.worldSize; ++r)
     ranks.emplace_back([&, r] {
       runtime::LocalCommunicator comm(world, r);

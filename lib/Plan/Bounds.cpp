@@ -1,5 +1,6 @@
 //===- Bounds.cpp - Lower bounds of the run report ------------------------===//
 #include "muon/Plan/Bounds.h"
+#include "muon/Support/ModelLimits.h"
 
 #include <algorithm>
 #include <map>
@@ -24,18 +25,9 @@ LowerBounds computeLowerBounds(const Mesh &mesh,
     }
     // p: partial summands; c: copies of the whole matrix over the holders
     // (product of the replicated and partial axes outside `only`).
-    int64_t p = 1, c = 1;
+    int64_t p = 1, c = copiesOf(mesh, pl);
     for (int64_t axis : pl.partialAxes)
       p *= mesh.shape[axis];
-    for (int64_t axis = 0; axis < mesh.rank(); ++axis) {
-      bool split = false;
-      for (const auto &axes : pl.splitAxes)
-        split |= std::find(axes.begin(), axes.end(), axis) != axes.end();
-      bool only = std::any_of(pl.only.begin(), pl.only.end(),
-                              [&](auto pr) { return pr.first == axis; });
-      if (!split && !only)
-        c *= mesh.shape[axis];
-    }
     int64_t full = mm.rows * mm.cols * wireBytes;
     bounds.bytesReceived += (p + c) * full - 2 * largest * wireBytes;
     bounds.makespanFlops = std::max(bounds.makespanFlops, mm.nsFlops);

@@ -1,5 +1,6 @@
 //===- Schedule.cpp - Rounds and the overlapped step schedule -------------===//
 #include "muon/Plan/Schedule.h"
+#include "muon/Support/Limits.h"
 
 #include <algorithm>
 #include <deque>
@@ -134,6 +135,27 @@ bool packRounds(Plan &plan, const ScheduleOptions &options,
   rounds.erase(std::remove_if(rounds.begin(), rounds.end(),
                               [](auto &r) { return r.empty(); }),
                rounds.end());
+  // The plan's per-rank tables grow with ranks x exchanges: refuse before
+  // building them.
+  int64_t count = rounds.size();
+  if (count > limits::kMaxRounds) {
+    error = std::string(options.async ? "the gather budget" :
+                                        "the sequential debug order") +
+            " needs " + std::to_string(count) +
+            " rounds, above the limit of " +
+            limits::describe(limits::kMaxRounds) +
+            (options.async ? "; raise gather_budget_bytes"
+                           : " (one round per owning rank); use async");
+    return false;
+  }
+  if (plan.worldSize * (2 * count + 1) > limits::kMaxRankExchanges) {
+    error = std::to_string(plan.worldSize) + " ranks x " +
+            std::to_string(2 * count + 1) +
+            " exchanges is above the limit of " +
+            limits::describe(limits::kMaxRankExchanges) +
+            " for the plan's per-rank tables; lower max_rounds";
+    return false;
+  }
   setRounds(plan, std::move(rounds));
   return true;
 }

@@ -154,6 +154,15 @@ bool checkModelLimits(const Mesh &mesh, const std::vector<ParamLayout> &layouts,
                         " parameters, above the limit of " +
                         describe(kMaxParams));
   int64_t elements = 0, matrices = 0, pieces = 0, bytes = 0, flops = 0;
+  // Adds `moved` elements (nothing: it overflowed) to the step's bytes.
+  auto addBytes = [&](size_t i, std::optional<int64_t> moved) {
+    if (moved)
+      moved = checkedMul(*moved, 4);
+    if (!moved || (bytes += *moved) > kMaxStepBytes)
+      return fail(i, "a step would move more than " + describe(kMaxStepBytes) +
+                         " bytes with this parameter");
+    return true;
+  };
   for (size_t i = 0; i < layouts.size(); ++i) {
     const ParamLayout &pl = layouts[i];
     // Each within its own limit, so the sums below stay far from overflow
@@ -182,15 +191,10 @@ bool checkModelLimits(const Mesh &mesh, const std::vector<ParamLayout> &layouts,
                            " pieces across ranks with this parameter");
       int64_t rows = pl.shape[pl.shape.size() - 2], cols = pl.shape.back();
       // Gathers move at most every summand of every copy, scatters every
-      // copy: (summands + copies) x elements x 4 bytes per matrix.
-      std::optional<int64_t> b = checkedMul(
-          summands(mesh, pl) + copies(mesh, pl), count * rows * cols);
-      if (b)
-        b = checkedMul(*b, 4);
-      if (!b || (bytes += *b) > kMaxStepBytes)
-        return fail(i, "a step would move more than " +
-                           describe(kMaxStepBytes) +
-                           " bytes with this parameter");
+      // copy: (summands + copies) x elements per matrix.
+      if (!addBytes(i, checkedMul(summands(mesh, pl) + copies(mesh, pl),
+                                  count * rows * cols)))
+        return false;
       std::optional<int64_t> f =
           checkedMul(count, nsFlops(rows, cols, nsSteps));
       if (!f || (flops += *f) > kMaxStepFlops)
@@ -211,13 +215,8 @@ bool checkModelLimits(const Mesh &mesh, const std::vector<ParamLayout> &layouts,
         return fail(i, "the AdamW reductions pass the limit of " +
                            describe(kMaxPieces) +
                            " pieces with this parameter");
-      std::optional<int64_t> b = checkedMul(*r, piece);
-      if (b)
-        b = checkedMul(*b, 4);
-      if (!b || (bytes += *b) > kMaxStepBytes)
-        return fail(i, "a step would move more than " +
-                           describe(kMaxStepBytes) +
-                           " bytes with this parameter");
+      if (!addBytes(i, checkedMul(*r, piece)))
+        return false;
     }
   }
   return true;

@@ -83,6 +83,17 @@ void SyntheticModel::makeGradients(
   }
 }
 
+std::vector<int64_t> summandCounts(const Plan &plan) {
+  std::vector<int64_t> counts;
+  for (const PlanParam &p : plan.params) {
+    int64_t n = 1;
+    for (int64_t axis : p.layout.partialAxes)
+      n *= plan.mesh.shape[axis];
+    counts.push_back(n);
+  }
+  return counts;
+}
+
 Plan referencePlan(const Plan &plan) {
   Plan ref;
   ref.worldSize = 1;

@@ -213,13 +213,7 @@ static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm) {
       fail(error);
     return 2;
   }
-  std::vector<int64_t> summands;
-  for (const PlanParam &p : plan.params) {
-    int64_t n = 1;
-    for (int64_t axis : p.layout.partialAxes)
-      n *= plan.mesh.shape[axis];
-    summands.push_back(n);
-  }
+  std::vector<int64_t> summands = summandCounts(plan);
   SyntheticModel model(executor, flags.seed, summands);
 
   RankRun run;

@@ -186,5 +186,10 @@ FailureOr<ModelLayout> mlir::muon::computeModelLayout(ModelOp model) {
   for (Operation &op : model.getBodyBlock())
     if (shard_adapter::isGrid(&op))
       return layoutFromGrid(model, &op);
-  return ModelLayout{}; // no grid, no parameters
+  // No grid and no parameters (the verifier allows nothing else): one
+  // device, so that plans always have a mesh.
+  ModelLayout layout;
+  layout.mesh.shape = {1};
+  layout.axisNames = {""};
+  return layout;
 }

@@ -199,6 +199,18 @@ static LogicalResult verifyAssignments(const ModelLayout &layout,
 /// Rounds: numbered 0..R-1, every Muon matrix in exactly one.
 static LogicalResult verifyRounds(const ModelLayout &layout,
                                   ArrayRef<RoundOp> rounds) {
+  namespace limits = ::muon::limits;
+  int64_t count = rounds.size(), world = layout.mesh.numDevices();
+  if (count > limits::kMaxRounds)
+    return RoundOp(rounds[limits::kMaxRounds]).emitError()
+           << "the model has " << count << " rounds, above the limit of "
+           << limits::describe(limits::kMaxRounds);
+  if (world * (2 * count + 1) > limits::kMaxRankExchanges)
+    return RoundOp(rounds.front()).emitError()
+           << world << " ranks x " << 2 * count + 1
+           << " exchanges is above the limit of "
+           << limits::describe(limits::kMaxRankExchanges)
+           << " for the plan's per-rank tables";
   llvm::DenseMap<StringAttr, size_t> indexOf = paramIndex(layout);
   std::vector<int64_t> first = firstMatrix(layout);
   std::vector<int64_t> roundOf(first.back(), -1);

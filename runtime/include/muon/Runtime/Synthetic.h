@@ -85,6 +85,10 @@ private:
   std::vector<std::vector<float>> params, grads;
 };
 
+/// Per parameter, how many partial summands its gradient has: the product
+/// of its partial axes' sizes (1 without).
+std::vector<int64_t> summandCounts(const Plan &plan);
+
 /// The single-device form of a plan: one rank, nothing sharded or partial,
 /// no distributed config, same optimizer settings and wire dtype.
 Plan referencePlan(const Plan &plan);

@@ -1,0 +1,1 @@
+muon.model @m { }
