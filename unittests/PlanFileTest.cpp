@@ -1,6 +1,6 @@
 //===- PlanFileTest.cpp - Reading and validating plan files ---------------===//
 #include "muon/Plan/PlanFile.h"
-#include "muon/Plan/Schedule.h"
+#include "muon/Planner/Schedule.h"
 #include "muon/Plan/Validate.h"
 
 #include <gtest/gtest.h>

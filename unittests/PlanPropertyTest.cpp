@@ -12,7 +12,7 @@
 #include "muon/Dialect/Muon/Transforms/Passes.h"
 #include "muon/Dialect/Muon/Transforms/Pipelines.h"
 #include "muon/Plan/PlanFile.h"
-#include "muon/Plan/Schedule.h"
+#include "muon/Planner/Schedule.h"
 #include "muon/Target/Spec/SpecImport.h"
 
 #include "mlir/IR/MLIRContext.h"

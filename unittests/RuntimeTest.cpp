@@ -5,7 +5,7 @@
 #include "muon/Runtime/NewtonSchulz.h"
 #include "muon/Runtime/StepExecutor.h"
 #include "muon/Runtime/Synthetic.h"
-#include "muon/Plan/Schedule.h"
+#include "muon/Planner/Schedule.h"
 #include "muon/Plan/Validate.h"
 
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 //===- ScheduleTest.cpp - The schedule and its verifier -------------------===//
-#include "muon/Plan/Schedule.h"
+#include "muon/Planner/Schedule.h"
 
 #include <gtest/gtest.h>
 

@@ -80,6 +80,22 @@ RankExchangeView rankExchangeView(const Exchange &exchange, int64_t rank) {
   return std::move(rankExchangeViews(exchange, world)[rank]);
 }
 
+int64_t gatheredMatrixBytes(const Plan &plan, int64_t m) {
+  return plan.matrices[m].rows * plan.matrices[m].cols * plan.wireBytes;
+}
+
+std::vector<std::vector<int64_t>>
+gatheredBytes(const Plan &plan,
+              const std::vector<std::vector<int64_t>> &rounds) {
+  std::vector<std::vector<int64_t>> bytes(
+      rounds.size(), std::vector<int64_t>(plan.worldSize, 0));
+  for (size_t r = 0; r < rounds.size(); ++r)
+    for (int64_t m : rounds[r])
+      if (plan.matrices[m].owner >= 0)
+        bytes[r][plan.matrices[m].owner] += gatheredMatrixBytes(plan, m);
+  return bytes;
+}
+
 int64_t wireDtypeBytes(const std::string &dtype) {
   if (dtype == "f32")
     return 4;

@@ -1,7 +1,6 @@
 //===- Report.cpp - The run report (muon-report/1) ------------------------===//
 #include "muon/Plan/Report.h"
 
-#include "muon/Plan/Bounds.h"
 
 #include <nlohmann/json.hpp>
 
@@ -13,13 +12,10 @@ static Json optional(const std::optional<double> &v) {
 }
 
 Report planReport(const Plan &plan) {
-  LowerBounds bounds = planLowerBounds(plan);
   Report report;
   report.worldSize = plan.worldSize;
   report.wireDtype = plan.wireDtype;
   report.perRank = computeRankFigures(plan);
-  report.lowerBoundBytesReceived = bounds.bytesReceived;
-  report.lowerBoundMakespanFlops = bounds.makespanFlops;
   return report;
 }
 

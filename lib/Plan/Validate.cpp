@@ -1,7 +1,7 @@
 //===- Validate.cpp - A plan checked against itself -----------------------===//
 #include "muon/Plan/Validate.h"
 
-#include "muon/Plan/Schedule.h"
+#include "muon/Plan/ScheduleVerifier.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/ModelLimits.h"
 

@@ -1,7 +1,7 @@
 //===- Synthetic.cpp - Deterministic parameters and gradients -------------===//
 #include "muon/Runtime/Synthetic.h"
 
-#include "muon/Plan/Schedule.h"
+#include "muon/Planner/Schedule.h"
 
 #include <limits>
 

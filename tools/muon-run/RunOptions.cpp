@@ -1,6 +1,7 @@
 //===- RunOptions.cpp - Fault specifications ------------------------------===//
 #include "RunOptions.h"
 
+#include "muon/Planner/Bounds.h"
 #include "muon/Support/Limits.h"
 
 #include <optional>
@@ -49,6 +50,14 @@ bool parseFault(const std::string &text, Fault &fault, std::string &error) {
             "corrupt:RANK:STEP, plan-mismatch:RANK or die-at-end:RANK (steps "
             "count from 0)";
   return ok;
+}
+
+Report reportOf(const Plan &plan) {
+  Report report = planReport(plan);
+  LowerBounds bounds = planLowerBounds(plan);
+  report.lowerBoundBytesReceived = bounds.bytesReceived;
+  report.lowerBoundMakespanFlops = bounds.makespanFlops;
+  return report;
 }
 
 } // namespace muon::tool

@@ -2,6 +2,8 @@
 #ifndef MUON_TOOLS_MUON_RUN_RUNOPTIONS_H
 #define MUON_TOOLS_MUON_RUN_RUNOPTIONS_H
 
+#include "muon/Plan/Report.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,6 +52,10 @@ struct RunFlags {
 /// last step, once rank 0 has what it needs for the report). Returns false
 /// with `error` set.
 bool parseFault(const std::string &text, Fault &fault, std::string &error);
+
+/// The plan's own figures with the compiler's lower bounds: the start of
+/// every report muon-run writes.
+Report reportOf(const Plan &plan);
 
 } // namespace muon::tool
 

@@ -308,7 +308,7 @@ static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm) {
 
   // Rank 0: measured figures against the plan, the reference, the report.
   int exitCode = 0;
-  Report report = planReport(plan);
+  Report report = reportOf(plan);
   const std::vector<RankFigures> planned = report.perRank;
   report.steps = flags.steps;
   report.microBatches = flags.microBatches;

@@ -119,7 +119,7 @@ static int fail(const llvm::Twine &message) {
 
 /// The report and summary of --dry-run: the plan's own figures.
 static int dryRunReport(const ::muon::Plan &plan) {
-  ::muon::Report report = ::muon::planReport(plan);
+  ::muon::Report report = ::muon::tool::reportOf(plan);
   // Both outputs or neither: each is staged in a temporary file beside its
   // target, and only when both are complete do they move into place.
   std::vector<std::pair<std::string, std::string>> outputs;

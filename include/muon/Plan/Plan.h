@@ -167,6 +167,15 @@ RankExchangeView rankExchangeView(const Exchange &exchange, int64_t rank);
 std::vector<RankExchangeView> rankExchangeViews(const Exchange &exchange,
                                                 int64_t worldSize);
 
+/// Bytes of matrix `m` gathered whole, in the plan's wire dtype.
+int64_t gatheredMatrixBytes(const Plan &plan, int64_t m);
+
+/// Per round (of `rounds`), per rank: bytes of the full matrices the rank
+/// gathers as their owner (what the gather budget limits).
+std::vector<std::vector<int64_t>>
+gatheredBytes(const Plan &plan,
+              const std::vector<std::vector<int64_t>> &rounds);
+
 /// Bytes per element of a wire dtype ("f32" 4, "bf16" 2); 0 if unknown.
 int64_t wireDtypeBytes(const std::string &dtype);
 

@@ -39,8 +39,9 @@ struct Report {
 };
 
 /// A plan's own figures as a report (what a dry run writes): per-rank NS
-/// flops, bytes and owned matrices from the plan, and the lower bounds. A
-/// real run starts from it and replaces the figures with measured ones.
+/// flops, bytes and owned matrices from the plan. The lower bounds are the
+/// compiler's to fill in (Planner/Bounds.h). A real run starts from it and
+/// replaces the figures with measured ones.
 Report planReport(const Plan &plan);
 
 /// The report as pretty-printed JSON text.

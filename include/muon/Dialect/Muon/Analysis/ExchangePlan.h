@@ -19,7 +19,7 @@
 
 #include "muon/Dialect/Muon/IR/ModelLayout.h"
 #include "muon/Plan/Plan.h"
-#include "muon/Plan/Schedule.h"
+#include "muon/Planner/Schedule.h"
 
 namespace mlir::muon {
 

@@ -9,7 +9,7 @@
 #define MUON_DIALECT_MUON_ANALYSIS_FIGURES_H
 
 #include "muon/Dialect/Muon/IR/ModelLayout.h"
-#include "muon/Plan/Bounds.h"
+#include "muon/Planner/Bounds.h"
 
 #include <string>
 #include <vector>

@@ -6,8 +6,8 @@
 // them from the same code.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MUON_PLAN_BOUNDS_H
-#define MUON_PLAN_BOUNDS_H
+#ifndef MUON_PLANNER_BOUNDS_H
+#define MUON_PLANNER_BOUNDS_H
 
 #include "muon/Plan/Plan.h"
 #include "muon/Support/Layout.h"
@@ -43,4 +43,4 @@ LowerBounds planLowerBounds(const Plan &plan);
 
 } // namespace muon
 
-#endif // MUON_PLAN_BOUNDS_H
+#endif // MUON_PLANNER_BOUNDS_H

@@ -19,11 +19,15 @@
 //  * async = false is the debug order of the seeds: one round per owning
 //    rank, in rank order, each exchange done before anything else starts.
 //
+// These are the compiler's algorithms (plain C++, run by the passes); the
+// runtime needs only the rules they keep (Plan/ScheduleVerifier.h).
+//
 //===----------------------------------------------------------------------===//
-#ifndef MUON_PLAN_SCHEDULE_H
-#define MUON_PLAN_SCHEDULE_H
+#ifndef MUON_PLANNER_SCHEDULE_H
+#define MUON_PLANNER_SCHEDULE_H
 
 #include "muon/Plan/Plan.h"
+#include "muon/Plan/ScheduleVerifier.h"
 
 #include <string>
 
@@ -55,12 +59,6 @@ void sequenceSchedule(Plan &plan);
 bool schedulePlan(Plan &plan, const ScheduleOptions &options,
                   std::string &error);
 
-/// Checks a schedule independently of how it was built: every exchange is
-/// started once and done once after its start; NS of round r runs after
-/// gather r is done and before scatter r starts; in-flight and memory limits
-/// hold at every point. Returns an empty string or the first violation.
-std::string verifySchedule(const Plan &plan);
-
 } // namespace muon
 
-#endif // MUON_PLAN_SCHEDULE_H
+#endif // MUON_PLANNER_SCHEDULE_H

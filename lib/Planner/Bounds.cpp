@@ -1,5 +1,5 @@
 //===- Bounds.cpp - Lower bounds of the run report ------------------------===//
-#include "muon/Plan/Bounds.h"
+#include "muon/Planner/Bounds.h"
 #include "muon/Support/ModelLimits.h"
 
 #include <algorithm>
