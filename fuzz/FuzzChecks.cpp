@@ -3,9 +3,10 @@
 
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Validate.h"
+#include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/LocalCommunicator.h"
-#include "muon/Runtime/StepExecutor.h"
-#include "muon/Runtime/Synthetic.h"
+#include "muon/Runtime/Optimizer.h"
+#include "muon/Runtime/Testing/Synthetic.h"
 
 #include <cstdio>
 #include <string>
@@ -58,14 +59,16 @@ void runEveryRank(const Plan &plan) {
   for (int64_t r = 0; r < plan.worldSize; ++r)
     ranks.emplace_back([&, r] {
       runtime::LocalCommunicator comm(world, r);
-      runtime::StepExecutor executor(plan, comm, {20.0});
-      if (!executor.initialize(errors[r]))
+      runtime::cpu::CpuDevice device;
+      auto optimizer =
+          runtime::Optimizer::create(plan, comm, device, {20.0}, errors[r]);
+      if (!optimizer)
         return;
-      runtime::SyntheticModel model(executor, 1, summands);
+      runtime::SyntheticModel model(*optimizer, device, 1, summands);
       for (int64_t s = 0; s < 2; ++s) {
         model.makeGradients(s, 1, {});
         runtime::StepResult result;
-        if (!executor.step(result, errors[r]))
+        if (!optimizer->step(result, errors[r]))
           return;
       }
     });

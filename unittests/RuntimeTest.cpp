@@ -1,21 +1,23 @@
 //===- RuntimeTest.cpp - Runtime kernels and the one-rank executor --------===//
 #include "muon/Runtime/Communicator.h"
-#include "muon/Runtime/Kernels.h"
+#include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/LocalCommunicator.h"
-#include "muon/Runtime/NewtonSchulz.h"
+#include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/StepExecutor.h"
-#include "muon/Runtime/Synthetic.h"
+#include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Planner/Schedule.h"
 #include "muon/Plan/Validate.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <thread>
 
 using namespace muon;
 using namespace muon::runtime;
+using muon::runtime::cpu::CpuDevice;
 
 namespace {
 
@@ -34,8 +36,8 @@ TEST(NewtonSchulz, ConvergesToOrthogonalRows) {
   const int64_t rows = 12, cols = 40;
   std::vector<float> x = randomMatrix(rows, cols, 1);
   std::vector<std::array<double, 3>> cubic(40, {1.5, -0.5, 0.0});
-  NsWorkspace ws;
-  newtonSchulz(x.data(), rows, cols, cubic, 1e-7, ws);
+  CpuDevice device;
+  device.newtonSchulz(x.data(), rows, cols, cubic, 1e-7);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < rows; ++j) {
       double dot = 0;
@@ -54,9 +56,9 @@ TEST(NewtonSchulz, TallIsTheTransposeOfWide) {
     for (int64_t c = 0; c < cols; ++c)
       wide[c * rows + r] = tall[r * cols + c];
   std::vector<std::array<double, 3>> jordan(5, {3.4445, -4.775, 2.0315});
-  NsWorkspace ws;
-  int64_t tallFlops = newtonSchulz(tall.data(), rows, cols, jordan, 1e-7, ws);
-  int64_t wideFlops = newtonSchulz(wide.data(), cols, rows, jordan, 1e-7, ws);
+  CpuDevice device;
+  int64_t tallFlops = device.newtonSchulz(tall.data(), rows, cols, jordan, 1e-7);
+  int64_t wideFlops = device.newtonSchulz(wide.data(), cols, rows, jordan, 1e-7);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       EXPECT_NEAR(tall[r * cols + c], wide[c * rows + r], 1e-5);
@@ -67,8 +69,8 @@ TEST(NewtonSchulz, TallIsTheTransposeOfWide) {
 
 TEST(NewtonSchulz, ZeroMatrixStaysZero) {
   std::vector<float> x(6 * 4, 0.0f);
-  NsWorkspace ws;
-  newtonSchulz(x.data(), 6, 4, {{3.4445, -4.775, 2.0315}}, 1e-7, ws);
+  CpuDevice device;
+  device.newtonSchulz(x.data(), 6, 4, {{3.4445, -4.775, 2.0315}}, 1e-7);
   for (float v : x)
     EXPECT_EQ(v, 0.0f);
 }
@@ -83,15 +85,44 @@ TEST(Kernels, Bf16RoundsToNearestEven) {
   EXPECT_TRUE(std::isinf(roundToBf16(INFINITY)));
 }
 
+TEST(Kernels, F16RoundsToNearestEven) {
+  // Every f16 value converts to f32 and back unchanged.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    float f = fromF16Bits(static_cast<uint16_t>(h));
+    if (std::isnan(f))
+      continue;
+    EXPECT_EQ(toF16Bits(f), h) << h;
+  }
+  // Against the compiler's own conversion (round to nearest even), on
+  // normals, subnormals, ties, overflow and underflow.
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t b = bits(rng);
+    float f;
+    std::memcpy(&f, &b, 4);
+    if (std::isnan(f))
+      continue;
+    _Float16 expected = static_cast<_Float16>(f);
+    uint16_t e;
+    std::memcpy(&e, &expected, 2);
+    EXPECT_EQ(toF16Bits(f), e) << f;
+  }
+  EXPECT_EQ(roundToF16(65520.0f), INFINITY); // the tie above 65504
+  EXPECT_EQ(roundToF16(std::ldexp(1.0f, -25)), 0.0f); // tie with zero
+  EXPECT_EQ(roundToF16(std::ldexp(1.5f, -25)), std::ldexp(1.0f, -24));
+}
+
 TEST(Kernels, MomentumAndNesterov) {
+  CpuDevice device;
   MuonSettings s;
   s.momentum = 0.95;
   float grad = 1, buf = 0, update = 0;
-  momentumUpdate(&grad, &buf, &update, 1, s);
+  device.momentum(&grad, DType::F32, &buf, &update, 1, s);
   EXPECT_NEAR(buf, 0.05f, 1e-7);
   EXPECT_NEAR(update, 0.0975f, 1e-7); // grad.lerp(buf, 0.95)
   s.nesterov = false;
-  momentumUpdate(&grad, &buf, &update, 1, s);
+  device.momentum(&grad, DType::F32, &buf, &update, 1, s);
   EXPECT_NEAR(buf, 0.0975f, 1e-7);
   EXPECT_EQ(update, buf);
 }
@@ -105,7 +136,8 @@ TEST(Kernels, AdjustedLrAndUpdate) {
   s.adjustLr = "match_rms_adamw";
   EXPECT_DOUBLE_EQ(adjustedLr(s, 32, 64), 0.02 * 0.2 * 8);
   float p = 1.0f, x = 0.5f;
-  applyMuonUpdate(&p, &x, 1, s, 0.1);
+  CpuDevice device;
+  device.applyUpdate(&p, DType::F32, &x, 1, s, 0.1);
   EXPECT_NEAR(p, 1.0f * (1 - 0.002f) - 0.05f, 1e-7);
 }
 
@@ -115,7 +147,8 @@ TEST(Kernels, AdamWFirstStepMovesByLr) {
   s.lr = 0.01;
   s.weightDecay = 0;
   float p[2] = {1, 1}, g[2] = {0.3f, -2}, m[2] = {0, 0}, v[2] = {0, 0};
-  adamwUpdate(p, g, m, v, 2, s, 1);
+  CpuDevice device;
+  device.adamw(p, DType::F32, g, DType::F32, m, v, 2, s, 1);
   EXPECT_NEAR(p[0], 0.99f, 1e-6);
   EXPECT_NEAR(p[1], 1.01f, 1e-6);
 }
@@ -165,51 +198,63 @@ Plan smallModel() {
   return referencePlan(plan);
 }
 
-TEST(StepExecutor, NonFiniteGradientChangesNothing) {
+Plan fsdpModel();
+
+std::unique_ptr<Optimizer> makeOptimizer(const Plan &plan, Communicator &comm,
+                                         Device &device) {
+  std::string error;
+  std::unique_ptr<Optimizer> opt =
+      Optimizer::create(plan, comm, device, {}, error);
+  EXPECT_TRUE(opt) << error;
+  return opt;
+}
+
+TEST(Optimizer, NonFiniteGradientChangesNothing) {
   Plan plan = smallModel();
   SingleRankCommunicator comm;
-  StepExecutor executor(plan, comm);
-  std::string error;
-  ASSERT_TRUE(executor.initialize(error)) << error;
-  SyntheticModel model(executor, 3, {1, 1, 1});
+  CpuDevice device;
+  std::unique_ptr<Optimizer> opt = makeOptimizer(plan, comm, device);
+  SyntheticModel model(*opt, device, 3, {1, 1, 1});
   std::vector<std::vector<float>> before;
   for (size_t i = 0; i < plan.params.size(); ++i)
     before.push_back(model.values(i));
 
   model.makeGradients(0, 1, {{"stack", 0}});
   StepResult result;
-  ASSERT_TRUE(executor.step(result, error)) << error;
+  std::string error;
+  ASSERT_TRUE(opt->step(result, error)) << error;
   EXPECT_FALSE(result.applied);
   EXPECT_EQ(result.nonFiniteParam, 1);
+  EXPECT_EQ(opt->stepsTaken(), 0);
   for (size_t i = 0; i < plan.params.size(); ++i)
     EXPECT_EQ(model.values(i), before[i]);
 
   // The next step applies, and counts the work it ran.
   model.makeGradients(1, 1, {});
-  ASSERT_TRUE(executor.step(result, error)) << error;
+  ASSERT_TRUE(opt->step(result, error)) << error;
   EXPECT_TRUE(result.applied);
   for (size_t i = 0; i < plan.params.size(); ++i)
     EXPECT_NE(model.values(i), before[i]);
-  EXPECT_EQ(executor.counters().nsFlops,
+  EXPECT_EQ(opt->counters().nsFlops,
             nsFlops(8, 12, 5) + 2 * nsFlops(5, 6, 5));
-  EXPECT_EQ(executor.counters().bytesSent, 0);
+  EXPECT_EQ(opt->counters().bytesSent, 0);
 }
 
-TEST(StepExecutor, SkippedStepLeavesMomentumUntouched) {
+TEST(Optimizer, SkippedStepLeavesMomentumUntouched) {
   // Two runs: one with a NaN step in the middle, one without that step. The
   // optimizer state must not remember the skipped step.
   Plan plan = smallModel();
   SingleRankCommunicator comm;
+  CpuDevice device;
   auto run = [&](std::vector<int64_t> steps,
                  std::vector<NonFiniteInjection> faults) {
-    StepExecutor executor(plan, comm);
+    std::unique_ptr<Optimizer> opt = makeOptimizer(plan, comm, device);
+    SyntheticModel model(*opt, device, 5, {1, 1, 1});
     std::string error;
-    EXPECT_TRUE(executor.initialize(error)) << error;
-    SyntheticModel model(executor, 5, {1, 1, 1});
     for (int64_t s : steps) {
       model.makeGradients(s, 1, faults);
       StepResult result;
-      EXPECT_TRUE(executor.step(result, error)) << error;
+      EXPECT_TRUE(opt->step(result, error)) << error;
     }
     std::vector<std::vector<float>> values;
     for (size_t i = 0; i < plan.params.size(); ++i)
@@ -219,14 +264,69 @@ TEST(StepExecutor, SkippedStepLeavesMomentumUntouched) {
   EXPECT_EQ(run({0, 1, 2}, {{"w", 1}}), run({0, 2}, {}));
 }
 
-TEST(StepExecutor, RefusesAPlanForAnotherWorldSize) {
+TEST(Optimizer, RefusesAPlanForAnotherWorldSize) {
   Plan plan = smallModel();
   plan.worldSize = 2;
+  plan.mesh.shape = {2};
+  plan.nsMatrices.push_back({0, 1, 2});
+  plan.nsBatches.push_back(plan.nsBatches[0]);
   SingleRankCommunicator comm;
-  StepExecutor executor(plan, comm);
+  CpuDevice device;
   std::string error;
-  EXPECT_FALSE(executor.initialize(error));
-  EXPECT_EQ(error, "the plan is for 2 ranks but the run has 1");
+  EXPECT_FALSE(Optimizer::create(plan, comm, device, {}, error));
+  EXPECT_EQ(error, "the plan is for 2 ranks but the communicator has 1");
+}
+
+TEST(Optimizer, BindingErrorsChangeNothing) {
+  Plan plan = smallModel();
+  SingleRankCommunicator comm;
+  CpuDevice device;
+  std::unique_ptr<Optimizer> opt = makeOptimizer(plan, comm, device);
+  std::string error;
+  std::vector<float> values(96, 1.0f), grads(96, 0.5f);
+  EXPECT_FALSE(opt->bind("nope", values.data(), grads.data(), DType::F32, 96,
+                         error));
+  EXPECT_EQ(error, "no parameter named 'nope' in the plan");
+  EXPECT_FALSE(opt->bind("w", values.data(), grads.data(), DType::BF16, 96,
+                         error));
+  EXPECT_EQ(error, "parameter 'w' is stored as f32 in the plan, not bf16");
+  EXPECT_FALSE(opt->bind("w", values.data(), grads.data(), DType::F32, 95,
+                         error));
+  EXPECT_EQ(error, "parameter 'w': rank 0 holds 96 elements of it, not 95");
+  ASSERT_TRUE(opt->bind("w", values.data(), grads.data(), DType::F32, 96,
+                        error));
+  // A step before every parameter is bound: an error, nothing changes.
+  StepResult result;
+  EXPECT_FALSE(opt->step(result, error));
+  EXPECT_EQ(error, "rank 0 has not bound every parameter it holds; nothing "
+                   "was changed (this rank has not bound 'stack')");
+  EXPECT_EQ(values, std::vector<float>(96, 1.0f));
+  EXPECT_EQ(opt->stepsTaken(), 0);
+}
+
+TEST(Optimizer, AssignmentsNameTheMatrices) {
+  Plan plan = fsdpModel();
+  LocalWorld world(4);
+  std::vector<std::map<int64_t, std::vector<std::string>>> seen(4);
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < 4; ++r)
+    ranks.emplace_back([&, r] {
+      LocalCommunicator comm(world, r);
+      CpuDevice device;
+      std::string error;
+      auto opt = Optimizer::create(plan, comm, device, {10.0}, error);
+      if (opt) {
+        seen[r] = opt->assignments();
+        EXPECT_EQ(opt->currentRank(), r);
+        EXPECT_EQ(opt->param("w")->box[0].begin, 2 * r);
+      }
+    });
+  for (std::thread &t : ranks)
+    t.join();
+  std::map<int64_t, std::vector<std::string>> expected = {
+      {0, {}}, {1, {}}, {2, {"w"}}, {3, {}}};
+  for (int64_t r = 0; r < 4; ++r)
+    EXPECT_EQ(seen[r], expected);
 }
 
 /// One 8x4 Muon matrix FSDP-split over four ranks, owned by rank 2, and a
@@ -268,40 +368,37 @@ TEST(LocalCommunicator, ThreadsRunAPlanLikeOneDevice) {
   for (int64_t r = 0; r < 4; ++r)
     ranks.emplace_back([&, r] {
       LocalCommunicator comm(world, r);
-      StepExecutor executor(plan, comm, {10.0});
-      if (!executor.initialize(errors[r]))
+      CpuDevice device;
+      auto opt = Optimizer::create(plan, comm, device, {10.0}, errors[r]);
+      if (!opt)
         return;
-      SyntheticModel model(executor, 11, {1, 1});
+      SyntheticModel model(*opt, device, 11, {1, 1});
       for (int64_t s = 0; s < steps; ++s) {
         model.makeGradients(s, 1, {});
         StepResult result;
-        if (!executor.step(result, errors[r]))
+        if (!opt->step(result, errors[r]))
           return;
       }
-      for (size_t i = 0; i < plan.params.size(); ++i)
-        forEachElement(plan.params[i].layout.shape, executor.localBox(i),
+      for (size_t i = 0; i < plan.params.size(); ++i) {
+        std::vector<float> piece = model.values(i);
+        forEachElement(plan.params[i].layout.shape, opt->params()[i].box,
                        [&](int64_t local, int64_t global) {
-                         distributed[i][global] = model.values(i)[local];
+                         distributed[i][global] = piece[local];
                        });
+      }
     });
   for (std::thread &t : ranks)
     t.join();
   for (const std::string &e : errors)
     ASSERT_EQ(e, "");
 
-  Plan ref = referencePlan(plan);
-  SingleRankCommunicator self;
-  StepExecutor executor(ref, self);
+  CpuDevice device;
+  std::vector<std::vector<float>> reference;
   std::string error;
-  ASSERT_TRUE(executor.initialize(error)) << error;
-  SyntheticModel model(executor, 11, {1, 1});
-  for (int64_t s = 0; s < steps; ++s) {
-    model.makeGradients(s, 1, {});
-    StepResult result;
-    ASSERT_TRUE(executor.step(result, error)) << error;
-  }
+  ASSERT_TRUE(runReference(plan, device, 11, steps, 1, {}, reference, error))
+      << error;
   for (size_t i = 0; i < plan.params.size(); ++i)
-    EXPECT_EQ(distributed[i], model.values(i)) << plan.params[i].name;
+    EXPECT_EQ(distributed[i], reference[i]) << plan.params[i].name;
 }
 
 TEST(LocalCommunicator, AStalledPeerTimesOut) {

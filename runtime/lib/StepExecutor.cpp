@@ -2,11 +2,8 @@
 #include "muon/Runtime/StepExecutor.h"
 
 #include "muon/Plan/PlanFile.h"
-#include "muon/Runtime/Kernels.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <limits>
 
 namespace muon::runtime {
@@ -21,17 +18,27 @@ uint64_t planHash(const Plan &plan) {
 }
 
 StepExecutor::StepExecutor(const Plan &plan, Communicator &comm,
-                           ExecutorOptions options)
-    : planRef(plan), comm(comm), options(options) {}
+                           Device &device, ExecutorOptions options)
+    : planRef(plan), comm(comm), device(device), options(options) {}
+
+DeviceBuffer StepExecutor::allocate(int64_t bytes, const char *what,
+                                    std::string &error) {
+  DeviceBuffer buffer(device, bytes);
+  if (!buffer.ok() && error.empty())
+    error = std::string("the ") + device.name() + " device has no room for " +
+            what + " (" + std::to_string(bytes) + " bytes)";
+  return buffer;
+}
 
 bool StepExecutor::initialize(std::string &error) {
   const Plan &plan = planRef;
-  rank = comm.rank();
+  myRank = comm.rank();
   if (comm.size() != plan.worldSize) {
     error = "the plan is for " + std::to_string(plan.worldSize) +
             " ranks but the run has " + std::to_string(comm.size());
     return false;
   }
+  wire = parseDType(plan.wireDtype).value_or(DType::F32);
   // Every rank must execute the same plan: exchanges are collectives, and
   // a rank with another plan would pair wrong buffers or wait forever.
   std::vector<uint64_t> hashes;
@@ -50,11 +57,13 @@ bool StepExecutor::initialize(std::string &error) {
     return false;
   }
 
-  locals.assign(plan.params.size(), {});
-  std::vector<int64_t> coords = plan.mesh.coordsOfRank(rank);
+  locals.clear();
+  locals.resize(plan.params.size());
+  std::vector<int64_t> coords = plan.mesh.coordsOfRank(myRank);
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const PlanParam &p = plan.params[i];
     LocalParam &local = locals[i];
+    local.dtype = parseDType(p.dtype).value_or(DType::F32);
     if (!p.layout.inSubmesh(coords))
       continue;
     local.box = p.layout.localBox(plan.mesh, coords);
@@ -71,21 +80,26 @@ bool StepExecutor::initialize(std::string &error) {
     }
     if (!local.elements)
       continue;
+    int64_t bytes = local.elements * 4;
     if (p.muon) {
-      local.momentum.assign(local.elements, 0.0f);
-      local.update.assign(local.elements, 0.0f);
-      local.orthogonalized.assign(local.elements, 0.0f);
+      local.momentum = allocate(bytes, "momentum", error);
+      local.update = allocate(bytes, "updates", error);
+      local.orthogonalized = allocate(bytes, "updates", error);
     } else {
-      local.expAvg.assign(local.elements, 0.0f);
-      local.expAvgSq.assign(local.elements, 0.0f);
+      local.expAvg = allocate(bytes, "AdamW moments", error);
+      local.expAvgSq = allocate(bytes, "AdamW moments", error);
+      if (p.layout.isPartial())
+        local.summedGrad = allocate(bytes, "summed gradients", error);
     }
+    if (!error.empty())
+      return false;
   }
   views.clear();
   for (const Exchange &ex : plan.exchanges)
-    views.push_back(rankExchangeView(ex, rank));
+    views.push_back(rankExchangeView(ex, myRank));
   batchesByRound.assign(plan.rounds.size(), {});
-  if (rank < static_cast<int64_t>(plan.nsBatches.size()))
-    for (const NsBatch &b : plan.nsBatches[rank])
+  if (myRank < static_cast<int64_t>(plan.nsBatches.size()))
+    for (const NsBatch &b : plan.nsBatches[myRank])
       if (b.round >= 0 && b.round < static_cast<int64_t>(plan.rounds.size()))
         batchesByRound[b.round].push_back(&b);
   return true;
@@ -100,10 +114,24 @@ int64_t StepExecutor::localElements(int64_t param) const {
 int64_t StepExecutor::localSummand(int64_t param) const {
   return locals[param].summand;
 }
+DType StepExecutor::dtype(int64_t param) const { return locals[param].dtype; }
 
-void StepExecutor::bind(int64_t param, float *values, const float *grad) {
+void StepExecutor::bind(int64_t param, void *values, const void *grad) {
   locals[param].values = values;
   locals[param].grad = grad;
+}
+
+bool StepExecutor::allBound() const {
+  for (const LocalParam &local : locals)
+    if (local.elements && (!local.values || !local.grad))
+      return false;
+  return true;
+}
+
+StepExecutor::State StepExecutor::state(int64_t param) {
+  LocalParam &local = locals[param];
+  return {local.momentum.floats(), local.expAvg.floats(),
+          local.expAvgSq.floats(), &local.adamwStep};
 }
 
 StepExecutor::Piece StepExecutor::piece(int64_t k) const {
@@ -134,51 +162,30 @@ StepExecutor::Piece StepExecutor::piece(int64_t k) const {
   return piece;
 }
 
-namespace {
-/// Writes / reads floats in the wire dtype.
-struct Wire {
-  int64_t bytes = 4;
-  void put(const float *src, int64_t n, char *dst) const {
-    if (bytes == 4) {
-      std::memcpy(dst, src, n * 4);
-      return;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t h = toBf16Bits(src[i]);
-      std::memcpy(dst + 2 * i, &h, 2);
-    }
-  }
-  float get(const char *src, int64_t i) const {
-    if (bytes == 4) {
-      float v;
-      std::memcpy(&v, src + 4 * i, 4);
-      return v;
-    }
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    return fromBf16Bits(h);
-  }
-  /// What a value is after a trip through the wire.
-  float round(float v) const { return bytes == 4 ? v : roundToBf16(v); }
-};
-} // namespace
-
-std::vector<float> &StepExecutor::fullMatrix(int64_t k) {
+float *StepExecutor::fullMatrix(int64_t k, std::string &error) {
   auto it = full.find(k);
   if (it != full.end())
-    return it->second;
+    return it->second.floats();
   const PlanMatrix &m = planRef.matrices[k];
-  std::vector<float> &matrix = full[k];
-  matrix.assign(m.rows * m.cols, 0.0f);
+  DeviceBuffer buffer = allocate(m.rows * m.cols * 4, "a gathered matrix", error);
+  if (!buffer.ok())
+    return nullptr;
+  float *matrix = buffer.floats();
+  full[k] = std::move(buffer);
   // The owner's own piece enters as if it had crossed the wire, so that the
   // values Newton-Schulz sees do not depend on who holds what.
   Piece own = piece(k);
   if (own.offset >= 0) {
-    Wire wire{planRef.wireBytes};
-    const float *src = locals[m.paramIndex].update.data() + own.offset;
-    for (int64_t r = own.rows.begin; r < own.rows.end; ++r)
-      for (int64_t c = own.cols.begin; c < own.cols.end; ++c)
-        matrix[r * m.cols + c] += wire.round(*src++);
+    BoxCopy c;
+    c.src = locals[m.paramIndex].update.floats() + own.offset;
+    c.srcStride = own.cols.size();
+    c.dst = matrix + own.rows.begin * m.cols + own.cols.begin;
+    c.dstStride = m.cols;
+    c.rows = own.rows.size();
+    c.cols = own.cols.size();
+    c.through = wire;
+    c.accumulate = true;
+    device.copyBox(c);
   }
   return matrix;
 }
@@ -201,48 +208,58 @@ std::string StepExecutor::describeExchange(int64_t index) const {
 bool StepExecutor::startExchange(int64_t index, std::string &error) {
   const Exchange &ex = planRef.exchanges[index];
   const RankExchangeView &view = views[index];
-  Wire wire{planRef.wireBytes};
+  const int64_t width = dtypeBytes(wire);
   InFlight &flight = inFlight[index];
-  flight.send.assign(view.sendElements * wire.bytes, 0);
-  flight.recv.assign(view.recvElements * wire.bytes, 0);
+  flight.send = allocate(view.sendElements * width, "exchange buffers", error);
+  flight.recv = allocate(view.recvElements * width, "exchange buffers", error);
+  if (!error.empty())
+    return false;
+  char *sendBytes = static_cast<char *>(flight.send.data());
   for (const PeerSlice &slice : view.send) {
-    char *out = flight.send.data() + slice.offset * wire.bytes;
+    int64_t at = slice.offset; // in wire elements
     for (int64_t ti : slice.transfers) {
+      BoxCopy c;
+      c.dst = sendBytes + at * width;
+      c.dstType = wire;
       if (ex.phase == Exchange::Phase::Reduce) {
+        // This rank's summand of an AdamW piece, for a holder of another.
         const Reduction &red = ex.reductions[ti];
         const LocalParam &local = locals[red.param];
-        wire.put(local.grad, red.elements, out);
-        out += red.elements * wire.bytes;
+        c.src = local.grad;
+        c.srcType = local.dtype;
+        c.rows = 1;
+        c.cols = red.elements;
+        device.copyBox(c);
+        at += red.elements;
         continue;
       }
       const Transfer &t = ex.transfers[ti];
       const PlanMatrix &m = planRef.matrices[t.matrix];
-      const int64_t width = t.cols.size();
+      c.rows = t.rows.size();
+      c.cols = t.cols.size();
+      c.dstStride = c.cols;
       if (ex.phase == Exchange::Phase::Gather) {
         // A box of this rank's momentum-updated piece, for the owner.
         Piece from = piece(t.matrix);
-        const float *base = locals[m.paramIndex].update.data() + from.offset;
-        for (int64_t r = t.rows.begin; r < t.rows.end; ++r) {
-          wire.put(base + (r - from.rows.begin) * from.cols.size() +
-                       (t.cols.begin - from.cols.begin),
-                   width, out);
-          out += width * wire.bytes;
-        }
+        c.src = locals[m.paramIndex].update.floats() + from.offset +
+                (t.rows.begin - from.rows.begin) * from.cols.size() +
+                (t.cols.begin - from.cols.begin);
+        c.srcStride = from.cols.size();
       } else {
         // A holder's new piece, cut from the orthogonalized matrix.
-        const std::vector<float> &matrix = full.at(t.matrix);
-        for (int64_t r = t.rows.begin; r < t.rows.end; ++r) {
-          wire.put(matrix.data() + r * m.cols + t.cols.begin, width, out);
-          out += width * wire.bytes;
-        }
+        c.src = full.at(t.matrix).floats() + t.rows.begin * m.cols +
+                t.cols.begin;
+        c.srcStride = m.cols;
       }
+      device.copyBox(c);
+      at += t.elements();
     }
   }
   AllToAllV call;
   int64_t world = planRef.worldSize;
   call.sendBuffer = flight.send.data();
   call.recvBuffer = flight.recv.data();
-  call.elementBytes = wire.bytes;
+  call.elementBytes = width;
   call.sendCounts.assign(world, 0);
   call.sendOffsets.assign(world, 0);
   call.recvCounts.assign(world, 0);
@@ -250,19 +267,21 @@ bool StepExecutor::startExchange(int64_t index, std::string &error) {
   for (const PeerSlice &s : view.send) {
     call.sendCounts[s.peer] = s.elements;
     call.sendOffsets[s.peer] = s.offset;
-    lastCounters.bytesSent += s.elements * wire.bytes;
+    lastCounters.bytesSent += s.elements * width;
   }
   for (const PeerSlice &s : view.recv) {
     call.recvCounts[s.peer] = s.elements;
     call.recvOffsets[s.peer] = s.offset;
-    lastCounters.bytesReceived += s.elements * wire.bytes;
+    lastCounters.bytesReceived += s.elements * width;
   }
   // The scattered matrices are packed: their buffers are free now, which
   // is what the schedule's memory budget assumes.
   if (ex.phase == Exchange::Phase::Scatter)
     for (int64_t k : planRef.rounds[ex.round])
-      if (planRef.matrices[k].owner == rank)
+      if (planRef.matrices[k].owner == myRank)
         full.erase(k);
+  // The device's copies must be complete before the transport reads.
+  device.synchronize();
   if (!comm.start(call, flight.pending, error)) {
     error = "starting " + describeExchange(index) + ": " + error;
     return false;
@@ -278,51 +297,73 @@ bool StepExecutor::finishExchange(int64_t index, std::string &error) {
   }
   const Exchange &ex = planRef.exchanges[index];
   const RankExchangeView &view = views[index];
-  Wire wire{planRef.wireBytes};
+  const int64_t width = dtypeBytes(wire);
+  const char *recvBytes = static_cast<const char *>(flight.recv.data());
   if (ex.phase == Exchange::Phase::Reduce) {
     // Each AdamW piece's gradient is the sum of its summands, added in
     // summand order (so a replicated holder and the reference agree).
-    std::map<int64_t, std::vector<std::pair<int64_t, const char *>>> parts;
+    std::map<int64_t, std::vector<std::pair<int64_t, BoxCopy>>> parts;
     for (const PeerSlice &slice : view.recv) {
-      const char *in = flight.recv.data() + slice.offset * wire.bytes;
+      int64_t at = slice.offset;
       for (int64_t ti : slice.transfers) {
         const Reduction &red = ex.reductions[ti];
-        parts[red.param].push_back({red.summand, in});
-        in += red.elements * wire.bytes;
+        BoxCopy c;
+        c.src = recvBytes + at * width;
+        c.srcType = wire;
+        c.rows = 1;
+        c.cols = red.elements;
+        parts[red.param].push_back({red.summand, c});
+        at += red.elements;
       }
     }
     for (auto &[param, received] : parts) {
       LocalParam &local = locals[param];
-      std::vector<char> own(local.elements * wire.bytes);
-      wire.put(local.grad, local.elements, own.data());
-      received.push_back({local.summand, own.data()});
+      // The rank's own summand, as if it had crossed the wire.
+      BoxCopy own;
+      own.src = local.grad;
+      own.srcType = local.dtype;
+      own.rows = 1;
+      own.cols = local.elements;
+      own.through = wire;
+      received.push_back({local.summand, own});
       std::sort(received.begin(), received.end(),
                 [](auto &a, auto &b) { return a.first < b.first; });
-      local.summedGrad.assign(local.elements, 0.0f);
-      for (auto &[summand, data] : received)
-        for (int64_t e = 0; e < local.elements; ++e)
-          local.summedGrad[e] += wire.get(data, e);
+      device.zero(local.summedGrad.data(), local.elements * 4);
+      for (auto &[summand, c] : received) {
+        c.dst = local.summedGrad.data();
+        c.accumulate = true;
+        device.copyBox(c);
+      }
+      local.summed = true;
     }
   } else {
     for (const PeerSlice &slice : view.recv) {
-      const char *in = flight.recv.data() + slice.offset * wire.bytes;
-      int64_t at = 0;
+      int64_t at = slice.offset;
       for (int64_t ti : slice.transfers) {
         const Transfer &t = ex.transfers[ti];
         const PlanMatrix &m = planRef.matrices[t.matrix];
+        BoxCopy c;
+        c.src = recvBytes + at * width;
+        c.srcType = wire;
+        c.srcStride = t.cols.size();
+        c.rows = t.rows.size();
+        c.cols = t.cols.size();
         if (ex.phase == Exchange::Phase::Gather) {
-          std::vector<float> &matrix = fullMatrix(t.matrix);
-          for (int64_t r = t.rows.begin; r < t.rows.end; ++r)
-            for (int64_t c = t.cols.begin; c < t.cols.end; ++c)
-              matrix[r * m.cols + c] += wire.get(in, at++);
+          float *matrix = fullMatrix(t.matrix, error);
+          if (!matrix)
+            return false;
+          c.dst = matrix + t.rows.begin * m.cols + t.cols.begin;
+          c.dstStride = m.cols;
+          c.accumulate = true;
         } else {
           Piece to = piece(t.matrix);
-          float *base = locals[m.paramIndex].orthogonalized.data() + to.offset;
-          for (int64_t r = t.rows.begin; r < t.rows.end; ++r)
-            for (int64_t c = t.cols.begin; c < t.cols.end; ++c)
-              base[(r - to.rows.begin) * to.cols.size() + (c - to.cols.begin)] =
-                  wire.get(in, at++);
+          c.dst = locals[m.paramIndex].orthogonalized.floats() + to.offset +
+                  (t.rows.begin - to.rows.begin) * to.cols.size() +
+                  (t.cols.begin - to.cols.begin);
+          c.dstStride = to.cols.size();
         }
+        device.copyBox(c);
+        at += t.elements();
       }
     }
   }
@@ -330,26 +371,33 @@ bool StepExecutor::finishExchange(int64_t index, std::string &error) {
   return true;
 }
 
-void StepExecutor::runNewtonSchulz(int64_t round) {
-  Wire wire{planRef.wireBytes};
+bool StepExecutor::runNewtonSchulz(int64_t round, std::string &error) {
   for (const NsBatch *batch : batchesByRound[round])
     for (int64_t k : batch->matrices) {
       const PlanMatrix &m = planRef.matrices[k];
-      std::vector<float> &matrix = fullMatrix(k);
+      float *matrix = fullMatrix(k, error);
+      if (!matrix)
+        return false;
       lastCounters.nsFlops +=
-          newtonSchulz(matrix.data(), m.rows, m.cols, planRef.muon.coefficients,
-                       planRef.muon.eps, workspace);
+          device.newtonSchulz(matrix, m.rows, m.cols,
+                              planRef.muon.coefficients, planRef.muon.eps);
       // Keep the exchanges in flight moving between matrices.
       comm.progress();
       // The orthogonalizing rank's own piece, as a holder would receive it.
       Piece own = piece(k);
       if (own.offset < 0)
         continue;
-      float *dst = locals[m.paramIndex].orthogonalized.data() + own.offset;
-      for (int64_t r = own.rows.begin; r < own.rows.end; ++r)
-        for (int64_t c = own.cols.begin; c < own.cols.end; ++c)
-          *dst++ = wire.round(matrix[r * m.cols + c]);
+      BoxCopy c;
+      c.src = matrix + own.rows.begin * m.cols + own.cols.begin;
+      c.srcStride = m.cols;
+      c.dst = locals[m.paramIndex].orthogonalized.floats() + own.offset;
+      c.dstStride = own.cols.size();
+      c.rows = own.rows.size();
+      c.cols = own.cols.size();
+      c.through = wire;
+      device.copyBox(c);
     }
+  return true;
 }
 
 void StepExecutor::applyRound(int64_t round) {
@@ -360,9 +408,10 @@ void StepExecutor::applyRound(int64_t round) {
       continue;
     const PlanMatrix &m = planRef.matrices[k];
     LocalParam &local = locals[m.paramIndex];
-    applyMuonUpdate(local.values + own.offset,
-                    local.orthogonalized.data() + own.offset, own.elements(),
-                    planRef.muon, adjustedLr(planRef.muon, m.rows, m.cols));
+    device.applyUpdate(
+        static_cast<char *>(local.values) + own.offset * dtypeBytes(local.dtype),
+        local.dtype, local.orthogonalized.floats() + own.offset,
+        own.elements(), planRef.muon, adjustedLr(planRef.muon, m.rows, m.cols));
   }
 }
 
@@ -372,11 +421,12 @@ void StepExecutor::runAdamW() {
     if (planRef.params[i].muon || !local.elements)
       continue;
     // Summed by this step's reduce when the gradient has several summands.
-    const float *grad =
-        local.summedGrad.empty() ? local.grad : local.summedGrad.data();
+    const void *grad = local.summed ? local.summedGrad.data() : local.grad;
+    DType gradType = local.summed ? DType::F32 : local.dtype;
     ++local.adamwStep;
-    adamwUpdate(local.values, grad, local.expAvg.data(), local.expAvgSq.data(),
-                local.elements, planRef.adamw, local.adamwStep);
+    device.adamw(local.values, local.dtype, grad, gradType,
+                 local.expAvg.floats(), local.expAvgSq.floats(),
+                 local.elements, planRef.adamw, local.adamwStep);
   }
 }
 
@@ -384,28 +434,36 @@ bool StepExecutor::step(StepResult &result, std::string &error) {
   lastCounters = {};
   result = {};
   for (LocalParam &local : locals)
-    local.summedGrad.clear();
-  // Non-finite gradients anywhere skip the step everywhere, before any
-  // state changes.
+    local.summed = false;
+  // One agreement before any state changes: every rank bound its storage
+  // (-1 anywhere: not), and no gradient holds NaN or Inf (the first bad
+  // parameter anywhere).
   const int64_t none = std::numeric_limits<int64_t>::max();
-  int64_t bad = none;
-  for (size_t i = 0; i < locals.size() && bad == none; ++i)
-    for (int64_t e = 0; e < locals[i].elements; ++e)
-      if (!std::isfinite(locals[i].grad[e])) {
-        bad = static_cast<int64_t>(i);
-        break;
-      }
-  int64_t firstBad = none;
-  if (!comm.allReduceMin(bad, firstBad, options.timeoutSeconds, error)) {
+  int64_t mine = allBound() ? none : -1;
+  for (size_t i = 0; i < locals.size() && mine == none; ++i)
+    if (locals[i].elements &&
+        !device.allFinite(locals[i].grad, locals[i].dtype, locals[i].elements))
+      mine = static_cast<int64_t>(i);
+  int64_t first = none;
+  if (!comm.allReduceMin(mine, first, options.timeoutSeconds, error)) {
     error = "checking gradients for NaN/Inf: " + error;
     return false;
   }
-  if (firstBad != none) {
-    int64_t badRank = none;
-    if (!comm.allReduceMin(bad == firstBad ? rank : none, badRank,
+  if (first == -1) {
+    int64_t unbound = none;
+    if (!comm.allReduceMin(mine == -1 ? myRank : none, unbound,
                            options.timeoutSeconds, error))
       return false;
-    result.nonFiniteParam = firstBad;
+    error = "rank " + std::to_string(unbound) +
+            " has not bound every parameter it holds; nothing was changed";
+    return false;
+  }
+  if (first != none) {
+    int64_t badRank = none;
+    if (!comm.allReduceMin(mine == first ? myRank : none, badRank,
+                           options.timeoutSeconds, error))
+      return false;
+    result.nonFiniteParam = first;
     result.nonFiniteRank = badRank;
     return true;
   }
@@ -416,9 +474,10 @@ bool StepExecutor::step(StepResult &result, std::string &error) {
     case Kind::Momentum:
       for (size_t i = 0; i < locals.size(); ++i)
         if (planRef.params[i].muon && locals[i].elements)
-          momentumUpdate(locals[i].grad, locals[i].momentum.data(),
-                         locals[i].update.data(), locals[i].elements,
-                         planRef.muon);
+          device.momentum(locals[i].grad, locals[i].dtype,
+                          locals[i].momentum.floats(),
+                          locals[i].update.floats(), locals[i].elements,
+                          planRef.muon);
       break;
     case Kind::Start:
       if (!startExchange(s.index, error))
@@ -429,7 +488,8 @@ bool StepExecutor::step(StepResult &result, std::string &error) {
         return false;
       break;
     case Kind::NewtonSchulz:
-      runNewtonSchulz(s.index);
+      if (!runNewtonSchulz(s.index, error))
+        return false;
       break;
     case Kind::ApplyUpdate:
       applyRound(s.index);
@@ -440,6 +500,7 @@ bool StepExecutor::step(StepResult &result, std::string &error) {
     }
   }
   full.clear();
+  device.synchronize();
   result.applied = true;
   return true;
 }

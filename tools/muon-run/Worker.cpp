@@ -4,9 +4,10 @@
 
 #include "muon/Plan/Report.h"
 #include "muon/Support/OutputFile.h"
-#include "muon/Runtime/MpiCommunicator.h"
-#include "muon/Runtime/NewtonSchulz.h"
-#include "muon/Runtime/Synthetic.h"
+#include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Runtime/Cpu/MpiCommunicator.h"
+#include "muon/Runtime/Optimizer.h"
+#include "muon/Runtime/Testing/Synthetic.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -133,33 +134,10 @@ Verification compare(const Plan &plan,
   return v;
 }
 
-/// Runs the single-device reference of `plan` for the same steps; `values`
-/// gets every parameter, whole.
-bool runReference(const Plan &plan, const RunFlags &flags,
-                  const std::vector<int64_t> &summands,
-                  const std::vector<NonFiniteInjection> &nonFinite,
-                  std::vector<std::vector<float>> &values, std::string &error) {
-  Plan ref = referencePlan(plan);
-  SingleRankCommunicator self;
-  StepExecutor executor(ref, self);
-  if (!executor.initialize(error))
-    return false;
-  SyntheticModel model(executor, flags.seed, summands);
-  for (int64_t s = 0; s < flags.steps; ++s) {
-    model.makeGradients(s, flags.microBatches, nonFinite);
-    StepResult result;
-    if (!executor.step(result, error))
-      return false;
-  }
-  values.clear();
-  for (size_t i = 0; i < ref.params.size(); ++i)
-    values.push_back(model.values(i));
-  return true;
-}
-
 } // namespace
 
-static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm);
+static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm,
+                   Device &device);
 
 int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
   // A crash ends the rank at once, so that mpirun notices and ends the run:
@@ -176,10 +154,12 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
     std::_Exit(kRunFailed);
   });
   MpiCommunicator comm(argc, argv);
-  return runRank(plan, flags, comm);
+  cpu::CpuDevice device;
+  return runRank(plan, flags, comm, device);
 }
 
-static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm) {
+static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm,
+                   Device &device) {
   const int64_t rank = comm.rank();
   const bool lead = rank == 0;
   auto fail = [&](const std::string &message) {
@@ -192,7 +172,7 @@ static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm) {
            " (use -np " + std::to_string(plan.worldSize) + ")");
     return 2;
   }
-  setBlasThreads(static_cast<int>(flags.blasThreads));
+  cpu::setBlasThreads(static_cast<int>(flags.blasThreads));
   std::vector<NonFiniteInjection> nonFinite;
   for (const Fault &f : flags.faults) {
     if (f.kind == Fault::Kind::NonFinite)
@@ -203,18 +183,19 @@ static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm) {
       plan.muon.lr *= 2;
   }
 
-  ExecutorOptions options;
+  OptimizerOptions options;
   options.timeoutSeconds = flags.timeoutSeconds;
-  StepExecutor executor(plan, comm, options);
   std::string error;
-  if (!executor.initialize(error)) {
+  std::unique_ptr<Optimizer> optimizer =
+      Optimizer::create(plan, comm, device, options, error);
+  if (!optimizer) {
     // Every rank sees the same start-up result: all leave with 2.
     if (lead)
       fail(error);
     return 2;
   }
   std::vector<int64_t> summands = summandCounts(plan);
-  SyntheticModel model(executor, flags.seed, summands);
+  SyntheticModel model(*optimizer, device, flags.seed, summands);
 
   RankRun run;
   std::vector<int64_t> skipped;
@@ -236,7 +217,7 @@ static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm) {
     model.makeGradients(s, flags.microBatches, nonFinite);
     auto start = std::chrono::steady_clock::now();
     StepResult result;
-    if (!executor.step(result, error)) {
+    if (!optimizer->step(result, error)) {
       fail(error);
       comm.abort(kRunFailed);
     }
@@ -260,11 +241,11 @@ static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm) {
     for (const Fault &f : flags.faults)
       if (f.kind == Fault::Kind::Corrupt && f.rank == rank && f.step == s)
         for (size_t i = 0; i < plan.params.size(); ++i)
-          if (!model.values(i).empty()) {
-            model.values(i)[0] += 1e-3f; // what a lost update looks like
+          if (optimizer->params()[i].elements) {
+            model.perturb(i, 1e-3f); // what a lost update looks like
             break;
           }
-    const StepCounters &c = executor.counters();
+    const StepCounters &c = optimizer->counters();
     if (counted && (c.bytesSent != counted->bytesSent ||
                     c.bytesReceived != counted->bytesReceived ||
                     c.nsFlops != counted->nsFlops))
@@ -290,7 +271,10 @@ static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm) {
   if (flags.verify) {
     std::vector<char> mine;
     for (size_t i = 0; i < plan.params.size(); ++i)
-      append(mine, model.values(i).data(), model.values(i).size());
+    {
+      std::vector<float> piece = model.values(i);
+      append(mine, piece.data(), piece.size());
+    }
     if (!comm.gatherToRoot(mine, pieces, flags.timeoutSeconds, error)) {
       fail("collecting parameters to verify: " + error);
       comm.abort(kRunFailed);
@@ -364,7 +348,8 @@ static int runRank(Plan &plan, const RunFlags &flags, MpiCommunicator &comm) {
   std::optional<Verification> verification;
   if (flags.verify) {
     std::vector<std::vector<float>> reference;
-    if (!runReference(plan, flags, summands, nonFinite, reference, error)) {
+    if (!runReference(plan, device, flags.seed, flags.steps,
+                      flags.microBatches, nonFinite, reference, error)) {
       fail("single-device reference: " + error);
       return kRunFailed;
     }

@@ -21,7 +21,7 @@
 
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Report.h"
-#include "muon/Runtime/MpiCommunicator.h"
+#include "muon/Runtime/Cpu/MpiCommunicator.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/OutputFile.h"
 

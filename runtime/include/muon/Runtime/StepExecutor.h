@@ -6,12 +6,11 @@
 // Newton-Schulz on owned matrices, scatters of the new pieces, weight decay
 // and the adjusted-lr update, and AdamW on summed gradients. Exchanges are
 // started and waited for exactly where the schedule says, so they overlap
-// the Newton-Schulz batches scheduled between them.
+// the Newton-Schulz batches scheduled between them. All memory and
+// computation go through a Device; all traffic through a Communicator.
 //
-// The caller binds each local piece's parameter values and gradient (f32,
-// row-major over the piece's box) and calls step() once gradients are ready.
-// A step whose gradients hold NaN or Inf anywhere on any rank changes
-// nothing.
+// Trainers use it through Optimizer (Optimizer.h), which adds binding by
+// name, checks and checkpoints.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_STEPEXECUTOR_H
@@ -19,7 +18,7 @@
 
 #include "muon/Plan/Plan.h"
 #include "muon/Runtime/Communicator.h"
-#include "muon/Runtime/NewtonSchulz.h"
+#include "muon/Runtime/Device.h"
 
 #include <cstdint>
 #include <map>
@@ -49,12 +48,13 @@ struct ExecutorOptions {
 
 class StepExecutor {
 public:
-  StepExecutor(const Plan &plan, Communicator &comm,
+  StepExecutor(const Plan &plan, Communicator &comm, Device &device,
                ExecutorOptions options = {});
 
   /// Checks that the plan fits the communicator and that every rank holds
   /// the same plan (a hash exchanged at start-up; mismatching ranks are
-  /// named), and lays out the local pieces. Collective: every rank calls it.
+  /// named), lays out the local pieces and allocates the optimizer state.
+  /// Collective: every rank calls it.
   bool initialize(std::string &error);
 
   /// This rank's piece of parameter `param`: its box in the global tensor,
@@ -63,31 +63,49 @@ public:
   int64_t localElements(int64_t param) const;
   /// The partial summand of the gradient this rank holds (0 if none).
   int64_t localSummand(int64_t param) const;
+  /// The storage type of parameter `param` (the plan's dtype).
+  DType dtype(int64_t param) const;
 
-  /// Binds the piece's storage; both outlive the executor's steps.
-  void bind(int64_t param, float *values, const float *grad);
+  /// Binds the piece's storage (device memory, `dtype(param)`, row-major
+  /// over the box); both outlive the executor's steps.
+  void bind(int64_t param, void *values, const void *grad);
+  /// Whether every parameter this rank holds is bound.
+  bool allBound() const;
 
   /// One optimizer step. Returns false with `error` on a fatal problem (a
-  /// peer that does not answer in time, a transport failure); a skipped
-  /// step for non-finite gradients is not an error (see `result`).
+  /// peer that does not answer in time, a transport failure, a rank with
+  /// unbound parameters, memory the device cannot give); a skipped step for
+  /// non-finite gradients is not an error (see `result`). Collective.
   bool step(StepResult &result, std::string &error);
 
   const StepCounters &counters() const { return lastCounters; }
   const Plan &plan() const { return planRef; }
+  int64_t rank() const { return myRank; }
+
+  /// The optimizer state of parameter `param`'s piece, for checkpoints:
+  /// Muon momentum, or the AdamW moments and step count.
+  struct State {
+    float *momentum = nullptr;              // Muon
+    float *expAvg = nullptr, *expAvgSq = nullptr; // AdamW
+    int64_t *adamwStep = nullptr;
+  };
+  State state(int64_t param);
 
 private:
   struct LocalParam {
     std::vector<Range> box;
     int64_t elements = 0;
     int64_t summand = 0;
-    float *values = nullptr;
-    const float *grad = nullptr;
-    std::vector<float> momentum, update, orthogonalized; // Muon
-    std::vector<float> expAvg, expAvgSq, summedGrad;     // AdamW
+    DType dtype = DType::F32;
+    void *values = nullptr;
+    const void *grad = nullptr;
+    DeviceBuffer momentum, update, orthogonalized; // Muon
+    DeviceBuffer expAvg, expAvgSq, summedGrad;     // AdamW
+    bool summed = false; // summedGrad holds this step's reduced gradient
     int64_t adamwStep = 0;
   };
   struct InFlight {
-    std::vector<char> send, recv;
+    DeviceBuffer send, recv;
     PendingExchange pending;
   };
 
@@ -100,24 +118,26 @@ private:
     int64_t elements() const { return rows.size() * cols.size(); }
   };
   Piece piece(int64_t k) const;
-  std::vector<float> &fullMatrix(int64_t k);
+  float *fullMatrix(int64_t k, std::string &error);
   bool startExchange(int64_t index, std::string &error);
   bool finishExchange(int64_t index, std::string &error);
-  void runNewtonSchulz(int64_t round);
+  bool runNewtonSchulz(int64_t round, std::string &error);
   void applyRound(int64_t round);
   void runAdamW();
   std::string describeExchange(int64_t index) const;
+  DeviceBuffer allocate(int64_t bytes, const char *what, std::string &error);
 
   const Plan &planRef;
   Communicator &comm;
+  Device &device;
   ExecutorOptions options;
-  int64_t rank = 0;
+  DType wire = DType::F32;
+  int64_t myRank = 0;
   std::vector<LocalParam> locals;
   std::vector<RankExchangeView> views; // per exchange, this rank's side
   std::vector<std::vector<const NsBatch *>> batchesByRound;
-  std::map<int64_t, std::vector<float>> full; // owned matrices being worked
+  std::map<int64_t, DeviceBuffer> full; // owned matrices being worked
   std::map<int64_t, InFlight> inFlight;
-  NsWorkspace workspace;
   StepCounters lastCounters;
 };
 

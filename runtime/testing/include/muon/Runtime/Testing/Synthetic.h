@@ -1,18 +1,20 @@
 //===- Synthetic.h - Deterministic parameters and gradients -----*- C++ -*-===//
 //
-// The synthetic training problem muon-run steps through. An element's value
-// depends only on (seed, parameter name, step, micro-batch, global index,
-// summand), never on the sharding, so every layout of a model (and the
-// single-device reference) sees the same global problem. A parameter with
-// partial axes has one gradient summand per partial coordinate; the summands
-// add up to the gradient the reference sees.
+// The synthetic training problem muon-run steps through, and the
+// single-device reference it is verified against (test support; not part
+// of the runtime a trainer links). An element's value depends only on
+// (seed, parameter name, step, micro-batch, global index, summand), never on
+// the sharding, so every layout of a model (and the single-device reference)
+// sees the same global problem. A parameter with partial axes has one
+// gradient summand per partial coordinate; the summands add up to the
+// gradient the reference sees.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MUON_RUNTIME_SYNTHETIC_H
-#define MUON_RUNTIME_SYNTHETIC_H
+#ifndef MUON_RUNTIME_TESTING_SYNTHETIC_H
+#define MUON_RUNTIME_TESTING_SYNTHETIC_H
 
 #include "muon/Plan/Plan.h"
-#include "muon/Runtime/StepExecutor.h"
+#include "muon/Runtime/Optimizer.h"
 
 #include <cstdint>
 #include <string>
@@ -58,31 +60,39 @@ struct NonFiniteInjection {
   int64_t step = -1;
 };
 
-/// One rank's parameter pieces and gradients for the synthetic problem,
-/// bound to an executor.
+/// One rank's parameter pieces and gradients for the synthetic problem, in
+/// the device's memory and the plan's storage types, bound to an
+/// optimizer.
 class SyntheticModel {
 public:
+  /// Allocates, initializes and binds every piece the rank holds.
   /// `summands[i]`: how many partial summands parameter i's gradient has in
   /// the distributed model (the reference sums them all itself).
-  SyntheticModel(StepExecutor &executor, uint64_t seed,
+  SyntheticModel(Optimizer &optimizer, Device &device, uint64_t seed,
                  std::vector<int64_t> summands);
 
   /// Fills the gradients of `step` (0-based) accumulated over
   /// `microBatches` micro-batches: each micro-batch's gradient is added in
-  /// order, as a training loop accumulates them before the step.
+  /// order (in f32, then stored in the parameter's type), as a training
+  /// loop accumulates them before the step.
   void makeGradients(int64_t step, int64_t microBatches,
                      const std::vector<NonFiniteInjection> &faults);
 
-  const std::vector<float> &values(int64_t param) const {
-    return params[param];
-  }
-  std::vector<float> &values(int64_t param) { return params[param]; }
+  /// The rank's piece of parameter `param`, as f32.
+  std::vector<float> values(int64_t param) const;
+  /// Adds `delta` to the first value the rank holds (fault injection:
+  /// what a lost update looks like).
+  void perturb(int64_t param, float delta);
 
 private:
-  StepExecutor &executor;
+  void store(int64_t param, DeviceBuffer &buffer,
+             const std::vector<float> &host);
+
+  Optimizer &optimizer;
+  Device &device;
   uint64_t seed;
   std::vector<int64_t> summands;
-  std::vector<std::vector<float>> params, grads;
+  std::vector<DeviceBuffer> params, grads;
 };
 
 /// Per parameter, how many partial summands its gradient has: the product
@@ -90,9 +100,16 @@ private:
 std::vector<int64_t> summandCounts(const Plan &plan);
 
 /// The single-device form of a plan: one rank, nothing sharded or partial,
-/// no distributed config, same optimizer settings and wire dtype.
+/// no distributed config, same optimizer settings, storage and wire dtypes.
 Plan referencePlan(const Plan &plan);
+
+/// Runs the single-device reference of `plan` for `steps` steps of the
+/// synthetic problem on `device`; `values` gets every parameter, whole.
+bool runReference(const Plan &plan, Device &device, uint64_t seed,
+                  int64_t steps, int64_t microBatches,
+                  const std::vector<NonFiniteInjection> &faults,
+                  std::vector<std::vector<float>> &values, std::string &error);
 
 } // namespace muon::runtime
 
-#endif // MUON_RUNTIME_SYNTHETIC_H
+#endif // MUON_RUNTIME_TESTING_SYNTHETIC_H

@@ -1,5 +1,5 @@
 //===- MpiCommunicator.cpp - The CPU transport: MPI -----------------------===//
-#include "muon/Runtime/MpiCommunicator.h"
+#include "muon/Runtime/Cpu/MpiCommunicator.h"
 
 #include <mpi.h>
 
@@ -16,6 +16,7 @@ struct MpiCommunicator::State {
   MPI_Comm comm = MPI_COMM_WORLD;
   int rank = 0, size = 1;
   bool ownsInit = false;
+  bool ownsComm = false; // a duplicate of the caller's communicator
   MPI_Datatype twoBytes = MPI_DATATYPE_NULL;
   int64_t nextId = 0;
   struct Call {
@@ -48,8 +49,25 @@ MpiCommunicator::MpiCommunicator(int *argc, char ***argv)
   MPI_Type_commit(&state->twoBytes);
 }
 
+MpiCommunicator::MpiCommunicator(MPI_Comm comm)
+    : state(std::make_unique<State>()) {
+  MPI_Comm_dup(comm, &state->comm);
+  state->ownsComm = true;
+  MPI_Comm_set_errhandler(state->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(state->comm, &state->rank);
+  MPI_Comm_size(state->comm, &state->size);
+  MPI_Type_contiguous(2, MPI_BYTE, &state->twoBytes);
+  MPI_Type_commit(&state->twoBytes);
+}
+
 MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized)
+    return;
   MPI_Type_free(&state->twoBytes);
+  if (state->ownsComm)
+    MPI_Comm_free(&state->comm);
   if (state->ownsInit)
     MPI_Finalize();
 }

@@ -10,6 +10,8 @@
 
 #include "muon/Runtime/Communicator.h"
 
+#include <mpi.h>
+
 #include <memory>
 
 namespace muon::runtime {
@@ -19,6 +21,11 @@ public:
   /// Initializes MPI if nobody has (and finalizes it in the destructor then)
   /// and uses MPI_COMM_WORLD.
   MpiCommunicator(int *argc, char ***argv);
+  /// Runs over any communicator of an MPI the caller initialized (a
+  /// sub-communicator of the trainer's, not only the world). The optimizer's
+  /// traffic goes over a duplicate, so it never matches the trainer's own
+  /// messages. Collective over `comm`.
+  explicit MpiCommunicator(MPI_Comm comm);
   ~MpiCommunicator() override;
 
   int64_t rank() const override;

@@ -1,0 +1,121 @@
+//===- Device.h - What the runtime needs from the hardware ------*- C++ -*-===//
+//
+// The step executor keeps its state and scratch in device memory and calls
+// the device for every computation: the elementwise updates, the box copies
+// that pack and unpack exchanges (with the wire conversion), and
+// Newton-Schulz. A backend implements this interface (backends/cpu: plain
+// loops and OpenBLAS; backends/cuda: kernels and cuBLAS). Every pointer the
+// executor passes is memory of the device: its own allocations, or the
+// trainer's parameter and gradient storage bound to it.
+//
+// Devices must compute bit-identically across ranks for the same inputs:
+// the reference and every rank run the same device code.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_RUNTIME_DEVICE_H
+#define MUON_RUNTIME_DEVICE_H
+
+#include "muon/Plan/Plan.h"
+#include "muon/Runtime/DType.h"
+
+#include <array>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace muon::runtime {
+
+/// One box copy: `rows` x `cols` elements between two row-major buffers
+/// with row strides in elements. Each value is converted from `srcType` to
+/// f32, rounded to `through` (the wire type, so that every rank sees values
+/// as if they had crossed the wire), then stored as `dstType` or, with
+/// `accumulate`, added to the f32 destination.
+struct BoxCopy {
+  const void *src = nullptr;
+  DType srcType = DType::F32;
+  int64_t srcStride = 0;
+  void *dst = nullptr;
+  DType dstType = DType::F32;
+  int64_t dstStride = 0;
+  int64_t rows = 0, cols = 0;
+  DType through = DType::F32;
+  bool accumulate = false;
+};
+
+class Device {
+public:
+  virtual ~Device() = default;
+  virtual const char *name() const = 0;
+
+  /// `bytes` of zeroed device memory; nullptr when there is not enough.
+  virtual void *allocate(int64_t bytes) = 0;
+  virtual void release(void *memory) = 0;
+  virtual void zero(void *memory, int64_t bytes) = 0;
+  /// Host memory to device memory and back (checkpoints, tests).
+  virtual void copyToDevice(void *dst, const void *src, int64_t bytes) = 0;
+  virtual void copyToHost(void *dst, const void *src, int64_t bytes) = 0;
+
+  /// Whether every one of `n` values is finite.
+  virtual bool allFinite(const void *x, DType type, int64_t n) = 0;
+  /// Momentum (and the Nesterov mix): buf = lerp(buf, grad, 1 - momentum);
+  /// update = nesterov ? lerp(grad, buf, momentum) : buf.
+  virtual void momentum(const void *grad, DType gradType, float *buf,
+                        float *update, int64_t n,
+                        const MuonSettings &settings) = 0;
+  /// values = values * (1 - lr * weight_decay) - adjustedLr * orth.
+  virtual void applyUpdate(void *values, DType type, const float *orth,
+                           int64_t n, const MuonSettings &settings,
+                           double adjustedLr) = 0;
+  /// torch.optim.AdamW's update, `step` counting from 1.
+  virtual void adamw(void *values, DType type, const void *grad,
+                     DType gradType, float *expAvg, float *expAvgSq,
+                     int64_t n, const AdamWSettings &settings,
+                     int64_t step) = 0;
+  virtual void copyBox(const BoxCopy &copy) = 0;
+  /// Newton-Schulz in place on one rows x cols f32 matrix (one iteration
+  /// per coefficient triple); returns the flops it ran.
+  virtual int64_t newtonSchulz(float *x, int64_t rows, int64_t cols,
+                               const std::vector<std::array<double, 3>> &abc,
+                               double eps) = 0;
+  /// Waits for queued work (a device that runs everything at once need not).
+  virtual void synchronize() {}
+};
+
+/// Muon's learning rate for a rows x cols matrix (`adjust_lr`).
+double adjustedLr(const MuonSettings &settings, int64_t rows, int64_t cols);
+
+/// Device memory that releases itself.
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Device &device, int64_t bytes)
+      : device(&device), bytes(bytes),
+        memory(bytes ? device.allocate(bytes) : nullptr) {}
+  DeviceBuffer(DeviceBuffer &&o) noexcept { *this = std::move(o); }
+  DeviceBuffer &operator=(DeviceBuffer &&o) noexcept {
+    std::swap(device, o.device);
+    std::swap(bytes, o.bytes);
+    std::swap(memory, o.memory);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  ~DeviceBuffer() {
+    if (memory)
+      device->release(memory);
+  }
+  /// False when the device could not allocate it.
+  bool ok() const { return memory || !bytes; }
+  void *data() const { return memory; }
+  float *floats() const { return static_cast<float *>(memory); }
+  int64_t size() const { return bytes; }
+
+private:
+  Device *device = nullptr;
+  int64_t bytes = 0;
+  void *memory = nullptr;
+};
+
+} // namespace muon::runtime
+
+#endif // MUON_RUNTIME_DEVICE_H

@@ -1,0 +1,185 @@
+//===- Synthetic.cpp - Deterministic parameters and gradients -------------===//
+#include "muon/Runtime/Testing/Synthetic.h"
+
+#include "muon/Planner/Schedule.h"
+
+#include <limits>
+
+namespace muon::runtime {
+
+static uint64_t mix(uint64_t x) {
+  // splitmix64's finalizer.
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+float syntheticValue(uint64_t seed, const std::string &param, int64_t stream,
+                     int64_t index, int64_t summand) {
+  uint64_t h = mix(seed);
+  for (char c : param)
+    h = mix(h ^ static_cast<unsigned char>(c));
+  h = mix(h ^ static_cast<uint64_t>(stream));
+  h = mix(h ^ static_cast<uint64_t>(index));
+  h = mix(h ^ static_cast<uint64_t>(summand));
+  // 24 random bits scaled to [-1, 1): exactly representable.
+  return static_cast<float>(static_cast<int64_t>(h >> 40) - (1 << 23)) /
+         static_cast<float>(1 << 23);
+}
+
+/// Streams: parameters are initialized from stream -1, gradients of step s,
+/// micro-batch b (of M) from stream s * M + b.
+static constexpr int64_t kInitStream = -1;
+
+SyntheticModel::SyntheticModel(Optimizer &optimizer, Device &device,
+                               uint64_t seed, std::vector<int64_t> summands)
+    : optimizer(optimizer), device(device), seed(seed),
+      summands(std::move(summands)) {
+  const std::vector<ParamSlot> &slots = optimizer.params();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const ParamSlot &slot = slots[i];
+    int64_t bytes = slot.elements * dtypeBytes(slot.dtype);
+    params.emplace_back(device, bytes);
+    grads.emplace_back(device, bytes);
+    std::vector<float> host(slot.elements);
+    forEachElement(slot.shape, slot.box, [&](int64_t local, int64_t global) {
+      host[local] = syntheticValue(seed, slot.name, kInitStream, global, 0);
+    });
+    store(i, params[i], host);
+    std::string error;
+    optimizer.bind(slot.name, params[i].data(), grads[i].data(), slot.dtype,
+                   slot.elements, error); // the slot's own sizes: cannot fail
+  }
+}
+
+void SyntheticModel::store(int64_t param, DeviceBuffer &buffer,
+                           const std::vector<float> &host) {
+  const ParamSlot &slot = optimizer.params()[param];
+  std::vector<char> typed(host.size() * dtypeBytes(slot.dtype));
+  for (size_t e = 0; e < host.size(); ++e)
+    storeAs(typed.data(), slot.dtype, static_cast<int64_t>(e), host[e]);
+  if (!typed.empty())
+    device.copyToDevice(buffer.data(), typed.data(),
+                        static_cast<int64_t>(typed.size()));
+}
+
+std::vector<float> SyntheticModel::values(int64_t param) const {
+  const ParamSlot &slot = optimizer.params()[param];
+  std::vector<char> typed(slot.elements * dtypeBytes(slot.dtype));
+  if (!typed.empty())
+    device.copyToHost(typed.data(), params[param].data(),
+                      static_cast<int64_t>(typed.size()));
+  std::vector<float> host(slot.elements);
+  for (int64_t e = 0; e < slot.elements; ++e)
+    host[e] = loadAs(typed.data(), slot.dtype, e);
+  return host;
+}
+
+void SyntheticModel::perturb(int64_t param, float delta) {
+  std::vector<float> host = values(param);
+  if (host.empty())
+    return;
+  host[0] += delta;
+  store(param, params[param], host);
+}
+
+void SyntheticModel::makeGradients(
+    int64_t step, int64_t microBatches,
+    const std::vector<NonFiniteInjection> &faults) {
+  const Plan &plan = optimizer.plan();
+  // A one-rank plan with a multi-summand parameter is the reference: it
+  // holds every summand itself.
+  const bool holdsAllSummands = plan.worldSize == 1;
+  const std::vector<ParamSlot> &slots = optimizer.params();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const ParamSlot &slot = slots[i];
+    bool nan = false;
+    for (const NonFiniteInjection &f : faults)
+      nan |= f.param == slot.name && f.step == step;
+    int64_t first = holdsAllSummands ? 0 : slot.summand;
+    int64_t last = holdsAllSummands ? summands[i] : first + 1;
+    std::vector<float> g(slot.elements, 0.0f);
+    for (int64_t b = 0; b < microBatches; ++b) {
+      int64_t stream = step * microBatches + b;
+      forEachElement(slot.shape, slot.box, [&](int64_t local, int64_t global) {
+        float sum = 0.0f;
+        for (int64_t s = first; s < last; ++s)
+          sum += syntheticValue(seed, slot.name, stream, global, s);
+        g[local] += sum;
+        if (nan && global == 0)
+          g[local] = std::numeric_limits<float>::quiet_NaN();
+      });
+    }
+    store(i, grads[i], g);
+  }
+}
+
+std::vector<int64_t> summandCounts(const Plan &plan) {
+  std::vector<int64_t> counts;
+  for (const PlanParam &p : plan.params) {
+    int64_t n = 1;
+    for (int64_t axis : p.layout.partialAxes)
+      n *= plan.mesh.shape[axis];
+    counts.push_back(n);
+  }
+  return counts;
+}
+
+Plan referencePlan(const Plan &plan) {
+  Plan ref;
+  ref.worldSize = 1;
+  ref.wireDtype = plan.wireDtype;
+  ref.wireBytes = plan.wireBytes;
+  ref.distributed = false;
+  ref.mesh.shape = {1};
+  for (const PlanParam &p : plan.params) {
+    PlanParam q;
+    q.name = p.name;
+    q.dtype = p.dtype;
+    q.muon = p.muon;
+    q.layout.shape = p.layout.shape;
+    q.layout.splitAxes.assign(p.layout.shape.size(), {});
+    ref.params.push_back(std::move(q));
+  }
+  ref.muon = plan.muon;
+  ref.adamw = plan.adamw;
+  ref.nsMatrices.assign(1, {});
+  for (size_t k = 0; k < plan.matrices.size(); ++k) {
+    PlanMatrix m = plan.matrices[k];
+    m.owner = -1;
+    ref.matrices.push_back(m);
+    ref.nsMatrices[0].push_back(static_cast<int64_t>(k));
+  }
+  ScheduleOptions options;
+  options.prefetchCount = 0;
+  options.maxRounds = 1;
+  std::string error;
+  schedulePlan(ref, options, error); // no budget: cannot fail
+  return ref;
+}
+
+bool runReference(const Plan &plan, Device &device, uint64_t seed,
+                  int64_t steps, int64_t microBatches,
+                  const std::vector<NonFiniteInjection> &faults,
+                  std::vector<std::vector<float>> &values,
+                  std::string &error) {
+  SingleRankCommunicator self;
+  std::unique_ptr<Optimizer> optimizer =
+      Optimizer::create(referencePlan(plan), self, device, {}, error);
+  if (!optimizer)
+    return false;
+  SyntheticModel model(*optimizer, device, seed, summandCounts(plan));
+  for (int64_t s = 0; s < steps; ++s) {
+    model.makeGradients(s, microBatches, faults);
+    StepResult result;
+    if (!optimizer->step(result, error))
+      return false;
+  }
+  values.clear();
+  for (size_t i = 0; i < plan.params.size(); ++i)
+    values.push_back(model.values(i));
+  return true;
+}
+
+} // namespace muon::runtime
