@@ -5,6 +5,7 @@
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/StepExecutor.h"
 #include "muon/Runtime/Testing/Synthetic.h"
+#include "muon/Support/OutputFile.h"
 #include "muon/Planner/Schedule.h"
 #include "muon/Plan/Validate.h"
 
@@ -12,7 +13,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <dirent.h>
+#include <fstream>
+#include <mutex>
 #include <random>
+#include <unistd.h>
 #include <thread>
 
 using namespace muon;
@@ -409,6 +414,174 @@ TEST(LocalCommunicator, AStalledPeerTimesOut) {
   EXPECT_FALSE(comm.allReduceMin(1, result, 0.05, error));
   EXPECT_EQ(error, "no answer within 0.05 s (a peer died or stalled; see "
                    "--timeout)");
+}
+
+/// Runs `fn(rank, comm)` on every rank of a `world`-rank LocalWorld, each
+/// in a thread of its own.
+template <typename Fn> void onEveryRank(int64_t world, Fn fn) {
+  LocalWorld local(world);
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      LocalCommunicator comm(local, r);
+      fn(r, comm);
+    });
+  for (std::thread &t : ranks)
+    t.join();
+}
+
+/// Runs the synthetic problem of `plan` on its ranks: `steps` steps, with
+/// optional loading before the first and saving after step `saveAfter`
+/// (1-based); returns every parameter, whole.
+std::vector<std::vector<float>>
+runWithCheckpoints(const Plan &plan, int64_t firstStep, int64_t lastStep,
+                   const std::string &loadFrom, const std::string &saveTo,
+                   int64_t saveAfter, std::vector<std::string> &errors) {
+  std::vector<std::vector<float>> whole;
+  for (const PlanParam &p : plan.params) {
+    int64_t n = 1;
+    for (int64_t d : p.layout.shape)
+      n *= d;
+    whole.emplace_back(n, 0.0f);
+  }
+  errors.assign(plan.worldSize, "");
+  std::mutex mutex;
+  onEveryRank(plan.worldSize, [&](int64_t r, Communicator &comm) {
+    CpuDevice device;
+    std::string &error = errors[r];
+    auto opt = Optimizer::create(plan, comm, device, {10.0}, error);
+    if (!opt)
+      return;
+    SyntheticModel model(*opt, device, 21, summandCounts(plan));
+    if (!loadFrom.empty() && !opt->loadCheckpoint(loadFrom, true, error))
+      return;
+    for (int64_t s = firstStep; s < lastStep; ++s) {
+      model.makeGradients(s, 1, {});
+      StepResult result;
+      if (!opt->step(result, error))
+        return;
+      if (s + 1 == saveAfter && !opt->saveCheckpoint(saveTo, true, error))
+        return;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    for (size_t i = 0; i < plan.params.size(); ++i) {
+      std::vector<float> piece = model.values(i);
+      forEachElement(plan.params[i].layout.shape, opt->params()[i].box,
+                     [&](int64_t local, int64_t global) {
+                       whole[i][global] = piece[local];
+                     });
+    }
+  });
+  return whole;
+}
+
+std::string scratchDir(const char *name) {
+  std::string dir = ::testing::TempDir() + "muon-" + name + "-" +
+                    std::to_string(::getpid());
+  removeTree(dir);
+  return dir;
+}
+
+TEST(Checkpoint, ResumeIsBitExact) {
+  Plan plan = fsdpModel();
+  std::string dir = scratchDir("resume");
+  std::vector<std::string> errors;
+  auto straight = runWithCheckpoints(plan, 0, 5, "", dir, 2, errors);
+  for (const std::string &e : errors)
+    ASSERT_EQ(e, "");
+  // Stop after step 2, then resume from the checkpoint on fresh state.
+  auto resumed = runWithCheckpoints(plan, 2, 5, dir, "", -1, errors);
+  for (const std::string &e : errors)
+    ASSERT_EQ(e, "");
+  EXPECT_EQ(resumed, straight);
+  removeTree(dir);
+}
+
+TEST(Checkpoint, LoadsUnderAnotherLayout) {
+  // Saved by 4 FSDP ranks, loaded by one device: the state is re-cut by
+  // global box, so the one-device run continues bit for bit.
+  Plan plan = fsdpModel();
+  std::string dir = scratchDir("relayout");
+  std::vector<std::string> errors;
+  auto straight = runWithCheckpoints(plan, 0, 4, "", dir, 2, errors);
+  for (const std::string &e : errors)
+    ASSERT_EQ(e, "");
+  auto single = runWithCheckpoints(referencePlan(plan), 2, 4, dir, "", -1,
+                                   errors);
+  ASSERT_EQ(errors[0], "");
+  EXPECT_EQ(single, straight);
+  removeTree(dir);
+}
+
+TEST(Checkpoint, RefusesDamagedForeignAndIncomplete) {
+  Plan plan = fsdpModel();
+  std::string dir = scratchDir("damaged");
+  std::vector<std::string> errors;
+  runWithCheckpoints(plan, 0, 1, "", dir, 1, errors);
+  ASSERT_EQ(errors[0], "");
+  // A flipped byte in rank 1's data.
+  std::string victim;
+  if (DIR *d = opendir(dir.c_str())) {
+    while (dirent *e = readdir(d))
+      if (std::string(e->d_name).find("-rank-1.bin") != std::string::npos)
+        victim = dir + "/" + e->d_name;
+    closedir(d);
+  }
+  ASSERT_FALSE(victim.empty());
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+  }
+  // Loading refuses on every rank, naming the file, and changes nothing.
+  onEveryRank(4, [&](int64_t r, Communicator &comm) {
+    CpuDevice device;
+    std::string error;
+    auto opt = Optimizer::create(plan, comm, device, {10.0}, error);
+    ASSERT_TRUE(opt) << error;
+    SyntheticModel model(*opt, device, 21, {1, 1});
+    std::vector<float> before = model.values(0);
+    EXPECT_FALSE(opt->loadCheckpoint(dir, true, error));
+    EXPECT_NE(error.find("-rank-1.bin' is damaged: the"), std::string::npos)
+        << error;
+    EXPECT_NE(error.find("does not match its checksum; nothing was changed"),
+              std::string::npos)
+        << error;
+    EXPECT_EQ(model.values(0), before);
+  });
+  // Another model.
+  std::string other = scratchDir("foreign");
+  runWithCheckpoints(smallModel(), 0, 1, "", other, 1, errors);
+  ASSERT_EQ(errors[0], "");
+  runWithCheckpoints(plan, 0, 1, other, "", -1, errors);
+  EXPECT_NE(errors[0].find("is of another model: parameter 0 ('w') differs"),
+            std::string::npos)
+      << errors[0];
+  // No manifest: not a checkpoint.
+  std::remove((other + "/checkpoint.json").c_str());
+  runWithCheckpoints(plan, 0, 1, other, "", -1, errors);
+  EXPECT_NE(errors[0].find("no checkpoint in '"), std::string::npos)
+      << errors[0];
+  removeTree(dir);
+  removeTree(other);
+}
+
+TEST(Checkpoint, AFailedSaveKeepsThePreviousOne) {
+  Plan plan = fsdpModel();
+  std::string dir = scratchDir("keep");
+  std::vector<std::string> errors;
+  auto first = runWithCheckpoints(plan, 0, 2, "", dir, 2, errors);
+  ASSERT_EQ(errors[0], "");
+  // A save into a path that is a file fails on every rank...
+  std::string file = dir + "/checkpoint.json";
+  runWithCheckpoints(plan, 0, 1, "", file, 1, errors);
+  EXPECT_NE(errors[0].find("saving a checkpoint: "), std::string::npos);
+  // ...and the checkpoint in `dir` still loads and resumes.
+  auto resumed = runWithCheckpoints(plan, 2, 3, dir, "", -1, errors);
+  ASSERT_EQ(errors[0], "");
+  auto straight = runWithCheckpoints(plan, 0, 3, "", "", -1, errors);
+  EXPECT_EQ(resumed, straight);
+  removeTree(dir);
 }
 
 } // namespace

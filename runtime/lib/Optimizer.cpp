@@ -70,6 +70,7 @@ std::unique_ptr<Optimizer> Optimizer::create(Plan plan, Communicator &comm,
     opt->slotOf[slot.name] = opt->slots.size();
     opt->slots.push_back(std::move(slot));
   }
+  opt->values.assign(opt->slots.size(), nullptr);
   return opt;
 }
 
@@ -116,6 +117,7 @@ bool Optimizer::bind(const std::string &name, void *values, const void *grad,
     return false;
   }
   executor->bind(it->second, values, grad);
+  this->values[it->second] = values;
   slot.bound = true;
   return true;
 }

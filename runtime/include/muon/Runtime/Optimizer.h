@@ -107,16 +107,23 @@ public:
   int64_t stepsTaken() const { return steps; }
 
   /// Saves this rank's optimizer state into `dir` (created if missing):
-  /// one file per rank, written atomically, holding every local piece's
-  /// state by parameter name and global box, the step count and the plan's
-  /// hash. Collective.
-  bool saveCheckpoint(const std::string &dir, std::string &error);
-  /// Loads the state saved by `saveCheckpoint`, under any layout or world
-  /// size of the same model: each rank reads the boxes overlapping its
-  /// pieces from every rank's file and cuts them to its own. A damaged,
-  /// foreign or incomplete checkpoint is refused with nothing changed.
+  /// one file per rank, holding every local piece's state (Muon momentum,
+  /// AdamW moments and step counts) by parameter name and global box, with
+  /// the step count and the plan's hash; with `withParameters`, the bound
+  /// parameter values too. Files are written atomically and flushed to
+  /// disk, and a manifest written last makes the checkpoint complete: a
+  /// save that fails on any rank leaves the previous checkpoint as it was.
   /// Collective.
-  bool loadCheckpoint(const std::string &dir, std::string &error);
+  bool saveCheckpoint(const std::string &dir, bool withParameters,
+                      std::string &error);
+  /// Loads a checkpoint under any layout or world size of the same model:
+  /// each rank reads the boxes overlapping its pieces from every rank's
+  /// file and cuts them to its own. With `withParameters`, the bound
+  /// storage gets the saved values (the checkpoint must hold them). A
+  /// damaged, foreign or incomplete checkpoint is refused on every rank
+  /// with nothing changed. Collective.
+  bool loadCheckpoint(const std::string &dir, bool withParameters,
+                      std::string &error);
 
   const StepCounters &counters() const;
   const Plan &plan() const { return thePlan; }
@@ -132,6 +139,7 @@ private:
   std::unique_ptr<StepExecutor> executor;
   std::vector<ParamSlot> slots;
   std::map<std::string, size_t> slotOf;
+  std::vector<void *> values; // bound storage, per parameter
   int64_t steps = 0;
 };
 
