@@ -10,6 +10,14 @@
 
 #include "muon/Runtime/Communicator.h"
 
+// The C API of MPI only (OpenMPI and MPICH would pull in their deprecated
+// C++ bindings, which need a library of their own).
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <memory>

@@ -1,0 +1,163 @@
+/*===- capi-test.c - The C API, driven from C -----------------------------===*
+ *
+ * capi-test PLAN [--mpi] CHECKPOINT_DIR: binds every piece this rank holds,
+ * checks that bad calls fail with a status and a message and change
+ * nothing, runs three steps, and round-trips a checkpoint. Prints one line
+ * per rank; exits 1 on anything unexpected.
+ *
+ *===----------------------------------------------------------------------===*/
+#include "muon/runtime.h"
+
+#include <mpi.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+
+/* The global row-major index of element `local` of a piece: replicas of a
+ * piece must hold the same values, so values depend on this, not on rank. */
+static int64_t globalIndex(const muon_param_info *p, int64_t local) {
+  int64_t global = 0, stride = 1;
+  for (int64_t d = p->dims; d-- > 0;) {
+    int64_t width = p->box_end[d] - p->box_begin[d];
+    int64_t at = p->box_begin[d] + local % width;
+    local /= width;
+    global += at * stride;
+    stride *= p->shape[d];
+  }
+  return global;
+}
+
+static float initialValue(const muon_param_info *p, int64_t local) {
+  return (float)(globalIndex(p, local) % 7 - 3) / 8.0f;
+}
+
+#define EXPECT(cond)                                                           \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "capi-test: %s:%d: %s (last error: %s)\n", __FILE__,   \
+              __LINE__, #cond, muon_last_error());                             \
+      ++failures;                                                              \
+    }                                                                          \
+  } while (0)
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: capi-test PLAN [--mpi] CHECKPOINT_DIR\n");
+    return 2;
+  }
+  int mpi = argc > 3 && strcmp(argv[2], "--mpi") == 0;
+  const char *checkpoint = argv[argc - 1];
+  muon_optimizer *opt = NULL;
+  if (mpi) {
+    MPI_Init(&argc, &argv);
+    EXPECT(muon_optimizer_create_mpi(argv[1], MPI_Comm_c2f(MPI_COMM_WORLD),
+                                     60.0, &opt) == MUON_OK);
+  } else {
+    EXPECT(muon_optimizer_create_single(argv[1], &opt) == MUON_OK);
+  }
+  if (!opt)
+    return 1;
+  /* A plan file that is not there: a status and a message. */
+  muon_optimizer *missing = NULL;
+  EXPECT(muon_optimizer_create_single("/nonexistent/plan.json", &missing) ==
+         MUON_INVALID);
+  EXPECT(missing == NULL);
+  EXPECT(strstr(muon_last_error(), "cannot read the plan file") != NULL);
+
+  int64_t rank = muon_optimizer_rank(opt);
+  int64_t count = muon_optimizer_param_count(opt);
+  float **values = calloc((size_t)count, sizeof(float *));
+  float **grads = calloc((size_t)count, sizeof(float *));
+  float **saved = calloc((size_t)count, sizeof(float *));
+  muon_param_info info;
+  EXPECT(muon_optimizer_param(opt, count, &info) == MUON_INVALID);
+
+  /* A step before binding fails on every rank and changes nothing. */
+  int applied = -1;
+  EXPECT(muon_optimizer_step(opt, &applied) == MUON_INVALID);
+  EXPECT(strstr(muon_last_error(), "has not bound") != NULL);
+  EXPECT(muon_optimizer_steps(opt) == 0);
+
+  for (int64_t i = 0; i < count; ++i) {
+    EXPECT(muon_optimizer_param(opt, i, &info) == MUON_OK);
+    EXPECT(info.dtype == MUON_F32);
+    int64_t n = info.elements;
+    values[i] = malloc((size_t)(n ? n : 1) * sizeof(float));
+    grads[i] = malloc((size_t)(n ? n : 1) * sizeof(float));
+    saved[i] = malloc((size_t)(n ? n : 1) * sizeof(float));
+    for (int64_t e = 0; e < n; ++e) {
+      values[i][e] = initialValue(&info, e);
+      grads[i][e] = (float)((globalIndex(&info, e) * 3 + i) % 5 - 2) / 16.0f;
+    }
+    /* Wrong sizes and types are refused. */
+    EXPECT(muon_optimizer_bind(opt, info.name, values[i], grads[i], MUON_F32,
+                               n + 1) == MUON_INVALID);
+    EXPECT(strstr(muon_last_error(), "elements of it") != NULL);
+    EXPECT(muon_optimizer_bind(opt, info.name, values[i], grads[i],
+                               MUON_BF16, n) == MUON_INVALID);
+    EXPECT(muon_optimizer_bind(opt, info.name, values[i], grads[i], MUON_F32,
+                               n) == MUON_OK);
+  }
+  EXPECT(muon_optimizer_bind(opt, "no.such.param", NULL, NULL, MUON_F32, 0) ==
+         MUON_INVALID);
+  EXPECT(strstr(muon_last_error(), "no parameter named") != NULL);
+
+  for (int s = 0; s < 3; ++s) {
+    EXPECT(muon_optimizer_step(opt, &applied) == MUON_OK);
+    EXPECT(applied == 1);
+  }
+  EXPECT(muon_optimizer_steps(opt) == 3);
+  int changed = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    muon_optimizer_param(opt, i, &info);
+    for (int64_t e = 0; e < info.elements; ++e) {
+      changed |= values[i][e] != initialValue(&info, e);
+      if (!isfinite(values[i][e]))
+        ++failures;
+    }
+  }
+  EXPECT(changed || count == 0);
+
+  /* A checkpoint round trip restores the values exactly. */
+  EXPECT(muon_optimizer_save_checkpoint(opt, checkpoint, 1) == MUON_OK);
+  for (int64_t i = 0; i < count; ++i) {
+    muon_optimizer_param(opt, i, &info);
+    memcpy(saved[i], values[i], (size_t)info.elements * sizeof(float));
+    for (int64_t e = 0; e < info.elements; ++e)
+      values[i][e] = 42.0f;
+  }
+  EXPECT(muon_optimizer_load_checkpoint(opt, checkpoint, 1) == MUON_OK);
+  for (int64_t i = 0; i < count; ++i) {
+    muon_optimizer_param(opt, i, &info);
+    EXPECT(memcmp(saved[i], values[i], (size_t)info.elements * sizeof(float)) ==
+           0);
+  }
+  EXPECT(muon_optimizer_load_checkpoint(opt, "/nonexistent", 1) ==
+         MUON_INVALID);
+
+  /* The first matrix this rank orthogonalizes, if any. */
+  char owned[256];
+  snprintf(owned, sizeof(owned), "%s", muon_optimizer_assignments(opt, rank));
+  owned[strcspn(owned, "\n")] = 0;
+  printf("capi rank %lld of %lld: %lld params, %lld steps, owns [%s]%s\n",
+         (long long)rank, (long long)muon_optimizer_world_size(opt),
+         (long long)count, (long long)muon_optimizer_steps(opt), owned,
+         failures ? ", FAILED" : ", ok");
+  fflush(stdout);
+  for (int64_t i = 0; i < count; ++i) {
+    free(values[i]);
+    free(grads[i]);
+    free(saved[i]);
+  }
+  free(values);
+  free(grads);
+  free(saved);
+  muon_optimizer_destroy(opt);
+  if (mpi)
+    MPI_Finalize();
+  return failures ? 1 : 0;
+}
