@@ -1,0 +1,155 @@
+//===- Compile.h - The compiler as a C++ library ----------------*- C++ -*-===//
+//
+// What a trainer writes instead of a spec file: the model's parameters with
+// their layouts and a distributed config, mirroring the seeds' Python API
+// (torch.optim.Muon's `distributed_config`):
+//
+//   muon::compiler::Model model;
+//   model.params = {{"wq", {1024, 1024}}, {"norm", {1024}}};
+//   muon::compiler::AutoConfig groups;
+//   groups.worldSize = 8;
+//   groups.fsdp = fsdpGroups;   // rank lists, as the trainer built them
+//   groups.tp = tpGroups;
+//   groups.tpDim = 0;
+//   auto config = muon::compiler::createAutoConfig(groups);
+//   muon::Plan plan;
+//   if (!muon::compiler::compile(model, &config, plan, error)) ...
+//   auto opt = muon::runtime::Optimizer::create(plan, comm, device, {}, error);
+//
+// The description becomes a spec (muon-spec/1, `toSpec`), goes through the
+// importer, the verifier and the pass pipeline, and comes back as the plan
+// the runtime executes: the same checks and errors as the tools, with the
+// parameter named in each error.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_COMPILER_COMPILE_H
+#define MUON_COMPILER_COMPILE_H
+
+#include "muon/Plan/Plan.h"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace muon::compiler {
+
+/// A DTensor placement on one mesh axis.
+struct Placement {
+  enum class Kind { Replicate, Shard, Partial } kind = Kind::Replicate;
+  int64_t dim = -1; // Shard
+  static Placement replicate() { return {Kind::Replicate, -1}; }
+  static Placement shard(int64_t dim) { return {Kind::Shard, dim}; }
+  static Placement partial() { return {Kind::Partial, -1}; }
+};
+
+/// DTensor's DeviceMesh: axis sizes and, optionally, names.
+struct DeviceMesh {
+  std::vector<int64_t> shape;
+  std::vector<std::string> names;
+};
+
+/// Which optimizer updates a parameter. Auto: Muon for 2 or more dims
+/// (leading dims are batch dims), AdamW otherwise.
+enum class Group { Auto, Muon, AdamW };
+
+struct Param {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype = "f32"; // f32, bf16 or f16
+  Group group = Group::Auto;
+  // DTensor style: one placement per mesh axis (none: replicated), and the
+  // sub-mesh outside of which the parameter does not exist (axis -> coord).
+  std::vector<Placement> placements;
+  std::map<std::string, int64_t> only;
+  // Process-group style: the pipeline stage and the expert id.
+  std::optional<int64_t> stage, expert;
+};
+
+struct MuonSettings {
+  double lr = 1e-3, momentum = 0.95, weightDecay = 0.1, eps = 1e-7;
+  bool nesterov = true;
+  int64_t nsSteps = 5;
+  std::string adjustLr = "original"; // or "match_rms_adamw"
+};
+
+struct AdamWSettings {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8,
+         weightDecay = 0.01;
+};
+
+struct Model {
+  std::vector<Param> params;
+  MuonSettings muon;
+  AdamWSettings adamw;
+};
+
+/// A Muon matrix as an assign callback sees it.
+struct MatrixInfo {
+  std::string name; // "w", or "w[3]" for one matrix of a batched parameter
+  int64_t rows = 0, cols = 0;
+  int64_t nsFlops = 0;
+  std::vector<int64_t> holders; // ranks holding a piece of it
+};
+/// The seeds' assign_fn, run at compile time: for each rank, the matrices
+/// it orthogonalizes (every matrix exactly once, each to a holder).
+using AssignFn = std::function<std::map<int64_t, std::vector<std::string>>(
+    const std::vector<MatrixInfo> &matrices, int64_t worldSize)>;
+
+struct DistributedConfig {
+  // DTensor style: the mesh (placements are per parameter).
+  std::optional<DeviceMesh> mesh;
+  // Process-group style: the world and its groups, each a list of rank
+  // lists that partitions the world.
+  int64_t worldSize = 0;
+  std::map<std::string, std::vector<std::vector<int64_t>>> groups;
+  std::optional<int64_t> tpDim;              // every 2+-dim parameter
+  std::map<int64_t, int64_t> tpDimPerParam;  // parameter index -> dim
+  std::optional<int64_t> fsdpDim;
+  std::optional<int64_t> numExperts;
+  // The step.
+  bool async = true;
+  int64_t prefetchCount = 1;
+  std::map<int64_t, std::vector<std::string>> assignments;
+  AssignFn assignFn;
+  std::string wireDtype = "f32";
+  int64_t gatherBudgetBytes = 0;
+  int64_t maxRounds = 8;
+};
+
+/// The seeds' create_dtensor_config: placements come with the parameters.
+DistributedConfig createDTensorConfig(DeviceMesh mesh, bool async = true,
+                                      int64_t prefetchCount = 1);
+
+/// The seeds' create_auto_config: process groups per kind (FSDP, TP as one
+/// dim or per-parameter dims, DDP, HSDP as shard + replicate, EP with the
+/// experts' ids on the parameters, CP, PP with the stages on the
+/// parameters).
+struct AutoConfig {
+  int64_t worldSize = 0;
+  std::vector<std::vector<int64_t>> fsdp, shard, tp, ddp, replicate, cp, ep,
+      pp;
+  std::optional<int64_t> tpDim;
+  std::map<int64_t, int64_t> tpDimPerParam;
+  std::optional<int64_t> fsdpDim;
+  std::optional<int64_t> numExperts;
+  bool async = true;
+  int64_t prefetchCount = 1;
+};
+DistributedConfig createAutoConfig(const AutoConfig &config);
+
+/// Compiles `model` under `config` (null: no distributed config, the
+/// single-device algorithm on every holder) into `plan`. Returns false with
+/// `error` naming the parameter or setting at fault.
+bool compile(const Model &model, const DistributedConfig *config, Plan &plan,
+             std::string &error);
+
+/// The spec (muon-spec/1) of a model and config, as muon-run and
+/// muon-translate read it.
+std::string toSpec(const Model &model, const DistributedConfig *config);
+
+} // namespace muon::compiler
+
+#endif // MUON_COMPILER_COMPILE_H

@@ -1,0 +1,245 @@
+//===- Compile.cpp - The compiler as a C++ library ------------------------===//
+#include "muon/Compiler/Compile.h"
+
+#include "muon/Dialect/Muon/Analysis/Figures.h"
+#include "muon/Dialect/Muon/IR/ModelLayout.h"
+#include "muon/Dialect/Muon/IR/MuonDialect.h"
+#include "muon/Dialect/Muon/Transforms/Pipelines.h"
+#include "muon/Target/Spec/SpecImport.h"
+
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <nlohmann/json.hpp>
+
+namespace muon::compiler {
+using Json = nlohmann::json;
+
+DistributedConfig createDTensorConfig(DeviceMesh mesh, bool async,
+                                      int64_t prefetchCount) {
+  DistributedConfig config;
+  config.mesh = std::move(mesh);
+  config.async = async;
+  config.prefetchCount = prefetchCount;
+  return config;
+}
+
+DistributedConfig createAutoConfig(const AutoConfig &a) {
+  DistributedConfig config;
+  config.worldSize = a.worldSize;
+  for (auto [kind, groups] :
+       {std::pair<const char *, const std::vector<std::vector<int64_t>> *>{
+            "fsdp", &a.fsdp},
+        {"shard", &a.shard},
+        {"tp", &a.tp},
+        {"ddp", &a.ddp},
+        {"replicate", &a.replicate},
+        {"cp", &a.cp},
+        {"ep", &a.ep},
+        {"pp", &a.pp}})
+    if (!groups->empty())
+      config.groups[kind] = *groups;
+  config.tpDim = a.tpDim;
+  config.tpDimPerParam = a.tpDimPerParam;
+  config.fsdpDim = a.fsdpDim;
+  config.numExperts = a.numExperts;
+  config.async = a.async;
+  config.prefetchCount = a.prefetchCount;
+  return config;
+}
+
+namespace {
+
+Json specOf(const Model &model, const DistributedConfig *config,
+            const std::map<int64_t, std::vector<std::string>> &assignments) {
+  bool groupsStyle = config && !config->mesh;
+  Json spec = {{"format", "muon-spec/1"}};
+  if (!config) {
+    spec["mesh"] = {{"shape", {1}}};
+  } else if (config->mesh) {
+    spec["mesh"] = {{"shape", config->mesh->shape}};
+    if (!config->mesh->names.empty())
+      spec["mesh"]["names"] = config->mesh->names;
+  } else {
+    spec["world_size"] = config->worldSize;
+    spec["groups"] = Json::object();
+    for (const auto &[kind, lists] : config->groups)
+      spec["groups"][kind] = lists;
+    if (config->tpDim)
+      spec["tp_dim_per_param"] = *config->tpDim;
+    if (!config->tpDimPerParam.empty()) {
+      spec["tp_dim_per_param"] = Json::object();
+      for (auto [index, dim] : config->tpDimPerParam)
+        spec["tp_dim_per_param"][std::to_string(index)] = dim;
+    }
+    if (config->fsdpDim)
+      spec["fsdp_dim"] = *config->fsdpDim;
+    if (config->numExperts)
+      spec["num_experts"] = *config->numExperts;
+  }
+  const MuonSettings &m = model.muon;
+  spec["optimizer"] = {{"lr", m.lr},
+                       {"momentum", m.momentum},
+                       {"nesterov", m.nesterov},
+                       {"weight_decay", m.weightDecay},
+                       {"ns_steps", m.nsSteps},
+                       {"eps", m.eps},
+                       {"adjust_lr", m.adjustLr}};
+  const AdamWSettings &a = model.adamw;
+  spec["adamw"] = {{"lr", a.lr},
+                   {"betas", {a.beta1, a.beta2}},
+                   {"eps", a.eps},
+                   {"weight_decay", a.weightDecay}};
+  if (config) {
+    Json d = {{"async", config->async},
+              {"prefetch_count", config->prefetchCount}};
+    if (!assignments.empty()) {
+      d["assignments"] = Json::object();
+      for (const auto &[rank, names] : assignments)
+        d["assignments"][std::to_string(rank)] = names;
+    }
+    spec["distributed"] = d;
+  }
+  spec["params"] = Json::array();
+  for (const Param &p : model.params) {
+    Json param = {{"name", p.name}, {"shape", p.shape}, {"dtype", p.dtype}};
+    if (p.group != Group::Auto)
+      param["optimizer"] = p.group == Group::Muon ? "muon" : "adamw";
+    if (groupsStyle) {
+      if (p.stage)
+        param["stage"] = *p.stage;
+      if (p.expert)
+        param["expert"] = *p.expert;
+    } else {
+      size_t axes = config && config->mesh ? config->mesh->shape.size() : 1;
+      Json placements = Json::array();
+      for (size_t axis = 0; axis < axes; ++axis) {
+        Placement pl = axis < p.placements.size() ? p.placements[axis]
+                                                  : Placement::replicate();
+        placements.push_back(pl.kind == Placement::Kind::Replicate ? "R"
+                             : pl.kind == Placement::Kind::Partial
+                                 ? "P"
+                                 : "S(" + std::to_string(pl.dim) + ")");
+      }
+      param["placements"] = placements;
+      if (!p.only.empty())
+        param["only"] = p.only;
+    }
+    spec["params"].push_back(param);
+  }
+  return spec;
+}
+
+/// The first error of an import or compile, its JSON path turned into the
+/// parameter's name where it names one.
+class FirstError {
+public:
+  FirstError(mlir::MLIRContext &context, const Model &model)
+      : handler(&context, [this, &model](mlir::Diagnostic &diag) {
+          if (diag.getSeverity() != mlir::DiagnosticSeverity::Error ||
+              !message.empty())
+            return mlir::success();
+          std::string where;
+          if (auto name = mlir::dyn_cast<mlir::NameLoc>(diag.getLocation()))
+            where = name.getName().str();
+          // "params[3].shape" -> "parameter 'wq': shape".
+          if (where.rfind("params[", 0) == 0) {
+            size_t close = where.find(']');
+            size_t index = std::stoul(where.substr(7, close - 7));
+            std::string rest = where.substr(close + 1);
+            if (!rest.empty() && rest[0] == '.')
+              rest = rest.substr(1);
+            where = "parameter '" +
+                    (index < model.params.size() ? model.params[index].name
+                                                 : std::to_string(index)) +
+                    "'" + (rest.empty() ? "" : " (" + rest + ")");
+          }
+          message = (where.empty() || where == "<root>" ? "" : where + ": ") +
+                    diag.str();
+          return mlir::success();
+        }) {}
+  std::string message;
+
+private:
+  mlir::ScopedDiagnosticHandler handler;
+};
+
+std::unique_ptr<mlir::MLIRContext> makeContext() {
+  mlir::DialectRegistry registry;
+  registry.insert<mlir::muon::MuonDialect, mlir::shard::ShardDialect>();
+  auto context = std::make_unique<mlir::MLIRContext>(registry);
+  context->printOpOnDiagnostic(false);
+  return context;
+}
+
+} // namespace
+
+std::string toSpec(const Model &model, const DistributedConfig *config) {
+  return specOf(model, config, config ? config->assignments
+                                      : std::map<int64_t,
+                                                 std::vector<std::string>>())
+             .dump(2) +
+         "\n";
+}
+
+bool compile(const Model &model, const DistributedConfig *config, Plan &plan,
+             std::string &error) {
+  std::map<int64_t, std::vector<std::string>> assignments;
+  if (config)
+    assignments = config->assignments;
+  if (config && config->assignFn) {
+    if (!assignments.empty()) {
+      error = "a distributed config has assignments or an assign function, "
+              "not both";
+      return false;
+    }
+    // The callback sees the matrices and who holds them.
+    auto context = makeContext();
+    FirstError first(*context, model);
+    auto module =
+        mlir::muon::importSpec(specOf(model, config, {}).dump(), context.get());
+    if (!module) {
+      error = first.message;
+      return false;
+    }
+    auto modelOp = *module->getOps<mlir::muon::ModelOp>().begin();
+    mlir::FailureOr<mlir::muon::ModelLayout> layout =
+        mlir::muon::computeModelLayout(modelOp);
+    if (mlir::failed(layout)) {
+      error = first.message;
+      return false;
+    }
+    std::vector<MatrixInfo> matrices;
+    for (const mlir::muon::MuonMatrix &mm :
+         mlir::muon::collectMuonMatrices(modelOp, *layout))
+      matrices.push_back(
+          {mm.label, mm.rows, mm.cols, mm.nsFlops,
+           mlir::muon::matrixHolders(*layout, mm.param, mm.matrix)});
+    assignments = config->assignFn(matrices, layout->mesh.numDevices());
+  }
+  auto context = makeContext();
+  FirstError first(*context, model);
+  auto module = mlir::muon::importSpec(specOf(model, config, assignments).dump(),
+                                       context.get());
+  if (!module) {
+    error = first.message;
+    return false;
+  }
+  mlir::muon::CompileOverrides overrides;
+  if (config) {
+    overrides.wireDtype = config->wireDtype;
+    overrides.gatherBudgetBytes = config->gatherBudgetBytes;
+    overrides.maxRounds = config->maxRounds;
+  }
+  mlir::FailureOr<Plan> compiled = mlir::muon::compileModule(*module, overrides);
+  if (mlir::failed(compiled)) {
+    error = first.message.empty() ? "the model does not compile"
+                                  : first.message;
+    return false;
+  }
+  plan = std::move(*compiled);
+  return true;
+}
+
+} // namespace muon::compiler
