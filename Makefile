@@ -23,7 +23,7 @@ FUZZ_TARGETS := muon-spec-fuzzer muon-ir-fuzzer muon-plan-fuzzer
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build check check-lit check-unit demo clean fuzz fuzz-build
+.PHONY: all deps configure build check check-lit check-unit demo clean fuzz fuzz-build install
 
 all: build
 
@@ -72,6 +72,12 @@ fuzz: build fuzz-build
 
 demo: build
 	@bash examples/demo.sh $(BUILD_DIR)
+
+# The tools, headers, libraries and the CMake package (find_package(Muon))
+# under PREFIX (default /usr/local).
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_DIR)

@@ -1,0 +1,37 @@
+// consumer PLAN: loads an ahead-of-time plan for one rank, binds every
+// parameter, runs two steps.
+#include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Runtime/Optimizer.h"
+
+#include <cstdio>
+#include <vector>
+
+int main(int argc, char **argv) {
+  if (argc != 2)
+    return 2;
+  muon::runtime::SingleRankCommunicator comm;
+  muon::runtime::cpu::CpuDevice device;
+  std::string error;
+  auto opt =
+      muon::runtime::Optimizer::load(argv[1], comm, device, {}, error);
+  if (!opt) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return 1;
+  }
+  std::vector<std::vector<float>> values, grads;
+  for (const auto &p : opt->params()) {
+    values.emplace_back(p.elements, 1.0f);
+    grads.emplace_back(p.elements, 0.25f);
+    if (!opt->bind(p.name, values.back().data(), grads.back().data(), p.dtype,
+                   p.elements, error))
+      return 1;
+  }
+  muon::runtime::StepResult result;
+  for (int s = 0; s < 2; ++s)
+    if (!opt->step(result, error) || !result.applied)
+      return 1;
+  std::printf("runtime consumer: %zu params, %lld steps, first value %.6f\n",
+              opt->params().size(), (long long)opt->stepsTaken(),
+              values[0][0]);
+  return 0;
+}
