@@ -21,7 +21,7 @@
 
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Report.h"
-#include "muon/Runtime/Cpu/MpiCommunicator.h"
+#include "muon/Runtime/Cpu/MpiLauncher.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/OutputFile.h"
 
@@ -283,7 +283,7 @@ int main(int argc, char **argv) {
                   " ranks");
 
   // Started by mpirun: this process is one rank of the run.
-  if (::muon::runtime::MpiCommunicator::launchedByMpirun()) {
+  if (::muon::runtime::cpu::launchedByMpirun()) {
     if (dryRun)
       return fail("--dry-run compiles only; run it without mpirun");
     return ::muon::tool::runWorker(std::move(plan), run, &argc, &argv);

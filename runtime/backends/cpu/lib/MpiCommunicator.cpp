@@ -75,10 +75,6 @@ MpiCommunicator::~MpiCommunicator() {
 int64_t MpiCommunicator::rank() const { return state->rank; }
 int64_t MpiCommunicator::size() const { return state->size; }
 
-bool MpiCommunicator::launchedByMpirun() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
-         std::getenv("PMIX_RANK");
-}
 
 /// MPI counts are ints: larger exchanges must be split by the planner.
 static bool toInts(const std::vector<int64_t> &in, std::vector<int> &out,

@@ -52,9 +52,6 @@ public:
                     double timeoutSeconds, std::string &error) override;
   [[noreturn]] void abort(int exitCode) override;
 
-  /// Whether this process was started by mpirun (so it is one rank of many).
-  static bool launchedByMpirun();
-
 private:
   struct State;
   std::unique_ptr<State> state;
