@@ -26,12 +26,13 @@ llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 llvm_config.add_tool_substitutions(["split-file", "not", "count", "FileCheck"], [config.llvm_tools_dir])
 tool_dirs = [config.muon_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["muon-opt", "muon-translate", "muon-run", "muon-capi-test"], tool_dirs)
+llvm_config.add_tool_substitutions(["muon-opt", "muon-translate", "muon-run", "muon-capi-test", "muon-train-example"], tool_dirs)
 config.substitutions.append(("expect-exit", os.path.join(config.test_source_root, "Utils", "expect-exit")))
 # mpirun as the tests start it: root in containers, more ranks than cores,
 # and a private session directory per test (concurrent mpiruns sharing one
 # race when one of them cleans it up).
 config.substitutions.append(("%mpirun", "timeout 300 mpirun -q --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none --mca orte_tmpdir_base $(mkdir -p %t.mpi && echo %t.mpi)"))
+config.substitutions.append(("compare-losses", "python3 " + os.path.join(config.test_source_root, "Utils", "compare-losses.py")))
 config.substitutions.append(("replay-inputs", "python3 " + os.path.join(config.test_source_root, "Utils", "replay-inputs.py")))
 config.substitutions.append(("edit-json", "python3 " + os.path.join(config.test_source_root, "Utils", "edit-json.py")))
 config.substitutions.append(("check-report", "python3 " + os.path.join(config.test_source_root, "Utils", "check-report.py")))
