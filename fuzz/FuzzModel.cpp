@@ -1,4 +1,5 @@
 //===- FuzzModel.cpp - Compile a fuzzed model -----------------------------===//
+#include "muon/InitAll.h"
 #include "FuzzModel.h"
 #include "FuzzChecks.h"
 
@@ -15,7 +16,7 @@ namespace muon::fuzz {
 
 std::unique_ptr<mlir::MLIRContext> makeContext() {
   mlir::DialectRegistry registry;
-  registry.insert<mlir::muon::MuonDialect, mlir::shard::ShardDialect>();
+  mlir::muon::registerAllDialects(registry);
   auto context = std::make_unique<mlir::MLIRContext>(
       registry, mlir::MLIRContext::Threading::DISABLED);
   context->loadAllAvailableDialects();

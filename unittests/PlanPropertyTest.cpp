@@ -6,6 +6,7 @@
 // plan. Whatever the model, the plan must be a zero-redundancy step.
 //
 //===----------------------------------------------------------------------===//
+#include "muon/InitAll.h"
 #include "muon/Conversion/Passes.h"
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
 #include "muon/Dialect/Muon/Analysis/Figures.h"
@@ -195,20 +196,15 @@ std::optional<Plan> compile(MLIRContext &ctx, const std::string &spec,
   module = mlir::muon::importSpec(spec, &ctx);
   if (!module)
     return std::nullopt;
-  PassManager pm(&ctx, ModuleOp::getOperationName());
-  mlir::muon::buildCompilePipeline(pm.nest<mlir::muon::ModelOp>());
-  if (failed(pm.run(*module)))
+  // The compiler as the tools run it; the plan is what the IR describes.
+  FailureOr<Plan> plan = mlir::muon::compileModule(*module);
+  if (failed(plan))
     return std::nullopt;
   auto model = *module->getOps<mlir::muon::ModelOp>().begin();
   FailureOr<mlir::muon::ModelLayout> l = mlir::muon::computeModelLayout(model);
   if (failed(l))
     return std::nullopt;
   layout = *l;
-  // The plan as the IR describes it: owners, rounds and schedule from the
-  // passes above.
-  FailureOr<Plan> plan = mlir::muon::planFromModel(model, layout);
-  if (failed(plan))
-    return std::nullopt;
   bound = mlir::muon::computeLowerBounds(
               layout, mlir::muon::collectMuonMatrices(model, layout), 4)
               .bytesReceived;
@@ -373,7 +369,7 @@ bool samePlan(const Plan &a, const Plan &b) {
 
 TEST(PlanProperties, RandomSpecsGiveZeroRedundancyPlans) {
   DialectRegistry registry;
-  registry.insert<mlir::muon::MuonDialect, shard::ShardDialect>();
+  mlir::muon::registerAllDialects(registry);
   int compiled = 0;
   for (unsigned seed = 0; seed < 300; ++seed) {
     RandomSpec gen(seed);

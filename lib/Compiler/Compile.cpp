@@ -1,4 +1,5 @@
 //===- Compile.cpp - The compiler as a C++ library ------------------------===//
+#include "muon/InitAll.h"
 #include "muon/Compiler/Compile.h"
 
 #include "muon/Dialect/Muon/Analysis/Figures.h"
@@ -167,7 +168,7 @@ private:
 
 std::unique_ptr<mlir::MLIRContext> makeContext() {
   mlir::DialectRegistry registry;
-  registry.insert<mlir::muon::MuonDialect, mlir::shard::ShardDialect>();
+  mlir::muon::registerAllDialects(registry);
   auto context = std::make_unique<mlir::MLIRContext>(registry);
   context->printOpOnDiagnostic(false);
   return context;

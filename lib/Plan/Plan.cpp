@@ -6,6 +6,48 @@
 
 namespace muon {
 
+namespace {
+constexpr std::pair<Exchange::Phase, const char *> kPhaseNames[] = {
+    {Exchange::Phase::Gather, "gather"},
+    {Exchange::Phase::Scatter, "scatter"},
+    {Exchange::Phase::Reduce, "reduce"}};
+constexpr std::pair<ScheduleStep::Kind, const char *> kStepNames[] = {
+    {ScheduleStep::Kind::Start, "start"},
+    {ScheduleStep::Kind::Done, "done"},
+    {ScheduleStep::Kind::NewtonSchulz, "ns"},
+    {ScheduleStep::Kind::Momentum, "momentum"},
+    {ScheduleStep::Kind::ApplyUpdate, "apply"},
+    {ScheduleStep::Kind::AdamW, "adamw"}};
+} // namespace
+
+const char *phaseName(Exchange::Phase phase) {
+  for (auto [p, name] : kPhaseNames)
+    if (p == phase)
+      return name;
+  return "?";
+}
+
+std::optional<Exchange::Phase> parsePhase(std::string_view name) {
+  for (auto [p, n] : kPhaseNames)
+    if (name == n)
+      return p;
+  return std::nullopt;
+}
+
+const char *stepName(ScheduleStep::Kind kind) {
+  for (auto [k, name] : kStepNames)
+    if (k == kind)
+      return name;
+  return "?";
+}
+
+std::optional<ScheduleStep::Kind> parseStepName(std::string_view name) {
+  for (auto [k, n] : kStepNames)
+    if (name == n)
+      return k;
+  return std::nullopt;
+}
+
 std::string PlanMatrix::label() const {
   return slice < 0 ? param : param + "[" + std::to_string(slice) + "]";
 }

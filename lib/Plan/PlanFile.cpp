@@ -12,34 +12,6 @@
 
 namespace muon {
 
-namespace {
-const char *phaseName(Exchange::Phase p) {
-  switch (p) {
-  case Exchange::Phase::Gather:
-    return "gather";
-  case Exchange::Phase::Scatter:
-    return "scatter";
-  case Exchange::Phase::Reduce:
-    return "reduce";
-  }
-  return "?";
-}
-
-constexpr std::pair<const char *, ScheduleStep::Kind> kStepNames[] = {
-    {"start", ScheduleStep::Kind::Start},
-    {"done", ScheduleStep::Kind::Done},
-    {"ns", ScheduleStep::Kind::NewtonSchulz},
-    {"momentum", ScheduleStep::Kind::Momentum},
-    {"apply", ScheduleStep::Kind::ApplyUpdate},
-    {"adamw", ScheduleStep::Kind::AdamW}};
-
-const char *stepName(ScheduleStep::Kind k) {
-  for (const auto &[name, kind] : kStepNames)
-    if (kind == k)
-      return name;
-  return "?";
-}
-} // namespace
 
 std::string renderPlan(const Plan &plan) {
   // Streamed: a large plan (a million transfers) never exists as a tree.
@@ -412,11 +384,11 @@ bool PlanReader::read(const Value &root, Plan &plan,
       [&](const Value &o, const std::string &path) {
         Exchange ex;
         std::string phase = rd.oneOf(get(o, "phase"), key(path, "phase"),
-                                     {"gather", "scatter", "reduce"})
+                                     {phaseName(Exchange::Phase::Gather),
+                                      phaseName(Exchange::Phase::Scatter),
+                                      phaseName(Exchange::Phase::Reduce)})
                                 .value_or("gather");
-        ex.phase = phase == "gather"    ? Exchange::Phase::Gather
-                   : phase == "scatter" ? Exchange::Phase::Scatter
-                                        : Exchange::Phase::Reduce;
+        ex.phase = parsePhase(phase).value_or(Exchange::Phase::Gather);
         ex.round = integer(o, path, "round", 0);
         for (const auto &v :
              rows(get(o, "transfers"), key(path, "transfers"), 8,
@@ -446,13 +418,15 @@ bool PlanReader::read(const Value &root, Plan &plan,
         rd.fail(path, "expected [step, index]");
       if (!rd.ok())
         break;
-      std::optional<std::string> name =
-          rd.oneOf(&(*step)[0], index(path, 0),
-                   {"start", "done", "ns", "momentum", "apply", "adamw"});
+      using Kind = ScheduleStep::Kind;
+      std::optional<std::string> name = rd.oneOf(
+          &(*step)[0], index(path, 0),
+          {stepName(Kind::Start), stepName(Kind::Done),
+           stepName(Kind::NewtonSchulz), stepName(Kind::Momentum),
+           stepName(Kind::ApplyUpdate), stepName(Kind::AdamW)});
       ScheduleStep s;
-      for (const auto &[n, kind] : kStepNames)
-        if (name && *name == n)
-          s.kind = kind;
+      if (name)
+        s.kind = parseStepName(*name).value_or(Kind::Start);
       s.index = rd.integer(&(*step)[1], index(path, 1), 0).value_or(0);
       plan.schedule.push_back(s);
     }

@@ -18,8 +18,10 @@ std::string verifySchedule(const Plan &plan) {
     if (e >= 0 && e < exchanges &&
         plan.exchanges[e].phase == Exchange::Phase::Reduce)
       return "the AdamW reduce";
-    return std::string(e % 2 ? "the scatter" : "the gather") + " of round " +
-           std::to_string(e / 2);
+    return std::string("the ") +
+           phaseName(e % 2 ? Exchange::Phase::Scatter
+                           : Exchange::Phase::Gather) +
+           " of round " + std::to_string(e / 2);
   };
   std::vector<int64_t> roundOf(plan.matrices.size(), -1);
   for (int64_t r = 0; r < rounds; ++r)

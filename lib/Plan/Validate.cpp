@@ -406,7 +406,7 @@ bool Checker::exchanges() {
         e % 2 ? Exchange::Phase::Scatter : Exchange::Phase::Gather;
     if (ex.phase != phase || ex.round != e / 2 || !ex.reductions.empty())
       return fail(path, std::string("expected the ") +
-                            (e % 2 ? "scatter" : "gather") + " of round " +
+                            phaseName(phase) + " of round " +
                             num(e / 2) + " (transfers only)");
     for (size_t t = 0; t < ex.transfers.size(); ++t) {
       const Transfer &tr = ex.transfers[t];

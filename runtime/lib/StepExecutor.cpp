@@ -192,17 +192,11 @@ float *StepExecutor::fullMatrix(int64_t k, std::string &error) {
 
 std::string StepExecutor::describeExchange(int64_t index) const {
   const Exchange &ex = planRef.exchanges[index];
-  switch (ex.phase) {
-  case Exchange::Phase::Gather:
-    return "exchange " + std::to_string(index) + " (gather of round " +
-           std::to_string(ex.round) + ")";
-  case Exchange::Phase::Scatter:
-    return "exchange " + std::to_string(index) + " (scatter of round " +
-           std::to_string(ex.round) + ")";
-  case Exchange::Phase::Reduce:
-    break;
-  }
-  return "exchange " + std::to_string(index) + " (AdamW reduce)";
+  std::string what = "exchange " + std::to_string(index) + " (";
+  if (ex.phase == Exchange::Phase::Reduce)
+    return what + "AdamW reduce)";
+  return what + phaseName(ex.phase) + " of round " + std::to_string(ex.round) +
+         ")";
 }
 
 bool StepExecutor::startExchange(int64_t index, std::string &error) {

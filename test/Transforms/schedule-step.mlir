@@ -6,14 +6,14 @@
 // CHECK-LABEL: muon.model @prefetch1
 // CHECK:       muon.schedule {
 // CHECK-NEXT:    muon.momentum
-// CHECK-NEXT:    %[[G0:.*]] = muon.exchange_start "gather" round 0 : !muon.token
-// CHECK-NEXT:    %[[G1:.*]] = muon.exchange_start "gather" round 1 : !muon.token
+// CHECK-NEXT:    %[[G0:.*]] = muon.exchange_start gather round 0 : !muon.token
+// CHECK-NEXT:    %[[G1:.*]] = muon.exchange_start gather round 1 : !muon.token
 // CHECK-NEXT:    muon.exchange_done %[[G0]]
 // CHECK-NEXT:    muon.newton_schulz round 0
-// CHECK-NEXT:    %[[S0:.*]] = muon.exchange_start "scatter" round 0 : !muon.token
+// CHECK-NEXT:    %[[S0:.*]] = muon.exchange_start scatter round 0 : !muon.token
 // CHECK-NEXT:    muon.exchange_done %[[G1]]
 // CHECK-NEXT:    muon.newton_schulz round 1
-// CHECK-NEXT:    %[[S1:.*]] = muon.exchange_start "scatter" round 1 : !muon.token
+// CHECK-NEXT:    %[[S1:.*]] = muon.exchange_start scatter round 1 : !muon.token
 // CHECK-NEXT:    muon.exchange_done %[[S0]]
 // CHECK-NEXT:    muon.apply_update round 0
 // CHECK-NEXT:    muon.exchange_done %[[S1]]
@@ -36,16 +36,16 @@ muon.model @prefetch1 {
 // CHECK-LABEL: muon.model @prefetch0
 // CHECK:       muon.schedule {
 // CHECK-NEXT:    muon.momentum
-// CHECK-NEXT:    %[[G0:.*]] = muon.exchange_start "gather" round 0
+// CHECK-NEXT:    %[[G0:.*]] = muon.exchange_start gather round 0
 // CHECK-NEXT:    muon.exchange_done %[[G0]]
 // CHECK-NEXT:    muon.newton_schulz round 0
-// CHECK-NEXT:    %[[S0:.*]] = muon.exchange_start "scatter" round 0
+// CHECK-NEXT:    %[[S0:.*]] = muon.exchange_start scatter round 0
 // CHECK-NEXT:    muon.exchange_done %[[S0]]
 // CHECK-NEXT:    muon.apply_update round 0
-// CHECK-NEXT:    %[[G1:.*]] = muon.exchange_start "gather" round 1
+// CHECK-NEXT:    %[[G1:.*]] = muon.exchange_start gather round 1
 // CHECK-NEXT:    muon.exchange_done %[[G1]]
 // CHECK-NEXT:    muon.newton_schulz round 1
-// CHECK-NEXT:    %[[S1:.*]] = muon.exchange_start "scatter" round 1
+// CHECK-NEXT:    %[[S1:.*]] = muon.exchange_start scatter round 1
 // CHECK-NEXT:    muon.exchange_done %[[S1]]
 // CHECK-NEXT:    muon.apply_update round 1
 // CHECK-NEXT:    muon.adamw_update
@@ -67,11 +67,11 @@ muon.model @prefetch0 {
 // CHECK-LABEL: muon.model @adamw_partial
 // CHECK:       muon.schedule {
 // CHECK-NEXT:    muon.momentum
-// CHECK-NEXT:    %[[R:.*]] = muon.exchange_start "reduce" round 0 : !muon.token
-// CHECK-NEXT:    %[[G0:.*]] = muon.exchange_start "gather" round 0
+// CHECK-NEXT:    %[[R:.*]] = muon.exchange_start reduce round 0 : !muon.token
+// CHECK-NEXT:    %[[G0:.*]] = muon.exchange_start gather round 0
 // CHECK-NEXT:    muon.exchange_done %[[G0]]
 // CHECK-NEXT:    muon.newton_schulz round 0
-// CHECK-NEXT:    %[[S0:.*]] = muon.exchange_start "scatter" round 0
+// CHECK-NEXT:    %[[S0:.*]] = muon.exchange_start scatter round 0
 // CHECK-NEXT:    muon.exchange_done %[[R]]
 // CHECK-NEXT:    muon.adamw_update
 // CHECK-NEXT:    muon.exchange_done %[[S0]]

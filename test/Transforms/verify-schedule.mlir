@@ -9,10 +9,10 @@ muon.model @ok {
   muon.round 0 [@a]
   muon.schedule {
     muon.momentum
-    %0 = muon.exchange_start "gather" round 0 : !muon.token
+    %0 = muon.exchange_start gather round 0 : !muon.token
     muon.exchange_done %0
     muon.newton_schulz round 0
-    %1 = muon.exchange_start "scatter" round 0 : !muon.token
+    %1 = muon.exchange_start scatter round 0 : !muon.token
     muon.exchange_done %1
     muon.apply_update round 0
     muon.adamw_update
@@ -29,11 +29,11 @@ muon.model @ns_too_early {
   muon.round 0 [@a]
   muon.schedule {
     muon.momentum
-    %0 = muon.exchange_start "gather" round 0 : !muon.token
+    %0 = muon.exchange_start gather round 0 : !muon.token
     // expected-error @+1 {{NS of round 0 before its gather is done}}
     muon.newton_schulz round 0
     muon.exchange_done %0
-    %1 = muon.exchange_start "scatter" round 0 : !muon.token
+    %1 = muon.exchange_start scatter round 0 : !muon.token
     muon.exchange_done %1
   }
 }
@@ -48,10 +48,10 @@ muon.model @scatter_too_early {
   muon.round 0 [@a]
   muon.schedule {
     muon.momentum
-    %0 = muon.exchange_start "gather" round 0 : !muon.token
+    %0 = muon.exchange_start gather round 0 : !muon.token
     muon.exchange_done %0
     // expected-error @+1 {{scatter of round 0 starts before its NS}}
-    %1 = muon.exchange_start "scatter" round 0 : !muon.token
+    %1 = muon.exchange_start scatter round 0 : !muon.token
     muon.newton_schulz round 0
     muon.exchange_done %1
   }
@@ -70,16 +70,16 @@ muon.model @too_many_in_flight {
   muon.round 1 [@b]
   muon.schedule {
     muon.momentum
-    %0 = muon.exchange_start "gather" round 0 : !muon.token
+    %0 = muon.exchange_start gather round 0 : !muon.token
     // expected-error @+1 {{2 exchanges in flight, limit 1}}
-    %1 = muon.exchange_start "gather" round 1 : !muon.token
+    %1 = muon.exchange_start gather round 1 : !muon.token
     muon.exchange_done %0
     muon.newton_schulz round 0
     muon.exchange_done %1
     muon.newton_schulz round 1
-    %2 = muon.exchange_start "scatter" round 0 : !muon.token
+    %2 = muon.exchange_start scatter round 0 : !muon.token
     muon.exchange_done %2
-    %3 = muon.exchange_start "scatter" round 1 : !muon.token
+    %3 = muon.exchange_start scatter round 1 : !muon.token
     muon.exchange_done %3
   }
 }
@@ -97,15 +97,15 @@ muon.model @over_budget {
   muon.round 1 [@b]
   muon.schedule {
     muon.momentum
-    %0 = muon.exchange_start "gather" round 0 : !muon.token
+    %0 = muon.exchange_start gather round 0 : !muon.token
     // expected-error @+1 {{rank 0 holds 32768 bytes of gathered matrices, budget 20480}}
-    %1 = muon.exchange_start "gather" round 1 : !muon.token
+    %1 = muon.exchange_start gather round 1 : !muon.token
     muon.exchange_done %0
     muon.newton_schulz round 0
-    %2 = muon.exchange_start "scatter" round 0 : !muon.token
+    %2 = muon.exchange_start scatter round 0 : !muon.token
     muon.exchange_done %1
     muon.newton_schulz round 1
-    %3 = muon.exchange_start "scatter" round 1 : !muon.token
+    %3 = muon.exchange_start scatter round 1 : !muon.token
     muon.exchange_done %2
     muon.exchange_done %3
   }
@@ -122,7 +122,7 @@ muon.model @missing_scatter {
   // expected-error @+1 {{the scatter of round 0 is never started}}
   muon.schedule {
     muon.momentum
-    %0 = muon.exchange_start "gather" round 0 : !muon.token
+    %0 = muon.exchange_start gather round 0 : !muon.token
     muon.exchange_done %0
     muon.newton_schulz round 0
   }
@@ -139,10 +139,10 @@ muon.model @apply_too_early {
   muon.round 0 [@a]
   muon.schedule {
     muon.momentum
-    %0 = muon.exchange_start "gather" round 0 : !muon.token
+    %0 = muon.exchange_start gather round 0 : !muon.token
     muon.exchange_done %0
     muon.newton_schulz round 0
-    %1 = muon.exchange_start "scatter" round 0 : !muon.token
+    %1 = muon.exchange_start scatter round 0 : !muon.token
     // expected-error @+1 {{update of round 0 before its scatter is done}}
     muon.apply_update round 0
     muon.exchange_done %1
@@ -160,11 +160,11 @@ muon.model @momentum_too_late {
   muon.round 0 [@a]
   muon.schedule {
     // expected-error @+1 {{gather of round 0 starts before momentum}}
-    %0 = muon.exchange_start "gather" round 0 : !muon.token
+    %0 = muon.exchange_start gather round 0 : !muon.token
     muon.momentum
     muon.exchange_done %0
     muon.newton_schulz round 0
-    %1 = muon.exchange_start "scatter" round 0 : !muon.token
+    %1 = muon.exchange_start scatter round 0 : !muon.token
     muon.exchange_done %1
     muon.apply_update round 0
     muon.adamw_update
@@ -182,14 +182,14 @@ muon.model @adamw_before_reduce {
   muon.round 0 [@a]
   muon.schedule {
     muon.momentum
-    %r = muon.exchange_start "reduce" round 0 : !muon.token
+    %r = muon.exchange_start reduce round 0 : !muon.token
     // expected-error @+1 {{AdamW before its gradients are reduced}}
     muon.adamw_update
     muon.exchange_done %r
-    %0 = muon.exchange_start "gather" round 0 : !muon.token
+    %0 = muon.exchange_start gather round 0 : !muon.token
     muon.exchange_done %0
     muon.newton_schulz round 0
-    %1 = muon.exchange_start "scatter" round 0 : !muon.token
+    %1 = muon.exchange_start scatter round 0 : !muon.token
     muon.exchange_done %1
     muon.apply_update round 0
   }

@@ -4,6 +4,7 @@
 // Exit codes follow the tools' contract: 0 success, 2 invalid input or flags.
 //
 //===----------------------------------------------------------------------===//
+#include "muon/InitAll.h"
 #include "muon/Conversion/Passes.h"
 #include "muon/Dialect/Muon/IR/MuonDialect.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
@@ -31,10 +32,8 @@ static llvm::cl::opt<std::string>
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
-  registry.insert<mlir::muon::MuonDialect, mlir::shard::ShardDialect>();
-  mlir::muon::registerMuonConversionPasses();
-  mlir::muon::registerMuonTransformsPasses();
-  mlir::muon::registerCompilePipeline();
+  mlir::muon::registerAllDialects(registry);
+  mlir::muon::registerAllPasses();
 
   // A model can hold tens of thousands of ops: an error should not dump the
   // whole of it. Users can still ask with --mlir-print-op-on-diagnostic.

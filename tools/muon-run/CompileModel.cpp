@@ -1,4 +1,5 @@
 //===- CompileModel.cpp - Spec or IR to plan, for muon-run ----------------===//
+#include "muon/InitAll.h"
 #include "CompileModel.h"
 #include "Console.h"
 
@@ -49,7 +50,7 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
   }
 
   DialectRegistry registry;
-  registry.insert<mlir::muon::MuonDialect, shard::ShardDialect>();
+  mlir::muon::registerAllDialects(registry);
   MLIRContext context(registry);
   context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;

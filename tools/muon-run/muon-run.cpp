@@ -169,27 +169,23 @@ static void printPlanSchedule(const ::muon::Plan &plan) {
       os << "ns round " << s.index << "\n";
       continue;
     case Kind::Momentum:
-      os << "momentum\n";
+    case Kind::AdamW:
+      os << ::muon::stepName(s.kind) << "\n";
       continue;
     case Kind::ApplyUpdate:
-      os << "apply round " << s.index << "\n";
-      continue;
-    case Kind::AdamW:
-      os << "adamw\n";
+      os << ::muon::stepName(s.kind) << " round " << s.index << "\n";
       continue;
     case Kind::Start:
     case Kind::Done:
       break;
     }
     const ::muon::Exchange &ex = plan.exchanges[s.index];
-    os << (s.kind == Kind::Start ? "start " : "done ");
-    if (ex.phase == ::muon::Exchange::Phase::Reduce) {
-      os << "reduce (" << ex.reductions.size() << " reductions)\n";
-      continue;
-    }
-    os << (ex.phase == ::muon::Exchange::Phase::Gather ? "gather" : "scatter")
-       << " round " << ex.round << " (" << ex.transfers.size()
-       << " transfers)\n";
+    os << ::muon::stepName(s.kind) << " " << ::muon::phaseName(ex.phase);
+    if (ex.phase == ::muon::Exchange::Phase::Reduce)
+      os << " (" << ex.reductions.size() << " reductions)\n";
+    else
+      os << " round " << ex.round << " (" << ex.transfers.size()
+         << " transfers)\n";
   }
 }
 

@@ -5,6 +5,7 @@
 // a failure never leaves a partial file.
 //
 //===----------------------------------------------------------------------===//
+#include "muon/InitAll.h"
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Support/OutputFile.h"
@@ -67,7 +68,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   mlir::DialectRegistry registry;
-  registry.insert<mlir::muon::MuonDialect, mlir::shard::ShardDialect>();
+  mlir::muon::registerAllDialects(registry);
   mlir::MLIRContext context(registry);
   context.printOpOnDiagnostic(false);
   std::string text;

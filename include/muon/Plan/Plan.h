@@ -14,7 +14,9 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace muon {
@@ -101,6 +103,13 @@ struct ScheduleStep {
   Kind kind = Kind::Start;
   int64_t index = 0; // exchange for Start/Done, round for NS/ApplyUpdate
 };
+
+/// The names the plan file, the tools' output and messages use for phases
+/// and schedule steps: one table each (Plan.cpp).
+const char *phaseName(Exchange::Phase phase);
+std::optional<Exchange::Phase> parsePhase(std::string_view name);
+const char *stepName(ScheduleStep::Kind kind);
+std::optional<ScheduleStep::Kind> parseStepName(std::string_view name);
 
 /// Same-shape matrices a rank orthogonalizes together in one round.
 struct NsBatch {

@@ -323,7 +323,7 @@ LogicalResult SpecImporter::importGroups(const JsonValue &root) {
       }
       lists.push_back(builder.getDenseI64ArrayAttr(ranks));
     }
-    GroupOp::create(builder, at(path), builder.getStringAttr(kind),
+    GroupOp::create(builder, at(path), *symbolizeProcessGroupKind(kind),
                     builder.getArrayAttr(lists));
   }
   return success();
@@ -394,11 +394,12 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v) {
     std::optional<std::string> s = getString(*x, "optimizer.adjust_lr");
     if (!s)
       return failure();
-    if (*s != "original" && *s != "match_rms_adamw")
+    std::optional<AdjustLr> adjust = symbolizeAdjustLr(*s);
+    if (!adjust)
       return fail("optimizer.adjust_lr",
                   "unknown adjust_lr '" + *s +
                       "'; expected 'original' or 'match_rms_adamw'");
-    state.addAttribute("adjust_lr", builder.getStringAttr(*s));
+    state.addAttribute("adjust_lr", AdjustLrAttr::get(ctx, *adjust));
   }
   builder.create(state);
   return success();
@@ -791,7 +792,8 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
                            "has " +
                                std::to_string(rank) + " dim(s); use 'adamw'");
       muon = *group == "muon";
-      state.addAttribute("group", builder.getStringAttr(*group));
+      state.addAttribute("group",
+                         ParamGroupAttr::get(ctx, *symbolizeParamGroup(*group)));
     }
     if (std::string bad = ::muon::checkShapeLimits(
             std::vector<int64_t>(shape.begin(), shape.end()), muon);

@@ -55,7 +55,7 @@ muon.model @m {
 
 muon.model @m {
   shard.grid @mesh(shape = 2)
-  // expected-error @+1 {{parameter 'w' has unknown optimizer group 'sgd'; expected 'muon' or 'adamw'}}
+  // expected-error @+1 {{unknown optimizer group 'sgd'; expected 'muon' or 'adamw'}}
   muon.param @w : tensor<8x8xf32> on @mesh split [[], []] group sgd
 }
 
@@ -121,8 +121,10 @@ muon.model @m {
 
 muon.model @m {
   shard.grid @mesh(shape = 2)
-  // expected-error @+1 {{optimizer 'adjust_lr' is 'spectral'; expected 'original' or 'match_rms_adamw'}}
-  muon.optimizer {adjust_lr = "spectral"}
+  // The closed sets are enum attributes: anything else does not parse.
+  // expected-error @+2 {{expected ::mlir::muon::AdjustLr to be one of: original, match_rms_adamw}}
+  // expected-error @+1 {{failed to parse Muon_AdjustLrAttr parameter 'value'}}
+  muon.optimizer {adjust_lr = #muon.adjust_lr<spectral>}
 }
 
 // -----
@@ -371,7 +373,7 @@ muon.model @m {
   muon.round 0 [@a]
   muon.schedule {
     // expected-error @+1 {{the gather of round 0 is waited on 0 times; every exchange needs exactly one muon.exchange_done}}
-    %0 = muon.exchange_start "gather" round 0 : !muon.token
+    %0 = muon.exchange_start gather round 0 : !muon.token
   }
 }
 
@@ -382,8 +384,9 @@ muon.model @m {
   muon.param @a : tensor<8x8xf32> on @mesh split [[], []]
   muon.round 0 [@a]
   muon.schedule {
-    // expected-error @+1 {{unknown exchange phase 'allreduce'; expected 'gather', 'scatter' or 'reduce'}}
-    %0 = muon.exchange_start "allreduce" round 0 : !muon.token
+    // expected-error @+2 {{expected ::mlir::muon::ExchangePhase to be one of: gather, scatter, reduce}}
+    // expected-error @+1 {{failed to parse Muon_ExchangePhaseAttr parameter 'value'}}
+    %0 = muon.exchange_start allreduce round 0 : !muon.token
     muon.exchange_done %0
   }
 }
@@ -392,7 +395,7 @@ muon.model @m {
 
 muon.model @m {
   shard.grid @mesh(shape = 2)
-  // expected-error @+1 {{distributed 'wire_dtype' is 'fp8'; expected 'f32' or 'bf16'}}
+  // expected-error @+1 {{'muon.distributed' op attribute 'wire_dtype' failed to satisfy constraint: the element type exchanges carry}}
   muon.distributed {wire_dtype = "fp8"}
 }
 
@@ -404,7 +407,7 @@ muon.model @m {
   muon.round 0 [@a]
   muon.schedule {
     // expected-error @+1 {{the AdamW reduce belongs to no round; write 'round 0'}}
-    %0 = muon.exchange_start "reduce" round 5 : !muon.token
+    %0 = muon.exchange_start reduce round 5 : !muon.token
     muon.exchange_done %0
   }
 }

@@ -7,13 +7,13 @@
 muon.model @dtensor {
   // CHECK: shard.grid @mesh(shape = 2x2x2) {muon.axis_names = ["pp", "dp", "tp"]}
   shard.grid @mesh(shape = 2x2x2) {muon.axis_names = ["pp", "dp", "tp"]}
-  // CHECK: muon.optimizer {adjust_lr = "match_rms_adamw", lr = 2.000000e-02 : f64, ns_coefficients = [array<f64: 3.444500e+00, -4.775000e+00, 2.031500e+00>], ns_steps = 1 : i64}
-  muon.optimizer {lr = 2.0e-02 : f64, ns_steps = 1 : i64, adjust_lr = "match_rms_adamw",
+  // CHECK: muon.optimizer {adjust_lr = #muon.adjust_lr<match_rms_adamw>, lr = 2.000000e-02 : f64, ns_coefficients = [array<f64: 3.444500e+00, -4.775000e+00, 2.031500e+00>], ns_steps = 1 : i64}
+  muon.optimizer {lr = 2.0e-02 : f64, ns_steps = 1 : i64, adjust_lr = #muon.adjust_lr<match_rms_adamw>,
                   ns_coefficients = [array<f64: 3.4445, -4.775, 2.0315>]}
   // CHECK: muon.adamw {betas = array<f64: 9.000000e-01, 0.94999999999999996>, lr = 5.000000e-04 : f64}
   muon.adamw {lr = 5.0e-04 : f64, betas = array<f64: 0.9, 0.95>}
-  // CHECK: muon.distributed {async = false, prefetch_count = 2 : i64}
-  muon.distributed {prefetch_count = 2 : i64, async = false}
+  // CHECK: muon.distributed {async = false, prefetch_count = 2 : i64, wire_dtype = #muon.wire_dtype<bf16>}
+  muon.distributed {prefetch_count = 2 : i64, async = false, wire_dtype = #muon.wire_dtype<bf16>}
   // TP major, then FSDP, on dim 0 (the strided TP-then-FSDP layout).
   // CHECK: muon.param @wq : tensor<64x32xf32> on @mesh split {{\[}}[2, 1], []] only [0 = 0]
   muon.param @wq : tensor<64x32xf32> on @mesh split [[2, 1], []] only [0 = 0]
@@ -59,8 +59,8 @@ muon.model @single {
 // CHECK:         muon.round 0 [@a]
 // CHECK:         muon.schedule {
 // CHECK-NEXT:      muon.momentum
-// CHECK-NEXT:      %[[R:.*]] = muon.exchange_start "reduce" round 0 : !muon.token
-// CHECK-NEXT:      %[[T:.*]] = muon.exchange_start "gather" round 0 : !muon.token
+// CHECK-NEXT:      %[[R:.*]] = muon.exchange_start reduce round 0 : !muon.token
+// CHECK-NEXT:      %[[T:.*]] = muon.exchange_start gather round 0 : !muon.token
 // CHECK-NEXT:      muon.exchange_done %[[T]]
 // CHECK-NEXT:      muon.newton_schulz round 0
 // CHECK:           muon.apply_update round 0
@@ -68,17 +68,17 @@ muon.model @single {
 // CHECK-NEXT:      muon.adamw_update
 muon.model @step {
   shard.grid @mesh(shape = 2)
-  muon.distributed {wire_dtype = "bf16", gather_budget_bytes = 1024 : i64, max_rounds = 4 : i64}
+  muon.distributed {wire_dtype = #muon.wire_dtype<bf16>, gather_budget_bytes = 1024 : i64, max_rounds = 4 : i64}
   muon.param @a : tensor<8x8xf32> on @mesh split [[0], []]
   muon.assign 0 [@a]
   muon.round 0 [@a]
   muon.schedule {
     muon.momentum
-    %r = muon.exchange_start "reduce" round 0 : !muon.token
-    %0 = muon.exchange_start "gather" round 0 : !muon.token
+    %r = muon.exchange_start reduce round 0 : !muon.token
+    %0 = muon.exchange_start gather round 0 : !muon.token
     muon.exchange_done %0
     muon.newton_schulz round 0
-    %1 = muon.exchange_start "scatter" round 0 : !muon.token
+    %1 = muon.exchange_start scatter round 0 : !muon.token
     muon.exchange_done %1
     muon.apply_update round 0
     muon.exchange_done %r

@@ -99,7 +99,7 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     plan.muon.eps = opt.getEps().convertToDouble();
     plan.muon.nesterov = opt.getNesterov();
     plan.muon.nsSteps = static_cast<int64_t>(opt.getNsSteps());
-    plan.muon.adjustLr = opt.getAdjustLr().str();
+    plan.muon.adjustLr = stringifyAdjustLr(opt.getAdjustLr()).str();
   }
   for (int64_t step = 0; step < plan.muon.nsSteps; ++step) {
     std::array<double, 3> abc = {3.4445, -4.775, 2.0315};
@@ -226,7 +226,7 @@ FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
                                           bool withTransfers) {
   StringRef wire = wireWithoutConfig;
   for (DistributedOp d : model.getBodyBlock().getOps<DistributedOp>())
-    wire = d.getWireDtype();
+    wire = stringifyWireDtype(d.getWireDtype());
   FailureOr<Plan> plan = buildPlan(model, layout, wire, withTransfers);
   if (failed(plan))
     return failure();
@@ -269,7 +269,7 @@ FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
   for (ScheduleOp schedule : model.getBodyBlock().getOps<ScheduleOp>()) {
     plan->schedule.clear();
     auto exchangeOf = [&](ExchangeStartOp start) -> FailureOr<int64_t> {
-      if (start.getPhase() == "reduce") {
+      if (start.getPhase() == ExchangePhase::Reduce) {
         if (!hasReduce)
           return start.emitError()
                  << "no parameter needs an AdamW reduction here";
@@ -278,7 +278,7 @@ FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
       int64_t round = static_cast<int64_t>(start.getRound());
       if (round >= static_cast<int64_t>(plan->rounds.size()))
         return start.emitError() << "the model has no round " << round;
-      return 2 * round + (start.getPhase() == "scatter" ? 1 : 0);
+      return 2 * round + (start.getPhase() == ExchangePhase::Scatter ? 1 : 0);
     };
     for (Operation &op : schedule.getBodyBlock()) {
       using Kind = ::muon::ScheduleStep::Kind;

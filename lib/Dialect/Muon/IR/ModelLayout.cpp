@@ -76,7 +76,7 @@ static FailureOr<ModelLayout> layoutFromGroups(ModelOp model) {
   std::vector<GroupKind> kinds;
   llvm::StringMap<int64_t> axisOfKind;
   for (GroupOp g : groupOps) {
-    StringRef kind = g.getKind();
+    StringRef kind = stringifyProcessGroupKind(g.getKind());
     if (axisOfKind.count(kind))
       return g.emitError() << "process-group kind '" << kind
                            << "' is given twice";

@@ -12,10 +12,19 @@ using namespace mlir::muon;
 
 #include "muon/Dialect/Muon/IR/MuonOpsDialect.cpp.inc"
 
+#include "muon/Dialect/Muon/IR/MuonEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "muon/Dialect/Muon/IR/MuonAttrs.cpp.inc"
+
 #define GET_TYPEDEF_CLASSES
 #include "muon/Dialect/Muon/IR/MuonOpsTypes.cpp.inc"
 
 void MuonDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "muon/Dialect/Muon/IR/MuonAttrs.cpp.inc"
+      >();
   addTypes<
 #define GET_TYPEDEF_LIST
 #include "muon/Dialect/Muon/IR/MuonOpsTypes.cpp.inc"

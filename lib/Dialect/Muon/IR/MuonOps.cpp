@@ -419,8 +419,8 @@ LogicalResult ModelOp::verifyRegions() {
 //===----------------------------------------------------------------------===//
 
 bool ParamOp::isMuon() {
-  if (std::optional<StringRef> g = getGroup())
-    return *g == "muon";
+  if (std::optional<ParamGroup> g = getGroup())
+    return *g == ParamGroup::Muon;
   return getTensorType().getRank() >= 2;
 }
 
@@ -489,9 +489,14 @@ ParseResult ParamOp::parse(OpAsmParser &parser, OperationState &result) {
   }
   if (succeeded(parser.parseOptionalKeyword("group"))) {
     std::string group;
+    llvm::SMLoc at = parser.getCurrentLocation();
     if (parser.parseKeywordOrString(&group))
       return failure();
-    result.addAttribute("group", StringAttr::get(ctx, group));
+    std::optional<ParamGroup> g = symbolizeParamGroup(group);
+    if (!g)
+      return parser.emitError(at) << "unknown optimizer group '" << group
+                                  << "'; expected 'muon' or 'adamw'";
+    result.addAttribute("group", ParamGroupAttr::get(ctx, *g));
   }
   return parser.parseOptionalAttrDict(result.attributes);
 }
@@ -525,8 +530,8 @@ void ParamOp::print(OpAsmPrinter &p) {
     p << " stage " << *v;
   if (std::optional<int64_t> v = getExpert())
     p << " expert " << *v;
-  if (std::optional<StringRef> g = getGroup())
-    p << " group " << *g;
+  if (std::optional<ParamGroup> g = getGroup())
+    p << " group " << stringifyParamGroup(*g);
   p.printOptionalAttrDict((*this)->getAttrs(),
                           {SymbolTable::getSymbolAttrName(), "tensor_type",
                            "grid", "split_axes", "partial_axes", "only",
@@ -555,10 +560,6 @@ LogicalResult ParamOp::verify() {
           isMuon() && type.getRank() >= 2);
       !bad.empty())
     return error() << bad;
-  if (std::optional<StringRef> g = getGroup();
-      g && *g != "muon" && *g != "adamw")
-    return error() << "has unknown optimizer group '" << *g
-                   << "'; expected 'muon' or 'adamw'";
   int64_t rank = type.getRank();
   if (isMuon() && rank < 2)
     return error() << "has " << rank
@@ -707,10 +708,6 @@ LogicalResult OptimizerOp::verify() {
                            << " must be an (a, b, c) triple";
     }
   }
-  StringRef adjust = getAdjustLr();
-  if (adjust != "original" && adjust != "match_rms_adamw")
-    return emitError() << "optimizer 'adjust_lr' is '" << adjust
-                       << "'; expected 'original' or 'match_rms_adamw'";
   return success();
 }
 
@@ -733,9 +730,6 @@ LogicalResult AdamWOp::verify() {
 }
 
 LogicalResult DistributedOp::verify() {
-  if (getWireDtype() != "f32" && getWireDtype() != "bf16")
-    return emitError() << "distributed 'wire_dtype' is '" << getWireDtype()
-                       << "'; expected 'f32' or 'bf16'";
   if (static_cast<int64_t>(getGatherBudgetBytes()) < 0 ||
       static_cast<int64_t>(getMaxRounds()) < 1)
     return emitError() << "distributed 'gather_budget_bytes' must be >= 0 "
@@ -880,7 +874,8 @@ LogicalResult ScheduleOp::verifyRegions() {
       dones += isa<ExchangeDoneOp>(user);
     if (dones != 1)
       return start.emitError()
-             << "the " << start.getPhase() << " of round "
+             << "the " << stringifyExchangePhase(start.getPhase())
+             << " of round "
              << static_cast<int64_t>(start.getRound()) << " is waited on "
              << dones << " times; every exchange needs exactly one "
              << "muon.exchange_done";
@@ -889,13 +884,9 @@ LogicalResult ScheduleOp::verifyRegions() {
 }
 
 LogicalResult ExchangeStartOp::verify() {
-  if (getPhase() != "gather" && getPhase() != "scatter" &&
-      getPhase() != "reduce")
-    return emitError() << "unknown exchange phase '" << getPhase()
-                       << "'; expected 'gather', 'scatter' or 'reduce'";
   if (static_cast<int64_t>(getRound()) < 0)
     return emitError() << "round is negative";
-  if (getPhase() == "reduce" && getRound() != 0)
+  if (getPhase() == ExchangePhase::Reduce && getRound() != 0)
     return emitError() << "the AdamW reduce belongs to no round; write "
                           "'round 0'";
   return success();
@@ -916,29 +907,32 @@ std::vector<std::vector<int64_t>> GroupOp::getGroupsVector() {
 ParseResult GroupOp::parse(OpAsmParser &parser, OperationState &result) {
   std::string kind;
   ArrayAttr groups;
-  if (parser.parseKeywordOrString(&kind) || parseIntListList(parser, groups))
+  llvm::SMLoc at = parser.getCurrentLocation();
+  if (parser.parseKeywordOrString(&kind))
     return failure();
-  result.addAttribute("kind", parser.getBuilder().getStringAttr(kind));
+  std::optional<ProcessGroupKind> k = symbolizeProcessGroupKind(kind);
+  if (!k)
+    return parser.emitError(at)
+           << "unknown process-group kind '" << kind
+           << "'; expected one of fsdp, shard, tp, ddp, replicate, cp, ep, pp";
+  if (parseIntListList(parser, groups))
+    return failure();
+  result.addAttribute("kind",
+                      ProcessGroupKindAttr::get(parser.getContext(), *k));
   result.addAttribute("groups", groups);
   return parser.parseOptionalAttrDict(result.attributes);
 }
 
 void GroupOp::print(OpAsmPrinter &p) {
-  p << " " << getKind() << " ";
+  p << " " << stringifyProcessGroupKind(getKind()) << " ";
   printIntListList(p, getGroups());
   p.printOptionalAttrDict((*this)->getAttrs(), {"kind", "groups"});
 }
 
 LogicalResult GroupOp::verify() {
-  static const char *const kinds[] = {"fsdp",      "shard", "tp", "ddp",
-                                      "replicate", "cp",    "ep", "pp"};
-  if (!llvm::is_contained(kinds, getKind()))
-    return emitError() << "unknown process-group kind '" << getKind()
-                       << "'; expected one of fsdp, shard, tp, ddp, "
-                          "replicate, cp, ep, pp";
   for (Attribute a : getGroups())
     if (!isa<DenseI64ArrayAttr>(a))
-      return emitError() << "'" << getKind()
+      return emitError() << "'" << stringifyProcessGroupKind(getKind())
                          << "' groups must be arrays of ranks";
   return success();
 }

@@ -42,8 +42,13 @@ mlir::muon::compileModule(ModuleOp module, const CompileOverrides &overrides) {
     if (!overrides.wireDtype && !overrides.gatherBudgetBytes &&
         !overrides.maxRounds)
       break;
-    if (overrides.wireDtype)
-      d.setWireDtypeAttr(b.getStringAttr(*overrides.wireDtype));
+    if (overrides.wireDtype) {
+      std::optional<WireDtype> wire = symbolizeWireDtype(*overrides.wireDtype);
+      if (!wire)
+        return d.emitError() << "unknown wire dtype '" << *overrides.wireDtype
+                             << "'; expected f32 or bf16";
+      d.setWireDtype(*wire);
+    }
     if (overrides.gatherBudgetBytes)
       d.setGatherBudgetBytesAttr(
           b.getI64IntegerAttr(*overrides.gatherBudgetBytes));

@@ -47,10 +47,9 @@ struct ScheduleStep : mlir::muon::impl::ScheduleStepBase<ScheduleStep> {
       switch (step.kind) {
       case ::muon::ScheduleStep::Kind::Start: {
         const ::muon::Exchange &ex = plan->exchanges[step.index];
-        const char *phase =
-            ex.phase == ::muon::Exchange::Phase::Gather    ? "gather"
-            : ex.phase == ::muon::Exchange::Phase::Scatter ? "scatter"
-                                                           : "reduce";
+        // The IR's phases are the plan's, by name.
+        ExchangePhase phase =
+            *symbolizeExchangePhase(::muon::phaseName(ex.phase));
         tokens[step.index] = ExchangeStartOp::create(
             builder, model.getLoc(), TokenType::get(builder.getContext()),
             phase, ex.round);

@@ -26,6 +26,7 @@ def Muon_Dialect : Dialect {
   let dependentDialects = ["::mlir::shard::ShardDialect"];
   let hasOperationAttrVerify = 1;
   let useDefaultTypePrinterParser = 1;
+  let useDefaultAttributePrinterParser = 1;
   let extraClassDeclaration = [{
     /// Discardable attributes this dialect attaches to `shard.grid`.
     static constexpr ::llvm::StringLiteral kAxisNamesAttr = "muon.axis_names";

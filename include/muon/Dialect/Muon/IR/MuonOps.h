@@ -14,6 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "muon/Dialect/Muon/IR/MuonEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "muon/Dialect/Muon/IR/MuonAttrs.h.inc"
+
 #define GET_TYPEDEF_CLASSES
 #include "muon/Dialect/Muon/IR/MuonOpsTypes.h.inc"
 

@@ -3,6 +3,7 @@
 #define MUON_OPS_TD
 
 include "muon/Dialect/Muon/IR/MuonDialect.td"
+include "muon/Dialect/Muon/IR/MuonEnums.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
@@ -98,7 +99,7 @@ def Muon_ParamOp : Muon_Op<"param", [
                        OptionalAttr<ArrayAttr>:$split_axes,
                        OptionalAttr<DenseI64ArrayAttr>:$partial_axes,
                        OptionalAttr<DenseI64ArrayAttr>:$only,
-                       OptionalAttr<StrAttr>:$group,
+                       OptionalAttr<Muon_ParamGroupAttr>:$group,
                        OptionalAttr<I64Attr>:$tp_dim,
                        OptionalAttr<I64Attr>:$stage,
                        OptionalAttr<I64Attr>:$expert);
@@ -139,7 +140,8 @@ def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
     DefaultValuedAttr<I64Attr, "5">:$ns_steps,
     OptionalAttr<ArrayAttr>:$ns_coefficients,
     DefaultValuedAttr<F64Attr, "1e-7">:$eps,
-    DefaultValuedAttr<StrAttr, "\"original\"">:$adjust_lr);
+    DefaultValuedAttr<Muon_AdjustLrAttr,
+                      "::mlir::muon::AdjustLr::Original">:$adjust_lr);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -175,7 +177,8 @@ def Muon_DistributedOp : Muon_Op<"distributed", [HasParent<"ModelOp">]> {
     DefaultValuedAttr<BoolAttr, "true">:$async,
     DefaultValuedAttr<I64Attr, "0">:$gather_budget_bytes,
     DefaultValuedAttr<I64Attr, "8">:$max_rounds,
-    DefaultValuedAttr<StrAttr, "\"f32\"">:$wire_dtype);
+    DefaultValuedAttr<Muon_WireDtypeAttr,
+                      "::mlir::muon::WireDtype::F32">:$wire_dtype);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
 }
@@ -207,7 +210,7 @@ def Muon_GroupOp : Muon_Op<"group", [HasParent<"ModelOp">]> {
     muon.group fsdp [[0, 1], [2, 3]]
     ```
   }];
-  let arguments = (ins StrAttr:$kind, ArrayAttr:$groups);
+  let arguments = (ins Muon_GroupKindAttr:$kind, ArrayAttr:$groups);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -254,10 +257,10 @@ def Muon_ScheduleOp : Muon_Op<"schedule", [
     ```mlir
     muon.schedule {
       muon.momentum
-      %0 = muon.exchange_start "gather" round 0 : !muon.token
+      %0 = muon.exchange_start gather round 0 : !muon.token
       muon.exchange_done %0
       muon.newton_schulz round 0
-      %1 = muon.exchange_start "scatter" round 0 : !muon.token
+      %1 = muon.exchange_start scatter round 0 : !muon.token
       muon.exchange_done %1
       muon.apply_update round 0
       muon.adamw_update
@@ -276,7 +279,7 @@ def Muon_ScheduleOp : Muon_Op<"schedule", [
 
 def Muon_ExchangeStartOp : Muon_Op<"exchange_start", [HasParent<"ScheduleOp">]> {
   let summary = "Post the gather or scatter of a round, or the AdamW reduce";
-  let arguments = (ins StrAttr:$phase, I64Attr:$round);
+  let arguments = (ins Muon_ExchangePhaseAttr:$phase, I64Attr:$round);
   let results = (outs Muon_TokenType:$token);
   let assemblyFormat = "$phase `round` $round attr-dict `:` type($token)";
   let hasVerifier = 1;

@@ -133,14 +133,14 @@ def ScheduleStep : Pass<"muon-schedule-step", "::mlir::muon::ModelOp"> {
     ```mlir
     muon.schedule {
       muon.momentum
-      %0 = muon.exchange_start "gather" round 0 : !muon.token
-      %1 = muon.exchange_start "gather" round 1 : !muon.token
+      %0 = muon.exchange_start gather round 0 : !muon.token
+      %1 = muon.exchange_start gather round 1 : !muon.token
       muon.exchange_done %0
       muon.newton_schulz round 0
-      %2 = muon.exchange_start "scatter" round 0 : !muon.token
+      %2 = muon.exchange_start scatter round 0 : !muon.token
       muon.exchange_done %1
       muon.newton_schulz round 1
-      %3 = muon.exchange_start "scatter" round 1 : !muon.token
+      %3 = muon.exchange_start scatter round 1 : !muon.token
       muon.exchange_done %2
       muon.apply_update round 0
       muon.exchange_done %3
@@ -168,7 +168,7 @@ def VerifySchedule : Pass<"muon-verify-schedule", "::mlir::muon::ModelOp"> {
     ```mlir
     muon.schedule {
       muon.momentum
-      %0 = muon.exchange_start "gather" round 0 : !muon.token
+      %0 = muon.exchange_start gather round 0 : !muon.token
       // error: NS of round 0 before its gather is done
       muon.newton_schulz round 0
       ...

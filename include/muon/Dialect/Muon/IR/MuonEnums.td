@@ -1,0 +1,62 @@
+//===- MuonEnums.td - Closed sets of the muon dialect ------*- tablegen -*-===//
+//
+// Every enum-like setting of the IR is an enum attribute: the verifier
+// never has to compare strings, and a typo is a parse error.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_ENUMS_TD
+#define MUON_ENUMS_TD
+
+include "mlir/IR/EnumAttr.td"
+include "muon/Dialect/Muon/IR/MuonDialect.td"
+
+class Muon_Enum<string name, string summary, list<I32EnumAttrCase> cases>
+    : I32EnumAttr<name, summary, cases> {
+  let cppNamespace = "::mlir::muon";
+  let genSpecializedAttr = 0;
+}
+
+// Written as a bare keyword inside an op's own syntax (`gather`).
+class Muon_KeywordEnumAttr<EnumAttrInfo info, string mnemonic>
+    : EnumAttr<Muon_Dialect, info, mnemonic> {
+  let assemblyFormat = "$value";
+}
+
+def Muon_ExchangePhase : Muon_Enum<"ExchangePhase", "what an exchange moves", [
+  I32EnumAttrCase<"Gather", 0, "gather">,
+  I32EnumAttrCase<"Scatter", 1, "scatter">,
+  I32EnumAttrCase<"Reduce", 2, "reduce">]>;
+def Muon_ExchangePhaseAttr : Muon_KeywordEnumAttr<Muon_ExchangePhase, "phase">;
+
+def Muon_ParamGroup : Muon_Enum<"ParamGroup", "the optimizer of a parameter", [
+  I32EnumAttrCase<"Muon", 0, "muon">,
+  I32EnumAttrCase<"AdamW", 1, "adamw">]>;
+def Muon_ParamGroupAttr : Muon_KeywordEnumAttr<Muon_ParamGroup, "group">;
+
+def Muon_GroupKind : Muon_Enum<"ProcessGroupKind", "a process-group kind", [
+  I32EnumAttrCase<"Fsdp", 0, "fsdp">,
+  I32EnumAttrCase<"Shard", 1, "shard">,
+  I32EnumAttrCase<"Tp", 2, "tp">,
+  I32EnumAttrCase<"Ddp", 3, "ddp">,
+  I32EnumAttrCase<"Replicate", 4, "replicate">,
+  I32EnumAttrCase<"Cp", 5, "cp">,
+  I32EnumAttrCase<"Ep", 6, "ep">,
+  I32EnumAttrCase<"Pp", 7, "pp">]>;
+def Muon_GroupKindAttr : Muon_KeywordEnumAttr<Muon_GroupKind, "kind">;
+
+// Written as `#muon.adjust_lr<original>` in attribute dictionaries.
+def Muon_AdjustLr : Muon_Enum<"AdjustLr", "how Muon scales its learning rate", [
+  I32EnumAttrCase<"Original", 0, "original">,
+  I32EnumAttrCase<"MatchRmsAdamW", 1, "match_rms_adamw">]>;
+def Muon_AdjustLrAttr : EnumAttr<Muon_Dialect, Muon_AdjustLr, "adjust_lr"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Muon_WireDtype : Muon_Enum<"WireDtype", "the element type exchanges carry", [
+  I32EnumAttrCase<"F32", 0, "f32">,
+  I32EnumAttrCase<"BF16", 1, "bf16">]>;
+def Muon_WireDtypeAttr : EnumAttr<Muon_Dialect, Muon_WireDtype, "wire_dtype"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+#endif // MUON_ENUMS_TD
