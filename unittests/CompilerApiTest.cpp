@@ -158,6 +158,16 @@ TEST(CompilerApi, AutoConfigStrategies) {
     ASSERT_TRUE(compile(smallTransformer(), &config, plan, error)) << error;
     runLikeOneDevice(plan);
   }
+  // CP: the context-parallel ranks hold full replicas.
+  {
+    AutoConfig groups;
+    groups.worldSize = 2;
+    groups.cp = {{0, 1}};
+    DistributedConfig config = createAutoConfig(groups);
+    Plan plan;
+    ASSERT_TRUE(compile(smallTransformer(), &config, plan, error)) << error;
+    runLikeOneDevice(plan);
+  }
   // HSDP: shard + replicate.
   {
     AutoConfig groups;

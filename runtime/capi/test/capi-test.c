@@ -1,6 +1,8 @@
 /*===- capi-test.c - The C API, driven from C -----------------------------===*
  *
- * capi-test PLAN [--mpi] CHECKPOINT_DIR: binds every piece this rank holds,
+ * capi-test PLAN [--mpi [--split N]] CHECKPOINT_DIR: binds every piece this
+ * rank holds (with --split, the world is cut into communicators of N ranks
+ * that each run the plan on their own),
  * checks that bad calls fail with a status and a message and change
  * nothing, runs three steps, and round-trips a checkpoint. Prints one line
  * per rank; exits 1 on anything unexpected.
@@ -50,12 +52,24 @@ int main(int argc, char **argv) {
     return 2;
   }
   int mpi = argc > 3 && strcmp(argv[2], "--mpi") == 0;
-  const char *checkpoint = argv[argc - 1];
+  int split = argc > 5 && strcmp(argv[3], "--split") == 0 ? atoi(argv[4]) : 0;
+  char checkpoint[512];
+  snprintf(checkpoint, sizeof(checkpoint), "%s", argv[argc - 1]);
   muon_optimizer *opt = NULL;
+  MPI_Comm comm = MPI_COMM_NULL;
   if (mpi) {
     MPI_Init(&argc, &argv);
-    EXPECT(muon_optimizer_create_mpi(argv[1], MPI_Comm_c2f(MPI_COMM_WORLD),
-                                     60.0, &opt) == MUON_OK);
+    comm = MPI_COMM_WORLD;
+    if (split > 0) {
+      /* Communicators of `split` ranks: any communicator, not the world. */
+      int world;
+      MPI_Comm_rank(MPI_COMM_WORLD, &world);
+      MPI_Comm_split(MPI_COMM_WORLD, world / split, world, &comm);
+      snprintf(checkpoint, sizeof(checkpoint), "%s-%d", argv[argc - 1],
+               world / split);
+    }
+    EXPECT(muon_optimizer_create_mpi(argv[1], MPI_Comm_c2f(comm), 60.0,
+                                     &opt) == MUON_OK);
   } else {
     EXPECT(muon_optimizer_create_single(argv[1], &opt) == MUON_OK);
   }
@@ -157,7 +171,10 @@ int main(int argc, char **argv) {
   free(grads);
   free(saved);
   muon_optimizer_destroy(opt);
-  if (mpi)
+  if (mpi) {
+    if (split > 0)
+      MPI_Comm_free(&comm);
     MPI_Finalize();
+  }
   return failures ? 1 : 0;
 }
