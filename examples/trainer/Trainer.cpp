@@ -262,6 +262,19 @@ void paste(std::vector<float> &whole, const std::vector<int64_t> &shape,
               whole.begin() + r * shape[1] + box[1].begin);
 }
 
+/// The whole weights, pasted together from every rank's shard.
+void allGatherWeights(DataParallel &dp, const Tensors<float> &shards,
+                      const std::vector<std::vector<std::vector<muon::Range>>>
+                          &boxes,
+                      Tensors<float> &full) {
+  const std::vector<trainer::ParamShape> &shapes = trainer::paramShapes();
+  for (size_t p = 0; p < shapes.size(); ++p) {
+    std::vector<std::vector<float>> pieces = dp.allGather(shards[p]);
+    for (int r = 0; r < dp.size; ++r)
+      paste(full[p], shapes[p].shape, boxes[p][r], pieces[r]);
+  }
+}
+
 uint64_t fnv(const Tensors<float> &tensors) {
   uint64_t h = 1469598103934665603ull;
   for (const std::vector<float> &t : tensors) {
@@ -365,11 +378,7 @@ int train(const Options &o, Communicator &comm, DataParallel &dp) {
   double loss = 0;
   for (int64_t step = first; step < o.steps; ++step) {
     // All-gather: the full weights from every rank's shard.
-    for (size_t p = 0; p < shapes.size(); ++p) {
-      std::vector<std::vector<float>> pieces = dp.allGather(shards[p]);
-      for (int r = 0; r < dp.size; ++r)
-        paste(full[p], shapes[p].shape, boxes[p][r], pieces[r]);
-    }
+    allGatherWeights(dp, shards, boxes, full);
     // Forward and backward on this rank's groups, one gradient per group.
     std::vector<Tensors<float>> groupGrads(perRank);
     std::vector<double> groupLoss(kGroups, 0.0);
@@ -434,11 +443,7 @@ int train(const Options &o, Communicator &comm, DataParallel &dp) {
     }
   }
   // The final weights, whole, as every layout must have them.
-  for (size_t p = 0; p < shapes.size(); ++p) {
-    std::vector<std::vector<float>> pieces = dp.allGather(shards[p]);
-    for (int r = 0; r < dp.size; ++r)
-      paste(full[p], shapes[p].shape, boxes[p][r], pieces[r]);
-  }
+  allGatherWeights(dp, shards, boxes, full);
   if (lead)
     std::printf("final loss %.9g  parameters fnv %016llx  (%d ranks, %s)\n",
                 loss, static_cast<unsigned long long>(fnv(full)), dp.size,

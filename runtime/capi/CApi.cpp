@@ -67,6 +67,23 @@ bool checked(const muon_optimizer *opt) {
   lastError = "null optimizer handle";
   return false;
 }
+
+/// Saving fails as a run (the disk); loading as input (the checkpoint).
+muon_status checkpoint(muon_optimizer *opt, const char *dir,
+                       int withParameters, bool save) {
+  if (!checked(opt))
+    return MUON_INVALID;
+  if (!dir)
+    return fail(MUON_INVALID, "a checkpoint directory is needed");
+  std::string error;
+  bool ok = save ? opt->optimizer->saveCheckpoint(dir, withParameters != 0,
+                                                  error)
+                 : opt->optimizer->loadCheckpoint(dir, withParameters != 0,
+                                                  error);
+  if (!ok)
+    return fail(save ? MUON_FAILED : MUON_INVALID, error);
+  return MUON_OK;
+}
 } // namespace
 
 extern "C" {
@@ -168,27 +185,13 @@ muon_status muon_optimizer_step(muon_optimizer *opt, int *applied) {
 muon_status muon_optimizer_save_checkpoint(muon_optimizer *opt,
                                            const char *dir,
                                            int withParameters) {
-  if (!checked(opt))
-    return MUON_INVALID;
-  std::string error;
-  if (!dir)
-    return fail(MUON_INVALID, "a checkpoint directory is needed");
-  if (!opt->optimizer->saveCheckpoint(dir, withParameters != 0, error))
-    return fail(MUON_FAILED, error);
-  return MUON_OK;
+  return checkpoint(opt, dir, withParameters, /*save=*/true);
 }
 
 muon_status muon_optimizer_load_checkpoint(muon_optimizer *opt,
                                            const char *dir,
                                            int withParameters) {
-  if (!checked(opt))
-    return MUON_INVALID;
-  std::string error;
-  if (!dir)
-    return fail(MUON_INVALID, "a checkpoint directory is needed");
-  if (!opt->optimizer->loadCheckpoint(dir, withParameters != 0, error))
-    return fail(MUON_INVALID, error);
-  return MUON_OK;
+  return checkpoint(opt, dir, withParameters, /*save=*/false);
 }
 
 const char *muon_optimizer_assignments(muon_optimizer *opt, int64_t rank) {

@@ -33,6 +33,16 @@ static std::string mpiError(int code) {
   return std::string(text, length);
 }
 
+/// Returns errors as codes (reported with the rank, not as MPI's abort) and
+/// reads the rank and size of `state.comm`.
+static void setUp(MpiCommunicator::State &state) {
+  MPI_Comm_set_errhandler(state.comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(state.comm, &state.rank);
+  MPI_Comm_size(state.comm, &state.size);
+  MPI_Type_contiguous(2, MPI_BYTE, &state.twoBytes);
+  MPI_Type_commit(&state.twoBytes);
+}
+
 MpiCommunicator::MpiCommunicator(int *argc, char ***argv)
     : state(std::make_unique<State>()) {
   int initialized = 0;
@@ -41,23 +51,14 @@ MpiCommunicator::MpiCommunicator(int *argc, char ***argv)
     MPI_Init(argc, argv);
     state->ownsInit = true;
   }
-  // Errors come back as codes, reported with the rank, not as MPI's abort.
-  MPI_Comm_set_errhandler(state->comm, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(state->comm, &state->rank);
-  MPI_Comm_size(state->comm, &state->size);
-  MPI_Type_contiguous(2, MPI_BYTE, &state->twoBytes);
-  MPI_Type_commit(&state->twoBytes);
+  setUp(*state);
 }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm)
     : state(std::make_unique<State>()) {
   MPI_Comm_dup(comm, &state->comm);
   state->ownsComm = true;
-  MPI_Comm_set_errhandler(state->comm, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(state->comm, &state->rank);
-  MPI_Comm_size(state->comm, &state->size);
-  MPI_Type_contiguous(2, MPI_BYTE, &state->twoBytes);
-  MPI_Type_commit(&state->twoBytes);
+  setUp(*state);
 }
 
 MpiCommunicator::~MpiCommunicator() {

@@ -52,8 +52,9 @@ public:
                     double timeoutSeconds, std::string &error) override;
   [[noreturn]] void abort(int exitCode) override;
 
+  struct State; // the MPI objects (MpiCommunicator.cpp)
+
 private:
-  struct State;
   std::unique_ptr<State> state;
 };
 
