@@ -68,13 +68,7 @@ private:
 /// counting communicator) and on one device; expects equal results.
 /// Returns the bytes the ranks received.
 int64_t runLikeOneDevice(const Plan &plan) {
-  std::vector<std::vector<float>> whole;
-  for (const PlanParam &p : plan.params) {
-    int64_t n = 1;
-    for (int64_t d : p.layout.shape)
-      n *= d;
-    whole.emplace_back(n, 0.0f);
-  }
+  std::vector<std::vector<float>> whole = wholeTensors(plan);
   LocalWorld world(plan.worldSize);
   std::vector<std::thread> ranks;
   std::mutex mutex;
@@ -95,11 +89,7 @@ int64_t runLikeOneDevice(const Plan &plan) {
       }
       std::lock_guard<std::mutex> lock(mutex);
       received += comm.received;
-      for (size_t i = 0; i < plan.params.size(); ++i) {
-        std::vector<float> piece = model.values(i);
-        forEachElement(plan.params[i].layout.shape, opt->params()[i].box,
-                       [&](int64_t l, int64_t g) { whole[i][g] = piece[l]; });
-      }
+      model.copyInto(whole);
     });
   for (std::thread &t : ranks)
     t.join();

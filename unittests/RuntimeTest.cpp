@@ -365,8 +365,7 @@ TEST(LocalCommunicator, ThreadsRunAPlanLikeOneDevice) {
   const int64_t steps = 3;
   // Every rank in a thread of its own; each writes its pieces back into
   // whole tensors (disjoint elements).
-  std::vector<std::vector<float>> distributed = {std::vector<float>(32),
-                                                 std::vector<float>(4)};
+  std::vector<std::vector<float>> distributed = wholeTensors(plan);
   LocalWorld world(4);
   std::vector<std::string> errors(4);
   std::vector<std::thread> ranks;
@@ -384,13 +383,7 @@ TEST(LocalCommunicator, ThreadsRunAPlanLikeOneDevice) {
         if (!opt->step(result, errors[r]))
           return;
       }
-      for (size_t i = 0; i < plan.params.size(); ++i) {
-        std::vector<float> piece = model.values(i);
-        forEachElement(plan.params[i].layout.shape, opt->params()[i].box,
-                       [&](int64_t local, int64_t global) {
-                         distributed[i][global] = piece[local];
-                       });
-      }
+      model.copyInto(distributed);
     });
   for (std::thread &t : ranks)
     t.join();
@@ -437,13 +430,7 @@ std::vector<std::vector<float>>
 runWithCheckpoints(const Plan &plan, int64_t firstStep, int64_t lastStep,
                    const std::string &loadFrom, const std::string &saveTo,
                    int64_t saveAfter, std::vector<std::string> &errors) {
-  std::vector<std::vector<float>> whole;
-  for (const PlanParam &p : plan.params) {
-    int64_t n = 1;
-    for (int64_t d : p.layout.shape)
-      n *= d;
-    whole.emplace_back(n, 0.0f);
-  }
+  std::vector<std::vector<float>> whole = wholeTensors(plan);
   errors.assign(plan.worldSize, "");
   std::mutex mutex;
   onEveryRank(plan.worldSize, [&](int64_t r, Communicator &comm) {
@@ -464,13 +451,7 @@ runWithCheckpoints(const Plan &plan, int64_t firstStep, int64_t lastStep,
         return;
     }
     std::lock_guard<std::mutex> lock(mutex);
-    for (size_t i = 0; i < plan.params.size(); ++i) {
-      std::vector<float> piece = model.values(i);
-      forEachElement(plan.params[i].layout.shape, opt->params()[i].box,
-                     [&](int64_t local, int64_t global) {
-                       whole[i][global] = piece[local];
-                     });
-    }
+    model.copyInto(whole);
   });
   return whole;
 }

@@ -47,6 +47,14 @@ private:
       err = {path, message};
     return false;
   }
+  /// A list of `count` `what` must stay within `limit`.
+  bool withinLimit(const std::string &path, size_t count, const char *what,
+                   int64_t limit) {
+    if (static_cast<int64_t>(count) <= limit)
+      return true;
+    return fail(path, "has " + num(count) + " " + what +
+                          ", above the limit of " + describe(limit));
+  }
   bool nonNegative(double v, const std::string &path) {
     if (!std::isfinite(v) || v < 0)
       return fail(path, "expected a finite number >= 0");
@@ -158,10 +166,9 @@ bool Checker::mesh() {
 }
 
 bool Checker::params() {
-  if (static_cast<int64_t>(plan.params.size()) > limits::kMaxParams)
-    return fail("params", "has " + num(plan.params.size()) +
-                              " parameters, above the limit of " +
-                              describe(limits::kMaxParams));
+  if (!withinLimit("params", plan.params.size(), "parameters",
+                   limits::kMaxParams))
+    return false;
   int64_t meshRank = plan.mesh.rank();
   std::map<std::string, size_t> names;
   std::vector<ParamLayout> layouts;
@@ -281,10 +288,9 @@ bool Checker::matrices() {
 }
 
 bool Checker::rounds() {
-  if (static_cast<int64_t>(plan.rounds.size()) > limits::kMaxRounds)
-    return fail("rounds", "has " + num(plan.rounds.size()) +
-                              " rounds, above the limit of " +
-                              describe(limits::kMaxRounds));
+  if (!withinLimit("rounds", plan.rounds.size(), "rounds",
+                   limits::kMaxRounds))
+    return false;
   roundOf.assign(plan.matrices.size(), -1);
   for (size_t r = 0; r < plan.rounds.size(); ++r)
     for (size_t i = 0; i < plan.rounds[r].size(); ++i) {

@@ -76,6 +76,28 @@ std::vector<float> SyntheticModel::values(int64_t param) const {
   return host;
 }
 
+void SyntheticModel::copyInto(std::vector<std::vector<float>> &whole) const {
+  for (size_t i = 0; i < optimizer.params().size(); ++i) {
+    std::vector<float> piece = values(static_cast<int64_t>(i));
+    forEachElement(optimizer.plan().params[i].layout.shape,
+                   optimizer.params()[i].box,
+                   [&](int64_t local, int64_t global) {
+                     whole[i][global] = piece[local];
+                   });
+  }
+}
+
+std::vector<std::vector<float>> wholeTensors(const Plan &plan) {
+  std::vector<std::vector<float>> whole;
+  for (const PlanParam &p : plan.params) {
+    int64_t n = 1;
+    for (int64_t d : p.layout.shape)
+      n *= d;
+    whole.emplace_back(n, 0.0f);
+  }
+  return whole;
+}
+
 void SyntheticModel::perturb(int64_t param, float delta) {
   std::vector<float> host = values(param);
   if (host.empty())

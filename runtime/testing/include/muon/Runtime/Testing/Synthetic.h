@@ -80,6 +80,9 @@ public:
 
   /// The rank's piece of parameter `param`, as f32.
   std::vector<float> values(int64_t param) const;
+  /// Writes the rank's pieces into `whole` (one tensor per parameter, as
+  /// from wholeTensors): ranks running in threads fill disjoint elements.
+  void copyInto(std::vector<std::vector<float>> &whole) const;
   /// Adds `delta` to the first value the rank holds (fault injection:
   /// what a lost update looks like).
   void perturb(int64_t param, float delta);
@@ -94,6 +97,9 @@ private:
   std::vector<int64_t> summands;
   std::vector<DeviceBuffer> params, grads;
 };
+
+/// Per parameter, a zero tensor of its whole (unsharded) size.
+std::vector<std::vector<float>> wholeTensors(const Plan &plan);
 
 /// Per parameter, how many partial summands its gradient has: the product
 /// of its partial axes' sizes (1 without).
