@@ -60,15 +60,28 @@ int expectedRanks(const std::string &layout) {
   return layout == "single" ? 1 : layout == "fsdp" ? 2 : 4;
 }
 
+const char *const kUsage =
+    "usage: muon-train-example [--layout single|fsdp|fsdp-tp] "
+    "[--ranks N] [--steps N] [--checkpoint-dir D --stop-after K] "
+    "[--resume D] [--print-every P] [--plan FILE] [--data FILE] "
+    "[--seed S] [--check-gradients] [--write-spec LAYOUT --output "
+    "FILE]\n"
+    "  --layout      single (1 rank), fsdp (2 ranks) or fsdp-tp (4 ranks)\n"
+    "  --steps       training steps (the default is 200)\n"
+    "  --checkpoint-dir D --stop-after K\n"
+    "                save to D after step K and stop there\n"
+    "  --resume D    load parameters and optimizer state from D first\n"
+    "  --plan FILE   an ahead-of-time plan (default: the layout's, built\n"
+    "                with the example)\n"
+    "  --print-every P  print the loss every P steps (10)\n"
+    "  --data FILE   the training text (default: the shipped corpus)\n"
+    "  --seed S      initialization seed (1)\n"
+    "  --check-gradients  compare the backward with finite differences\n"
+    "  --write-spec LAYOUT --output FILE  write the model spec and exit\n"
+    "See docs/embedding.md.\n";
+
 [[noreturn]] void usage(const std::string &problem) {
-  std::fprintf(stderr,
-               "muon-train-example: %s\n"
-               "usage: muon-train-example [--layout single|fsdp|fsdp-tp] "
-               "[--ranks N] [--steps N] [--checkpoint-dir D --stop-after K] "
-               "[--resume D] [--print-every P] [--plan FILE] [--data FILE] "
-               "[--seed S] [--check-gradients] [--write-spec LAYOUT --output "
-               "FILE]\n",
-               problem.c_str());
+  std::fprintf(stderr, "muon-train-example: %s\n%s", problem.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -90,6 +103,10 @@ Options parse(int argc, char **argv) {
   };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
     if (a == "--layout")
       o.layout = text(i);
     else if (a == "--ranks")
