@@ -462,9 +462,9 @@ int train(const Options &o, Communicator &comm, DataParallel &dp) {
   // The final weights, whole, as every layout must have them.
   allGatherWeights(dp, shards, boxes, full);
   if (lead)
-    std::printf("final loss %.9g  parameters fnv %016llx  (%d ranks, %s)\n",
+    std::printf("final loss %.9g  parameters fnv %016llx  (%d rank%s, %s)\n",
                 loss, static_cast<unsigned long long>(fnv(full)), dp.size,
-                o.layout.c_str());
+                dp.size == 1 ? "" : "s", o.layout.c_str());
   return 0;
 }
 

@@ -26,7 +26,8 @@ bool checkPartition(int64_t worldSize, const GroupKind &kind,
     const auto &group = kind.groups[g];
     if (group.size() != size) {
       os << "'" << kind.name << "' group " << g << " " << formatRanks(group)
-         << " has " << group.size() << " ranks but group 0 has " << size
+         << " has " << group.size() << (group.size() == 1 ? " rank" : " ranks")
+         << " but group 0 has " << size
          << "; the groups of a kind must have equal size";
       error = os.str();
       return false;

@@ -23,7 +23,7 @@ muon.model @m attributes {world_size = 6 : i64} {
 // -----
 
 muon.model @m attributes {world_size = 4 : i64} {
-  // expected-error @+1 {{'tp' group 1 [3] has 1 ranks but group 0 has 3; the groups of a kind must have equal size}}
+  // expected-error @+1 {{'tp' group 1 [3] has 1 rank but group 0 has 3; the groups of a kind must have equal size}}
   muon.group tp [[0, 1, 2], [3]]
 }
 
