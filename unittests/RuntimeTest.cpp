@@ -42,7 +42,7 @@ TEST(NewtonSchulz, ConvergesToOrthogonalRows) {
   std::vector<float> x = randomMatrix(rows, cols, 1);
   std::vector<std::array<double, 3>> cubic(40, {1.5, -0.5, 0.0});
   CpuDevice device;
-  device.newtonSchulz(x.data(), rows, cols, cubic, 1e-7);
+  device.newtonSchulz(x.data(), 1, rows, cols, cubic, 1e-7, DType::F32);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < rows; ++j) {
       double dot = 0;
@@ -62,8 +62,10 @@ TEST(NewtonSchulz, TallIsTheTransposeOfWide) {
       wide[c * rows + r] = tall[r * cols + c];
   std::vector<std::array<double, 3>> jordan(5, {3.4445, -4.775, 2.0315});
   CpuDevice device;
-  int64_t tallFlops = device.newtonSchulz(tall.data(), rows, cols, jordan, 1e-7);
-  int64_t wideFlops = device.newtonSchulz(wide.data(), cols, rows, jordan, 1e-7);
+  int64_t tallFlops = device.newtonSchulz(tall.data(), 1, rows, cols, jordan, 1e-7,
+                                          DType::F32);
+  int64_t wideFlops = device.newtonSchulz(wide.data(), 1, cols, rows, jordan, 1e-7,
+                                          DType::F32);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       EXPECT_NEAR(tall[r * cols + c], wide[c * rows + r], 1e-5);
@@ -75,7 +77,8 @@ TEST(NewtonSchulz, TallIsTheTransposeOfWide) {
 TEST(NewtonSchulz, ZeroMatrixStaysZero) {
   std::vector<float> x(6 * 4, 0.0f);
   CpuDevice device;
-  device.newtonSchulz(x.data(), 6, 4, {{3.4445, -4.775, 2.0315}}, 1e-7);
+  device.newtonSchulz(x.data(), 1, 6, 4, {{3.4445, -4.775, 2.0315}}, 1e-7,
+                      DType::F32);
   for (float v : x)
     EXPECT_EQ(v, 0.0f);
 }

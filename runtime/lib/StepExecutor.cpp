@@ -39,6 +39,9 @@ bool StepExecutor::initialize(std::string &error) {
     return false;
   }
   wire = parseDType(plan.wireDtype).value_or(DType::F32);
+  nsDtype = plan.muon.nsDtype == "auto"
+                ? device.defaultNsDtype()
+                : parseDType(plan.muon.nsDtype).value_or(DType::F32);
   // Every rank must execute the same plan: exchanges are collectives, and
   // a rank with another plan would pair wrong buffers or wait forever.
   std::vector<uint64_t> hashes;
@@ -98,10 +101,14 @@ bool StepExecutor::initialize(std::string &error) {
   for (const Exchange &ex : plan.exchanges)
     views.push_back(rankExchangeView(ex, myRank));
   batchesByRound.assign(plan.rounds.size(), {});
+  slotOf.clear();
   if (myRank < static_cast<int64_t>(plan.nsBatches.size()))
-    for (const NsBatch &b : plan.nsBatches[myRank])
+    for (const NsBatch &b : plan.nsBatches[myRank]) {
       if (b.round >= 0 && b.round < static_cast<int64_t>(plan.rounds.size()))
         batchesByRound[b.round].push_back(&b);
+      for (size_t i = 0; i < b.matrices.size(); ++i)
+        slotOf[b.matrices[i]] = {&b, static_cast<int64_t>(i)};
+    }
   return true;
 }
 
@@ -165,13 +172,27 @@ StepExecutor::Piece StepExecutor::piece(int64_t k) const {
 float *StepExecutor::fullMatrix(int64_t k, std::string &error) {
   auto it = full.find(k);
   if (it != full.end())
-    return it->second.floats();
+    return it->second;
   const PlanMatrix &m = planRef.matrices[k];
-  DeviceBuffer buffer = allocate(m.rows * m.cols * 4, "a gathered matrix", error);
-  if (!buffer.ok())
+  auto slot = slotOf.find(k);
+  if (slot == slotOf.end()) { // the plan validator rules this out
+    error = "matrix " + m.label() + " reaches rank " + std::to_string(myRank) +
+            " but is in none of its Newton-Schulz batches";
     return nullptr;
-  float *matrix = buffer.floats();
-  full[k] = std::move(buffer);
+  }
+  const NsBatch *batch = slot->second.batch;
+  DeviceBuffer &buffer = batchBuffers[batch];
+  if (!buffer.data()) {
+    buffer = allocate(static_cast<int64_t>(batch->matrices.size()) * m.rows *
+                          m.cols * 4,
+                      "gathered matrices", error);
+    if (!buffer.ok()) {
+      batchBuffers.erase(batch);
+      return nullptr;
+    }
+  }
+  float *matrix = buffer.floats() + slot->second.index * m.rows * m.cols;
+  full[k] = matrix;
   // The owner's own piece enters as if it had crossed the wire, so that the
   // values Newton-Schulz sees do not depend on who holds what.
   Piece own = piece(k);
@@ -241,7 +262,7 @@ bool StepExecutor::startExchange(int64_t index, std::string &error) {
         c.srcStride = from.cols.size();
       } else {
         // A holder's new piece, cut from the orthogonalized matrix.
-        c.src = full.at(t.matrix).floats() + t.rows.begin * m.cols +
+        c.src = full.at(t.matrix) + t.rows.begin * m.cols +
                 t.cols.begin;
         c.srcStride = m.cols;
       }
@@ -366,17 +387,25 @@ bool StepExecutor::finishExchange(int64_t index, std::string &error) {
 }
 
 bool StepExecutor::runNewtonSchulz(int64_t round, std::string &error) {
-  for (const NsBatch *batch : batchesByRound[round])
+  const int64_t limit = std::max<int64_t>(1, device.nsBatchLimit());
+  for (const NsBatch *batch : batchesByRound[round]) {
+    // Every matrix of the batch, in its place in the batch's buffer (a
+    // matrix no gather reached starts from this rank's own piece).
+    for (int64_t k : batch->matrices)
+      if (!fullMatrix(k, error))
+        return false;
+    const int64_t count = static_cast<int64_t>(batch->matrices.size());
+    for (int64_t first = 0; first < count; first += limit) {
+      lastCounters.nsFlops += device.newtonSchulz(
+          full[batch->matrices[first]], std::min(limit, count - first),
+          batch->rows, batch->cols, planRef.muon.coefficients,
+          planRef.muon.eps, nsDtype);
+      // Keep the exchanges in flight moving between calls.
+      comm.progress();
+    }
     for (int64_t k : batch->matrices) {
       const PlanMatrix &m = planRef.matrices[k];
-      float *matrix = fullMatrix(k, error);
-      if (!matrix)
-        return false;
-      lastCounters.nsFlops +=
-          device.newtonSchulz(matrix, m.rows, m.cols,
-                              planRef.muon.coefficients, planRef.muon.eps);
-      // Keep the exchanges in flight moving between matrices.
-      comm.progress();
+      float *matrix = full[k];
       // The orthogonalizing rank's own piece, as a holder would receive it.
       Piece own = piece(k);
       if (own.offset < 0)
@@ -391,10 +420,13 @@ bool StepExecutor::runNewtonSchulz(int64_t round, std::string &error) {
       c.through = wire;
       device.copyBox(c);
     }
+  }
   return true;
 }
 
 void StepExecutor::applyRound(int64_t round) {
+  for (const NsBatch *batch : batchesByRound[round])
+    batchBuffers.erase(batch);
   for (int64_t k : planRef.rounds[round]) {
     full.erase(k);
     Piece own = piece(k);
@@ -494,6 +526,7 @@ bool StepExecutor::step(StepResult &result, std::string &error) {
     }
   }
   full.clear();
+  batchBuffers.clear();
   device.synchronize();
   result.applied = true;
   return true;

@@ -37,6 +37,9 @@ struct MuonSettings {
   int64_t nsSteps = 5;
   std::vector<std::array<double, 3>> coefficients;
   std::string adjustLr = "original";
+  /// The element type Newton-Schulz runs in: "f32", "bf16", or "auto" (the
+  /// device's default: f32 on the CPU, bf16 on CUDA).
+  std::string nsDtype = "auto";
 };
 
 struct AdamWSettings {

@@ -104,20 +104,43 @@ void CpuDevice::copyBox(const BoxCopy &c) {
   }
 }
 
-int64_t CpuDevice::newtonSchulz(float *x, int64_t rows, int64_t cols,
+int64_t CpuDevice::newtonSchulz(float *x, int64_t count, int64_t rows,
+                                int64_t cols,
                                 const std::vector<std::array<double, 3>> &abc,
-                                double eps) {
+                                double eps, DType precision) {
+  int64_t flops = 0;
+  for (int64_t i = 0; i < count; ++i)
+    flops += newtonSchulzOne(x + i * rows * cols, rows, cols, abc, eps,
+                             precision == DType::BF16);
+  return flops;
+}
+
+/// Rounds every value to bf16 (a no-op for f32 runs).
+static void roundAll(float *x, int64_t n, bool bf16) {
+  if (bf16)
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = roundToBf16(x[i]);
+}
+
+int64_t CpuDevice::newtonSchulzOne(
+    float *x, int64_t rows, int64_t cols,
+    const std::vector<std::array<double, 3>> &abc, double eps, bool bf16) {
   const int64_t elements = rows * cols;
   if (elements == 0)
     return 0;
+  roundAll(x, elements, bf16);
   // Frobenius norm accumulated in double: the same on every rank and in the
   // reference, since they all run this code on the same values.
   double sumSq = 0;
   for (int64_t i = 0; i < elements; ++i)
     sumSq += static_cast<double>(x[i]) * x[i];
-  const float norm = static_cast<float>(std::max(std::sqrt(sumSq), eps));
+  float norm = static_cast<float>(std::sqrt(sumSq));
+  if (bf16)
+    norm = roundToBf16(norm);
+  norm = std::max(norm, static_cast<float>(eps));
   for (int64_t i = 0; i < elements; ++i)
     x[i] /= norm;
+  roundAll(x, elements, bf16);
 
   const bool tall = rows > cols;
   const int64_t m = tall ? cols : rows; // Gram side, m <= n
@@ -138,10 +161,12 @@ int64_t CpuDevice::newtonSchulz(float *x, int64_t rows, int64_t cols,
     else
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, M, C, 1.0f, x, C,
                   x, C, 0.0f, gram.data(), M);
+    roundAll(gram.data(), m * m, bf16);
     // B = c A A + b A.
     std::copy(gram.begin(), gram.end(), poly.begin());
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, M, M, c,
                 gram.data(), M, gram.data(), M, b, poly.data(), M);
+    roundAll(poly.data(), m * m, bf16);
     // X = a X + B X (wide) or a X + X B (tall; B is symmetric).
     std::copy(x, x + elements, next.begin());
     if (tall)
@@ -151,6 +176,7 @@ int64_t CpuDevice::newtonSchulz(float *x, int64_t rows, int64_t cols,
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, C, R, 1.0f,
                   poly.data(), M, x, C, a, next.data(), C);
     std::copy(next.begin(), next.end(), x);
+    roundAll(x, elements, bf16);
     flops += 2 * m * m * n + 2 * m * m * m + 2 * m * m * n;
   }
   return flops;

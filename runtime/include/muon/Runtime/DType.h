@@ -1,9 +1,10 @@
 //===- DType.h - Storage element types --------------------------*- C++ -*-===//
 //
 // The element types of parameter and gradient storage (a spec's `dtype`)
-// and of the wire: f32, bf16 and f16. Optimizer state and Newton-Schulz are
-// f32 on every device; values are converted on load and rounded to nearest
-// even on store, the same way on every rank and in the reference.
+// and of the wire: f32, bf16 and f16. Optimizer state is f32 on every
+// device, Newton-Schulz f32 or bf16 (the plan's ns_dtype); values are
+// converted on load and rounded to nearest even on store, the same way on
+// every rank and in the reference.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_DTYPE_H

@@ -72,11 +72,27 @@ public:
                      int64_t n, const AdamWSettings &settings,
                      int64_t step) = 0;
   virtual void copyBox(const BoxCopy &copy) = 0;
-  /// Newton-Schulz in place on one rows x cols f32 matrix (one iteration
-  /// per coefficient triple); returns the flops it ran.
-  virtual int64_t newtonSchulz(float *x, int64_t rows, int64_t cols,
+  /// Newton-Schulz in place on `count` rows x cols f32 matrices stored one
+  /// after another from `x` (row-major, stride rows * cols elements), one
+  /// iteration per coefficient triple; returns the flops it ran (the
+  /// products it computed, not the contract's dense count). `precision`:
+  ///  - F32: X = x / max(||x||_F, eps); per (a, b, c): A = X X^T,
+  ///    B = c A A + b A, X = a X + B X (X^T X and X B for tall matrices);
+  ///    f32 products with f32 accumulation (no TF32).
+  ///  - BF16, as torch.optim.Muon runs it: X = bf16(x);
+  ///    X = bf16(X / max(bf16(||X||_F), eps)); per (a, b, c):
+  ///    A = bf16(X X^T), B = bf16(c A A + b A), X = bf16(a X + B X), with
+  ///    f32 accumulation inside each product and its epilogue; x = X.
+  /// At most nsBatchLimit() matrices per call.
+  virtual int64_t newtonSchulz(float *x, int64_t count, int64_t rows,
+                               int64_t cols,
                                const std::vector<std::array<double, 3>> &abc,
-                               double eps) = 0;
+                               double eps, DType precision) = 0;
+  /// How many matrices one newtonSchulz call takes: 1 lets the executor
+  /// advance exchanges between matrices (CPU); a GPU takes whole batches.
+  virtual int64_t nsBatchLimit() const { return 1; }
+  /// The precision Newton-Schulz runs in when the plan says "auto".
+  virtual DType defaultNsDtype() const { return DType::F32; }
   /// Waits for queued work (a device that runs everything at once need not).
   virtual void synchronize() {}
 };

@@ -79,6 +79,9 @@ public:
   bool step(StepResult &result, std::string &error);
 
   const StepCounters &counters() const { return lastCounters; }
+  /// The element type Newton-Schulz runs in (the plan's ns_dtype, with
+  /// "auto" resolved to the device's default).
+  DType nsPrecision() const { return nsDtype; }
   const Plan &plan() const { return planRef; }
   int64_t rank() const { return myRank; }
 
@@ -132,11 +135,20 @@ private:
   Device &device;
   ExecutorOptions options;
   DType wire = DType::F32;
+  DType nsDtype = DType::F32; // the plan's ns_dtype, "auto" resolved
   int64_t myRank = 0;
   std::vector<LocalParam> locals;
   std::vector<RankExchangeView> views; // per exchange, this rank's side
   std::vector<std::vector<const NsBatch *>> batchesByRound;
-  std::map<int64_t, DeviceBuffer> full; // owned matrices being worked
+  /// Gathered matrices: each NS batch's matrices lie one after another in
+  /// one buffer (a GPU orthogonalizes them in one strided batched call).
+  struct BatchSlot {
+    const NsBatch *batch = nullptr;
+    int64_t index = 0; // position in the batch
+  };
+  std::map<int64_t, BatchSlot> slotOf;                 // matrix -> batch
+  std::map<const NsBatch *, DeviceBuffer> batchBuffers; // this step's
+  std::map<int64_t, float *> full; // gathered matrices, into batchBuffers
   std::map<int64_t, InFlight> inFlight;
   StepCounters lastCounters;
 };

@@ -1,8 +1,9 @@
 //===- CpuDevice.h - The CPU backend's device -------------------*- C++ -*-===//
 //
 // Host memory, elementwise loops and Newton-Schulz with OpenBLAS
-// (`cblas_sgemm`, fp32). Bit-exact across ranks when every process runs
-// BLAS with the same thread count (setBlasThreads).
+// (`cblas_sgemm`, fp32; bf16 emulated by rounding every product's result,
+// which holds bf16 values exactly in f32). Bit-exact across ranks when every
+// process runs BLAS with the same thread count (setBlasThreads).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_CPU_CPUDEVICE_H
@@ -29,11 +30,15 @@ public:
              float *expAvg, float *expAvgSq, int64_t n,
              const AdamWSettings &settings, int64_t step) override;
   void copyBox(const BoxCopy &copy) override;
-  int64_t newtonSchulz(float *x, int64_t rows, int64_t cols,
+  int64_t newtonSchulz(float *x, int64_t count, int64_t rows, int64_t cols,
                        const std::vector<std::array<double, 3>> &abc,
-                       double eps) override;
+                       double eps, DType precision) override;
 
 private:
+  int64_t newtonSchulzOne(float *x, int64_t rows, int64_t cols,
+                          const std::vector<std::array<double, 3>> &abc,
+                          double eps, bool bf16);
+
   std::vector<float> gram, poly, next; // Newton-Schulz workspace
 };
 
