@@ -74,8 +74,9 @@ public:
   virtual void copyBox(const BoxCopy &copy) = 0;
   /// Newton-Schulz in place on `count` rows x cols f32 matrices stored one
   /// after another from `x` (row-major, stride rows * cols elements), one
-  /// iteration per coefficient triple; returns the flops it ran (the
-  /// products it computed, not the contract's dense count). `precision`:
+  /// iteration per coefficient triple. Returns the contract's dense count,
+  /// per matrix steps * (4 m^2 n + 2 m^3) with m <= n, whatever products a
+  /// device actually runs (a symmetric product does half). `precision`:
   ///  - F32: X = x / max(||x||_F, eps); per (a, b, c): A = X X^T,
   ///    B = c A A + b A, X = a X + B X (X^T X and X B for tall matrices);
   ///    f32 products with f32 accumulation (no TF32).
