@@ -56,7 +56,7 @@ check: build fuzz-build
 
 $(FUZZ_DIR)/build.ninja:
 	cmake -G Ninja -S . -B $(FUZZ_DIR) \
-	  -DCMAKE_BUILD_TYPE=Release -DMUON_FUZZ=ON \
+	  -DCMAKE_BUILD_TYPE=Release -DMUON_FUZZ=ON -DMUON_ENABLE_CUDA=OFF \
 	  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
 	  -DCMAKE_C_FLAGS="$(FUZZ_FLAGS)" -DCMAKE_CXX_FLAGS="$(FUZZ_FLAGS)" \
 	  -DMLIR_DIR=$(LLVM_PREFIX)/lib/cmake/mlir \

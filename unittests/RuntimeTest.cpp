@@ -1,6 +1,7 @@
 //===- RuntimeTest.cpp - Runtime kernels and the one-rank executor --------===//
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Runtime/HostStagedCommunicator.h"
 #include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/StepExecutor.h"
@@ -72,6 +73,43 @@ TEST(NewtonSchulz, TallIsTheTransposeOfWide) {
   // The flops it ran are the contract's count.
   EXPECT_EQ(tallFlops, nsFlops(rows, cols, 5));
   EXPECT_EQ(wideFlops, nsFlops(cols, rows, 5));
+}
+
+TEST(NewtonSchulz, Bf16RoundsLikeTorchAndStaysClose) {
+  // bf16 Newton-Schulz returns bf16 values, near the f32 result but not
+  // equal to it (so the setting really takes effect).
+  const int64_t rows = 16, cols = 48;
+  std::vector<float> f32 = randomMatrix(rows, cols, 5), bf16 = f32;
+  std::vector<std::array<double, 3>> jordan(5, {3.4445, -4.775, 2.0315});
+  CpuDevice device;
+  device.newtonSchulz(f32.data(), 1, rows, cols, jordan, 1e-7, DType::F32);
+  device.newtonSchulz(bf16.data(), 1, rows, cols, jordan, 1e-7, DType::BF16);
+  double diff = 0, norm = 0;
+  bool differs = false;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    EXPECT_EQ(bf16[i], roundToBf16(bf16[i])) << i;
+    differs |= bf16[i] != f32[i];
+    diff += (double(bf16[i]) - f32[i]) * (double(bf16[i]) - f32[i]);
+    norm += double(f32[i]) * f32[i];
+  }
+  EXPECT_TRUE(differs);
+  EXPECT_LT(std::sqrt(diff / norm), 5e-2);
+}
+
+TEST(NewtonSchulz, ABatchIsItsMatricesOneByOne) {
+  // Matrices one after another in one call give what separate calls give.
+  const int64_t rows = 7, cols = 5, count = 3;
+  std::vector<float> batch = randomMatrix(count * rows, cols, 6);
+  std::vector<float> single = batch;
+  std::vector<std::array<double, 3>> jordan(5, {3.4445, -4.775, 2.0315});
+  CpuDevice device;
+  int64_t flops = device.newtonSchulz(batch.data(), count, rows, cols, jordan,
+                                      1e-7, DType::F32);
+  for (int64_t k = 0; k < count; ++k)
+    device.newtonSchulz(single.data() + k * rows * cols, 1, rows, cols, jordan,
+                        1e-7, DType::F32);
+  EXPECT_EQ(batch, single);
+  EXPECT_EQ(flops, count * nsFlops(rows, cols, 5));
 }
 
 TEST(NewtonSchulz, ZeroMatrixStaysZero) {
@@ -362,7 +400,9 @@ Plan fsdpModel() {
   return plan;
 }
 
-TEST(LocalCommunicator, ThreadsRunAPlanLikeOneDevice) {
+/// Runs fsdpModel() on 4 threads (through a host-staged transport over
+/// the thread one when `staged`) and expects the reference's parameters.
+static void runFsdpOnThreads(bool staged) {
   Plan plan = fsdpModel();
   ASSERT_TRUE(validatePlan(plan).empty()) << validatePlan(plan).str();
   const int64_t steps = 3;
@@ -374,8 +414,11 @@ TEST(LocalCommunicator, ThreadsRunAPlanLikeOneDevice) {
   std::vector<std::thread> ranks;
   for (int64_t r = 0; r < 4; ++r)
     ranks.emplace_back([&, r] {
-      LocalCommunicator comm(world, r);
+      LocalCommunicator local(world, r);
       CpuDevice device;
+      HostStagedCommunicator hostStaged(local, device);
+      Communicator &comm =
+          staged ? static_cast<Communicator &>(hostStaged) : local;
       auto opt = Optimizer::create(plan, comm, device, {10.0}, errors[r]);
       if (!opt)
         return;
@@ -400,6 +443,46 @@ TEST(LocalCommunicator, ThreadsRunAPlanLikeOneDevice) {
       << error;
   for (size_t i = 0; i < plan.params.size(); ++i)
     EXPECT_EQ(distributed[i], reference[i]) << plan.params[i].name;
+}
+
+TEST(LocalCommunicator, ThreadsRunAPlanLikeOneDevice) {
+  runFsdpOnThreads(/*staged=*/false);
+}
+
+TEST(HostStagedCommunicator, RunsAPlanLikeOneDevice) {
+  runFsdpOnThreads(/*staged=*/true);
+}
+
+TEST(HostStagedCommunicator, CopiesOnlyTheNamedRanges) {
+  // Rank 1 receives 2 elements from rank 0 at offset 3 of a 6-element
+  // buffer; what lies around them stays as it was.
+  LocalWorld world(2);
+  std::vector<std::vector<float>> received(2, std::vector<float>(6, -7.0f));
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      LocalCommunicator local(world, r);
+      CpuDevice device;
+      HostStagedCommunicator comm(local, device);
+      std::vector<float> send = {1, 2, 3, 4};
+      AllToAllV x;
+      x.sendBuffer = send.data();
+      x.recvBuffer = received[r].data();
+      x.sendCounts = {0, r == 0 ? 2 : 0};
+      x.sendOffsets = {0, 1};
+      x.recvCounts = {r == 1 ? 2 : 0, 0};
+      x.recvOffsets = {3, 0};
+      PendingExchange pending;
+      if (comm.start(x, pending, errors[r]))
+        comm.wait(pending, 10, errors[r]);
+    });
+  for (std::thread &t : ranks)
+    t.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_EQ(received[0], std::vector<float>(6, -7.0f));
+  EXPECT_EQ(received[1], (std::vector<float>{-7, -7, -7, 2, 3, -7}));
 }
 
 TEST(LocalCommunicator, AStalledPeerTimesOut) {

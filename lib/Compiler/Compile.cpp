@@ -87,6 +87,8 @@ Json specOf(const Model &model, const DistributedConfig *config,
                        {"ns_steps", m.nsSteps},
                        {"eps", m.eps},
                        {"adjust_lr", m.adjustLr}};
+  if (!m.nsDtype.empty())
+    spec["optimizer"]["ns_dtype"] = m.nsDtype;
   const AdamWSettings &a = model.adamw;
   spec["adamw"] = {{"lr", a.lr},
                    {"betas", {a.beta1, a.beta2}},

@@ -51,6 +51,7 @@ std::string renderPlan(const Plan &plan) {
   j.endArray();
   j.member("eps", plan.muon.eps);
   j.member("adjust_lr", plan.muon.adjustLr);
+  j.member("ns_dtype", plan.muon.nsDtype);
   j.endObject();
   j.key("adamw");
   j.beginObject();
@@ -295,7 +296,7 @@ bool PlanReader::read(const Value &root, Plan &plan,
   if (const Value *o = object(root, "", "optimizer",
                               {"lr", "weight_decay", "momentum", "nesterov",
                                "ns_steps", "ns_coefficients", "eps",
-                               "adjust_lr"})) {
+                               "adjust_lr", "ns_dtype"})) {
     const std::string p = "optimizer";
     plan.muon.lr = number(*o, p, "lr");
     plan.muon.weightDecay = number(*o, p, "weight_decay");
@@ -308,6 +309,10 @@ bool PlanReader::read(const Value &root, Plan &plan,
         rd.oneOf(get(*o, "adjust_lr"), "optimizer.adjust_lr",
                  {"original", "match_rms_adamw"})
             .value_or("original");
+    // Absent in plans written before ns_dtype existed: the device chooses.
+    plan.muon.nsDtype = rd.oneOf(get(*o, "ns_dtype"), "optimizer.ns_dtype",
+                                 {"auto", "f32", "bf16"})
+                            .value_or("auto");
     const Value *rowsV =
         rd.array(get(*o, "ns_coefficients"), "optimizer.ns_coefficients");
     for (size_t i = 0; rowsV && i < rowsV->size() && rd.ok(); ++i) {

@@ -1,7 +1,6 @@
 //===- Report.cpp - The run report (muon-report/1) ------------------------===//
 #include "muon/Plan/Report.h"
 
-
 #include <nlohmann/json.hpp>
 
 namespace muon {
@@ -15,6 +14,7 @@ Report planReport(const Plan &plan) {
   Report report;
   report.worldSize = plan.worldSize;
   report.wireDtype = plan.wireDtype;
+  report.nsDtype = plan.muon.nsDtype;
   report.perRank = computeRankFigures(plan);
   return report;
 }
@@ -56,7 +56,10 @@ std::string renderReport(const Report &report) {
         {"makespan_flops", report.lowerBoundMakespanFlops}}},
       {"step_seconds", std::move(stepSeconds)},
       {"micro_batches", report.microBatches},
-      {"skipped_steps", report.skippedSteps}};
+      {"skipped_steps", report.skippedSteps},
+      {"ns_dtype", report.nsDtype},
+      {"backend", report.backend.empty() ? Json(nullptr)
+                                         : Json(report.backend)}};
   return root.dump(2) + "\n";
 }
 

@@ -138,6 +138,10 @@ bool Checker::settings() {
     return fail("optimizer.adjust_lr",
                 "unknown value \"" + m.adjustLr +
                     "\"; expected \"original\" or \"match_rms_adamw\"");
+  if (m.nsDtype != "auto" && m.nsDtype != "f32" && m.nsDtype != "bf16")
+    return fail("optimizer.ns_dtype",
+                "unknown value \"" + m.nsDtype +
+                    "\"; expected \"auto\", \"f32\" or \"bf16\"");
   const AdamWSettings &a = plan.adamw;
   if (!nonNegative(a.lr, "adamw.lr") || !nonNegative(a.eps, "adamw.eps") ||
       !nonNegative(a.weightDecay, "adamw.weight_decay"))

@@ -137,6 +137,8 @@ bool Optimizer::step(StepResult &result, std::string &error) {
   return true;
 }
 
+DType Optimizer::nsDtype() const { return executor->nsPrecision(); }
+
 const StepCounters &Optimizer::counters() const { return executor->counters(); }
 
 } // namespace muon::runtime

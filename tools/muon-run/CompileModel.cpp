@@ -1,19 +1,18 @@
 //===- CompileModel.cpp - Spec or IR to plan, for muon-run ----------------===//
-#include "muon/InitAll.h"
-#include "CompileModel.h"
+#include "PlanInput.h"
 #include "Console.h"
+
+#include "muon/InitAll.h"
 
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
 #include "muon/Dialect/Muon/IR/MuonDialect.h"
 #include "muon/Dialect/Muon/Transforms/Pipelines.h"
-#include "muon/Plan/PlanFile.h"
 #include "muon/Target/Spec/SpecImport.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
@@ -22,33 +21,12 @@ using namespace mlir;
 
 namespace muon::tool {
 
-bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
-              bool &isPlanFile) {
-  std::string error;
-  std::unique_ptr<llvm::MemoryBuffer> buffer = openInputFile(path, &error);
-  if (!buffer) {
-    printError(error);
-    return false;
-  }
-  StringRef text = buffer->getBuffer();
-  // A plan file names its format first; a spec is another JSON object; IR
-  // never starts with '{'.
-  isPlanFile = text.ltrim().starts_with("{") &&
-               text.take_front(256).contains("\"muon-plan/");
-  if (isPlanFile) {
-    if (flags.wireDtypeGiven || flags.gatherBudgetGiven || flags.maxRoundsGiven) {
-      printError(path + ": a plan file is already compiled; --wire-dtype, "
-                        "--gather-budget-bytes and --max-rounds apply to "
-                        "specs and IR only");
-      return false;
-    }
-    if (!parsePlan(text.str(), plan, error)) {
-      printError(path + ": " + error);
-      return false;
-    }
-    return true;
-  }
+bool haveCompiler() { return true; }
 
+bool compileModel(const std::string &path, const std::string &text,
+                  const CompileFlags &flags, Plan &plan) {
+  std::unique_ptr<llvm::MemoryBuffer> buffer =
+      llvm::MemoryBuffer::getMemBufferCopy(text, path);
   DialectRegistry registry;
   mlir::muon::registerAllDialects(registry);
   MLIRContext context(registry);
@@ -56,7 +34,8 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
   llvm::SourceMgr sourceMgr;
   std::unique_ptr<ScopedDiagnosticHandler> handler;
   OwningOpRef<ModuleOp> module;
-  if (StringRef(path).ends_with(".json") || text.ltrim().starts_with("{")) {
+  if (StringRef(path).ends_with(".json") ||
+      StringRef(text).ltrim().starts_with("{")) {
     handler =
         std::make_unique<mlir::muon::SpecDiagnosticHandler>(&context, path);
     module = mlir::muon::importSpec(text, &context);

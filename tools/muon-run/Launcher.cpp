@@ -112,11 +112,17 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
       "--steps", std::to_string(flags.steps), "--micro-batches",
       std::to_string(flags.microBatches), "--seed", std::to_string(flags.seed),
       "--timeout", formatDouble(flags.timeoutSeconds), "--blas-threads",
-      std::to_string(flags.blasThreads), "--tolerance",
-      formatDouble(flags.tolerance),
+      std::to_string(flags.blasThreads),
       std::string("--nonfinite=") + (flags.nonFiniteFatal ? "fail" : "skip")};
   if (flags.verify)
     command.push_back("--verify");
+  // Given or not matters (the default depends on the backend).
+  if (flags.toleranceGiven)
+    command.insert(command.end(),
+                   {"--tolerance", formatDouble(flags.tolerance)});
+  command.insert(command.end(), {"--backend", flags.backend});
+  if (flags.transport != "auto")
+    command.insert(command.end(), {"--transport", flags.transport});
   if (flags.quiet)
     command.push_back("--quiet");
   // Rank 0 writes the report into the private directory; it reaches the

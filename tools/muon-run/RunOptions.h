@@ -39,11 +39,14 @@ struct RunFlags {
   bool nonFiniteFatal = false;
   int64_t blasThreads = 1;
   double tolerance = 0;
+  bool toleranceGiven = false;
   std::string reportFile;
   bool quiet = false;
   std::vector<Fault> faults;
   std::vector<std::string> faultSpecs; // as given, to forward
   std::string mpirun = "mpirun";
+  std::string backend = "cpu";    // cpu or cuda
+  std::string transport = "auto"; // auto, nccl or host
 };
 
 /// Parses "nan:PARAM:STEP", "die:RANK:STEP", "stall:RANK:STEP",

@@ -13,98 +13,114 @@
 // stalled, or a non-finite gradient with --nonfinite=fail).
 //
 //===----------------------------------------------------------------------===//
-#include "CompileModel.h"
+#include "Backend.h"
 #include "Console.h"
 #include "Launcher.h"
+#include "PlanInput.h"
 #include "RunOptions.h"
 #include "Worker.h"
 
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Report.h"
 #include "muon/Runtime/Cpu/MpiLauncher.h"
+#include "muon/Support/CommandLine.h"
+#include "muon/Support/Format.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/OutputFile.h"
 
-#include "llvm/Support/CommandLine.h"
-#include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/raw_ostream.h"
-
 #include <cmath>
 
-namespace cl = llvm::cl;
+using ::muon::format;
 
-static cl::OptionCategory toolCategory("muon-run options");
+namespace {
 
-static cl::opt<std::string>
-    inputFilename(cl::cat(toolCategory), cl::Positional, cl::Required,
-                  cl::desc("<spec.json | model.mlir | plan.json>"));
-static cl::opt<bool>
-    dryRun(cl::cat(toolCategory), "dry-run",
-           cl::desc("Compile only; report the plan's figures"));
-static cl::opt<std::string> reportFile(cl::cat(toolCategory), "report",
-                                       cl::desc("Write the run report here"),
-                                       cl::value_desc("file"));
-static cl::opt<std::string>
-    planFile("plan", cl::cat(toolCategory),
-             cl::desc("Write the compiled plan (muon-plan/1) here"),
-             cl::value_desc("file"));
-static cl::opt<std::string>
-    wireDtype(cl::cat(toolCategory), "wire-dtype", cl::init("f32"),
-              cl::desc("Element type the exchanges carry: f32 or bf16 "
-                       "(default: the model's setting, else f32)"));
-static cl::opt<bool> quiet(cl::cat(toolCategory), "quiet",
-                           cl::desc("No summary on the terminal"));
-static cl::opt<bool> printSchedule(
-    cl::cat(toolCategory), "print-schedule",
-    cl::desc("Print the step's sequence: exchanges, NS batches and the "
-             "elementwise updates"));
-static cl::opt<int64_t> gatherBudget(
-    cl::cat(toolCategory), "gather-budget-bytes", cl::init(0),
-    cl::desc("Bytes of gathered matrices a rank may hold at once (0: no "
-             "limit)"));
-static cl::opt<int64_t>
-    maxRounds(cl::cat(toolCategory), "max-rounds", cl::init(8),
-              cl::desc("Most rounds the exchanges are split into for overlap"));
+/// Everything on muon-run's command line.
+struct Flags {
+  std::string inputFilename;
+  bool dryRun = false;
+  std::string reportFile, planFile;
+  std::string wireDtype = "f32";
+  std::string nsDtype;
+  bool quiet = false, printSchedule = false;
+  int64_t gatherBudget = 0, maxRounds = 8;
+  int64_t ranks = 0, steps = 3;
+  bool verifyRun = false;
+  int64_t microBatches = 1;
+  uint64_t seed = 0;
+  double timeoutSeconds = 60;
+  std::string nonFinite = "skip";
+  int64_t blasThreads = 1;
+  double tolerance = 0;
+  std::vector<std::string> inject;
+  std::string mpirunPath = "mpirun";
+  std::string backend = "cpu", transport = "auto";
+};
 
-static cl::opt<int64_t> ranks(
-    cl::cat(toolCategory), "ranks", cl::init(0),
-    cl::desc("MPI ranks to launch (default: the model's world size)"));
-static cl::opt<int64_t> steps(cl::cat(toolCategory), "steps", cl::init(3),
-                              cl::desc("Optimizer steps to run (default 3)"));
-static cl::opt<bool>
-    verifyRun(cl::cat(toolCategory), "verify",
-              cl::desc("Also run the single-device reference and compare "
-                       "every parameter"));
-static cl::opt<int64_t> microBatches(
-    cl::cat(toolCategory), "micro-batches", cl::init(1),
-    cl::desc("Gradients accumulated before each step (default 1)"));
-static cl::opt<uint64_t>
-    seed(cl::cat(toolCategory), "seed", cl::init(0),
-         cl::desc("Seed of the synthetic parameters and gradients"));
-static cl::opt<double> timeoutSeconds(
-    cl::cat(toolCategory), "timeout", cl::init(60),
-    cl::desc("Seconds a rank waits for any exchange before the run fails "
-             "(default 60)"));
-static cl::opt<std::string> nonFinite(
-    cl::cat(toolCategory), "nonfinite", cl::init("skip"),
-    cl::desc("On NaN/Inf in a gradient: skip (the step changes nothing) or "
-             "fail (end the run with exit code 3)"));
-static cl::opt<int64_t>
-    blasThreads(cl::cat(toolCategory), "blas-threads", cl::init(1),
-                cl::desc("BLAS threads per rank (default 1; the reference "
-                         "uses the same, for bit-exact results)"));
-static cl::opt<double> tolerance(
-    cl::cat(toolCategory), "tolerance", cl::init(0.0),
-    cl::desc("Largest difference from the reference accepted (default 0: "
-             "bit-exact; parameters with partial axes get 1e-6 relative)"));
-static cl::list<std::string> inject(
-    cl::cat(toolCategory), "inject",
-    cl::desc("Fault injection for tests: nan:PARAM:STEP, die:RANK:STEP, "
-             "stall:RANK:STEP, corrupt:RANK:STEP, plan-mismatch:RANK"));
-static cl::opt<std::string>
-    mpirunPath(cl::cat(toolCategory), "mpirun", cl::init("mpirun"),
-               cl::desc("The mpirun to launch ranks with"));
+void declare(::muon::cli::Parser &p, Flags &f) {
+  p.positional(f.inputFilename, "<spec.json | model.mlir | plan.json>",
+               /*required=*/true);
+  p.flag("dry-run", f.dryRun, "Compile only; report the plan's figures");
+  p.option("report", f.reportFile, "file", "Write the run report here");
+  p.option("plan", f.planFile, "file",
+           "Write the compiled plan (muon-plan/1) here");
+  p.option("wire-dtype", f.wireDtype, "f32|bf16",
+           "Element type the exchanges carry (default: the model's "
+           "setting, else f32)");
+  p.option("ns-dtype", f.nsDtype, "auto|f32|bf16",
+           "Element type Newton-Schulz runs in (default: the model's "
+           "setting, else the backend's: f32 on cpu, bf16 on cuda)");
+  p.flag("quiet", f.quiet, "No summary on the terminal");
+  p.flag("print-schedule", f.printSchedule,
+         "Print the step's sequence: exchanges, NS batches and the "
+         "elementwise updates");
+  p.option("gather-budget-bytes", f.gatherBudget, "bytes",
+           "Bytes of gathered matrices a rank may hold at once (0: no "
+           "limit)");
+  p.option("max-rounds", f.maxRounds, "n",
+           "Most rounds the exchanges are split into for overlap (default "
+           "8)");
+  p.option("ranks", f.ranks, "n",
+           "MPI ranks to launch (default: the model's world size)");
+  p.option("steps", f.steps, "n", "Optimizer steps to run (default 3)");
+  p.flag("verify", f.verifyRun,
+         "Also run the single-device reference and compare every "
+         "parameter");
+  p.option("micro-batches", f.microBatches, "n",
+           "Gradients accumulated before each step (default 1)");
+  p.option("seed", f.seed, "n",
+           "Seed of the synthetic parameters and gradients (default 0)");
+  p.option("timeout", f.timeoutSeconds, "seconds",
+           "Seconds a rank waits for any exchange before the run fails "
+           "(default 60)");
+  p.option("nonfinite", f.nonFinite, "skip|fail",
+           "On NaN/Inf in a gradient: skip (the step changes nothing) or "
+           "fail (end the run with exit code 3)");
+  p.option("blas-threads", f.blasThreads, "n",
+           "BLAS threads per rank (default 1; the reference uses the same, "
+           "for bit-exact results)");
+  p.option("tolerance", f.tolerance, "x",
+           "Largest difference from the reference accepted (default 0: "
+           "bit-exact on cpu; see the user guide for partial parameters and "
+           "cuda)");
+  p.list("inject", f.inject, "fault",
+         "Fault injection for tests: nan:PARAM:STEP, die:RANK:STEP, "
+         "stall:RANK:STEP, corrupt:RANK:STEP, plan-mismatch:RANK, "
+         "die-at-end:RANK");
+  p.option("mpirun", f.mpirunPath, "path",
+           "The mpirun to launch ranks with (default mpirun)");
+  p.option("backend", f.backend, "cpu|cuda",
+           "Where the ranks compute: cpu (OpenBLAS, MPI) or cuda (cuBLAS, "
+           "NCCL or host-staged MPI; one GPU per rank where there are "
+           "enough)");
+  p.option("transport", f.transport, "auto|nccl|host",
+           "How exchanges move with --backend cuda (auto: nccl when every "
+           "rank on a node has a GPU of its own, else host: device memory "
+           "staged through host memory over MPI)");
+}
+
+Flags flags;
+
+} // namespace
 
 // Flag maxima (the model's sizes have theirs in Support/Limits.h).
 static constexpr int64_t kMaxSteps = 1000000000;
@@ -112,8 +128,8 @@ static constexpr int64_t kMaxMicroBatches = 1000000;
 static constexpr int64_t kMaxBlasThreads = 1024;
 static constexpr double kMaxTimeoutSeconds = 1e7;
 
-static int fail(const llvm::Twine &message) {
-  ::muon::tool::printError(message.str());
+static int fail(const std::string &message) {
+  ::muon::tool::printError(message);
   return 2;
 }
 
@@ -123,136 +139,170 @@ static int dryRunReport(const ::muon::Plan &plan) {
   // Both outputs or neither: each is staged in a temporary file beside its
   // target, and only when both are complete do they move into place.
   std::vector<std::pair<std::string, std::string>> outputs;
-  if (!planFile.empty())
-    outputs.push_back({planFile, ::muon::renderPlan(plan)});
-  if (!reportFile.empty())
-    outputs.push_back({reportFile, ::muon::renderReport(report)});
+  if (!flags.planFile.empty())
+    outputs.push_back({flags.planFile, ::muon::renderPlan(plan)});
+  if (!flags.reportFile.empty())
+    outputs.push_back({flags.reportFile, ::muon::renderReport(report)});
   std::string error;
   if (!::muon::writeOutputs(outputs, error))
     return fail(error);
-  if (quiet)
+  if (flags.quiet)
     return 0;
-  llvm::raw_ostream &os = llvm::outs();
   int64_t received = 0, busiest = 0;
-  os << llvm::formatv("dry run: {0} ranks, {1} Muon matri{3}, wire {2}\n",
-                      plan.worldSize, plan.matrices.size(), plan.wireDtype,
-                      plan.matrices.size() == 1 ? "x" : "ces");
+  std::string os = format(
+      "dry run: %lld ranks, %zu Muon matri%s, wire %s\n",
+      static_cast<long long>(plan.worldSize), plan.matrices.size(),
+      plan.matrices.size() == 1 ? "x" : "ces", plan.wireDtype.c_str());
   for (size_t r = 0; r < report.perRank.size(); ++r) {
     const ::muon::RankFigures &f = report.perRank[r];
     received += f.bytesReceived;
     busiest = std::max(busiest, f.nsFlops);
     if (report.perRank.size() <= 64)
-      os << llvm::formatv(
-          "  rank {0,4}: owns {1,5}  NS {2,10:F3} GFLOP  recv {3,10:F3} MB  "
-          "sent {4,10:F3} MB\n",
-          r, f.owned.size(), f.nsFlops / 1e9, f.bytesReceived / 1e6,
-          f.bytesSent / 1e6);
+      os += format("  rank %4zu: owns %5zu  NS %10.3f GFLOP  recv %10.3f MB  "
+                   "sent %10.3f MB\n",
+                   r, f.owned.size(), f.nsFlops / 1e9, f.bytesReceived / 1e6,
+                   f.bytesSent / 1e6);
   }
-  os << llvm::formatv("  bytes received {0} (lower bound {1})\n", received,
-                      report.lowerBoundBytesReceived);
-  os << llvm::formatv("  busiest rank NS {0:F3} GFLOP (lower bound {1:F3})\n",
-                      busiest / 1e9, report.lowerBoundMakespanFlops / 1e9);
-  os << llvm::formatv("  schedule: {0} rounds, {1} exchanges, {2} steps, "
-                      "{3} in flight at most ({4})\n",
-                      plan.rounds.size(), plan.exchanges.size(),
-                      plan.schedule.size(), plan.inflightLimit,
-                      plan.async ? "async" : "sequential debug order");
+  os += format("  bytes received %lld (lower bound %lld)\n",
+               static_cast<long long>(received),
+               static_cast<long long>(report.lowerBoundBytesReceived));
+  os += format("  busiest rank NS %.3f GFLOP (lower bound %.3f)\n",
+               busiest / 1e9, report.lowerBoundMakespanFlops / 1e9);
+  os += format("  schedule: %zu rounds, %zu exchanges, %zu steps, %lld in "
+               "flight at most (%s)\n",
+               plan.rounds.size(), plan.exchanges.size(),
+               plan.schedule.size(),
+               static_cast<long long>(plan.inflightLimit),
+               plan.async ? "async" : "sequential debug order");
+  ::muon::tool::printLines(os);
   return 0;
 }
 
 static void printPlanSchedule(const ::muon::Plan &plan) {
-  llvm::raw_ostream &os = llvm::outs();
+  std::string os;
   using Kind = ::muon::ScheduleStep::Kind;
   for (const ::muon::ScheduleStep &s : plan.schedule) {
+    std::string index = std::to_string(s.index);
     switch (s.kind) {
     case Kind::NewtonSchulz:
-      os << "ns round " << s.index << "\n";
+      os += "ns round " + index + "\n";
       continue;
     case Kind::Momentum:
     case Kind::AdamW:
-      os << ::muon::stepName(s.kind) << "\n";
+      os += std::string(::muon::stepName(s.kind)) + "\n";
       continue;
     case Kind::ApplyUpdate:
-      os << ::muon::stepName(s.kind) << " round " << s.index << "\n";
+      os += std::string(::muon::stepName(s.kind)) + " round " + index + "\n";
       continue;
     case Kind::Start:
     case Kind::Done:
       break;
     }
     const ::muon::Exchange &ex = plan.exchanges[s.index];
-    os << ::muon::stepName(s.kind) << " " << ::muon::phaseName(ex.phase);
+    os += std::string(::muon::stepName(s.kind)) + " " +
+          ::muon::phaseName(ex.phase);
     if (ex.phase == ::muon::Exchange::Phase::Reduce)
-      os << " (" << ex.reductions.size() << " reductions)\n";
+      os += " (" + std::to_string(ex.reductions.size()) + " reductions)\n";
     else
-      os << " round " << ex.round << " (" << ex.transfers.size()
-         << " transfers)\n";
+      os += " round " + std::to_string(ex.round) + " (" +
+            std::to_string(ex.transfers.size()) + " transfers)\n";
   }
+  if (!os.empty())
+    ::muon::tool::printLines(os);
 }
 
 int main(int argc, char **argv) {
-  llvm::InitLLVM init(argc, argv);
-  cl::HideUnrelatedOptions(toolCategory);
-  if (!cl::ParseCommandLineOptions(
-          argc, argv,
-          "muon-run: compile a Muon model, run its optimizer step on MPI "
-          "ranks and verify it against one device\n",
-          &llvm::errs()))
-    return 2;
-  if (!::muon::wireDtypeBytes(wireDtype))
-    return fail("unknown --wire-dtype '" + wireDtype +
+  ::muon::cli::Parser parser(
+      "muon-run", "muon-run: compile a Muon model, run its optimizer step on "
+                  "MPI ranks and verify it against one device");
+  declare(parser, flags);
+  {
+    std::string message;
+    switch (parser.parse(argc, argv, message)) {
+    case ::muon::cli::Parser::Outcome::Help:
+      ::muon::tool::printLines(message);
+      return 0;
+    case ::muon::cli::Parser::Outcome::Error:
+      return fail(message);
+    case ::muon::cli::Parser::Outcome::Run:
+      break;
+    }
+  }
+  if (!::muon::wireDtypeBytes(flags.wireDtype))
+    return fail("unknown --wire-dtype '" + flags.wireDtype +
                 "'; expected f32 or bf16");
+  if (parser.given("ns-dtype") && flags.nsDtype != "auto" &&
+      flags.nsDtype != "f32" && flags.nsDtype != "bf16")
+    return fail("unknown --ns-dtype '" + flags.nsDtype +
+                "'; expected auto, f32 or bf16");
+  if (flags.backend != "cpu" && flags.backend != "cuda")
+    return fail("unknown --backend '" + flags.backend +
+                "'; expected cpu or cuda");
+  if (flags.transport != "auto" && flags.transport != "nccl" &&
+      flags.transport != "host")
+    return fail("unknown --transport '" + flags.transport +
+                "'; expected auto, nccl or host");
+  // `host` on the CPU stages through a second host buffer: it tests the
+  // staging path where no GPU is.
+  if (flags.transport == "nccl" && flags.backend != "cuda")
+    return fail("--transport nccl needs --backend cuda");
   namespace limits = ::muon::limits;
-  if (gatherBudget < 0)
+  if (flags.gatherBudget < 0)
     return fail("--gather-budget-bytes must be >= 0");
-  if (maxRounds < 1 || maxRounds > limits::kMaxRounds)
+  if (flags.maxRounds < 1 || flags.maxRounds > limits::kMaxRounds)
     return fail("--max-rounds must be in [1, " +
                 limits::describe(limits::kMaxRounds) + "]");
-  if (ranks < 0 || ranks > limits::kMaxWorldSize)
+  if (flags.ranks < 0 || flags.ranks > limits::kMaxWorldSize)
     return fail("--ranks must be in [0, " +
                 limits::describe(limits::kMaxWorldSize) +
                 "] (0: the model's world size)");
-  if (steps < 1 || steps > kMaxSteps || microBatches < 1 ||
-      microBatches > kMaxMicroBatches)
-    return fail("--steps must be in [1, " + llvm::Twine(kMaxSteps) +
-                "] and --micro-batches in [1, " +
-                llvm::Twine(kMaxMicroBatches) + "]");
-  if (blasThreads < 1 || blasThreads > kMaxBlasThreads)
-    return fail("--blas-threads must be in [1, " +
-                llvm::Twine(kMaxBlasThreads) + "]");
-  if (!(timeoutSeconds > 0) || !(timeoutSeconds <= kMaxTimeoutSeconds))
-    return fail("--timeout must be > 0 and at most " +
-                llvm::formatv("{0:e0}", kMaxTimeoutSeconds).str() +
-                " seconds");
-  if (!(tolerance >= 0) || !std::isfinite(tolerance))
+  if (flags.steps < 1 || flags.steps > kMaxSteps || flags.microBatches < 1 ||
+      flags.microBatches > kMaxMicroBatches)
+    return fail(format("--steps must be in [1, %lld] and --micro-batches in "
+                       "[1, %lld]",
+                       static_cast<long long>(kMaxSteps),
+                       static_cast<long long>(kMaxMicroBatches)));
+  if (flags.blasThreads < 1 || flags.blasThreads > kMaxBlasThreads)
+    return fail(format("--blas-threads must be in [1, %lld]",
+                       static_cast<long long>(kMaxBlasThreads)));
+  if (!(flags.timeoutSeconds > 0) ||
+      !(flags.timeoutSeconds <= kMaxTimeoutSeconds))
+    return fail(format("--timeout must be > 0 and at most %.0e seconds",
+                       kMaxTimeoutSeconds));
+  if (!(flags.tolerance >= 0) || !std::isfinite(flags.tolerance))
     return fail("--tolerance must be a finite number >= 0");
-  if (nonFinite != "skip" && nonFinite != "fail")
-    return fail("unknown --nonfinite '" + nonFinite +
+  if (flags.nonFinite != "skip" && flags.nonFinite != "fail")
+    return fail("unknown --nonfinite '" + flags.nonFinite +
                 "'; expected skip or fail");
   // Outputs are checked before any work: never over the input or each
   // other, and only into a directory that exists.
   {
     std::string error;
-    if (!::muon::checkOutputs({inputFilename},
-                              {{"--report", reportFile}, {"--plan", planFile}},
-                              error))
+    if (!::muon::checkOutputs(
+            {flags.inputFilename},
+            {{"--report", flags.reportFile}, {"--plan", flags.planFile}},
+            error))
       return fail(error);
   }
   ::muon::installSignalCleanup();
 
   ::muon::tool::RunFlags run;
-  run.ranks = ranks;
-  run.steps = steps;
-  run.microBatches = microBatches;
-  run.seed = seed;
-  run.verify = verifyRun;
-  run.timeoutSeconds = timeoutSeconds;
-  run.nonFiniteFatal = nonFinite == "fail";
-  run.blasThreads = blasThreads;
-  run.tolerance = tolerance;
-  run.reportFile = reportFile;
-  run.quiet = quiet;
-  run.mpirun = mpirunPath;
-  for (const std::string &text : inject) {
+  run.ranks = flags.ranks;
+  run.steps = flags.steps;
+  run.microBatches = flags.microBatches;
+  run.seed = flags.seed;
+  run.verify = flags.verifyRun;
+  run.timeoutSeconds = flags.timeoutSeconds;
+  run.nonFiniteFatal = flags.nonFinite == "fail";
+  run.blasThreads = flags.blasThreads;
+  run.tolerance = flags.tolerance;
+  run.toleranceGiven = parser.given("tolerance");
+  run.reportFile = flags.reportFile;
+  run.quiet = flags.quiet;
+  run.mpirun = flags.mpirunPath;
+  run.backend = flags.backend;
+  run.transport = flags.transport;
+  for (const std::string &text : flags.inject) {
     ::muon::tool::Fault fault;
     std::string error;
     if (!::muon::tool::parseFault(text, fault, error))
@@ -262,53 +312,67 @@ int main(int argc, char **argv) {
   }
 
   ::muon::tool::CompileFlags compile;
-  compile.wireDtype = wireDtype;
-  compile.wireDtypeGiven = wireDtype.getNumOccurrences() > 0;
-  compile.gatherBudgetBytes = gatherBudget;
-  compile.gatherBudgetGiven = gatherBudget.getNumOccurrences() > 0;
-  compile.maxRounds = maxRounds;
-  compile.maxRoundsGiven = maxRounds.getNumOccurrences() > 0;
+  compile.wireDtype = flags.wireDtype;
+  compile.wireDtypeGiven = parser.given("wire-dtype");
+  compile.gatherBudgetBytes = flags.gatherBudget;
+  compile.gatherBudgetGiven = parser.given("gather-budget-bytes");
+  compile.maxRounds = flags.maxRounds;
+  compile.maxRoundsGiven = parser.given("max-rounds");
   ::muon::Plan plan;
   bool isPlanFile = false;
-  if (!::muon::tool::loadPlan(inputFilename, compile, plan, isPlanFile))
+  if (!::muon::tool::loadPlan(flags.inputFilename, compile, plan, isPlanFile))
     return 2;
+  // A run setting, not a compile one: it changes no exchange.
+  if (parser.given("ns-dtype"))
+    plan.muon.nsDtype = flags.nsDtype;
   for (const ::muon::tool::Fault &f : run.faults)
     if (f.rank >= plan.worldSize)
-      return fail("--inject names rank " + llvm::Twine(f.rank) +
-                  " but the plan has " + llvm::Twine(plan.worldSize) +
-                  " ranks");
+      return fail(format("--inject names rank %lld but the plan has %lld "
+                         "ranks",
+                         static_cast<long long>(f.rank),
+                         static_cast<long long>(plan.worldSize)));
 
   // Started by mpirun: this process is one rank of the run.
   if (::muon::runtime::cpu::launchedByMpirun()) {
-    if (dryRun)
+    if (flags.dryRun)
       return fail("--dry-run compiles only; run it without mpirun");
     return ::muon::tool::runWorker(std::move(plan), run, &argc, &argv);
   }
-  if (dryRun) {
+  if (flags.dryRun) {
     int rc = dryRunReport(plan);
-    if (rc == 0 && printSchedule)
+    if (rc == 0 && flags.printSchedule)
       printPlanSchedule(plan);
     return rc;
   }
-  if (ranks && ranks != plan.worldSize)
-    return fail("--ranks " + llvm::Twine(ranks) + " but the model's mesh has " +
-                llvm::Twine(plan.worldSize) + " devices");
-  if (!planFile.empty()) {
+  if (flags.ranks && flags.ranks != plan.worldSize)
+    return fail(format("--ranks %lld but the model's mesh has %lld devices",
+                       static_cast<long long>(flags.ranks),
+                       static_cast<long long>(plan.worldSize)));
+  {
     std::string error;
-    if (!::muon::writeOutput(planFile, ::muon::renderPlan(plan), error))
+    if (!::muon::tool::checkBackend(plan, run, error))
       return fail(error);
   }
-  if (printSchedule)
+  if (!flags.planFile.empty()) {
+    std::string error;
+    if (!::muon::writeOutput(flags.planFile, ::muon::renderPlan(plan), error))
+      return fail(error);
+  }
+  if (flags.printSchedule)
     printPlanSchedule(plan);
-  if (!quiet)
-    llvm::outs() << llvm::formatv(
-        "run: {0} ranks, {1} Muon matri{2}, {3} step(s){4}, wire {5}{6}\n",
-        plan.worldSize, plan.matrices.size(),
-        plan.matrices.size() == 1 ? "x" : "ces", steps,
-        microBatches > 1
-            ? llvm::formatv(" of {0} micro-batches", microBatches).str()
-            : std::string(),
-        plan.wireDtype, verifyRun ? ", verified against one device" : "");
-  llvm::outs().flush();
+  if (!flags.quiet)
+    ::muon::tool::printLines(format(
+        "run: %lld ranks, %zu Muon matri%s, %lld step(s)%s, wire %s%s%s",
+        static_cast<long long>(plan.worldSize), plan.matrices.size(),
+        plan.matrices.size() == 1 ? "x" : "ces",
+        static_cast<long long>(flags.steps),
+        flags.microBatches > 1
+            ? format(" of %lld micro-batches",
+                     static_cast<long long>(flags.microBatches))
+                  .c_str()
+            : "",
+        plan.wireDtype.c_str(),
+        flags.backend == "cuda" ? ", on cuda" : "",
+        flags.verifyRun ? ", verified against one device" : ""));
   return ::muon::tool::launchRanks(plan, run);
 }

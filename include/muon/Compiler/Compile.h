@@ -73,6 +73,8 @@ struct MuonSettings {
   bool nesterov = true;
   int64_t nsSteps = 5;
   std::string adjustLr = "original"; // or "match_rms_adamw"
+  /// "f32" or "bf16"; empty: the device that runs the plan chooses.
+  std::string nsDtype;
 };
 
 struct AdamWSettings {

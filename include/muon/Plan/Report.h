@@ -36,6 +36,13 @@ struct Report {
   std::vector<int64_t> skippedSteps;
   /// Micro-batches accumulated before each step.
   int64_t microBatches = 1;
+  /// The element type Newton-Schulz runs in: the plan's setting ("auto"
+  /// in a dry run of a model that leaves it to the device), or what the
+  /// ranks of a real run used.
+  std::string nsDtype = "auto";
+  /// Where a real run's ranks computed ("cpu" or "cuda"); empty in a dry
+  /// run.
+  std::string backend;
 };
 
 /// A plan's own figures as a report (what a dry run writes): per-rank NS

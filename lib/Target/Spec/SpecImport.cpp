@@ -334,7 +334,8 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v) {
   if (!o ||
       failed(checkKeys(*o, "optimizer",
                        {"lr", "momentum", "nesterov", "weight_decay",
-                        "ns_steps", "ns_coefficients", "eps", "adjust_lr"})))
+                        "ns_steps", "ns_coefficients", "eps", "adjust_lr",
+                        "ns_dtype"})))
     return failure();
   OperationState state(at("optimizer"), OptimizerOp::getOperationName());
   for (StringRef k : {"lr", "momentum", "weight_decay", "eps"})
@@ -400,6 +401,17 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v) {
                   "unknown adjust_lr '" + *s +
                       "'; expected 'original' or 'match_rms_adamw'");
     state.addAttribute("adjust_lr", AdjustLrAttr::get(ctx, *adjust));
+  }
+  if (const JsonValue *x = get(*o, "ns_dtype")) {
+    // Absent: the running device chooses (IR `auto`).
+    std::optional<std::string> s = getString(*x, "optimizer.ns_dtype");
+    if (!s)
+      return failure();
+    std::optional<NsDtype> dtype = symbolizeNsDtype(*s);
+    if (!dtype || *dtype == NsDtype::Auto)
+      return fail("optimizer.ns_dtype", "unknown ns_dtype '" + *s +
+                                            "'; expected 'f32' or 'bf16'");
+    state.addAttribute("ns_dtype", NsDtypeAttr::get(ctx, *dtype));
   }
   builder.create(state);
   return success();

@@ -131,6 +131,15 @@ muon.model @m {
 
 muon.model @m {
   shard.grid @mesh(shape = 2)
+  // expected-error @+2 {{expected ::mlir::muon::NsDtype to be one of: auto, f32, bf16}}
+  // expected-error @+1 {{failed to parse Muon_NsDtypeAttr parameter 'value'}}
+  muon.optimizer {ns_dtype = #muon.ns_dtype<f16>}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
   // expected-error @+1 {{optimizer 'ns_coefficients' has 2 triples; expected 1 (for every step) or ns_steps = 5}}
   muon.optimizer {ns_coefficients = [array<f64: 1.0, 2.0, 3.0>, array<f64: 1.0, 2.0, 3.0>]}
 }

@@ -7,9 +7,9 @@
 muon.model @dtensor {
   // CHECK: shard.grid @mesh(shape = 2x2x2) {muon.axis_names = ["pp", "dp", "tp"]}
   shard.grid @mesh(shape = 2x2x2) {muon.axis_names = ["pp", "dp", "tp"]}
-  // CHECK: muon.optimizer {adjust_lr = #muon.adjust_lr<match_rms_adamw>, lr = 2.000000e-02 : f64, ns_coefficients = [array<f64: 3.444500e+00, -4.775000e+00, 2.031500e+00>], ns_steps = 1 : i64}
+  // CHECK: muon.optimizer {adjust_lr = #muon.adjust_lr<match_rms_adamw>, lr = 2.000000e-02 : f64, ns_coefficients = [array<f64: 3.444500e+00, -4.775000e+00, 2.031500e+00>], ns_dtype = #muon.ns_dtype<bf16>, ns_steps = 1 : i64}
   muon.optimizer {lr = 2.0e-02 : f64, ns_steps = 1 : i64, adjust_lr = #muon.adjust_lr<match_rms_adamw>,
-                  ns_coefficients = [array<f64: 3.4445, -4.775, 2.0315>]}
+                  ns_coefficients = [array<f64: 3.4445, -4.775, 2.0315>], ns_dtype = #muon.ns_dtype<bf16>}
   // CHECK: muon.adamw {betas = array<f64: 9.000000e-01, 0.94999999999999996>, lr = 5.000000e-04 : f64}
   muon.adamw {lr = 5.0e-04 : f64, betas = array<f64: 0.9, 0.95>}
   // CHECK: muon.distributed {async = false, prefetch_count = 2 : i64, wire_dtype = #muon.wire_dtype<bf16>}

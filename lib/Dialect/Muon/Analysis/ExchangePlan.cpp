@@ -100,6 +100,7 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     plan.muon.nesterov = opt.getNesterov();
     plan.muon.nsSteps = static_cast<int64_t>(opt.getNsSteps());
     plan.muon.adjustLr = stringifyAdjustLr(opt.getAdjustLr()).str();
+    plan.muon.nsDtype = stringifyNsDtype(opt.getNsDtype()).str();
   }
   for (int64_t step = 0; step < plan.muon.nsSteps; ++step) {
     std::array<double, 3> abc = {3.4445, -4.775, 2.0315};

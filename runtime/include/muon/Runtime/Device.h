@@ -51,7 +51,9 @@ public:
   virtual void *allocate(int64_t bytes) = 0;
   virtual void release(void *memory) = 0;
   virtual void zero(void *memory, int64_t bytes) = 0;
-  /// Host memory to device memory and back (checkpoints, tests).
+  /// Host memory to device memory and back (checkpoints, host-staged
+  /// exchanges, tests). Both are ordered after the work queued before them
+  /// and done when they return.
   virtual void copyToDevice(void *dst, const void *src, int64_t bytes) = 0;
   virtual void copyToHost(void *dst, const void *src, int64_t bytes) = 0;
 

@@ -127,6 +127,9 @@ public:
 
   const StepCounters &counters() const;
   const Plan &plan() const { return thePlan; }
+  /// The element type Newton-Schulz runs in: the plan's ns_dtype, "auto"
+  /// resolved to the device's default.
+  DType nsDtype() const;
 
 private:
   Optimizer(Plan plan, Communicator &comm, Device &device,

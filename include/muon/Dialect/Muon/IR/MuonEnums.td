@@ -59,4 +59,14 @@ def Muon_WireDtypeAttr : EnumAttr<Muon_Dialect, Muon_WireDtype, "wire_dtype"> {
   let assemblyFormat = "`<` $value `>`";
 }
 
+// Written as `#muon.ns_dtype<bf16>`; `auto` leaves the choice to the
+// device that runs the plan (f32 on the CPU, bf16 on CUDA).
+def Muon_NsDtype : Muon_Enum<"NsDtype", "the element type Newton-Schulz runs in", [
+  I32EnumAttrCase<"Auto", 0, "auto">,
+  I32EnumAttrCase<"F32", 1, "f32">,
+  I32EnumAttrCase<"BF16", 2, "bf16">]>;
+def Muon_NsDtypeAttr : EnumAttr<Muon_Dialect, Muon_NsDtype, "ns_dtype"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
 #endif // MUON_ENUMS_TD

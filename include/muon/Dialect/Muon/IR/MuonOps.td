@@ -125,7 +125,9 @@ def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
     `ns_coefficients` holds one (a, b, c) triple used for every Newton-Schulz
     step, or one triple per step (e.g. a Polar Express schedule).
     `adjust_lr` is `original` (lr * sqrt(max(1, rows/cols))) or
-    `match_rms_adamw` (lr * 0.2 * sqrt(max(rows, cols))).
+    `match_rms_adamw` (lr * 0.2 * sqrt(max(rows, cols))). `ns_dtype` is the
+    element type Newton-Schulz runs in: `f32`, `bf16` (torch.optim.Muon's
+    choice) or `auto` (the running device's default).
 
     ```mlir
     muon.optimizer {lr = 2.0e-02 : f64, ns_steps = 5 : i64,
@@ -141,7 +143,9 @@ def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
     OptionalAttr<ArrayAttr>:$ns_coefficients,
     DefaultValuedAttr<F64Attr, "1e-7">:$eps,
     DefaultValuedAttr<Muon_AdjustLrAttr,
-                      "::mlir::muon::AdjustLr::Original">:$adjust_lr);
+                      "::mlir::muon::AdjustLr::Original">:$adjust_lr,
+    DefaultValuedAttr<Muon_NsDtypeAttr,
+                      "::mlir::muon::NsDtype::Auto">:$ns_dtype);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{

@@ -1,0 +1,37 @@
+//===- Backend.h - The device and transport of a run's ranks ----*- C++ -*-===//
+#ifndef MUON_TOOLS_MUON_RUN_BACKEND_H
+#define MUON_TOOLS_MUON_RUN_BACKEND_H
+
+#include "RunOptions.h"
+
+#include "muon/Plan/Plan.h"
+#include "muon/Runtime/Communicator.h"
+#include "muon/Runtime/Device.h"
+
+#include <memory>
+#include <string>
+
+namespace muon::tool {
+
+/// Whether this muon-run contains the CUDA backend.
+bool haveCuda();
+
+/// Launcher side, before any rank starts: whether `flags.backend` can run
+/// here (the CUDA backend built in and a GPU visible). False with `error`.
+bool checkBackend(const Plan &plan, const RunFlags &flags, std::string &error);
+
+/// A rank's device and the communicator its exchanges go through.
+struct RankBackend {
+  std::unique_ptr<runtime::Device> device;
+  std::unique_ptr<runtime::Communicator> transport; // null: the MPI one
+  std::string description; // e.g. "cuda:0, nccl"
+};
+
+/// Rank side: opens the backend `flags` names over `mpi`. Collective (NCCL
+/// start-up): every rank calls it. False with `error`.
+bool openBackend(const RunFlags &flags, runtime::Communicator &mpi,
+                 RankBackend &backend, std::string &error);
+
+} // namespace muon::tool
+
+#endif // MUON_TOOLS_MUON_RUN_BACKEND_H

@@ -1,0 +1,84 @@
+//===- PlanInput.cpp - The plan of muon-run's input file ------------------===//
+#include "PlanInput.h"
+#include "Console.h"
+
+#include "muon/Plan/PlanFile.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace muon::tool {
+
+/// The whole file at `path`; false with `error` naming it and the reason.
+static bool readInput(const std::string &path, std::string &text,
+                      std::string &error) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    fd = -1;
+    errno = EISDIR;
+  }
+  if (fd < 0) {
+    error = "cannot open input file '" + path + "': " + std::strerror(errno);
+    return false;
+  }
+  char chunk[1 << 16];
+  while (true) {
+    ssize_t n = ::read(fd, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      error = "cannot read input file '" + path + "': " + std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    if (n == 0)
+      break;
+    text.append(chunk, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return true;
+}
+
+bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
+              bool &isPlanFile) {
+  std::string text, error;
+  if (!readInput(path, text, error)) {
+    printError(error);
+    return false;
+  }
+  // A plan file names its format first; a spec is another JSON object; IR
+  // never starts with '{'.
+  size_t first = text.find_first_not_of(" \t\r\n");
+  bool json = first != std::string::npos && text[first] == '{';
+  isPlanFile = json && text.substr(first, 256).find("\"muon-plan/") !=
+                           std::string::npos;
+  if (isPlanFile) {
+    if (flags.wireDtypeGiven || flags.gatherBudgetGiven ||
+        flags.maxRoundsGiven) {
+      printError(path + ": a plan file is already compiled; --wire-dtype, "
+                        "--gather-budget-bytes and --max-rounds apply to "
+                        "specs and IR only");
+      return false;
+    }
+    if (!parsePlan(text, plan, error)) {
+      printError(path + ": " + error);
+      return false;
+    }
+    return true;
+  }
+  if (!haveCompiler()) {
+    printError(path + ": this muon-run is built without the compiler (a "
+                      "runtime-only build) and takes plan files only; "
+                      "compile the model where the compiler is, with "
+                      "`muon-run MODEL --dry-run --plan PLAN.json`");
+    return false;
+  }
+  return compileModel(path, text, flags, plan);
+}
+
+} // namespace muon::tool
