@@ -36,3 +36,19 @@ config.substitutions.append(("compare-losses", "python3 " + os.path.join(config.
 config.substitutions.append(("replay-inputs", "python3 " + os.path.join(config.test_source_root, "Utils", "replay-inputs.py")))
 config.substitutions.append(("edit-json", "python3 " + os.path.join(config.test_source_root, "Utils", "edit-json.py")))
 config.substitutions.append(("check-report", "python3 " + os.path.join(config.test_source_root, "Utils", "check-report.py")))
+
+# The CUDA backend's self-check (runtime/backends/cuda): `cuda-backend` where
+# it is built, `cuda-gpu` where it also finds a usable GPU.
+cuda_check = os.path.join(config.muon_tools_dir, "muon-cuda-check")
+if os.access(cuda_check, os.X_OK):
+    import subprocess
+
+    config.available_features.add("cuda-backend")
+    llvm_config.add_tool_substitutions(["muon-cuda-check"], [config.muon_tools_dir])
+    try:
+        probe = subprocess.run([cuda_check, "--probe"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=120)
+        if probe.returncode == 0:
+            config.available_features.add("cuda-gpu")
+    except (OSError, subprocess.TimeoutExpired):
+        pass

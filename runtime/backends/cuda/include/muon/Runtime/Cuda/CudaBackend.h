@@ -1,0 +1,78 @@
+//===- CudaBackend.h - The CUDA backend: GPUs, devices, NCCL ----*- C++ -*-===//
+//
+// The entry points of the CUDA backend (MuonRuntimeCuda). Plain C++: a
+// trainer compiled without nvcc includes it; CUDA, cuBLAS and NCCL stay
+// inside the library. NCCL is loaded at run time (dlopen), so a program
+// linked with this backend starts on machines without NCCL and fails only
+// when it asks for an NCCL communicator.
+//
+// A device owns one compute stream on its GPU (ordered with the legacy
+// default stream, so a trainer's work there is done before the optimizer's
+// starts) and one cuBLAS handle. Every CUDA or cuBLAS failure inside a
+// Device operation is fatal (a message on stderr, then abort), as a fault
+// of the CPU device would be; the interface has no error path there. Only
+// allocate() reports running out of memory, with nullptr.
+//
+// Environment, read when a device is created:
+//   MUON_CUDA_SYMMETRIC_MIN   Gram side m from which Newton-Schulz computes
+//                             only the lower tiles of the symmetric products
+//                             (default 2048; 0: always)
+//   MUON_CUDA_SYMMETRIC_TILE  the tile side of that path, rounded up to a
+//                             multiple of 8 (default: about 1024, a
+//                             multiple of 128, chosen per m)
+//   MUON_CUDA_GROUPED_GEMM    0: issue the tiles as one batched call per
+//                             tile shape instead of one grouped call
+// and when an NCCL communicator is created:
+//   MUON_NCCL_LIBRARY         the NCCL library to load (default
+//                             libnccl.so.2)
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_RUNTIME_CUDA_CUDABACKEND_H
+#define MUON_RUNTIME_CUDA_CUDABACKEND_H
+
+#include "muon/Runtime/Communicator.h"
+#include "muon/Runtime/Device.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace muon::runtime::cuda {
+
+/// Usable CUDA GPUs; 0 with `error` saying why (no driver, no device, driver
+/// too old), never a crash.
+int deviceCount(std::string &error);
+
+/// A device on GPU `ordinal` with its own compute stream and cuBLAS handle;
+/// nullptr with `error`.
+std::unique_ptr<Device> createDevice(int ordinal, std::string &error);
+
+/// "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB)" for a device
+/// from createDevice; its name() for any other.
+std::string describeDevice(const Device &device);
+
+/// Seconds of one (m x k) x (k x n) cuBLAS product on `device` (from
+/// createDevice) as Newton-Schulz runs its products in `dtype` (BF16: bf16
+/// operands and result, f32 accumulation; otherwise f32 without TF32), on
+/// random data: the median of `repeats` runs after one to warm up, timed
+/// with events on the device's stream. Negative with `error` for another
+/// device, sizes beyond cuBLAS's int range or no room on the GPU.
+double gemmSeconds(Device &device, int64_t m, int64_t n, int64_t k, DType dtype,
+                   int repeats, std::string &error);
+
+/// Payload exchanges over NCCL (one rank per GPU); control collectives
+/// (allGather, allReduceMin, gatherToRoot, abort) go through `bootstrap` (an
+/// MPI communicator), which also carries NCCL's unique id from rank 0 to
+/// every rank. Loads libnccl.so.2 with dlopen (MUON_NCCL_LIBRARY overrides
+/// the file name); nullptr with `error` when it cannot. `device` must come
+/// from createDevice and outlive the communicator, as must `bootstrap`.
+/// Collective over `bootstrap`: every rank calls it, and every rank fails
+/// when one cannot set up. Warms the communicator up (one tiny all-to-all),
+/// so that the first exchange of a step does not pay for NCCL's connections.
+std::unique_ptr<Communicator> createNcclCommunicator(Communicator &bootstrap,
+                                                     Device &device,
+                                                     std::string &error);
+
+} // namespace muon::runtime::cuda
+
+#endif // MUON_RUNTIME_CUDA_CUDABACKEND_H

@@ -1,0 +1,61 @@
+//===- CudaBackend.cpp - GPUs and devices ---------------------------------===//
+#include "muon/Runtime/Cuda/CudaBackend.h"
+
+#include "CudaDevice.h"
+#include "CudaSupport.h"
+
+#include <cstdlib>
+
+namespace muon::runtime::cuda {
+
+static std::string versionText(int version) {
+  return std::to_string(version / 1000) + "." +
+         std::to_string(version % 1000 / 10);
+}
+
+int deviceCount(std::string &error) {
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaSuccess && count > 0)
+    return count;
+  (void)cudaGetLastError();
+  int driver = 0, runtime = 0;
+  (void)cudaDriverGetVersion(&driver);
+  (void)cudaRuntimeGetVersion(&runtime);
+  const char *visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (status == cudaSuccess || status == cudaErrorNoDevice) {
+    error = "the CUDA driver sees no GPU";
+    if (visible)
+      error += std::string(" (CUDA_VISIBLE_DEVICES='") + visible + "')";
+  } else if (driver == 0) {
+    error = "no CUDA driver is installed (libcuda.so.1 was not found)";
+  } else if (status == cudaErrorInsufficientDriver) {
+    error = "the CUDA driver (" + versionText(driver) +
+            ") is older than this build's runtime (" + versionText(runtime) +
+            "); update the driver";
+  } else {
+    error = "cudaGetDeviceCount failed: " + describe(status);
+  }
+  return 0;
+}
+
+std::unique_ptr<Device> createDevice(int ordinal, std::string &error) {
+  int count = deviceCount(error);
+  if (count == 0)
+    return nullptr;
+  if (ordinal < 0 || ordinal >= count) {
+    error = "there is no GPU " + std::to_string(ordinal) + " (" +
+            std::to_string(count) + " visible)";
+    return nullptr;
+  }
+  return CudaDevice::create(ordinal, error);
+}
+
+std::string describeDevice(const Device &device) {
+  if (auto *gpu = dynamic_cast<const CudaDevice *>(&device))
+    return "cuda:" + std::to_string(gpu->ordinal()) + " (" +
+           gpu->description() + ")";
+  return device.name();
+}
+
+} // namespace muon::runtime::cuda

@@ -1,0 +1,326 @@
+//===- CudaDevice.cpp - The CUDA backend's device -------------------------===//
+#include "CudaDevice.h"
+
+#include "CudaSupport.h"
+#include "Kernels.h"
+#include "Memory.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace muon::runtime::cuda {
+
+namespace {
+
+/// A non-negative integer from the environment: `fallback` when unset,
+/// false with `error` when it is not one.
+bool integerFromEnv(const char *name, int64_t fallback, int64_t &value,
+                    std::string &error) {
+  const char *text = std::getenv(name);
+  value = fallback;
+  if (!text || !*text)
+    return true;
+  errno = 0;
+  char *end = nullptr;
+  long long parsed = std::strtoll(text, &end, 10);
+  if (errno || *end || parsed < 0) {
+    error = std::string(name) + " must be a non-negative integer, not '" +
+            text + "'";
+    return false;
+  }
+  value = parsed;
+  return true;
+}
+
+bool newtonSchulzOptionsFromEnv(NewtonSchulzOptions &options,
+                                std::string &error) {
+  int64_t grouped = 1;
+  if (!integerFromEnv("MUON_CUDA_SYMMETRIC_MIN", options.symmetricMin,
+                      options.symmetricMin, error) ||
+      !integerFromEnv("MUON_CUDA_SYMMETRIC_TILE", 0, options.tile, error) ||
+      !integerFromEnv("MUON_CUDA_GROUPED_GEMM", 1, grouped, error))
+    return false;
+  if (grouped > 1) {
+    error = "MUON_CUDA_GROUPED_GEMM must be 0 or 1";
+    return false;
+  }
+  options.grouped = grouped == 1;
+  return true;
+}
+
+/// Teardown tolerates a CUDA runtime that is already unloading (a device
+/// destroyed by a static destructor at exit).
+void checkTeardown(cudaError_t status, const char *what) {
+  if (status != cudaSuccess && status != cudaErrorCudartUnloading)
+    fatal(what, describe(status), __FILE__, __LINE__);
+}
+
+} // namespace
+
+std::unique_ptr<CudaDevice> CudaDevice::create(int ordinal,
+                                               std::string &error) {
+  auto failed = [&](cudaError_t status, const char *what) {
+    if (status == cudaSuccess)
+      return false;
+    (void)cudaGetLastError();
+    error = "GPU " + std::to_string(ordinal) + ": " + what + ": " +
+            describe(status);
+    return true;
+  };
+  cudaDeviceProp props;
+  if (failed(cudaGetDeviceProperties(&props, ordinal), "reading properties"))
+    return nullptr;
+  const std::string arch =
+      "sm_" + std::to_string(props.major) + std::to_string(props.minor);
+  if (props.major < 8) {
+    error = "GPU " + std::to_string(ordinal) + " (" + props.name + ", " + arch +
+            ") is too old: the CUDA backend needs compute capability 8.0 or "
+            "newer (bf16 GEMMs; kernels built for sm_80 and sm_90)";
+    return nullptr;
+  }
+  NewtonSchulzOptions options;
+  if (!newtonSchulzOptionsFromEnv(options, error))
+    return nullptr;
+
+  int previous = -1;
+  if (failed(cudaGetDevice(&previous), "cudaGetDevice") ||
+      failed(cudaSetDevice(ordinal), "making it current (is it busy, or in "
+                                     "exclusive mode?)"))
+    return nullptr;
+  std::unique_ptr<CudaDevice> device(new CudaDevice(ordinal));
+  char memory[32];
+  std::snprintf(memory, sizeof(memory), "%.1f GiB",
+                static_cast<double>(props.totalGlobalMem) / (1 << 30));
+  device->gpuDescription = std::string(props.name) + ", " + arch + ", " +
+                           std::to_string(props.multiProcessorCount) +
+                           " SMs, " + memory;
+  bool ok = [&] {
+    if (!kernelsLoadable(error)) {
+      error = "GPU " + std::to_string(ordinal) + ": " + error;
+      return false;
+    }
+    // A blocking stream: ordered after the trainer's work on the legacy
+    // default stream.
+    if (failed(cudaStreamCreateWithFlags(&device->computeStream,
+                                         cudaStreamDefault),
+               "creating a stream"))
+      return false;
+    int poolsSupported = 0, pitch = 0;
+    if (failed(cudaDeviceGetAttribute(&poolsSupported,
+                                      cudaDevAttrMemoryPoolsSupported, ordinal),
+               "cudaDeviceGetAttribute") ||
+        failed(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, ordinal),
+               "cudaDeviceGetAttribute"))
+      return false;
+    device->maxPitch = pitch;
+    if (poolsSupported) {
+      cudaMemPoolProps poolProps = {};
+      poolProps.allocType = cudaMemAllocationTypePinned;
+      poolProps.handleTypes = cudaMemHandleTypeNone;
+      poolProps.location.type = cudaMemLocationTypeDevice;
+      poolProps.location.id = ordinal;
+      // Keep freed memory for the next step's buffers instead of handing
+      // it back to the driver at every synchronization.
+      uint64_t keep = std::numeric_limits<uint64_t>::max();
+      if (failed(cudaMemPoolCreate(&device->pool, &poolProps),
+                 "creating a memory pool") ||
+          failed(cudaMemPoolSetAttribute(
+                     device->pool, cudaMemPoolAttrReleaseThreshold, &keep),
+                 "setting the memory pool's release threshold"))
+        return false;
+    }
+    if (failed(cudaMalloc(reinterpret_cast<void **>(&device->nonFinite),
+                          sizeof(int)),
+               "allocating GPU memory") ||
+        failed(cudaMallocHost(reinterpret_cast<void **>(&device->nonFiniteHost),
+                              sizeof(int)),
+               "allocating pinned host memory"))
+      return false;
+    cublasStatus_t status = cublasCreate(&device->blas);
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasSetStream(device->blas, device->computeStream);
+    // BF16 results: reductions across a split K stay in f32, never in bf16.
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasSetMathMode(
+          device->blas, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      error = "GPU " + std::to_string(ordinal) +
+              ": setting up cuBLAS: " + describe(status);
+      return false;
+    }
+    device->ns = std::make_unique<NewtonSchulzRunner>(
+        StreamMemory{device->computeStream, device->pool}, device->blas,
+        options);
+    return true;
+  }();
+  if (!ok)
+    device.reset(); // its destructor frees what was made
+  if (previous != ordinal)
+    (void)cudaSetDevice(previous);
+  return device;
+}
+
+CudaDevice::~CudaDevice() {
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess || previous == gpu ||
+      cudaSetDevice(gpu) != cudaSuccess)
+    previous = -1;
+  if (computeStream)
+    checkTeardown(cudaStreamSynchronize(computeStream),
+                  "cudaStreamSynchronize");
+  ns.reset();
+  if (computeStream)
+    checkTeardown(cudaStreamSynchronize(computeStream),
+                  "cudaStreamSynchronize");
+  if (blas)
+    cublasDestroy(blas); // nothing useful to do about a failure here
+  if (nonFinite)
+    checkTeardown(cudaFree(nonFinite), "cudaFree");
+  if (nonFiniteHost)
+    checkTeardown(cudaFreeHost(nonFiniteHost), "cudaFreeHost");
+  // Buffers still out are freed with the pool once released.
+  if (pool)
+    checkTeardown(cudaMemPoolDestroy(pool), "cudaMemPoolDestroy");
+  if (computeStream)
+    checkTeardown(cudaStreamDestroy(computeStream), "cudaStreamDestroy");
+  if (previous >= 0)
+    (void)cudaSetDevice(previous);
+}
+
+void *CudaDevice::allocate(int64_t bytes) {
+  CurrentDevice current(gpu);
+  const size_t size = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+  void *memory = StreamMemory{computeStream, pool}.allocate(size);
+  if (memory)
+    MUON_CUDA_CHECK(cudaMemsetAsync(memory, 0, size, computeStream));
+  return memory;
+}
+
+void CudaDevice::release(void *memory) {
+  CurrentDevice current(gpu);
+  StreamMemory{computeStream, pool}.release(memory);
+}
+
+void CudaDevice::zero(void *memory, int64_t bytes) {
+  if (bytes <= 0)
+    return;
+  CurrentDevice current(gpu);
+  MUON_CUDA_CHECK(
+      cudaMemsetAsync(memory, 0, static_cast<size_t>(bytes), computeStream));
+}
+
+void CudaDevice::copyToDevice(void *dst, const void *src, int64_t bytes) {
+  if (bytes <= 0)
+    return;
+  CurrentDevice current(gpu);
+  MUON_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                  cudaMemcpyDefault, computeStream));
+  // Done on return: the caller may reuse `src` (pinned memory included).
+  MUON_CUDA_CHECK(cudaStreamSynchronize(computeStream));
+}
+
+void CudaDevice::copyToHost(void *dst, const void *src, int64_t bytes) {
+  if (bytes <= 0)
+    return;
+  CurrentDevice current(gpu);
+  MUON_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                  cudaMemcpyDefault, computeStream));
+  MUON_CUDA_CHECK(cudaStreamSynchronize(computeStream));
+}
+
+bool CudaDevice::allFinite(const void *x, DType type, int64_t n) {
+  if (n <= 0)
+    return true;
+  CurrentDevice current(gpu);
+  MUON_CUDA_CHECK(cudaMemsetAsync(nonFinite, 0, sizeof(int), computeStream));
+  launchFindNonFinite(computeStream, x, type, n, nonFinite);
+  MUON_CUDA_CHECK(cudaMemcpyAsync(nonFiniteHost, nonFinite, sizeof(int),
+                                  cudaMemcpyDeviceToHost, computeStream));
+  MUON_CUDA_CHECK(cudaStreamSynchronize(computeStream));
+  return *nonFiniteHost == 0;
+}
+
+void CudaDevice::momentum(const void *grad, DType gradType, float *buf,
+                          float *update, int64_t n, const MuonSettings &s) {
+  CurrentDevice current(gpu);
+  launchMomentum(computeStream, grad, gradType, buf, update, n,
+                 static_cast<float>(s.momentum),
+                 static_cast<float>(1.0 - s.momentum), s.nesterov);
+}
+
+void CudaDevice::applyUpdate(void *values, DType type, const float *orth,
+                             int64_t n, const MuonSettings &s, double alr) {
+  CurrentDevice current(gpu);
+  launchApplyUpdate(computeStream, values, type, orth, n,
+                    static_cast<float>(1.0 - s.lr * s.weightDecay),
+                    static_cast<float>(alr));
+}
+
+void CudaDevice::adamw(void *values, DType type, const void *grad,
+                       DType gradType, float *expAvg, float *expAvgSq,
+                       int64_t n, const AdamWSettings &s, int64_t step) {
+  CurrentDevice current(gpu);
+  // The scalars as CpuDevice::adamw derives them, in double on the host.
+  const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(step));
+  AdamWScalars scalars;
+  scalars.decay = static_cast<float>(1.0 - s.lr * s.weightDecay);
+  scalars.oneMinusBeta1 = static_cast<float>(1.0 - s.beta1);
+  scalars.beta2 = static_cast<float>(s.beta2);
+  scalars.oneMinusBeta2 = static_cast<float>(1.0 - s.beta2);
+  scalars.stepSize = static_cast<float>(s.lr / bc1);
+  scalars.bc2Sqrt = static_cast<float>(std::sqrt(bc2));
+  scalars.eps = static_cast<float>(s.eps);
+  launchAdamW(computeStream, values, type, grad, gradType, expAvg, expAvgSq, n,
+              scalars);
+}
+
+void CudaDevice::copyBox(const BoxCopy &c) {
+  if (c.rows <= 0 || c.cols <= 0)
+    return;
+  CurrentDevice current(gpu);
+  if (c.srcType == c.dstType && c.through == DType::F32 && !c.accumulate) {
+    // The bits as they are, as CpuDevice's memcpy moves them.
+    const int64_t width = dtypeBytes(c.srcType);
+    const int64_t rowBytes = c.cols * width;
+    if (c.rows == 1) {
+      MUON_CUDA_CHECK(cudaMemcpyAsync(c.dst, c.src,
+                                      static_cast<size_t>(rowBytes),
+                                      cudaMemcpyDefault, computeStream));
+      return;
+    }
+    const int64_t srcPitch = c.srcStride * width;
+    const int64_t dstPitch = c.dstStride * width;
+    if (srcPitch >= rowBytes && dstPitch >= rowBytes && srcPitch <= maxPitch &&
+        dstPitch <= maxPitch) {
+      MUON_CUDA_CHECK(cudaMemcpy2DAsync(
+          c.dst, static_cast<size_t>(dstPitch), c.src,
+          static_cast<size_t>(srcPitch), static_cast<size_t>(rowBytes),
+          static_cast<size_t>(c.rows), cudaMemcpyDefault, computeStream));
+      return;
+    }
+  }
+  launchCopyBox(computeStream, c);
+}
+
+int64_t CudaDevice::newtonSchulz(float *x, int64_t count, int64_t rows,
+                                 int64_t cols,
+                                 const std::vector<std::array<double, 3>> &abc,
+                                 double eps, DType precision) {
+  CurrentDevice current(gpu);
+  return ns->run(x, count, rows, cols, abc, eps, precision);
+}
+
+int64_t CudaDevice::nsBatchLimit() const {
+  return std::numeric_limits<int64_t>::max();
+}
+
+void CudaDevice::synchronize() {
+  CurrentDevice current(gpu);
+  MUON_CUDA_CHECK(cudaStreamSynchronize(computeStream));
+}
+
+} // namespace muon::runtime::cuda

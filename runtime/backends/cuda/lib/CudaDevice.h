@@ -1,0 +1,81 @@
+//===- CudaDevice.h - The CUDA backend's device -----------------*- C++ -*-===//
+//
+// A Device on one GPU: memory from a pool of its own (stream-ordered, so
+// that releasing a buffer does not wait for the whole GPU), the elementwise
+// kernels of Kernels.cu and Newton-Schulz on cuBLAS, all queued on one
+// compute stream. Host-visible results (copyToHost, allFinite) wait for it.
+// Internal: users get it through createDevice (CudaBackend.h); the NCCL
+// communicator and the self-check reach its stream and GPU through here.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_RUNTIME_CUDA_CUDADEVICE_H
+#define MUON_RUNTIME_CUDA_CUDADEVICE_H
+
+#include "NewtonSchulz.h"
+
+#include "muon/Runtime/Device.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+
+namespace muon::runtime::cuda {
+
+class CudaDevice final : public Device {
+public:
+  /// The device on GPU `ordinal` (which must exist); nullptr with `error`
+  /// when the GPU is too old or a stream, pool or handle cannot be made.
+  static std::unique_ptr<CudaDevice> create(int ordinal, std::string &error);
+  ~CudaDevice() override;
+
+  const char *name() const override { return "cuda"; }
+  void *allocate(int64_t bytes) override;
+  void release(void *memory) override;
+  void zero(void *memory, int64_t bytes) override;
+  void copyToDevice(void *dst, const void *src, int64_t bytes) override;
+  void copyToHost(void *dst, const void *src, int64_t bytes) override;
+  bool allFinite(const void *x, DType type, int64_t n) override;
+  void momentum(const void *grad, DType gradType, float *buf, float *update,
+                int64_t n, const MuonSettings &settings) override;
+  void applyUpdate(void *values, DType type, const float *orth, int64_t n,
+                   const MuonSettings &settings, double adjustedLr) override;
+  void adamw(void *values, DType type, const void *grad, DType gradType,
+             float *expAvg, float *expAvgSq, int64_t n,
+             const AdamWSettings &settings, int64_t step) override;
+  void copyBox(const BoxCopy &copy) override;
+  int64_t newtonSchulz(float *x, int64_t count, int64_t rows, int64_t cols,
+                       const std::vector<std::array<double, 3>> &abc,
+                       double eps, DType precision) override;
+  /// Whole batches: the workspace splits what does not fit.
+  int64_t nsBatchLimit() const override;
+  DType defaultNsDtype() const override { return DType::BF16; }
+  void synchronize() override;
+
+  int ordinal() const { return gpu; }
+  cudaStream_t stream() const { return computeStream; }
+  /// The cuBLAS handle, bound to the compute stream.
+  cublasHandle_t blasHandle() const { return blas; }
+  /// "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB".
+  const std::string &description() const { return gpuDescription; }
+  /// How the last newtonSchulz ran its symmetric products (NewtonSchulz.h).
+  const char *lastNewtonSchulzPath() const { return ns->lastPath(); }
+
+private:
+  explicit CudaDevice(int ordinal) : gpu(ordinal) {}
+
+  int gpu;
+  std::string gpuDescription;
+  cudaStream_t computeStream = nullptr;
+  cublasHandle_t blas = nullptr;
+  cudaMemPool_t pool = nullptr; // null: plain cudaMalloc (no pool support)
+  int64_t maxPitch = 0;         // cudaMemcpy2D's limit
+  int *nonFinite = nullptr;     // device flag of allFinite
+  int *nonFiniteHost = nullptr; // pinned
+  std::unique_ptr<NewtonSchulzRunner> ns;
+};
+
+} // namespace muon::runtime::cuda
+
+#endif // MUON_RUNTIME_CUDA_CUDADEVICE_H

@@ -1,0 +1,89 @@
+//===- Kernels.h - The CUDA backend's kernels, as launches ------*- C++ -*-===//
+//
+// Host-side launchers of the kernels in Kernels.cu, for code compiled
+// without nvcc. Each queues its work on `stream` and returns; launch errors
+// are fatal (CudaSupport.h). The elementwise ones compute exactly what
+// CpuDevice computes, operation for operation: Kernels.cu is compiled
+// without contracting multiplies and adds into FMAs, with IEEE division and
+// square roots, and scalars derived from the settings are computed on the
+// host, once, as the CPU device computes them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_RUNTIME_CUDA_KERNELS_H
+#define MUON_RUNTIME_CUDA_KERNELS_H
+
+#include "muon/Runtime/Device.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+namespace muon::runtime::cuda {
+
+/// Whether this build holds kernels that run on the current GPU (the
+/// library is built for sm_80 and sm_90). False with `error`.
+bool kernelsLoadable(std::string &error);
+
+/// Sets `*nonFinite` (device memory) to 1 when one of `n` values is NaN or
+/// infinite; leaves it alone otherwise.
+void launchFindNonFinite(cudaStream_t stream, const void *x, DType type,
+                         int64_t n, int *nonFinite);
+
+/// buf = lerp(buf, grad, oneMinusMomentum);
+/// update = nesterov ? lerp(grad, buf, momentum) : buf.
+void launchMomentum(cudaStream_t stream, const void *grad, DType gradType,
+                    float *buf, float *update, int64_t n, float momentum,
+                    float oneMinusMomentum, bool nesterov);
+
+/// values = values * decay - step * orth.
+void launchApplyUpdate(cudaStream_t stream, void *values, DType type,
+                       const float *orth, int64_t n, float decay, float step);
+
+/// AdamW's per-element scalars, as CpuDevice::adamw derives them.
+struct AdamWScalars {
+  float decay = 1, oneMinusBeta1 = 0, beta2 = 0, oneMinusBeta2 = 0;
+  float stepSize = 0, bc2Sqrt = 1, eps = 0;
+};
+void launchAdamW(cudaStream_t stream, void *values, DType type,
+                 const void *grad, DType gradType, float *expAvg,
+                 float *expAvgSq, int64_t n, const AdamWScalars &scalars);
+
+/// A box copy element by element, with the conversions and the `through`
+/// rounding (`accumulate` adds to an f32 destination).
+void launchCopyBox(cudaStream_t stream, const BoxCopy &copy);
+
+// Newton-Schulz's elementwise steps, over `count` matrices of `elements`
+// values: stored one after another in the caller's f32 buffer, and
+// `stride` elements apart in the workspace (padded so that every matrix
+// starts 16-byte aligned, as cuBLAS's batched bf16 kernels need).
+
+/// How many partial sums per matrix launchSumSquares writes.
+int sumSquaresParts(int64_t elements);
+/// partials[i * parts + p]: part p of matrix i's sum of squares, in double,
+/// of the values rounded to bf16 first when `roundToBf16`. Deterministic:
+/// the same order on every run.
+void launchSumSquares(cudaStream_t stream, const float *x, int64_t count,
+                      int64_t elements, double *partials, bool roundToBf16);
+/// norms[i] = max(f32(sqrt(sum of matrix i's parts)), eps), the norm rounded
+/// to bf16 before the max when `roundToBf16`.
+void launchFinishNorms(cudaStream_t stream, const double *partials,
+                       int64_t count, int parts, float eps, bool roundToBf16,
+                       float *norms);
+/// out = x / norms[matrix]: f32, or with outType BF16 bf16(bf16(x) / norm)
+/// as bf16 bits; matrix i of `out` starts at i * outStride.
+void launchNormalize(cudaStream_t stream, const float *x, int64_t count,
+                     int64_t elements, const float *norms, void *out,
+                     int64_t outStride, DType outType);
+/// Matrices `inStride` apart (f32, or bf16 widened to f32) into `out`, one
+/// after another.
+void launchCopyOut(cudaStream_t stream, const void *in, int64_t inStride,
+                   DType inType, float *out, int64_t count, int64_t elements);
+/// Copies the lower triangle of each column-major m x m matrix (`stride`
+/// elements apart) onto its strict upper triangle (F32 or BF16 elements).
+void launchMirrorLower(cudaStream_t stream, void *matrices, int64_t count,
+                       int64_t m, int64_t stride, DType type);
+
+} // namespace muon::runtime::cuda
+
+#endif // MUON_RUNTIME_CUDA_KERNELS_H

@@ -1,0 +1,119 @@
+//===- BenchDevice.cpp - A device to measure, with its GEMM rate ----------===//
+#include "BenchDevice.h"
+
+#include "muon/Runtime/Cpu/CpuDevice.h"
+#ifdef MUON_HAVE_CUDA
+#include "muon/Runtime/Cuda/CudaBackend.h"
+#endif
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+namespace muon::bench {
+
+double median(std::vector<double> v) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+namespace {
+
+class CpuBench final : public BenchDevice {
+public:
+  explicit CpuBench(int threads) : threads(threads) {
+    runtime::cpu::setBlasThreads(threads);
+  }
+  runtime::Device &device() override { return cpu; }
+  std::string describe() const override {
+    return "cpu (OpenBLAS, " + std::to_string(threads) + " thread" +
+           (threads == 1 ? "" : "s") + ")";
+  }
+  double gemmSeconds(int64_t m, int64_t n, int64_t k, runtime::DType,
+                     int repeats) override {
+    // The CPU runs bf16 Newton-Schulz as f32 products: sgemm is its rate.
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> a(m * k), b(k * n), c(m * n);
+    for (float &x : a)
+      x = u(rng);
+    for (float &x : b)
+      x = u(rng);
+    std::vector<double> times;
+    for (int r = 0; r <= repeats; ++r) {
+      auto start = std::chrono::steady_clock::now();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+                  static_cast<int>(m), static_cast<int>(n),
+                  static_cast<int>(k), 1.0f, a.data(), static_cast<int>(k),
+                  b.data(), static_cast<int>(n), 0.0f, c.data(),
+                  static_cast<int>(n));
+      double s = std::chrono::duration<double>(
+                     std::chrono::steady_clock::now() - start)
+                     .count();
+      if (r > 0) // the first is the warm-up
+        times.push_back(s);
+    }
+    return median(times);
+  }
+
+private:
+  int threads;
+  runtime::cpu::CpuDevice cpu;
+};
+
+#ifdef MUON_HAVE_CUDA
+class CudaBench final : public BenchDevice {
+public:
+  explicit CudaBench(std::unique_ptr<runtime::Device> gpu)
+      : gpu(std::move(gpu)) {}
+  runtime::Device &device() override { return *gpu; }
+  std::string describe() const override {
+    return runtime::cuda::describeDevice(*gpu);
+  }
+  double gemmSeconds(int64_t m, int64_t n, int64_t k, runtime::DType dtype,
+                     int repeats) override {
+    std::string error;
+    double s = runtime::cuda::gemmSeconds(*gpu, m, n, k, dtype, repeats, error);
+    return s > 0 ? s : 0;
+  }
+
+private:
+  std::unique_ptr<runtime::Device> gpu;
+};
+#endif
+
+} // namespace
+
+std::unique_ptr<BenchDevice> openBenchDevice(const std::string &backend,
+                                             int blasThreads,
+                                             std::string &error) {
+  if (backend == "cpu")
+    return std::make_unique<CpuBench>(blasThreads);
+#ifdef MUON_HAVE_CUDA
+  if (backend == "cuda") {
+    std::string why;
+    if (runtime::cuda::deviceCount(why) < 1) {
+      error = "--backend cuda: no usable GPU here (" + why + ")";
+      return nullptr;
+    }
+    std::unique_ptr<runtime::Device> gpu = runtime::cuda::createDevice(0, error);
+    if (!gpu)
+      return nullptr;
+    return std::make_unique<CudaBench>(std::move(gpu));
+  }
+#else
+  if (backend == "cuda") {
+    error = "--backend cuda: this muon-bench is built without the CUDA backend";
+    return nullptr;
+  }
+#endif
+  error = "unknown --backend '" + backend + "'; expected cpu or cuda";
+  return nullptr;
+}
+
+} // namespace muon::bench

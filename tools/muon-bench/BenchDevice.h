@@ -1,0 +1,38 @@
+//===- BenchDevice.h - A device to measure, with its GEMM rate --*- C++ -*-===//
+#ifndef MUON_TOOLS_MUON_BENCH_BENCHDEVICE_H
+#define MUON_TOOLS_MUON_BENCH_BENCHDEVICE_H
+
+#include "muon/Runtime/Device.h"
+
+#include <memory>
+#include <string>
+
+namespace muon::bench {
+
+/// The device a benchmark runs on, and how fast its plain matrix product
+/// is: the rate the dense floor of Newton-Schulz is measured at.
+class BenchDevice {
+public:
+  virtual ~BenchDevice() = default;
+  virtual runtime::Device &device() = 0;
+  /// "cpu (OpenBLAS, 1 thread)", "cuda:0 (NVIDIA H100 ...)".
+  virtual std::string describe() const = 0;
+  /// Median seconds of one (m x k) x (k x n) product in `dtype` (f32 or
+  /// bf16 operands, f32 accumulation; no TF32), after a warm-up, on
+  /// random data.
+  virtual double gemmSeconds(int64_t m, int64_t n, int64_t k,
+                             runtime::DType dtype, int repeats) = 0;
+};
+
+/// "cpu" or "cuda"; null with `error` when the backend is not built in or
+/// has no device here.
+std::unique_ptr<BenchDevice> openBenchDevice(const std::string &backend,
+                                             int blasThreads,
+                                             std::string &error);
+
+/// The median of `values` (0 when empty).
+double median(std::vector<double> values);
+
+} // namespace muon::bench
+
+#endif // MUON_TOOLS_MUON_BENCH_BENCHDEVICE_H
