@@ -6,7 +6,7 @@
 #   target_link_libraries(tool PRIVATE Muon::Compiler)    # + MLIR/LLVM 22
 include(CMakePackageConfigHelpers)
 
-install(TARGETS muon-opt muon-translate muon-run RUNTIME DESTINATION bin)
+install(TARGETS muon-opt muon-translate muon-run muon-bench RUNTIME DESTINATION bin)
 
 # Headers: the plan contract and its plain-C++ support, the runtime (C++
 # and C), the CPU backend, and the compiler's library API.

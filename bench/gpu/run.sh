@@ -21,6 +21,14 @@ tar -C "$root" -xJf "$bundle/debs.tar.xz"
 export OPAL_PREFIX="$root/usr"
 export PATH="$root/usr/bin:$bundle/bin:$PATH"
 export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}"
+# dpkg -x makes no alternatives links: mpirun is mpirun.openmpi.
+ln -sf mpirun.openmpi "$root/usr/bin/mpirun"
+# cuBLAS and NCCL as the machine has them (the CUDA toolkit, or the wheels
+# PyTorch brought).
+for lib in libcublas.so.13 libnccl.so.2; do
+  dir=$(dirname "$(find /usr/local/cuda* /usr/lib /opt -name "$lib" 2>/dev/null | head -1)")
+  [ "$dir" != . ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir"
+done
 export OMPI_MCA_mca_base_component_show_load_errors=0
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv \

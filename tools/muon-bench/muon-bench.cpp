@@ -169,7 +169,7 @@ int runNs(int argc, char **argv) {
                   *std::min_element(times.begin(), times.end()), flops,
                   gemmRate, floor, floor > 0 ? ns / floor : 0);
     else
-      std::printf("%-11s %10.3f %10.2f %10.2f %10.3f %8.3f\n", shape.c_str(),
+      std::printf("%-11s %10.3f %10.3f %10.3f %10.3f %8.3f\n", shape.c_str(),
                   ns * 1e3, flops / ns / 1e12, gemmRate / 1e12, floor * 1e3,
                   floor > 0 ? ns / floor : 0);
     std::fflush(stdout);
