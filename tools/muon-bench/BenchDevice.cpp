@@ -14,14 +14,6 @@
 
 namespace muon::bench {
 
-double median(std::vector<double> v) {
-  if (v.empty())
-    return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 namespace {
 
 class CpuBench final : public BenchDevice {

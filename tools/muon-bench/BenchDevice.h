@@ -3,6 +3,7 @@
 #define MUON_TOOLS_MUON_BENCH_BENCHDEVICE_H
 
 #include "muon/Runtime/Device.h"
+#include "muon/Support/Statistics.h"
 
 #include <memory>
 #include <string>
@@ -30,8 +31,7 @@ std::unique_ptr<BenchDevice> openBenchDevice(const std::string &backend,
                                              int blasThreads,
                                              std::string &error);
 
-/// The median of `values` (0 when empty).
-double median(std::vector<double> values);
+using muon::median;
 
 } // namespace muon::bench
 

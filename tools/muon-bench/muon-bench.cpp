@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -38,6 +39,22 @@ namespace {
 int fail(const std::string &message) {
   std::fprintf(stderr, "muon-bench: %s\n", message.c_str());
   return 2;
+}
+
+/// Parses a command's flags; the exit code when there is nothing to run
+/// (--help: 0, a bad flag: 2).
+std::optional<int> parseFlags(cli::Parser &parser, int argc, char **argv) {
+  std::string message;
+  switch (parser.parse(argc, argv, message)) {
+  case cli::Parser::Outcome::Help:
+    std::fputs(message.c_str(), stdout);
+    return 0;
+  case cli::Parser::Outcome::Error:
+    return fail(message);
+  case cli::Parser::Outcome::Run:
+    break;
+  }
+  return std::nullopt;
 }
 
 struct Shape {
@@ -82,16 +99,8 @@ int runNs(int argc, char **argv) {
   p.option("repeats", repeats, "n", "Timed runs per shape (default 5)");
   p.option("blas-threads", threads, "n", "CPU BLAS threads (default 1)");
   p.flag("json", json, "One JSON object per shape instead of a table");
-  std::string message;
-  switch (p.parse(argc, argv, message)) {
-  case cli::Parser::Outcome::Help:
-    std::fputs(message.c_str(), stdout);
-    return 0;
-  case cli::Parser::Outcome::Error:
-    return fail(message);
-  case cli::Parser::Outcome::Run:
-    break;
-  }
+  if (std::optional<int> done = parseFlags(p, argc, argv))
+    return *done;
   std::vector<Shape> shapes;
   if (!parseShapes(shapesText, shapes))
     return fail("bad --shapes '" + shapesText +
@@ -191,16 +200,8 @@ int runStep(int argc, char **argv) {
   p.option("steps", steps, "n", "Steps; the first is a warm-up (default 10)");
   p.option("blas-threads", threads, "n", "CPU BLAS threads (default 1)");
   p.flag("json", json, "A JSON object instead of text");
-  std::string message;
-  switch (p.parse(argc, argv, message)) {
-  case cli::Parser::Outcome::Help:
-    std::fputs(message.c_str(), stdout);
-    return 0;
-  case cli::Parser::Outcome::Error:
-    return fail(message);
-  case cli::Parser::Outcome::Run:
-    break;
-  }
+  if (std::optional<int> done = parseFlags(p, argc, argv))
+    return *done;
   if (steps < 2 || steps > 100000 || threads < 1 || threads > 1024)
     return fail("--steps in [2, 100000], --blas-threads in [1, 1024]");
   if (!nsDtype.empty() && nsDtype != "auto" && nsDtype != "f32" &&

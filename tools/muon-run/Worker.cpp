@@ -10,6 +10,7 @@
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/Format.h"
 #include "muon/Support/OutputFile.h"
+#include "muon/Support/Statistics.h"
 
 #include <algorithm>
 #include <chrono>
@@ -28,14 +29,6 @@ namespace {
 
 /// Exit codes beyond the contract's 0/1/2.
 constexpr int kRunFailed = 3;
-
-double median(std::vector<double> v) {
-  if (v.empty())
-    return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 template <typename T> void append(std::vector<char> &out, const T *data,
                                   size_t count) {
