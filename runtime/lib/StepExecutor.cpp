@@ -290,13 +290,18 @@ bool StepExecutor::startExchange(int64_t index, std::string &error) {
     lastCounters.bytesReceived += s.elements * width;
   }
   // The scattered matrices are packed: their buffers are free now, which
-  // is what the schedule's memory budget assumes.
-  if (ex.phase == Exchange::Phase::Scatter)
+  // is what the schedule's memory budget assumes. (The copies may still be
+  // queued on the device; its memory is released in queue order.)
+  if (ex.phase == Exchange::Phase::Scatter) {
     for (int64_t k : planRef.rounds[ex.round])
       if (planRef.matrices[k].owner == myRank)
         full.erase(k);
-  // The device's copies must be complete before the transport reads.
-  device.synchronize();
+    for (const NsBatch *batch : batchesByRound[ex.round])
+      batchBuffers.erase(batch);
+  }
+  // The packing copies are queued on the device, not necessarily done: a
+  // transport that reads the buffers from outside the device's queue waits
+  // for it (Communicator::start).
   if (!comm.start(call, flight.pending, error)) {
     error = "starting " + describeExchange(index) + ": " + error;
     return false;

@@ -38,8 +38,12 @@ public:
   virtual int64_t size() const = 0;
 
   /// Starts an all-to-all-v; buffers must stay alive until `wait` returns.
-  /// Returns false with `error` set when the exchange cannot be expressed
-  /// (counts beyond what the transport addresses).
+  /// The send buffer's contents may still be queued on the device (a GPU's
+  /// stream): a transport that reads it from outside that queue waits for
+  /// the device first, as HostStagedCommunicator does; NCCL orders itself
+  /// after the device's stream. Returns false with `error` set when the
+  /// exchange cannot be expressed (counts beyond what the transport
+  /// addresses).
   virtual bool start(const AllToAllV &exchange, PendingExchange &pending,
                      std::string &error) = 0;
   /// Waits for a started exchange for at most `timeoutSeconds`. Returns false

@@ -49,6 +49,8 @@ public:
 
   /// `bytes` of zeroed device memory; nullptr when there is not enough.
   virtual void *allocate(int64_t bytes) = 0;
+  /// Gives memory back; work queued before may still use it (a GPU frees
+  /// it in queue order).
   virtual void release(void *memory) = 0;
   virtual void zero(void *memory, int64_t bytes) = 0;
   /// Host memory to device memory and back (checkpoints, host-staged
