@@ -59,7 +59,10 @@ std::string renderReport(const Report &report) {
       {"skipped_steps", report.skippedSteps},
       {"ns_dtype", report.nsDtype},
       {"backend", report.backend.empty() ? Json(nullptr)
-                                         : Json(report.backend)}};
+                                         : Json(report.backend)},
+      {"mpi_progress", report.mpiProgress.empty()
+                           ? Json(nullptr)
+                           : Json(report.mpiProgress)}};
   return root.dump(2) + "\n";
 }
 

@@ -257,8 +257,20 @@ void sequenceSchedule(Plan &plan) {
     return true;
   };
   int64_t nextGather = 0;
+  auto inFlight = [&](int64_t exchange) {
+    return std::find(inflight.begin(), inflight.end(), exchange) !=
+           inflight.end();
+  };
   for (int64_t r = 0; r < rounds; ++r) {
     while (nextGather < rounds && nextGather <= r + plan.prefetchCount) {
+      if (!fits(nextGather) && nextGather > r && inFlight(2 * r)) {
+        // Round r's gather must finish before its Newton-Schulz anyway:
+        // finishing it now frees its slot for the prefetch, which then
+        // moves while round r computes (instead of the previous round's
+        // scatter holding the slot and the prefetch waiting a round).
+        done(2 * r);
+        continue;
+      }
       if (!fits(nextGather)) {
         if (nextGather > r)
           break; // a prefetch waits for room
@@ -273,7 +285,8 @@ void sequenceSchedule(Plan &plan) {
         memory[rank] += bytes[nextGather][rank];
       ++nextGather;
     }
-    done(2 * r);
+    if (inFlight(2 * r))
+      done(2 * r);
     emit(ScheduleStep::Kind::NewtonSchulz, r);
     while (static_cast<int64_t>(inflight.size()) >= plan.inflightLimit)
       done(inflight.front());

@@ -9,12 +9,17 @@
 //   muon-bench step PLAN [--backend cpu|cuda] [--steps N] [--json]
 //     Optimizer steps of a one-rank plan on synthetic gradients: step time
 //     (median after a warm-up) against the Newton-Schulz floor.
+//   muon-bench step SPEC --ranks N [--steps N] [--repeats R] [--json]
+//     The compiled plan on N MPI ranks (through muon-run) against the floor
+//     and against the seeds' draft design, interleaved in one sitting
+//     (DistributedStep.cpp).
 //
 // Built without LLVM (it runs where only the runtime is, such as a GPU
 // node). Figures and how they were taken: docs/performance.md.
 //
 //===----------------------------------------------------------------------===//
 #include "BenchDevice.h"
+#include "DistributedStep.h"
 
 #include "muon/Plan/PlanFile.h"
 #include "muon/Runtime/Optimizer.h"
@@ -187,23 +192,62 @@ int runNs(int argc, char **argv) {
 }
 
 int runStep(int argc, char **argv) {
-  std::string planPath, backend = "cpu", nsDtype;
-  int64_t steps = 10, threads = 1;
+  std::string planPath, backend = "cpu", nsDtype, mpiProgress;
+  int64_t steps = 0, threads = 1, ranks = 0, repeats = 3;
   bool json = false;
   cli::Parser p("muon-bench step",
                 "Optimizer steps of a one-rank plan against the "
-                "Newton-Schulz floor");
-  p.positional(planPath, "<plan.json>", /*required=*/true);
+                "Newton-Schulz floor; with --ranks, a spec's compiled plan "
+                "on N MPI ranks against the floor and the seeds' draft "
+                "design");
+  p.positional(planPath, "<plan.json | spec.json with --ranks>",
+               /*required=*/true);
+  p.option("ranks", ranks, "n",
+           "Run SPEC on n MPI ranks through muon-run, interleaved with the "
+           "draft design (round-robin owners, one gather and one scatter "
+           "per parameter, no overlap)");
+  p.option("repeats", repeats, "n",
+           "With --ranks: interleaved runs of each design (default 3)");
+  p.option("mpi-progress", mpiProgress, "auto|thread|calls",
+           "With --ranks: forwarded to muon-run");
   p.option("backend", backend, "cpu|cuda", "Device to measure (default cpu)");
   p.option("ns-dtype", nsDtype, "auto|f32|bf16",
            "Override the plan's Newton-Schulz element type");
-  p.option("steps", steps, "n", "Steps; the first is a warm-up (default 10)");
+  p.option("steps", steps, "n",
+           "Steps; the first is a warm-up (default 10; 4 per run with "
+           "--ranks)");
   p.option("blas-threads", threads, "n", "CPU BLAS threads (default 1)");
   p.flag("json", json, "A JSON object instead of text");
   if (std::optional<int> done = parseFlags(p, argc, argv))
     return *done;
+  if (steps == 0)
+    steps = ranks > 0 ? 4 : 10;
   if (steps < 2 || steps > 100000 || threads < 1 || threads > 1024)
     return fail("--steps in [2, 100000], --blas-threads in [1, 1024]");
+  if (ranks < 0 || ranks > 4096 || repeats < 1 || repeats > 1000)
+    return fail("--ranks in [1, 4096], --repeats in [1, 1000]");
+  if (!mpiProgress.empty() && mpiProgress != "auto" &&
+      mpiProgress != "thread" && mpiProgress != "calls")
+    return fail("unknown --mpi-progress '" + mpiProgress +
+                "'; expected auto, thread or calls");
+  if (ranks > 0) {
+    if (backend != "cpu")
+      return fail("--ranks runs on the cpu backend only");
+    std::string error;
+    std::unique_ptr<BenchDevice> bench =
+        openBenchDevice(backend, static_cast<int>(threads), error);
+    if (!bench)
+      return fail(error);
+    DistributedStepOptions o;
+    o.specPath = planPath;
+    o.ranks = ranks;
+    o.steps = steps;
+    o.repeats = repeats;
+    o.blasThreads = threads;
+    o.mpiProgress = mpiProgress;
+    o.json = json;
+    return runDistributedStep(o, *bench);
+  }
   if (!nsDtype.empty() && nsDtype != "auto" && nsDtype != "f32" &&
       nsDtype != "bf16")
     return fail("unknown --ns-dtype '" + nsDtype +

@@ -83,6 +83,7 @@ bool openBackend(const RunFlags &flags, runtime::Communicator &mpi,
     if (!backend.transport)
       return false;
     backend.description += ", nccl";
+    backend.viaMpi = false;
   } else {
     backend.transport = std::make_unique<runtime::HostStagedCommunicator>(
         mpi, *backend.device);

@@ -25,6 +25,7 @@ struct RankBackend {
   std::unique_ptr<runtime::Device> device;
   std::unique_ptr<runtime::Communicator> transport; // null: the MPI one
   std::string description; // e.g. "cuda:0, nccl"
+  bool viaMpi = true;       // false: NCCL moves the exchanges
 };
 
 /// Rank side: opens the backend `flags` names over `mpi`. Collective (NCCL

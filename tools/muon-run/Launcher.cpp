@@ -123,6 +123,8 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
   command.insert(command.end(), {"--backend", flags.backend});
   if (flags.transport != "auto")
     command.insert(command.end(), {"--transport", flags.transport});
+  if (flags.mpiProgress != "auto")
+    command.insert(command.end(), {"--mpi-progress", flags.mpiProgress});
   if (flags.quiet)
     command.push_back("--quiet");
   // Rank 0 writes the report into the private directory; it reaches the

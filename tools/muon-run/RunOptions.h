@@ -47,6 +47,7 @@ struct RunFlags {
   std::string mpirun = "mpirun";
   std::string backend = "cpu";    // cpu or cuda
   std::string transport = "auto"; // auto, nccl or host
+  std::string mpiProgress = "auto"; // auto, thread or calls
 };
 
 /// Parses "nan:PARAM:STEP", "die:RANK:STEP", "stall:RANK:STEP",

@@ -150,7 +150,7 @@ Verification compare(const Plan &plan,
 } // namespace
 
 static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
-                   Device &device);
+                   Device &device, const std::string &mpiProgress);
 
 int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
   // A crash ends the rank at once, so that mpirun notices and ends the run:
@@ -169,7 +169,12 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
   MpiCommunicator mpi(argc, argv);
   RankBackend backend;
   std::string error;
-  bool opened = openBackend(flags, mpi, backend, error);
+  bool opened = mpi.setProgress(flags.mpiProgress == "thread" ? MpiProgress::Thread
+                                : flags.mpiProgress == "calls"
+                                    ? MpiProgress::Calls
+                                    : MpiProgress::Auto,
+                                error) &&
+                openBackend(flags, mpi, backend, error);
   // Every rank agrees before any runs: one that could not open its device
   // ends the run on all of them.
   int64_t everyone = 0;
@@ -187,11 +192,15 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
   }
   Communicator &comm = backend.transport ? *backend.transport
                                          : static_cast<Communicator &>(mpi);
-  return runRank(plan, flags, comm, *backend.device);
+  // NCCL moves its own exchanges; MPI ones advance as --mpi-progress says.
+  std::string progress = !backend.viaMpi || comm.size() == 1 ? ""
+                         : mpi.progressThread()       ? "thread"
+                                                      : "calls";
+  return runRank(plan, flags, comm, *backend.device, progress);
 }
 
 static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
-                   Device &device) {
+                   Device &device, const std::string &mpiProgress) {
   const int64_t rank = comm.rank();
   const bool lead = rank == 0;
   auto fail = [&](const std::string &message) {
@@ -334,6 +343,7 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
   report.skippedSteps = skipped;
   report.nsDtype = dtypeName(optimizer->nsDtype());
   report.backend = flags.backend;
+  report.mpiProgress = mpiProgress;
   std::vector<RankRun> rankRuns;
   for (const std::vector<char> &bytes : runs)
     rankRuns.push_back(decode(bytes));

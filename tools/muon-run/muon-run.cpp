@@ -54,6 +54,7 @@ struct Flags {
   std::vector<std::string> inject;
   std::string mpirunPath = "mpirun";
   std::string backend = "cpu", transport = "auto";
+  std::string mpiProgress = "auto";
 };
 
 void declare(::muon::cli::Parser &p, Flags &f) {
@@ -112,6 +113,10 @@ void declare(::muon::cli::Parser &p, Flags &f) {
            "Where the ranks compute: cpu (OpenBLAS, MPI) or cuda (cuBLAS, "
            "NCCL or host-staged MPI; one GPU per rank where there are "
            "enough)");
+  p.option("mpi-progress", f.mpiProgress, "auto|thread|calls",
+           "Who advances MPI exchanges in flight while ranks compute: a "
+           "progress thread per rank, or only the runtime's own MPI calls "
+           "(default auto: the thread)");
   p.option("transport", f.transport, "auto|nccl|host",
            "How exchanges move with --backend cuda (auto: nccl when every "
            "rank on a node has a GPU of its own, else host: device memory "
@@ -244,6 +249,10 @@ int main(int argc, char **argv) {
                 "'; expected auto, nccl or host");
   // `host` on the CPU stages through a second host buffer: it tests the
   // staging path where no GPU is.
+  if (flags.mpiProgress != "auto" && flags.mpiProgress != "thread" &&
+      flags.mpiProgress != "calls")
+    return fail("unknown --mpi-progress '" + flags.mpiProgress +
+                "'; expected auto, thread or calls");
   if (flags.transport == "nccl" && flags.backend != "cuda")
     return fail("--transport nccl needs --backend cuda");
   namespace limits = ::muon::limits;
@@ -302,6 +311,7 @@ int main(int argc, char **argv) {
   run.mpirun = flags.mpirunPath;
   run.backend = flags.backend;
   run.transport = flags.transport;
+  run.mpiProgress = flags.mpiProgress;
   for (const std::string &text : flags.inject) {
     ::muon::tool::Fault fault;
     std::string error;

@@ -43,6 +43,10 @@ struct Report {
   /// Where a real run's ranks computed ("cpu" or "cuda"); empty in a dry
   /// run.
   std::string backend;
+  /// Who advanced MPI exchanges in flight while rank 0 computed ("thread"
+  /// or "calls", muon-run --mpi-progress); empty in a dry run and where no
+  /// MPI exchange ran (one rank, or NCCL).
+  std::string mpiProgress;
 };
 
 /// A plan's own figures as a report (what a dry run writes): per-rank NS

@@ -1,8 +1,12 @@
 //===- MpiCommunicator.h - The CPU transport: MPI ---------------*- C++ -*-===//
 //
 // Non-blocking MPI collectives (MPI_Ialltoallv and friends) on a
-// communicator, waited for by polling MPI_Test against a deadline. The only
-// runtime header that needs mpi.h is its implementation.
+// communicator, waited for by polling MPI_Test against a deadline. OpenMPI
+// moves a non-blocking collective's data only inside MPI calls, so while
+// exchanges are in flight a progress thread calls MPI_Test every few tens of
+// microseconds (MpiProgress::Thread); without it they advance only where the
+// executor polls, between Newton-Schulz calls. The only runtime header that
+// needs mpi.h is its implementation.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_MPICOMMUNICATOR_H
@@ -24,10 +28,25 @@
 
 namespace muon::runtime {
 
+/// Who advances in-flight exchanges.
+enum class MpiProgress {
+  /// A progress thread where MPI's thread level allows it (the communicator
+  /// initialized MPI itself, or the caller's MPI provides
+  /// MPI_THREAD_MULTIPLE), else Calls.
+  Auto,
+  /// A thread that polls the exchanges in flight; needs MPI_THREAD_SERIALIZED
+  /// or better (the communicator serializes its own MPI calls; a caller that
+  /// calls MPI from other threads during a step needs MPI_THREAD_MULTIPLE).
+  Thread,
+  /// Only the runtime's own calls (start, wait, progress) advance them.
+  Calls,
+};
+
 class MpiCommunicator final : public Communicator {
 public:
-  /// Initializes MPI if nobody has (and finalizes it in the destructor then)
-  /// and uses MPI_COMM_WORLD.
+  /// Initializes MPI if nobody has (asking for MPI_THREAD_SERIALIZED, for the
+  /// progress thread; finalized in the destructor then) and uses
+  /// MPI_COMM_WORLD.
   MpiCommunicator(int *argc, char ***argv);
   /// Runs over any communicator of an MPI the caller initialized (a
   /// sub-communicator of the trainer's, not only the world). The optimizer's
@@ -51,6 +70,15 @@ public:
                     std::vector<std::vector<char>> &atRoot,
                     double timeoutSeconds, std::string &error) override;
   [[noreturn]] void abort(int exitCode) override;
+
+  /// Chooses who advances in-flight exchanges and how often the progress
+  /// thread polls (default Auto, 50 us). Returns false with `error` set when
+  /// Thread is asked for and MPI's thread level does not allow it. Call it
+  /// with no exchange in flight.
+  bool setProgress(MpiProgress mode, std::string &error,
+                   int64_t intervalMicroseconds = 50);
+  /// Whether a progress thread is running.
+  bool progressThread() const;
 
   struct State; // the MPI objects (MpiCommunicator.cpp)
 
