@@ -22,6 +22,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <sys/wait.h>
@@ -86,10 +87,14 @@ bool readJson(const std::string &path, json &value, std::string &error) {
 /// parameters, or -1 with `error` set.
 int64_t makeDraftSpec(const json &spec, int64_t ranks, json &draft,
                       int64_t &muonParams, std::string &error) {
-  if (!spec.is_object() || !spec.contains("params") ||
-      !spec["params"].is_array()) {
-    error = "the spec has no 'params' array (the draft design needs a "
-            "muon-spec/1 model, not a plan)";
+  if (!spec.is_object() || spec.value("format", std::string()) !=
+                               "muon-spec/1") {
+    error = "not a muon-spec/1 model (the draft design is compiled from a "
+            "spec, not from a plan)";
+    return -1;
+  }
+  if (!spec.contains("params") || !spec["params"].is_array()) {
+    error = "the spec has no 'params' array";
     return -1;
   }
   std::vector<std::vector<std::string>> owned(ranks);
@@ -170,10 +175,20 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
   if (budget < 0)
     return fail(o.specPath + ": " + error);
 
-  char folder[] = "/tmp/muon-bench-XXXXXX";
-  if (!::mkdtemp(folder))
-    return fail("cannot create a temporary folder");
-  const std::string tmp = folder;
+  const char *tmpdir = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") +
+                        "/muon-bench-XXXXXX";
+  if (!::mkdtemp(pattern.data()))
+    return fail("cannot create a temporary folder like '" + pattern + "'");
+  const std::string tmp = pattern;
+  // Removed on every way out.
+  struct RemoveOnExit {
+    std::string path;
+    ~RemoveOnExit() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } removeOnExit{tmp};
   const std::string draftPath = tmp + "/draft.json";
   {
     std::ofstream out(draftPath);
@@ -229,7 +244,11 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
       return fail(format("muon-run on %s exited with %d", o.specPath.c_str(), rc));
     rc = runCommand(drafted);
     if (rc != 0)
-      return fail(format("muon-run on the draft design exited with %d", rc));
+      return fail(format(
+          "muon-run on the draft design exited with %d (its owners are "
+          "round-robin over the Muon parameters, so every rank must hold "
+          "every one, as under FSDP or TP)",
+          rc));
     RunFigures a, b;
     if (!runFigures(oursReport, a, error) || !runFigures(draftReport, b, error))
       return fail(error);
@@ -247,8 +266,6 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
     }
     gemmRates.push_back(rate);
   }
-  std::string cleanup = "rm -rf '" + tmp + "'";
-  (void)!std::system(cleanup.c_str());
 
   const double rate = *std::max_element(gemmRates.begin(), gemmRates.end());
   const double floor = rate > 0 ? oursBusiest / rate : 0;

@@ -263,7 +263,7 @@ int runStep(int argc, char **argv) {
     return fail(planPath + ": " + error);
   if (plan.worldSize != 1)
     return fail(format("%s is a plan for %lld ranks; muon-bench step runs "
-                       "one-rank plans (use muon-run for more)",
+                       "one-rank plans (give a spec and --ranks N for more)",
                        planPath.c_str(),
                        static_cast<long long>(plan.worldSize)));
   if (!nsDtype.empty())
