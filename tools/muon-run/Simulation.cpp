@@ -65,7 +65,7 @@ std::string describeSimulation(const SimulationFigures &s,
     if (s.perRank[r].finishSeconds > s.perRank[slowest].finishSeconds)
       slowest = r;
   std::string os = format(
-      "  simulated on '%s' (%lld node%s of %lld ranks, NS in %s at %.3g "
+      "  simulated on '%s' (%lld node%s, %lld ranks per node, NS in %s at %.3g "
       "TFLOP/s): step %.3f ms\n",
       s.profile.c_str(), static_cast<long long>(s.nodes),
       s.nodes == 1 ? "" : "s", static_cast<long long>(s.ranksPerNode),
