@@ -152,3 +152,62 @@ TEST(Simulate, ProfileFileErrorsNameThePath) {
   EXPECT_FALSE(sim::parseProfile(good, "p.json", "b", p, error));
   EXPECT_EQ(error, "p.json: profiles: no profile 'b'; the file has a");
 }
+
+namespace {
+/// Two matrices in two rounds, each rank owning one: rank 0 runs 1 s of
+/// NS in round 0, rank 1 3 s in round 1, with prefetch 1 (round 1's gather
+/// in flight during round 0's NS).
+Plan twoRoundPlan() {
+  Plan plan = tinyPlan();
+  PlanParam v = plan.params[0];
+  v.name = "v";
+  plan.params.push_back(v);
+  PlanMatrix m1 = plan.matrices[0];
+  m1.param = "v";
+  m1.paramIndex = 1;
+  m1.owner = 1;
+  m1.nsFlops = 3000;
+  plan.matrices.push_back(m1);
+  Transfer g0{1, 0, 0, {2, 4}, {0, 8}, 0}, s0{0, 1, 0, {2, 4}, {0, 8}, 0};
+  Transfer g1{0, 1, 1, {0, 2}, {0, 8}, 0}, s1{1, 0, 1, {0, 2}, {0, 8}, 0};
+  using P = Exchange::Phase;
+  plan.exchanges = {{P::Gather, 0, {g0}, {}},
+                    {P::Scatter, 0, {s0}, {}},
+                    {P::Gather, 1, {g1}, {}},
+                    {P::Scatter, 1, {s1}, {}}};
+  plan.rounds = {{0}, {1}};
+  plan.nsBatches = {{{0, 4, 8, {0}}}, {{1, 4, 8, {1}}}};
+  using K = ScheduleStep::Kind;
+  plan.schedule = {{K::Momentum, 0}, {K::Start, 0},    {K::Start, 2},
+                   {K::Done, 0},     {K::NewtonSchulz, 0}, {K::Start, 1},
+                   {K::Done, 2},     {K::NewtonSchulz, 1}, {K::Start, 3},
+                   {K::Done, 1},     {K::ApplyUpdate, 0}, {K::Done, 3},
+                   {K::ApplyUpdate, 1}, {K::AdamW, 0}};
+  plan.prefetchCount = 1;
+  plan.inflightLimit = 2;
+  return plan;
+}
+} // namespace
+
+// By hand, with transfers in the background: both gathers are through at
+// 0.065 s; rank 0's NS ends at 1.065, rank 1's at 0.065 + 3 = 3.065;
+// round 1's scatter moves from 3.065 (rank 1 posts it then): 3.130 s.
+// With in-calls progress, round 1's gather (posted at 0) moves only when
+// rank 0 is next in the transport, after its NS (1.065): rank 1 waits for
+// it until 1.130 and its NS ends at 4.130; round 0's scatter (posted by
+// rank 1 at 0.065) then moves only after rank 1's NS: 4.130 to 4.195; round
+// 1's scatter, posted at 4.130, moves when both are in their done: 4.195
+// to 4.260.
+TEST(Simulate, InCallsProgressDelaysPrefetchedExchanges) {
+  Plan plan = twoRoundPlan();
+  sim::Profile p = tinyProfile();
+  sim::Result background = sim::simulate(plan, p, {3000, 128}, false);
+  EXPECT_NEAR(background.stepSeconds, 3.130, 1e-12);
+  p.backgroundProgress = false;
+  sim::Result inCalls = sim::simulate(plan, p, {3000, 128}, true);
+  EXPECT_NEAR(inCalls.stepSeconds, 4.260, 1e-12);
+  EXPECT_NEAR(inCalls.ranks[1].nsSeconds, 3.0, 1e-12);
+  for (const TraceEvent &e : inCalls.events)
+    if (e.kind == TraceEvent::Kind::NewtonSchulz && e.rank == 1)
+      EXPECT_NEAR(e.begin, 1.130, 1e-12);
+}

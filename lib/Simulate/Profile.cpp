@@ -47,7 +47,8 @@ bool readProfile(json::Reader &rd, const Value &o, const std::string &path,
                     {"description", "sources", "ranks_per_node", "intra_node",
                      "inter_node", "matmul_flops_per_second",
                      "matmul_efficiency", "default_ns_dtype",
-                     "memory_bytes_per_second", "compute_slots_per_node"}))
+                     "memory_bytes_per_second", "compute_slots_per_node",
+                     "progress"}))
     return false;
   auto get = [&](const char *k) { return json::Reader::get(o, k); };
   if (const Value *d = get("description")) {
@@ -117,6 +118,13 @@ bool readProfile(json::Reader &rd, const Value &o, const std::string &path,
     if (!x)
       return false;
     p.computeSlotsPerNode = *x;
+  }
+  if (const Value *g = get("progress")) {
+    std::optional<std::string> s =
+        rd.oneOf(g, json::key(path, "progress"), {"background", "in-calls"});
+    if (!s)
+      return false;
+    p.backgroundProgress = *s == "background";
   }
   return rd.ok();
 }

@@ -32,13 +32,18 @@ struct Walker {
   // Per exchange in flight, per rank: when the start call began, when the
   // rank's share is through the network, bytes sent / received, lane.
   struct Flight {
-    std::vector<double> begin, done;
+    std::vector<double> begin, posted, done;
+    std::vector<RankExchangeView> views;
+    bool moved = false; // the network part is computed
     std::vector<int64_t> sent, received, sendElements, recvElements, lane;
   };
   std::vector<Flight> flights;
   // Elementwise work per rank, in elements.
   std::vector<double> muonElements, adamwElements;
   std::vector<std::vector<double>> applyElements; // [round][rank]
+  // With in-calls progress: per rank, the times it enters the transport
+  // (a start call, a progress call between NS matrices), ascending.
+  std::vector<std::vector<double>> progressPoints;
 
   Walker(const Plan &plan, const Profile &profile, bool withEvents)
       : plan(plan), profile(profile), withEvents(withEvents) {}
@@ -86,6 +91,7 @@ struct Walker {
                         static_cast<double>(profile.computeSlotsPerNode);
       }
     clock.assign(world, 0.0);
+    progressPoints.assign(world, {});
     linkFree.assign(world, {0, 0, 0, 0});
     lanes.assign(world, {});
     flights.assign(plan.exchanges.size(), {});
@@ -114,8 +120,10 @@ struct Walker {
 
   void start(int64_t e) {
     const Exchange &ex = plan.exchanges[e];
-    std::vector<RankExchangeView> views = rankExchangeViews(ex, world);
     Flight &f = flights[e];
+    f.views = rankExchangeViews(ex, world);
+    const std::vector<RankExchangeView> &views = f.views;
+    f.posted.assign(world, 0);
     f.begin.assign(world, 0);
     f.done.assign(world, 0);
     f.sent.assign(world, 0);
@@ -123,7 +131,7 @@ struct Walker {
     f.sendElements.assign(world, 0);
     f.recvElements.assign(world, 0);
     f.lane.assign(world, 0);
-    std::vector<double> posted(world);
+    std::vector<double> &posted = f.posted;
     for (int64_t r = 0; r < world; ++r) {
       // The start call packs the rank's boxes (read f32, write the wire
       // type), then posts the all-to-all-v.
@@ -135,15 +143,37 @@ struct Walker {
       clock[r] += pack;
       result.ranks[r].elementwiseSeconds += pack;
       posted[r] = clock[r];
+      if (!profile.backgroundProgress)
+        progressPoints[r].push_back(clock[r]);
       f.lane[r] = lanes[r].start(e);
     }
-    // A rank's share moves once it and all its peers have posted.
-    std::vector<double> ready = posted;
+    // In the background the exchange moves from now on; otherwise only
+    // when the ranks next enter the transport, known at the first done.
+    if (profile.backgroundProgress)
+      move(e, posted);
+  }
+
+  /// When rank r is next inside the transport after posting at `posted`:
+  /// the first progress point after it, else the done call it is in now.
+  double nextInCall(int64_t r, double posted) const {
+    const std::vector<double> &points = progressPoints[r];
+    auto it = std::upper_bound(points.begin(), points.end(), posted);
+    return it == points.end() ? clock[r] : std::max(posted, *it);
+  }
+
+  /// The network part of exchange e, with each rank's share able to move
+  /// from `active[r]` on.
+  void move(int64_t e, const std::vector<double> &active) {
+    Flight &f = flights[e];
+    f.moved = true;
+    const std::vector<RankExchangeView> &views = f.views;
+    // A rank's share moves once it and all its peers are active.
+    std::vector<double> ready = active;
     for (int64_t r = 0; r < world; ++r) {
       for (const PeerSlice &s : views[r].send)
-        ready[r] = std::max(ready[r], posted[s.peer]);
+        ready[r] = std::max(ready[r], active[s.peer]);
       for (const PeerSlice &s : views[r].recv)
-        ready[r] = std::max(ready[r], posted[s.peer]);
+        ready[r] = std::max(ready[r], active[s.peer]);
     }
     // Each link direction serves exchanges in start order.
     std::vector<std::array<double, kDirs>> end(world);
@@ -188,6 +218,14 @@ struct Walker {
 
   void done(int64_t e) {
     Flight &f = flights[e];
+    if (!f.moved) {
+      // Every rank is at this done now: where each was next inside the
+      // transport after posting is known.
+      std::vector<double> active(world);
+      for (int64_t r = 0; r < world; ++r)
+        active[r] = nextInCall(r, f.posted[r]);
+      move(e, active);
+    }
     for (int64_t r = 0; r < world; ++r) {
       double wait = std::max(0.0, f.done[r] - clock[r]);
       result.ranks[r].waitSeconds += wait;
@@ -223,6 +261,15 @@ struct Walker {
         for (int64_t k : b.matrices)
           flops += plan.matrices[k].nsFlops;
         double seconds = static_cast<double>(flops) / nsRate * slowdown[r];
+        if (!profile.backgroundProgress) {
+          // The executor polls the transport after each matrix.
+          double at = clock[r];
+          for (int64_t k : b.matrices) {
+            at += static_cast<double>(plan.matrices[k].nsFlops) / nsRate *
+                  slowdown[r];
+            progressPoints[r].push_back(at);
+          }
+        }
         TraceEvent ev;
         ev.kind = TraceEvent::Kind::NewtonSchulz;
         ev.rank = r;

@@ -48,6 +48,11 @@ struct Profile {
   /// more ranks on a node than this, each computes at slots/ranks of the
   /// rate: ranks oversubscribing a CPU's cores share them (MPI waits spin).
   int64_t computeSlotsPerNode = 0;
+  /// Whether exchanges move while a rank computes ("background": NCCL, a
+  /// GPU's copy engines) or only while it is inside a transport call
+  /// ("in-calls": OpenMPI without a progress thread, which the executor
+  /// calls between Newton-Schulz matrices and waits in at a done).
+  bool backgroundProgress = true;
 };
 
 /// Reads profile `name` from the "muon-profiles/1" text of `file`. On a

@@ -17,8 +17,11 @@
 //    bandwidth, after any earlier exchange's use of that direction (links
 //    serve exchanges in start order). r's done returns when r's own
 //    directions and the send directions of every peer sending to r are
-//    through. Transfers progress while ranks compute (a GPU's copy engines
-//    and NCCL; see the CPU profile's note for MPI without a progress thread).
+//    through. With the profile's "background" progress, transfers move
+//    while ranks compute (NCCL, a GPU's copy engines); with "in-calls"
+//    (OpenMPI without a progress thread), a rank's share can move only from
+//    the first time after posting that the rank is inside the transport
+//    again: another start call, the poll after each NS matrix, or the done.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_SIMULATE_SIMULATE_H
