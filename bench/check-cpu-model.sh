@@ -51,6 +51,8 @@ print(f"measured median step {measured * 1e3:.1f} ms (min {r['step_seconds']['mi
 print(f"NS rate inside the run (trace of the last step): {rate / 1e9:.1f} GFLOP/s")
 p = json.load(open(f"{tmp}/profiles.json"))
 p["profiles"]["cpu"]["matmul_flops_per_second"]["f32"] = rate
+# The rate the ranks got already includes their sharing of the cores.
+p["profiles"]["cpu"]["compute_slots_per_node"] = 0
 json.dump(p, open(f"{tmp}/inrun.json", "w"))
 PY
 "$build/bin/muon-run" "$tmp/spec.json" --dry-run --quiet \
