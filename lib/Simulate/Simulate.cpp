@@ -33,7 +33,9 @@ struct Walker {
   // rank's share is through the network, bytes sent / received, lane.
   struct Flight {
     std::vector<double> begin, posted, done;
-    std::vector<RankExchangeView> views;
+    // The exchange as (src, dst, elements) messages, self-sends dropped:
+    // all the simulator needs of its transfers or reductions.
+    std::vector<std::array<int64_t, 3>> messages;
     bool moved = false; // the network part is computed
     std::vector<int64_t> sent, received, sendElements, recvElements, lane;
   };
@@ -121,25 +123,35 @@ struct Walker {
   void start(int64_t e) {
     const Exchange &ex = plan.exchanges[e];
     Flight &f = flights[e];
-    f.views = rankExchangeViews(ex, world);
-    const std::vector<RankExchangeView> &views = f.views;
+    // Straight from the transfers: building every rank's all-to-all-v view
+    // would allocate per (rank, peer), seconds at 16,384 ranks.
+    f.messages.clear();
+    f.sendElements.assign(world, 0);
+    f.recvElements.assign(world, 0);
+    auto add = [&](int64_t src, int64_t dst, int64_t elements) {
+      if (src == dst || elements == 0)
+        return;
+      f.messages.push_back({src, dst, elements});
+      f.sendElements[src] += elements;
+      f.recvElements[dst] += elements;
+    };
+    for (const Transfer &t : ex.transfers)
+      add(t.src, t.dst, t.elements());
+    for (const Reduction &red : ex.reductions)
+      add(red.src, red.dst, red.elements);
     f.posted.assign(world, 0);
     f.begin.assign(world, 0);
     f.done.assign(world, 0);
     f.sent.assign(world, 0);
     f.received.assign(world, 0);
-    f.sendElements.assign(world, 0);
-    f.recvElements.assign(world, 0);
     f.lane.assign(world, 0);
     std::vector<double> &posted = f.posted;
     for (int64_t r = 0; r < world; ++r) {
       // The start call packs the rank's boxes (read f32, write the wire
       // type), then posts the all-to-all-v.
       f.begin[r] = clock[r];
-      f.sendElements[r] = views[r].sendElements;
-      f.recvElements[r] = views[r].recvElements;
       double pack = memorySeconds(
-          r, static_cast<double>(views[r].sendElements) * (4 + plan.wireBytes));
+          r, static_cast<double>(f.sendElements[r]) * (4 + plan.wireBytes));
       clock[r] += pack;
       result.ranks[r].elementwiseSeconds += pack;
       posted[r] = clock[r];
@@ -166,54 +178,47 @@ struct Walker {
   void move(int64_t e, const std::vector<double> &active) {
     Flight &f = flights[e];
     f.moved = true;
-    const std::vector<RankExchangeView> &views = f.views;
     // A rank's share moves once it and all its peers are active.
     std::vector<double> ready = active;
-    for (int64_t r = 0; r < world; ++r) {
-      for (const PeerSlice &s : views[r].send)
-        ready[r] = std::max(ready[r], active[s.peer]);
-      for (const PeerSlice &s : views[r].recv)
-        ready[r] = std::max(ready[r], active[s.peer]);
+    for (const auto &[src, dst, elements] : f.messages) {
+      ready[src] = std::max(ready[src], active[dst]);
+      ready[dst] = std::max(ready[dst], active[src]);
+    }
+    std::vector<std::array<double, kDirs>> bytes(world, {0, 0, 0, 0});
+    for (const auto &[src, dst, elements] : f.messages) {
+      bool intra = nodeOf(src) == nodeOf(dst);
+      double b = static_cast<double>(elements * plan.wireBytes);
+      bytes[src][intra ? IntraSend : InterSend] += b;
+      bytes[dst][intra ? IntraRecv : InterRecv] += b;
     }
     // Each link direction serves exchanges in start order.
     std::vector<std::array<double, kDirs>> end(world);
     for (int64_t r = 0; r < world; ++r) {
-      std::array<double, kDirs> bytes = {0, 0, 0, 0};
-      for (const PeerSlice &s : views[r].send)
-        if (s.peer != r)
-          bytes[nodeOf(s.peer) == nodeOf(r) ? IntraSend : InterSend] +=
-              static_cast<double>(s.elements * plan.wireBytes);
-      for (const PeerSlice &s : views[r].recv)
-        if (s.peer != r)
-          bytes[nodeOf(s.peer) == nodeOf(r) ? IntraRecv : InterRecv] +=
-              static_cast<double>(s.elements * plan.wireBytes);
-      f.sent[r] = static_cast<int64_t>(bytes[IntraSend] + bytes[InterSend]);
+      f.sent[r] = static_cast<int64_t>(bytes[r][IntraSend] + bytes[r][InterSend]);
       f.received[r] =
-          static_cast<int64_t>(bytes[IntraRecv] + bytes[InterRecv]);
+          static_cast<int64_t>(bytes[r][IntraRecv] + bytes[r][InterRecv]);
       for (int d = 0; d < kDirs; ++d) {
         end[r][d] = ready[r];
-        if (bytes[d] <= 0)
+        if (bytes[r][d] <= 0)
           continue;
         const Link &link =
             d == IntraSend || d == IntraRecv ? profile.intraNode
                                              : profile.interNode;
         double begin = std::max(ready[r], linkFree[r][d]);
-        end[r][d] = begin + link.latencySeconds + bytes[d] / link.bytesPerSecond;
+        end[r][d] =
+            begin + link.latencySeconds + bytes[r][d] / link.bytesPerSecond;
         linkFree[r][d] = end[r][d];
       }
     }
     // Rank r's done returns when its own directions are through and every
     // peer sending to it has sent everything (its bytes are interleaved
     // with the rest of the peer's).
-    for (int64_t r = 0; r < world; ++r) {
-      double done = *std::max_element(end[r].begin(), end[r].end());
-      for (const PeerSlice &s : views[r].recv)
-        if (s.peer != r)
-          done = std::max(done, end[s.peer][nodeOf(s.peer) == nodeOf(r)
-                                                ? IntraSend
-                                                : InterSend]);
-      f.done[r] = done;
-    }
+    for (int64_t r = 0; r < world; ++r)
+      f.done[r] = *std::max_element(end[r].begin(), end[r].end());
+    for (const auto &[src, dst, elements] : f.messages)
+      f.done[dst] = std::max(
+          f.done[dst],
+          end[src][nodeOf(src) == nodeOf(dst) ? IntraSend : InterSend]);
   }
 
   void done(int64_t e) {
