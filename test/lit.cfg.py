@@ -35,6 +35,7 @@ config.substitutions.append(("%mpirun", "timeout 300 mpirun -q --allow-run-as-ro
 config.substitutions.append(("compare-losses", "python3 " + os.path.join(config.test_source_root, "Utils", "compare-losses.py")))
 config.substitutions.append(("replay-inputs", "python3 " + os.path.join(config.test_source_root, "Utils", "replay-inputs.py")))
 config.substitutions.append(("edit-json", "python3 " + os.path.join(config.test_source_root, "Utils", "edit-json.py")))
+config.substitutions.append(("check-trace", "python3 " + os.path.join(config.test_source_root, "Utils", "check-trace.py")))
 config.substitutions.append(("check-report", "python3 " + os.path.join(config.test_source_root, "Utils", "check-report.py")))
 
 # The CUDA backend's self-check (runtime/backends/cuda): `cuda-backend` where

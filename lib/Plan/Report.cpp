@@ -35,6 +35,14 @@ std::string renderReport(const Report &report) {
                        {"bytes_received", f.bytesReceived},
                        {"owned", f.owned},
                        {"seconds", {{"median", optional(seconds)}}}});
+    if (report.simulation && r < report.simulation->perRank.size()) {
+      const SimulationFigures::Rank &s = report.simulation->perRank[r];
+      perRank.back()["simulated"] = {
+          {"finish_seconds", s.finishSeconds},
+          {"ns_seconds", s.nsSeconds},
+          {"elementwise_seconds", s.elementwiseSeconds},
+          {"wait_seconds", s.waitSeconds}};
+    }
   }
   Json stepSeconds = nullptr;
   if (report.stepSeconds)
@@ -63,6 +71,21 @@ std::string renderReport(const Report &report) {
       {"mpi_progress", report.mpiProgress.empty()
                            ? Json(nullptr)
                            : Json(report.mpiProgress)}};
+  if (const auto &s = report.simulation)
+    root["simulation"] = {
+        {"profile", s->profile},
+        {"profile_file", s->profileFile},
+        {"ns_dtype", s->nsDtype},
+        {"ranks_per_node", s->ranksPerNode},
+        {"nodes", s->nodes},
+        {"ns_flops_per_second", s->nsFlopsPerSecond},
+        {"step_seconds", s->stepSeconds},
+        {"bound_seconds", s->boundSeconds},
+        {"compute_bound_seconds", s->computeBoundSeconds},
+        {"comm_bound_seconds", s->commBoundSeconds},
+        {"step_over_bound",
+         s->boundSeconds > 0 ? Json(s->stepSeconds / s->boundSeconds)
+                             : Json(nullptr)}};
   return root.dump(2) + "\n";
 }
 

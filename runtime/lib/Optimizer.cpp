@@ -52,6 +52,7 @@ std::unique_ptr<Optimizer> Optimizer::create(Plan plan, Communicator &comm,
       new Optimizer(std::move(plan), comm, device, options));
   ExecutorOptions executorOptions;
   executorOptions.timeoutSeconds = options.timeoutSeconds;
+  executorOptions.trace = options.trace;
   opt->executor = std::make_unique<StepExecutor>(opt->thePlan, comm, device,
                                                  executorOptions);
   if (!opt->executor->initialize(error))
@@ -140,5 +141,8 @@ bool Optimizer::step(StepResult &result, std::string &error) {
 DType Optimizer::nsDtype() const { return executor->nsPrecision(); }
 
 const StepCounters &Optimizer::counters() const { return executor->counters(); }
+const std::vector<TraceEvent> &Optimizer::trace() const {
+  return executor->trace();
+}
 
 } // namespace muon::runtime

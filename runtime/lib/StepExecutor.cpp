@@ -391,9 +391,17 @@ bool StepExecutor::finishExchange(int64_t index, std::string &error) {
   return true;
 }
 
+double StepExecutor::sinceStep() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                       traceZero)
+      .count();
+}
+
 bool StepExecutor::runNewtonSchulz(int64_t round, std::string &error) {
   const int64_t limit = std::max<int64_t>(1, device.nsBatchLimit());
   for (const NsBatch *batch : batchesByRound[round]) {
+    const double traceBegin = options.trace ? sinceStep() : 0;
+    const int64_t flopsBefore = lastCounters.nsFlops;
     // Every matrix of the batch, in its place in the batch's buffer (a
     // matrix no gather reached starts from this rank's own piece).
     for (int64_t k : batch->matrices)
@@ -424,6 +432,19 @@ bool StepExecutor::runNewtonSchulz(int64_t round, std::string &error) {
       c.cols = own.cols.size();
       c.through = wire;
       device.copyBox(c);
+    }
+    if (options.trace) {
+      TraceEvent e;
+      e.kind = TraceEvent::Kind::NewtonSchulz;
+      e.rank = myRank;
+      e.index = round;
+      e.begin = traceBegin;
+      e.end = sinceStep();
+      e.rows = batch->rows;
+      e.cols = batch->cols;
+      e.matrices = static_cast<int64_t>(batch->matrices.size());
+      e.flops = lastCounters.nsFlops - flopsBefore;
+      traceEvents.push_back(e);
     }
   }
   return true;
@@ -459,6 +480,45 @@ void StepExecutor::runAdamW() {
                  local.expAvg.floats(), local.expAvgSq.floats(),
                  local.elements, planRef.adamw, local.adamwStep);
   }
+}
+
+void StepExecutor::recordTrace(const ScheduleStep &s, double begin) {
+  using Kind = ScheduleStep::Kind;
+  TraceEvent e;
+  e.rank = myRank;
+  e.index = s.index;
+  e.begin = begin;
+  switch (s.kind) {
+  case Kind::NewtonSchulz: // one event per batch, in runNewtonSchulz
+    return;
+  case Kind::Start:
+    // The exchange runs from its start call to the end of its done call,
+    // on the lowest lane no exchange in flight holds.
+    traceStarts[s.index] = {begin, traceLanes.start(s.index)};
+    return;
+  case Kind::Done: {
+    const auto &[started, lane] = traceStarts[s.index];
+    const int64_t width = dtypeBytes(wire);
+    e.kind = TraceEvent::Kind::Exchange;
+    e.begin = started;
+    e.lane = lane;
+    traceLanes.done(s.index);
+    e.bytesSent = views[s.index].sendElements * width;
+    e.bytesReceived = views[s.index].recvElements * width;
+    break;
+  }
+  case Kind::Momentum:
+    e.kind = TraceEvent::Kind::Momentum;
+    break;
+  case Kind::ApplyUpdate:
+    e.kind = TraceEvent::Kind::ApplyUpdate;
+    break;
+  case Kind::AdamW:
+    e.kind = TraceEvent::Kind::AdamW;
+    break;
+  }
+  e.end = sinceStep();
+  traceEvents.push_back(e);
 }
 
 bool StepExecutor::step(StepResult &result, std::string &error) {
@@ -500,7 +560,14 @@ bool StepExecutor::step(StepResult &result, std::string &error) {
   }
 
   using Kind = ScheduleStep::Kind;
+  if (options.trace) {
+    traceZero = std::chrono::steady_clock::now();
+    traceEvents.clear();
+    traceStarts.clear();
+    traceLanes = {};
+  }
   for (const ScheduleStep &s : planRef.schedule) {
+    const double traceBegin = options.trace ? sinceStep() : 0;
     switch (s.kind) {
     case Kind::Momentum:
       for (size_t i = 0; i < locals.size(); ++i)
@@ -529,6 +596,8 @@ bool StepExecutor::step(StepResult &result, std::string &error) {
       runAdamW();
       break;
     }
+    if (options.trace)
+      recordTrace(s, traceBegin);
   }
   full.clear();
   batchBuffers.clear();

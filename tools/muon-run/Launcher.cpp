@@ -100,6 +100,7 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
   }
   std::string planPath = dir->path() + "/plan.json";
   std::string stagedReport = dir->path() + "/report.json";
+  std::string stagedTrace = dir->path() + "/trace.json";
   std::string error;
   if (!writeOutput(planPath, renderPlan(plan), error)) {
     printError(error);
@@ -131,6 +132,11 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
   // user's path only if every rank finished (mpirun exits 0 or 1).
   if (!flags.reportFile.empty())
     command.insert(command.end(), {"--report", stagedReport});
+  if (!flags.traceFile.empty())
+    command.insert(command.end(), {"--trace", stagedTrace});
+  if (!flags.simulate.empty())
+    command.insert(command.end(), {"--simulate", flags.simulate, "--profiles",
+                                   flags.profilesFile});
   for (const std::string &f : flags.faultSpecs)
     command.push_back("--inject=" + f);
   // Each rank runs BLAS with the requested threads from its first call.
@@ -141,6 +147,9 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
   std::string report;
   bool haveReport = !flags.reportFile.empty() && (code == 0 || code == 1) &&
                     !run.signal && readFile(stagedReport, report);
+  std::string trace;
+  bool haveTrace = !flags.traceFile.empty() && (code == 0 || code == 1) &&
+                   !run.signal && readFile(stagedTrace, trace);
   dir.reset();     // removed before a signal may end the process
   blocked.reset(); // a pending signal is delivered here
   if (code < 0) {
@@ -155,15 +164,25 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
     return 128 + run.signal;
   }
   if (code == 0 || code == 1) {
+    // The report and the trace reach their paths together or not at all.
+    std::vector<std::pair<std::string, std::string>> outputs;
     if (!flags.reportFile.empty()) {
       if (!haveReport) {
         printError("the run ended without its report");
         return 3;
       }
-      if (!writeOutput(flags.reportFile, report, error)) {
-        printError(error);
-        return 2;
+      outputs.push_back({flags.reportFile, report});
+    }
+    if (!flags.traceFile.empty()) {
+      if (!haveTrace) {
+        printError("the run ended without its trace");
+        return 3;
       }
+      outputs.push_back({flags.traceFile, trace});
+    }
+    if (!writeOutputs(outputs, error)) {
+      printError(error);
+      return 2;
     }
     return code;
   }

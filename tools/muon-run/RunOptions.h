@@ -48,6 +48,11 @@ struct RunFlags {
   std::string backend = "cpu";    // cpu or cuda
   std::string transport = "auto"; // auto, nccl or host
   std::string mpiProgress = "auto"; // auto, thread or calls
+  /// --simulate: the profile's name and the file it is read from (resolved
+  /// on the launching side, so every rank reads the same file).
+  std::string simulate, profilesFile;
+  /// --trace: where the step's timeline goes (rank 0 writes it).
+  std::string traceFile;
 };
 
 /// Parses "nan:PARAM:STEP", "die:RANK:STEP", "stall:RANK:STEP",

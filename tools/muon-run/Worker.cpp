@@ -2,8 +2,10 @@
 #include "Worker.h"
 #include "Backend.h"
 #include "Console.h"
+#include "Simulation.h"
 
 #include "muon/Plan/Report.h"
+#include "muon/Plan/Trace.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Cpu/MpiCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
@@ -226,6 +228,7 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
 
   OptimizerOptions options;
   options.timeoutSeconds = flags.timeoutSeconds;
+  options.trace = !flags.traceFile.empty();
   std::string error;
   std::unique_ptr<Optimizer> optimizer =
       Optimizer::create(plan, comm, device, options, error);
@@ -239,6 +242,7 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
   SyntheticModel model(*optimizer, device, flags.seed, summands);
 
   RankRun run;
+  std::vector<TraceEvent> lastTrace; // of the last applied step
   std::vector<int64_t> skipped;
   std::optional<StepCounters> counted;
   for (int64_t s = 0; s < flags.steps; ++s) {
@@ -295,6 +299,8 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
       run.consistent = 0;
     counted = c;
     run.stepSeconds.push_back(seconds);
+    if (options.trace)
+      lastTrace = optimizer->trace();
     if (lead && !flags.quiet)
       printLines(format("step %lld/%lld: %.2f ms (rank 0)",
                         static_cast<long long>(s + 1),
@@ -309,6 +315,13 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
   std::vector<std::vector<char>> runs;
   if (!comm.gatherToRoot(encode(run), runs, flags.timeoutSeconds, error)) {
     fail("collecting figures: " + error);
+    comm.abort(kRunFailed);
+  }
+  std::vector<std::vector<char>> traces;
+  if (options.trace &&
+      !comm.gatherToRoot(encodeTrace(lastTrace), traces, flags.timeoutSeconds,
+                         error)) {
+    fail("collecting traces: " + error);
     comm.abort(kRunFailed);
   }
   std::vector<std::vector<char>> pieces;
@@ -426,8 +439,32 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
       exitCode = 1;
   }
 
-  if (!flags.reportFile.empty() &&
-      !writeOutput(flags.reportFile, renderReport(report), error)) {
+  if (!flags.simulate.empty()) {
+    sim::Profile profile;
+    std::string file;
+    if (!loadProfile(flags.simulate, flags.profilesFile, profile, file,
+                     error)) {
+      fail(error);
+      return 2;
+    }
+    addSimulation(plan, profile, file, report, nullptr);
+  }
+  // Rank 0 stages both in the run's private directory; the launcher
+  // publishes them together.
+  std::vector<std::pair<std::string, std::string>> outputs;
+  if (!flags.reportFile.empty())
+    outputs.push_back({flags.reportFile, renderReport(report)});
+  if (options.trace) {
+    std::vector<TraceEvent> events;
+    for (const std::vector<char> &bytes : traces)
+      if (!decodeTrace(bytes, events)) {
+        fail("collecting traces: a rank sent a damaged timeline");
+        return kRunFailed;
+      }
+    outputs.push_back(
+        {flags.traceFile, renderTrace(plan, events, "measured")});
+  }
+  if (!writeOutputs(outputs, error)) {
     fail(error);
     return 2;
   }
@@ -458,6 +495,10 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
                      report.stepSeconds->median * 1e3,
                      report.stepSeconds->min * 1e3,
                      report.stepSeconds->max * 1e3, stepMax.size());
+    if (report.simulation)
+      text += describeSimulation(*report.simulation,
+                                 report.stepSeconds ? report.stepSeconds->median
+                                                    : 0);
     if (verification)
       text += format("  %s against one device: max_abs_diff %e%s\n",
                      verification->verified ? "verified" : "NOT verified",

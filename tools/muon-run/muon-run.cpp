@@ -18,6 +18,7 @@
 #include "Launcher.h"
 #include "PlanInput.h"
 #include "RunOptions.h"
+#include "Simulation.h"
 #include "Worker.h"
 
 #include "muon/Plan/PlanFile.h"
@@ -55,6 +56,7 @@ struct Flags {
   std::string mpirunPath = "mpirun";
   std::string backend = "cpu", transport = "auto";
   std::string mpiProgress = "auto";
+  std::string simulate, profilesFile, traceFile;
 };
 
 void declare(::muon::cli::Parser &p, Flags &f) {
@@ -121,6 +123,18 @@ void declare(::muon::cli::Parser &p, Flags &f) {
            "How exchanges move with --backend cuda (auto: nccl when every "
            "rank on a node has a GPU of its own, else host: device memory "
            "staged through host memory over MPI)");
+  p.option("simulate", f.simulate, "profile",
+           "Predict the step time on a machine profile (h100, h200, cpu, "
+           "...: see --profiles) with the alpha-beta network model, against "
+           "the bound max(compute, communication); with a real run, set "
+           "against the measured median");
+  p.option("profiles", f.profilesFile, "file",
+           "The muon-profiles/1 file --simulate reads (default: "
+           "share/muon/profiles.json beside muon-run's bin/)");
+  p.option("trace", f.traceFile, "file",
+           "Write a Chrome/Perfetto trace of one step on every rank: a real "
+           "run's last step, or with --dry-run the simulated one (needs "
+           "--simulate)");
 }
 
 Flags flags;
@@ -141,6 +155,16 @@ static int fail(const std::string &message) {
 /// The report and summary of --dry-run: the plan's own figures.
 static int dryRunReport(const ::muon::Plan &plan) {
   ::muon::Report report = ::muon::tool::reportOf(plan);
+  std::vector<::muon::TraceEvent> events;
+  if (!flags.simulate.empty()) {
+    ::muon::sim::Profile profile;
+    std::string file, error;
+    if (!::muon::tool::loadProfile(flags.simulate, flags.profilesFile,
+                                   profile, file, error))
+      return fail(error);
+    ::muon::tool::addSimulation(plan, profile, file, report,
+                                flags.traceFile.empty() ? nullptr : &events);
+  }
   // Both outputs or neither: each is staged in a temporary file beside its
   // target, and only when both are complete do they move into place.
   std::vector<std::pair<std::string, std::string>> outputs;
@@ -148,6 +172,11 @@ static int dryRunReport(const ::muon::Plan &plan) {
     outputs.push_back({flags.planFile, ::muon::renderPlan(plan)});
   if (!flags.reportFile.empty())
     outputs.push_back({flags.reportFile, ::muon::renderReport(report)});
+  if (!flags.traceFile.empty())
+    outputs.push_back(
+        {flags.traceFile,
+         ::muon::renderTrace(plan, events,
+                             "simulated: " + report.simulation->profile)});
   std::string error;
   if (!::muon::writeOutputs(outputs, error))
     return fail(error);
@@ -179,6 +208,8 @@ static int dryRunReport(const ::muon::Plan &plan) {
                plan.schedule.size(),
                static_cast<long long>(plan.inflightLimit),
                plan.async ? "async" : "sequential debug order");
+  if (report.simulation)
+    os += ::muon::tool::describeSimulation(*report.simulation);
   ::muon::tool::printLines(os);
   return 0;
 }
@@ -289,10 +320,22 @@ int main(int argc, char **argv) {
     std::string error;
     if (!::muon::checkOutputs(
             {flags.inputFilename},
-            {{"--report", flags.reportFile}, {"--plan", flags.planFile}},
+            {{"--report", flags.reportFile},
+             {"--plan", flags.planFile},
+             {"--trace", flags.traceFile}},
             error))
       return fail(error);
+    if (!flags.profilesFile.empty() &&
+        !::muon::checkOutputs({flags.profilesFile},
+                              {{"--report", flags.reportFile},
+                               {"--plan", flags.planFile},
+                               {"--trace", flags.traceFile}},
+                              error))
+      return fail(error);
   }
+  if (flags.dryRun && !flags.traceFile.empty() && flags.simulate.empty())
+    return fail("--trace with --dry-run writes the simulated step: it needs "
+                "--simulate PROFILE");
   ::muon::installSignalCleanup();
 
   ::muon::tool::RunFlags run;
@@ -312,6 +355,9 @@ int main(int argc, char **argv) {
   run.backend = flags.backend;
   run.transport = flags.transport;
   run.mpiProgress = flags.mpiProgress;
+  run.traceFile = flags.traceFile;
+  run.simulate = flags.simulate;
+  run.profilesFile = flags.profilesFile;
   for (const std::string &text : flags.inject) {
     ::muon::tool::Fault fault;
     std::string error;
@@ -361,6 +407,15 @@ int main(int argc, char **argv) {
   {
     std::string error;
     if (!::muon::tool::checkBackend(plan, run, error))
+      return fail(error);
+  }
+  // A bad profile fails before any rank starts; the ranks read the same
+  // file (rank 0 sets its prediction against the measured step).
+  if (!run.simulate.empty()) {
+    ::muon::sim::Profile profile;
+    std::string error;
+    if (!::muon::tool::loadProfile(run.simulate, run.profilesFile, profile,
+                                   run.profilesFile, error))
       return fail(error);
   }
   if (!flags.planFile.empty()) {

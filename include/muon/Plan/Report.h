@@ -20,6 +20,23 @@ struct SecondsStats {
   double median = 0, min = 0, max = 0;
 };
 
+/// The simulator's prediction for the plan (muon-run --simulate PROFILE;
+/// muon/Simulate), set against the bound max(compute, communication).
+struct SimulationFigures {
+  std::string profile;     // its name
+  std::string profileFile; // the file it came from
+  std::string nsDtype;     // what NS was timed in ("auto" resolved)
+  int64_t ranksPerNode = 8, nodes = 1;
+  double nsFlopsPerSecond = 0;
+  double stepSeconds = 0;
+  double computeBoundSeconds = 0, commBoundSeconds = 0, boundSeconds = 0;
+  struct Rank {
+    double finishSeconds = 0, nsSeconds = 0, elementwiseSeconds = 0,
+           waitSeconds = 0;
+  };
+  std::vector<Rank> perRank;
+};
+
 struct Report {
   int64_t worldSize = 1;
   std::string wireDtype = "f32";
@@ -47,6 +64,9 @@ struct Report {
   /// or "calls", muon-run --mpi-progress); empty in a dry run and where no
   /// MPI exchange ran (one rank, or NCCL).
   std::string mpiProgress;
+  /// With --simulate: the prediction ("simulation", and "simulated" in
+  /// each per_rank entry); absent otherwise.
+  std::optional<SimulationFigures> simulation;
 };
 
 /// A plan's own figures as a report (what a dry run writes): per-rank NS

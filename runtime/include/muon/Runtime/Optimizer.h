@@ -46,6 +46,8 @@ struct OptimizerOptions {
   /// Longest wait for a peer in any collective, in seconds; a peer that
   /// does not answer in time fails the call instead of hanging it.
   double timeoutSeconds = 120;
+  /// Record each step's timeline (trace()); off, it costs nothing.
+  bool trace = false;
 };
 
 /// One parameter as this rank sees it.
@@ -126,6 +128,9 @@ public:
                       std::string &error);
 
   const StepCounters &counters() const;
+  /// The last step's timeline on this rank, with OptimizerOptions::trace
+  /// (StepExecutor::trace).
+  const std::vector<TraceEvent> &trace() const;
   const Plan &plan() const { return thePlan; }
   /// The element type Newton-Schulz runs in: the plan's ns_dtype, "auto"
   /// resolved to the device's default.

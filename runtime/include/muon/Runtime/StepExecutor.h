@@ -17,9 +17,11 @@
 #define MUON_RUNTIME_STEPEXECUTOR_H
 
 #include "muon/Plan/Plan.h"
+#include "muon/Plan/Trace.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Device.h"
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -44,6 +46,9 @@ struct StepResult {
 struct ExecutorOptions {
   /// Longest wait for any exchange or control collective.
   double timeoutSeconds = 120;
+  /// Record each step's timeline (trace()): a clock read around each
+  /// schedule step and NS batch, nothing when off.
+  bool trace = false;
 };
 
 class StepExecutor {
@@ -79,6 +84,12 @@ public:
   bool step(StepResult &result, std::string &error);
 
   const StepCounters &counters() const { return lastCounters; }
+  /// The last step's timeline on this rank (with ExecutorOptions::trace),
+  /// in seconds from the moment every rank agreed to run the step (the
+  /// all-reduce before any work: the ranks' nearest common instant).
+  /// Times are the host's: a device that queues work asynchronously is
+  /// timed as far as its calls block.
+  const std::vector<TraceEvent> &trace() const { return traceEvents; }
   /// The element type Newton-Schulz runs in (the plan's ns_dtype, with
   /// "auto" resolved to the device's default).
   DType nsPrecision() const { return nsDtype; }
@@ -151,6 +162,14 @@ private:
   std::map<int64_t, float *> full; // gathered matrices, into batchBuffers
   std::map<int64_t, InFlight> inFlight;
   StepCounters lastCounters;
+  // Tracing (options.trace): the step's zero, each exchange's start-call
+  // time and lane, and the events so far.
+  double sinceStep() const;
+  void recordTrace(const ScheduleStep &s, double begin);
+  std::chrono::steady_clock::time_point traceZero;
+  std::map<int64_t, std::pair<double, int64_t>> traceStarts;
+  TraceLanes traceLanes;
+  std::vector<TraceEvent> traceEvents;
 };
 
 /// FNV-1a over a plan's canonical text: equal plans, equal hashes.
