@@ -2,12 +2,13 @@
 //
 //   muon-bench ns --shapes 1024x1024,1024x4096 [--backend cpu|cuda]
 //                 [--ns-dtype f32|bf16] [--batch B] [--repeats R] [--json]
-//                 [--ns-coefficients jordan|polar_express]
+//                 [--ns-coefficients jordan|polar_express] [--clock wall|cpu]
 //     Newton-Schulz seconds per shape (median after a warm-up) against the
 //     dense floor: the contract's flop count, ns_steps * (4 m^2 n + 2 m^3)
 //     per matrix, at the rate of a plain matrix product of the same size
 //     measured in the same run.
 //   muon-bench step PLAN [--backend cpu|cuda] [--steps N] [--json]
+//                   [--clock wall|cpu]
 //     Optimizer steps of a one-rank plan on synthetic gradients: step time
 //     (median after a warm-up) against the Newton-Schulz floor.
 //
@@ -79,14 +80,23 @@ bool parseShapes(const std::string &text, std::vector<Shape> &shapes) {
   return !shapes.empty();
 }
 
-double seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                       since)
-      .count();
+double seconds(double since) { return clockSeconds() - since; }
+
+/// --clock: "wall" or "cpu" (this process's CPU time; the CPU backend with
+/// one BLAS thread only, where it is the time the work itself took).
+std::optional<int> chooseClock(const std::string &clock,
+                               const std::string &backend, int64_t threads) {
+  if (clock != "wall" && clock != "cpu")
+    return fail("unknown --clock '" + clock + "'; expected wall or cpu");
+  if (clock == "cpu" && (backend != "cpu" || threads != 1))
+    return fail("--clock cpu measures the CPU backend with one BLAS thread");
+  useCpuClock(clock == "cpu");
+  return std::nullopt;
 }
 
 int runNs(int argc, char **argv) {
   std::string backend = "cpu", nsDtype = "f32", preset = "jordan",
+              clock = "wall",
               shapesText = "1024x1024,2048x2048,1024x4096,4096x1024";
   int64_t batch = 1, nsSteps = 5, repeats = 5, threads = 1;
   bool json = false;
@@ -102,9 +112,13 @@ int runNs(int argc, char **argv) {
            "Coefficient preset (default jordan)");
   p.option("repeats", repeats, "n", "Timed runs per shape (default 5)");
   p.option("blas-threads", threads, "n", "CPU BLAS threads (default 1)");
+  p.option("clock", clock, "wall|cpu",
+           "Time read (default wall; cpu: this process's CPU time)");
   p.flag("json", json, "One JSON object per shape instead of a table");
   if (std::optional<int> done = parseFlags(p, argc, argv))
     return *done;
+  if (std::optional<int> bad = chooseClock(clock, backend, threads))
+    return *bad;
   std::vector<Shape> shapes;
   if (!parseShapes(shapesText, shapes))
     return fail("bad --shapes '" + shapesText +
@@ -166,7 +180,7 @@ int runNs(int argc, char **argv) {
         v = u(rng);
       device.copyToDevice(x.data(), host.data(), elements * 4);
       device.synchronize();
-      auto start = std::chrono::steady_clock::now();
+      const double start = clockSeconds();
       device.newtonSchulz(x.floats(), batch, s.rows, s.cols, abc, 1e-7,
                           dtype);
       device.synchronize();
@@ -213,7 +227,7 @@ int runNs(int argc, char **argv) {
 }
 
 int runStep(int argc, char **argv) {
-  std::string planPath, backend = "cpu", nsDtype;
+  std::string planPath, backend = "cpu", nsDtype, clock = "wall";
   int64_t steps = 10, threads = 1;
   bool json = false;
   cli::Parser p("muon-bench step",
@@ -225,9 +239,13 @@ int runStep(int argc, char **argv) {
            "Override the plan's Newton-Schulz element type");
   p.option("steps", steps, "n", "Steps; the first is a warm-up (default 10)");
   p.option("blas-threads", threads, "n", "CPU BLAS threads (default 1)");
+  p.option("clock", clock, "wall|cpu",
+           "Time read (default wall; cpu: this process's CPU time)");
   p.flag("json", json, "A JSON object instead of text");
   if (std::optional<int> done = parseFlags(p, argc, argv))
     return *done;
+  if (std::optional<int> bad = chooseClock(clock, backend, threads))
+    return *bad;
   if (steps < 2 || steps > 100000 || threads < 1 || threads > 1024)
     return fail("--steps in [2, 100000], --blas-threads in [1, 1024]");
   if (!nsDtype.empty() && nsDtype != "auto" && nsDtype != "f32" &&
@@ -265,7 +283,7 @@ int runStep(int argc, char **argv) {
   for (int64_t s = 0; s < steps; ++s) {
     model.makeGradients(s, 1, {});
     device.synchronize();
-    auto start = std::chrono::steady_clock::now();
+    const double start = clockSeconds();
     runtime::StepResult result;
     if (!optimizer->step(result, error))
       return fail("step " + std::to_string(s) + ": " + error);
