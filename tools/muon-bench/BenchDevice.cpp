@@ -39,7 +39,8 @@ public:
   }
   runtime::Device &device() override { return cpu; }
   std::string describe() const override {
-    return "cpu (OpenBLAS, " + std::to_string(threads) + " thread" +
+    return "cpu (" + std::string(runtime::cpu::blasName()) + ", " +
+           std::to_string(threads) + " thread" +
            (threads == 1 ? "" : "s") + ")";
   }
   double gemmSeconds(int64_t m, int64_t n, int64_t k, runtime::DType,

@@ -2,6 +2,9 @@
 #include "muon/Runtime/Cpu/CpuDevice.h"
 
 #include <cblas.h>
+#ifdef MUON_BLAS_BLIS
+#include <blis.h> // bli_thread_set_num_threads
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -238,6 +241,12 @@ int64_t CpuDevice::newtonSchulzOne(
   return flops;
 }
 
+#ifdef MUON_BLAS_BLIS
+void setBlasThreads(int threads) { bli_thread_set_num_threads(threads); }
+const char *blasName() { return "BLIS"; }
+#else
 void setBlasThreads(int threads) { openblas_set_num_threads(threads); }
+const char *blasName() { return "OpenBLAS"; }
+#endif
 
 } // namespace muon::runtime::cpu
