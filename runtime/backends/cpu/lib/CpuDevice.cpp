@@ -219,7 +219,7 @@ int64_t CpuDevice::newtonSchulzOne(
     // X' = a X + B X (a X + X B for tall), 2 m^2 n flops: ssymm reads B's
     // lower triangle, so B needs no mirror pass; with `out` holding X, its
     // beta = a term is the same epilogue as torch's addmm. (Measured:
-    // ssymm 2-4% faster than mirroring B and calling sgemm on square
+    // ssymm 1-3% faster than mirroring B and calling sgemm on square
     // shapes, as fast on 1:4. Folding a into B's diagonal saves the copy
     // of X but moves a X into the f32 sum, which in bf16 flips noticeably
     // more roundings against torch's order for no measurable gain;
