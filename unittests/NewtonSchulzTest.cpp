@@ -1,7 +1,7 @@
 //===- NewtonSchulzTest.cpp - Symmetric CPU Newton-Schulz vs dense --------===//
 //
 // CpuDevice runs Newton-Schulz with symmetric products (ssyrk for X X^T and
-// A A, then one GEMM); this checks it against the plain dense algorithm
+// A A, ssymm for B X); this checks it against the plain dense algorithm
 // written here with three sgemm products per iteration, as the CPU backend
 // ran it before, for square, wide and tall shapes, f32 and bf16, and both
 // coefficient presets.
@@ -15,7 +15,7 @@
 // rounding by one bf16 ulp (2^-8 relative), and the later steps carry and
 // amplify the flips: 1e-2 (measured: at most 4e-3), and the symmetric bf16
 // result must be as close to the f32 result as the dense bf16 one is
-// (within 10%; measured: equal to 3 digits, both 1.2e-2 to 1.8e-2 away).
+// (within 10%; measured: equal to 3 digits).
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Runtime/Cpu/CpuDevice.h"
