@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Compiler/Compile.h"
+#include "muon/Support/NsCoefficients.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/LocalCommunicator.h"
@@ -249,6 +250,39 @@ TEST(CompilerApi, ErrorsNameTheParameter) {
   // The same model as a spec: what muon-run reads.
   EXPECT_NE(toSpec(model, &config).find("\"placements\": [\n        \"S(2)\""),
             std::string::npos);
+}
+
+TEST(CompilerApi, NewtonSchulzCoefficientPresets) {
+  DistributedConfig config = createDTensorConfig({{2}});
+  Plan plan;
+  std::string error;
+  // Default: Jordan's triple for every step.
+  ASSERT_TRUE(compile(smallTransformer(), &config, plan, error)) << error;
+  ASSERT_EQ(plan.muon.coefficients.size(), 5u);
+  EXPECT_EQ(plan.muon.coefficients[4],
+            (std::array<double, 3>{3.4445, -4.775, 2.0315}));
+  // Polar Express: one triple per step, the paper's schedule.
+  Model model = smallTransformer();
+  model.muon.nsPreset = "polar_express";
+  model.muon.nsSteps = 6;
+  ASSERT_TRUE(compile(model, &config, plan, error)) << error;
+  std::optional<std::vector<NsTriple>> polar = nsPreset("polar_express", 6);
+  ASSERT_TRUE(polar);
+  EXPECT_EQ(plan.muon.coefficients, *polar);
+  EXPECT_EQ(plan.muon.coefficients[0][0], 8.28721201814563 / 1.01);
+  // An explicit table wins over the preset.
+  model.muon.nsCoefficients = {{1.5, -0.5, 0.0}};
+  ASSERT_TRUE(compile(model, &config, plan, error)) << error;
+  EXPECT_EQ(plan.muon.coefficients,
+            std::vector<NsTriple>(6, {1.5, -0.5, 0.0}));
+  // An unknown preset is the spec's error.
+  model.muon.nsCoefficients.clear();
+  model.muon.nsPreset = "you";
+  EXPECT_FALSE(compile(model, &config, plan, error));
+  EXPECT_NE(error.find("unknown preset 'you'; expected a preset ('jordan', "
+                       "'polar_express')"),
+            std::string::npos)
+      << error;
 }
 
 } // namespace

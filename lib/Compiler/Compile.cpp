@@ -89,6 +89,10 @@ Json specOf(const Model &model, const DistributedConfig *config,
                        {"adjust_lr", m.adjustLr}};
   if (!m.nsDtype.empty())
     spec["optimizer"]["ns_dtype"] = m.nsDtype;
+  if (!m.nsCoefficients.empty())
+    spec["optimizer"]["ns_coefficients"] = m.nsCoefficients;
+  else
+    spec["optimizer"]["ns_coefficients"] = m.nsPreset;
   const AdamWSettings &a = model.adamw;
   spec["adamw"] = {{"lr", a.lr},
                    {"betas", {a.beta1, a.beta2}},

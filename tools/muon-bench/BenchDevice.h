@@ -25,6 +25,14 @@ public:
                              runtime::DType dtype, int repeats) = 0;
 };
 
+/// The clock benchmarks read: wall time (default), or this process's CPU
+/// time (`--clock cpu`, CPU backend with one BLAS thread only), which a
+/// shared machine's other processes disturb much less: time spent waiting
+/// for a core is not counted.
+void useCpuClock(bool cpu);
+/// Seconds on the chosen clock, from an arbitrary origin.
+double clockSeconds();
+
 /// "cpu" or "cuda"; null with `error` when the backend is not built in or
 /// has no device here.
 std::unique_ptr<BenchDevice> openBenchDevice(const std::string &backend,

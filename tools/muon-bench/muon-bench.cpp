@@ -2,11 +2,13 @@
 //
 //   muon-bench ns --shapes 1024x1024,1024x4096 [--backend cpu|cuda]
 //                 [--ns-dtype f32|bf16] [--batch B] [--repeats R] [--json]
+//                 [--ns-coefficients jordan|polar_express] [--clock wall|cpu]
 //     Newton-Schulz seconds per shape (median after a warm-up) against the
 //     dense floor: the contract's flop count, ns_steps * (4 m^2 n + 2 m^3)
 //     per matrix, at the rate of a plain matrix product of the same size
 //     measured in the same run.
 //   muon-bench step PLAN [--backend cpu|cuda] [--steps N] [--json]
+//                   [--clock wall|cpu]
 //     Optimizer steps of a one-rank plan on synthetic gradients: step time
 //     (median after a warm-up) against the Newton-Schulz floor.
 //   muon-bench step SPEC --ranks N [--steps N] [--repeats R] [--json]
@@ -26,6 +28,7 @@
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/CommandLine.h"
 #include "muon/Support/Format.h"
+#include "muon/Support/NsCoefficients.h"
 
 #include <algorithm>
 #include <chrono>
@@ -82,14 +85,23 @@ bool parseShapes(const std::string &text, std::vector<Shape> &shapes) {
   return !shapes.empty();
 }
 
-double seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                       since)
-      .count();
+double seconds(double since) { return clockSeconds() - since; }
+
+/// --clock: "wall" or "cpu" (this process's CPU time; the CPU backend with
+/// one BLAS thread only, where it is the time the work itself took).
+std::optional<int> chooseClock(const std::string &clock,
+                               const std::string &backend, int64_t threads) {
+  if (clock != "wall" && clock != "cpu")
+    return fail("unknown --clock '" + clock + "'; expected wall or cpu");
+  if (clock == "cpu" && (backend != "cpu" || threads != 1))
+    return fail("--clock cpu measures the CPU backend with one BLAS thread");
+  useCpuClock(clock == "cpu");
+  return std::nullopt;
 }
 
 int runNs(int argc, char **argv) {
-  std::string backend = "cpu", nsDtype = "f32",
+  std::string backend = "cpu", nsDtype = "f32", preset = "jordan",
+              clock = "wall",
               shapesText = "1024x1024,2048x2048,1024x4096,4096x1024";
   int64_t batch = 1, nsSteps = 5, repeats = 5, threads = 1;
   bool json = false;
@@ -100,12 +112,18 @@ int runNs(int argc, char **argv) {
   p.option("shapes", shapesText, "RxC,...",
            "Matrix shapes (default 1024x1024,2048x2048,1024x4096,4096x1024)");
   p.option("batch", batch, "n", "Same-shape matrices per call (default 1)");
-  p.option("ns-steps", nsSteps, "n", "Iterations (default 5, Jordan's)");
+  p.option("ns-steps", nsSteps, "n", "Iterations (default 5)");
+  p.option("ns-coefficients", preset, "jordan|polar_express",
+           "Coefficient preset (default jordan)");
   p.option("repeats", repeats, "n", "Timed runs per shape (default 5)");
   p.option("blas-threads", threads, "n", "CPU BLAS threads (default 1)");
+  p.option("clock", clock, "wall|cpu",
+           "Time read (default wall; cpu: this process's CPU time)");
   p.flag("json", json, "One JSON object per shape instead of a table");
   if (std::optional<int> done = parseFlags(p, argc, argv))
     return *done;
+  if (std::optional<int> bad = chooseClock(clock, backend, threads))
+    return *bad;
   std::vector<Shape> shapes;
   if (!parseShapes(shapesText, shapes))
     return fail("bad --shapes '" + shapesText +
@@ -123,16 +141,21 @@ int runNs(int argc, char **argv) {
     return fail(error);
   runtime::Device &device = bench->device();
   const DType dtype = nsDtype == "bf16" ? DType::BF16 : DType::F32;
-  const std::vector<std::array<double, 3>> jordan(
-      static_cast<size_t>(nsSteps), {3.4445, -4.775, 2.0315});
+  std::optional<std::vector<NsTriple>> table = nsPreset(preset, nsSteps);
+  if (!table)
+    return fail("unknown --ns-coefficients '" + preset + "'; expected " +
+                nsPresetList());
+  // One triple per iteration, as the plan file holds it.
+  std::vector<std::array<double, 3>> abc = *table;
+  abc.resize(static_cast<size_t>(nsSteps), abc.back());
 
   if (!json)
     std::printf("Newton-Schulz on %s, %s, %lld step(s), batch %lld\n"
-                "%-11s %10s %10s %10s %10s %8s\n",
+                "%-11s %10s %10s %10s %10s %8s %8s\n",
                 bench->describe().c_str(), nsDtype.c_str(),
                 static_cast<long long>(nsSteps), static_cast<long long>(batch),
                 "shape", "NS ms", "TFLOP/s", "GEMM TF/s", "floor ms",
-                "NS/floor");
+                "NS/floor", "best");
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> u(-1, 1);
   for (const Shape &s : shapes) {
@@ -143,56 +166,73 @@ int runNs(int argc, char **argv) {
                          backend.c_str(), static_cast<long long>(s.rows),
                          static_cast<long long>(s.cols),
                          static_cast<long long>(batch)));
+    const double m = static_cast<double>(std::min(s.rows, s.cols));
+    const double n = static_cast<double>(std::max(s.rows, s.cols));
+    const double flops = batch * nsSteps * (4 * m * m * n + 2 * m * m * m);
     std::vector<float> host(elements);
-    std::vector<double> times;
+    // Each timed Newton-Schulz run is paired with a timing of the plain
+    // product it is set against, taken just before it: on a shared machine
+    // the load changes within seconds, and a pair sees the same load. The
+    // dense floor of a pair is the contract's flops at that product's rate
+    // (an m x m by m x n GEMM, the shape of Newton-Schulz's last product).
+    std::vector<double> times, floors, ratios;
     for (int64_t r = 0; r <= repeats; ++r) {
+      const double gemm = bench->gemmSeconds(
+          static_cast<int64_t>(m), static_cast<int64_t>(n),
+          static_cast<int64_t>(m), dtype, 1);
       // Fresh random input every run (never zeros: they run faster).
       for (float &v : host)
         v = u(rng);
       device.copyToDevice(x.data(), host.data(), elements * 4);
       device.synchronize();
-      auto start = std::chrono::steady_clock::now();
-      device.newtonSchulz(x.floats(), batch, s.rows, s.cols, jordan, 1e-7,
+      const double start = clockSeconds();
+      device.newtonSchulz(x.floats(), batch, s.rows, s.cols, abc, 1e-7,
                           dtype);
       device.synchronize();
-      if (r > 0) // the first is the warm-up
-        times.push_back(seconds(start));
+      const double ns = seconds(start);
+      if (r == 0 || gemm <= 0) // the first is the warm-up
+        continue;
+      const double floor = flops / (2 * m * m * n / gemm);
+      times.push_back(ns);
+      floors.push_back(floor);
+      ratios.push_back(ns / floor);
     }
-    const double m = static_cast<double>(std::min(s.rows, s.cols));
-    const double n = static_cast<double>(std::max(s.rows, s.cols));
-    const double flops = batch * nsSteps * (4 * m * m * n + 2 * m * m * m);
-    // The dense floor: the same flops at the rate of an m x m by m x n
-    // product (the shape of Newton-Schulz's last product).
-    const double gemm = bench->gemmSeconds(
-        static_cast<int64_t>(m), static_cast<int64_t>(n),
-        static_cast<int64_t>(m), dtype, static_cast<int>(repeats));
-    const double gemmRate = gemm > 0 ? 2 * m * m * n / gemm : 0;
-    const double floor = gemmRate > 0 ? flops / gemmRate : 0;
     const double ns = median(times);
+    const double nsBest = *std::min_element(times.begin(), times.end());
+    const double floor = floors.empty() ? 0 : median(floors);
+    const double floorBest =
+        floors.empty() ? 0 : *std::min_element(floors.begin(), floors.end());
+    const double gemmRate = floor > 0 ? flops / floor : 0;
+    // ratio: the median of the pairs' ratios; ratio_best: the fastest
+    // Newton-Schulz run against the fastest product (the least-disturbed
+    // figures of each).
+    const double ratio = ratios.empty() ? 0 : median(ratios);
+    const double ratioBest = floorBest > 0 ? nsBest / floorBest : 0;
     std::string shape = format("%lldx%lld", static_cast<long long>(s.rows),
                                static_cast<long long>(s.cols));
     if (json)
       std::printf("{\"shape\": \"%s\", \"backend\": \"%s\", \"ns_dtype\": "
-                  "\"%s\", \"batch\": %lld, \"ns_steps\": %lld, "
+                  "\"%s\", \"ns_coefficients\": \"%s\", \"batch\": %lld, "
+                  "\"ns_steps\": %lld, "
                   "\"ns_seconds\": %.6e, \"ns_seconds_min\": %.6e, "
                   "\"dense_flops\": %.6e, \"gemm_flops_per_second\": %.6e, "
-                  "\"floor_seconds\": %.6e, \"ratio\": %.4f}\n",
+                  "\"floor_seconds\": %.6e, \"floor_seconds_min\": %.6e, "
+                  "\"ratio\": %.4f, \"ratio_best\": %.4f}\n",
                   shape.c_str(), backend.c_str(), nsDtype.c_str(),
-                  static_cast<long long>(batch),
-                  static_cast<long long>(nsSteps), ns,
-                  *std::min_element(times.begin(), times.end()), flops,
-                  gemmRate, floor, floor > 0 ? ns / floor : 0);
+                  preset.c_str(), static_cast<long long>(batch),
+                  static_cast<long long>(nsSteps), ns, nsBest, flops,
+                  gemmRate, floor, floorBest, ratio, ratioBest);
     else
-      std::printf("%-11s %10.3f %10.3f %10.3f %10.3f %8.3f\n", shape.c_str(),
-                  ns * 1e3, flops / ns / 1e12, gemmRate / 1e12, floor * 1e3,
-                  floor > 0 ? ns / floor : 0);
+      std::printf("%-11s %10.3f %10.3f %10.3f %10.3f %8.3f %8.3f\n",
+                  shape.c_str(), ns * 1e3, flops / ns / 1e12, gemmRate / 1e12,
+                  floor * 1e3, ratio, ratioBest);
     std::fflush(stdout);
   }
   return 0;
 }
 
 int runStep(int argc, char **argv) {
-  std::string planPath, backend = "cpu", nsDtype, mpiProgress;
+  std::string planPath, backend = "cpu", nsDtype, mpiProgress, clock = "wall";
   int64_t steps = 0, threads = 1, ranks = 0, repeats = 3;
   bool json = false;
   cli::Parser p("muon-bench step",
@@ -217,11 +257,15 @@ int runStep(int argc, char **argv) {
            "Steps; the first is a warm-up (default 10; 4 per run with "
            "--ranks)");
   p.option("blas-threads", threads, "n", "CPU BLAS threads (default 1)");
+  p.option("clock", clock, "wall|cpu",
+           "Time read (default wall; cpu: this process's CPU time)");
   p.flag("json", json, "A JSON object instead of text");
   if (std::optional<int> done = parseFlags(p, argc, argv))
     return *done;
   if (steps == 0)
     steps = ranks > 0 ? 4 : 10;
+  if (std::optional<int> bad = chooseClock(clock, backend, threads))
+    return *bad;
   if (steps < 2 || steps > 100000 || threads < 1 || threads > 1024)
     return fail("--steps in [2, 100000], --blas-threads in [1, 1024]");
   if (ranks < 0 || ranks > 4096 || repeats < 1 || repeats > 1000)
@@ -233,6 +277,9 @@ int runStep(int argc, char **argv) {
   if (ranks > 0) {
     if (backend != "cpu")
       return fail("--ranks runs on the cpu backend only");
+    if (clock != "wall")
+      return fail("--ranks times steps by muon-run's wall clock; --clock cpu "
+                  "is for one-rank plans");
     std::string error;
     std::unique_ptr<BenchDevice> bench =
         openBenchDevice(backend, static_cast<int>(threads), error);
@@ -283,7 +330,7 @@ int runStep(int argc, char **argv) {
   for (int64_t s = 0; s < steps; ++s) {
     model.makeGradients(s, 1, {});
     device.synchronize();
-    auto start = std::chrono::steady_clock::now();
+    const double start = clockSeconds();
     runtime::StepResult result;
     if (!optimizer->step(result, error))
       return fail("step " + std::to_string(s) + ": " + error);

@@ -28,6 +28,7 @@
 #include "muon/Plan/Plan.h"
 
 #include <cstdint>
+#include <array>
 #include <functional>
 #include <map>
 #include <optional>
@@ -72,6 +73,13 @@ struct MuonSettings {
   double lr = 1e-3, momentum = 0.95, weightDecay = 0.1, eps = 1e-7;
   bool nesterov = true;
   int64_t nsSteps = 5;
+  /// Newton-Schulz coefficients by preset name: "jordan" (one triple for
+  /// every step, torch.optim.Muon's) or "polar_express" (one triple per
+  /// step; muon/Support/NsCoefficients.h). Unknown names fail to compile.
+  std::string nsPreset = "jordan";
+  /// An explicit table instead of the preset when not empty: one (a, b, c)
+  /// triple for every step, or one per step.
+  std::vector<std::array<double, 3>> nsCoefficients;
   std::string adjustLr = "original"; // or "match_rms_adamw"
   /// "f32" or "bf16"; empty: the device that runs the plan chooses.
   std::string nsDtype;

@@ -5,6 +5,7 @@
 #include "muon/Support/Json.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/ModelLimits.h"
+#include "muon/Support/NsCoefficients.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Verifier.h"
@@ -16,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <optional>
 
 using namespace mlir;
@@ -359,7 +361,28 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v) {
       return failure();
     state.addAttribute("ns_steps", builder.getI64IntegerAttr(*n));
   }
-  if (const JsonValue *x = get(*o, "ns_coefficients")) {
+  if (const JsonValue *x = get(*o, "ns_coefficients"); x && x->is_string()) {
+    // A preset resolves to its table here; the IR keeps the table. A preset
+    // with one triple per step resolves for ns_steps steps (default 5).
+    const std::string name = x->get<std::string>();
+    int64_t steps = 5;
+    if (const JsonValue *n = get(*o, "ns_steps"))
+      steps = n->is_number_integer() ? n->get<int64_t>() : steps;
+    std::optional<std::vector<::muon::NsTriple>> preset =
+        ::muon::nsPreset(name, std::clamp<int64_t>(steps, 1, 99));
+    if (!preset)
+      return fail("optimizer.ns_coefficients",
+                  "unknown preset '" + name + "'; expected a preset (" +
+                      ::muon::nsPresetList() +
+                      ") or a table of [a, b, c] triples");
+    // Out-of-range ns_steps: the verifier reports it, not a table mismatch.
+    if (steps >= 1 && steps <= 99) {
+      SmallVector<Attribute> table;
+      for (const ::muon::NsTriple &abc : *preset)
+        table.push_back(builder.getDenseF64ArrayAttr(abc));
+      state.addAttribute("ns_coefficients", builder.getArrayAttr(table));
+    }
+  } else if (x) {
     const JsonValue *rows = getArray(*x, "optimizer.ns_coefficients");
     if (!rows)
       return failure();

@@ -2,9 +2,13 @@
 #include "muon/Runtime/Cpu/CpuDevice.h"
 
 #include <cblas.h>
+#ifdef MUON_BLAS_BLIS
+#include <blis.h> // bli_thread_set_num_threads
+#endif
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -115,73 +119,134 @@ int64_t CpuDevice::newtonSchulz(float *x, int64_t count, int64_t rows,
   return flops;
 }
 
+/// roundToBf16 (DType.cpp, round to nearest even, NaN stays a quiet NaN)
+/// inlined, so that the rounding passes over whole matrices vectorize.
+static inline float bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  bits = value != value ? (bits | 0x00400000u) & 0xFFFF0000u
+                        : (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
 /// Rounds every value to bf16 (a no-op for f32 runs).
-static void roundAll(float *x, int64_t n, bool bf16) {
-  if (bf16)
+static void roundAll(float *x, int64_t n, bool toBf16) {
+  if (toBf16)
     for (int64_t i = 0; i < n; ++i)
-      x[i] = roundToBf16(x[i]);
+      x[i] = bf16(x[i]);
+}
+
+/// `ssyrk` writes only the lower triangle of the m x m A = X X^T. This pass
+/// rounds that triangle (bf16 runs), mirrors it into the upper one (the
+/// second ssyrk reads A as a general matrix) and copies it into B's lower
+/// triangle (the second ssyrk's beta term then adds b A): one pass instead
+/// of three. Square tiles keep both the row and the column walk in cache.
+static void mirrorLowerInto(float *s, float *copy, int64_t m, bool toBf16) {
+  constexpr int64_t kTile = 64;
+  for (int64_t i0 = 0; i0 < m; i0 += kTile) {
+    const int64_t i1 = std::min(m, i0 + kTile);
+    for (int64_t j0 = 0; j0 <= i0; j0 += kTile) {
+      const int64_t j1 = std::min(m, j0 + kTile);
+      for (int64_t i = i0; i < i1; ++i) {
+        float *row = s + i * m;
+        float *copyRow = copy + i * m;
+        const int64_t jEnd = std::min(j1, i + 1);
+        for (int64_t j = j0; j < jEnd; ++j) {
+          float v = toBf16 ? bf16(row[j]) : row[j];
+          row[j] = v;
+          copyRow[j] = v;
+          s[j * m + i] = v;
+        }
+      }
+    }
+  }
 }
 
 int64_t CpuDevice::newtonSchulzOne(
     float *x, int64_t rows, int64_t cols,
-    const std::vector<std::array<double, 3>> &abc, double eps, bool bf16) {
+    const std::vector<std::array<double, 3>> &abc, double eps, bool toBf16) {
   const int64_t elements = rows * cols;
   if (elements == 0)
     return 0;
-  roundAll(x, elements, bf16);
   // Frobenius norm accumulated in double: the same on every rank and in the
-  // reference, since they all run this code on the same values.
+  // reference, since they all run this code on the same values. The bf16
+  // rounding of the input is fused into the same pass.
   double sumSq = 0;
-  for (int64_t i = 0; i < elements; ++i)
-    sumSq += static_cast<double>(x[i]) * x[i];
+  for (int64_t i = 0; i < elements; ++i) {
+    float v = toBf16 ? bf16(x[i]) : x[i];
+    x[i] = v;
+    sumSq += static_cast<double>(v) * v;
+  }
   float norm = static_cast<float>(std::sqrt(sumSq));
-  if (bf16)
-    norm = roundToBf16(norm);
+  if (toBf16)
+    norm = bf16(norm);
   norm = std::max(norm, static_cast<float>(eps));
-  for (int64_t i = 0; i < elements; ++i)
-    x[i] /= norm;
-  roundAll(x, elements, bf16);
+  for (int64_t i = 0; i < elements; ++i) {
+    float v = x[i] / norm;
+    x[i] = toBf16 ? bf16(v) : v;
+  }
 
+  // X is m x n with m <= n; a tall matrix is the transpose of one, read
+  // through the BLAS side and transpose flags (no copies): A = X^T X and
+  // X' = X B' instead of A = X X^T and X' = B' X.
   const bool tall = rows > cols;
-  const int64_t m = tall ? cols : rows; // Gram side, m <= n
+  const int64_t m = tall ? cols : rows; // Gram side
   const int64_t n = tall ? rows : cols;
+  // Workspace kept across calls (one matrix shape after another reuses it).
   gram.resize(m * m);
   poly.resize(m * m);
   next.resize(elements);
   const int R = static_cast<int>(rows), C = static_cast<int>(cols);
-  const int M = static_cast<int>(m);
+  const int M = static_cast<int>(m), N = static_cast<int>(n);
+  float *A = gram.data(), *B = poly.data();
+  // The iterate alternates between the caller's buffer and `next`: each
+  // iteration's last product writes the other one, so nothing is copied
+  // until the end (one copy back after an odd number of iterations).
+  float *cur = x, *out = next.data();
   int64_t flops = 0;
   for (const std::array<double, 3> &k : abc) {
     const float a = static_cast<float>(k[0]), b = static_cast<float>(k[1]),
                 c = static_cast<float>(k[2]);
-    // A = X X^T (wide) or X^T X (tall), m x m.
-    if (tall)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, M, R, 1.0f, x, C,
-                  x, C, 0.0f, gram.data(), M);
-    else
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, M, C, 1.0f, x, C,
-                  x, C, 0.0f, gram.data(), M);
-    roundAll(gram.data(), m * m, bf16);
-    // B = c A A + b A.
-    std::copy(gram.begin(), gram.end(), poly.begin());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, M, M, c,
-                gram.data(), M, gram.data(), M, b, poly.data(), M);
-    roundAll(poly.data(), m * m, bf16);
-    // X = a X + B X (wide) or a X + X B (tall; B is symmetric).
-    std::copy(x, x + elements, next.begin());
-    if (tall)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, C, C, 1.0f, x,
-                  C, poly.data(), M, a, next.data(), C);
-    else
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, C, R, 1.0f,
-                  poly.data(), M, x, C, a, next.data(), C);
-    std::copy(next.begin(), next.end(), x);
-    roundAll(x, elements, bf16);
-    flops += 2 * m * m * n + 2 * m * m * m + 2 * m * m * n;
+    // A = X X^T, lower triangle: m^2 n flops (a GEMM would take 2 m^2 n).
+    cblas_ssyrk(CblasRowMajor, CblasLower, tall ? CblasTrans : CblasNoTrans,
+                M, N, 1.0f, cur, C, 0.0f, A, M);
+    mirrorLowerInto(A, B, m, toBf16);
+    // B = c A A^T + b B = c A A + b A (A is symmetric), lower triangle:
+    // m^3 flops instead of 2 m^3.
+    cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, M, M, c, A, M, b, B,
+                M);
+    // X' = a X + B X (a X + X B for tall), 2 m^2 n flops: ssymm reads B's
+    // lower triangle, so B needs no mirror pass; with `out` holding X, its
+    // beta = a term is the same epilogue as torch's addmm. (Measured:
+    // ssymm 1-3% faster than mirroring B and calling sgemm on square
+    // shapes, as fast on 1:4. Folding a into B's diagonal saves the copy
+    // of X but moves a X into the f32 sum, which in bf16 flips noticeably
+    // more roundings against torch's order for no measurable gain;
+    // docs/performance.md.)
+    if (toBf16)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j <= i; ++j)
+          B[i * m + j] = bf16(B[i * m + j]);
+    std::memcpy(out, cur, static_cast<size_t>(elements) * sizeof(float));
+    cblas_ssymm(CblasRowMajor, tall ? CblasRight : CblasLeft, CblasLower, R,
+                C, 1.0f, B, M, cur, C, a, out, C);
+    roundAll(out, elements, toBf16);
+    std::swap(cur, out);
+    // The contract's dense count (Device.h), not the 3 m^2 n + m^3 run.
+    flops += 4 * m * m * n + 2 * m * m * m;
   }
+  if (cur != x)
+    std::memcpy(x, cur, static_cast<size_t>(elements) * sizeof(float));
   return flops;
 }
 
+#ifdef MUON_BLAS_BLIS
+void setBlasThreads(int threads) { bli_thread_set_num_threads(threads); }
+const char *blasName() { return "BLIS"; }
+#else
 void setBlasThreads(int threads) { openblas_set_num_threads(threads); }
+const char *blasName() { return "OpenBLAS"; }
+#endif
 
 } // namespace muon::runtime::cpu

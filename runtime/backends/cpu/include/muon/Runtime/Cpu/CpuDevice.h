@@ -1,7 +1,8 @@
 //===- CpuDevice.h - The CPU backend's device -------------------*- C++ -*-===//
 //
-// Host memory, elementwise loops and Newton-Schulz with OpenBLAS
-// (`cblas_sgemm`, fp32; bf16 emulated by rounding every product's result,
+// Host memory, elementwise loops and Newton-Schulz with BLAS (OpenBLAS, or
+// BLIS with -DMUON_BLAS=BLIS; symmetric products `cblas_ssyrk` and
+// `cblas_ssymm`, fp32; bf16 emulated by rounding every product's result,
 // which holds bf16 values exactly in f32). Bit-exact across ranks when every
 // process runs BLAS with the same thread count (setBlasThreads).
 //
@@ -42,9 +43,12 @@ private:
   std::vector<float> gram, poly, next; // Newton-Schulz workspace
 };
 
-/// OpenBLAS threads of this process (the reference and every rank must use
+/// BLAS threads of this process (the reference and every rank must use
 /// the same count for bit-exact results).
 void setBlasThreads(int threads);
+
+/// The BLAS the backend was built with ("OpenBLAS" or "BLIS"; MUON_BLAS).
+const char *blasName();
 
 } // namespace muon::runtime::cpu
 

@@ -1,0 +1,173 @@
+//===- NewtonSchulzTest.cpp - Symmetric CPU Newton-Schulz vs dense --------===//
+//
+// CpuDevice runs Newton-Schulz with symmetric products (ssyrk for X X^T and
+// A A, ssymm for B X); this checks it against the plain dense algorithm
+// written here with three sgemm products per iteration, as the CPU backend
+// ran it before, for square, wide and tall shapes, f32 and bf16, and both
+// coefficient presets.
+//
+// Tolerances (relative Frobenius error against the dense result): the two
+// algorithms differ only in the summation order inside the products. In
+// f32 that is a few ulps (6e-8) amplified by the iteration, up to about 20x
+// per step for Polar Express's first polynomials: 5e-5 (measured: at most
+// 2.5e-6 on the shapes below, 1.2e-5 for the 1 x 33 row, whose Gram
+// matrix is a single dot product). In bf16 an order difference can flip a
+// rounding by one bf16 ulp (2^-8 relative), and the later steps carry and
+// amplify the flips: 1e-2 (measured: at most 4e-3), and the symmetric bf16
+// result must be as close to the f32 result as the dense bf16 one is
+// (within 10%; measured: equal to 3 digits).
+//
+//===----------------------------------------------------------------------===//
+#include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Support/NsCoefficients.h"
+
+#include <cblas.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+using namespace muon;
+using namespace muon::runtime;
+using muon::runtime::cpu::CpuDevice;
+
+namespace {
+
+std::vector<float> randomMatrix(int64_t rows, int64_t cols, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0, 1);
+  std::vector<float> x(rows * cols);
+  for (float &v : x)
+    v = g(rng);
+  return x;
+}
+
+void roundAll(std::vector<float> &x, bool bf16) {
+  if (bf16)
+    for (float &v : x)
+      v = roundToBf16(v);
+}
+
+/// The dense algorithm of Device::newtonSchulz's contract, one plain sgemm
+/// per product: A = X X^T, B = c A A + b A, X = a X + B X (on the
+/// transpose for a tall matrix), rounding every product to bf16 when asked.
+void denseNewtonSchulz(std::vector<float> &x, int64_t rows, int64_t cols,
+                       const std::vector<std::array<double, 3>> &abc,
+                       double eps, bool bf16) {
+  const bool tall = rows > cols;
+  const int m = static_cast<int>(tall ? cols : rows);
+  const int n = static_cast<int>(tall ? rows : cols);
+  // Work on the wide form X (m x n).
+  std::vector<float> w(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      (tall ? w[c * rows + r] : w[r * cols + c]) = x[r * cols + c];
+  roundAll(w, bf16);
+  double sumSq = 0;
+  for (float v : w)
+    sumSq += double(v) * v;
+  float norm = static_cast<float>(std::sqrt(sumSq));
+  if (bf16)
+    norm = roundToBf16(norm);
+  norm = std::max(norm, static_cast<float>(eps));
+  for (float &v : w)
+    v /= norm;
+  roundAll(w, bf16);
+  std::vector<float> A(size_t(m) * m), B(size_t(m) * m), next(w.size());
+  for (const std::array<double, 3> &k : abc) {
+    const float a = float(k[0]), b = float(k[1]), c = float(k[2]);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, m, n, 1.0f,
+                w.data(), n, w.data(), n, 0.0f, A.data(), m);
+    roundAll(A, bf16);
+    B = A;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, c,
+                A.data(), m, A.data(), m, b, B.data(), m);
+    roundAll(B, bf16);
+    next = w;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, m, 1.0f,
+                B.data(), m, w.data(), n, a, next.data(), n);
+    w = next;
+    roundAll(w, bf16);
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      x[r * cols + c] = tall ? w[c * rows + r] : w[r * cols + c];
+}
+
+/// ||x - reference||_F / ||reference||_F, accumulated in double.
+double relativeError(const std::vector<float> &x,
+                     const std::vector<float> &reference) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    diff += (double(x[i]) - reference[i]) * (double(x[i]) - reference[i]);
+    norm += double(reference[i]) * reference[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+struct Case {
+  int64_t rows, cols;
+  bool bf16;
+  const char *preset;
+};
+
+class SymmetricNewtonSchulz : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SymmetricNewtonSchulz, MatchesDense) {
+  const Case c = GetParam();
+  std::optional<std::vector<NsTriple>> table = nsPreset(c.preset, 5);
+  ASSERT_TRUE(table);
+  std::vector<std::array<double, 3>> abc = *table;
+  abc.resize(5, abc.back());
+  std::vector<float> sym = randomMatrix(c.rows, c.cols, 11), dense = sym;
+  CpuDevice device;
+  int64_t flops =
+      device.newtonSchulz(sym.data(), 1, c.rows, c.cols, abc, 1e-7,
+                          c.bf16 ? DType::BF16 : DType::F32);
+  denseNewtonSchulz(dense, c.rows, c.cols, abc, 1e-7, c.bf16);
+  // The count is still the contract's dense one.
+  const int64_t m = std::min(c.rows, c.cols), n = std::max(c.rows, c.cols);
+  EXPECT_EQ(flops, 5 * (4 * m * m * n + 2 * m * m * m));
+  for (size_t i = 0; i < sym.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(sym[i])) << i;
+    if (c.bf16) {
+      ASSERT_EQ(sym[i], roundToBf16(sym[i])) << i;
+    }
+  }
+  const double relative = relativeError(sym, dense);
+  EXPECT_LT(relative, c.bf16 ? 1e-2 : 5e-5)
+      << c.rows << "x" << c.cols << " " << c.preset;
+  if (c.bf16) {
+    // Both bf16 results are as close to the f32 one: the symmetric
+    // products lose nothing the dense ones keep.
+    std::vector<float> f32 = randomMatrix(c.rows, c.cols, 11);
+    denseNewtonSchulz(f32, c.rows, c.cols, abc, 1e-7, false);
+    const double symToF32 = relativeError(sym, f32);
+    const double denseToF32 = relativeError(dense, f32);
+    EXPECT_LT(symToF32, 1.1 * denseToF32);
+  }
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> all;
+  // Square, wide and tall, with sides off the 64-element mirror tile.
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{96, 96},
+                            {130, 130},
+                            {72, 200},
+                            {200, 72},
+                            {1, 33}})
+    for (bool bf16 : {false, true})
+      for (const char *preset : {"jordan", "polar_express"})
+        all.push_back({rows, cols, bf16, preset});
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SymmetricNewtonSchulz, ::testing::ValuesIn(cases()),
+    [](const ::testing::TestParamInfo<Case> &info) {
+      const Case &c = info.param;
+      return std::to_string(c.rows) + "x" + std::to_string(c.cols) +
+             (c.bf16 ? "_bf16_" : "_f32_") + c.preset;
+    });
+
+} // namespace
