@@ -20,6 +20,7 @@
 #include "RunOptions.h"
 #include "Worker.h"
 
+#include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Report.h"
 #include "muon/Runtime/Cpu/MpiLauncher.h"
@@ -38,7 +39,7 @@ namespace {
 struct Flags {
   std::string inputFilename;
   bool dryRun = false;
-  std::string reportFile, planFile;
+  std::string reportFile, planFile, planFormat = "json";
   std::string wireDtype = "f32";
   std::string nsDtype;
   bool quiet = false, printSchedule = false;
@@ -63,6 +64,10 @@ void declare(::muon::cli::Parser &p, Flags &f) {
   p.option("report", f.reportFile, "file", "Write the run report here");
   p.option("plan", f.planFile, "file",
            "Write the compiled plan (muon-plan/1) here");
+  p.option("plan-format", f.planFormat, "json|binary",
+           "Form of the --plan file: json (muon-plan/1, default) or binary "
+           "(muon-plan-bin/1: one section per rank, each rank of a run "
+           "loads only its own)");
   p.option("wire-dtype", f.wireDtype, "f32|bf16",
            "Element type the exchanges carry (default: the model's "
            "setting, else f32)");
@@ -133,6 +138,12 @@ static int fail(const std::string &message) {
   return 2;
 }
 
+/// The plan in the --plan-format form.
+static std::string renderPlanAs(const ::muon::Plan &plan) {
+  return flags.planFormat == "binary" ? ::muon::renderPlanBinary(plan)
+                                      : ::muon::renderPlan(plan);
+}
+
 /// The report and summary of --dry-run: the plan's own figures.
 static int dryRunReport(const ::muon::Plan &plan) {
   ::muon::Report report = ::muon::tool::reportOf(plan);
@@ -140,7 +151,7 @@ static int dryRunReport(const ::muon::Plan &plan) {
   // target, and only when both are complete do they move into place.
   std::vector<std::pair<std::string, std::string>> outputs;
   if (!flags.planFile.empty())
-    outputs.push_back({flags.planFile, ::muon::renderPlan(plan)});
+    outputs.push_back({flags.planFile, renderPlanAs(plan)});
   if (!flags.reportFile.empty())
     outputs.push_back({flags.reportFile, ::muon::renderReport(report)});
   std::string error;
@@ -235,6 +246,9 @@ int main(int argc, char **argv) {
       flags.nsDtype != "f32" && flags.nsDtype != "bf16")
     return fail("unknown --ns-dtype '" + flags.nsDtype +
                 "'; expected auto, f32 or bf16");
+  if (flags.planFormat != "json" && flags.planFormat != "binary")
+    return fail("unknown --plan-format '" + flags.planFormat +
+                "'; expected json or binary");
   if (flags.backend != "cpu" && flags.backend != "cuda")
     return fail("unknown --backend '" + flags.backend +
                 "'; expected cpu or cuda");
@@ -320,8 +334,17 @@ int main(int argc, char **argv) {
   compile.maxRoundsGiven = parser.given("max-rounds");
   ::muon::Plan plan;
   bool isPlanFile = false;
-  if (!::muon::tool::loadPlan(flags.inputFilename, compile, plan, isPlanFile))
-    return 2;
+  // A rank of a run loads only its part of a binary plan; it reports a
+  // failure to the other ranks (runWorker) instead of leaving them waiting.
+  const bool worker = ::muon::runtime::cpu::launchedByMpirun();
+  if (!::muon::tool::loadPlan(flags.inputFilename, compile, plan, isPlanFile,
+                              worker ? ::muon::tool::rankFromEnvironment()
+                                     : -1)) {
+    if (!worker || flags.dryRun)
+      return 2;
+    return ::muon::tool::runWorker(std::move(plan), run, &argc, &argv,
+                                   /*planLoaded=*/false);
+  }
   // A run setting, not a compile one: it changes no exchange.
   if (parser.given("ns-dtype"))
     plan.muon.nsDtype = flags.nsDtype;
@@ -333,7 +356,7 @@ int main(int argc, char **argv) {
                          static_cast<long long>(plan.worldSize)));
 
   // Started by mpirun: this process is one rank of the run.
-  if (::muon::runtime::cpu::launchedByMpirun()) {
+  if (worker) {
     if (flags.dryRun)
       return fail("--dry-run compiles only; run it without mpirun");
     return ::muon::tool::runWorker(std::move(plan), run, &argc, &argv);
@@ -355,7 +378,7 @@ int main(int argc, char **argv) {
   }
   if (!flags.planFile.empty()) {
     std::string error;
-    if (!::muon::writeOutput(flags.planFile, ::muon::renderPlan(plan), error))
+    if (!::muon::writeOutput(flags.planFile, renderPlanAs(plan), error))
       return fail(error);
   }
   if (flags.printSchedule)

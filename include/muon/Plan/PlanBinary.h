@@ -1,0 +1,90 @@
+//===- PlanBinary.h - The sliced binary plan file (muon-plan-bin/1) -*- C++ -*-===//
+//
+// The same plan as the JSON file (PlanFile.h), laid out so that a rank can
+// load its own part without reading anyone else's: a fixed header, a shared
+// section every rank reads (settings, mesh, parameters, exchanges' phases,
+// schedule), a global section only whole-plan readers need (every matrix's
+// owner, the rounds), an index of one (offset, size, checksum) entry per
+// rank, and one section per rank (the matrices it holds or owns, its
+// transfers and reductions, its NS batches). A 16,384-rank plan's JSON is
+// read whole by every rank; here one rank reads its header, the shared
+// section, one index entry and its own section: a few hundred kilobytes.
+// docs/plan-format.md describes every byte.
+//
+// Both readers check what they read as strictly as the JSON reader: the
+// whole-plan reader assembles the plan, runs validatePlan on it and
+// requires the file to be exactly what renderPlanBinary writes for that plan
+// (so the two copies of each transfer, one in each end's section, agree);
+// the slice reader checks bounds, sizes and checksums while decoding and
+// then validatePlanSlice on the slice. A damaged or hostile file gives an
+// error naming the section, the item and the byte; never a crash.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_PLAN_PLANBINARY_H
+#define MUON_PLAN_PLANBINARY_H
+
+#include "muon/Plan/Plan.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace muon {
+
+/// The first 8 bytes of a binary plan file.
+inline constexpr std::string_view kPlanBinaryMagic = "MUONPLAN";
+inline constexpr uint32_t kPlanBinaryVersion = 1;
+
+/// Whether `prefix` (the first bytes of a file) starts a binary plan.
+bool isPlanBinary(std::string_view prefix);
+
+/// The whole plan (not a slice) as a binary plan file. Deterministic: the
+/// same plan always gives the same bytes.
+std::string renderPlanBinary(const Plan &plan);
+
+/// Reads and checks a whole binary plan: on success `plan` is what
+/// parsePlan gives for the same plan's JSON form.
+bool parsePlanBinary(std::string_view bytes, Plan &plan, std::string &error);
+
+/// What loading one rank's part cost.
+struct SliceLoadStats {
+  int64_t bytesRead = 0;  // bytes read from the file
+  int64_t heldBytes = 0;  // bytes the slice's Plan holds (estimate: its
+                          // containers' capacities and strings)
+};
+
+/// The most bytes of a plan file a rank reads for its part by default
+/// (header, shared section, index entry, its section): far above what a
+/// 16,384-rank Kimi-K2 plan needs (under 1 MB), far below what a damaged
+/// size field could ask for.
+inline constexpr int64_t kDefaultSliceReadLimit = int64_t(256) << 20;
+
+/// Loads rank `rank`'s part of the binary plan file at `path`, reading only
+/// the bytes it needs (pread), and checks it (validatePlanSlice). Refuses to
+/// read more than `readLimit` bytes. `error` names the file, the section and
+/// the problem.
+bool loadPlanSlice(const std::string &path, int64_t rank, Plan &slice,
+                   std::string &error, SliceLoadStats *stats = nullptr,
+                   int64_t readLimit = kDefaultSliceReadLimit);
+
+/// The same from a file already in memory (tests, the fuzzer); reads, and
+/// counts in `stats`, only the bytes loadPlanSlice would.
+bool parsePlanSlice(std::string_view bytes, int64_t rank, Plan &slice,
+                    std::string &error, SliceLoadStats *stats = nullptr,
+                    int64_t readLimit = kDefaultSliceReadLimit);
+
+/// Rank `rank`'s part of a whole plan, as loadPlanSlice builds it from the
+/// plan's binary file (fileId aside, which only a file has).
+Plan slicePlan(const Plan &plan, int64_t rank);
+
+/// What every rank's part of one plan file has in common: the file's
+/// identity and its shared section as this rank holds it (settings included,
+/// so a rank whose settings changed after loading stands out).
+uint64_t planSliceIdentity(const Plan &slice);
+
+/// Bytes a slice's Plan holds (what SliceLoadStats::heldBytes reports).
+int64_t planHeldBytes(const Plan &plan);
+
+} // namespace muon
+
+#endif // MUON_PLAN_PLANBINARY_H
