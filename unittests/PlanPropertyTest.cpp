@@ -12,7 +12,9 @@
 #include "muon/Dialect/Muon/Analysis/Figures.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
 #include "muon/Dialect/Muon/Transforms/Pipelines.h"
+#include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Plan/Validate.h"
 #include "muon/Planner/Schedule.h"
 #include "muon/Target/Spec/SpecImport.h"
 
@@ -409,6 +411,21 @@ TEST(PlanProperties, RandomSpecsGiveZeroRedundancyPlans) {
       Plan reread;
       ASSERT_TRUE(::muon::parsePlan(text, reread, error)) << error << spec;
       EXPECT_EQ(::muon::renderPlan(reread), text);
+      // So does the binary form, and each rank's part of it is the
+      // corresponding part of the whole plan.
+      std::string binary = ::muon::renderPlanBinary(scheduled);
+      Plan fromBinary;
+      ASSERT_TRUE(::muon::parsePlanBinary(binary, fromBinary, error))
+          << error << spec;
+      EXPECT_EQ(::muon::renderPlan(fromBinary), text);
+      for (int64_t r = 0; r < scheduled.worldSize; ++r) {
+        Plan part;
+        ASSERT_TRUE(::muon::parsePlanSlice(binary, r, part, error))
+            << error << spec;
+        Plan want = ::muon::slicePlan(scheduled, r);
+        EXPECT_EQ(part.matrixIds, want.matrixIds);
+        EXPECT_EQ(::muon::renderPlan(part), ::muon::renderPlan(want)) << spec;
+      }
       if (!options.async) {
         // Debug order: each round belongs to one owner, in rank order.
         int64_t lastOwner = -1;
