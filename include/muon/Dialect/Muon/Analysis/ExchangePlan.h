@@ -29,9 +29,15 @@ namespace mlir::muon {
 /// With `withTransfers` false only the matrices, owners and settings are
 /// filled (what packing and scheduling need), which is much cheaper at
 /// scale.
+/// With `roundOf` (each matrix's round, `rounds` of them), the transfers go
+/// straight into the exchanges of their rounds (2r gathers, 2r+1 scatters),
+/// in the order setRounds would give them: at scale the transfers are most
+/// of the plan, and building them once in place saves copying them again.
 FailureOr<::muon::Plan> buildPlan(ModelOp model, const ModelLayout &layout,
                                   StringRef wireDtype,
-                                  bool withTransfers = true);
+                                  bool withTransfers = true,
+                                  const std::vector<int64_t> *roundOf = nullptr,
+                                  int64_t rounds = 0);
 
 /// The schedule options the model's muon.distributed op sets.
 ::muon::ScheduleOptions scheduleOptionsOf(ModelOp model);
