@@ -1,5 +1,3 @@
-#include <chrono>
-#include <cstdio>
 //===- Pipelines.cpp - The muon compiler as one pipeline ------------------===//
 #include "muon/Dialect/Muon/Transforms/Pipelines.h"
 #include "muon/Conversion/Passes.h"
@@ -66,21 +64,11 @@ mlir::muon::compileModule(ModuleOp module, const CompileOverrides &overrides) {
   // The input was verified when it was read; verifying the whole model after
   // each pass costs seconds at scale, so the result is verified once.
   pm.enableVerifier(false);
-  if (getenv("MUON_TIMING")) pm.enableTiming();
-  auto T0 = std::chrono::steady_clock::now();
-  auto lap = [&](const char *what) { if (getenv("MUON_TIMING")) fprintf(stderr, "TIMING %s %.3f\n", what, std::chrono::duration<double>(std::chrono::steady_clock::now() - T0).count()); };
-  if (failed(pm.run(module)))
+  if (failed(pm.run(module)) || failed(verify(module)))
     return failure();
-  lap("pipeline");
-  if (failed(verify(module)))
-    return failure();
-  lap("verify");
   FailureOr<ModelLayout> layout = computeModelLayout(model);
   if (failed(layout))
     return failure();
-  lap("layout");
-  auto R = planFromModel(model, *layout,
+  return planFromModel(model, *layout,
                        overrides.wireDtype.value_or(std::string("f32")));
-  lap("planFromModel");
-  return R;
 }
