@@ -24,6 +24,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <memory>
+#include <optional>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1303,6 +1304,30 @@ bool parsePlanBinary(std::string_view bytes, Plan &plan, std::string &error) {
     return false;
   }
   return true;
+}
+
+void resealPlanBinary(std::string &bytes) {
+  if (bytes.size() < kHeaderSize || !isPlanBinary(bytes))
+    return;
+  uint64_t size = bytes.size();
+  auto sumOf = [&](uint64_t offset, uint64_t n) -> std::optional<uint64_t> {
+    if (offset > size || n > size - offset)
+      return std::nullopt;
+    return fnv1a(bytes.data() + offset, n);
+  };
+  if (auto s = sumOf(getU64(&bytes[32]), getU64(&bytes[40])))
+    putU64(bytes, 72, *s);
+  if (auto s = sumOf(getU64(&bytes[48]), getU64(&bytes[56])))
+    putU64(bytes, 80, *s);
+  uint64_t index = getU64(&bytes[64]), world = getU64(&bytes[16]);
+  for (uint64_t r = 0; r < world && index <= size &&
+                       (size - index) / kIndexEntrySize > r;
+       ++r) {
+    size_t at = index + r * kIndexEntrySize;
+    if (auto s = sumOf(getU64(&bytes[at]), getU64(&bytes[at + 8])))
+      putU64(bytes, at + 16, *s);
+  }
+  putU64(bytes, 88, fnv1a(bytes.data(), 88));
 }
 
 uint64_t planSliceIdentity(const Plan &slice) {

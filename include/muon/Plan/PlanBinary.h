@@ -77,6 +77,12 @@ bool parsePlanSlice(std::string_view bytes, int64_t rank, Plan &slice,
 /// plan's binary file (fileId aside, which only a file has).
 Plan slicePlan(const Plan &plan, int64_t rank);
 
+/// Recomputes the checksums of a binary plan (each one whose section lies
+/// inside the file), as a forger would: for tests and fuzzers, so that the
+/// damage they make reaches the decoders and the checks behind the
+/// checksums instead of stopping at the first checksum.
+void resealPlanBinary(std::string &bytes);
+
 /// What every rank's part of one plan file has in common: the file's
 /// identity and its shared section as this rank holds it (settings included,
 /// so a rank whose settings changed after loading stands out).
