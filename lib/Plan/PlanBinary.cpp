@@ -20,6 +20,7 @@
 #include "muon/Support/Limits.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -258,37 +259,6 @@ private:
   mutable std::vector<char> cachedIn;
 };
 
-/// Per rank, the whole-plan matrices it holds or owns, ascending: the
-/// owners, the NS lists (without a distributed config, the holders) and both
-/// ends of every transfer (in a valid plan every holder but the owner
-/// receives a scatter). One pass over the plan.
-std::vector<std::vector<int64_t>> localMatrices(const Plan &plan) {
-  std::vector<std::vector<int64_t>> local(plan.worldSize);
-  for (size_t k = 0; k < plan.matrices.size(); ++k)
-    if (plan.matrices[k].owner >= 0 && plan.matrices[k].owner < plan.worldSize)
-      local[plan.matrices[k].owner].push_back(static_cast<int64_t>(k));
-  for (int64_t r = 0; r < plan.worldSize; ++r)
-    if (r < static_cast<int64_t>(plan.nsMatrices.size()))
-      local[r].insert(local[r].end(), plan.nsMatrices[r].begin(),
-                      plan.nsMatrices[r].end());
-  // Consecutive transfers often name the same matrix for a rank (an
-  // owner's gathers): skipping repeats keeps this near the local sets' size.
-  auto add = [&](int64_t rank, int64_t k) {
-    if (local[rank].empty() || local[rank].back() != k)
-      local[rank].push_back(k);
-  };
-  for (const Exchange &ex : plan.exchanges)
-    for (const Transfer &t : ex.transfers) {
-      add(t.src, t.matrix);
-      add(t.dst, t.matrix);
-    }
-  for (auto &l : local) {
-    std::sort(l.begin(), l.end());
-    l.erase(std::unique(l.begin(), l.end()), l.end());
-  }
-  return local;
-}
-
 int64_t localIndex(const std::vector<int64_t> &ids, int64_t id) {
   return std::lower_bound(ids.begin(), ids.end(), id) - ids.begin();
 }
@@ -299,11 +269,143 @@ bool isPlanBinary(std::string_view prefix) {
   return prefix.substr(0, kPlanBinaryMagic.size()) == kPlanBinaryMagic;
 }
 
-std::string renderPlanBinary(const Plan &plan) {
-  int64_t world = plan.worldSize;
-  Geometry geo(plan);
-  std::string shared = encodeShared(plan, plan.matrices.size());
+/// The writer's state: each rank's matrices, and per rank and exchange its
+/// encoded transfers so far (sections are exchange-major, transfers come in
+/// matrix order, so each (rank, exchange) keeps its own bytes until finish).
+struct PlanBinaryWriter::State {
+  const Plan *plan = nullptr;
+  std::unique_ptr<Geometry> geo;
+  std::vector<std::vector<int32_t>> local; // per rank, whole-plan indices
+  struct RankExchange {
+    std::string bytes;
+    int64_t count = 0, last = -1;
+  };
+  std::vector<std::vector<RankExchange>> items; // [rank][exchange]
+  std::vector<int64_t> counts;                  // per exchange
+  std::vector<int64_t> sent, received;          // per rank, bytes
+  bool failed = false;
 
+  RankExchange &at(int64_t rank, int64_t exchange) {
+    std::vector<RankExchange> &v = items[rank];
+    if (static_cast<int64_t>(v.size()) <= exchange)
+      v.resize(exchange + 1);
+    return v[exchange];
+  }
+};
+
+PlanBinaryWriter::PlanBinaryWriter() : s(std::make_unique<State>()) {}
+PlanBinaryWriter::~PlanBinaryWriter() = default;
+
+void PlanBinaryWriter::begin(const Plan &plan) {
+  s = std::make_unique<State>();
+  s->plan = &plan;
+  s->geo = std::make_unique<Geometry>(plan);
+  int64_t world = plan.worldSize;
+  s->items.assign(world, {});
+  s->sent.assign(world, 0);
+  s->received.assign(world, 0);
+  // Each rank's matrices: those it holds a piece of (the owner holds one
+  // too), from the layouts: in a valid plan exactly the owners, the NS
+  // lists and both ends of every transfer. Parameters in order and slices
+  // ascending: each list comes out sorted.
+  s->local.assign(world, {});
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    const PlanParam &p = plan.params[i];
+    if (!p.muon || p.layout.shape.size() < 2)
+      continue;
+    int64_t first = s->geo->firstMatrix[i];
+    size_t batch = p.layout.shape.size() - 2;
+    for (const ParamPiece &piece : paramPieces(plan.mesh, p.layout)) {
+      std::vector<int64_t> at(batch);
+      for (size_t d = 0; d < batch; ++d)
+        at[d] = piece.box[d].begin;
+      while (true) {
+        int64_t slice = 0;
+        for (size_t d = 0; d < batch; ++d)
+          slice = slice * p.layout.shape[d] + at[d];
+        s->local[piece.rank].push_back(static_cast<int32_t>(first + slice));
+        size_t d = batch;
+        while (d > 0 && ++at[d - 1] == piece.box[d - 1].end) {
+          at[d - 1] = piece.box[d - 1].begin;
+          --d;
+        }
+        if (d == 0)
+          break;
+      }
+    }
+  }
+}
+
+void PlanBinaryWriter::add(int64_t exchange, bool gather, const Transfer &t) {
+  State &st = *s;
+  const Plan &plan = *st.plan;
+  if (static_cast<int64_t>(st.counts.size()) <= exchange)
+    st.counts.resize(exchange + 1, 0);
+  int64_t index = st.counts[exchange]++;
+  int64_t bytes = t.elements() * plan.wireBytes;
+  st.sent[t.src] += bytes;
+  st.received[t.dst] += bytes;
+  auto [param, slice] = st.geo->locate(t.matrix);
+  Range rows, cols;
+  int64_t summand = 0;
+  bool derived = st.geo->piece(param, slice, gather ? t.src : t.dst, rows,
+                               cols, summand);
+  uint8_t flags = 0;
+  if (!derived || !(rows == t.rows) || !(cols == t.cols))
+    flags |= kExplicitBox;
+  if (t.summand != (gather && derived ? summand : 0))
+    flags |= kExplicitSummand;
+  for (int side = 0; side < 2; ++side) {
+    int64_t me = side ? t.dst : t.src, peer = side ? t.src : t.dst;
+    const std::vector<int32_t> &ids = st.local[me];
+    auto it = std::lower_bound(ids.begin(), ids.end(), t.matrix);
+    if (it == ids.end() || *it != t.matrix) {
+      // Only an invalid plan has a transfer of a matrix its end does not
+      // hold; finish() then refuses to write.
+      st.failed = true;
+      return;
+    }
+    State::RankExchange &re = st.at(me, exchange);
+    Out o(re.bytes);
+    o.varint(index - re.last - 1);
+    re.last = index;
+    ++re.count;
+    o.u8(flags | (side ? kToMe : 0));
+    o.varint(peer);
+    o.varint(it - ids.begin());
+    if (flags & kExplicitBox) {
+      o.svarint(t.rows.begin);
+      o.svarint(t.rows.end);
+      o.svarint(t.cols.begin);
+      o.svarint(t.cols.end);
+    }
+    if (flags & kExplicitSummand)
+      o.svarint(t.summand);
+  }
+}
+
+std::vector<RankFigures> PlanBinaryWriter::figures(const Plan &plan) const {
+  std::vector<RankFigures> figures = computeRankFigures(plan);
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    figures[r].bytesSent += s->sent[r];
+    figures[r].bytesReceived += s->received[r];
+  }
+  return figures;
+}
+
+std::string PlanBinaryWriter::finish(const Plan &plan) {
+  State &st = *s;
+  int64_t world = plan.worldSize;
+  // `plan` is the finished plan, not necessarily the object begin() saw
+  // (buildPlan returns a copy); what the writer kept must fit it.
+  if (st.failed || static_cast<int64_t>(st.items.size()) != world)
+    return {};
+  std::vector<int64_t> counts(plan.exchanges.size(), 0);
+  for (size_t e = 0; e < plan.exchanges.size() && e < st.counts.size(); ++e)
+    counts[e] = st.counts[e];
+  if (st.counts.size() > plan.exchanges.size())
+    return {};
+  std::string shared = encodeShared(plan, plan.matrices.size());
   std::string global;
   {
     Out o(global);
@@ -315,13 +417,11 @@ std::string renderPlanBinary(const Plan &plan) {
       for (int64_t k : round)
         o.varint(k);
     }
-    for (const Exchange &ex : plan.exchanges) {
-      o.varint(ex.transfers.size());
-      o.varint(ex.reductions.size());
+    for (size_t e = 0; e < plan.exchanges.size(); ++e) {
+      o.varint(counts[e]);
+      o.varint(plan.exchanges[e].reductions.size());
     }
   }
-
-  std::vector<std::vector<int64_t>> local = localMatrices(plan);
   std::vector<int64_t> roundOf(plan.matrices.size(), 0),
       posInRound(plan.matrices.size(), 0);
   for (size_t r = 0; r < plan.rounds.size(); ++r)
@@ -329,11 +429,29 @@ std::string renderPlanBinary(const Plan &plan) {
       roundOf[plan.rounds[r][i]] = static_cast<int64_t>(r);
       posInRound[plan.rounds[r][i]] = static_cast<int64_t>(i);
     }
+  // Reductions are few: each rank's, by exchange, in order.
+  std::vector<std::vector<std::vector<std::pair<int64_t, bool>>>> reductions(
+      world);
+  for (size_t e = 0; e < plan.exchanges.size(); ++e)
+    for (size_t i = 0; i < plan.exchanges[e].reductions.size(); ++i) {
+      const Reduction &red = plan.exchanges[e].reductions[i];
+      for (int side = 0; side < 2; ++side) {
+        auto &list = reductions[side ? red.dst : red.src];
+        if (list.size() <= e)
+          list.resize(e + 1);
+        list[e].push_back({static_cast<int64_t>(i), side == 1});
+      }
+    }
 
-  std::vector<std::string> sections(world);
+  // The index needs every section's size: sections are built one rank at a
+  // time into one buffer, each rank's transfer bytes freed as they are
+  // copied, then laid out after the index.
+  std::string body;
+  std::vector<std::array<uint64_t, 3>> index(world);
   for (int64_t r = 0; r < world; ++r) {
-    Out o(sections[r]);
-    const std::vector<int64_t> &ids = local[r];
+    size_t begin = body.size();
+    Out o(body);
+    const std::vector<int32_t> &ids = st.local[r];
     o.varint(ids.size());
     int64_t prev = -1;
     for (int64_t k : ids) {
@@ -341,8 +459,6 @@ std::string renderPlanBinary(const Plan &plan) {
       prev = k;
       o.svarint(plan.matrices[k].owner);
     }
-    // Rounds: the whole plan's rounds restricted to this rank's matrices,
-    // in the whole plan's order.
     std::vector<int64_t> order(ids.size());
     for (size_t i = 0; i < ids.size(); ++i)
       order[i] = static_cast<int64_t>(i);
@@ -360,7 +476,9 @@ std::string renderPlanBinary(const Plan &plan) {
       for (; at < end; ++at)
         o.varint(order[at]);
     }
-    // The NS matrices are the batches' (as in the JSON form).
+    auto local = [&](int64_t k) {
+      return std::lower_bound(ids.begin(), ids.end(), k) - ids.begin();
+    };
     o.varint(plan.nsBatches[r].size());
     for (const NsBatch &b : plan.nsBatches[r]) {
       o.svarint(b.round);
@@ -368,89 +486,47 @@ std::string renderPlanBinary(const Plan &plan) {
       o.svarint(b.cols);
       o.varint(b.matrices.size());
       for (int64_t k : b.matrices)
-        o.varint(localIndex(ids, k));
+        o.varint(local(k));
     }
-  }
-
-  // Exchanges: per exchange, each rank's count, then its items. Two passes
-  // over each exchange's transfers instead of per-rank buffers.
-  std::vector<int64_t> count(world), last(world);
-  for (const Exchange &ex : plan.exchanges) {
-    bool gather = ex.phase == Exchange::Phase::Gather;
-    std::fill(count.begin(), count.end(), 0);
-    for (const Transfer &t : ex.transfers) {
-      ++count[t.src];
-      ++count[t.dst];
-    }
-    for (int64_t r = 0; r < world; ++r)
-      Out(sections[r]).varint(count[r]);
-    std::fill(last.begin(), last.end(), -1);
-    for (size_t i = 0; i < ex.transfers.size(); ++i) {
-      const Transfer &t = ex.transfers[i];
-      const PlanMatrix &m = plan.matrices[t.matrix];
-      Range rows, cols;
-      int64_t summand = 0;
-      bool derived = geo.piece(m.paramIndex, std::max<int64_t>(m.slice, 0),
-                               gather ? t.src : t.dst, rows, cols, summand);
-      uint8_t flags = 0;
-      if (!derived || !(rows == t.rows) || !(cols == t.cols))
-        flags |= kExplicitBox;
-      if (t.summand != (gather && derived ? summand : 0))
-        flags |= kExplicitSummand;
-      for (int side = 0; side < 2; ++side) {
-        int64_t me = side ? t.dst : t.src, peer = side ? t.src : t.dst;
-        Out o(sections[me]);
-        o.varint(static_cast<int64_t>(i) - last[me] - 1);
-        last[me] = static_cast<int64_t>(i);
-        o.u8(flags | (side ? kToMe : 0));
-        o.varint(peer);
-        o.varint(localIndex(local[me], t.matrix));
-        if (flags & kExplicitBox) {
-          o.svarint(t.rows.begin);
-          o.svarint(t.rows.end);
-          o.svarint(t.cols.begin);
-          o.svarint(t.cols.end);
-        }
-        if (flags & kExplicitSummand)
-          o.svarint(t.summand);
+    std::vector<State::RankExchange> &mine = st.items[r];
+    for (size_t e = 0; e < plan.exchanges.size(); ++e) {
+      if (e < mine.size()) {
+        o.varint(mine[e].count);
+        body += mine[e].bytes;
+        std::string().swap(mine[e].bytes);
+      } else {
+        o.varint(0);
       }
-    }
-    std::fill(count.begin(), count.end(), 0);
-    for (const Reduction &red : ex.reductions) {
-      ++count[red.src];
-      ++count[red.dst];
-    }
-    for (int64_t r = 0; r < world; ++r)
-      Out(sections[r]).varint(count[r]);
-    std::fill(last.begin(), last.end(), -1);
-    for (size_t i = 0; i < ex.reductions.size(); ++i) {
-      const Reduction &red = ex.reductions[i];
-      for (int side = 0; side < 2; ++side) {
-        int64_t me = side ? red.dst : red.src, peer = side ? red.src : red.dst;
-        Out o(sections[me]);
-        o.varint(static_cast<int64_t>(i) - last[me] - 1);
-        last[me] = static_cast<int64_t>(i);
-        o.u8(side ? kToMe : 0);
-        o.varint(peer);
+      const std::vector<std::pair<int64_t, bool>> none;
+      const auto &reds = e < reductions[r].size() ? reductions[r][e] : none;
+      o.varint(reds.size());
+      int64_t last = -1;
+      for (auto [i, toMe] : reds) {
+        const Reduction &red = plan.exchanges[e].reductions[i];
+        o.varint(i - last - 1);
+        last = i;
+        o.u8(toMe ? kToMe : 0);
+        o.varint(toMe ? red.src : red.dst);
         o.varint(red.param);
         o.svarint(red.summand);
         o.svarint(red.elements);
       }
     }
+    std::vector<State::RankExchange>().swap(mine);
+    index[r] = {begin, body.size() - begin,
+                fnv1a(body.data() + begin, body.size() - begin)};
   }
 
-  size_t total = kHeaderSize + shared.size() + global.size() +
-                 world * kIndexEntrySize;
-  for (const std::string &s : sections)
-    total += s.size();
+  uint64_t sections = kHeaderSize + shared.size() + global.size() +
+                      world * kIndexEntrySize;
   std::string file;
-  file.reserve(total);
+  file.reserve(sections + body.size());
   file.append(kPlanBinaryMagic);
   Out o(file);
   o.u32(kPlanBinaryVersion);
   o.u32(kHeaderSize);
   o.u64(world);
-  o.u64(total);
+  o.u64(sections + body.size());
   o.u64(kHeaderSize);
   o.u64(shared.size());
   o.u64(kHeaderSize + shared.size());
@@ -461,18 +537,23 @@ std::string renderPlanBinary(const Plan &plan) {
   o.u64(fnv1a(file.data(), file.size()));
   file += shared;
   file += global;
-  uint64_t offset = file.size() + world * kIndexEntrySize;
-  for (const std::string &s : sections) {
-    o.u64(offset);
-    o.u64(s.size());
-    o.u64(fnv1a(s.data(), s.size()));
-    offset += s.size();
+  for (const auto &[offset, size, sum] : index) {
+    o.u64(sections + offset);
+    o.u64(size);
+    o.u64(sum);
   }
-  for (std::string &s : sections) {
-    file += s;
-    std::string().swap(s); // the file and the sections are never both whole
-  }
+  file += body;
   return file;
+}
+
+std::string renderPlanBinary(const Plan &plan) {
+  PlanBinaryWriter writer;
+  writer.begin(plan);
+  for (size_t e = 0; e < plan.exchanges.size(); ++e)
+    for (const Transfer &t : plan.exchanges[e].transfers)
+      writer.add(static_cast<int64_t>(e),
+                 plan.exchanges[e].phase == Exchange::Phase::Gather, t);
+  return writer.finish(plan);
 }
 
 namespace {
