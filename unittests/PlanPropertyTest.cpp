@@ -439,6 +439,33 @@ TEST(PlanProperties, RandomSpecsGiveZeroRedundancyPlans) {
       }
     }
 
+    // Streaming the transfers into the binary writer as they are made (what
+    // muon-run does for a binary plan) gives the file of the whole plan.
+    {
+      MLIRContext ctx3(registry);
+      ctx3.getDiagEngine().registerHandler(
+          [](Diagnostic &) { return success(); });
+      OwningOpRef<ModuleOp> module3 = mlir::muon::importSpec(spec, &ctx3);
+      ASSERT_TRUE(module3);
+      ::muon::PlanBinaryWriter writer;
+      mlir::muon::CompileOverrides overrides;
+      overrides.stream = &writer;
+      FailureOr<Plan> streamed = mlir::muon::compileModule(*module3, overrides);
+      ASSERT_TRUE(succeeded(streamed));
+      std::string bytes = writer.begun() ? writer.finish(*streamed)
+                                         : ::muon::renderPlanBinary(*streamed);
+      EXPECT_EQ(bytes, ::muon::renderPlanBinary(*plan)) << spec;
+      if (writer.begun()) {
+        std::vector<::muon::RankFigures> a = writer.figures(*streamed),
+                                         b = ::muon::computeRankFigures(*plan);
+        for (size_t r = 0; r < a.size(); ++r)
+          EXPECT_TRUE(a[r].bytesSent == b[r].bytesSent &&
+                      a[r].bytesReceived == b[r].bytesReceived &&
+                      a[r].nsFlops == b[r].nsFlops)
+              << spec;
+      }
+    }
+
     // Determinism: the same spec compiles to the same plan.
     MLIRContext ctx2(registry);
     OwningOpRef<ModuleOp> module2;

@@ -296,6 +296,8 @@ struct PlanBinaryWriter::State {
 PlanBinaryWriter::PlanBinaryWriter() : s(std::make_unique<State>()) {}
 PlanBinaryWriter::~PlanBinaryWriter() = default;
 
+bool PlanBinaryWriter::begun() const { return s->plan != nullptr; }
+
 void PlanBinaryWriter::begin(const Plan &plan) {
   s = std::make_unique<State>();
   s->plan = &plan;
@@ -443,10 +445,29 @@ std::string PlanBinaryWriter::finish(const Plan &plan) {
       }
     }
 
-  // The index needs every section's size: sections are built one rank at a
-  // time into one buffer, each rank's transfer bytes freed as they are
-  // copied, then laid out after the index.
+  // Header, shared and global sections, room for the index, then each
+  // rank's section straight into the file (each rank's transfer bytes freed
+  // as they are copied); the index and the header are filled in last.
+  uint64_t sectionsBegin = kHeaderSize + shared.size() + global.size() +
+                           world * kIndexEntrySize;
+  // Sized up front (the transfers' bytes, and a generous allowance for the
+  // rest of each section): growing a 280 MB string by doubling would touch
+  // twice that.
+  uint64_t estimate = sectionsBegin;
+  for (int64_t r = 0; r < world; ++r) {
+    estimate += 64 + 16 * st.local[r].size() +
+                8 * plan.nsMatrices[r].size() + 8 * plan.exchanges.size();
+    for (const State::RankExchange &re : st.items[r])
+      estimate += re.bytes.size();
+  }
+  for (const Exchange &ex : plan.exchanges)
+    estimate += 2 * 16 * ex.reductions.size();
   std::string body;
+  body.reserve(estimate);
+  body.append(kHeaderSize, '\0');
+  body += shared;
+  body += global;
+  body.append(world * kIndexEntrySize, '\0');
   std::vector<std::array<uint64_t, 3>> index(world);
   for (int64_t r = 0; r < world; ++r) {
     size_t begin = body.size();
@@ -517,16 +538,13 @@ std::string PlanBinaryWriter::finish(const Plan &plan) {
                 fnv1a(body.data() + begin, body.size() - begin)};
   }
 
-  uint64_t sections = kHeaderSize + shared.size() + global.size() +
-                      world * kIndexEntrySize;
-  std::string file;
-  file.reserve(sections + body.size());
-  file.append(kPlanBinaryMagic);
-  Out o(file);
+  std::string head;
+  head.append(kPlanBinaryMagic);
+  Out o(head);
   o.u32(kPlanBinaryVersion);
   o.u32(kHeaderSize);
   o.u64(world);
-  o.u64(sections + body.size());
+  o.u64(body.size());
   o.u64(kHeaderSize);
   o.u64(shared.size());
   o.u64(kHeaderSize + shared.size());
@@ -534,16 +552,16 @@ std::string PlanBinaryWriter::finish(const Plan &plan) {
   o.u64(kHeaderSize + shared.size() + global.size());
   o.u64(fnv1a(shared.data(), shared.size()));
   o.u64(fnv1a(global.data(), global.size()));
-  o.u64(fnv1a(file.data(), file.size()));
-  file += shared;
-  file += global;
+  o.u64(fnv1a(head.data(), head.size()));
+  body.replace(0, kHeaderSize, head);
+  size_t at = sectionsBegin - world * kIndexEntrySize;
   for (const auto &[offset, size, sum] : index) {
-    o.u64(sections + offset);
-    o.u64(size);
-    o.u64(sum);
+    putU64(body, at, offset);
+    putU64(body, at + 8, size);
+    putU64(body, at + 16, sum);
+    at += kIndexEntrySize;
   }
-  file += body;
-  return file;
+  return body;
 }
 
 std::string renderPlanBinary(const Plan &plan) {

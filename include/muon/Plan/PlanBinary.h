@@ -58,6 +58,9 @@ public:
   PlanBinaryWriter();
   ~PlanBinaryWriter();
   void begin(const Plan &plan);
+  /// Whether begin() was called: a compiler given a writer uses it only for
+  /// a distributed plan built with its rounds.
+  bool begun() const;
   void add(int64_t exchange, bool gather, const Transfer &transfer);
   std::string finish(const Plan &plan);
   /// The plan's per-rank figures with the added transfers' bytes (what

@@ -73,7 +73,8 @@ static Exchange adamwReductions(const Plan &plan, std::vector<int64_t> &sent) {
 FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
                                       StringRef wireDtype, bool withTransfers,
                                       const std::vector<int64_t> *roundOf,
-                                      int64_t rounds) {
+                                      int64_t rounds,
+                                      ::muon::PlanBinaryWriter *stream) {
   Plan plan;
   plan.worldSize = layout.mesh.numDevices();
   plan.wireDtype = wireDtype.str();
@@ -135,6 +136,18 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     buckets[e].round = bucketed ? static_cast<int64_t>(e / 2) : 0;
   }
   std::vector<int64_t> sent(plan.worldSize, 0);
+  // Streamed only with the rounds known: the writer needs each transfer's
+  // final exchange.
+  if (!(stream && bucketed && distributed && withTransfers))
+    stream = nullptr;
+  if (stream)
+    stream->begin(plan);
+  auto emit = [&](size_t exchange, const Transfer &t) {
+    if (stream)
+      stream->add(static_cast<int64_t>(exchange), exchange % 2 == 0, t);
+    else
+      buckets[exchange].transfers.push_back(t);
+  };
   for (size_t k = 0; k < matrices.size(); ++k) {
     const MuonMatrix &mm = matrices[k];
     const std::vector<int64_t> &shape = layout.layouts[mm.param].shape;
@@ -166,8 +179,6 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
       continue;
     }
     size_t pair = bucketed ? 2 * (*roundOf)[k] : 0;
-    std::vector<Transfer> &gather = buckets[pair].transfers;
-    std::vector<Transfer> &scatter = buckets[pair + 1].transfers;
     int64_t owner = owners[k];
     if (owner < 0)
       return model.emitError() << "matrix '" << mm.label
@@ -198,7 +209,7 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
         Transfer t{p.rank, owner,  static_cast<int64_t>(k),
                    p.rows, p.cols, p.summand};
         sent[p.rank] += t.elements();
-        gather.push_back(t);
+        emit(pair, t);
       }
       i = j;
     }
@@ -207,7 +218,7 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
       if (p.rank != owner) {
         Transfer t{owner, p.rank, static_cast<int64_t>(k), p.rows, p.cols, 0};
         sent[owner] += t.elements();
-        scatter.push_back(t);
+        emit(pair + 1, t);
       }
     plan.matrices.push_back(std::move(pm));
   }
@@ -234,7 +245,8 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
 FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
                                           const ModelLayout &layout,
                                           StringRef wireWithoutConfig,
-                                          bool withTransfers) {
+                                          bool withTransfers,
+                                          ::muon::PlanBinaryWriter *stream) {
   StringRef wire = wireWithoutConfig;
   for (DistributedOp d : model.getBodyBlock().getOps<DistributedOp>())
     wire = stringifyWireDtype(d.getWireDtype());
@@ -275,7 +287,7 @@ FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
       roundOf[k] = static_cast<int64_t>(r);
   FailureOr<Plan> plan =
       buildPlan(model, layout, wire, withTransfers, &roundOf,
-                static_cast<int64_t>(rounds.size()));
+                static_cast<int64_t>(rounds.size()), stream);
   if (failed(plan))
     return failure();
   ::muon::ScheduleOptions options = scheduleOptionsOf(model);

@@ -19,6 +19,7 @@
 
 #include "muon/Dialect/Muon/IR/ModelLayout.h"
 #include "muon/Plan/Plan.h"
+#include "muon/Plan/PlanBinary.h"
 #include "muon/Planner/Schedule.h"
 
 namespace mlir::muon {
@@ -37,7 +38,8 @@ FailureOr<::muon::Plan> buildPlan(ModelOp model, const ModelLayout &layout,
                                   StringRef wireDtype,
                                   bool withTransfers = true,
                                   const std::vector<int64_t> *roundOf = nullptr,
-                                  int64_t rounds = 0);
+                                  int64_t rounds = 0,
+                                  ::muon::PlanBinaryWriter *stream = nullptr);
 
 /// The schedule options the model's muon.distributed op sets.
 ::muon::ScheduleOptions scheduleOptionsOf(ModelOp model);
@@ -47,9 +49,12 @@ FailureOr<::muon::Plan> buildPlan(ModelOp model, const ModelLayout &layout,
 /// muon.schedule op where they exist. Fails with an error on the model.
 /// `wireWithoutConfig` is the wire dtype reported for models without a
 /// distributed config (which move nothing).
+/// With `stream`, a distributed plan's transfers go to that writer (begun
+/// here) instead of into the plan's exchanges.
 FailureOr<::muon::Plan> planFromModel(ModelOp model, const ModelLayout &layout,
                                       StringRef wireWithoutConfig = "f32",
-                                      bool withTransfers = true);
+                                      bool withTransfers = true,
+                                      ::muon::PlanBinaryWriter *stream = nullptr);
 
 /// computeModelLayout, then planFromModel without transfers: what the
 /// packing, scheduling and verification passes work on.
