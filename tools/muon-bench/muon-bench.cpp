@@ -217,7 +217,8 @@ int runStep(int argc, char **argv) {
   text << in.rdbuf();
   Plan plan;
   std::string error;
-  if (!parsePlan(text.str(), plan, error))
+  if (isPlanBinary(text.str()) ? !parsePlanBinary(text.str(), plan, error)
+                               : !parsePlan(text.str(), plan, error))
     return fail(planPath + ": " + error);
   if (plan.worldSize != 1)
     return fail(format("%s is a plan for %lld ranks; muon-bench step runs "
