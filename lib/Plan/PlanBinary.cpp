@@ -283,6 +283,9 @@ struct PlanBinaryWriter::State {
   std::vector<std::vector<RankExchange>> items; // [rank][exchange]
   std::vector<int64_t> counts;                  // per exchange
   std::vector<int64_t> sent, received;          // per rank, bytes
+  // Per rank, the last matrix looked up and its local index: an owner is
+  // one end of every transfer of its matrix, one after the other.
+  std::vector<int64_t> lastMatrix, lastLocal;
   bool failed = false;
 
   RankExchange &at(int64_t rank, int64_t exchange) {
@@ -306,6 +309,8 @@ void PlanBinaryWriter::begin(const Plan &plan) {
   s->items.assign(world, {});
   s->sent.assign(world, 0);
   s->received.assign(world, 0);
+  s->lastMatrix.assign(world, -1);
+  s->lastLocal.assign(world, 0);
   // Each rank's matrices: those it holds a piece of (the owner holds one
   // too), from the layouts: in a valid plan exactly the owners, the NS
   // lists and both ends of every transfer. Parameters in order and slices
@@ -359,22 +364,30 @@ void PlanBinaryWriter::add(int64_t exchange, bool gather, const Transfer &t) {
     flags |= kExplicitSummand;
   for (int side = 0; side < 2; ++side) {
     int64_t me = side ? t.dst : t.src, peer = side ? t.src : t.dst;
-    const std::vector<int32_t> &ids = st.local[me];
-    auto it = std::lower_bound(ids.begin(), ids.end(), t.matrix);
-    if (it == ids.end() || *it != t.matrix) {
-      // Only an invalid plan has a transfer of a matrix its end does not
-      // hold; finish() then refuses to write.
-      st.failed = true;
-      return;
+    if (st.lastMatrix[me] != t.matrix) {
+      const std::vector<int32_t> &ids = st.local[me];
+      auto it = std::lower_bound(ids.begin(), ids.end(), t.matrix);
+      if (it == ids.end() || *it != t.matrix) {
+        // Only an invalid plan has a transfer of a matrix its end does not
+        // hold; finish() then refuses to write.
+        st.failed = true;
+        return;
+      }
+      st.lastMatrix[me] = t.matrix;
+      st.lastLocal[me] = it - ids.begin();
     }
     State::RankExchange &re = st.at(me, exchange);
+    // A rank's bytes of one exchange are about a kilobyte at scale: start
+    // there rather than grow from nothing.
+    if (re.bytes.capacity() < 256)
+      re.bytes.reserve(256);
     Out o(re.bytes);
     o.varint(index - re.last - 1);
     re.last = index;
     ++re.count;
     o.u8(flags | (side ? kToMe : 0));
     o.varint(peer);
-    o.varint(it - ids.begin());
+    o.varint(st.lastLocal[me]);
     if (flags & kExplicitBox) {
       o.svarint(t.rows.begin);
       o.svarint(t.rows.end);
