@@ -41,7 +41,7 @@ constexpr uint8_t kExplicitBox = 2; // rows and cols follow
 constexpr uint8_t kExplicitSummand = 4;
 
 uint64_t fnv1a(const char *data, size_t size,
-               uint64_t hash = 1469598103934665603ull) {
+               uint64_t hash = 14695981039346656037ull) {
   for (size_t i = 0; i < size; ++i) {
     hash ^= static_cast<unsigned char>(data[i]);
     hash *= 1099511628211ull;
@@ -763,9 +763,11 @@ bool readHeader(std::string_view bytes, uint64_t actualSize, Header &h,
     return bad("says the file has " + std::to_string(h.fileSize) +
                " bytes but it has " + std::to_string(actualSize) +
                " (truncated or appended to)");
-  // Sections follow each other; sizes are checked one at a time so that no
-  // sum overflows.
-  if (h.sharedOffset != kHeaderSize || h.sharedSize > h.fileSize ||
+  // Sections follow each other; each size is checked against what is left
+  // after the previous section, so that no sum overflows and no difference
+  // wraps around.
+  if (h.sharedOffset != kHeaderSize || h.sharedOffset > h.fileSize ||
+      h.sharedSize > h.fileSize - h.sharedOffset ||
       h.globalOffset != h.sharedOffset + h.sharedSize ||
       h.globalSize > h.fileSize - h.globalOffset ||
       h.indexOffset != h.globalOffset + h.globalSize ||
@@ -1289,6 +1291,8 @@ bool parsePlanBinary(std::string_view bytes, Plan &plan, std::string &error) {
       if (in.ok() && (transfers > room || reductions > room))
         in.fail("more transfers or reductions than the rank sections can "
                 "hold");
+      if (!in.ok())
+        break; // nothing is sized by a number that failed its check
       plan.exchanges[e].transfers.resize(transfers);
       plan.exchanges[e].reductions.resize(reductions);
     }
