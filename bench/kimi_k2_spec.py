@@ -6,17 +6,27 @@ hidden 7168, MLA attention (q_lora 1536, kv_lora 512, 64 heads, qk 128+64,
 v 128), 384 routed experts of width 2048 as 3-D stacks plus one shared
 expert, dense FFN 18432, vocabulary 163840: about 70,000 Muon matrices.
 
-Mesh: 2048 ranks = pp 16 x ep 16 x dp 8. Layers are spread over pipeline
-stages (`only`), expert stacks are split on their expert dim over ep (24
-experts per rank) and FSDP-split over dp; everything else is FSDP-split over
-ep x dp.
+Mesh: --pp P --dp D --ep E gives P x D ranks. Expert parallelism lives
+inside data parallelism, as in Kimi-K2's and DeepSeek-V3's training: the D
+data-parallel ranks of a stage are E expert groups of D/E ranks each, so the
+mesh is [pp P, ep E, dp D/E] (its "dp" axis is the data-parallel ranks within
+one expert group). Layers are spread over pipeline stages (`only`), expert
+stacks are split on their expert dim over ep (384/E experts per rank) and
+FSDP-split over the inner dp; everything else is FSDP-split over ep x dp,
+that is over all D data-parallel ranks. --ep 1 leaves experts unsplit by
+expert and FSDP-splits them over all of dp.
+
+Default (pp 16, dp 128, ep 16): 2048 ranks, mesh [16, 16, 8], the inventory
+the dry-run benchmark has always used. The plan-scale benchmark uses
+--pp 8 --dp 256 (2048 ranks) and --pp 8 --dp 2048 (16,384 ranks), ep 16.
 """
+import argparse
 import json
 import sys
 
 LAYERS, HIDDEN, EXPERTS, MOE_FF, DENSE_FF, VOCAB = 61, 7168, 384, 2048, 18432, 163840
 Q_LORA, KV_LORA, HEADS, QK_NOPE, QK_ROPE, V_HEAD = 1536, 512, 64, 128, 64, 128
-PP, EP, DP = 16, 16, 8
+PP, EP, DP = 16, 16, 8  # set from the options in main(); DP is dp within one ep group
 
 
 def stage(layer):
@@ -31,6 +41,17 @@ def dense(name, shape, st, optimizer=None):
 
 
 def main():
+    global PP, EP, DP
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pp", type=int, default=16, help="pipeline stages (default 16)")
+    ap.add_argument("--dp", type=int, default=128,
+                    help="data-parallel ranks per stage, ep included (default 128)")
+    ap.add_argument("--ep", type=int, default=16,
+                    help="expert-parallel groups within dp (default 16; divides --dp and 384)")
+    a = ap.parse_args()
+    if a.pp < 1 or a.pp > LAYERS or a.ep < 1 or a.dp < 1 or a.dp % a.ep or EXPERTS % a.ep:
+        ap.error("need 1 <= pp <= %d, ep dividing both dp and %d" % (LAYERS, EXPERTS))
+    PP, EP, DP = a.pp, a.ep, a.dp // a.ep
     params = [dense("embed", [VOCAB, HIDDEN], 0, "adamw")]
     for l in range(LAYERS):
         st, p = stage(l), f"layers.{l}."

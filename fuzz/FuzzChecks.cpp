@@ -15,7 +15,7 @@
 
 namespace muon::fuzz {
 
-[[noreturn]] static void trap(const std::string &what) {
+[[noreturn]] void trap(const std::string &what) {
   std::fprintf(stderr, "fuzz check failed: %s\n", what.c_str());
   __builtin_trap();
 }
@@ -52,6 +52,11 @@ bool smallEnoughToRun(const Plan &plan) {
 }
 
 void runEveryRank(const Plan &plan) {
+  runEveryRank(std::vector<Plan>(plan.worldSize, plan));
+}
+
+void runEveryRank(const std::vector<Plan> &parts) {
+  const Plan &plan = parts[0];
   runtime::LocalWorld world(plan.worldSize);
   std::vector<std::string> errors(plan.worldSize);
   std::vector<std::thread> ranks;
@@ -61,7 +66,7 @@ void runEveryRank(const Plan &plan) {
       runtime::LocalCommunicator comm(world, r);
       runtime::cpu::CpuDevice device;
       auto optimizer =
-          runtime::Optimizer::create(plan, comm, device, {20.0}, errors[r]);
+          runtime::Optimizer::create(parts[r], comm, device, {20.0}, errors[r]);
       if (!optimizer)
         return;
       runtime::SyntheticModel model(*optimizer, device, 1, summands);

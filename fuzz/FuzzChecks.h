@@ -21,12 +21,19 @@ void checkCompiledPlan(const Plan &plan);
 /// Small enough to compile or run within a fuzz iteration: ranks, pieces
 /// across ranks and Newton-Schulz work.
 bool smallEnoughToCompile(int64_t worldSize, int64_t pieces);
+
+/// Reports `what` as a fuzz check failure and stops (libFuzzer keeps the
+/// input).
+[[noreturn]] void trap(const std::string &what);
 bool smallEnoughToRun(const Plan &plan);
 
 /// Runs one step of `plan` on every rank, each a thread, with synthetic
 /// gradients (AddressSanitizer watches every access). Traps if a rank
 /// reports an error: a validated plan must run.
 void runEveryRank(const Plan &plan);
+/// The same with each rank running its own part of one plan (`parts[r]` is
+/// rank r's, as loadPlanSlice gives it).
+void runEveryRank(const std::vector<Plan> &parts);
 
 } // namespace muon::fuzz
 

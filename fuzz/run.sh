@@ -26,6 +26,7 @@ seed spec "$src"/examples/*.json "$src"/examples/matrix/*.json \
   "$src"/test/Target/Spec/Inputs/*.json "$src"/test/Fuzz/spec/*
 seed ir "$src"/test/Fuzz/ir/* $(find "$src/test" -name '*.mlir' -not -path '*/Fuzz/*')
 seed plan "$src"/test/Fuzz/plan/*
+seed plan-bin "$src"/test/Fuzz/plan-bin/*
 # Specs as IR and compiled plans, from the tools of the regular build.
 for spec in "$src"/examples/*.json "$src"/examples/matrix/*.json; do
   name=$(basename "$spec" .json)
@@ -33,6 +34,8 @@ for spec in "$src"/examples/*.json "$src"/examples/matrix/*.json; do
     -o "$fuzz/seeds/ir/$name.mlir" 2>/dev/null
   "$build/bin/muon-run" "$spec" --dry-run --quiet \
     --plan "$fuzz/seeds/plan/$name.json" 2>/dev/null
+  "$build/bin/muon-run" "$spec" --dry-run --quiet --plan-format binary \
+    --plan "$fuzz/seeds/plan-bin/$name.bin" 2>/dev/null
 done
 
 # LLVM's headers poison and unpoison allocator memory only when compiled
@@ -41,7 +44,7 @@ done
 export ASAN_OPTIONS=${ASAN_OPTIONS:-allow_user_poisoning=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 
-for target in spec ir plan; do
+for target in spec ir plan plan-bin; do
   bin="$fuzz/bin/muon-$target-fuzzer"
   artifacts="$fuzz/artifacts/$target"
   mkdir -p "$artifacts"

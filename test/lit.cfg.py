@@ -34,6 +34,7 @@ config.substitutions.append(("expect-exit", os.path.join(config.test_source_root
 config.substitutions.append(("%mpirun", "timeout 300 mpirun -q --allow-run-as-root --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none --mca orte_tmpdir_base $(mkdir -p %t.mpi && echo %t.mpi)"))
 config.substitutions.append(("compare-losses", "python3 " + os.path.join(config.test_source_root, "Utils", "compare-losses.py")))
 config.substitutions.append(("replay-inputs", "python3 " + os.path.join(config.test_source_root, "Utils", "replay-inputs.py")))
+config.substitutions.append(("edit-bytes", "python3 " + os.path.join(config.test_source_root, "Utils", "edit-bytes.py")))
 config.substitutions.append(("edit-json", "python3 " + os.path.join(config.test_source_root, "Utils", "edit-json.py")))
 config.substitutions.append(("check-trace", "python3 " + os.path.join(config.test_source_root, "Utils", "check-trace.py")))
 config.substitutions.append(("check-report", "python3 " + os.path.join(config.test_source_root, "Utils", "check-report.py")))

@@ -12,7 +12,9 @@
 #include "muon/Dialect/Muon/Analysis/Figures.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
 #include "muon/Dialect/Muon/Transforms/Pipelines.h"
+#include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Plan/Validate.h"
 #include "muon/Planner/Schedule.h"
 #include "muon/Target/Spec/SpecImport.h"
 
@@ -409,6 +411,21 @@ TEST(PlanProperties, RandomSpecsGiveZeroRedundancyPlans) {
       Plan reread;
       ASSERT_TRUE(::muon::parsePlan(text, reread, error)) << error << spec;
       EXPECT_EQ(::muon::renderPlan(reread), text);
+      // So does the binary form, and each rank's part of it is the
+      // corresponding part of the whole plan.
+      std::string binary = ::muon::renderPlanBinary(scheduled);
+      Plan fromBinary;
+      ASSERT_TRUE(::muon::parsePlanBinary(binary, fromBinary, error))
+          << error << spec;
+      EXPECT_EQ(::muon::renderPlan(fromBinary), text);
+      for (int64_t r = 0; r < scheduled.worldSize; ++r) {
+        Plan part;
+        ASSERT_TRUE(::muon::parsePlanSlice(binary, r, part, error))
+            << error << spec;
+        Plan want = ::muon::slicePlan(scheduled, r);
+        EXPECT_EQ(part.matrixIds, want.matrixIds);
+        EXPECT_EQ(::muon::renderPlan(part), ::muon::renderPlan(want)) << spec;
+      }
       if (!options.async) {
         // Debug order: each round belongs to one owner, in rank order.
         int64_t lastOwner = -1;
@@ -419,6 +436,33 @@ TEST(PlanProperties, RandomSpecsGiveZeroRedundancyPlans) {
           EXPECT_GE(owner, lastOwner);
           lastOwner = owner;
         }
+      }
+    }
+
+    // Streaming the transfers into the binary writer as they are made (what
+    // muon-run does for a binary plan) gives the file of the whole plan.
+    {
+      MLIRContext ctx3(registry);
+      ctx3.getDiagEngine().registerHandler(
+          [](Diagnostic &) { return success(); });
+      OwningOpRef<ModuleOp> module3 = mlir::muon::importSpec(spec, &ctx3);
+      ASSERT_TRUE(module3);
+      ::muon::PlanBinaryWriter writer;
+      mlir::muon::CompileOverrides overrides;
+      overrides.stream = &writer;
+      FailureOr<Plan> streamed = mlir::muon::compileModule(*module3, overrides);
+      ASSERT_TRUE(succeeded(streamed));
+      std::string bytes = writer.begun() ? writer.finish(*streamed)
+                                         : ::muon::renderPlanBinary(*streamed);
+      EXPECT_EQ(bytes, ::muon::renderPlanBinary(*plan)) << spec;
+      if (writer.begun()) {
+        std::vector<::muon::RankFigures> a = writer.figures(*streamed),
+                                         b = ::muon::computeRankFigures(*plan);
+        for (size_t r = 0; r < a.size(); ++r)
+          EXPECT_TRUE(a[r].bytesSent == b[r].bytesSent &&
+                      a[r].bytesReceived == b[r].bytesReceived &&
+                      a[r].nsFlops == b[r].nsFlops)
+              << spec;
       }
     }
 

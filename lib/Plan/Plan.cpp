@@ -114,12 +114,64 @@ std::vector<RankExchangeView> rankExchangeViews(const Exchange &exchange,
 }
 
 RankExchangeView rankExchangeView(const Exchange &exchange, int64_t rank) {
-  int64_t world = rank + 1;
-  for (const Transfer &t : exchange.transfers)
-    world = std::max({world, t.src + 1, t.dst + 1});
-  for (const Reduction &r : exchange.reductions)
-    world = std::max({world, r.src + 1, r.dst + 1});
-  return std::move(rankExchangeViews(exchange, world)[rank]);
+  // Only this rank's peers: a slice of a large plan names peers up to the
+  // world size, and the all-ranks version would allocate for every one.
+  std::map<int64_t, PeerSlice> sends, recvs;
+  auto add = [&](int64_t src, int64_t dst, int64_t elements, size_t i) {
+    if (src == rank) {
+      PeerSlice &s = sends[dst];
+      s.peer = dst;
+      s.elements += elements;
+      s.transfers.push_back(static_cast<int64_t>(i));
+    }
+    if (dst == rank) {
+      PeerSlice &r = recvs[src];
+      r.peer = src;
+      r.elements += elements;
+      r.transfers.push_back(static_cast<int64_t>(i));
+    }
+  };
+  for (size_t i = 0; i < exchange.transfers.size(); ++i)
+    add(exchange.transfers[i].src, exchange.transfers[i].dst,
+        exchange.transfers[i].elements(), i);
+  for (size_t i = 0; i < exchange.reductions.size(); ++i)
+    add(exchange.reductions[i].src, exchange.reductions[i].dst,
+        exchange.reductions[i].elements, i);
+  RankExchangeView view;
+  auto lay = [](std::map<int64_t, PeerSlice> &byPeer,
+                std::vector<PeerSlice> &out, int64_t &total) {
+    for (auto &[peer, slice] : byPeer) {
+      slice.offset = total;
+      total += slice.elements;
+      out.push_back(std::move(slice));
+    }
+  };
+  lay(sends, view.send, view.sendElements);
+  lay(recvs, view.recv, view.recvElements);
+  return view;
+}
+
+std::vector<PlanMatrix> muonMatrices(const std::vector<PlanParam> &params,
+                                     int64_t nsSteps) {
+  std::vector<PlanMatrix> out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const PlanParam &p = params[i];
+    if (!p.muon || p.layout.shape.size() < 2)
+      continue;
+    const std::vector<int64_t> &shape = p.layout.shape;
+    int64_t count = numMatrices(shape);
+    for (int64_t s = 0; s < count; ++s) {
+      PlanMatrix m;
+      m.param = p.name;
+      m.paramIndex = static_cast<int64_t>(i);
+      m.slice = shape.size() > 2 ? s : -1;
+      m.rows = shape[shape.size() - 2];
+      m.cols = shape.back();
+      m.nsFlops = nsFlops(m.rows, m.cols, nsSteps);
+      out.push_back(std::move(m));
+    }
+  }
+  return out;
 }
 
 int64_t gatheredMatrixBytes(const Plan &plan, int64_t m) {

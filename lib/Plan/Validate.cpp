@@ -35,9 +35,15 @@ public:
   explicit Checker(const Plan &plan) : plan(plan) {}
 
   json::Error run() {
-    if (settings() && mesh() && params() && matrices() && rounds() &&
+    if (settings() && mesh() && params() &&
+        (plan.isSlice() ? sliceMatrices() : matrices()) && rounds() &&
         batches() && exchanges() && transfers() && reductions())
       schedule();
+    return err;
+  }
+  json::Error header() {
+    if (settings() && mesh())
+      params();
     return err;
   }
 
@@ -65,6 +71,7 @@ private:
   bool mesh();
   bool params();
   bool matrices();
+  bool sliceMatrices();
   bool rounds();
   bool batches();
   bool exchanges();
@@ -88,6 +95,28 @@ private:
     const std::string &name = plan.params[m.paramIndex].name;
     return "'" + (m.slice < 0 ? name : name + "[" + num(m.slice) + "]") + "'";
   }
+
+  /// The piece `rank` holds of local matrix `k`; false when none.
+  bool pieceAt(int64_t k, int64_t rank, Range &rows, Range &cols,
+               int64_t &summand) const {
+    const PlanMatrix &m = plan.matrices[k];
+    const ParamLayout &layout = plan.params[m.paramIndex].layout;
+    if (!layout.holdsMatrix(plan.mesh, coords[rank], sliceOf(m)))
+      return false;
+    std::vector<Range> box = layout.localBox(plan.mesh, coords[rank]);
+    rows = box[box.size() - 2];
+    cols = box.back();
+    summand = 0;
+    for (int64_t axis : layout.partialAxes)
+      summand = summand * plan.mesh.shape[axis] + coords[rank][axis];
+    return true;
+  }
+  /// A slice's checks of a matrix its rank holds but does not own: its own
+  /// gather to the owner (none when the owner holds the same data) and its
+  /// new piece back, once.
+  bool heldTransfers(int64_t k,
+                     const std::vector<std::pair<int64_t, int64_t>> &gathers,
+                     const std::vector<std::pair<int64_t, int64_t>> &scatters);
 
   const Plan &plan;
   json::Error err;
@@ -291,6 +320,98 @@ bool Checker::matrices() {
   return true;
 }
 
+bool Checker::sliceMatrices() {
+  int64_t me = plan.sliceRank;
+  if (me >= plan.worldSize)
+    return fail("", "the part of rank " + num(me) + " in a world of " +
+                        num(plan.worldSize) + " ranks");
+  if (plan.matrixIds.size() != plan.matrices.size())
+    return fail("matrices", "expected one whole-plan index per matrix");
+  std::vector<int64_t> first = {0};
+  for (const PlanParam &p : plan.params)
+    first.push_back(first.back() + (p.muon ? numMatrices(p.layout.shape) : 0));
+  if (plan.totalMatrices != first.back())
+    return fail("matrices", "the plan has " + num(plan.totalMatrices) +
+                                " matrices but its Muon parameters have " +
+                                num(first.back()));
+  int64_t prev = -1;
+  for (size_t k = 0; k < plan.matrices.size(); ++k) {
+    int64_t id = plan.matrixIds[k];
+    std::string path = index("matrices", k);
+    if (id <= prev || id >= first.back())
+      return fail(path, "whole-plan matrix " + num(id) +
+                            " is out of order or out of range [" +
+                            num(prev + 1) + ", " + num(first.back()) + ")");
+    prev = id;
+    int64_t i =
+        std::upper_bound(first.begin(), first.end(), id) - first.begin() - 1;
+    const PlanParam &p = plan.params[i];
+    const std::vector<int64_t> &shape = p.layout.shape;
+    const PlanMatrix &m = plan.matrices[k];
+    int64_t s = id - first[i];
+    int64_t slice = shape.size() > 2 ? s : -1;
+    int64_t rows = shape[shape.size() - 2], cols = shape.back();
+    int64_t flops = nsFlops(rows, cols, plan.muon.nsSteps);
+    if (m.paramIndex != i || m.slice != slice || m.rows != rows ||
+        m.cols != cols || m.nsFlops != flops || m.param != p.name)
+      return fail(path, "expected matrix " + num(s) + " of parameter " +
+                            num(i) + " ('" + p.name + "'): slice " +
+                            num(slice) + ", " + num(rows) + " x " + num(cols) +
+                            ", " + num(flops) + " NS flops");
+    bool holds = p.layout.holdsMatrix(plan.mesh, coords[me], s);
+    if (!plan.distributed) {
+      if (m.owner != -1)
+        return fail(key(path, "owner"), "a plan without a distributed "
+                                        "config has no owners; expected -1");
+    } else {
+      if (m.owner < 0 || m.owner >= plan.worldSize)
+        return fail(key(path, "owner"), "expected a rank in [0, " +
+                                            num(plan.worldSize - 1) + "]");
+      if (!p.layout.holdsMatrix(plan.mesh, coords[m.owner], s))
+        return fail(key(path, "owner"), "rank " + num(m.owner) +
+                                            " holds no piece of " + label(k));
+    }
+    if (!holds && m.owner != me)
+      return fail(path, "rank " + num(me) + " neither holds nor owns " +
+                            label(k) + "; its part lists only its matrices");
+  }
+  // Every matrix the rank holds a piece of is listed: a rank that skipped
+  // one would never apply its update.
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    const PlanParam &p = plan.params[i];
+    if (!p.muon || !p.layout.inSubmesh(coords[me]))
+      continue;
+    std::vector<Range> box = p.layout.localBox(plan.mesh, coords[me]);
+    size_t batch = box.size() - 2;
+    if (box[batch].size() == 0 || box[batch + 1].size() == 0)
+      continue;
+    std::vector<int64_t> at(batch);
+    bool empty = false;
+    for (size_t d = 0; d < batch; ++d) {
+      at[d] = box[d].begin;
+      empty |= box[d].size() == 0;
+    }
+    while (!empty) {
+      int64_t s = 0;
+      for (size_t d = 0; d < batch; ++d)
+        s = s * p.layout.shape[d] + at[d];
+      if (!std::binary_search(plan.matrixIds.begin(), plan.matrixIds.end(),
+                              first[i] + s))
+        return fail("matrices", "rank " + num(me) + " holds a piece of '" +
+                                    p.name +
+                                    (batch ? "[" + num(s) + "]" : "") +
+                                    "' but its part does not list it");
+      size_t d = batch;
+      while (d > 0 && ++at[d - 1] == box[d - 1].end) {
+        at[d - 1] = box[d - 1].begin;
+        --d;
+      }
+      empty = d == 0;
+    }
+  }
+  return true;
+}
+
 bool Checker::rounds() {
   if (!withinLimit("rounds", plan.rounds.size(), "rounds",
                    limits::kMaxRounds))
@@ -322,6 +443,13 @@ bool Checker::batches() {
   std::vector<std::vector<int64_t>> expected(plan.worldSize);
   for (size_t k = 0; k < plan.matrices.size(); ++k) {
     const PlanMatrix &m = plan.matrices[k];
+    // A slice lists only matrices its rank holds or owns (sliceMatrices).
+    if (plan.isSlice() && !plan.distributed) {
+      expected[plan.sliceRank].push_back(k);
+      continue;
+    }
+    if (plan.isSlice() && m.owner != plan.sliceRank)
+      continue;
     if (plan.distributed) {
       expected[m.owner].push_back(k);
       continue;
@@ -333,6 +461,12 @@ bool Checker::batches() {
   }
   for (int64_t r = 0; r < plan.worldSize; ++r) {
     std::string path = key(index("ranks", r), "ns_batches");
+    if (plan.isSlice() && r != plan.sliceRank) {
+      if (!plan.nsBatches[r].empty() || !plan.nsMatrices[r].empty())
+        return fail(path, "a part of rank " + num(plan.sliceRank) +
+                              " holds another rank's batches");
+      continue;
+    }
     std::vector<int64_t> listed;
     for (size_t b = 0; b < plan.nsBatches[r].size(); ++b) {
       const NsBatch &batch = plan.nsBatches[r][b];
@@ -406,7 +540,8 @@ bool Checker::exchanges() {
     std::string path = index("exchanges", e);
     if (e == 2 * rounds) {
       if (ex.phase != Exchange::Phase::Reduce || ex.round != 0 ||
-          !ex.transfers.empty() || ex.reductions.empty())
+          !ex.transfers.empty() ||
+          (ex.reductions.empty() && !plan.isSlice()))
         return fail(path, "the exchange after the rounds' is the AdamW "
                           "reduce: phase \"reduce\", round 0, reductions "
                           "only, at least one");
@@ -425,6 +560,11 @@ bool Checker::exchanges() {
           tr.dst >= plan.worldSize || tr.src == tr.dst)
         return fail(tpath, "expected two different ranks in [0, " +
                                num(plan.worldSize - 1) + "]");
+      if (plan.isSlice() && tr.src != plan.sliceRank &&
+          tr.dst != plan.sliceRank)
+        return fail(tpath, "a part of rank " + num(plan.sliceRank) +
+                               " holds a transfer between ranks " +
+                               num(tr.src) + " and " + num(tr.dst));
       if (tr.matrix < 0 ||
           tr.matrix >= static_cast<int64_t>(plan.matrices.size()))
         return fail(tpath, "no matrix " + num(tr.matrix));
@@ -455,6 +595,14 @@ bool Checker::transfers() {
   };
   for (size_t k = 0; k < plan.matrices.size(); ++k) {
     const PlanMatrix &m = plan.matrices[k];
+    // A slice holds all the transfers of the matrices its rank owns (it is
+    // one end of each), so those get the whole check; the others only this
+    // rank's own.
+    if (plan.isSlice() && m.owner != plan.sliceRank) {
+      if (!heldTransfers(k, gathers[k], scatters[k]))
+        return false;
+      continue;
+    }
     std::vector<MatrixPiece> pieces = matrixPieces(
         plan.mesh, plan.params[m.paramIndex].layout, sliceOf(m));
     const MatrixPiece *own = pieceOf(pieces, m.owner);
@@ -515,6 +663,68 @@ bool Checker::transfers() {
   return true;
 }
 
+bool Checker::heldTransfers(
+    int64_t k, const std::vector<std::pair<int64_t, int64_t>> &gathers,
+    const std::vector<std::pair<int64_t, int64_t>> &scatters) {
+  const PlanMatrix &m = plan.matrices[k];
+  int64_t me = plan.sliceRank;
+  auto pathOf = [](std::pair<int64_t, int64_t> at) {
+    return index(key(index("exchanges", at.first), "transfers"), at.second);
+  };
+  Range rows, cols, ownRows, ownCols;
+  int64_t summand = 0, ownSummand = 0;
+  // sliceMatrices: the rank holds every matrix it does not own.
+  if (!pieceAt(k, me, rows, cols, summand) ||
+      !pieceAt(k, m.owner, ownRows, ownCols, ownSummand))
+    return fail("matrices", "rank " + num(me) + " or the owner holds no "
+                                                "piece of " +
+                                label(k));
+  for (size_t i = 0; i < gathers.size(); ++i) {
+    const Transfer &t =
+        plan.exchanges[gathers[i].first].transfers[gathers[i].second];
+    if (t.dst != m.owner)
+      return fail(pathOf(gathers[i]), "gathers " + label(k) + " to rank " +
+                                          num(t.dst) +
+                                          ", but its owner is rank " +
+                                          num(m.owner));
+    if (!(t.rows == rows) || !(t.cols == cols) || t.summand != summand)
+      return fail(pathOf(gathers[i]),
+                  "rank " + num(t.src) + " does not hold " +
+                      showBox(t.rows, t.cols) + " summand " +
+                      num(t.summand) + " of " + label(k));
+    if (keyOf(rows, cols, summand) == keyOf(ownRows, ownCols, ownSummand))
+      return fail(pathOf(gathers[i]), "sends the owner a piece of " +
+                                          label(k) + " it holds already");
+    if (i > 0)
+      return fail(pathOf(gathers[i]), "sends " + showBox(t.rows, t.cols) +
+                                          " summand " + num(t.summand) +
+                                          " of " + label(k) +
+                                          " to its owner twice");
+  }
+  for (size_t i = 0; i < scatters.size(); ++i) {
+    const Transfer &t =
+        plan.exchanges[scatters[i].first].transfers[scatters[i].second];
+    if (t.src != m.owner)
+      return fail(pathOf(scatters[i]), "scatters " + label(k) +
+                                           " from rank " + num(t.src) +
+                                           ", but its owner is rank " +
+                                           num(m.owner));
+    if (!(t.rows == rows) || !(t.cols == cols) || t.summand != 0)
+      return fail(pathOf(scatters[i]),
+                  "rank " + num(t.dst) + " does not hold " +
+                      showBox(t.rows, t.cols) + " of " + label(k) +
+                      " (scatters carry summand 0)");
+    if (i > 0)
+      return fail(pathOf(scatters[i]), "scatters " + label(k) + " to rank " +
+                                           num(t.dst) + " twice");
+  }
+  if (scatters.empty())
+    return fail("exchanges", "rank " + num(me) + " holds a piece of " +
+                                 label(k) + " but never receives its new "
+                                            "piece");
+  return true;
+}
+
 bool Checker::reductions() {
   if (!plan.distributed)
     return true;
@@ -532,6 +742,11 @@ bool Checker::reductions() {
           r.dst >= plan.worldSize || r.src == r.dst)
         return fail(rpath, "expected two different ranks in [0, " +
                                num(plan.worldSize - 1) + "]");
+      if (plan.isSlice() && r.src != plan.sliceRank &&
+          r.dst != plan.sliceRank)
+        return fail(rpath, "a part of rank " + num(plan.sliceRank) +
+                               " holds a reduction between ranks " +
+                               num(r.src) + " and " + num(r.dst));
       if (r.param < 0 || r.param >= static_cast<int64_t>(plan.params.size()))
         return fail(rpath, "no parameter " + num(r.param));
       const PlanParam &p = plan.params[r.param];
@@ -589,6 +804,9 @@ bool Checker::reductions() {
     for (const ParamPiece &piece : pieces) {
       size_t want = summandsOf[boxKey(piece.box)].size() - 1;
       needed |= want > 0;
+      // A slice sees only what its rank receives.
+      if (plan.isSlice() && piece.rank != plan.sliceRank)
+        continue;
       if (got[piece.rank].size() != want)
         return fail(reduce ? path : "exchanges",
                     "rank " + num(piece.rank) + " receives " +
@@ -609,5 +827,15 @@ void Checker::schedule() {
 } // namespace
 
 json::Error validatePlan(const Plan &plan) { return Checker(plan).run(); }
+
+json::Error validatePlanHeader(const Plan &plan) {
+  return Checker(plan).header();
+}
+
+json::Error validatePlanSlice(const Plan &plan) {
+  if (!plan.isSlice())
+    return {"", "expected one rank's part of a plan"};
+  return Checker(plan).run();
+}
 
 } // namespace muon

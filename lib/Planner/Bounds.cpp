@@ -51,7 +51,11 @@ LowerBounds planLowerBounds(const Plan &plan) {
   for (const PlanParam &p : plan.params)
     layouts.push_back(p.layout);
   std::vector<BoundMatrix> matrices;
-  for (const PlanMatrix &m : plan.matrices)
+  // A rank's part of a plan lists only its matrices; the bounds need all.
+  std::vector<PlanMatrix> all;
+  if (plan.isSlice())
+    all = muonMatrices(plan.params, plan.muon.nsSteps);
+  for (const PlanMatrix &m : plan.isSlice() ? all : plan.matrices)
     matrices.push_back({m.paramIndex, std::max<int64_t>(m.slice, 0), m.rows,
                         m.cols, m.nsFlops});
   return computeLowerBounds(plan.mesh, layouts, matrices, plan.wireBytes);

@@ -87,6 +87,41 @@ static void setOptions(Plan &plan, const ScheduleOptions &options) {
   plan.gatherBudgetBytes = options.gatherBudgetBytes;
 }
 
+/// The per-rank tables grow with ranks x exchanges: refuse before building
+/// them.
+static bool roundsWithinLimits(const Plan &plan, int64_t count, bool async,
+                               std::string &error) {
+  if (count > limits::kMaxRounds) {
+    error = std::string(async ? "the gather budget" :
+                                "the sequential debug order") +
+            " needs " + std::to_string(count) +
+            " rounds, above the limit of " +
+            limits::describe(limits::kMaxRounds) +
+            (async ? "; raise gather_budget_bytes"
+                   : " (one round per owning rank); use async");
+    return false;
+  }
+  if (plan.worldSize * (2 * count + 1) > limits::kMaxRankExchanges) {
+    error = std::to_string(plan.worldSize) + " ranks x " +
+            std::to_string(2 * count + 1) +
+            " exchanges is above the limit of " +
+            limits::describe(limits::kMaxRankExchanges) +
+            " for the plan's per-rank tables; lower max_rounds";
+    return false;
+  }
+  return true;
+}
+
+bool useRounds(Plan &plan, const ScheduleOptions &options,
+               std::vector<std::vector<int64_t>> rounds, std::string &error) {
+  setOptions(plan, options);
+  if (!roundsWithinLimits(plan, static_cast<int64_t>(rounds.size()),
+                          options.async, error))
+    return false;
+  setRounds(plan, std::move(rounds));
+  return true;
+}
+
 bool packRounds(Plan &plan, const ScheduleOptions &options,
                 std::string &error) {
   setOptions(plan, options);
@@ -125,34 +160,35 @@ bool packRounds(Plan &plan, const ScheduleOptions &options,
   rounds.erase(std::remove_if(rounds.begin(), rounds.end(),
                               [](auto &r) { return r.empty(); }),
                rounds.end());
-  // The plan's per-rank tables grow with ranks x exchanges: refuse before
-  // building them.
-  int64_t count = rounds.size();
-  if (count > limits::kMaxRounds) {
-    error = std::string(options.async ? "the gather budget" :
-                                        "the sequential debug order") +
-            " needs " + std::to_string(count) +
-            " rounds, above the limit of " +
-            limits::describe(limits::kMaxRounds) +
-            (options.async ? "; raise gather_budget_bytes"
-                           : " (one round per owning rank); use async");
+  if (!roundsWithinLimits(plan, static_cast<int64_t>(rounds.size()),
+                          options.async, error))
     return false;
-  }
-  if (plan.worldSize * (2 * count + 1) > limits::kMaxRankExchanges) {
-    error = std::to_string(plan.worldSize) + " ranks x " +
-            std::to_string(2 * count + 1) +
-            " exchanges is above the limit of " +
-            limits::describe(limits::kMaxRankExchanges) +
-            " for the plan's per-rank tables; lower max_rounds";
-    return false;
-  }
   setRounds(plan, std::move(rounds));
   return true;
 }
 
 void setRounds(Plan &plan, std::vector<std::vector<int64_t>> rounds) {
   plan.rounds = std::move(rounds);
-  if (plan.distributed) {
+  // Built in place already (buildPlan with the rounds): nothing to move.
+  bool inPlace = plan.distributed;
+  std::vector<int64_t> roundOfMatrix(plan.matrices.size(), -1);
+  for (size_t r = 0; r < plan.rounds.size(); ++r)
+    for (int64_t m : plan.rounds[r])
+      roundOfMatrix[m] = r;
+  size_t pairs = 2 * plan.rounds.size();
+  inPlace &= plan.exchanges.size() == pairs ||
+             (plan.exchanges.size() == pairs + 1 &&
+              plan.exchanges.back().phase == Exchange::Phase::Reduce);
+  for (size_t e = 0; inPlace && e < pairs; ++e) {
+    const Exchange &ex = plan.exchanges[e];
+    inPlace = ex.phase == (e % 2 ? Exchange::Phase::Scatter
+                                 : Exchange::Phase::Gather) &&
+              ex.round == static_cast<int64_t>(e / 2);
+    for (size_t i = 0; inPlace && i < ex.transfers.size(); ++i)
+      inPlace = roundOfMatrix[ex.transfers[i].matrix] ==
+                static_cast<int64_t>(e / 2);
+  }
+  if (plan.distributed && !inPlace) {
     // Re-bucket the transfers: round r gathers in 2r, scatters in 2r+1.
     std::vector<int64_t> roundOf(plan.matrices.size(), 0);
     for (size_t r = 0; r < plan.rounds.size(); ++r)
@@ -165,16 +201,29 @@ void setRounds(Plan &plan, std::vector<std::vector<int64_t>> rounds) {
       exchanges[2 * r + 1] = {Exchange::Phase::Scatter,
                               static_cast<int64_t>(r), {}, {}};
     }
+    auto target = [&](const Exchange &ex, const Transfer &t) -> size_t {
+      return 2 * roundOf[t.matrix] +
+             (ex.phase == Exchange::Phase::Scatter ? 1 : 0);
+    };
+    // Sized first: at scale the transfers are most of the plan's memory
+    // (17 million at 16,384 ranks), and growing by doubling would touch
+    // several times their size.
+    std::vector<size_t> sizes(exchanges.size(), 0);
+    for (const Exchange &ex : plan.exchanges)
+      if (ex.phase != Exchange::Phase::Reduce)
+        for (const Transfer &t : ex.transfers)
+          ++sizes[target(ex, t)];
+    for (size_t e = 0; e < exchanges.size(); ++e)
+      exchanges[e].transfers.reserve(sizes[e]);
     std::optional<Exchange> reduce;
-    for (const Exchange &ex : plan.exchanges) {
+    for (Exchange &ex : plan.exchanges) {
       if (ex.phase == Exchange::Phase::Reduce) {
-        reduce = ex;
+        reduce = std::move(ex);
         continue;
       }
       for (const Transfer &t : ex.transfers)
-        exchanges[2 * roundOf[t.matrix] +
-                  (ex.phase == Exchange::Phase::Scatter ? 1 : 0)]
-            .transfers.push_back(t);
+        exchanges[target(ex, t)].transfers.push_back(t);
+      std::vector<Transfer>().swap(ex.transfers); // freed as it is copied
     }
     if (reduce)
       exchanges.push_back(std::move(*reduce));

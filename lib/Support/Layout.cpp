@@ -1,7 +1,10 @@
 //===- Layout.cpp - Sharded-tensor layout math ----------------------------===//
 #include "muon/Support/Layout.h"
 
+#include "muon/Support/Limits.h"
+
 #include <algorithm>
+#include <array>
 #include <cassert>
 
 namespace muon {
@@ -103,7 +106,13 @@ namespace {
 /// A way to pick coordinates on the axes splitting one dim, with the range of
 /// the dim it leaves.
 struct DimChoice {
-  std::vector<std::pair<int64_t, int64_t>> coords; // (axis, coordinate)
+  // The coordinates on the dim's split axes, in their order. Inline: pieces
+  // are enumerated per matrix, and a heap vector per choice made the
+  // allocator most of the cost at scale (millions of choices at 16,384
+  // ranks). A dim is split by distinct mesh axes, and a checked mesh has at
+  // most kMaxMeshAxes.
+  std::array<int32_t, limits::kMaxMeshAxes> coords{};
+  int32_t count = 0;
   Range range;
 };
 } // namespace
@@ -122,7 +131,9 @@ void forEachPiece(const Mesh &mesh, const ParamLayout &layout,
   std::vector<std::vector<DimChoice>> choices(rank);
   std::vector<bool> isSplit(mesh.shape.size(), false);
   for (size_t d = 0; d < rank; ++d) {
-    std::vector<DimChoice> current{{{}, {0, layout.shape[d]}}};
+    DimChoice whole;
+    whole.range = {0, layout.shape[d]};
+    std::vector<DimChoice> current{whole};
     const std::vector<int64_t> noAxes;
     const std::vector<int64_t> &axes =
         d < layout.splitAxes.size() ? layout.splitAxes[d] : noAxes;
@@ -135,7 +146,9 @@ void forEachPiece(const Mesh &mesh, const ParamLayout &layout,
           if (sub.size() == 0)
             continue;
           DimChoice n = c;
-          n.coords.push_back({axis, k});
+          assert(n.count < limits::kMaxMeshAxes && "a checked mesh");
+          if (n.count < limits::kMaxMeshAxes)
+            n.coords[n.count++] = static_cast<int32_t>(k);
           n.range = {c.range.begin + sub.begin, c.range.begin + sub.end};
           next.push_back(std::move(n));
         }
@@ -174,8 +187,8 @@ void forEachPiece(const Mesh &mesh, const ParamLayout &layout,
   while (true) {
     for (size_t d = 0; d < rank; ++d) {
       picked[d] = &choices[d][dimIdx[d]];
-      for (auto [axis, k] : picked[d]->coords)
-        coords[axis] = k;
+      for (int32_t i = 0; i < picked[d]->count; ++i)
+        coords[layout.splitAxes[d][i]] = picked[d]->coords[i];
     }
     for (size_t a = 0; a < mesh.shape.size(); ++a)
       if (!isSplit[a])

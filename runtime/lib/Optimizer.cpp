@@ -1,6 +1,7 @@
 //===- Optimizer.cpp - Distributed Muon for a C++ trainer -----------------===//
 #include "muon/Runtime/Optimizer.h"
 
+#include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Validate.h"
 
@@ -24,9 +25,20 @@ std::unique_ptr<Optimizer> Optimizer::load(const std::string &planPath,
     error = "cannot read the plan file '" + planPath + "'";
     return nullptr;
   }
+  // A binary plan: this rank reads and checks only its own part.
+  char magic[8] = {};
+  in.read(magic, sizeof(magic));
+  Plan plan;
+  if (in.gcount() == sizeof(magic) &&
+      isPlanBinary(std::string_view(magic, sizeof(magic)))) {
+    if (!loadPlanSlice(planPath, comm.rank(), plan, error))
+      return nullptr;
+    return create(std::move(plan), comm, device, options, error);
+  }
+  in.clear();
+  in.seekg(0);
   std::ostringstream text;
   text << in.rdbuf();
-  Plan plan;
   if (!parsePlan(text.str(), plan, error)) {
     error = planPath + ": " + error;
     return nullptr;

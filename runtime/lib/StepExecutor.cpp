@@ -1,6 +1,7 @@
 //===- StepExecutor.cpp - One rank's side of a compiled step --------------===//
 #include "muon/Runtime/StepExecutor.h"
 
+#include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
 
 #include <algorithm>
@@ -9,6 +10,10 @@
 namespace muon::runtime {
 
 uint64_t planHash(const Plan &plan) {
+  // A rank's part differs from every other rank's by design: what they must
+  // share is the file and the parts every rank reads whole.
+  if (plan.isSlice())
+    return planSliceIdentity(plan);
   uint64_t hash = 1469598103934665603ull;
   for (char c : renderPlan(plan)) {
     hash ^= static_cast<unsigned char>(c);

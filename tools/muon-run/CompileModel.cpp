@@ -53,6 +53,7 @@ bool compileModel(const std::string &path, const std::string &text,
     overrides.gatherBudgetBytes = flags.gatherBudgetBytes;
   if (flags.maxRoundsGiven)
     overrides.maxRounds = flags.maxRounds;
+  overrides.stream = flags.stream;
   FailureOr<Plan> compiled = mlir::muon::compileModule(*module, overrides);
   if (failed(compiled))
     return false;

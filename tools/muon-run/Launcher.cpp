@@ -2,7 +2,7 @@
 #include "Launcher.h"
 #include "Console.h"
 
-#include "muon/Plan/PlanFile.h"
+#include "muon/Plan/PlanBinary.h"
 #include "muon/Runtime/Cpu/MpiLauncher.h"
 #include "muon/Support/ModelLimits.h"
 #include "muon/Support/OutputFile.h"
@@ -98,11 +98,12 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
     printError(dir->error());
     return 2;
   }
-  std::string planPath = dir->path() + "/plan.json";
+  // Binary: each rank reads only its own part (PlanBinary.h).
+  std::string planPath = dir->path() + "/plan.bin";
   std::string stagedReport = dir->path() + "/report.json";
   std::string stagedTrace = dir->path() + "/trace.json";
   std::string error;
-  if (!writeOutput(planPath, renderPlan(plan), error)) {
+  if (!writeOutput(planPath, renderPlanBinary(plan), error)) {
     printError(error);
     return 2;
   }

@@ -2,9 +2,12 @@
 #include "PlanInput.h"
 #include "Console.h"
 
+#include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Support/Limits.h"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -44,9 +47,60 @@ static bool readInput(const std::string &path, std::string &text,
   return true;
 }
 
+/// The first bytes of the file at `path` (fewer when it is shorter); empty
+/// when it cannot be read, which readInput then reports.
+static std::string readPrefix(const std::string &path, size_t size) {
+  std::string prefix(size, '\0');
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return {};
+  ssize_t n = ::pread(fd, prefix.data(), size, 0);
+  ::close(fd);
+  prefix.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return prefix;
+}
+
+int64_t rankFromEnvironment() {
+  // mpirun (OpenMPI, MPICH, PMIx) tells each process its rank before
+  // MPI_Init, which is what lets a rank load its part before it starts.
+  for (const char *name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char *value = std::getenv(name))
+      if (std::optional<int64_t> rank = parseDecimal(value))
+        return *rank;
+  return -1;
+}
+
 bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
-              bool &isPlanFile) {
+              bool &isPlanFile, int64_t sliceRank) {
   std::string text, error;
+  // A binary plan: a rank of a run reads only its part; anyone else reads
+  // and checks the whole.
+  if (isPlanBinary(readPrefix(path, kPlanBinaryMagic.size()))) {
+    isPlanFile = true;
+    if (flags.wireDtypeGiven || flags.gatherBudgetGiven ||
+        flags.maxRoundsGiven) {
+      printError(path + ": a plan file is already compiled; --wire-dtype, "
+                        "--gather-budget-bytes and --max-rounds apply to "
+                        "specs and IR only");
+      return false;
+    }
+    if (sliceRank >= 0) {
+      if (!loadPlanSlice(path, sliceRank, plan, error)) {
+        printError("rank " + std::to_string(sliceRank) + ": " + error);
+        return false;
+      }
+      return true;
+    }
+    if (!readInput(path, text, error)) {
+      printError(error);
+      return false;
+    }
+    if (!parsePlanBinary(text, plan, error)) {
+      printError(path + ": " + error);
+      return false;
+    }
+    return true;
+  }
   if (!readInput(path, text, error)) {
     printError(error);
     return false;

@@ -15,8 +15,15 @@ namespace muon::tool {
 /// pipeline with `flags` overriding the model's settings; a plan file is
 /// taken as compiled (compile flags are refused). Errors are printed with
 /// the place they refer to; returns false then.
+/// The plan of `path`: a spec or IR compiled, a JSON plan file read, or a
+/// binary plan file read whole, or with `sliceRank` >= 0 only that rank's
+/// part (Plan.h, PlanBinary.h). Prints the error and returns false.
 bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
-              bool &isPlanFile);
+              bool &isPlanFile, int64_t sliceRank = -1);
+
+/// This process's rank as mpirun announces it in the environment; -1 when
+/// none does.
+int64_t rankFromEnvironment();
 
 /// Whether this muon-run contains the compiler (a runtime-only build takes
 /// plan files only).

@@ -2,6 +2,7 @@
 #ifndef MUON_TOOLS_MUON_RUN_RUNOPTIONS_H
 #define MUON_TOOLS_MUON_RUN_RUNOPTIONS_H
 
+#include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/Report.h"
 
 #include <cstdint>
@@ -18,6 +19,9 @@ struct CompileFlags {
   bool gatherBudgetGiven = false;
   int64_t maxRounds = 8;
   bool maxRoundsGiven = false;
+  /// When set (a dry run writing a binary plan), the compiler streams the
+  /// transfers into it instead of holding them in the plan.
+  PlanBinaryWriter *stream = nullptr;
 };
 
 /// A fault to inject, for testing that failures are loud and lose nothing.
@@ -51,6 +55,9 @@ struct RunFlags {
   /// --simulate: the profile's name and the file it is read from (resolved
   /// on the launching side, so every rank reads the same file).
   std::string simulate, profilesFile;
+  /// The plan file the ranks load (their own parts of it, when binary):
+  /// rank 0 reads it whole to simulate every rank.
+  std::string planFile;
   /// --trace: where the step's timeline goes (rank 0 writes it).
   std::string traceFile;
 };

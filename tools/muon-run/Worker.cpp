@@ -2,6 +2,7 @@
 #include "Worker.h"
 #include "Backend.h"
 #include "Console.h"
+#include "PlanInput.h"
 #include "Simulation.h"
 
 #include "muon/Plan/Report.h"
@@ -48,12 +49,17 @@ template <typename T> std::vector<T> as(const std::vector<char> &bytes) {
 struct RankRun {
   double bytesSent = 0, bytesReceived = 0, nsFlops = 0;
   double consistent = 1; // every applied step moved and ran the same
+  // What the rank's plan says it moves and computes: each rank counts its
+  // own, since with a sliced plan only it knows (rank 0 holds its part).
+  double plannedSent = 0, plannedReceived = 0, plannedFlops = 0;
   std::vector<double> stepSeconds;
 };
 
 std::vector<char> encode(const RankRun &run) {
-  std::vector<double> v = {run.bytesSent, run.bytesReceived, run.nsFlops,
-                           run.consistent};
+  std::vector<double> v = {run.bytesSent,     run.bytesReceived,
+                           run.nsFlops,       run.consistent,
+                           run.plannedSent,   run.plannedReceived,
+                           run.plannedFlops};
   v.insert(v.end(), run.stepSeconds.begin(), run.stepSeconds.end());
   std::vector<char> out;
   append(out, v.data(), v.size());
@@ -67,7 +73,10 @@ RankRun decode(const std::vector<char> &bytes) {
   run.bytesReceived = v[1];
   run.nsFlops = v[2];
   run.consistent = v[3];
-  run.stepSeconds.assign(v.begin() + 4, v.end());
+  run.plannedSent = v[4];
+  run.plannedReceived = v[5];
+  run.plannedFlops = v[6];
+  run.stepSeconds.assign(v.begin() + 7, v.end());
   return run;
 }
 
@@ -154,7 +163,8 @@ Verification compare(const Plan &plan,
 static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
                    Device &device, const std::string &mpiProgress);
 
-int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
+int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv,
+              bool planLoaded) {
   // A crash ends the rank at once, so that mpirun notices and ends the run:
   // a crash handler that symbolizes a stack trace can stall a rank for
   // seconds, or deadlock when the crash corrupted the heap.
@@ -171,26 +181,28 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv) {
   MpiCommunicator mpi(argc, argv);
   RankBackend backend;
   std::string error;
-  bool opened = mpi.setProgress(flags.mpiProgress == "thread" ? MpiProgress::Thread
+  bool opened = planLoaded &&
+                mpi.setProgress(flags.mpiProgress == "thread"
+                                    ? MpiProgress::Thread
                                 : flags.mpiProgress == "calls"
                                     ? MpiProgress::Calls
                                     : MpiProgress::Auto,
                                 error) &&
                 openBackend(flags, mpi, backend, error);
-  // Every rank agrees before any runs: one that could not open its device
-  // ends the run on all of them.
-  int64_t everyone = 0;
+  // Every rank agrees before any runs: one that could not load its part of
+  // the plan (exit 2, as a bad plan always is) or open its device ends the
+  // run on all of them.
+  int64_t mine = !planLoaded ? 0 : opened ? 2 : 1, everyone = 0;
   std::string agreeError;
-  if (!mpi.allReduceMin(opened ? 1 : 0, everyone, flags.timeoutSeconds,
-                        agreeError)) {
+  if (!mpi.allReduceMin(mine, everyone, flags.timeoutSeconds, agreeError)) {
     printError("rank " + std::to_string(mpi.rank()) + ": " +
-               (opened ? agreeError : error));
+               (opened || !planLoaded ? agreeError : error));
     mpi.abort(kRunFailed);
   }
-  if (!everyone) {
-    if (!opened)
+  if (everyone < 2) {
+    if (planLoaded && !opened)
       printError("rank " + std::to_string(mpi.rank()) + ": " + error);
-    return kRunFailed;
+    return everyone == 0 ? 2 : kRunFailed;
   }
   Communicator &comm = backend.transport ? *backend.transport
                                          : static_cast<Communicator &>(mpi);
@@ -306,6 +318,10 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
                         static_cast<long long>(s + 1),
                         static_cast<long long>(flags.steps), seconds * 1e3));
   }
+  RankFigures plannedMine = computeRankFigures(plan)[rank];
+  run.plannedSent = static_cast<double>(plannedMine.bytesSent);
+  run.plannedReceived = static_cast<double>(plannedMine.bytesReceived);
+  run.plannedFlops = static_cast<double>(plannedMine.nsFlops);
   if (counted) {
     run.bytesSent = static_cast<double>(counted->bytesSent);
     run.bytesReceived = static_cast<double>(counted->bytesReceived);
@@ -323,6 +339,18 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
                          error)) {
     fail("collecting traces: " + error);
     comm.abort(kRunFailed);
+  }
+  std::vector<std::vector<char>> ownedLists;
+  {
+    std::vector<char> owned;
+    for (const std::string &label : plannedMine.owned) {
+      owned.insert(owned.end(), label.begin(), label.end());
+      owned.push_back('\n');
+    }
+    if (!comm.gatherToRoot(owned, ownedLists, flags.timeoutSeconds, error)) {
+      fail("collecting figures: " + error);
+      comm.abort(kRunFailed);
+    }
   }
   std::vector<std::vector<char>> pieces;
   if (flags.verify) {
@@ -350,6 +378,21 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
   // Rank 0: measured figures against the plan, the reference, the report.
   int exitCode = 0;
   Report report = reportOf(plan);
+  std::vector<RankRun> rankRuns;
+  for (const std::vector<char> &bytes : runs)
+    rankRuns.push_back(decode(bytes));
+  // The plan's figures as each rank counted them from its own part.
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    RankFigures &f = report.perRank[r];
+    f.bytesSent = static_cast<int64_t>(rankRuns[r].plannedSent);
+    f.bytesReceived = static_cast<int64_t>(rankRuns[r].plannedReceived);
+    f.nsFlops = static_cast<int64_t>(rankRuns[r].plannedFlops);
+    f.owned.clear();
+    std::string text(ownedLists[r].begin(), ownedLists[r].end());
+    for (size_t at = 0, end; (end = text.find('\n', at)) != std::string::npos;
+         at = end + 1)
+      f.owned.push_back(text.substr(at, end - at));
+  }
   const std::vector<RankFigures> planned = report.perRank;
   report.steps = flags.steps;
   report.microBatches = flags.microBatches;
@@ -357,9 +400,6 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
   report.nsDtype = dtypeName(optimizer->nsDtype());
   report.backend = flags.backend;
   report.mpiProgress = mpiProgress;
-  std::vector<RankRun> rankRuns;
-  for (const std::vector<char> &bytes : runs)
-    rankRuns.push_back(decode(bytes));
   bool anyApplied = skipped.size() < static_cast<size_t>(flags.steps);
   std::vector<std::string> mismatches;
   for (int64_t r = 0; r < plan.worldSize; ++r) {
@@ -447,7 +487,17 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
       fail(error);
       return 2;
     }
-    addSimulation(plan, profile, file, report, nullptr);
+    // A rank holds only its part of a binary plan; the simulation walks
+    // every rank's.
+    Plan whole;
+    bool isPlanFile = false;
+    if (plan.isSlice() &&
+        !loadPlan(flags.planFile, CompileFlags(), whole, isPlanFile)) {
+      fail("reading the whole plan to simulate it: " + flags.planFile);
+      return 2;
+    }
+    addSimulation(plan.isSlice() ? whole : plan, profile, file, report,
+                  nullptr);
   }
   // Rank 0 stages both in the run's private directory; the launcher
   // publishes them together.

@@ -12,7 +12,10 @@ namespace muon::tool {
 /// then (rank 0) checks the measured figures against the plan, runs the
 /// single-device reference when asked, prints the summary and writes the
 /// report. Returns the process's exit code.
-int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv);
+/// One rank of a run. `planLoaded` false: this rank could not load its part
+/// of the plan (it printed why); every rank then leaves with exit code 2.
+int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv,
+              bool planLoaded = true);
 
 } // namespace muon::tool
 

@@ -21,6 +21,7 @@
 #include "Simulation.h"
 #include "Worker.h"
 
+#include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Report.h"
 #include "muon/Runtime/Cpu/MpiLauncher.h"
@@ -39,7 +40,7 @@ namespace {
 struct Flags {
   std::string inputFilename;
   bool dryRun = false;
-  std::string reportFile, planFile;
+  std::string reportFile, planFile, planFormat = "json";
   std::string wireDtype = "f32";
   std::string nsDtype;
   bool quiet = false, printSchedule = false;
@@ -66,6 +67,10 @@ void declare(::muon::cli::Parser &p, Flags &f) {
   p.option("report", f.reportFile, "file", "Write the run report here");
   p.option("plan", f.planFile, "file",
            "Write the compiled plan (muon-plan/1) here");
+  p.option("plan-format", f.planFormat, "json|binary",
+           "Form of the --plan file: json (muon-plan/1, default) or binary "
+           "(muon-plan-bin/1: one section per rank, each rank of a run "
+           "loads only its own)");
   p.option("wire-dtype", f.wireDtype, "f32|bf16",
            "Element type the exchanges carry (default: the model's "
            "setting, else f32)");
@@ -152,9 +157,21 @@ static int fail(const std::string &message) {
   return 2;
 }
 
-/// The report and summary of --dry-run: the plan's own figures.
-static int dryRunReport(const ::muon::Plan &plan) {
+/// The plan in the --plan-format form.
+static std::string renderPlanAs(const ::muon::Plan &plan) {
+  return flags.planFormat == "binary" ? ::muon::renderPlanBinary(plan)
+                                      : ::muon::renderPlan(plan);
+}
+
+/// The report and summary of --dry-run: the plan's own figures. With
+/// `stream` begun, the plan's transfers went to it (a binary --plan at
+/// scale): the figures and the file come from it.
+static int dryRunReport(const ::muon::Plan &plan,
+                        ::muon::PlanBinaryWriter *stream) {
   ::muon::Report report = ::muon::tool::reportOf(plan);
+  bool streamed = stream && stream->begun();
+  if (streamed)
+    report.perRank = stream->figures(plan);
   std::vector<::muon::TraceEvent> events;
   if (!flags.simulate.empty()) {
     ::muon::sim::Profile profile;
@@ -168,8 +185,14 @@ static int dryRunReport(const ::muon::Plan &plan) {
   // Both outputs or neither: each is staged in a temporary file beside its
   // target, and only when both are complete do they move into place.
   std::vector<std::pair<std::string, std::string>> outputs;
-  if (!flags.planFile.empty())
-    outputs.push_back({flags.planFile, ::muon::renderPlan(plan)});
+  if (!flags.planFile.empty()) {
+    outputs.push_back(
+        {flags.planFile, streamed ? stream->finish(plan) : renderPlanAs(plan)});
+    if (outputs.back().second.empty())
+      return fail("internal error: the compiled plan could not be written "
+                  "as a binary plan (a transfer names a matrix its rank does "
+                  "not hold)");
+  }
   if (!flags.reportFile.empty())
     outputs.push_back({flags.reportFile, ::muon::renderReport(report)});
   if (!flags.traceFile.empty())
@@ -271,6 +294,9 @@ int main(int argc, char **argv) {
       flags.nsDtype != "f32" && flags.nsDtype != "bf16")
     return fail("unknown --ns-dtype '" + flags.nsDtype +
                 "'; expected auto, f32 or bf16");
+  if (flags.planFormat != "json" && flags.planFormat != "binary")
+    return fail("unknown --plan-format '" + flags.planFormat +
+                "'; expected json or binary");
   if (flags.backend != "cpu" && flags.backend != "cuda")
     return fail("unknown --backend '" + flags.backend +
                 "'; expected cpu or cuda");
@@ -357,6 +383,7 @@ int main(int argc, char **argv) {
   run.mpiProgress = flags.mpiProgress;
   run.traceFile = flags.traceFile;
   run.simulate = flags.simulate;
+  run.planFile = flags.inputFilename;
   run.profilesFile = flags.profilesFile;
   for (const std::string &text : flags.inject) {
     ::muon::tool::Fault fault;
@@ -374,10 +401,30 @@ int main(int argc, char **argv) {
   compile.gatherBudgetGiven = parser.given("gather-budget-bytes");
   compile.maxRounds = flags.maxRounds;
   compile.maxRoundsGiven = parser.given("max-rounds");
+  // A dry run writing a binary plan streams the transfers into the writer:
+  // the whole plan's transfer list (1.2 GB at 16,384 ranks) never exists.
+  // Not with --print-schedule, which counts each exchange's transfers, nor
+  // with --simulate, which walks them.
+  std::unique_ptr<::muon::PlanBinaryWriter> stream;
+  if (flags.dryRun && flags.planFormat == "binary" && !flags.planFile.empty() &&
+      !flags.printSchedule && flags.simulate.empty() &&
+      !::muon::runtime::cpu::launchedByMpirun()) {
+    stream = std::make_unique<::muon::PlanBinaryWriter>();
+    compile.stream = stream.get();
+  }
   ::muon::Plan plan;
   bool isPlanFile = false;
-  if (!::muon::tool::loadPlan(flags.inputFilename, compile, plan, isPlanFile))
-    return 2;
+  // A rank of a run loads only its part of a binary plan; it reports a
+  // failure to the other ranks (runWorker) instead of leaving them waiting.
+  const bool worker = ::muon::runtime::cpu::launchedByMpirun();
+  if (!::muon::tool::loadPlan(flags.inputFilename, compile, plan, isPlanFile,
+                              worker ? ::muon::tool::rankFromEnvironment()
+                                     : -1)) {
+    if (!worker || flags.dryRun)
+      return 2;
+    return ::muon::tool::runWorker(std::move(plan), run, &argc, &argv,
+                                   /*planLoaded=*/false);
+  }
   // A run setting, not a compile one: it changes no exchange.
   if (parser.given("ns-dtype"))
     plan.muon.nsDtype = flags.nsDtype;
@@ -389,13 +436,13 @@ int main(int argc, char **argv) {
                          static_cast<long long>(plan.worldSize)));
 
   // Started by mpirun: this process is one rank of the run.
-  if (::muon::runtime::cpu::launchedByMpirun()) {
+  if (worker) {
     if (flags.dryRun)
       return fail("--dry-run compiles only; run it without mpirun");
     return ::muon::tool::runWorker(std::move(plan), run, &argc, &argv);
   }
   if (flags.dryRun) {
-    int rc = dryRunReport(plan);
+    int rc = dryRunReport(plan, stream.get());
     if (rc == 0 && flags.printSchedule)
       printPlanSchedule(plan);
     return rc;
@@ -420,7 +467,7 @@ int main(int argc, char **argv) {
   }
   if (!flags.planFile.empty()) {
     std::string error;
-    if (!::muon::writeOutput(flags.planFile, ::muon::renderPlan(plan), error))
+    if (!::muon::writeOutput(flags.planFile, renderPlanAs(plan), error))
       return fail(error);
   }
   if (flags.printSchedule)

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "muon/InitAll.h"
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
+#include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Support/OutputFile.h"
 #include "muon/Target/Spec/SpecImport.h"
@@ -42,6 +43,33 @@ static cl::opt<bool> exportPlanFlag(
              "owners, rounds and a schedule (muon-assign-owners, "
              "muon-pack-rounds, muon-schedule-step)"));
 
+static cl::opt<bool> convertPlanFlag(
+    "convert-plan", cl::cat(toolCategory),
+    cl::desc("Read a plan file (JSON or binary), check it whole, and write "
+             "it in --plan-format (default: the other form)"));
+static cl::opt<std::string> planFormat(
+    "plan-format", cl::cat(toolCategory),
+    cl::desc("Form of the plan written by --export-plan or --convert-plan: "
+             "json (muon-plan/1) or binary (muon-plan-bin/1, one section per "
+             "rank)"),
+    cl::value_desc("json|binary"), cl::init(""));
+
+/// A plan in the requested form ("" means `fallback`).
+static bool renderAs(const ::muon::Plan &plan, const std::string &fallback,
+                     std::string &text) {
+  std::string form = planFormat.empty() ? fallback : planFormat.getValue();
+  if (form == "json")
+    text = ::muon::renderPlan(plan);
+  else if (form == "binary")
+    text = ::muon::renderPlanBinary(plan);
+  else {
+    llvm::errs() << "muon-translate: unknown --plan-format '" << form
+                 << "'; expected json or binary\n";
+    return false;
+  }
+  return true;
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   mlir::registerAsmPrinterCLOptions();
@@ -50,9 +78,14 @@ int main(int argc, char **argv) {
   if (!cl::ParseCommandLineOptions(argc, argv, "muon translation driver\n",
                                    &llvm::errs()))
     return 2;
-  if (importSpecFlag == exportPlanFlag) {
-    llvm::errs() << "muon-translate: choose one translation: --import-spec "
-                    "or --export-plan (see --help)\n";
+  if (int(importSpecFlag) + int(exportPlanFlag) + int(convertPlanFlag) != 1) {
+    llvm::errs() << "muon-translate: choose one translation: --import-spec, "
+                    "--export-plan or --convert-plan (see --help)\n";
+    return 2;
+  }
+  if (!planFormat.empty() && planFormat != "json" && planFormat != "binary") {
+    llvm::errs() << "muon-translate: unknown --plan-format '" << planFormat
+                 << "'; expected json or binary\n";
     return 2;
   }
   std::string error;
@@ -72,7 +105,20 @@ int main(int argc, char **argv) {
   mlir::MLIRContext context(registry);
   context.printOpOnDiagnostic(false);
   std::string text;
-  if (importSpecFlag) {
+  if (convertPlanFlag) {
+    std::string_view bytes(input->getBufferStart(), input->getBufferSize());
+    ::muon::Plan plan;
+    bool binary = ::muon::isPlanBinary(bytes);
+    bool ok = binary ? ::muon::parsePlanBinary(bytes, plan, error)
+                     : ::muon::parsePlan(std::string(bytes), plan, error);
+    if (!ok) {
+      llvm::errs() << "muon-translate: " << inputFilename << ": " << error
+                   << "\n";
+      return 2;
+    }
+    if (!renderAs(plan, binary ? "json" : "binary", text))
+      return 2;
+  } else if (importSpecFlag) {
     mlir::muon::SpecDiagnosticHandler handler(&context, inputFilename);
     mlir::OwningOpRef<mlir::ModuleOp> module =
         mlir::muon::importSpec(input->getBuffer(), &context);
@@ -114,7 +160,8 @@ int main(int argc, char **argv) {
                         << " (run muon-verify-schedule for the place)";
       return 2;
     }
-    text = ::muon::renderPlan(*plan);
+    if (!renderAs(*plan, "json", text))
+      return 2;
   }
   if (!muon::writeOutput(outputFilename, text, error)) {
     llvm::errs() << "muon-translate: " << error << "\n";

@@ -149,7 +149,31 @@ struct Plan {
   int64_t inflightLimit = 1;
   int64_t gatherBudgetBytes = 0;
   bool async = true;
+
+  // One rank's part of a plan (PlanBinary.h, loadPlanSlice): what that rank
+  // executes, without the other ranks' work, so that a rank of a 16,384-rank
+  // run holds kilobytes of plan instead of the whole. `matrices` are then
+  // the matrices the rank holds a piece of or owns, and every matrix index
+  // in the plan (rounds, transfers, NS batches) indexes that list; the
+  // exchanges keep only the transfers and reductions with the rank at one
+  // end, in the whole plan's order; nsBatches and nsMatrices have an entry
+  // per rank, empty but the rank's own. Everything else is the whole plan's.
+  /// The rank this plan is the part of; -1 for a whole plan.
+  int64_t sliceRank = -1;
+  /// Per entry of `matrices` (slices only): its index in the whole plan.
+  std::vector<int64_t> matrixIds;
+  /// Slices only: the whole plan's number of matrices.
+  int64_t totalMatrices = 0;
+  /// Slices only: the plan file's identity (its header checksum), which
+  /// every rank of a run must share.
+  uint64_t fileId = 0;
+  bool isSlice() const { return sliceRank >= 0; }
 };
+
+/// The Muon matrices of `params`, in plan order (what `Plan::matrices` must
+/// be, owners -1): one per 2-D parameter, one per slice of a batched one.
+std::vector<PlanMatrix> muonMatrices(const std::vector<PlanParam> &params,
+                                     int64_t nsSteps);
 
 /// Per-rank figures of the run report, counted from the plan's transfers.
 struct RankFigures {
@@ -174,6 +198,7 @@ struct RankExchangeView {
   std::vector<PeerSlice> send, recv;
   int64_t sendElements = 0, recvElements = 0;
 };
+/// O(the exchange's transfers); allocates only for `rank`'s peers.
 RankExchangeView rankExchangeView(const Exchange &exchange, int64_t rank);
 /// The views of every rank at once, in one pass over the transfers.
 std::vector<RankExchangeView> rankExchangeViews(const Exchange &exchange,

@@ -35,6 +35,21 @@ namespace muon {
 /// empty when the plan is sound.
 json::Error validatePlan(const Plan &plan);
 
+/// The checks of the parts every rank reads whole (settings, mesh,
+/// parameters): what must hold before anything indexes with them.
+json::Error validatePlanHeader(const Plan &plan);
+
+/// The checks of one rank's part of a plan (Plan::sliceRank >= 0), as
+/// strictly as validatePlan checks the whole, for everything that part holds:
+/// its matrices exactly those the rank holds or owns (each the parameters'
+/// matrix it names), rounds, NS batches and every transfer and reduction
+/// with the rank at one end. For a matrix the rank owns, that is all of its
+/// transfers, checked as validatePlan does; for one it only holds, its own
+/// gather (if any) and its scatter. What it cannot see (other ranks' counts
+/// agreeing with its own) the launching side checks with validatePlan.
+/// Costs O(what the rank holds), plus O(world size) for the mesh.
+json::Error validatePlanSlice(const Plan &plan);
+
 } // namespace muon
 
 #endif // MUON_PLAN_VALIDATE_H

@@ -47,6 +47,12 @@ struct ScheduleOptions {
 bool packRounds(Plan &plan, const ScheduleOptions &options,
                 std::string &error);
 
+/// Records the options as packRounds does and uses the given rounds (the
+/// IR's) instead of packing its own; false with `error` when they are more
+/// than the limits allow.
+bool useRounds(Plan &plan, const ScheduleOptions &options,
+               std::vector<std::vector<int64_t>> rounds, std::string &error);
+
 /// Uses the given rounds (each matrix in exactly one): re-buckets the
 /// transfers into exchanges 2r / 2r+1 and forms each rank's NS batches.
 void setRounds(Plan &plan, std::vector<std::vector<int64_t>> rounds);

@@ -167,12 +167,11 @@ Plan referencePlan(const Plan &plan) {
   ref.muon = plan.muon;
   ref.adamw = plan.adamw;
   ref.nsMatrices.assign(1, {});
-  for (size_t k = 0; k < plan.matrices.size(); ++k) {
-    PlanMatrix m = plan.matrices[k];
-    m.owner = -1;
-    ref.matrices.push_back(m);
+  // From the parameters, not plan.matrices: a rank's part of a plan lists
+  // only its own matrices, and the reference runs them all.
+  ref.matrices = muonMatrices(ref.params, ref.muon.nsSteps);
+  for (size_t k = 0; k < ref.matrices.size(); ++k)
     ref.nsMatrices[0].push_back(static_cast<int64_t>(k));
-  }
   ScheduleOptions options;
   options.prefetchCount = 0;
   options.maxRounds = 1;

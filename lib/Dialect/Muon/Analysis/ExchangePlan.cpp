@@ -71,8 +71,10 @@ static Exchange adamwReductions(const Plan &plan, std::vector<int64_t> &sent) {
 }
 
 FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
-                                      StringRef wireDtype,
-                                      bool withTransfers) {
+                                      StringRef wireDtype, bool withTransfers,
+                                      const std::vector<int64_t> *roundOf,
+                                      int64_t rounds,
+                                      ::muon::PlanBinaryWriter *stream) {
   Plan plan;
   plan.worldSize = layout.mesh.numDevices();
   plan.wireDtype = wireDtype.str();
@@ -123,10 +125,29 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
   bool distributed = !model.getBodyBlock().getOps<DistributedOp>().empty();
   plan.distributed = distributed;
 
-  Exchange gather, scatter;
-  gather.phase = Exchange::Phase::Gather;
-  scatter.phase = Exchange::Phase::Scatter;
+  // One gather and one scatter, or with rounds known, a pair per round.
+  bool bucketed = roundOf && roundOf->size() == matrices.size() &&
+                  std::all_of(roundOf->begin(), roundOf->end(),
+                              [&](int64_t r) { return r >= 0 && r < rounds; });
+  std::vector<Exchange> buckets(bucketed ? 2 * rounds : 2);
+  for (size_t e = 0; e < buckets.size(); ++e) {
+    buckets[e].phase =
+        e % 2 ? Exchange::Phase::Scatter : Exchange::Phase::Gather;
+    buckets[e].round = bucketed ? static_cast<int64_t>(e / 2) : 0;
+  }
   std::vector<int64_t> sent(plan.worldSize, 0);
+  // Streamed only with the rounds known: the writer needs each transfer's
+  // final exchange.
+  if (!(stream && bucketed && distributed && withTransfers))
+    stream = nullptr;
+  if (stream)
+    stream->begin(plan);
+  auto emit = [&](size_t exchange, const Transfer &t) {
+    if (stream)
+      stream->add(static_cast<int64_t>(exchange), exchange % 2 == 0, t);
+    else
+      buckets[exchange].transfers.push_back(t);
+  };
   for (size_t k = 0; k < matrices.size(); ++k) {
     const MuonMatrix &mm = matrices[k];
     const std::vector<int64_t> &shape = layout.layouts[mm.param].shape;
@@ -157,6 +178,7 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
       plan.matrices.push_back(std::move(pm));
       continue;
     }
+    size_t pair = bucketed ? 2 * (*roundOf)[k] : 0;
     int64_t owner = owners[k];
     if (owner < 0)
       return model.emitError() << "matrix '" << mm.label
@@ -187,7 +209,7 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
         Transfer t{p.rank, owner,  static_cast<int64_t>(k),
                    p.rows, p.cols, p.summand};
         sent[p.rank] += t.elements();
-        gather.transfers.push_back(t);
+        emit(pair, t);
       }
       i = j;
     }
@@ -196,13 +218,12 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
       if (p.rank != owner) {
         Transfer t{owner, p.rank, static_cast<int64_t>(k), p.rows, p.cols, 0};
         sent[owner] += t.elements();
-        scatter.transfers.push_back(t);
+        emit(pair + 1, t);
       }
     plan.matrices.push_back(std::move(pm));
   }
   if (distributed) {
-    plan.exchanges.push_back(std::move(gather));
-    plan.exchanges.push_back(std::move(scatter));
+    plan.exchanges = std::move(buckets);
     Exchange reduce = adamwReductions(plan, sent);
     if (!reduce.reductions.empty())
       plan.exchanges.push_back(std::move(reduce));
@@ -224,24 +245,27 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
 FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
                                           const ModelLayout &layout,
                                           StringRef wireWithoutConfig,
-                                          bool withTransfers) {
+                                          bool withTransfers,
+                                          ::muon::PlanBinaryWriter *stream) {
   StringRef wire = wireWithoutConfig;
   for (DistributedOp d : model.getBodyBlock().getOps<DistributedOp>())
     wire = stringifyWireDtype(d.getWireDtype());
-  FailureOr<Plan> plan = buildPlan(model, layout, wire, withTransfers);
-  if (failed(plan))
-    return failure();
   SmallVector<RoundOp> roundOps(model.getBodyBlock().getOps<RoundOp>());
   // No rounds and no schedule: not packed yet. (A packed model without Muon
   // matrices has a schedule and no rounds.)
   if (roundOps.empty() && model.getBodyBlock().getOps<ScheduleOp>().empty())
-    return plan;
+    return buildPlan(model, layout, wire, withTransfers);
 
-  // Rounds from the IR (the verifier made them a partition).
+  // Rounds from the IR (the verifier made them a partition), read first so
+  // that the transfers are built in their rounds' exchanges.
+  std::vector<MuonMatrix> muonMatrices = collectMuonMatrices(model, layout);
   std::map<std::pair<std::string, int64_t>, int64_t> indexOf;
-  for (size_t k = 0; k < plan->matrices.size(); ++k)
-    indexOf[{plan->matrices[k].param,
-             std::max<int64_t>(plan->matrices[k].slice, 0)}] = k;
+  for (size_t k = 0; k < muonMatrices.size(); ++k) {
+    const MuonMatrix &mm = muonMatrices[k];
+    bool batched = layout.layouts[mm.param].shape.size() > 2;
+    indexOf[{ParamOp(layout.params[mm.param]).getSymName().str(),
+             batched ? mm.matrix : 0}] = k;
+  }
   std::vector<std::vector<int64_t>> rounds(roundOps.size());
   for (RoundOp round : roundOps)
     for (auto [ref, slice] : llvm::zip(round.getParams(), round.getSlices())) {
@@ -257,12 +281,21 @@ FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
     }
   for (auto &r : rounds)
     llvm::sort(r);
+  std::vector<int64_t> roundOf(muonMatrices.size(), -1);
+  for (size_t r = 0; r < rounds.size(); ++r)
+    for (int64_t k : rounds[r])
+      roundOf[k] = static_cast<int64_t>(r);
+  FailureOr<Plan> plan =
+      buildPlan(model, layout, wire, withTransfers, &roundOf,
+                static_cast<int64_t>(rounds.size()), stream);
+  if (failed(plan))
+    return failure();
   ::muon::ScheduleOptions options = scheduleOptionsOf(model);
   std::string error;
-  // Records the options; the rounds it packs are replaced by the IR's.
-  if (!::muon::packRounds(*plan, options, error))
+  // The IR's rounds, with the options recorded (packing rounds of its own
+  // here would re-bucket every transfer once more, for nothing).
+  if (!::muon::useRounds(*plan, options, std::move(rounds), error))
     return model.emitError() << error;
-  ::muon::setRounds(*plan, std::move(rounds));
 
   // The sequence from the IR, if there is one.
   bool hasReduce = !plan->exchanges.empty() &&

@@ -70,5 +70,6 @@ mlir::muon::compileModule(ModuleOp module, const CompileOverrides &overrides) {
   if (failed(layout))
     return failure();
   return planFromModel(model, *layout,
-                       overrides.wireDtype.value_or(std::string("f32")));
+                       overrides.wireDtype.value_or(std::string("f32")),
+                       /*withTransfers=*/true, overrides.stream);
 }

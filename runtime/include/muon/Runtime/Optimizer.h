@@ -67,7 +67,10 @@ struct ParamSlot {
 
 class Optimizer {
 public:
-  /// Reads and validates a plan file, then as `create`.
+  /// Reads and validates a plan file, then as `create`. A binary plan
+  /// (muon-plan-bin/1) is loaded as this rank's part only (loadPlanSlice,
+  /// validatePlanSlice): every rank of the communicator must load the same
+  /// file, which `create` checks.
   static std::unique_ptr<Optimizer> load(const std::string &planPath,
                                          Communicator &comm, Device &device,
                                          const OptimizerOptions &options,
@@ -87,6 +90,7 @@ public:
   /// matrix of a batched parameter): the seeds' `optimizer.assignments`.
   /// Without a distributed config every holder orthogonalizes what it
   /// holds.
+  /// With a rank's part of a binary plan, only this rank's entry is filled.
   std::map<int64_t, std::vector<std::string>> assignments() const;
 
   const std::vector<ParamSlot> &params() const { return slots; }

@@ -19,6 +19,7 @@
 
 #include "muon/Dialect/Muon/IR/ModelLayout.h"
 #include "muon/Plan/Plan.h"
+#include "muon/Plan/PlanBinary.h"
 #include "muon/Planner/Schedule.h"
 
 namespace mlir::muon {
@@ -29,9 +30,16 @@ namespace mlir::muon {
 /// With `withTransfers` false only the matrices, owners and settings are
 /// filled (what packing and scheduling need), which is much cheaper at
 /// scale.
+/// With `roundOf` (each matrix's round, `rounds` of them), the transfers go
+/// straight into the exchanges of their rounds (2r gathers, 2r+1 scatters),
+/// in the order setRounds would give them: at scale the transfers are most
+/// of the plan, and building them once in place saves copying them again.
 FailureOr<::muon::Plan> buildPlan(ModelOp model, const ModelLayout &layout,
                                   StringRef wireDtype,
-                                  bool withTransfers = true);
+                                  bool withTransfers = true,
+                                  const std::vector<int64_t> *roundOf = nullptr,
+                                  int64_t rounds = 0,
+                                  ::muon::PlanBinaryWriter *stream = nullptr);
 
 /// The schedule options the model's muon.distributed op sets.
 ::muon::ScheduleOptions scheduleOptionsOf(ModelOp model);
@@ -41,9 +49,12 @@ FailureOr<::muon::Plan> buildPlan(ModelOp model, const ModelLayout &layout,
 /// muon.schedule op where they exist. Fails with an error on the model.
 /// `wireWithoutConfig` is the wire dtype reported for models without a
 /// distributed config (which move nothing).
+/// With `stream`, a distributed plan's transfers go to that writer (begun
+/// here) instead of into the plan's exchanges.
 FailureOr<::muon::Plan> planFromModel(ModelOp model, const ModelLayout &layout,
                                       StringRef wireWithoutConfig = "f32",
-                                      bool withTransfers = true);
+                                      bool withTransfers = true,
+                                      ::muon::PlanBinaryWriter *stream = nullptr);
 
 /// computeModelLayout, then planFromModel without transfers: what the
 /// packing, scheduling and verification passes work on.

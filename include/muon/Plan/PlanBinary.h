@@ -1,0 +1,126 @@
+//===- PlanBinary.h - The sliced binary plan file (muon-plan-bin/1) -*- C++ -*-===//
+//
+// The same plan as the JSON file (PlanFile.h), laid out so that a rank can
+// load its own part without reading anyone else's: a fixed header, a shared
+// section every rank reads (settings, mesh, parameters, exchanges' phases,
+// schedule), a global section only whole-plan readers need (every matrix's
+// owner, the rounds), an index of one (offset, size, checksum) entry per
+// rank, and one section per rank (the matrices it holds or owns, its
+// transfers and reductions, its NS batches). A 16,384-rank plan's JSON is
+// read whole by every rank; here one rank reads its header, the shared
+// section, one index entry and its own section: a few hundred kilobytes.
+// docs/plan-format.md describes every byte.
+//
+// Both readers check what they read as strictly as the JSON reader: the
+// whole-plan reader assembles the plan, runs validatePlan on it and
+// requires the file to be exactly what renderPlanBinary writes for that plan
+// (so the two copies of each transfer, one in each end's section, agree);
+// the slice reader checks bounds, sizes and checksums while decoding and
+// then validatePlanSlice on the slice. A damaged or hostile file gives an
+// error naming the section, the item and the byte; never a crash.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_PLAN_PLANBINARY_H
+#define MUON_PLAN_PLANBINARY_H
+
+#include "muon/Plan/Plan.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace muon {
+
+/// The first 8 bytes of a binary plan file.
+inline constexpr std::string_view kPlanBinaryMagic = "MUONPLAN";
+inline constexpr uint32_t kPlanBinaryVersion = 1;
+
+/// Whether `prefix` (the first bytes of a file) starts a binary plan.
+bool isPlanBinary(std::string_view prefix);
+
+/// The whole plan (not a slice) as a binary plan file. Deterministic: the
+/// same plan always gives the same bytes.
+std::string renderPlanBinary(const Plan &plan);
+
+/// Writes a binary plan while the transfers are being made, so that the
+/// whole plan's transfer list never exists: at 16,384 ranks it is 19 million
+/// transfers (1.2 GB), while their encoding in the rank sections is 280 MB.
+/// begin() with the plan's parameters, mesh and world size set; add() each
+/// transfer in its exchange's order (exchanges may interleave); finish()
+/// with the finished plan (owners, rounds, NS batches, schedule, the
+/// exchanges' phases and reductions; its transfer lists are not read).
+/// renderPlanBinary is this writer fed from a whole plan, so both give the
+/// same bytes. The plan must be valid: finish() returns "" when a transfer
+/// names a matrix one of its ends does not hold.
+class PlanBinaryWriter {
+public:
+  PlanBinaryWriter();
+  ~PlanBinaryWriter();
+  void begin(const Plan &plan);
+  /// Whether begin() was called: a compiler given a writer uses it only for
+  /// a distributed plan built with its rounds.
+  bool begun() const;
+  void add(int64_t exchange, bool gather, const Transfer &transfer);
+  std::string finish(const Plan &plan);
+  /// The plan's per-rank figures with the added transfers' bytes (what
+  /// computeRankFigures counts from a whole plan).
+  std::vector<RankFigures> figures(const Plan &plan) const;
+
+private:
+  struct State;
+  std::unique_ptr<State> s;
+};
+
+/// Reads and checks a whole binary plan: on success `plan` is what
+/// parsePlan gives for the same plan's JSON form.
+bool parsePlanBinary(std::string_view bytes, Plan &plan, std::string &error);
+
+/// What loading one rank's part cost.
+struct SliceLoadStats {
+  int64_t bytesRead = 0;  // bytes read from the file
+  int64_t heldBytes = 0;  // bytes the slice's Plan holds (estimate: its
+                          // containers' capacities and strings)
+};
+
+/// The most bytes of a plan file a rank reads for its part by default
+/// (header, shared section, index entry, its section): far above what a
+/// 16,384-rank Kimi-K2 plan needs (under 1 MB), far below what a damaged
+/// size field could ask for.
+inline constexpr int64_t kDefaultSliceReadLimit = int64_t(256) << 20;
+
+/// Loads rank `rank`'s part of the binary plan file at `path`, reading only
+/// the bytes it needs (pread), and checks it (validatePlanSlice). Refuses to
+/// read more than `readLimit` bytes. `error` names the file, the section and
+/// the problem.
+bool loadPlanSlice(const std::string &path, int64_t rank, Plan &slice,
+                   std::string &error, SliceLoadStats *stats = nullptr,
+                   int64_t readLimit = kDefaultSliceReadLimit);
+
+/// The same from a file already in memory (tests, the fuzzer); reads, and
+/// counts in `stats`, only the bytes loadPlanSlice would.
+bool parsePlanSlice(std::string_view bytes, int64_t rank, Plan &slice,
+                    std::string &error, SliceLoadStats *stats = nullptr,
+                    int64_t readLimit = kDefaultSliceReadLimit);
+
+/// Rank `rank`'s part of a whole plan, as loadPlanSlice builds it from the
+/// plan's binary file (fileId aside, which only a file has).
+Plan slicePlan(const Plan &plan, int64_t rank);
+
+/// Recomputes the checksums of a binary plan (each one whose section lies
+/// inside the file), as a forger would: for tests and fuzzers, so that the
+/// damage they make reaches the decoders and the checks behind the
+/// checksums instead of stopping at the first checksum.
+void resealPlanBinary(std::string &bytes);
+
+/// What every rank's part of one plan file has in common: the file's
+/// identity and its shared section as this rank holds it (settings included,
+/// so a rank whose settings changed after loading stands out).
+uint64_t planSliceIdentity(const Plan &slice);
+
+/// Bytes a slice's Plan holds (what SliceLoadStats::heldBytes reports).
+int64_t planHeldBytes(const Plan &plan);
+
+} // namespace muon
+
+#endif // MUON_PLAN_PLANBINARY_H

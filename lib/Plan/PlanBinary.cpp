@@ -1,0 +1,1558 @@
+//===- PlanBinary.cpp - The sliced binary plan file (muon-plan-bin/1) -----===//
+//
+// Layout (docs/plan-format.md has it byte by byte): a 96-byte header, the
+// shared section, the global section, the rank index (24 bytes per rank),
+// then the rank sections in rank order. Integers inside sections are LEB128
+// varints (signed ones zigzag-encoded), doubles 8 bytes little-endian.
+//
+// Each transfer is stored twice, in its source's and its destination's
+// section, so that a rank needs nothing but its own section; each copy
+// carries the transfer's index in its exchange, so the whole plan's order
+// (which fixes every rank's all-to-all-v layout) is recoverable. A transfer
+// whose box is its holder's piece (the source's in a gather, the
+// destination's in a scatter: always, in a plan the compiler wrote) does
+// not store the box: the reader derives it from the layout, as the
+// validator would to check it.
+//
+//===----------------------------------------------------------------------===//
+#include "muon/Plan/PlanBinary.h"
+#include "muon/Plan/Validate.h"
+#include "muon/Support/Limits.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <memory>
+#include <optional>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace muon {
+namespace {
+
+constexpr size_t kHeaderSize = 96;
+constexpr size_t kIndexEntrySize = 24;
+
+// Transfer flags.
+constexpr uint8_t kToMe = 1;        // this section's rank is the destination
+constexpr uint8_t kExplicitBox = 2; // rows and cols follow
+constexpr uint8_t kExplicitSummand = 4;
+
+uint64_t fnv1a(const char *data, size_t size,
+               uint64_t hash = 14695981039346656037ull) {
+  for (size_t i = 0; i < size; ++i) {
+    hash ^= static_cast<unsigned char>(data[i]);
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+//===----------------------------------------------------------------------===//
+// Encoding
+//===----------------------------------------------------------------------===//
+
+class Out {
+public:
+  explicit Out(std::string &s) : s(s) {}
+  void u8(uint8_t v) { s.push_back(static_cast<char>(v)); }
+  void u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i)
+      u8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i)
+      u8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void varint(uint64_t v) {
+    while (v >= 0x80) {
+      u8(static_cast<uint8_t>(v | 0x80));
+      v >>= 7;
+    }
+    u8(static_cast<uint8_t>(v));
+  }
+  void svarint(int64_t v) {
+    varint((static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63));
+  }
+  void f64(double v) {
+    uint64_t bits;
+    std::memcpy(&bits, &v, 8);
+    u64(bits);
+  }
+  void str(const std::string &v) {
+    varint(v.size());
+    s.append(v);
+  }
+  void ints(const std::vector<int64_t> &v) {
+    varint(v.size());
+    for (int64_t x : v)
+      svarint(x);
+  }
+
+private:
+  std::string &s;
+};
+
+void putU64(std::string &s, size_t at, uint64_t v) {
+  for (int i = 0; i < 8; ++i)
+    s[at + i] = static_cast<char>(v >> (8 * i));
+}
+uint64_t getU64(const char *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i)
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+uint32_t getU32(const char *p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i)
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+/// Settings, mesh, parameters, the exchanges' phases and the schedule: what
+/// every rank needs whole.
+std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
+  std::string s;
+  Out o(s);
+  o.str(plan.wireDtype);
+  o.u8(plan.distributed);
+  o.u8(plan.async);
+  o.svarint(plan.prefetchCount);
+  o.svarint(plan.inflightLimit);
+  o.svarint(plan.gatherBudgetBytes);
+  o.ints(plan.mesh.shape);
+  o.ints(plan.mesh.devices);
+  const MuonSettings &m = plan.muon;
+  o.f64(m.lr);
+  o.f64(m.weightDecay);
+  o.f64(m.momentum);
+  o.u8(m.nesterov);
+  o.svarint(m.nsSteps);
+  o.varint(m.coefficients.size());
+  for (const auto &abc : m.coefficients)
+    for (double x : abc)
+      o.f64(x);
+  o.f64(m.eps);
+  o.str(m.adjustLr);
+  o.str(m.nsDtype);
+  o.f64(plan.adamw.lr);
+  o.f64(plan.adamw.beta1);
+  o.f64(plan.adamw.beta2);
+  o.f64(plan.adamw.eps);
+  o.f64(plan.adamw.weightDecay);
+  o.varint(plan.params.size());
+  for (const PlanParam &p : plan.params) {
+    o.str(p.name);
+    o.str(p.dtype);
+    o.u8(p.muon);
+    o.ints(p.layout.shape);
+    o.varint(p.layout.splitAxes.size());
+    for (const auto &axes : p.layout.splitAxes)
+      o.ints(axes);
+    o.ints(p.layout.partialAxes);
+    o.varint(p.layout.only.size());
+    for (auto [axis, coord] : p.layout.only) {
+      o.svarint(axis);
+      o.svarint(coord);
+    }
+  }
+  o.varint(totalMatrices);
+  o.varint(plan.rounds.size());
+  o.varint(plan.exchanges.size());
+  for (const Exchange &ex : plan.exchanges) {
+    o.u8(static_cast<uint8_t>(ex.phase));
+    o.svarint(ex.round);
+  }
+  o.varint(plan.schedule.size());
+  for (const ScheduleStep &st : plan.schedule) {
+    o.u8(static_cast<uint8_t>(st.kind));
+    o.svarint(st.index);
+  }
+  return s;
+}
+
+/// Every rank's mesh coordinates (flat), every parameter's first matrix:
+/// what deriving a holder's piece needs. Built from a header that passed
+/// validatePlanHeader, so axes and coordinates are in range.
+struct Geometry {
+  const Plan &plan;
+  int64_t dims = 0;
+  std::vector<int64_t> coords;      // rank * dims + axis
+  std::vector<int64_t> firstMatrix; // per param (+1 at the end)
+
+  explicit Geometry(const Plan &plan) : plan(plan) {
+    dims = plan.mesh.rank();
+    coords.assign(plan.worldSize * dims, 0);
+    for (int64_t linear = 0; linear < plan.worldSize; ++linear) {
+      int64_t rank =
+          plan.mesh.devices.empty() ? linear : plan.mesh.devices[linear];
+      std::vector<int64_t> c = plan.mesh.coordsOfLinear(linear);
+      std::copy(c.begin(), c.end(), coords.begin() + rank * dims);
+    }
+    firstMatrix.push_back(0);
+    for (const PlanParam &p : plan.params)
+      firstMatrix.push_back(firstMatrix.back() +
+                            (p.muon ? numMatrices(p.layout.shape) : 0));
+  }
+  int64_t totalMatrices() const { return firstMatrix.back(); }
+  std::vector<int64_t> coordsOf(int64_t rank) const {
+    return {coords.begin() + rank * dims, coords.begin() + (rank + 1) * dims};
+  }
+  /// (param, slice) of global matrix `id` < totalMatrices().
+  std::pair<int64_t, int64_t> locate(int64_t id) const {
+    int64_t p = std::upper_bound(firstMatrix.begin(), firstMatrix.end(), id) -
+                firstMatrix.begin() - 1;
+    return {p, id - firstMatrix[p]};
+  }
+  /// The piece of matrix `slice` of `param` that `rank` holds; false when it
+  /// holds none. A plan's transfers come matrix by matrix, so each rank's
+  /// box of the last parameter asked about is kept: the writer asks about
+  /// every transfer (17 million at 16,384 ranks), and recomputing the box
+  /// each time was most of the writer's time.
+  bool piece(int64_t param, int64_t slice, int64_t rank, Range &rows,
+             Range &cols, int64_t &summand) const {
+    if (cachedParam.empty()) {
+      cachedParam.assign(plan.worldSize, -1);
+      cachedBox.assign(plan.worldSize, {});
+      cachedSummand.assign(plan.worldSize, 0);
+      cachedIn.assign(plan.worldSize, 0);
+    }
+    const ParamLayout &layout = plan.params[param].layout;
+    std::vector<Range> &box = cachedBox[rank];
+    if (cachedParam[rank] != param) {
+      std::vector<int64_t> c = coordsOf(rank);
+      cachedParam[rank] = param;
+      cachedIn[rank] = layout.inSubmesh(c);
+      if (cachedIn[rank])
+        box = layout.localBox(plan.mesh, c);
+      int64_t s = 0;
+      for (int64_t axis : layout.partialAxes)
+        s = s * plan.mesh.shape[axis] + c[axis];
+      cachedSummand[rank] = s;
+    }
+    // ParamLayout::holdsMatrix on the kept box.
+    if (!cachedIn[rank])
+      return false;
+    size_t dims = layout.shape.size();
+    if (box[dims - 2].size() == 0 || box[dims - 1].size() == 0)
+      return false;
+    int64_t m = slice;
+    for (size_t d = dims - 2; d-- > 0;) {
+      int64_t index = m % layout.shape[d];
+      m /= layout.shape[d];
+      if (index < box[d].begin || index >= box[d].end)
+        return false;
+    }
+    rows = box[dims - 2];
+    cols = box[dims - 1];
+    summand = cachedSummand[rank];
+    return true;
+  }
+
+private:
+  mutable std::vector<int64_t> cachedParam, cachedSummand;
+  mutable std::vector<std::vector<Range>> cachedBox;
+  mutable std::vector<char> cachedIn;
+};
+
+int64_t localIndex(const std::vector<int64_t> &ids, int64_t id) {
+  return std::lower_bound(ids.begin(), ids.end(), id) - ids.begin();
+}
+
+} // namespace
+
+bool isPlanBinary(std::string_view prefix) {
+  return prefix.substr(0, kPlanBinaryMagic.size()) == kPlanBinaryMagic;
+}
+
+/// The writer's state: each rank's matrices, and per rank and exchange its
+/// encoded transfers so far (sections are exchange-major, transfers come in
+/// matrix order, so each (rank, exchange) keeps its own bytes until finish).
+struct PlanBinaryWriter::State {
+  const Plan *plan = nullptr;
+  std::unique_ptr<Geometry> geo;
+  std::vector<std::vector<int32_t>> local; // per rank, whole-plan indices
+  struct RankExchange {
+    std::string bytes;
+    int64_t count = 0, last = -1;
+  };
+  std::vector<std::vector<RankExchange>> items; // [rank][exchange]
+  std::vector<int64_t> counts;                  // per exchange
+  std::vector<int64_t> sent, received;          // per rank, bytes
+  // Per rank, the last matrix looked up and its local index: an owner is
+  // one end of every transfer of its matrix, one after the other.
+  std::vector<int64_t> lastMatrix, lastLocal;
+  bool failed = false;
+
+  RankExchange &at(int64_t rank, int64_t exchange) {
+    std::vector<RankExchange> &v = items[rank];
+    if (static_cast<int64_t>(v.size()) <= exchange)
+      v.resize(exchange + 1);
+    return v[exchange];
+  }
+};
+
+PlanBinaryWriter::PlanBinaryWriter() : s(std::make_unique<State>()) {}
+PlanBinaryWriter::~PlanBinaryWriter() = default;
+
+bool PlanBinaryWriter::begun() const { return s->plan != nullptr; }
+
+void PlanBinaryWriter::begin(const Plan &plan) {
+  s = std::make_unique<State>();
+  s->plan = &plan;
+  s->geo = std::make_unique<Geometry>(plan);
+  int64_t world = plan.worldSize;
+  s->items.assign(world, {});
+  s->sent.assign(world, 0);
+  s->received.assign(world, 0);
+  s->lastMatrix.assign(world, -1);
+  s->lastLocal.assign(world, 0);
+  // Each rank's matrices: those it holds a piece of (the owner holds one
+  // too), from the layouts: in a valid plan exactly the owners, the NS
+  // lists and both ends of every transfer. Parameters in order and slices
+  // ascending: each list comes out sorted.
+  s->local.assign(world, {});
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    const PlanParam &p = plan.params[i];
+    if (!p.muon || p.layout.shape.size() < 2)
+      continue;
+    int64_t first = s->geo->firstMatrix[i];
+    size_t batch = p.layout.shape.size() - 2;
+    for (const ParamPiece &piece : paramPieces(plan.mesh, p.layout)) {
+      std::vector<int64_t> at(batch);
+      for (size_t d = 0; d < batch; ++d)
+        at[d] = piece.box[d].begin;
+      while (true) {
+        int64_t slice = 0;
+        for (size_t d = 0; d < batch; ++d)
+          slice = slice * p.layout.shape[d] + at[d];
+        s->local[piece.rank].push_back(static_cast<int32_t>(first + slice));
+        size_t d = batch;
+        while (d > 0 && ++at[d - 1] == piece.box[d - 1].end) {
+          at[d - 1] = piece.box[d - 1].begin;
+          --d;
+        }
+        if (d == 0)
+          break;
+      }
+    }
+  }
+}
+
+void PlanBinaryWriter::add(int64_t exchange, bool gather, const Transfer &t) {
+  State &st = *s;
+  const Plan &plan = *st.plan;
+  if (static_cast<int64_t>(st.counts.size()) <= exchange)
+    st.counts.resize(exchange + 1, 0);
+  int64_t index = st.counts[exchange]++;
+  int64_t bytes = t.elements() * plan.wireBytes;
+  st.sent[t.src] += bytes;
+  st.received[t.dst] += bytes;
+  auto [param, slice] = st.geo->locate(t.matrix);
+  Range rows, cols;
+  int64_t summand = 0;
+  bool derived = st.geo->piece(param, slice, gather ? t.src : t.dst, rows,
+                               cols, summand);
+  uint8_t flags = 0;
+  if (!derived || !(rows == t.rows) || !(cols == t.cols))
+    flags |= kExplicitBox;
+  if (t.summand != (gather && derived ? summand : 0))
+    flags |= kExplicitSummand;
+  for (int side = 0; side < 2; ++side) {
+    int64_t me = side ? t.dst : t.src, peer = side ? t.src : t.dst;
+    if (st.lastMatrix[me] != t.matrix) {
+      const std::vector<int32_t> &ids = st.local[me];
+      auto it = std::lower_bound(ids.begin(), ids.end(), t.matrix);
+      if (it == ids.end() || *it != t.matrix) {
+        // Only an invalid plan has a transfer of a matrix its end does not
+        // hold; finish() then refuses to write.
+        st.failed = true;
+        return;
+      }
+      st.lastMatrix[me] = t.matrix;
+      st.lastLocal[me] = it - ids.begin();
+    }
+    State::RankExchange &re = st.at(me, exchange);
+    // A rank's bytes of one exchange are about a kilobyte at scale: start
+    // there rather than grow from nothing.
+    if (re.bytes.capacity() < 256)
+      re.bytes.reserve(256);
+    Out o(re.bytes);
+    o.varint(index - re.last - 1);
+    re.last = index;
+    ++re.count;
+    o.u8(flags | (side ? kToMe : 0));
+    o.varint(peer);
+    o.varint(st.lastLocal[me]);
+    if (flags & kExplicitBox) {
+      o.svarint(t.rows.begin);
+      o.svarint(t.rows.end);
+      o.svarint(t.cols.begin);
+      o.svarint(t.cols.end);
+    }
+    if (flags & kExplicitSummand)
+      o.svarint(t.summand);
+  }
+}
+
+std::vector<RankFigures> PlanBinaryWriter::figures(const Plan &plan) const {
+  std::vector<RankFigures> figures = computeRankFigures(plan);
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    figures[r].bytesSent += s->sent[r];
+    figures[r].bytesReceived += s->received[r];
+  }
+  return figures;
+}
+
+std::string PlanBinaryWriter::finish(const Plan &plan) {
+  State &st = *s;
+  int64_t world = plan.worldSize;
+  // `plan` is the finished plan, not necessarily the object begin() saw
+  // (buildPlan returns a copy); what the writer kept must fit it.
+  if (st.failed || static_cast<int64_t>(st.items.size()) != world)
+    return {};
+  std::vector<int64_t> counts(plan.exchanges.size(), 0);
+  for (size_t e = 0; e < plan.exchanges.size() && e < st.counts.size(); ++e)
+    counts[e] = st.counts[e];
+  if (st.counts.size() > plan.exchanges.size())
+    return {};
+  std::string shared = encodeShared(plan, plan.matrices.size());
+  std::string global;
+  {
+    Out o(global);
+    o.varint(plan.matrices.size());
+    for (const PlanMatrix &m : plan.matrices)
+      o.svarint(m.owner);
+    for (const auto &round : plan.rounds) {
+      o.varint(round.size());
+      for (int64_t k : round)
+        o.varint(k);
+    }
+    for (size_t e = 0; e < plan.exchanges.size(); ++e) {
+      o.varint(counts[e]);
+      o.varint(plan.exchanges[e].reductions.size());
+    }
+  }
+  std::vector<int64_t> roundOf(plan.matrices.size(), 0),
+      posInRound(plan.matrices.size(), 0);
+  for (size_t r = 0; r < plan.rounds.size(); ++r)
+    for (size_t i = 0; i < plan.rounds[r].size(); ++i) {
+      roundOf[plan.rounds[r][i]] = static_cast<int64_t>(r);
+      posInRound[plan.rounds[r][i]] = static_cast<int64_t>(i);
+    }
+  // Reductions are few: each rank's, by exchange, in order.
+  std::vector<std::vector<std::vector<std::pair<int64_t, bool>>>> reductions(
+      world);
+  for (size_t e = 0; e < plan.exchanges.size(); ++e)
+    for (size_t i = 0; i < plan.exchanges[e].reductions.size(); ++i) {
+      const Reduction &red = plan.exchanges[e].reductions[i];
+      for (int side = 0; side < 2; ++side) {
+        auto &list = reductions[side ? red.dst : red.src];
+        if (list.size() <= e)
+          list.resize(e + 1);
+        list[e].push_back({static_cast<int64_t>(i), side == 1});
+      }
+    }
+
+  // Header, shared and global sections, room for the index, then each
+  // rank's section straight into the file (each rank's transfer bytes freed
+  // as they are copied); the index and the header are filled in last.
+  uint64_t sectionsBegin = kHeaderSize + shared.size() + global.size() +
+                           world * kIndexEntrySize;
+  // Sized up front (the transfers' bytes, and a generous allowance for the
+  // rest of each section): growing a 280 MB string by doubling would touch
+  // twice that.
+  uint64_t estimate = sectionsBegin;
+  for (int64_t r = 0; r < world; ++r) {
+    estimate += 64 + 16 * st.local[r].size() +
+                8 * plan.nsMatrices[r].size() + 8 * plan.exchanges.size();
+    for (const State::RankExchange &re : st.items[r])
+      estimate += re.bytes.size();
+  }
+  for (const Exchange &ex : plan.exchanges)
+    estimate += 2 * 16 * ex.reductions.size();
+  std::string body;
+  body.reserve(estimate);
+  body.append(kHeaderSize, '\0');
+  body += shared;
+  body += global;
+  body.append(world * kIndexEntrySize, '\0');
+  std::vector<std::array<uint64_t, 3>> index(world);
+  for (int64_t r = 0; r < world; ++r) {
+    size_t begin = body.size();
+    Out o(body);
+    const std::vector<int32_t> &ids = st.local[r];
+    o.varint(ids.size());
+    int64_t prev = -1;
+    for (int64_t k : ids) {
+      o.varint(k - prev - 1);
+      prev = k;
+      o.svarint(plan.matrices[k].owner);
+    }
+    std::vector<int64_t> order(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i)
+      order[i] = static_cast<int64_t>(i);
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return std::pair(roundOf[ids[a]], posInRound[ids[a]]) <
+             std::pair(roundOf[ids[b]], posInRound[ids[b]]);
+    });
+    size_t at = 0;
+    for (size_t round = 0; round < plan.rounds.size(); ++round) {
+      size_t end = at;
+      while (end < order.size() &&
+             roundOf[ids[order[end]]] == static_cast<int64_t>(round))
+        ++end;
+      o.varint(end - at);
+      for (; at < end; ++at)
+        o.varint(order[at]);
+    }
+    auto local = [&](int64_t k) {
+      return std::lower_bound(ids.begin(), ids.end(), k) - ids.begin();
+    };
+    o.varint(plan.nsBatches[r].size());
+    for (const NsBatch &b : plan.nsBatches[r]) {
+      o.svarint(b.round);
+      o.svarint(b.rows);
+      o.svarint(b.cols);
+      o.varint(b.matrices.size());
+      for (int64_t k : b.matrices)
+        o.varint(local(k));
+    }
+    std::vector<State::RankExchange> &mine = st.items[r];
+    for (size_t e = 0; e < plan.exchanges.size(); ++e) {
+      if (e < mine.size()) {
+        o.varint(mine[e].count);
+        body += mine[e].bytes;
+        std::string().swap(mine[e].bytes);
+      } else {
+        o.varint(0);
+      }
+      const std::vector<std::pair<int64_t, bool>> none;
+      const auto &reds = e < reductions[r].size() ? reductions[r][e] : none;
+      o.varint(reds.size());
+      int64_t last = -1;
+      for (auto [i, toMe] : reds) {
+        const Reduction &red = plan.exchanges[e].reductions[i];
+        o.varint(i - last - 1);
+        last = i;
+        o.u8(toMe ? kToMe : 0);
+        o.varint(toMe ? red.src : red.dst);
+        o.varint(red.param);
+        o.svarint(red.summand);
+        o.svarint(red.elements);
+      }
+    }
+    std::vector<State::RankExchange>().swap(mine);
+    index[r] = {begin, body.size() - begin,
+                fnv1a(body.data() + begin, body.size() - begin)};
+  }
+
+  std::string head;
+  head.append(kPlanBinaryMagic);
+  Out o(head);
+  o.u32(kPlanBinaryVersion);
+  o.u32(kHeaderSize);
+  o.u64(world);
+  o.u64(body.size());
+  o.u64(kHeaderSize);
+  o.u64(shared.size());
+  o.u64(kHeaderSize + shared.size());
+  o.u64(global.size());
+  o.u64(kHeaderSize + shared.size() + global.size());
+  o.u64(fnv1a(shared.data(), shared.size()));
+  o.u64(fnv1a(global.data(), global.size()));
+  o.u64(fnv1a(head.data(), head.size()));
+  body.replace(0, kHeaderSize, head);
+  size_t at = sectionsBegin - world * kIndexEntrySize;
+  for (const auto &[offset, size, sum] : index) {
+    putU64(body, at, offset);
+    putU64(body, at + 8, size);
+    putU64(body, at + 16, sum);
+    at += kIndexEntrySize;
+  }
+  return body;
+}
+
+std::string renderPlanBinary(const Plan &plan) {
+  PlanBinaryWriter writer;
+  writer.begin(plan);
+  for (size_t e = 0; e < plan.exchanges.size(); ++e)
+    for (const Transfer &t : plan.exchanges[e].transfers)
+      writer.add(static_cast<int64_t>(e),
+                 plan.exchanges[e].phase == Exchange::Phase::Gather, t);
+  return writer.finish(plan);
+}
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Decoding
+//===----------------------------------------------------------------------===//
+
+/// Reads one section. Every count is checked against the bytes left before
+/// anything is sized by it (each item takes at least one byte), so a hostile
+/// count cannot ask for memory the section does not back.
+class In {
+public:
+  In(std::string_view data, uint64_t fileOffset, std::string section)
+      : data(data), base(fileOffset), section(std::move(section)) {}
+
+  bool ok() const { return error.empty(); }
+  std::string error;
+  /// The item being read, for messages ("exchanges[3].transfers[7]").
+  std::string item;
+
+  bool fail(const std::string &message) {
+    if (error.empty())
+      error = section + (item.empty() ? "" : ", " + item) + " (file byte " +
+              num(static_cast<int64_t>(base + at)) + "): " + message;
+    return false;
+  }
+  uint8_t u8() {
+    if (!ok())
+      return 0;
+    if (at >= data.size()) {
+      fail("the section ends early");
+      return 0;
+    }
+    return static_cast<uint8_t>(data[at++]);
+  }
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0; ok(); shift += 7) {
+      uint8_t b = u8();
+      if (!ok())
+        return 0;
+      if (shift == 63 && b > 1) {
+        fail("a number does not fit in 64 bits");
+        return 0;
+      }
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80))
+        return v;
+      if (shift == 63) {
+        fail("a number does not fit in 64 bits");
+        return 0;
+      }
+    }
+    return 0;
+  }
+  int64_t svarint() {
+    uint64_t v = varint();
+    return static_cast<int64_t>((v >> 1) ^ (~(v & 1) + 1));
+  }
+  /// A non-negative number that must be below `limit`.
+  int64_t below(int64_t limit, const char *what) {
+    uint64_t v = varint();
+    if (ok() && v >= static_cast<uint64_t>(limit)) {
+      fail(std::string(what) + " " + std::to_string(v) + " is out of range [0, " +
+           num(limit) + ")");
+      return 0;
+    }
+    return static_cast<int64_t>(v);
+  }
+  /// A count of items of at least `minBytes` bytes each.
+  size_t count(const char *what, size_t minBytes = 1) {
+    uint64_t v = varint();
+    if (ok() && v > (data.size() - at) / minBytes) {
+      fail(std::string("says ") + std::to_string(v) + " " + what +
+           " but only " + num(static_cast<int64_t>(data.size() - at)) +
+           " bytes are left in the section");
+      return 0;
+    }
+    return static_cast<size_t>(v);
+  }
+  double f64() {
+    if (!ok())
+      return 0;
+    if (data.size() - at < 8) {
+      fail("the section ends early");
+      return 0;
+    }
+    double d;
+    uint64_t bits = getU64(data.data() + at);
+    std::memcpy(&d, &bits, 8);
+    at += 8;
+    return d;
+  }
+  std::string str(const char *what) {
+    size_t n = count(what);
+    if (!ok())
+      return {};
+    std::string s(data.substr(at, n));
+    at += n;
+    return s;
+  }
+  std::vector<int64_t> ints(const char *what) {
+    size_t n = count(what);
+    std::vector<int64_t> v;
+    v.reserve(n);
+    for (size_t i = 0; i < n && ok(); ++i)
+      v.push_back(svarint());
+    return v;
+  }
+  bool end() {
+    if (ok() && at != data.size())
+      fail(num(static_cast<int64_t>(data.size() - at)) +
+           " bytes are left over after the section's last item");
+    return ok();
+  }
+
+private:
+  std::string_view data;
+  size_t at = 0;
+  uint64_t base;
+  std::string section;
+};
+
+/// The file's header, checked: every section inside the file, in order.
+struct Header {
+  uint64_t world = 0, fileSize = 0;
+  uint64_t sharedOffset = 0, sharedSize = 0, globalOffset = 0, globalSize = 0;
+  uint64_t indexOffset = 0, sharedSum = 0, globalSum = 0, headerSum = 0;
+  uint64_t sectionsBegin() const {
+    return indexOffset + world * kIndexEntrySize;
+  }
+};
+
+bool readHeader(std::string_view bytes, uint64_t actualSize, Header &h,
+                std::string &error) {
+  if (bytes.size() < kHeaderSize || !isPlanBinary(bytes)) {
+    error = "not a binary plan file (expected " +
+            num(static_cast<int64_t>(kHeaderSize)) +
+            " header bytes starting with \"MUONPLAN\")";
+    return false;
+  }
+  const char *p = bytes.data();
+  uint32_t version = getU32(p + 8), headerSize = getU32(p + 12);
+  if (version != kPlanBinaryVersion) {
+    error = "header: format version " + std::to_string(version) +
+            " is not supported (this reader reads muon-plan-bin/" +
+            std::to_string(kPlanBinaryVersion) + ")";
+    return false;
+  }
+  h.world = getU64(p + 16);
+  h.fileSize = getU64(p + 24);
+  h.sharedOffset = getU64(p + 32);
+  h.sharedSize = getU64(p + 40);
+  h.globalOffset = getU64(p + 48);
+  h.globalSize = getU64(p + 56);
+  h.indexOffset = getU64(p + 64);
+  h.sharedSum = getU64(p + 72);
+  h.globalSum = getU64(p + 80);
+  h.headerSum = getU64(p + 88);
+  if (fnv1a(p, 88) != h.headerSum) {
+    error = "header: checksum mismatch (the file is damaged)";
+    return false;
+  }
+  auto bad = [&](const std::string &what) {
+    error = "header: " + what;
+    return false;
+  };
+  if (headerSize != kHeaderSize)
+    return bad("header size " + std::to_string(headerSize) + ", expected " +
+               num(kHeaderSize));
+  if (h.world < 1 || h.world > static_cast<uint64_t>(limits::kMaxWorldSize))
+    return bad("world size " + std::to_string(h.world) + " is outside [1, " +
+               limits::describe(limits::kMaxWorldSize) + "]");
+  if (h.fileSize != actualSize)
+    return bad("says the file has " + std::to_string(h.fileSize) +
+               " bytes but it has " + std::to_string(actualSize) +
+               " (truncated or appended to)");
+  // Sections follow each other; each size is checked against what is left
+  // after the previous section, so that no sum overflows and no difference
+  // wraps around.
+  if (h.sharedOffset != kHeaderSize || h.sharedOffset > h.fileSize ||
+      h.sharedSize > h.fileSize - h.sharedOffset ||
+      h.globalOffset != h.sharedOffset + h.sharedSize ||
+      h.globalSize > h.fileSize - h.globalOffset ||
+      h.indexOffset != h.globalOffset + h.globalSize ||
+      h.world * kIndexEntrySize > h.fileSize - h.indexOffset)
+    return bad("section offsets and sizes do not lie in order inside the "
+               "file");
+  return true;
+}
+
+/// Decodes the shared section into `plan` (settings, mesh, params, the
+/// exchanges' phases and rounds, the schedule), sizes rounds and exchanges,
+/// and returns the whole plan's matrix count.
+bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices) {
+  in.item = "settings";
+  plan.wireDtype = in.str("bytes of wire dtype");
+  plan.wireBytes = wireDtypeBytes(plan.wireDtype);
+  plan.distributed = in.u8() != 0;
+  plan.async = in.u8() != 0;
+  plan.prefetchCount = in.svarint();
+  plan.inflightLimit = in.svarint();
+  plan.gatherBudgetBytes = in.svarint();
+  in.item = "mesh";
+  plan.mesh.shape = in.ints("mesh axes");
+  plan.mesh.devices = in.ints("devices");
+  in.item = "optimizer";
+  MuonSettings &m = plan.muon;
+  m.lr = in.f64();
+  m.weightDecay = in.f64();
+  m.momentum = in.f64();
+  m.nesterov = in.u8() != 0;
+  m.nsSteps = in.svarint();
+  size_t coefficients = in.count("NS coefficient triples", 24);
+  for (size_t i = 0; i < coefficients && in.ok(); ++i)
+    m.coefficients.push_back({in.f64(), in.f64(), in.f64()});
+  m.eps = in.f64();
+  m.adjustLr = in.str("bytes of adjust_lr");
+  m.nsDtype = in.str("bytes of ns_dtype");
+  in.item = "adamw";
+  plan.adamw.lr = in.f64();
+  plan.adamw.beta1 = in.f64();
+  plan.adamw.beta2 = in.f64();
+  plan.adamw.eps = in.f64();
+  plan.adamw.weightDecay = in.f64();
+  in.item = "params";
+  size_t params = in.count("parameters", 6);
+  if (in.ok() && static_cast<int64_t>(params) > limits::kMaxParams)
+    return in.fail(num(params) + " parameters, above the limit of " +
+                   limits::describe(limits::kMaxParams));
+  plan.params.reserve(params);
+  for (size_t i = 0; i < params && in.ok(); ++i) {
+    in.item = json::index("params", i);
+    PlanParam p;
+    p.name = in.str("bytes of name");
+    p.dtype = in.str("bytes of dtype");
+    uint8_t group = in.u8();
+    if (in.ok() && group > 1)
+      return in.fail("group " + num(group) + " is neither 0 (adamw) nor 1 "
+                     "(muon)");
+    p.muon = group == 1;
+    p.layout.shape = in.ints("dims");
+    size_t dims = in.count("split entries");
+    for (size_t d = 0; d < dims && in.ok(); ++d)
+      p.layout.splitAxes.push_back(in.ints("split axes"));
+    p.layout.partialAxes = in.ints("partial axes");
+    size_t only = in.count("only pairs", 2);
+    for (size_t k = 0; k < only && in.ok(); ++k) {
+      int64_t axis = in.svarint();
+      p.layout.only.push_back({axis, in.svarint()});
+    }
+    plan.params.push_back(std::move(p));
+  }
+  in.item = "counts";
+  uint64_t matrices = in.varint();
+  if (in.ok() && matrices > static_cast<uint64_t>(limits::kMaxMatrices))
+    return in.fail(std::to_string(matrices) + " matrices, above the limit of " +
+                   limits::describe(limits::kMaxMatrices));
+  totalMatrices = static_cast<int64_t>(matrices);
+  uint64_t rounds = in.varint();
+  if (in.ok() && rounds > static_cast<uint64_t>(limits::kMaxRounds))
+    return in.fail(std::to_string(rounds) + " rounds, above the limit of " +
+                   limits::describe(limits::kMaxRounds));
+  plan.rounds.assign(rounds, {});
+  in.item = "exchanges";
+  size_t exchanges = in.count("exchanges", 2);
+  for (size_t e = 0; e < exchanges && in.ok(); ++e) {
+    Exchange ex;
+    uint8_t phase = in.u8();
+    if (in.ok() && phase > static_cast<uint8_t>(Exchange::Phase::Reduce))
+      return in.fail(json::index("exchanges", e) + ": unknown phase " +
+                     num(phase));
+    ex.phase = static_cast<Exchange::Phase>(phase);
+    ex.round = in.svarint();
+    plan.exchanges.push_back(std::move(ex));
+  }
+  in.item = "schedule";
+  size_t steps = in.count("schedule steps", 2);
+  for (size_t i = 0; i < steps && in.ok(); ++i) {
+    uint8_t kind = in.u8();
+    if (in.ok() && kind > static_cast<uint8_t>(ScheduleStep::Kind::AdamW))
+      return in.fail(json::index("schedule", i) + ": unknown step " +
+                     num(kind));
+    plan.schedule.push_back(
+        {static_cast<ScheduleStep::Kind>(kind), in.svarint()});
+  }
+  in.item.clear();
+  return in.end();
+}
+
+/// One transfer or reduction as a section stores it, before it becomes a
+/// Transfer: its index in the exchange and which end this rank is.
+struct Item {
+  int64_t index = 0;
+  bool toMe = false;
+};
+
+/// Decodes rank `rank`'s section into `slice` (which holds the decoded
+/// shared section): the slice as Plan.h describes it. `items`, when given,
+/// gets each transfer's (or reduction's) index in its exchange. Indices
+/// are range-checked here; what they mean is validatePlanSlice's.
+bool decodeSection(In &in, const Geometry &geo, int64_t rank, Plan &slice,
+                   std::vector<std::vector<Item>> *items) {
+  // Parameters and settings come from the shared section (geo.plan); the
+  // slice gets only what this section holds.
+  const Plan &plan = geo.plan;
+  int64_t world = plan.worldSize;
+  int64_t total = geo.totalMatrices();
+  in.item = "matrices";
+  size_t n = in.count("matrices", 2);
+  slice.matrixIds.reserve(n);
+  slice.matrices.reserve(n);
+  int64_t prev = -1;
+  for (size_t i = 0; i < n && in.ok(); ++i) {
+    in.item = json::index("matrices", i);
+    uint64_t gap = in.varint();
+    if (in.ok() && gap >= static_cast<uint64_t>(total - prev - 1))
+      return in.fail("matrix index " + std::to_string(prev + 1 + gap) +
+                     " is out of range [" + num(prev + 1) + ", " + num(total) +
+                     ")");
+    int64_t id = prev + 1 + static_cast<int64_t>(gap);
+    prev = id;
+    auto [param, s] = geo.locate(id);
+    const PlanParam &p = plan.params[param];
+    PlanMatrix m;
+    m.param = p.name;
+    m.paramIndex = param;
+    m.slice = p.layout.shape.size() > 2 ? s : -1;
+    m.rows = p.layout.shape[p.layout.shape.size() - 2];
+    m.cols = p.layout.shape.back();
+    m.nsFlops = nsFlops(m.rows, m.cols, plan.muon.nsSteps);
+    m.owner = in.svarint();
+    slice.matrixIds.push_back(id);
+    slice.matrices.push_back(std::move(m));
+  }
+  int64_t local = static_cast<int64_t>(slice.matrices.size());
+  for (size_t r = 0; r < slice.rounds.size() && in.ok(); ++r) {
+    in.item = json::index("rounds", r);
+    size_t count = in.count("matrices");
+    for (size_t i = 0; i < count && in.ok(); ++i)
+      slice.rounds[r].push_back(in.below(local, "local matrix"));
+  }
+  slice.nsMatrices.assign(world, {});
+  slice.nsBatches.assign(world, {});
+  in.item = "ns_batches";
+  size_t batches = in.count("batches", 4);
+  for (size_t b = 0; b < batches && in.ok(); ++b) {
+    in.item = json::index("ns_batches", b);
+    NsBatch batch;
+    batch.round = in.svarint();
+    batch.rows = in.svarint();
+    batch.cols = in.svarint();
+    size_t count = in.count("matrices");
+    for (size_t i = 0; i < count && in.ok(); ++i)
+      batch.matrices.push_back(in.below(local, "local matrix"));
+    slice.nsMatrices[rank].insert(slice.nsMatrices[rank].end(),
+                                  batch.matrices.begin(),
+                                  batch.matrices.end());
+    slice.nsBatches[rank].push_back(std::move(batch));
+  }
+  if (items)
+    items->assign(slice.exchanges.size(), {});
+  for (size_t e = 0; e < slice.exchanges.size() && in.ok(); ++e) {
+    Exchange &ex = slice.exchanges[e];
+    bool gather = ex.phase == Exchange::Phase::Gather;
+    std::string path = json::index("exchanges", e);
+    in.item = path;
+    size_t count = in.count("transfers", 4);
+    ex.transfers.reserve(count);
+    int64_t last = -1;
+    for (size_t i = 0; i < count && in.ok(); ++i) {
+      in.item = json::index(json::key(path, "transfers"), i);
+      int64_t index = last + 1 + in.below(int64_t(1) << 40, "index gap");
+      last = index;
+      uint8_t flags = in.u8();
+      if (in.ok() && flags > 7)
+        return in.fail("unknown transfer flags " + num(flags));
+      int64_t peer = in.below(world, "peer rank");
+      int64_t k = in.below(local, "local matrix");
+      if (!in.ok())
+        return false;
+      Transfer t;
+      bool toMe = flags & kToMe;
+      t.src = toMe ? peer : rank;
+      t.dst = toMe ? rank : peer;
+      t.matrix = k;
+      const PlanMatrix &m = slice.matrices[k];
+      Range rows, cols;
+      int64_t summand = 0;
+      bool derived = false;
+      if (!(flags & kExplicitBox) || !(flags & kExplicitSummand))
+        derived =
+            geo.piece(m.paramIndex, std::max<int64_t>(m.slice, 0),
+                      gather ? t.src : t.dst, rows, cols, summand);
+      if (flags & kExplicitBox) {
+        t.rows.begin = in.svarint();
+        t.rows.end = in.svarint();
+        t.cols.begin = in.svarint();
+        t.cols.end = in.svarint();
+      } else if (!derived) {
+        return in.fail("the box is the holder's piece, but rank " +
+                       num(gather ? t.src : t.dst) + " holds no piece of " +
+                       m.label());
+      } else {
+        t.rows = rows;
+        t.cols = cols;
+      }
+      t.summand = (flags & kExplicitSummand) ? in.svarint()
+                                             : (gather && derived ? summand : 0);
+      // Boxes must be non-empty and ordered before anything sizes them.
+      if (in.ok() && (t.rows.begin >= t.rows.end || t.cols.begin >= t.cols.end))
+        return in.fail("expected a non-empty box");
+      ex.transfers.push_back(t);
+      if (items)
+        (*items)[e].push_back({index, toMe});
+    }
+    in.item = path;
+    count = in.count("reductions", 6);
+    ex.reductions.reserve(count);
+    last = -1;
+    for (size_t i = 0; i < count && in.ok(); ++i) {
+      in.item = json::index(json::key(path, "reductions"), i);
+      int64_t index = last + 1 + in.below(int64_t(1) << 40, "index gap");
+      last = index;
+      uint8_t flags = in.u8();
+      if (in.ok() && flags > 1)
+        return in.fail("unknown reduction flags " + num(flags));
+      int64_t peer = in.below(world, "peer rank");
+      Reduction red;
+      bool toMe = flags & kToMe;
+      red.src = toMe ? peer : rank;
+      red.dst = toMe ? rank : peer;
+      red.param = in.below(static_cast<int64_t>(plan.params.size()),
+                           "parameter");
+      red.summand = in.svarint();
+      red.elements = in.svarint();
+      ex.reductions.push_back(red);
+      if (items)
+        (*items)[e].push_back({index, toMe});
+    }
+  }
+  in.item.clear();
+  return in.end();
+}
+
+/// Reads byte ranges of a plan file (or of one in memory) and counts them.
+class Source {
+public:
+  virtual ~Source() = default;
+  virtual bool read(uint64_t offset, uint64_t size, std::string &out,
+                    std::string &error) = 0;
+  uint64_t size = 0;
+  int64_t bytesRead = 0;
+};
+
+class MemorySource : public Source {
+public:
+  explicit MemorySource(std::string_view bytes) : bytes(bytes) {
+    size = bytes.size();
+  }
+  bool read(uint64_t offset, uint64_t n, std::string &out,
+            std::string &) override {
+    out.assign(bytes.substr(offset, n));
+    bytesRead += static_cast<int64_t>(n);
+    return true;
+  }
+
+private:
+  std::string_view bytes;
+};
+
+class FileSource : public Source {
+public:
+  ~FileSource() override {
+    if (fd >= 0)
+      ::close(fd);
+  }
+  bool open(const std::string &path, std::string &error) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || ::fstat(fd, &st) != 0) {
+      error = "cannot open '" + path + "': " + std::strerror(errno);
+      return false;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      error = "cannot read '" + path + "': not a regular file";
+      return false;
+    }
+    size = static_cast<uint64_t>(st.st_size);
+    return true;
+  }
+  bool read(uint64_t offset, uint64_t n, std::string &out,
+            std::string &error) override {
+    out.resize(n);
+    uint64_t done = 0;
+    while (done < n) {
+      ssize_t got = ::pread(fd, out.data() + done, n - done,
+                            static_cast<off_t>(offset + done));
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got <= 0) {
+        error = got < 0 ? std::string("read failed: ") + std::strerror(errno)
+                        : std::string("the file ends early");
+        return false;
+      }
+      done += static_cast<uint64_t>(got);
+    }
+    bytesRead += static_cast<int64_t>(n);
+    return true;
+  }
+
+private:
+  int fd = -1;
+};
+
+bool loadSlice(Source &src, int64_t rank, Plan &slice, std::string &error,
+               int64_t readLimit) {
+  slice = Plan();
+  std::string head;
+  if (src.size < kHeaderSize) {
+    error = "not a binary plan file (" + std::to_string(src.size) +
+            " bytes, shorter than its " + num(kHeaderSize) + "-byte header)";
+    return false;
+  }
+  if (!src.read(0, kHeaderSize, head, error))
+    return false;
+  Header h;
+  if (!readHeader(head, src.size, h, error))
+    return false;
+  if (rank < 0 || static_cast<uint64_t>(rank) >= h.world) {
+    error = "rank " + num(rank) + " is not in the plan's world of " +
+            std::to_string(h.world) + " ranks";
+    return false;
+  }
+  std::string entry;
+  if (!src.read(h.indexOffset + rank * kIndexEntrySize, kIndexEntrySize, entry,
+                error))
+    return false;
+  uint64_t offset = getU64(entry.data()), size = getU64(entry.data() + 8),
+           sum = getU64(entry.data() + 16);
+  std::string where = "rank " + num(rank) + "'s index entry";
+  if (offset < h.sectionsBegin() || offset > h.fileSize ||
+      size > h.fileSize - offset) {
+    error = where + ": its section [" + std::to_string(offset) + ", +" +
+            std::to_string(size) + ") is not inside the rank sections [" +
+            std::to_string(h.sectionsBegin()) + ", " +
+            std::to_string(h.fileSize) + ")";
+    return false;
+  }
+  // What this rank reads, all told, before it reads the large parts.
+  uint64_t need = kHeaderSize + kIndexEntrySize + h.sharedSize + size;
+  if (need > static_cast<uint64_t>(readLimit)) {
+    error = "rank " + num(rank) + "'s part of the plan is " +
+            std::to_string(need) + " bytes (shared section " +
+            std::to_string(h.sharedSize) + ", own section " +
+            std::to_string(size) + "), above the read limit of " +
+            num(readLimit) + " bytes";
+    return false;
+  }
+  std::string shared;
+  if (!src.read(h.sharedOffset, h.sharedSize, shared, error))
+    return false;
+  if (fnv1a(shared.data(), shared.size()) != h.sharedSum) {
+    error = "shared section: checksum mismatch (the file is damaged)";
+    return false;
+  }
+  slice.worldSize = static_cast<int64_t>(h.world);
+  int64_t totalMatrices = 0;
+  {
+    In in(shared, h.sharedOffset, "shared section");
+    if (!decodeShared(in, slice, totalMatrices)) {
+      error = in.error;
+      return false;
+    }
+  }
+  std::string().swap(shared);
+  if (json::Error bad = validatePlanHeader(slice); !bad.empty()) {
+    error = "shared section: " + bad.str();
+    return false;
+  }
+  std::string section;
+  if (!src.read(offset, size, section, error))
+    return false;
+  if (fnv1a(section.data(), section.size()) != sum) {
+    error = "rank " + num(rank) + "'s section: checksum mismatch (the file "
+            "is damaged)";
+    return false;
+  }
+  Geometry geo(slice);
+  if (geo.totalMatrices() != totalMatrices) {
+    error = "shared section: says " + num(totalMatrices) +
+            " matrices but the Muon parameters have " +
+            num(geo.totalMatrices());
+    return false;
+  }
+  slice.sliceRank = rank;
+  slice.totalMatrices = totalMatrices;
+  slice.fileId = h.headerSum;
+  In in(section, offset, "rank " + num(rank) + "'s section");
+  if (!decodeSection(in, geo, rank, slice, nullptr)) {
+    error = in.error;
+    return false;
+  }
+  if (json::Error bad = validatePlanSlice(slice); !bad.empty()) {
+    error = "rank " + num(rank) + "'s section: " + bad.str();
+    return false;
+  }
+  return true;
+}
+
+template <typename T> int64_t vectorBytes(const std::vector<T> &v) {
+  return static_cast<int64_t>(v.capacity() * sizeof(T));
+}
+int64_t stringBytes(const std::string &s) {
+  // Short strings live inside the object (libstdc++ keeps 15 chars).
+  return s.capacity() > 15 ? static_cast<int64_t>(s.capacity() + 1) : 0;
+}
+
+} // namespace
+
+bool parsePlanSlice(std::string_view bytes, int64_t rank, Plan &slice,
+                    std::string &error, SliceLoadStats *stats,
+                    int64_t readLimit) {
+  MemorySource src(bytes);
+  bool ok = loadSlice(src, rank, slice, error, readLimit);
+  if (stats) {
+    stats->bytesRead = src.bytesRead;
+    stats->heldBytes = planHeldBytes(slice);
+  }
+  return ok;
+}
+
+bool loadPlanSlice(const std::string &path, int64_t rank, Plan &slice,
+                   std::string &error, SliceLoadStats *stats,
+                   int64_t readLimit) {
+  FileSource src;
+  bool ok = src.open(path, error) &&
+            loadSlice(src, rank, slice, error, readLimit);
+  if (!ok && error.rfind("cannot ", 0) != 0)
+    error = path + ": " + error;
+  if (stats) {
+    stats->bytesRead = src.bytesRead;
+    stats->heldBytes = planHeldBytes(slice);
+  }
+  return ok;
+}
+
+bool parsePlanBinary(std::string_view bytes, Plan &plan, std::string &error) {
+  plan = Plan();
+  Header h;
+  if (!readHeader(bytes, bytes.size(), h, error))
+    return false;
+  std::string_view shared = bytes.substr(h.sharedOffset, h.sharedSize);
+  std::string_view global = bytes.substr(h.globalOffset, h.globalSize);
+  if (fnv1a(shared.data(), shared.size()) != h.sharedSum) {
+    error = "shared section: checksum mismatch (the file is damaged)";
+    return false;
+  }
+  if (fnv1a(global.data(), global.size()) != h.globalSum) {
+    error = "global section: checksum mismatch (the file is damaged)";
+    return false;
+  }
+  plan.worldSize = static_cast<int64_t>(h.world);
+  int64_t totalMatrices = 0;
+  {
+    In in(shared, h.sharedOffset, "shared section");
+    if (!decodeShared(in, plan, totalMatrices)) {
+      error = in.error;
+      return false;
+    }
+  }
+  if (json::Error bad = validatePlanHeader(plan); !bad.empty()) {
+    error = "shared section: " + bad.str();
+    return false;
+  }
+  Geometry geo(plan);
+  if (geo.totalMatrices() != totalMatrices) {
+    error = "shared section: says " + num(totalMatrices) +
+            " matrices but the Muon parameters have " +
+            num(geo.totalMatrices());
+    return false;
+  }
+  // The global section: owners, rounds, each exchange's sizes.
+  plan.matrices = muonMatrices(plan.params, plan.muon.nsSteps);
+  {
+    In in(global, h.globalOffset, "global section");
+    in.item = "matrices";
+    if (in.varint() != static_cast<uint64_t>(totalMatrices) && in.ok())
+      in.fail("expected " + num(totalMatrices) + " owners");
+    for (PlanMatrix &m : plan.matrices)
+      m.owner = in.svarint();
+    for (size_t r = 0; r < plan.rounds.size() && in.ok(); ++r) {
+      in.item = json::index("rounds", r);
+      size_t n = in.count("matrices");
+      for (size_t i = 0; i < n && in.ok(); ++i)
+        plan.rounds[r].push_back(in.below(totalMatrices, "matrix"));
+    }
+    for (size_t e = 0; e < plan.exchanges.size() && in.ok(); ++e) {
+      in.item = json::index("exchanges", e);
+      // Each transfer has two copies of at least 4 bytes in the sections.
+      uint64_t transfers = in.varint(), reductions = in.varint();
+      uint64_t room = (h.fileSize - h.sectionsBegin()) / 8;
+      if (in.ok() && (transfers > room || reductions > room))
+        in.fail("more transfers or reductions than the rank sections can "
+                "hold");
+      if (!in.ok())
+        break; // nothing is sized by a number that failed its check
+      plan.exchanges[e].transfers.resize(transfers);
+      plan.exchanges[e].reductions.resize(reductions);
+    }
+    in.item.clear();
+    if (!in.end()) {
+      error = in.error;
+      return false;
+    }
+  }
+  plan.nsMatrices.assign(plan.worldSize, {});
+  plan.nsBatches.assign(plan.worldSize, {});
+  std::vector<std::vector<char>> placed(plan.exchanges.size());
+  for (size_t e = 0; e < plan.exchanges.size(); ++e)
+    placed[e].assign(plan.exchanges[e].transfers.size() +
+                         plan.exchanges[e].reductions.size(),
+                     0);
+  // Each rank's section, one at a time: its transfers placed (from the
+  // source's copy; the destination's copy is checked by the canonical
+  // comparison below), its NS batches in whole-plan indices.
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    const char *e = bytes.data() + h.indexOffset + r * kIndexEntrySize;
+    uint64_t offset = getU64(e), size = getU64(e + 8), sum = getU64(e + 16);
+    if (offset < h.sectionsBegin() || offset > h.fileSize ||
+        size > h.fileSize - offset) {
+      error = "rank " + num(r) + "'s index entry: its section is not inside "
+              "the rank sections";
+      return false;
+    }
+    std::string_view section = bytes.substr(offset, size);
+    if (fnv1a(section.data(), section.size()) != sum) {
+      error = "rank " + num(r) + "'s section: checksum mismatch (the file is "
+              "damaged)";
+      return false;
+    }
+    Plan slice;
+    slice.worldSize = plan.worldSize;
+    slice.rounds.assign(plan.rounds.size(), {});
+    slice.exchanges.resize(plan.exchanges.size());
+    for (size_t x = 0; x < plan.exchanges.size(); ++x)
+      slice.exchanges[x].phase = plan.exchanges[x].phase;
+    std::vector<std::vector<Item>> items;
+    In in(section, offset, "rank " + num(r) + "'s section");
+    if (!decodeSection(in, geo, r, slice, &items)) {
+      error = in.error;
+      return false;
+    }
+    const std::vector<int64_t> &ids = slice.matrixIds;
+    for (size_t x = 0; x < slice.exchanges.size(); ++x) {
+      Exchange &whole = plan.exchanges[x];
+      const Exchange &part = slice.exchanges[x];
+      std::string path = "rank " + num(r) + "'s section, " +
+                         json::index("exchanges", x);
+      size_t nt = part.transfers.size();
+      for (size_t i = 0; i < items[x].size(); ++i) {
+        const Item &it = items[x][i];
+        bool transfer = i < nt;
+        size_t limit = transfer ? whole.transfers.size()
+                                : whole.reductions.size();
+        if (static_cast<size_t>(it.index) >= limit) {
+          error = path + ": " + (transfer ? "transfer" : "reduction") +
+                  " index " + num(it.index) + " is out of range [0, " +
+                  num(static_cast<int64_t>(limit)) + ")";
+          return false;
+        }
+        if (it.toMe)
+          continue;
+        size_t slot = transfer ? it.index : whole.transfers.size() + it.index;
+        if (placed[x][slot]++) {
+          error = path + ": " + (transfer ? "transfer " : "reduction ") +
+                  num(it.index) + " has two sources";
+          return false;
+        }
+        if (transfer) {
+          Transfer t = part.transfers[i];
+          t.matrix = ids[t.matrix];
+          whole.transfers[it.index] = t;
+        } else {
+          whole.reductions[it.index] = part.reductions[i - nt];
+        }
+      }
+    }
+    for (NsBatch &b : slice.nsBatches[r]) {
+      for (int64_t &k : b.matrices)
+        k = ids[k];
+      plan.nsMatrices[r].insert(plan.nsMatrices[r].end(), b.matrices.begin(),
+                                b.matrices.end());
+      plan.nsBatches[r].push_back(std::move(b));
+    }
+  }
+  for (size_t x = 0; x < placed.size(); ++x)
+    for (size_t i = 0; i < placed[x].size(); ++i)
+      if (!placed[x][i]) {
+        size_t nt = plan.exchanges[x].transfers.size();
+        error = json::index("exchanges", x) + ": " +
+                (i < nt ? "transfer " + num(i) : "reduction " + num(i - nt)) +
+                " is in no rank's section";
+        return false;
+      }
+  if (json::Error bad = validatePlan(plan); !bad.empty()) {
+    error = bad.str();
+    return false;
+  }
+  // A valid plan has one encoding: anything else (a transfer's two copies
+  // that disagree, a section listing matrices its rank has nothing to do
+  // with, rounds in another order) is a damaged or forged file.
+  std::string canonical = renderPlanBinary(plan);
+  if (canonical != bytes) {
+    size_t at = std::mismatch(canonical.begin(), canonical.end(),
+                              bytes.begin(), bytes.end())
+                    .first -
+                canonical.begin();
+    std::string where = "the header";
+    if (at >= h.sectionsBegin())
+      where = "a rank's section";
+    else if (at >= h.indexOffset)
+      where = "the rank index";
+    else if (at >= h.globalOffset)
+      where = "the global section";
+    else if (at >= h.sharedOffset)
+      where = "the shared section";
+    error = "the file is not the encoding of the plan it describes: " + where +
+            " differs from it at byte " + num(static_cast<int64_t>(at)) +
+            " (two copies of a transfer disagree, or a section holds what its "
+            "rank does not need)";
+    return false;
+  }
+  return true;
+}
+
+void resealPlanBinary(std::string &bytes) {
+  if (bytes.size() < kHeaderSize || !isPlanBinary(bytes))
+    return;
+  uint64_t size = bytes.size();
+  auto sumOf = [&](uint64_t offset, uint64_t n) -> std::optional<uint64_t> {
+    if (offset > size || n > size - offset)
+      return std::nullopt;
+    return fnv1a(bytes.data() + offset, n);
+  };
+  if (auto s = sumOf(getU64(&bytes[32]), getU64(&bytes[40])))
+    putU64(bytes, 72, *s);
+  if (auto s = sumOf(getU64(&bytes[48]), getU64(&bytes[56])))
+    putU64(bytes, 80, *s);
+  uint64_t index = getU64(&bytes[64]), world = getU64(&bytes[16]);
+  for (uint64_t r = 0; r < world && index <= size &&
+                       (size - index) / kIndexEntrySize > r;
+       ++r) {
+    size_t at = index + r * kIndexEntrySize;
+    if (auto s = sumOf(getU64(&bytes[at]), getU64(&bytes[at + 8])))
+      putU64(bytes, at + 16, *s);
+  }
+  putU64(bytes, 88, fnv1a(bytes.data(), 88));
+}
+
+uint64_t planSliceIdentity(const Plan &slice) {
+  std::string shared = encodeShared(slice, slice.totalMatrices);
+  char id[8];
+  for (int i = 0; i < 8; ++i)
+    id[i] = static_cast<char>(slice.fileId >> (8 * i));
+  return fnv1a(shared.data(), shared.size(), fnv1a(id, 8));
+}
+
+Plan slicePlan(const Plan &plan, int64_t rank) {
+  Plan slice;
+  slice.worldSize = plan.worldSize;
+  slice.wireDtype = plan.wireDtype;
+  slice.wireBytes = plan.wireBytes;
+  slice.distributed = plan.distributed;
+  slice.mesh = plan.mesh;
+  slice.params = plan.params;
+  slice.muon = plan.muon;
+  slice.adamw = plan.adamw;
+  slice.schedule = plan.schedule;
+  slice.prefetchCount = plan.prefetchCount;
+  slice.inflightLimit = plan.inflightLimit;
+  slice.gatherBudgetBytes = plan.gatherBudgetBytes;
+  slice.async = plan.async;
+  slice.sliceRank = rank;
+  slice.totalMatrices = static_cast<int64_t>(plan.matrices.size());
+  // The same local set as the writer's.
+  std::vector<int64_t> &ids = slice.matrixIds;
+  for (size_t k = 0; k < plan.matrices.size(); ++k)
+    if (plan.matrices[k].owner == rank)
+      ids.push_back(static_cast<int64_t>(k));
+  ids.insert(ids.end(), plan.nsMatrices[rank].begin(),
+             plan.nsMatrices[rank].end());
+  for (const Exchange &ex : plan.exchanges)
+    for (const Transfer &t : ex.transfers)
+      if (t.src == rank || t.dst == rank)
+        ids.push_back(t.matrix);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (int64_t k : ids)
+    slice.matrices.push_back(plan.matrices[k]);
+  auto local = [&](int64_t k) { return localIndex(ids, k); };
+  auto has = [&](int64_t k) {
+    return std::binary_search(ids.begin(), ids.end(), k);
+  };
+  for (const auto &round : plan.rounds) {
+    slice.rounds.emplace_back();
+    for (int64_t k : round)
+      if (has(k))
+        slice.rounds.back().push_back(local(k));
+  }
+  slice.nsMatrices.assign(plan.worldSize, {});
+  slice.nsBatches.assign(plan.worldSize, {});
+  for (NsBatch b : plan.nsBatches[rank]) {
+    for (int64_t &k : b.matrices)
+      k = local(k);
+    slice.nsMatrices[rank].insert(slice.nsMatrices[rank].end(),
+                                  b.matrices.begin(), b.matrices.end());
+    slice.nsBatches[rank].push_back(std::move(b));
+  }
+  for (const Exchange &ex : plan.exchanges) {
+    Exchange part;
+    part.phase = ex.phase;
+    part.round = ex.round;
+    for (Transfer t : ex.transfers)
+      if (t.src == rank || t.dst == rank) {
+        t.matrix = local(t.matrix);
+        part.transfers.push_back(t);
+      }
+    for (const Reduction &r : ex.reductions)
+      if (r.src == rank || r.dst == rank)
+        part.reductions.push_back(r);
+    slice.exchanges.push_back(std::move(part));
+  }
+  return slice;
+}
+
+int64_t planHeldBytes(const Plan &plan) {
+  int64_t bytes = sizeof(Plan) + stringBytes(plan.wireDtype) +
+                  vectorBytes(plan.mesh.shape) + vectorBytes(plan.mesh.devices);
+  bytes += vectorBytes(plan.muon.coefficients) +
+           stringBytes(plan.muon.adjustLr) + stringBytes(plan.muon.nsDtype);
+  bytes += vectorBytes(plan.params);
+  for (const PlanParam &p : plan.params) {
+    bytes += stringBytes(p.name) + stringBytes(p.dtype) +
+             vectorBytes(p.layout.shape) + vectorBytes(p.layout.splitAxes) +
+             vectorBytes(p.layout.partialAxes) + vectorBytes(p.layout.only);
+    for (const auto &axes : p.layout.splitAxes)
+      bytes += vectorBytes(axes);
+  }
+  bytes += vectorBytes(plan.matrices) + vectorBytes(plan.matrixIds);
+  for (const PlanMatrix &m : plan.matrices)
+    bytes += stringBytes(m.param);
+  bytes += vectorBytes(plan.exchanges);
+  for (const Exchange &ex : plan.exchanges)
+    bytes += vectorBytes(ex.transfers) + vectorBytes(ex.reductions);
+  bytes += vectorBytes(plan.nsMatrices) + vectorBytes(plan.rounds) +
+           vectorBytes(plan.nsBatches) + vectorBytes(plan.schedule);
+  for (const auto &v : plan.nsMatrices)
+    bytes += vectorBytes(v);
+  for (const auto &v : plan.rounds)
+    bytes += vectorBytes(v);
+  for (const auto &batches : plan.nsBatches) {
+    bytes += vectorBytes(batches);
+    for (const NsBatch &b : batches)
+      bytes += vectorBytes(b.matrices);
+  }
+  return bytes;
+}
+
+} // namespace muon
