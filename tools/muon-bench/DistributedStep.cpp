@@ -81,46 +81,56 @@ bool readJson(const std::string &path, json &value, std::string &error) {
   return true;
 }
 
-/// The draft design's spec: the same model with round-robin owners and no
-/// overlap. Returns the bytes of the largest Muon matrix (the gather budget
-/// that puts one parameter in each round) and the number of Muon
-/// parameters, or -1 with `error` set.
-int64_t makeDraftSpec(const json &spec, int64_t ranks, json &draft,
-                      int64_t &muonParams, std::string &error) {
-  if (!spec.is_object() || spec.value("format", std::string()) !=
-                               "muon-spec/1") {
+/// A Muon parameter of a spec: its name and the shape of each of its
+/// matrices (the last two dims).
+struct MuonParam {
+  std::string name;
+  int64_t rows = 0, cols = 0;
+};
+
+/// The spec's Muon parameters in spec order (2-D and more, not AdamW), or
+/// an empty list with `error` set when `spec` is not a model spec.
+/// Malformed entries are skipped: muon-run names what is wrong with them.
+std::vector<MuonParam> muonParamsOf(const json &spec, std::string &error) {
+  if (!spec.is_object() ||
+      spec.value("format", std::string()) != "muon-spec/1") {
     error = "not a muon-spec/1 model (the draft design is compiled from a "
             "spec, not from a plan)";
-    return -1;
+    return {};
   }
   if (!spec.contains("params") || !spec["params"].is_array()) {
     error = "the spec has no 'params' array";
-    return -1;
+    return {};
   }
-  std::vector<std::vector<std::string>> owned(ranks);
-  int64_t largest = 0;
-  muonParams = 0;
+  std::vector<MuonParam> params;
   for (const json &p : spec["params"]) {
     if (!p.is_object() || !p.contains("name") || !p["name"].is_string() ||
         !p.contains("shape") || !p["shape"].is_array())
-      continue; // muon-run names what is wrong with it
-    const json &shape = p["shape"];
-    std::string optimizer = p.value("optimizer", std::string());
-    if (shape.size() < 2 || optimizer == "adamw")
       continue;
-    int64_t rows = shape[shape.size() - 2].is_number_integer()
-                       ? shape[shape.size() - 2].get<int64_t>()
-                       : 0;
-    int64_t cols = shape[shape.size() - 1].is_number_integer()
-                       ? shape[shape.size() - 1].get<int64_t>()
-                       : 0;
-    largest = std::max(largest, rows * cols);
-    owned[muonParams % ranks].push_back(p["name"].get<std::string>());
-    ++muonParams;
+    const json &shape = p["shape"];
+    if (shape.size() < 2 || p.value("optimizer", std::string()) == "adamw")
+      continue;
+    const json &rows = shape[shape.size() - 2], &cols = shape[shape.size() - 1];
+    if (!rows.is_number_integer() || !cols.is_number_integer())
+      continue;
+    params.push_back({p["name"].get<std::string>(), rows.get<int64_t>(),
+                      cols.get<int64_t>()});
   }
-  if (muonParams == 0) {
+  if (params.empty())
     error = "the spec has no Muon parameters";
-    return -1;
+  return params;
+}
+
+/// The draft design's spec: the same model with round-robin owners and no
+/// overlap. Returns the bytes of the largest Muon matrix: the gather budget
+/// that puts one parameter in each round.
+int64_t makeDraftSpec(const json &spec, const std::vector<MuonParam> &params,
+                      int64_t ranks, json &draft) {
+  std::vector<std::vector<std::string>> owned(ranks);
+  int64_t largest = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    largest = std::max(largest, params[i].rows * params[i].cols);
+    owned[i % ranks].push_back(params[i].name);
   }
   json assignments = json::object();
   for (int64_t r = 0; r < ranks; ++r)
@@ -169,11 +179,11 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
   json spec;
   if (!readJson(o.specPath, spec, error))
     return fail(error);
-  json draft;
-  int64_t muonParams = 0;
-  int64_t budget = makeDraftSpec(spec, o.ranks, draft, muonParams, error);
-  if (budget < 0)
+  std::vector<MuonParam> params = muonParamsOf(spec, error);
+  if (params.empty())
     return fail(o.specPath + ": " + error);
+  json draft;
+  const int64_t budget = makeDraftSpec(spec, params, o.ranks, draft);
 
   const char *tmpdir = std::getenv("TMPDIR");
   std::string pattern = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") +
@@ -215,16 +225,9 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
   // The GEMM rate of each Muon shape: an m x m by m x n product (m <= n),
   // Newton-Schulz's last product.
   std::vector<std::pair<int64_t, int64_t>> shapes;
-  for (const json &p : spec["params"]) {
-    if (!p.is_object() || !p.contains("shape") || !p["shape"].is_array() ||
-        p["shape"].size() < 2 || p.value("optimizer", std::string()) == "adamw")
-      continue;
-    const json &s = p["shape"];
-    if (!s[s.size() - 2].is_number_integer() ||
-        !s[s.size() - 1].is_number_integer())
-      continue;
-    int64_t a = s[s.size() - 2].get<int64_t>(), b = s[s.size() - 1].get<int64_t>();
-    std::pair<int64_t, int64_t> mn(std::min(a, b), std::max(a, b));
+  for (const MuonParam &p : params) {
+    std::pair<int64_t, int64_t> mn(std::min(p.rows, p.cols),
+                                   std::max(p.rows, p.cols));
     if (std::find(shapes.begin(), shapes.end(), mn) == shapes.end())
       shapes.push_back(mn);
   }
@@ -238,7 +241,7 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
     drafted.insert(drafted.end(),
                    {"--gather-budget-bytes", std::to_string(budget),
                     "--max-rounds",
-                    std::to_string(std::max<int64_t>(1, muonParams))});
+                    std::to_string(params.size())});
     int rc = runCommand(ours);
     if (rc != 0)
       return fail(format("muon-run on %s exited with %d", o.specPath.c_str(), rc));

@@ -40,7 +40,23 @@ struct MpiCommunicator::State {
 
   void pollLoop();
   void stopThread();
+  /// Tests `call` once, with `mpi` held; a completed call is marked done
+  /// and leaves `inFlight`.
+  int test(Call &call, int &done);
 };
+
+int MpiCommunicator::State::test(Call &call, int &done) {
+  if (call.done) {
+    done = 1;
+    return MPI_SUCCESS;
+  }
+  int rc = MPI_Test(&call.request, &done, MPI_STATUS_IGNORE);
+  if (rc == MPI_SUCCESS && done) {
+    call.done = true;
+    --inFlight;
+  }
+  return rc;
+}
 
 /// Tests every exchange in flight every `interval` while there are any and
 /// sleeps on `wake` while there are none, so an idle rank pays nothing.
@@ -52,14 +68,8 @@ void MpiCommunicator::State::pollLoop() {
       continue;
     }
     for (auto &[id, call] : calls) {
-      if (call.done)
-        continue;
       int done = 0;
-      MPI_Test(&call.request, &done, MPI_STATUS_IGNORE);
-      if (done) {
-        call.done = true;
-        --inFlight;
-      }
+      test(call, done);
     }
     lock.unlock();
     std::this_thread::sleep_for(interval);
@@ -296,20 +306,8 @@ bool MpiCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
     return false;
   }
   bool ok = pollUntilDone(
-      s.mpi,
-      [&](int &done) {
-        if (call->done) {
-          done = 1;
-          return MPI_SUCCESS;
-        }
-        int rc = MPI_Test(&call->request, &done, MPI_STATUS_IGNORE);
-        if (rc == MPI_SUCCESS && done) {
-          call->done = true;
-          --s.inFlight;
-        }
-        return rc;
-      },
-      timeoutSeconds, error);
+      s.mpi, [&](int &done) { return s.test(*call, done); }, timeoutSeconds,
+      error);
   if (ok) {
     std::lock_guard<std::mutex> lock(s.mpi);
     s.calls.erase(pending.id);
@@ -321,14 +319,8 @@ bool MpiCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
 void MpiCommunicator::progress() {
   std::lock_guard<std::mutex> lock(state->mpi);
   for (auto &[id, call] : state->calls) {
-    if (call.done)
-      continue;
     int done = 0;
-    MPI_Test(&call.request, &done, MPI_STATUS_IGNORE);
-    if (done) {
-      call.done = true;
-      --state->inFlight;
-    }
+    state->test(call, done);
   }
 }
 
