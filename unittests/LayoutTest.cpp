@@ -128,6 +128,24 @@ TEST(MatrixPieces, MatchesAScanOfEveryRank) {
         break;
       }
     }
+    MatrixPieceCache cache(mesh);
+    // In order, as the compiler walks them, then in a random order.
+    std::vector<int64_t> order(numMatrices(layout.shape));
+    std::iota(order.begin(), order.end(), 0);
+    std::vector<int64_t> shuffled = order;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    order.insert(order.end(), shuffled.begin(), shuffled.end());
+    for (int64_t m : order) {
+      const std::vector<MatrixPiece> &cached = cache.pieces(layout, m);
+      auto slow = piecesByScan(mesh, layout, m);
+      ASSERT_EQ(cached.size(), slow.size()) << "trial " << trial;
+      for (size_t i = 0; i < cached.size(); ++i) {
+        EXPECT_EQ(cached[i].rank, slow[i].rank) << "trial " << trial;
+        EXPECT_EQ(cached[i].rows, slow[i].rows) << "trial " << trial;
+        EXPECT_EQ(cached[i].cols, slow[i].cols) << "trial " << trial;
+        EXPECT_EQ(cached[i].summand, matrixPieces(mesh, layout, m)[i].summand);
+      }
+    }
     for (int64_t m = 0; m < numMatrices(layout.shape); ++m) {
       auto fast = matrixPieces(mesh, layout, m);
       auto slow = piecesByScan(mesh, layout, m);
@@ -145,5 +163,38 @@ TEST(MatrixPieces, MatchesAScanOfEveryRank) {
             << "trial " << trial << " rank " << r;
       }
     }
+  }
+}
+
+// The cache computes one list per chunk of the batch dims, not one per
+// matrix: 8 experts split over 2 x 2 ranks (major axis first) are 4 chunks
+// of 2, walked in order.
+TEST(MatrixPieceCache, ComputesOncePerChunk) {
+  Mesh mesh;
+  mesh.shape = {2, 2, 3};
+  ParamLayout experts;
+  experts.shape = {8, 6, 4};
+  experts.splitAxes = {{0, 1}, {2}, {}};
+  ParamLayout dense;
+  dense.shape = {6, 4};
+  dense.splitAxes = {{2}, {}};
+  MatrixPieceCache cache(mesh);
+  std::vector<uint64_t> versions;
+  for (int64_t m = 0; m < 8; ++m) {
+    EXPECT_EQ(cache.pieces(experts, m).size(), 3u) << "expert " << m;
+    versions.push_back(cache.version());
+  }
+  EXPECT_EQ(versions, (std::vector<uint64_t>{1, 1, 2, 2, 3, 3, 4, 4}));
+  // Another layout is another list, even for the same matrix index.
+  EXPECT_EQ(cache.pieces(dense, 0).size(), 12u);
+  EXPECT_EQ(cache.version(), 5u);
+  // Back to the experts: recomputed, the same as matrixPieces.
+  const std::vector<MatrixPiece> &again = cache.pieces(experts, 5);
+  EXPECT_EQ(cache.version(), 6u);
+  std::vector<MatrixPiece> direct = matrixPieces(mesh, experts, 5);
+  ASSERT_EQ(again.size(), direct.size());
+  for (size_t i = 0; i < again.size(); ++i) {
+    EXPECT_EQ(again[i].rank, direct[i].rank);
+    EXPECT_EQ(again[i].rows, direct[i].rows);
   }
 }

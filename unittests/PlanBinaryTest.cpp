@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <unistd.h>
@@ -22,7 +23,7 @@ using namespace muon;
 namespace {
 /// Two 8x4 matrices FSDP-split over four ranks (two rows each), owned by
 /// ranks 0 and 2, and a 1-D AdamW parameter replicated everywhere.
-Plan planModel() {
+Plan planModel(int64_t maxRounds = 2) {
   Plan plan;
   plan.worldSize = 4;
   plan.distributed = true;
@@ -48,7 +49,7 @@ Plan planModel() {
   plan.exchanges = {gather, scatter};
   std::string error;
   ScheduleOptions options;
-  options.maxRounds = 2;
+  options.maxRounds = maxRounds;
   EXPECT_TRUE(schedulePlan(plan, options, error)) << error;
   EXPECT_TRUE(validatePlan(plan).empty()) << validatePlan(plan).str();
   return plan;
@@ -95,6 +96,32 @@ TEST(PlanBinary, WholeRoundTripsToTheSamePlan) {
   Plan fromJson;
   ASSERT_TRUE(parsePlan(renderPlan(plan), fromJson, error)) << error;
   EXPECT_EQ(renderPlanBinary(fromJson), bytes);
+}
+
+// The writer orders each rank's matrices by (round, place in the round)
+// with a counting sort where rounds list matrices ascending, as compiled
+// plans do; a plan file may list a round in another order, which must
+// survive too.
+TEST(PlanBinary, RoundOrderIsKept) {
+  Plan plan = planModel(/*maxRounds=*/1);
+  ASSERT_EQ(plan.rounds.size(), 1u);
+  ASSERT_EQ(plan.rounds[0], (std::vector<int64_t>{0, 1}));
+  for (bool reversed : {false, true}) {
+    if (reversed)
+      std::reverse(plan.rounds[0].begin(), plan.rounds[0].end());
+    ASSERT_TRUE(validatePlan(plan).empty()) << validatePlan(plan).str();
+    std::string bytes = renderPlanBinary(plan);
+    Plan back;
+    std::string error;
+    ASSERT_TRUE(parsePlanBinary(bytes, back, error)) << error;
+    EXPECT_EQ(back.rounds, plan.rounds) << "reversed " << reversed;
+    EXPECT_EQ(renderPlan(back), renderPlan(plan));
+    for (int64_t r = 0; r < plan.worldSize; ++r) {
+      Plan slice;
+      ASSERT_TRUE(parsePlanSlice(bytes, r, slice, error)) << error;
+      expectSameSlice(slice, slicePlan(plan, r));
+    }
+  }
 }
 
 TEST(PlanBinary, EachRankLoadsItsPartOfTheWhole) {

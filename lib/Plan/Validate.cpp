@@ -441,6 +441,7 @@ bool Checker::batches() {
   // What each rank must orthogonalize: what it owns, or without a
   // distributed config whatever it holds.
   std::vector<std::vector<int64_t>> expected(plan.worldSize);
+  MatrixPieceCache pieceCache(plan.mesh);
   for (size_t k = 0; k < plan.matrices.size(); ++k) {
     const PlanMatrix &m = plan.matrices[k];
     // A slice lists only matrices its rank holds or owns (sliceMatrices).
@@ -455,8 +456,7 @@ bool Checker::batches() {
       continue;
     }
     for (const MatrixPiece &piece :
-         matrixPieces(plan.mesh, plan.params[m.paramIndex].layout,
-                      sliceOf(m)))
+         pieceCache.pieces(plan.params[m.paramIndex].layout, sliceOf(m)))
       expected[piece.rank].push_back(k);
   }
   for (int64_t r = 0; r < plan.worldSize; ++r) {
@@ -593,6 +593,7 @@ bool Checker::transfers() {
   auto pathOf = [](std::pair<int64_t, int64_t> at) {
     return index(key(index("exchanges", at.first), "transfers"), at.second);
   };
+  MatrixPieceCache pieceCache(plan.mesh);
   for (size_t k = 0; k < plan.matrices.size(); ++k) {
     const PlanMatrix &m = plan.matrices[k];
     // A slice holds all the transfers of the matrices its rank owns (it is
@@ -603,8 +604,8 @@ bool Checker::transfers() {
         return false;
       continue;
     }
-    std::vector<MatrixPiece> pieces = matrixPieces(
-        plan.mesh, plan.params[m.paramIndex].layout, sliceOf(m));
+    const std::vector<MatrixPiece> &pieces =
+        pieceCache.pieces(plan.params[m.paramIndex].layout, sliceOf(m));
     const MatrixPiece *own = pieceOf(pieces, m.owner);
     // Gathers: the owner gets each (piece, summand) it lacks, once.
     std::set<PieceKey> distinct, received;

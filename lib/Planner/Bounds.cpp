@@ -14,14 +14,24 @@ LowerBounds computeLowerBounds(const Mesh &mesh,
   LowerBounds bounds;
   // Holder set -> NS flops of the matrices held exactly by it.
   std::map<std::vector<int64_t>, int64_t> flopsBySet;
+  MatrixPieceCache pieceCache(mesh);
+  uint64_t setVersion = 0;
+  int64_t largest = 0;
+  int64_t *setFlops = nullptr;
   for (const BoundMatrix &mm : matrices) {
     const ParamLayout &pl = layouts[mm.param];
-    std::vector<MatrixPiece> pieces = matrixPieces(mesh, pl, mm.matrix);
-    int64_t largest = 0;
-    std::vector<int64_t> holders;
-    for (const MatrixPiece &piece : pieces) {
-      largest = std::max(largest, piece.elements());
-      holders.push_back(piece.rank);
+    const std::vector<MatrixPiece> &pieces = pieceCache.pieces(pl, mm.matrix);
+    // Largest piece and holder set: the same for every matrix sharing the
+    // cached list (the map lookup compares thousands of ranks at scale).
+    if (setVersion != pieceCache.version()) {
+      largest = 0;
+      std::vector<int64_t> holders;
+      for (const MatrixPiece &piece : pieces) {
+        largest = std::max(largest, piece.elements());
+        holders.push_back(piece.rank);
+      }
+      setFlops = &flopsBySet[holders];
+      setVersion = pieceCache.version();
     }
     // p: partial summands; c: copies of the whole matrix over the holders
     // (product of the replicated and partial axes outside `only`).
@@ -31,7 +41,7 @@ LowerBounds computeLowerBounds(const Mesh &mesh,
     int64_t full = mm.rows * mm.cols * wireBytes;
     bounds.bytesReceived += (p + c) * full - 2 * largest * wireBytes;
     bounds.makespanFlops = std::max(bounds.makespanFlops, mm.nsFlops);
-    flopsBySet[holders] += mm.nsFlops;
+    *setFlops += mm.nsFlops;
   }
   // For each holder set H: all work that must land inside H, spread evenly.
   for (const auto &[set, unused] : flopsBySet) {

@@ -108,12 +108,13 @@ struct Walker {
           (p.muon ? muonElements : adamwElements)[piece.rank] += elements;
         }
       applyElements.assign(plan.rounds.size(), std::vector<double>(world, 0));
+      MatrixPieceCache pieceCache(plan.mesh);
       for (size_t round = 0; round < plan.rounds.size(); ++round)
         for (int64_t k : plan.rounds[round]) {
           const PlanMatrix &m = plan.matrices[k];
           for (const MatrixPiece &piece :
-               matrixPieces(plan.mesh, plan.params[m.paramIndex].layout,
-                            std::max<int64_t>(m.slice, 0)))
+               pieceCache.pieces(plan.params[m.paramIndex].layout,
+                                 std::max<int64_t>(m.slice, 0)))
             applyElements[round][piece.rank] +=
                 static_cast<double>(piece.elements());
         }

@@ -243,6 +243,35 @@ matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix) {
   return pieces;
 }
 
+const std::vector<MatrixPiece> &
+MatrixPieceCache::pieces(const ParamLayout &layout, int64_t matrix) {
+  size_t batchDims = layout.shape.size() - 2;
+  // The chunk holding the matrix on each batch dim, split as localBox
+  // splits it: major axis first, each chunking what the previous left.
+  chunk.assign(batchDims, 0);
+  int64_t m = matrix;
+  for (size_t d = batchDims; d-- > 0;) {
+    int64_t index = m % layout.shape[d];
+    m /= layout.shape[d];
+    Range r{0, layout.shape[d]};
+    if (d < layout.splitAxes.size())
+      for (int64_t axis : layout.splitAxes[d]) {
+        int64_t parts = mesh.shape[axis];
+        int64_t size = (r.size() + parts - 1) / parts;
+        Range sub = chunkRange(r.size(), parts, (index - r.begin) / size);
+        r = {r.begin + sub.begin, r.begin + sub.end};
+      }
+    chunk[d] = r.begin;
+  }
+  if (lastLayout != &layout || chunk != lastChunk) {
+    list = matrixPieces(mesh, layout, matrix);
+    lastLayout = &layout;
+    lastChunk = chunk;
+    ++computed;
+  }
+  return list;
+}
+
 std::vector<ParamPiece> paramPieces(const Mesh &mesh,
                                     const ParamLayout &layout) {
   std::vector<ParamPiece> pieces;

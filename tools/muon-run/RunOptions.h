@@ -2,7 +2,7 @@
 #ifndef MUON_TOOLS_MUON_RUN_RUNOPTIONS_H
 #define MUON_TOOLS_MUON_RUN_RUNOPTIONS_H
 
-#include "muon/Plan/PlanBinary.h"
+#include "muon/Plan/TransferSink.h"
 #include "muon/Plan/Report.h"
 
 #include <cstdint>
@@ -19,9 +19,9 @@ struct CompileFlags {
   bool gatherBudgetGiven = false;
   int64_t maxRounds = 8;
   bool maxRoundsGiven = false;
-  /// When set (a dry run writing a binary plan), the compiler streams the
-  /// transfers into it instead of holding them in the plan.
-  PlanBinaryWriter *stream = nullptr;
+  /// When set (a dry run with no need for the transfer list), the compiler
+  /// streams the transfers into it instead of holding them in the plan.
+  TransferSink *stream = nullptr;
 };
 
 /// A fault to inject, for testing that failures are loud and lose nothing.

@@ -164,10 +164,10 @@ static std::string renderPlanAs(const ::muon::Plan &plan) {
 }
 
 /// The report and summary of --dry-run: the plan's own figures. With
-/// `stream` begun, the plan's transfers went to it (a binary --plan at
-/// scale): the figures and the file come from it.
-static int dryRunReport(const ::muon::Plan &plan,
-                        ::muon::PlanBinaryWriter *stream) {
+/// `stream` begun, the plan's transfers went to it: the figures come from
+/// it, and a binary --plan from `writer` (the same sink, when there is one).
+static int dryRunReport(const ::muon::Plan &plan, ::muon::TransferSink *stream,
+                        ::muon::PlanBinaryWriter *writer) {
   ::muon::Report report = ::muon::tool::reportOf(plan);
   bool streamed = stream && stream->begun();
   if (streamed)
@@ -186,8 +186,9 @@ static int dryRunReport(const ::muon::Plan &plan,
   // target, and only when both are complete do they move into place.
   std::vector<std::pair<std::string, std::string>> outputs;
   if (!flags.planFile.empty()) {
-    outputs.push_back(
-        {flags.planFile, streamed ? stream->finish(plan) : renderPlanAs(plan)});
+    outputs.push_back({flags.planFile, streamed && writer
+                                           ? writer->finish(plan)
+                                           : renderPlanAs(plan)});
     if (outputs.back().second.empty())
       return fail("internal error: the compiled plan could not be written "
                   "as a binary plan (a transfer names a matrix its rank does "
@@ -401,16 +402,23 @@ int main(int argc, char **argv) {
   compile.gatherBudgetGiven = parser.given("gather-budget-bytes");
   compile.maxRounds = flags.maxRounds;
   compile.maxRoundsGiven = parser.given("max-rounds");
-  // A dry run writing a binary plan streams the transfers into the writer:
-  // the whole plan's transfer list (1.2 GB at 16,384 ranks) never exists.
-  // Not with --print-schedule, which counts each exchange's transfers, nor
-  // with --simulate, which walks them.
-  std::unique_ptr<::muon::PlanBinaryWriter> stream;
-  if (flags.dryRun && flags.planFormat == "binary" && !flags.planFile.empty() &&
-      !flags.printSchedule && flags.simulate.empty() &&
+  // A dry run streams the transfers as they are made, so the whole plan's
+  // transfer list (1.2 GB at 16,384 ranks) never exists: into the writer of
+  // a binary --plan, or, with no plan to write, into a counter of each
+  // rank's bytes (all the report needs). Not with --print-schedule, which
+  // counts each exchange's transfers, with --simulate, which walks them, nor
+  // with a JSON --plan, which lists them.
+  std::unique_ptr<::muon::PlanBinaryWriter> writer;
+  std::unique_ptr<::muon::TransferCounter> counter;
+  if (flags.dryRun && !flags.printSchedule && flags.simulate.empty() &&
       !::muon::runtime::cpu::launchedByMpirun()) {
-    stream = std::make_unique<::muon::PlanBinaryWriter>();
-    compile.stream = stream.get();
+    if (flags.planFile.empty()) {
+      counter = std::make_unique<::muon::TransferCounter>();
+      compile.stream = counter.get();
+    } else if (flags.planFormat == "binary") {
+      writer = std::make_unique<::muon::PlanBinaryWriter>();
+      compile.stream = writer.get();
+    }
   }
   ::muon::Plan plan;
   bool isPlanFile = false;
@@ -442,7 +450,7 @@ int main(int argc, char **argv) {
     return ::muon::tool::runWorker(std::move(plan), run, &argc, &argv);
   }
   if (flags.dryRun) {
-    int rc = dryRunReport(plan, stream.get());
+    int rc = dryRunReport(plan, compile.stream, writer.get());
     if (rc == 0 && flags.printSchedule)
       printPlanSchedule(plan);
     return rc;

@@ -24,6 +24,7 @@
 #define MUON_PLAN_PLANBINARY_H
 
 #include "muon/Plan/Plan.h"
+#include "muon/Plan/TransferSink.h"
 
 #include <cstdint>
 #include <memory>
@@ -53,19 +54,15 @@ std::string renderPlanBinary(const Plan &plan);
 /// renderPlanBinary is this writer fed from a whole plan, so both give the
 /// same bytes. The plan must be valid: finish() returns "" when a transfer
 /// names a matrix one of its ends does not hold.
-class PlanBinaryWriter {
+class PlanBinaryWriter final : public TransferSink {
 public:
   PlanBinaryWriter();
-  ~PlanBinaryWriter();
-  void begin(const Plan &plan);
-  /// Whether begin() was called: a compiler given a writer uses it only for
-  /// a distributed plan built with its rounds.
-  bool begun() const;
-  void add(int64_t exchange, bool gather, const Transfer &transfer);
+  ~PlanBinaryWriter() override;
+  void begin(const Plan &plan) override;
+  bool begun() const override;
+  void add(int64_t exchange, bool gather, const Transfer &transfer) override;
   std::string finish(const Plan &plan);
-  /// The plan's per-rank figures with the added transfers' bytes (what
-  /// computeRankFigures counts from a whole plan).
-  std::vector<RankFigures> figures(const Plan &plan) const;
+  std::vector<RankFigures> figures(const Plan &plan) const override;
 
 private:
   struct State;

@@ -86,6 +86,31 @@ struct MatrixPiece {
 std::vector<MatrixPiece>
 matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix);
 
+/// matrixPieces with reuse: the matrices of a batched parameter whose batch
+/// indices fall in the same chunk on every batch dim have the same pieces
+/// (Kimi-K2's 384 experts split 16 ways share 16 piece lists), so a list is
+/// computed once per chunk and kept while callers ask about the same chunk,
+/// as they do walking a parameter's matrices in order. The layouts asked
+/// about must stay where they are, unchanged, while the cache is in use.
+class MatrixPieceCache {
+public:
+  explicit MatrixPieceCache(const Mesh &mesh) : mesh(mesh) {}
+  /// What matrixPieces(mesh, layout, matrix) returns; valid until the next
+  /// call.
+  const std::vector<MatrixPiece> &pieces(const ParamLayout &layout,
+                                         int64_t matrix);
+  /// Changes whenever pieces() computes a new list: callers deriving data
+  /// from a list redo it only then.
+  uint64_t version() const { return computed; }
+
+private:
+  const Mesh &mesh;
+  const ParamLayout *lastLayout = nullptr;
+  std::vector<int64_t> lastChunk, chunk; // per batch dim, the chunk's begin
+  std::vector<MatrixPiece> list;
+  uint64_t computed = 0;
+};
+
 /// One rank's non-empty piece of a whole parameter.
 struct ParamPiece {
   int64_t rank;

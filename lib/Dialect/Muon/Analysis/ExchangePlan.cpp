@@ -74,7 +74,7 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
                                       StringRef wireDtype, bool withTransfers,
                                       const std::vector<int64_t> *roundOf,
                                       int64_t rounds,
-                                      ::muon::PlanBinaryWriter *stream) {
+                                      ::muon::TransferSink *stream) {
   Plan plan;
   plan.worldSize = layout.mesh.numDevices();
   plan.wireDtype = wireDtype.str();
@@ -148,6 +148,14 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     else
       buckets[exchange].transfers.push_back(t);
   };
+  ::muon::MatrixPieceCache pieceCache(layout.mesh);
+  // The cached pieces sorted by (rows, cols, summand) then rank, remade
+  // only when the cache computes a new list.
+  std::vector<MatrixPiece> byKey;
+  uint64_t byKeyVersion = 0;
+  auto key = [](const MatrixPiece &p) {
+    return std::make_tuple(p.rows.begin, p.cols.begin, p.summand);
+  };
   for (size_t k = 0; k < matrices.size(); ++k) {
     const MuonMatrix &mm = matrices[k];
     const std::vector<int64_t> &shape = layout.layouts[mm.param].shape;
@@ -168,7 +176,8 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
       plan.matrices.push_back(std::move(pm));
       continue;
     }
-    std::vector<MatrixPiece> pieces = matrixPieces(layout, mm.param, mm.matrix);
+    const std::vector<MatrixPiece> &pieces =
+        pieceCache.pieces(layout.layouts[mm.param], mm.matrix);
 
     if (!distributed) {
       // Single-device algorithm on every rank: each holder (with the whole
@@ -189,14 +198,14 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     auto ownPiece = std::find_if(pieces.begin(), pieces.end(),
                                  [&](auto &p) { return p.rank == owner; });
     assert(ownPiece != pieces.end() && "verifier guarantees owners hold");
-    auto key = [](const MatrixPiece &p) {
-      return std::make_tuple(p.rows.begin, p.cols.begin, p.summand);
-    };
     // Gather: one copy of every (piece, summand) the owner lacks. Replicas
     // of the same summand are adjacent after sorting by key then rank.
-    std::vector<MatrixPiece> byKey = pieces;
-    std::stable_sort(byKey.begin(), byKey.end(),
-                     [&](auto &a, auto &b) { return key(a) < key(b); });
+    if (byKeyVersion != pieceCache.version()) {
+      byKey = pieces;
+      std::stable_sort(byKey.begin(), byKey.end(),
+                       [&](auto &a, auto &b) { return key(a) < key(b); });
+      byKeyVersion = pieceCache.version();
+    }
     for (size_t i = 0; i < byKey.size();) {
       size_t j = i;
       while (j < byKey.size() && key(byKey[j]) == key(byKey[i]))
@@ -246,7 +255,7 @@ FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
                                           const ModelLayout &layout,
                                           StringRef wireWithoutConfig,
                                           bool withTransfers,
-                                          ::muon::PlanBinaryWriter *stream) {
+                                          ::muon::TransferSink *stream) {
   StringRef wire = wireWithoutConfig;
   for (DistributedOp d : model.getBodyBlock().getOps<DistributedOp>())
     wire = stringifyWireDtype(d.getWireDtype());

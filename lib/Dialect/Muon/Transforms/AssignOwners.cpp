@@ -35,17 +35,35 @@ struct AssignOwners : mlir::muon::impl::AssignOwnersBase<AssignOwners> {
     std::vector<MuonMatrix> matrices = collectMuonMatrices(model, *layout);
 
     // Candidates: holders of the largest piece (gathering there moves the
-    // least data).
-    std::vector<std::vector<int64_t>> candidates(matrices.size());
+    // least data). Each distinct candidate set is a group of ranks that must
+    // absorb the work only it can take; matrices sharing a cached piece list
+    // share the group without comparing the sets again.
+    int64_t world = layout->mesh.numDevices();
+    std::map<std::vector<int64_t>, size_t> groupId;
+    std::vector<std::vector<int64_t>> groups;
+    std::vector<size_t> groupOf(matrices.size());
+    ::muon::MatrixPieceCache pieceCache(layout->mesh);
+    uint64_t groupVersion = 0;
+    size_t group = 0;
     for (size_t k = 0; k < matrices.size(); ++k) {
-      std::vector<MatrixPiece> pieces =
-          matrixPieces(*layout, matrices[k].param, matrices[k].matrix);
-      int64_t largest = 0;
-      for (const MatrixPiece &p : pieces)
-        largest = std::max(largest, p.elements());
-      for (const MatrixPiece &p : pieces)
-        if (p.elements() == largest)
-          candidates[k].push_back(p.rank);
+      const std::vector<MatrixPiece> &pieces =
+          pieceCache.pieces(layout->layouts[matrices[k].param],
+                            matrices[k].matrix);
+      if (groupVersion != pieceCache.version()) {
+        int64_t largest = 0;
+        for (const MatrixPiece &p : pieces)
+          largest = std::max(largest, p.elements());
+        std::vector<int64_t> candidates; // sorted by rank, as the pieces
+        for (const MatrixPiece &p : pieces)
+          if (p.elements() == largest)
+            candidates.push_back(p.rank);
+        auto [it, inserted] = groupId.try_emplace(candidates, groups.size());
+        if (inserted)
+          groups.push_back(std::move(candidates));
+        group = it->second;
+        groupVersion = pieceCache.version();
+      }
+      groupOf[k] = group;
     }
 
     // LPT: most expensive first; stable on the model order for equal costs.
@@ -54,23 +72,12 @@ struct AssignOwners : mlir::muon::impl::AssignOwnersBase<AssignOwners> {
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       return matrices[a].nsFlops > matrices[b].nsFlops;
     });
-    // Look-ahead for ties: each distinct candidate set is a group of ranks
-    // that must absorb the work only it can take. A rank's pressure is the
-    // highest expected final average load, (work already on the group + work
-    // still pending for it) / group size, over the groups it belongs to.
-    // Among equally loaded candidates the one under least pressure wins, so
-    // work any rank may take avoids groups that will be busy anyway; then the
-    // lowest rank. Every rank computes the same owners.
-    int64_t world = layout->mesh.numDevices();
-    std::map<std::vector<int64_t>, size_t> groupId;
-    std::vector<size_t> groupOf(matrices.size());
-    std::vector<std::vector<int64_t>> groups;
-    for (size_t k = 0; k < matrices.size(); ++k) {
-      auto [it, inserted] = groupId.try_emplace(candidates[k], groups.size());
-      if (inserted)
-        groups.push_back(candidates[k]);
-      groupOf[k] = it->second;
-    }
+    // Look-ahead for ties: a rank's pressure is the highest expected final
+    // average load, (work already on the group + work still pending for it)
+    // / group size, over the groups it belongs to. Among equally loaded
+    // candidates the one under least pressure wins, so work any rank may
+    // take avoids groups that will be busy anyway; then the lowest rank.
+    // Every rank computes the same owners.
     std::vector<std::vector<size_t>> groupsOfRank(world);
     for (size_t g = 0; g < groups.size(); ++g)
       for (int64_t r : groups[g])
@@ -88,9 +95,10 @@ struct AssignOwners : mlir::muon::impl::AssignOwnersBase<AssignOwners> {
     std::vector<int64_t> load(world, 0);
     std::vector<int64_t> owner(matrices.size(), -1);
     for (size_t k : order) {
-      int64_t best = candidates[k].front(); // sorted by rank
+      const std::vector<int64_t> &candidates = groups[groupOf[k]];
+      int64_t best = candidates.front(); // sorted by rank
       double bestPressure = pressure(best);
-      for (int64_t r : candidates[k]) {
+      for (int64_t r : candidates) {
         if (load[r] > load[best])
           continue;
         double p = pressure(r);

@@ -19,7 +19,7 @@
 
 #include "muon/Dialect/Muon/IR/ModelLayout.h"
 #include "muon/Plan/Plan.h"
-#include "muon/Plan/PlanBinary.h"
+#include "muon/Plan/TransferSink.h"
 #include "muon/Planner/Schedule.h"
 
 namespace mlir::muon {
@@ -39,7 +39,7 @@ FailureOr<::muon::Plan> buildPlan(ModelOp model, const ModelLayout &layout,
                                   bool withTransfers = true,
                                   const std::vector<int64_t> *roundOf = nullptr,
                                   int64_t rounds = 0,
-                                  ::muon::PlanBinaryWriter *stream = nullptr);
+                                  ::muon::TransferSink *stream = nullptr);
 
 /// The schedule options the model's muon.distributed op sets.
 ::muon::ScheduleOptions scheduleOptionsOf(ModelOp model);
@@ -49,12 +49,12 @@ FailureOr<::muon::Plan> buildPlan(ModelOp model, const ModelLayout &layout,
 /// muon.schedule op where they exist. Fails with an error on the model.
 /// `wireWithoutConfig` is the wire dtype reported for models without a
 /// distributed config (which move nothing).
-/// With `stream`, a distributed plan's transfers go to that writer (begun
+/// With `stream`, a distributed plan's transfers go to that sink (begun
 /// here) instead of into the plan's exchanges.
 FailureOr<::muon::Plan> planFromModel(ModelOp model, const ModelLayout &layout,
                                       StringRef wireWithoutConfig = "f32",
                                       bool withTransfers = true,
-                                      ::muon::PlanBinaryWriter *stream = nullptr);
+                                      ::muon::TransferSink *stream = nullptr);
 
 /// computeModelLayout, then planFromModel without transfers: what the
 /// packing, scheduling and verification passes work on.

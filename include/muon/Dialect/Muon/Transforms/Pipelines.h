@@ -4,7 +4,7 @@
 
 #include "muon/Plan/Plan.h"
 
-#include "muon/Plan/PlanBinary.h"
+#include "muon/Plan/TransferSink.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
 
@@ -27,9 +27,9 @@ struct CompileOverrides {
   std::optional<std::string> wireDtype;
   std::optional<int64_t> gatherBudgetBytes;
   std::optional<int64_t> maxRounds;
-  /// When set, the transfers go to this writer as they are made instead of
-  /// into the plan (planFromModel): what writing a large binary plan needs.
-  ::muon::PlanBinaryWriter *stream = nullptr;
+  /// When set, the transfers go to this sink as they are made instead of
+  /// into the plan (planFromModel): what a dry run at scale needs.
+  ::muon::TransferSink *stream = nullptr;
 };
 
 /// The compiler as one call: runs the compile pipeline on the module's only
