@@ -98,6 +98,68 @@ TEST(PlanBinary, WholeRoundTripsToTheSamePlan) {
   EXPECT_EQ(renderPlanBinary(fromJson), bytes);
 }
 
+namespace {
+/// A writer fed every transfer of `plan`, as renderPlanBinary feeds one.
+std::unique_ptr<PlanBinaryWriter> fedWriter(const Plan &plan) {
+  auto writer = std::make_unique<PlanBinaryWriter>();
+  writer->begin(plan);
+  for (size_t e = 0; e < plan.exchanges.size(); ++e)
+    for (const Transfer &t : plan.exchanges[e].transfers)
+      writer->add(static_cast<int64_t>(e),
+                  plan.exchanges[e].phase == Exchange::Phase::Gather, t);
+  return writer;
+}
+
+std::string readAll(int fd) {
+  std::string bytes;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof buffer)) > 0)
+    bytes.append(buffer, static_cast<size_t>(n));
+  return bytes;
+}
+} // namespace
+
+// Straight into a file (each rank's section written as it is made, the
+// header and index last, with pwrite) or into a pipe (in order): the same
+// bytes as in memory.
+TEST(PlanBinary, FinishToAFileOrAPipeWritesTheSameBytes) {
+  Plan plan = planModel();
+  std::string bytes = renderPlanBinary(plan);
+  char path[] = "/tmp/muon-plan-bin-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  std::string error;
+  ASSERT_TRUE(fedWriter(plan)->finishTo(plan, fd, /*seekable=*/true, error))
+      << error;
+  ASSERT_EQ(lseek(fd, 0, SEEK_SET), 0);
+  EXPECT_EQ(readAll(fd), bytes);
+  close(fd);
+  unlink(path);
+
+  int pipeFds[2];
+  ASSERT_EQ(pipe(pipeFds), 0);
+  ASSERT_TRUE(fedWriter(plan)->finishTo(plan, pipeFds[1], /*seekable=*/false,
+                                        error))
+      << error;
+  close(pipeFds[1]);
+  EXPECT_EQ(readAll(pipeFds[0]), bytes);
+  close(pipeFds[0]);
+
+  // A transfer of a matrix its ends do not hold (there is no matrix 9):
+  // refused, nothing written, the reason given.
+  PlanBinaryWriter writer;
+  writer.begin(plan);
+  writer.add(0, true, {1, 0, 0, {2, 4}, {0, 4}, 0});
+  writer.add(0, true, {3, 2, 9, {6, 8}, {0, 4}, 0});
+  ASSERT_EQ(pipe(pipeFds), 0);
+  EXPECT_FALSE(writer.finishTo(plan, pipeFds[1], false, error));
+  EXPECT_CONTAINS(error, "names a matrix one of its ends does not hold");
+  close(pipeFds[1]);
+  EXPECT_EQ(readAll(pipeFds[0]), "");
+  close(pipeFds[0]);
+}
+
 // The writer orders each rank's matrices by (round, place in the round)
 // with a counting sort where rounds list matrices ascending, as compiled
 // plans do; a plan file may list a round in another order, which must

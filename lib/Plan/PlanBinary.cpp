@@ -310,6 +310,54 @@ struct PlanBinaryWriter::State {
   }
 };
 
+/// Where encode() puts the file: all of it in `buffer` (no descriptor), or
+/// a regular file written as it is made, `buffer` holding what is not
+/// written yet. The prefix (header, shared and global sections, index) is
+/// complete only at the end: a placeholder goes first, the prefix over it.
+struct PlanBinaryWriter::FileOutput {
+  explicit FileOutput(int fd) : fd(fd) {}
+  int fd;
+  std::string buffer;
+  uint64_t written = 0; // bytes of the file before buffer's first
+  std::string error;
+
+  bool inMemory() const { return fd < 0; }
+  uint64_t position() const { return written + buffer.size(); }
+  /// Writes the buffer out once it holds a few megabytes (or now).
+  bool spill(bool now = false) {
+    constexpr size_t kSpillBytes = size_t(4) << 20;
+    if (fd < 0 || buffer.empty() || (!now && buffer.size() < kSpillBytes))
+      return true;
+    if (!writeAt(buffer.data(), buffer.size(), written))
+      return false;
+    written += buffer.size();
+    buffer.clear();
+    return true;
+  }
+  bool finish(const std::string &prefix) {
+    if (fd < 0) {
+      buffer.replace(0, prefix.size(), prefix);
+      return true;
+    }
+    return spill(/*now=*/true) && writeAt(prefix.data(), prefix.size(), 0);
+  }
+  bool writeAt(const char *data, size_t size, uint64_t offset) {
+    while (size > 0) {
+      ssize_t n = pwrite(fd, data, size, static_cast<off_t>(offset));
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0) {
+        error = std::strerror(n < 0 ? errno : EIO);
+        return false;
+      }
+      data += n;
+      size -= static_cast<size_t>(n);
+      offset += static_cast<uint64_t>(n);
+    }
+    return true;
+  }
+};
+
 PlanBinaryWriter::PlanBinaryWriter() : s(std::make_unique<State>()) {}
 PlanBinaryWriter::~PlanBinaryWriter() = default;
 
@@ -357,6 +405,15 @@ void PlanBinaryWriter::begin(const Plan &plan) {
 void PlanBinaryWriter::add(int64_t exchange, bool gather, const Transfer &t) {
   State &st = *s;
   const Plan &plan = *st.plan;
+  // Only an invalid plan names a rank, a matrix or an exchange that is not
+  // there; finish() then refuses to write.
+  if (st.failed || t.src < 0 || t.src >= plan.worldSize || t.dst < 0 ||
+      t.dst >= plan.worldSize || t.matrix < 0 ||
+      t.matrix >= st.geo->totalMatrices() || exchange < 0 ||
+      exchange > 2 * limits::kMaxRounds) {
+    st.failed = true;
+    return;
+  }
   if (static_cast<int64_t>(st.counts.size()) <= exchange)
     st.counts.resize(exchange + 1, 0);
   int64_t index = st.counts[exchange]++;
@@ -434,18 +491,18 @@ std::vector<RankFigures> PlanBinaryWriter::figures(const Plan &plan) const {
   return figures;
 }
 
-std::string PlanBinaryWriter::finish(const Plan &plan) {
+bool PlanBinaryWriter::encode(const Plan &plan, FileOutput &out) {
   State &st = *s;
   int64_t world = plan.worldSize;
   // `plan` is the finished plan, not necessarily the object begin() saw
   // (buildPlan returns a copy); what the writer kept must fit it.
   if (st.failed || static_cast<int64_t>(st.ranks.size()) != world)
-    return {};
+    return false;
   std::vector<int64_t> counts(plan.exchanges.size(), 0);
   for (size_t e = 0; e < plan.exchanges.size() && e < st.counts.size(); ++e)
     counts[e] = st.counts[e];
   if (st.counts.size() > plan.exchanges.size())
-    return {};
+    return false;
   std::string shared = encodeShared(plan, plan.matrices.size());
   std::string global;
   {
@@ -493,33 +550,32 @@ std::string PlanBinaryWriter::finish(const Plan &plan) {
       }
     }
 
-  // Header, shared and global sections, room for the index, then each
-  // rank's section straight into the file (each rank's transfer bytes freed
-  // as they are copied); the index and the header are filled in last.
+  // Room for the header, the shared and global sections and the index
+  // (complete only at the end), then each rank's section as it is made
+  // (each rank's transfer bytes freed as they are copied).
   uint64_t sectionsBegin = kHeaderSize + shared.size() + global.size() +
                            world * kIndexEntrySize;
-  // Sized up front (the transfers' bytes, and a generous allowance for the
-  // rest of each section): growing a 280 MB string by doubling would touch
-  // twice that.
-  uint64_t estimate = sectionsBegin;
-  for (int64_t r = 0; r < world; ++r) {
-    estimate += 64 + 16 * st.ranks[r].local.size() +
-                8 * plan.nsMatrices[r].size() + 8 * plan.exchanges.size();
-    for (const State::RankExchange &re : st.ranks[r].items)
-      estimate += re.bytes.size();
+  if (out.inMemory()) {
+    // Sized up front (the transfers' bytes, and a generous allowance for
+    // the rest of each section): growing a 280 MB string by doubling would
+    // touch twice that.
+    uint64_t estimate = sectionsBegin;
+    for (int64_t r = 0; r < world; ++r) {
+      estimate += 64 + 16 * st.ranks[r].local.size() +
+                  8 * plan.nsMatrices[r].size() + 8 * plan.exchanges.size();
+      for (const State::RankExchange &re : st.ranks[r].items)
+        estimate += re.bytes.size();
+    }
+    for (const Exchange &ex : plan.exchanges)
+      estimate += 2 * 16 * ex.reductions.size();
+    out.buffer.reserve(estimate);
   }
-  for (const Exchange &ex : plan.exchanges)
-    estimate += 2 * 16 * ex.reductions.size();
-  std::string body;
-  body.reserve(estimate);
-  body.append(kHeaderSize, '\0');
-  body += shared;
-  body += global;
-  body.append(world * kIndexEntrySize, '\0');
+  out.buffer.append(sectionsBegin, '\0');
   std::vector<std::array<uint64_t, 3>> index(world);
   for (int64_t r = 0; r < world; ++r) {
-    size_t begin = body.size();
-    Out o(body);
+    uint64_t begin = out.position();
+    size_t first = out.buffer.size();
+    Out o(out.buffer);
     const std::vector<int32_t> &ids = st.ranks[r].local;
     o.varint(ids.size());
     int64_t prev = -1;
@@ -575,7 +631,7 @@ std::string PlanBinaryWriter::finish(const Plan &plan) {
     for (size_t e = 0; e < plan.exchanges.size(); ++e) {
       if (e < mine.size()) {
         o.varint(mine[e].count);
-        body += mine[e].bytes;
+        out.buffer += mine[e].bytes;
         std::string().swap(mine[e].bytes);
       } else {
         o.varint(0);
@@ -596,8 +652,10 @@ std::string PlanBinaryWriter::finish(const Plan &plan) {
       }
     }
     std::vector<State::RankExchange>().swap(mine);
-    index[r] = {begin, body.size() - begin,
-                fnv1a(body.data() + begin, body.size() - begin)};
+    index[r] = {begin, out.position() - begin,
+                fnv1a(out.buffer.data() + first, out.buffer.size() - first)};
+    if (!out.spill())
+      return false;
   }
 
   std::string head;
@@ -606,7 +664,7 @@ std::string PlanBinaryWriter::finish(const Plan &plan) {
   o.u32(kPlanBinaryVersion);
   o.u32(kHeaderSize);
   o.u64(world);
-  o.u64(body.size());
+  o.u64(out.position());
   o.u64(kHeaderSize);
   o.u64(shared.size());
   o.u64(kHeaderSize + shared.size());
@@ -615,15 +673,54 @@ std::string PlanBinaryWriter::finish(const Plan &plan) {
   o.u64(fnv1a(shared.data(), shared.size()));
   o.u64(fnv1a(global.data(), global.size()));
   o.u64(fnv1a(head.data(), head.size()));
-  body.replace(0, kHeaderSize, head);
-  size_t at = sectionsBegin - world * kIndexEntrySize;
+  std::string prefix = head;
+  prefix += shared;
+  prefix += global;
   for (const auto &[offset, size, sum] : index) {
-    putU64(body, at, offset);
-    putU64(body, at + 8, size);
-    putU64(body, at + 16, sum);
-    at += kIndexEntrySize;
+    size_t at = prefix.size();
+    prefix.append(kIndexEntrySize, '\0');
+    putU64(prefix, at, offset);
+    putU64(prefix, at + 8, size);
+    putU64(prefix, at + 16, sum);
   }
-  return body;
+  return out.finish(prefix);
+}
+
+std::string PlanBinaryWriter::finish(const Plan &plan) {
+  FileOutput out(-1);
+  if (!encode(plan, out))
+    return {};
+  return std::move(out.buffer);
+}
+
+bool PlanBinaryWriter::finishTo(const Plan &plan, int fd, bool seekable,
+                                std::string &error) {
+  FileOutput out(seekable ? fd : -1);
+  if (!encode(plan, out)) {
+    error = out.error.empty()
+                ? "internal error: the compiled plan could not be written as "
+                  "a binary plan (a transfer names a matrix one of its ends "
+                  "does not hold)"
+                : out.error;
+    return false;
+  }
+  if (seekable)
+    return true;
+  // In order from the start: what a pipe takes.
+  const char *data = out.buffer.data();
+  size_t left = out.buffer.size();
+  while (left > 0) {
+    ssize_t n = write(fd, data, left);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      error = std::strerror(n < 0 ? errno : EIO);
+      return false;
+    }
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+  return true;
 }
 
 std::string renderPlanBinary(const Plan &plan) {

@@ -162,6 +162,22 @@ bool checkOutputs(const std::vector<std::string> &inputs,
 
 bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &files,
                   std::string &error) {
+  return writeOutputs(files, {}, error);
+}
+
+bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &texts,
+                  const std::vector<StreamedOutput> &streamed,
+                  std::string &error) {
+  // Texts are outputs whose writer copies a string out.
+  std::vector<StreamedOutput> files;
+  for (const auto &[path, text] : texts)
+    files.push_back({path, [&text = text](int fd, bool, std::string &why) {
+                       if (writeAll(fd, text))
+                         return true;
+                       why = errnoText(errno);
+                       return false;
+                     }});
+  files.insert(files.end(), streamed.begin(), streamed.end());
   struct Staged {
     std::string temp, target;
     int handle;
@@ -173,15 +189,16 @@ bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &files,
       unregisterCleanup(s.handle);
     }
   };
-  std::vector<std::pair<std::string, const std::string *>> inPlace;
-  for (const auto &[path, text] : files) {
-    if (path == "-" ) {
-      inPlace.push_back({path, &text});
+  std::vector<const StreamedOutput *> inPlace;
+  for (const StreamedOutput &file : files) {
+    const std::string &path = file.path;
+    if (path == "-") {
+      inPlace.push_back(&file);
       continue;
     }
     std::string target;
     if (modeOf(path, target) == Mode::InPlace) {
-      inPlace.push_back({path, &text});
+      inPlace.push_back(&file);
       continue;
     }
     std::string temp = dirOf(target) + "/." + baseOf(target) + ".tmp-" +
@@ -203,14 +220,18 @@ bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &files,
     struct stat old;
     fchmod(fd, stat(target.c_str(), &old) == 0 ? (old.st_mode & 07777)
                                                : (0666 & ~mask));
-    bool ok = writeAll(fd, text) && fsync(fd) == 0;
-    int code = errno;
+    std::string why;
+    bool ok = file.write(fd, /*seekable=*/true, why);
+    if (ok && fsync(fd) != 0) {
+      ok = false;
+      why = errnoText(errno);
+    }
     if (close(fd) != 0 && ok) {
       ok = false;
-      code = errno;
+      why = errnoText(errno);
     }
     if (!ok) {
-      error = "cannot write '" + path + "': " + errnoText(code);
+      error = "cannot write '" + path + "': " + why;
       discard();
       return false;
     }
@@ -225,19 +246,20 @@ bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &files,
   for (const Staged &s : staged)
     unregisterCleanup(s.handle);
   // Devices, FIFOs and standard output: written as they are.
-  for (const auto &[path, text] : inPlace) {
+  for (const StreamedOutput *file : inPlace) {
+    const std::string &path = file->path;
     int fd = path == "-" ? STDOUT_FILENO
                          : open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) {
       error = "cannot write '" + path + "': " + errnoText(errno);
       return false;
     }
-    bool ok = writeAll(fd, *text);
-    int code = errno;
+    std::string why;
+    bool ok = file->write(fd, /*seekable=*/false, why);
     if (fd != STDOUT_FILENO)
       close(fd);
     if (!ok) {
-      error = "cannot write '" + path + "': " + errnoText(code);
+      error = "cannot write '" + path + "': " + why;
       return false;
     }
   }

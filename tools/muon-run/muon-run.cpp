@@ -185,10 +185,15 @@ static int dryRunReport(const ::muon::Plan &plan, ::muon::TransferSink *stream,
   // Both outputs or neither: each is staged in a temporary file beside its
   // target, and only when both are complete do they move into place.
   std::vector<std::pair<std::string, std::string>> outputs;
-  if (!flags.planFile.empty()) {
-    outputs.push_back({flags.planFile, streamed && writer
-                                           ? writer->finish(plan)
-                                           : renderPlanAs(plan)});
+  std::vector<::muon::StreamedOutput> streamedOutputs;
+  if (!flags.planFile.empty() && streamed && writer) {
+    // Straight into the file as each rank's section is made.
+    streamedOutputs.push_back(
+        {flags.planFile, [&](int fd, bool seekable, std::string &error) {
+           return writer->finishTo(plan, fd, seekable, error);
+         }});
+  } else if (!flags.planFile.empty()) {
+    outputs.push_back({flags.planFile, renderPlanAs(plan)});
     if (outputs.back().second.empty())
       return fail("internal error: the compiled plan could not be written "
                   "as a binary plan (a transfer names a matrix its rank does "
@@ -202,7 +207,7 @@ static int dryRunReport(const ::muon::Plan &plan, ::muon::TransferSink *stream,
          ::muon::renderTrace(plan, events,
                              "simulated: " + report.simulation->profile)});
   std::string error;
-  if (!::muon::writeOutputs(outputs, error))
+  if (!::muon::writeOutputs(outputs, streamedOutputs, error))
     return fail(error);
   if (flags.quiet)
     return 0;

@@ -62,9 +62,18 @@ public:
   bool begun() const override;
   void add(int64_t exchange, bool gather, const Transfer &transfer) override;
   std::string finish(const Plan &plan);
+  /// finish() into `fd`, an empty file open for writing. `seekable` (a
+  /// regular file, written with pwrite): each rank's section goes out as it
+  /// is made, so the file is never whole in memory (280 MB at 16,384
+  /// ranks); otherwise (a pipe) it is made in memory, then written in
+  /// order. False with `error` set when the plan is invalid (as finish()
+  /// returning "") or a write fails. The shape of StreamedOutput::write.
+  bool finishTo(const Plan &plan, int fd, bool seekable, std::string &error);
   std::vector<RankFigures> figures(const Plan &plan) const override;
 
 private:
+  struct FileOutput;
+  bool encode(const Plan &plan, FileOutput &out);
   struct State;
   std::unique_ptr<State> s;
 };

@@ -22,6 +22,7 @@
 #ifndef MUON_SUPPORT_OUTPUTFILE_H
 #define MUON_SUPPORT_OUTPUTFILE_H
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,22 @@ bool checkOutputs(const std::vector<std::string> &inputs,
 /// is moved into place unless every one was written. Returns false with
 /// `error` naming the output that failed.
 bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &files,
+                  std::string &error);
+
+/// An output produced straight into its file, for one too large to hold
+/// in memory twice (a 16,384-rank binary plan). `write(fd, seekable, error)`
+/// gets the open file: for a regular file (staged under a temporary name)
+/// `seekable` is true and it may pwrite anywhere; otherwise (a pipe, a
+/// terminal, standard output) it must write in order from the start. It
+/// returns false with `error` set (the path is added) to fail every output.
+struct StreamedOutput {
+  std::string path;
+  std::function<bool(int fd, bool seekable, std::string &error)> write;
+};
+
+/// writeOutputs with some outputs streamed: the same staging, all or none.
+bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &files,
+                  const std::vector<StreamedOutput> &streamed,
                   std::string &error);
 
 /// One file.
