@@ -18,6 +18,7 @@
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Support/Limits.h"
+#include "muon/Support/OutputFile.h"
 
 #include <algorithm>
 #include <array>
@@ -342,19 +343,10 @@ struct PlanBinaryWriter::FileOutput {
     return spill(/*now=*/true) && writeAt(prefix.data(), prefix.size(), 0);
   }
   bool writeAt(const char *data, size_t size, uint64_t offset) {
-    while (size > 0) {
-      ssize_t n = pwrite(fd, data, size, static_cast<off_t>(offset));
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0) {
-        error = std::strerror(n < 0 ? errno : EIO);
-        return false;
-      }
-      data += n;
-      size -= static_cast<size_t>(n);
-      offset += static_cast<uint64_t>(n);
-    }
-    return true;
+    if (writeFully(fd, data, size, static_cast<int64_t>(offset)))
+      return true;
+    error = std::strerror(errno);
+    return false;
   }
 };
 
@@ -707,20 +699,10 @@ bool PlanBinaryWriter::finishTo(const Plan &plan, int fd, bool seekable,
   if (seekable)
     return true;
   // In order from the start: what a pipe takes.
-  const char *data = out.buffer.data();
-  size_t left = out.buffer.size();
-  while (left > 0) {
-    ssize_t n = write(fd, data, left);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      error = std::strerror(n < 0 ? errno : EIO);
-      return false;
-    }
-    data += n;
-    left -= static_cast<size_t>(n);
-  }
-  return true;
+  if (writeFully(fd, out.buffer.data(), out.buffer.size()))
+    return true;
+  error = std::strerror(errno);
+  return false;
 }
 
 std::string renderPlanBinary(const Plan &plan) {

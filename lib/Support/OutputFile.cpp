@@ -77,22 +77,26 @@ void onSignal(int sig) {
   raise(sig);
 }
 
-bool writeAll(int fd, const std::string &text) {
-  const char *at = text.data();
-  size_t left = text.size();
-  while (left) {
-    ssize_t n = write(fd, at, left);
+} // namespace
+
+bool writeFully(int fd, const char *data, size_t size, int64_t offset) {
+  while (size > 0) {
+    ssize_t n = offset < 0 ? write(fd, data, size)
+                           : pwrite(fd, data, size, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR)
       continue;
-    if (n <= 0)
+    if (n <= 0) {
+      if (n == 0)
+        errno = EIO;
       return false;
-    at += n;
-    left -= n;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+    if (offset >= 0)
+      offset += n;
   }
   return true;
 }
-
-} // namespace
 
 bool checkOutputs(const std::vector<std::string> &inputs,
                   const std::vector<OutputTarget> &outputs,
@@ -172,7 +176,7 @@ bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &texts,
   std::vector<StreamedOutput> files;
   for (const auto &[path, text] : texts)
     files.push_back({path, [&text = text](int fd, bool, std::string &why) {
-                       if (writeAll(fd, text))
+                       if (writeFully(fd, text.data(), text.size()))
                          return true;
                        why = errnoText(errno);
                        return false;

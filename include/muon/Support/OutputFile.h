@@ -47,6 +47,12 @@ bool checkOutputs(const std::vector<std::string> &inputs,
 bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &files,
                   std::string &error);
 
+/// Writes all `size` bytes to `fd`, retrying short writes and EINTR: in
+/// order from the descriptor's position, or with `offset` >= 0 at that
+/// offset (pwrite). False with errno set on failure (EIO for a write that
+/// makes no progress).
+bool writeFully(int fd, const char *data, size_t size, int64_t offset = -1);
+
 /// An output produced straight into its file, for one too large to hold
 /// in memory twice (a 16,384-rank binary plan). `write(fd, seekable, error)`
 /// gets the open file: for a regular file (staged under a temporary name)
