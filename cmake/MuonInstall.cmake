@@ -2,8 +2,10 @@
 # the libraries, and a CMake package:
 #   find_package(Muon CONFIG REQUIRED)          # Muon::Runtime
 #   find_package(Muon CONFIG REQUIRED COMPONENTS Compiler)
+#   find_package(Muon CONFIG REQUIRED COMPONENTS Cuda)    # builds with CUDA
 #   target_link_libraries(trainer PRIVATE Muon::Runtime)  # no LLVM, no MLIR
 #   target_link_libraries(tool PRIVATE Muon::Compiler)    # + MLIR/LLVM 22
+#   target_link_libraries(trainer PRIVATE Muon::Cuda)     # + the CUDA toolkit
 include(CMakePackageConfigHelpers)
 
 install(TARGETS muon-opt muon-translate muon-run muon-bench RUNTIME DESTINATION bin)
@@ -35,6 +37,23 @@ target_link_libraries(MuonCompilerAll INTERFACE MuonCompiler MuonPlan)
 set_target_properties(MuonCompilerAll PROPERTIES EXPORT_NAME Compiler)
 install(TARGETS MuonCompilerAll EXPORT MuonCompilerTargets)
 install(EXPORT MuonCompilerTargets NAMESPACE Muon:: DESTINATION lib/cmake/Muon)
+
+# Muon::Cuda: the CUDA backend (CudaDevice, the NCCL communicator) over
+# Muon::Runtime, where this build has it (MUON_HAVE_CUDA). Its CUDA runtime
+# and cuBLAS come from the consumer's CUDA toolkit (find_dependency in
+# MuonConfig.cmake); NCCL is loaded at run time. muon-cuda-check, its
+# self-check, goes with it.
+if(MUON_HAVE_CUDA)
+  install(DIRECTORY runtime/backends/cuda/include/muon/Runtime/Cuda
+          DESTINATION include/muon/Runtime)
+  install(TARGETS muon-cuda-check RUNTIME DESTINATION bin)
+  install(TARGETS MuonRuntimeCuda EXPORT MuonCudaTargets ARCHIVE DESTINATION lib)
+  add_library(MuonCudaAll INTERFACE)
+  target_link_libraries(MuonCudaAll INTERFACE MuonRuntimeCuda MuonRuntimeCpu)
+  set_target_properties(MuonCudaAll PROPERTIES EXPORT_NAME Cuda)
+  install(TARGETS MuonCudaAll EXPORT MuonCudaTargets)
+  install(EXPORT MuonCudaTargets NAMESPACE Muon:: DESTINATION lib/cmake/Muon)
+endif()
 
 configure_package_config_file(cmake/MuonConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/MuonConfig.cmake
