@@ -288,19 +288,18 @@ struct PlanBinaryWriter::State {
     std::string bytes;
     int64_t count = 0, last = -1;
   };
-  // What add() touches per rank, in one cache line: at 16,384 ranks each
-  // transfer lands on two ranks far from the previous transfer's.
+  // What add() touches per rank to encode, in one cache line: at 16,384
+  // ranks each transfer lands on two ranks far from the previous one's.
   struct alignas(64) Rank {
     // The last matrix looked up and its local index: an owner is one end
     // of every transfer of its matrix, one after the other.
     int32_t lastMatrix = -1, lastLocal = 0;
     std::vector<int32_t> local;       // whole-plan indices, ascending
     std::vector<RankExchange> items;  // per exchange
-    int64_t sent = 0;                 // bytes
   };
   std::vector<Rank> ranks;
-  std::vector<int64_t> received; // per rank, bytes
-  std::vector<int64_t> counts;   // per exchange
+  TransferCounter traffic;     // each rank's bytes, for figures()
+  std::vector<int64_t> counts; // per exchange
   bool failed = false;
 
   RankExchange &at(Rank &rank, int64_t exchange) {
@@ -361,7 +360,7 @@ void PlanBinaryWriter::begin(const Plan &plan) {
   s->geo = std::make_unique<Geometry>(plan);
   int64_t world = plan.worldSize;
   s->ranks.resize(world);
-  s->received.assign(world, 0);
+  s->traffic.begin(plan);
   // Each rank's matrices: those it holds a piece of (the owner holds one
   // too), from the layouts: in a valid plan exactly the owners, the NS
   // lists and both ends of every transfer. Parameters in order and slices
@@ -409,9 +408,7 @@ void PlanBinaryWriter::add(int64_t exchange, bool gather, const Transfer &t) {
   if (static_cast<int64_t>(st.counts.size()) <= exchange)
     st.counts.resize(exchange + 1, 0);
   int64_t index = st.counts[exchange]++;
-  int64_t bytes = t.elements() * plan.wireBytes;
-  st.ranks[t.src].sent += bytes;
-  st.received[t.dst] += bytes;
+  st.traffic.add(exchange, gather, t);
   auto [param, slice] = st.geo->locate(t.matrix);
   Range rows, cols;
   int64_t summand = 0;
@@ -475,12 +472,7 @@ void PlanBinaryWriter::add(int64_t exchange, bool gather, const Transfer &t) {
 }
 
 std::vector<RankFigures> PlanBinaryWriter::figures(const Plan &plan) const {
-  std::vector<RankFigures> figures = computeRankFigures(plan);
-  for (int64_t r = 0; r < plan.worldSize; ++r) {
-    figures[r].bytesSent += s->ranks[r].sent;
-    figures[r].bytesReceived += s->received[r];
-  }
-  return figures;
+  return s->traffic.figures(plan);
 }
 
 bool PlanBinaryWriter::encode(const Plan &plan, FileOutput &out) {
