@@ -1,6 +1,8 @@
 //===- CpuDevice.cpp - The CPU backend's device ---------------------------===//
 #include "muon/Runtime/Cpu/CpuDevice.h"
 
+#include "muon/Runtime/ElementMath.h"
+
 #include <cblas.h>
 #ifdef MUON_BLAS_BLIS
 #include <blis.h> // bli_thread_set_num_threads
@@ -14,12 +16,6 @@
 #include <new>
 
 namespace muon::runtime::cpu {
-
-/// torch.lerp's formula (exact at both ends), in f32.
-static inline float lerp(float start, float end, float weight) {
-  return weight < 0.5f ? start + weight * (end - start)
-                       : end - (end - start) * (1.0f - weight);
-}
 
 void *CpuDevice::allocate(int64_t bytes) {
   void *memory = std::calloc(static_cast<size_t>(bytes), 1);
@@ -49,43 +45,27 @@ bool CpuDevice::allFinite(const void *x, DType type, int64_t n) {
 
 void CpuDevice::momentum(const void *grad, DType gradType, float *buf,
                          float *update, int64_t n, const MuonSettings &s) {
-  const float m = static_cast<float>(s.momentum);
-  const float oneMinusM = static_cast<float>(1.0 - s.momentum);
-  for (int64_t i = 0; i < n; ++i) {
-    float g = loadAs(grad, gradType, i);
-    buf[i] = lerp(buf[i], g, oneMinusM);
-    update[i] = s.nesterov ? lerp(g, buf[i], m) : buf[i];
-  }
+  const MomentumScalars scalars = momentumScalars(s);
+  for (int64_t i = 0; i < n; ++i)
+    update[i] = momentumStep(loadAs(grad, gradType, i), buf[i], scalars);
 }
 
 void CpuDevice::applyUpdate(void *values, DType type, const float *orth,
                             int64_t n, const MuonSettings &s, double alr) {
-  const float decay = static_cast<float>(1.0 - s.lr * s.weightDecay);
-  const float step = static_cast<float>(alr);
+  const UpdateScalars scalars = updateScalars(s, alr);
   for (int64_t i = 0; i < n; ++i)
-    storeAs(values, type, i, loadAs(values, type, i) * decay - step * orth[i]);
+    storeAs(values, type, i,
+            updatedValue(loadAs(values, type, i), orth[i], scalars));
 }
 
 void CpuDevice::adamw(void *values, DType type, const void *grad,
                       DType gradType, float *expAvg, float *expAvgSq,
                       int64_t n, const AdamWSettings &s, int64_t step) {
-  const float decay = static_cast<float>(1.0 - s.lr * s.weightDecay);
-  const float oneMinusB1 = static_cast<float>(1.0 - s.beta1);
-  const float b2 = static_cast<float>(s.beta2);
-  const float oneMinusB2 = static_cast<float>(1.0 - s.beta2);
-  const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(step));
-  const float stepSize = static_cast<float>(s.lr / bc1);
-  const float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
-  const float eps = static_cast<float>(s.eps);
-  for (int64_t i = 0; i < n; ++i) {
-    float g = loadAs(grad, gradType, i);
-    float p = loadAs(values, type, i) * decay;
-    expAvg[i] = lerp(expAvg[i], g, oneMinusB1);
-    expAvgSq[i] = expAvgSq[i] * b2 + oneMinusB2 * g * g;
-    float denom = std::sqrt(expAvgSq[i]) / bc2Sqrt + eps;
-    storeAs(values, type, i, p - stepSize * (expAvg[i] / denom));
-  }
+  const AdamWScalars scalars = adamwScalars(s, step);
+  for (int64_t i = 0; i < n; ++i)
+    storeAs(values, type, i,
+            adamwStep(loadAs(values, type, i), loadAs(grad, gradType, i),
+                      expAvg[i], expAvgSq[i], scalars));
 }
 
 void CpuDevice::copyBox(const BoxCopy &c) {

@@ -247,35 +247,22 @@ void CudaDevice::momentum(const void *grad, DType gradType, float *buf,
                           float *update, int64_t n, const MuonSettings &s) {
   CurrentDevice current(gpu);
   launchMomentum(computeStream, grad, gradType, buf, update, n,
-                 static_cast<float>(s.momentum),
-                 static_cast<float>(1.0 - s.momentum), s.nesterov);
+                 momentumScalars(s));
 }
 
 void CudaDevice::applyUpdate(void *values, DType type, const float *orth,
                              int64_t n, const MuonSettings &s, double alr) {
   CurrentDevice current(gpu);
   launchApplyUpdate(computeStream, values, type, orth, n,
-                    static_cast<float>(1.0 - s.lr * s.weightDecay),
-                    static_cast<float>(alr));
+                    updateScalars(s, alr));
 }
 
 void CudaDevice::adamw(void *values, DType type, const void *grad,
                        DType gradType, float *expAvg, float *expAvgSq,
                        int64_t n, const AdamWSettings &s, int64_t step) {
   CurrentDevice current(gpu);
-  // The scalars as CpuDevice::adamw derives them, in double on the host.
-  const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(step));
-  AdamWScalars scalars;
-  scalars.decay = static_cast<float>(1.0 - s.lr * s.weightDecay);
-  scalars.oneMinusBeta1 = static_cast<float>(1.0 - s.beta1);
-  scalars.beta2 = static_cast<float>(s.beta2);
-  scalars.oneMinusBeta2 = static_cast<float>(1.0 - s.beta2);
-  scalars.stepSize = static_cast<float>(s.lr / bc1);
-  scalars.bc2Sqrt = static_cast<float>(std::sqrt(bc2));
-  scalars.eps = static_cast<float>(s.eps);
   launchAdamW(computeStream, values, type, grad, gradType, expAvg, expAvgSq, n,
-              scalars);
+              adamwScalars(s, step));
 }
 
 void CudaDevice::copyBox(const BoxCopy &c) {

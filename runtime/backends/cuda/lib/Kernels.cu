@@ -50,55 +50,38 @@ template <typename F> void withType(DType type, F &&f) {
   }
 }
 
-/// torch.lerp's formula (exact at both ends), in f32, as CpuDevice has it.
-__device__ inline float lerp(float start, float end, float weight) {
-  return weight < 0.5f ? start + weight * (end - start)
-                       : end - (end - start) * (1.0f - weight);
-}
-
-__device__ inline bool isFiniteBits(float v) {
-  return (__float_as_uint(v) & 0x7F800000u) != 0x7F800000u;
-}
-
 template <DType T>
 __global__ void findNonFiniteKernel(const void *x, int64_t n, int *nonFinite) {
   for (int64_t i = firstIndex(); i < n; i += gridStride())
-    if (!isFiniteBits(loadElement<T>(x, i)))
+    if (!isFiniteValue(loadElement<T>(x, i)))
       *nonFinite = 1; // every writer writes the same value
 }
 
 template <DType G>
 __global__ void momentumKernel(const void *grad, float *buf, float *update,
-                               int64_t n, float momentum,
-                               float oneMinusMomentum, bool nesterov) {
-  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
-    float g = loadElement<G>(grad, i);
-    float b = lerp(buf[i], g, oneMinusMomentum);
-    buf[i] = b;
-    update[i] = nesterov ? lerp(g, b, momentum) : b;
-  }
+                               int64_t n, MomentumScalars s) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride())
+    update[i] = momentumStep(loadElement<G>(grad, i), buf[i], s);
 }
 
 template <DType T>
 __global__ void applyUpdateKernel(void *values, const float *orth, int64_t n,
-                                  float decay, float step) {
+                                  UpdateScalars s) {
   for (int64_t i = firstIndex(); i < n; i += gridStride())
-    storeElement<T>(values, i,
-                    loadElement<T>(values, i) * decay - step * orth[i]);
+    storeElement<T>(values, i, updatedValue(loadElement<T>(values, i), orth[i], s));
 }
 
 template <DType T, DType G>
 __global__ void adamwKernel(void *values, const void *grad, float *expAvg,
                             float *expAvgSq, int64_t n, AdamWScalars s) {
   for (int64_t i = firstIndex(); i < n; i += gridStride()) {
-    float g = loadElement<G>(grad, i);
-    float p = loadElement<T>(values, i) * s.decay;
-    float m = lerp(expAvg[i], g, s.oneMinusBeta1);
-    float v = expAvgSq[i] * s.beta2 + s.oneMinusBeta2 * g * g;
+    // Through registers: the moments are read and written once.
+    float m = expAvg[i], v = expAvgSq[i];
+    float p = adamwStep(loadElement<T>(values, i), loadElement<G>(grad, i), m,
+                        v, s);
     expAvg[i] = m;
     expAvgSq[i] = v;
-    float denom = sqrtf(v) / s.bc2Sqrt + s.eps;
-    storeElement<T>(values, i, p - s.stepSize * (m / denom));
+    storeElement<T>(values, i, p);
   }
 }
 
@@ -111,7 +94,7 @@ __global__ void copyBoxKernel(const void *src, int64_t srcStride, void *dst,
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const int64_t from = r * srcStride, to = r * dstStride;
     for (int64_t c = firstIndex(); c < cols; c += gridStride()) {
-      float v = roundThrough(through, loadElement<S>(src, from + c));
+      float v = roundTo(through, loadElement<S>(src, from + c));
       if (Accumulate)
         static_cast<float *>(dst)[to + c] += v;
       else
@@ -124,8 +107,6 @@ __global__ void copyBoxKernel(const void *src, int64_t srcStride, void *dst,
 
 constexpr int64_t kElementsPerPart = 16384;
 constexpr int kMaxParts = 64;
-
-__device__ inline float roundedToBf16(float v) { return fromBf16(toBf16(v)); }
 
 /// One block per (matrix, part); a fixed tree in shared memory, so that
 /// every run sums in the same order.
@@ -142,7 +123,7 @@ __global__ void sumSquaresKernel(const float *x, int64_t count,
     const float *values = x + matrix * elements;
     double sum = 0;
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-      float v = RoundToBf16 ? roundedToBf16(values[i]) : values[i];
+      float v = RoundToBf16 ? roundToBf16(values[i]) : values[i];
       sum += static_cast<double>(v) * static_cast<double>(v);
     }
     sums[threadIdx.x] = sum;
@@ -159,15 +140,15 @@ __global__ void sumSquaresKernel(const float *x, int64_t count,
 }
 
 __global__ void finishNormsKernel(const double *partials, int64_t count,
-                                  int parts, float eps, bool roundToBf16,
+                                  int parts, float eps, bool inBf16,
                                   float *norms) {
   for (int64_t i = firstIndex(); i < count; i += gridStride()) {
     double sum = 0;
     for (int p = 0; p < parts; ++p)
       sum += partials[i * parts + p];
     float norm = static_cast<float>(sqrt(sum));
-    if (roundToBf16)
-      norm = roundedToBf16(norm);
+    if (inBf16)
+      norm = roundToBf16(norm);
     norms[i] = norm < eps ? eps : norm; // std::max(norm, eps)
   }
 }
@@ -179,7 +160,7 @@ __global__ void normalizeKernel(const float *x, int64_t count, int64_t elements,
   const int64_t total = count * elements;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t matrix = i / elements;
-    float v = Out == DType::BF16 ? roundedToBf16(x[i]) : x[i];
+    float v = Out == DType::BF16 ? roundToBf16(x[i]) : x[i];
     storeElement<Out>(out, i + matrix * (outStride - elements),
                       v / norms[matrix]);
   }
@@ -253,24 +234,25 @@ void launchFindNonFinite(cudaStream_t stream, const void *x, DType type,
 }
 
 void launchMomentum(cudaStream_t stream, const void *grad, DType gradType,
-                    float *buf, float *update, int64_t n, float momentum,
-                    float oneMinusMomentum, bool nesterov) {
+                    float *buf, float *update, int64_t n,
+                    const MomentumScalars &scalars) {
   if (n <= 0)
     return;
   withType(gradType, [&](auto g) {
     momentumKernel<decltype(g)::value><<<blocksFor(n), kThreads, 0, stream>>>(
-        grad, buf, update, n, momentum, oneMinusMomentum, nesterov);
+        grad, buf, update, n, scalars);
   });
   MUON_CUDA_CHECK_LAUNCH("momentumKernel");
 }
 
 void launchApplyUpdate(cudaStream_t stream, void *values, DType type,
-                       const float *orth, int64_t n, float decay, float step) {
+                       const float *orth, int64_t n,
+                       const UpdateScalars &scalars) {
   if (n <= 0)
     return;
   withType(type, [&](auto t) {
     applyUpdateKernel<decltype(t)::value>
-        <<<blocksFor(n), kThreads, 0, stream>>>(values, orth, n, decay, step);
+        <<<blocksFor(n), kThreads, 0, stream>>>(values, orth, n, scalars);
   });
   MUON_CUDA_CHECK_LAUNCH("applyUpdateKernel");
 }
@@ -319,12 +301,12 @@ int sumSquaresParts(int64_t elements) {
 }
 
 void launchSumSquares(cudaStream_t stream, const float *x, int64_t count,
-                      int64_t elements, double *partials, bool roundToBf16) {
+                      int64_t elements, double *partials, bool inBf16) {
   if (count <= 0 || elements <= 0)
     return;
   const int parts = sumSquaresParts(elements);
   dim3 grid(static_cast<unsigned>(std::min<int64_t>(count * parts, 65536)));
-  if (roundToBf16)
+  if (inBf16)
     sumSquaresKernel<true>
         <<<grid, kThreads, 0, stream>>>(x, count, elements, parts, partials);
   else
@@ -334,12 +316,12 @@ void launchSumSquares(cudaStream_t stream, const float *x, int64_t count,
 }
 
 void launchFinishNorms(cudaStream_t stream, const double *partials,
-                       int64_t count, int parts, float eps, bool roundToBf16,
+                       int64_t count, int parts, float eps, bool inBf16,
                        float *norms) {
   if (count <= 0)
     return;
   finishNormsKernel<<<blocksFor(count), kThreads, 0, stream>>>(
-      partials, count, parts, eps, roundToBf16, norms);
+      partials, count, parts, eps, inBf16, norms);
   MUON_CUDA_CHECK_LAUNCH("finishNormsKernel");
 }
 

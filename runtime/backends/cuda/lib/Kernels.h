@@ -13,6 +13,7 @@
 #define MUON_RUNTIME_CUDA_KERNELS_H
 
 #include "muon/Runtime/Device.h"
+#include "muon/Runtime/ElementMath.h"
 
 #include <cuda_runtime_api.h>
 
@@ -30,21 +31,18 @@ bool kernelsLoadable(std::string &error);
 void launchFindNonFinite(cudaStream_t stream, const void *x, DType type,
                          int64_t n, int *nonFinite);
 
-/// buf = lerp(buf, grad, oneMinusMomentum);
-/// update = nesterov ? lerp(grad, buf, momentum) : buf.
+/// momentumStep (ElementMath.h) on every element: buf in place, the
+/// update into `update`.
 void launchMomentum(cudaStream_t stream, const void *grad, DType gradType,
-                    float *buf, float *update, int64_t n, float momentum,
-                    float oneMinusMomentum, bool nesterov);
+                    float *buf, float *update, int64_t n,
+                    const MomentumScalars &scalars);
 
-/// values = values * decay - step * orth.
+/// values = updatedValue(values, orth) (ElementMath.h).
 void launchApplyUpdate(cudaStream_t stream, void *values, DType type,
-                       const float *orth, int64_t n, float decay, float step);
+                       const float *orth, int64_t n,
+                       const UpdateScalars &scalars);
 
-/// AdamW's per-element scalars, as CpuDevice::adamw derives them.
-struct AdamWScalars {
-  float decay = 1, oneMinusBeta1 = 0, beta2 = 0, oneMinusBeta2 = 0;
-  float stepSize = 0, bc2Sqrt = 1, eps = 0;
-};
+/// adamwStep (ElementMath.h) on every element.
 void launchAdamW(cudaStream_t stream, void *values, DType type,
                  const void *grad, DType gradType, float *expAvg,
                  float *expAvgSq, int64_t n, const AdamWScalars &scalars);
@@ -61,14 +59,14 @@ void launchCopyBox(cudaStream_t stream, const BoxCopy &copy);
 /// How many partial sums per matrix launchSumSquares writes.
 int sumSquaresParts(int64_t elements);
 /// partials[i * parts + p]: part p of matrix i's sum of squares, in double,
-/// of the values rounded to bf16 first when `roundToBf16`. Deterministic:
+/// of the values rounded to bf16 first when `inBf16`. Deterministic:
 /// the same order on every run.
 void launchSumSquares(cudaStream_t stream, const float *x, int64_t count,
-                      int64_t elements, double *partials, bool roundToBf16);
+                      int64_t elements, double *partials, bool inBf16);
 /// norms[i] = max(f32(sqrt(sum of matrix i's parts)), eps), the norm rounded
-/// to bf16 before the max when `roundToBf16`.
+/// to bf16 before the max when `inBf16`.
 void launchFinishNorms(cudaStream_t stream, const double *partials,
-                       int64_t count, int parts, float eps, bool roundToBf16,
+                       int64_t count, int parts, float eps, bool inBf16,
                        float *norms);
 /// out = x / norms[matrix]: f32, or with outType BF16 bf16(bf16(x) / norm)
 /// as bf16 bits; matrix i of `out` starts at i * outStride.
