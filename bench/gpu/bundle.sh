@@ -5,7 +5,7 @@
 #   gpu-bundle/bin        muon-run, muon-bench, muon-cuda-check from a
 #                         runtime-only build with the CUDA backend
 #                         (build-gpu/), so no LLVM is needed there
-#   gpu-bundle/debs.tar.xz  OpenMPI and OpenBLAS as Debian packages
+#   gpu-bundle/debs.tar.gz  OpenMPI and OpenBLAS as Debian packages
 #                         (apt-get download, dpkg -x), unpacked there
 #   gpu-bundle/plans      the plans to run, compiled here
 # Then carry it: the device tool's `carry: ["gpu-bundle"]`, and run
@@ -38,7 +38,7 @@ trap 'rm -rf "$debs"' EXIT
   libquadmath0 libltdl7 libnuma1 libudev1 >/dev/null)
 mkdir -p "$debs/root"
 for d in "$debs"/*.deb; do dpkg -x "$d" "$debs/root"; done
-tar -C "$debs/root" -cJf "$out/debs.tar.xz" .
+tar -C "$debs/root" -czf "$out/debs.tar.gz" .
 
 # Plans: Llama-3-8B layer stacks on one GPU, and the demo model on 1, 2
 # and 4 ranks (the same model, the mesh made smaller).

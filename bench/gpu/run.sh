@@ -15,7 +15,14 @@ bundle="$src/gpu-bundle"
 out=${OUT:-$src/gpu-out}
 mkdir -p "$out"
 root=$(mktemp -d)
-tar -C "$root" -xJf "$bundle/debs.tar.xz"
+# The machine's own library path, for PyTorch (which must not pick up the
+# carried Debian libraries or another cuBLAS ahead of its wheels').
+torch_ld=${LD_LIBRARY_PATH:-}
+# PyTorch's interpreter: the image's venv, else the python3 on PATH.
+py=${PYTHON:-/opt/torch/.venv/bin/python3}
+[ -x "$py" ] || py=python3
+# gzip, not xz: tar needs an xz program for -J, which slim images lack.
+tar -C "$root" -xzf "$bundle/debs.tar.gz"
 # The unpacked OpenMPI finds its plugins and help files under OPAL_PREFIX;
 # plugins whose libraries are not here (InfiniBand, UCX, ...) stay quiet.
 export OPAL_PREFIX="$root/usr"
@@ -31,17 +38,19 @@ for lib in libcublas.so.13 libnccl.so.2; do
 done
 export OMPI_MCA_mca_base_component_show_load_errors=0
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1
+# PMIx's help files do not follow OPAL_PREFIX; its one warning is noise.
+export PMIX_MCA_pcompress_base_silence_warning=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv \
   > "$out/gpu.txt" 2>&1
 for b in muon-run muon-bench muon-cuda-check; do
   ldd "$bundle/bin/$b" | grep "not found" && echo "missing libraries for $b"
 done > "$out/ldd.txt"
 
-step() { # name, command...
+step() { # name, command... (each at most 240 s: the call has 600 in all)
   local name=$1
   shift
   echo "== $name: $*" | tee -a "$out/summary.txt"
-  "$@" > "$out/$name.log" 2>&1
+  timeout 240 "$@" > "$out/$name.log" 2>&1
   local rc=$?
   tail -n 25 "$out/$name.log" | tee -a "$out/summary.txt"
   echo "   exit $rc" | tee -a "$out/summary.txt"
@@ -52,13 +61,13 @@ shapes=1024x1024,2048x2048,4096x4096,8192x8192,1024x4096,2048x8192,4096x1024
 step ns-bf16 muon-bench ns --backend cuda --ns-dtype bf16 --shapes "$shapes" --repeats 10
 step ns-f32 muon-bench ns --backend cuda --ns-dtype f32 --shapes "$shapes" --repeats 5
 step step-ours muon-bench step "$bundle/plans/llama3-8b-L8.plan.json" --backend cuda --ns-dtype bf16 --steps 12
-step step-torch python3 "$bundle/torch_muon_step.py" --layers 8 --steps 10
+step step-torch env LD_LIBRARY_PATH="$torch_ld" "$py" "$bundle/torch_muon_step.py" --layers 8 --steps 10
 for n in 1 2 4; do
   step "demo-$n-host" muon-run "$bundle/plans/demo-$n.plan.json" --backend cuda \
-    --transport host --steps 3 --verify --report "$out/demo-$n-host.json"
+    --transport host --steps 3 --timeout 60 --verify --report "$out/demo-$n-host.json"
 done
 step demo-1-nccl muon-run "$bundle/plans/demo-1.plan.json" --backend cuda \
-  --transport nccl --steps 3 --verify --report "$out/demo-1-nccl.json"
+  --transport nccl --steps 3 --timeout 60 --verify --report "$out/demo-1-nccl.json"
 step demo-4-f32 muon-run "$bundle/plans/demo-4.plan.json" --backend cuda \
-  --transport host --ns-dtype f32 --steps 3 --verify --report "$out/demo-4-f32.json"
+  --transport host --ns-dtype f32 --steps 3 --timeout 60 --verify --report "$out/demo-4-f32.json"
 rm -rf "$root"

@@ -46,9 +46,13 @@ bool HostStagedCommunicator::start(const AllToAllV &exchange,
   AllToAllV host = exchange;
   host.sendBuffer = s.send.data();
   host.recvBuffer = s.recv.data();
-  if (!inner.start(host, s.innerPending, error))
-    return false;
   pending.id = nextId++;
+  if (!inner.start(host, s.innerPending, error)) {
+    // Part of the exchange may be posted: its host buffers stay until this
+    // communicator goes (the run is failing).
+    abandoned.push_back(std::move(s));
+    return false;
+  }
   staged.emplace(pending.id, std::move(s));
   return true;
 }
@@ -66,13 +70,18 @@ bool HostStagedCommunicator::wait(PendingExchange &pending,
     return false;
   }
   Staged &s = it->second;
-  bool ok = inner.wait(s.innerPending, timeoutSeconds, error);
-  if (ok)
-    for (const auto &[begin, end] : s.recvRanges)
-      device.copyToDevice(static_cast<char *>(s.deviceRecv) + begin,
-                          s.recv.data() + begin, end - begin);
+  if (!inner.wait(s.innerPending, timeoutSeconds, error)) {
+    // A failed wait leaves the transfers posted (MPI may still write into
+    // `recv`, a progress thread may still test them): keep the buffers.
+    abandoned.push_back(std::move(s));
+    staged.erase(it);
+    return false;
+  }
+  for (const auto &[begin, end] : s.recvRanges)
+    device.copyToDevice(static_cast<char *>(s.deviceRecv) + begin,
+                        s.recv.data() + begin, end - begin);
   staged.erase(it);
-  return ok;
+  return true;
 }
 
 } // namespace muon::runtime

@@ -80,6 +80,41 @@ EndingSignalsBlocked::~EndingSignalsBlocked() {
   sigprocmask(SIG_SETMASK, &previous, nullptr);
 }
 
+/// Whether `name` is an executable file in a directory of PATH.
+static bool onPath(const char *name) {
+  const char *path = std::getenv("PATH");
+  if (!path)
+    return false;
+  std::string dirs = path;
+  size_t begin = 0;
+  while (begin <= dirs.size()) {
+    size_t end = dirs.find(':', begin);
+    if (end == std::string::npos)
+      end = dirs.size();
+    std::string dir = dirs.substr(begin, end - begin);
+    std::string file = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    struct stat st;
+    if (stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        access(file.c_str(), X_OK) == 0)
+      return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
+/// OpenMPI's default launcher (rsh) refuses to start, even for ranks on
+/// this machine alone, where neither ssh nor rsh is installed, as in many
+/// GPU containers. Every rank runs here, so the `isolated` launcher, which
+/// starts local processes only, does the same job. A launcher the user
+/// chose (OMPI_MCA_plm...) is left alone.
+static bool needsIsolatedLauncher() {
+  for (const char *variable : {"OMPI_MCA_plm", "OMPI_MCA_plm_rsh_agent",
+                               "OMPI_MCA_orte_rsh_agent"})
+    if (std::getenv(variable))
+      return false;
+  return !onPath("ssh") && !onPath("rsh");
+}
+
 MpirunResult runMpirun(const std::string &mpirun, int ranks,
                        const std::vector<std::string> &command,
                        const std::string &sessionDir,
@@ -92,6 +127,8 @@ MpirunResult runMpirun(const std::string &mpirun, int ranks,
       "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca",
       "btl_vader_single_copy_mechanism", "none", "--mca", "orte_tmpdir_base",
       sessionDir};
+  if (needsIsolatedLauncher())
+    args.insert(args.end(), {"--mca", "plm", "isolated"});
   args.insert(args.end(), command.begin(), command.end());
   std::vector<char *> argv;
   for (std::string &a : args)

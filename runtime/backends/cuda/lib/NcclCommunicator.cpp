@@ -72,8 +72,11 @@ public:
   }
 
 private:
-  /// Aborts the NCCL communicator after a failure: its kernels end, and
-  /// every later exchange fails with `why`.
+  /// Marks the communicator broken after a failure: every later exchange
+  /// fails with `why`. It does not call ncclCommAbort, which may block until
+  /// the node's other ranks abort too (NVIDIA/nccl#863): a failing run goes
+  /// on to abort() (MPI_Abort ends every rank), and the destructor aborts
+  /// the NCCL communicator for a caller that carries on.
   void abandon(const std::string &why);
   cudaEvent_t takeEvent();
   bool validate(const AllToAllV &x, std::string &error) const;
@@ -83,7 +86,7 @@ private:
   const nccl::Library &nccl;
   nccl::UniqueId id = {};
   nccl::Comm comm = nullptr;
-  std::string brokenBy; // set once abandoned
+  std::string brokenBy; // set once abandoned: comm is then never used
   cudaStream_t commStream = nullptr;
   cudaEvent_t ready = nullptr; // the compute stream's point a start follows
   std::map<int64_t, cudaEvent_t> inFlight;
@@ -94,8 +97,9 @@ private:
 NcclCommunicator::~NcclCommunicator() {
   CurrentDevice current(device.ordinal());
   if (comm) {
-    // An exchange never waited for may wait on a peer forever: abort.
-    if (inFlight.empty()) {
+    // An exchange never waited for, or one that failed, may wait on a peer
+    // forever: abort.
+    if (inFlight.empty() && brokenBy.empty()) {
       MUON_CUDA_CHECK(cudaStreamSynchronize(commStream));
       nccl.commDestroy(comm);
     } else {
@@ -189,9 +193,6 @@ bool NcclCommunicator::connect(std::string &error) {
 }
 
 void NcclCommunicator::abandon(const std::string &why) {
-  if (comm)
-    nccl.commAbort(comm);
-  comm = nullptr;
   if (brokenBy.empty())
     brokenBy = why;
 }
@@ -237,7 +238,7 @@ bool NcclCommunicator::validate(const AllToAllV &x, std::string &error) const {
 
 bool NcclCommunicator::start(const AllToAllV &x, PendingExchange &pending,
                              std::string &error) {
-  if (!comm) {
+  if (!brokenBy.empty()) {
     error = "the NCCL communicator is unusable after an earlier failure: " +
             brokenBy;
     return false;
@@ -311,7 +312,7 @@ bool NcclCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
   inFlight.erase(it);
   pending.id = -1;
   CurrentDevice current(device.ordinal());
-  if (!comm) {
+  if (!brokenBy.empty()) {
     MUON_CUDA_CHECK(cudaEventDestroy(done));
     error = "the NCCL communicator is unusable after an earlier failure: " +
             brokenBy;

@@ -19,7 +19,11 @@ std::string Library::version() const {
   int code = 0;
   if (!getVersion || getVersion(&code) != kSuccess || code <= 0)
     return "unknown";
-  // NCCL_VERSION(X, Y, Z): X * 10000 + Y * 100 + Z since 2.9.
+  // NCCL_VERSION(X, Y, Z): X * 10000 + Y * 100 + Z since 2.9, before that
+  // X * 1000 + Y * 100 + Z (2.7.8 is 2708).
+  if (code < 10000)
+    return std::to_string(code / 1000) + "." + std::to_string(code / 100 % 10) +
+           "." + std::to_string(code % 100);
   return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) +
          "." + std::to_string(code % 100);
 }

@@ -16,6 +16,7 @@
 #include "muon/Runtime/Device.h"
 
 #include <map>
+#include <vector>
 
 namespace muon::runtime {
 
@@ -61,6 +62,9 @@ private:
   Communicator &inner;
   Device &device;
   std::map<int64_t, Staged> staged;
+  /// Exchanges whose start or wait failed: their transfers may still be in
+  /// flight, so their host buffers live as long as the communicator.
+  std::vector<Staged> abandoned;
   int64_t nextId = 0;
 };
 
