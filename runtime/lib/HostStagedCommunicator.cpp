@@ -46,13 +46,13 @@ bool HostStagedCommunicator::start(const AllToAllV &exchange,
   AllToAllV host = exchange;
   host.sendBuffer = s.send.data();
   host.recvBuffer = s.recv.data();
-  pending.id = nextId++;
   if (!inner.start(host, s.innerPending, error)) {
     // Part of the exchange may be posted: its host buffers stay until this
     // communicator goes (the run is failing).
     abandoned.push_back(std::move(s));
     return false;
   }
+  pending.id = nextId++;
   staged.emplace(pending.id, std::move(s));
   return true;
 }
