@@ -1,10 +1,12 @@
-//===- CudaBackend.cpp - GPUs and devices ---------------------------------===//
+//===- CudaBackend.cpp - GPUs, devices, the NCCL communicator -------------===//
 #include "muon/Runtime/Cuda/CudaBackend.h"
 
 #include "CudaDevice.h"
 #include "CudaSupport.h"
+#include "NcclCommunicator.h"
 
 #include <cstdlib>
+#include <optional>
 
 namespace muon::runtime::cuda {
 
@@ -56,6 +58,23 @@ std::string describeDevice(const Device &device) {
     return "cuda:" + std::to_string(gpu->ordinal()) + " (" +
            gpu->description() + ")";
   return device.name();
+}
+
+std::unique_ptr<Communicator> createNcclCommunicator(Communicator &bootstrap,
+                                                     Device &device,
+                                                     std::string &error) {
+  std::string local;
+  const nccl::Library *library = nccl::load(local);
+  auto *gpu = dynamic_cast<CudaDevice *>(&device);
+  if (library && !gpu)
+    local = std::string("NCCL needs a device from cuda::createDevice, not "
+                        "the ") +
+            device.name() + " device";
+  std::optional<NcclPlacement> placement;
+  if (gpu)
+    placement.emplace(NcclPlacement{*gpu, gpu->ordinal(), gpu->stream()});
+  return setUpNcclCommunicator(bootstrap, placement ? &*placement : nullptr,
+                               library, local, error);
 }
 
 } // namespace muon::runtime::cuda

@@ -5,17 +5,17 @@
 // device's compute stream (the packing copies), and the compute stream
 // waits for its end once wait() has seen it complete, so that unpacking
 // reads what arrived. wait() polls an event against the deadline and asks
-// NCCL for asynchronous errors; on a timeout or an error the NCCL
-// communicator is aborted, which ends its kernels instead of leaving them
-// waiting for a peer that is gone. Control collectives go through the
-// bootstrap (MPI) communicator.
+// NCCL for asynchronous errors; after a timeout or an error the
+// communicator refuses further exchanges, and its destructor aborts the
+// NCCL communicator, which ends kernels still waiting for a peer that is
+// gone. Control collectives go through the bootstrap (MPI) communicator.
+// Only the CUDA runtime's stream and event calls and NCCL are used here, so
+// that the unit test runs this file on a stand-in for both (FakeGpu).
 //
 //===----------------------------------------------------------------------===//
-#include "muon/Runtime/Cuda/CudaBackend.h"
+#include "NcclCommunicator.h"
 
-#include "CudaDevice.h"
 #include "CudaSupport.h"
-#include "NcclLibrary.h"
 
 #include <chrono>
 #include <cstdio>
@@ -35,9 +35,9 @@ constexpr double kSetupTimeoutSeconds = 300;
 
 class NcclCommunicator final : public Communicator {
 public:
-  NcclCommunicator(Communicator &bootstrap, CudaDevice &device,
+  NcclCommunicator(Communicator &bootstrap, const NcclPlacement &gpu,
                    const nccl::Library &nccl)
-      : bootstrap(bootstrap), device(device), nccl(nccl) {}
+      : bootstrap(bootstrap), gpu(gpu), nccl(nccl) {}
   ~NcclCommunicator() override;
 
   /// Local set-up: the communication stream, and NCCL's id on rank 0.
@@ -82,7 +82,7 @@ private:
   bool validate(const AllToAllV &x, std::string &error) const;
 
   Communicator &bootstrap;
-  CudaDevice &device;
+  NcclPlacement gpu;
   const nccl::Library &nccl;
   nccl::UniqueId id = {};
   nccl::Comm comm = nullptr;
@@ -95,7 +95,7 @@ private:
 };
 
 NcclCommunicator::~NcclCommunicator() {
-  CurrentDevice current(device.ordinal());
+  CurrentDevice current(gpu.ordinal);
   if (comm) {
     // An exchange never waited for, or one that failed, may wait on a peer
     // forever: abort.
@@ -117,7 +117,7 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 bool NcclCommunicator::prepare(std::string &error) {
-  CurrentDevice current(device.ordinal());
+  CurrentDevice current(gpu.ordinal);
   cudaError_t status =
       cudaStreamCreateWithFlags(&commStream, cudaStreamNonBlocking);
   if (status == cudaSuccess)
@@ -154,7 +154,7 @@ bool NcclCommunicator::connect(std::string &error) {
   std::memcpy(id.internal, words, sizeof(words));
 
   {
-    CurrentDevice current(device.ordinal());
+    CurrentDevice current(gpu.ordinal);
     nccl::Result result = nccl.commInitRank(&comm, static_cast<int>(size()), id,
                                             static_cast<int>(rank()));
     if (result != nccl::kSuccess) {
@@ -167,7 +167,7 @@ bool NcclCommunicator::connect(std::string &error) {
   // Warm-up: a byte to every peer, which makes NCCL connect them now
   // rather than inside the first exchange of a step.
   const int64_t ranks = size();
-  DeviceBuffer send(device, ranks), recv(device, ranks);
+  DeviceBuffer send(gpu.device, ranks), recv(gpu.device, ranks);
   if (!send.ok() || !recv.ok()) {
     error = "no room on the GPU for the warm-up exchange";
     return false;
@@ -188,7 +188,7 @@ bool NcclCommunicator::connect(std::string &error) {
     error = "the warm-up exchange: " + error;
     return false;
   }
-  device.synchronize(); // before the buffers go
+  gpu.device.synchronize(); // before the buffers go
   return true;
 }
 
@@ -245,12 +245,12 @@ bool NcclCommunicator::start(const AllToAllV &x, PendingExchange &pending,
   }
   if (!validate(x, error))
     return false;
-  CurrentDevice current(device.ordinal());
+  CurrentDevice current(gpu.ordinal);
   const int64_t width = x.elementBytes, me = rank();
   const char *send = static_cast<const char *>(x.sendBuffer);
   char *recv = static_cast<char *>(x.recvBuffer);
 
-  MUON_CUDA_CHECK(cudaEventRecord(ready, device.stream()));
+  MUON_CUDA_CHECK(cudaEventRecord(ready, gpu.computeStream));
   MUON_CUDA_CHECK(cudaStreamWaitEvent(commStream, ready, 0));
   if (x.sendCounts[me] > 0)
     MUON_CUDA_CHECK(cudaMemcpyAsync(
@@ -311,7 +311,7 @@ bool NcclCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
   cudaEvent_t done = it->second;
   inFlight.erase(it);
   pending.id = -1;
-  CurrentDevice current(device.ordinal());
+  CurrentDevice current(gpu.ordinal);
   if (!brokenBy.empty()) {
     MUON_CUDA_CHECK(cudaEventDestroy(done));
     error = "the NCCL communicator is unusable after an earlier failure: " +
@@ -354,26 +354,20 @@ bool NcclCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
       std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   // What arrived is read by work queued on the compute stream from now on.
-  MUON_CUDA_CHECK(cudaStreamWaitEvent(device.stream(), done, 0));
+  MUON_CUDA_CHECK(cudaStreamWaitEvent(gpu.computeStream, done, 0));
   spareEvents.push_back(done);
   return true;
 }
 
 } // namespace
 
-std::unique_ptr<Communicator> createNcclCommunicator(Communicator &bootstrap,
-                                                     Device &device,
-                                                     std::string &error) {
+std::unique_ptr<Communicator>
+setUpNcclCommunicator(Communicator &bootstrap, const NcclPlacement *gpu,
+                      const nccl::Library *library, std::string local,
+                      std::string &error) {
   // Every rank prepares what it can alone, then all agree before the
   // collective part, so that one rank's failure fails every rank at once
   // instead of leaving the others waiting.
-  std::string local;
-  const nccl::Library *library = nccl::load(local);
-  auto *gpu = dynamic_cast<CudaDevice *>(&device);
-  if (library && !gpu)
-    local = std::string("NCCL needs a device from cuda::createDevice, not "
-                        "the ") +
-            device.name() + " device";
   std::unique_ptr<NcclCommunicator> comm;
   if (local.empty()) {
     comm = std::make_unique<NcclCommunicator>(bootstrap, *gpu, *library);

@@ -42,28 +42,21 @@ static bool resolve(void *handle, const char *symbol, F &slot,
   return true;
 }
 
-const Library *load(std::string &error) {
-  static std::mutex mutex;
-  static std::unique_ptr<Library> loaded; // never unloaded
-  std::lock_guard<std::mutex> lock(mutex);
-  if (loaded)
-    return loaded.get();
-
-  const char *chosen = std::getenv("MUON_NCCL_LIBRARY");
-  const bool overridden = chosen && *chosen;
-  auto library = std::make_unique<Library>();
-  library->file = overridden ? chosen : "libnccl.so.2";
-  void *handle = dlopen(library->file.c_str(), RTLD_NOW | RTLD_LOCAL);
+std::unique_ptr<Library> open(const std::string &file, bool overridden,
+                              std::string &error) {
+  void *handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char *why = dlerror();
-    error = overridden ? "cannot load NCCL from '" + library->file +
+    error = overridden ? "cannot load NCCL from '" + file +
                              "' (MUON_NCCL_LIBRARY, instead of libnccl.so.2): "
-                       : std::string("cannot load libnccl.so.2 (install NCCL 2 "
-                                     "or point MUON_NCCL_LIBRARY at it): ");
+                       : "cannot load " + file +
+                             " (install NCCL 2 or point MUON_NCCL_LIBRARY at "
+                             "it): ";
     error += why ? why : "unknown dlopen error";
     return nullptr;
   }
-  const std::string &file = library->file;
+  auto library = std::make_unique<Library>();
+  library->file = file;
   Library &l = *library;
   if (!resolve(handle, "ncclGetUniqueId", l.getUniqueId, file, error) ||
       !resolve(handle, "ncclCommInitRank", l.commInitRank, file, error) ||
@@ -82,7 +75,18 @@ const Library *load(std::string &error) {
   std::string ignored;
   if (!resolve(handle, "ncclGetVersion", l.getVersion, file, ignored))
     l.getVersion = nullptr;
-  loaded = std::move(library);
+  return library;
+}
+
+const Library *load(std::string &error) {
+  static std::mutex mutex;
+  static std::unique_ptr<Library> loaded; // never unloaded
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!loaded) {
+    const char *chosen = std::getenv("MUON_NCCL_LIBRARY");
+    const bool overridden = chosen && *chosen;
+    loaded = open(overridden ? chosen : "libnccl.so.2", overridden, error);
+  }
   return loaded.get();
 }
 

@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 namespace muon::runtime::cuda::nccl {
@@ -53,6 +54,13 @@ struct Library {
   /// "2.28.9", or "unknown".
   std::string version() const;
 };
+
+/// The NCCL library in `file` (a name dlopen searches for, or a path),
+/// never unloaded (NCCL keeps threads); nullptr with `error` naming the file
+/// and dlerror's text, or the missing entry point. `overridden`: the file
+/// came from MUON_NCCL_LIBRARY, which the error then says.
+std::unique_ptr<Library> open(const std::string &file, bool overridden,
+                              std::string &error);
 
 /// NCCL, loaded once per process and never unloaded (it keeps threads):
 /// libnccl.so.2, or the file MUON_NCCL_LIBRARY names. nullptr with `error`
