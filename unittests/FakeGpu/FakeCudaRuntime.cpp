@@ -36,6 +36,31 @@ T *findLive(std::vector<std::unique_ptr<T>> &objects, const void *handle) {
   return nullptr;
 }
 
+/// A new stream or event, kept until the process ends.
+template <typename T> T *create(std::vector<std::unique_ptr<T>> &objects) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  objects.push_back(std::make_unique<T>());
+  return objects.back().get();
+}
+
+/// Destroys a stream or an event: work still queued that names it runs on,
+/// as on a GPU.
+template <typename T>
+cudaError_t destroy(std::vector<std::unique_ptr<T>> &objects,
+                    const void *handle, const char *call) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  T *object = findLive(objects, handle);
+  if (!object) {
+    misuse(s, std::string(call) + " of an unknown handle");
+    return fail(cudaErrorInvalidResourceHandle);
+  }
+  object->live = false;
+  advanceAll(s);
+  return cudaSuccess;
+}
+
 /// How long a synchronize waits for a stream that does not advance before
 /// calling it a hang of the code under test.
 constexpr std::chrono::seconds kHangSeconds(20);
@@ -85,24 +110,12 @@ const char *cudaGetErrorString(cudaError_t error) {
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int) {
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.streams.push_back(std::make_unique<CUstream_st>());
-  *stream = s.streams.back().get();
+  *stream = create(state().streams);
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamDestroy(cudaStream_t handle) {
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  CUstream_st *stream = findLive(s.streams, handle);
-  if (!stream) {
-    misuse(s, "cudaStreamDestroy of an unknown stream");
-    return fail(cudaErrorInvalidResourceHandle);
-  }
-  stream->live = false; // its queued work still runs, as on a GPU
-  advanceAll(s);
-  return cudaSuccess;
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  return destroy(state().streams, stream, "cudaStreamDestroy");
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
@@ -127,23 +140,12 @@ cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int) {
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.events.push_back(std::make_unique<CUevent_st>());
-  *event = s.events.back().get();
+  *event = create(state().events);
   return cudaSuccess;
 }
 
-cudaError_t cudaEventDestroy(cudaEvent_t handle) {
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  CUevent_st *event = findLive(s.events, handle);
-  if (!event) {
-    misuse(s, "cudaEventDestroy of an unknown event");
-    return fail(cudaErrorInvalidResourceHandle);
-  }
-  event->live = false; // a record still queued completes harmlessly
-  return cudaSuccess;
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  return destroy(state().events, event, "cudaEventDestroy");
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t handle, cudaStream_t streamHandle) {
