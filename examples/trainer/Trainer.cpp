@@ -24,6 +24,7 @@
 #include "muon/Runtime/Cpu/MpiCommunicator.h"
 #include "muon/Runtime/Cpu/MpiLauncher.h"
 #include "muon/Runtime/Optimizer.h"
+#include "muon/Support/Fnv.h"
 
 #include <nlohmann/json.hpp>
 
@@ -39,6 +40,8 @@
 
 using namespace muon::runtime;
 using trainer::Tensors;
+using muon::fnv1a;
+using muon::kFnvOffsetBasis;
 
 namespace {
 
@@ -293,14 +296,9 @@ void allGatherWeights(DataParallel &dp, const Tensors<float> &shards,
 }
 
 uint64_t fnv(const Tensors<float> &tensors) {
-  uint64_t h = 1469598103934665603ull;
-  for (const std::vector<float> &t : tensors) {
-    const unsigned char *p = reinterpret_cast<const unsigned char *>(t.data());
-    for (size_t i = 0; i < t.size() * 4; ++i) {
-      h ^= p[i];
-      h *= 1099511628211ull;
-    }
-  }
+  uint64_t h = kFnvOffsetBasis;
+  for (const std::vector<float> &t : tensors)
+    h = fnv1a(t.data(), t.size() * 4, h);
   return h;
 }
 

@@ -16,6 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Plan/PlanBinary.h"
+
+#include "muon/Support/Fnv.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/OutputFile.h"
@@ -40,15 +42,6 @@ constexpr size_t kIndexEntrySize = 24;
 constexpr uint8_t kToMe = 1;        // this section's rank is the destination
 constexpr uint8_t kExplicitBox = 2; // rows and cols follow
 constexpr uint8_t kExplicitSummand = 4;
-
-uint64_t fnv1a(const char *data, size_t size,
-               uint64_t hash = 14695981039346656037ull) {
-  for (size_t i = 0; i < size; ++i) {
-    hash ^= static_cast<unsigned char>(data[i]);
-    hash *= 1099511628211ull;
-  }
-  return hash;
-}
 
 std::string num(int64_t v) { return std::to_string(v); }
 

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #include "muon/Runtime/Optimizer.h"
 
+#include "muon/Support/Fnv.h"
 #include "muon/Support/Json.h"
 #include "muon/Support/OutputFile.h"
 
@@ -36,14 +37,8 @@ constexpr uint32_t kVersion = 1;
 constexpr const char *kFormat = "muon-checkpoint/1";
 constexpr const char *kManifest = "checkpoint.json";
 
-uint64_t fnv(const void *data, size_t bytes,
-             uint64_t hash = 1469598103934665603ull) {
-  const unsigned char *p = static_cast<const unsigned char *>(data);
-  for (size_t i = 0; i < bytes; ++i) {
-    hash ^= p[i];
-    hash *= 1099511628211ull;
-  }
-  return hash;
+uint64_t fnv(const void *data, size_t bytes, uint64_t hash = kFnvOffsetBasis) {
+  return fnv1a(data, bytes, hash);
 }
 
 std::string hex(uint64_t v) {

@@ -3,6 +3,7 @@
 
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Support/Fnv.h"
 
 #include <algorithm>
 #include <limits>
@@ -14,12 +15,7 @@ uint64_t planHash(const Plan &plan) {
   // share is the file and the parts every rank reads whole.
   if (plan.isSlice())
     return planSliceIdentity(plan);
-  uint64_t hash = 1469598103934665603ull;
-  for (char c : renderPlan(plan)) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 1099511628211ull;
-  }
-  return hash;
+  return fnv1a(renderPlan(plan));
 }
 
 StepExecutor::StepExecutor(const Plan &plan, Communicator &comm,

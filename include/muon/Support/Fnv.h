@@ -1,0 +1,40 @@
+//===- Fnv.h - The one FNV-1a hash of the project ---------------*- C++ -*-===//
+//
+// 64-bit FNV-1a with the standard offset basis and prime (as
+// docs/plan-format.md specifies): plan checksums, plan hashes, checkpoint
+// data hashes and the example trainer's parameter digests all use it, so
+// that a value computed by one tool can be checked by another. Header-only
+// and free of MLIR: the runtime uses it too.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_SUPPORT_FNV_H
+#define MUON_SUPPORT_FNV_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace muon {
+
+inline constexpr uint64_t kFnvOffsetBasis = 14695981039346656037ull;
+inline constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+/// FNV-1a of `size` bytes at `data`, continuing from `hash` (the offset
+/// basis for a fresh hash; a previous result to hash a sequence of parts).
+inline uint64_t fnv1a(const void *data, size_t size,
+                      uint64_t hash = kFnvOffsetBasis) {
+  const unsigned char *bytes = static_cast<const unsigned char *>(data);
+  for (size_t i = 0; i < size; ++i) {
+    hash ^= bytes[i];
+    hash *= kFnvPrime;
+  }
+  return hash;
+}
+
+inline uint64_t fnv1a(std::string_view text, uint64_t hash = kFnvOffsetBasis) {
+  return fnv1a(text.data(), text.size(), hash);
+}
+
+} // namespace muon
+
+#endif // MUON_SUPPORT_FNV_H
