@@ -65,15 +65,17 @@ void runEveryRank(const std::vector<Plan> &parts) {
     ranks.emplace_back([&, r] {
       runtime::LocalCommunicator comm(world, r);
       runtime::cpu::CpuDevice device;
-      auto optimizer =
-          runtime::Optimizer::create(parts[r], comm, device, {20.0}, errors[r]);
+      std::unique_ptr<Optimizer> optimizer;
+      errors[r] =
+          runtime::Optimizer::create(parts[r], comm, device, {20.0}, optimizer)
+              .message();
       if (!optimizer)
         return;
       runtime::SyntheticModel model(*optimizer, device, 1, summands);
       for (int64_t s = 0; s < 2; ++s) {
         model.makeGradients(s, 1, {});
         runtime::StepResult result;
-        if (!optimizer->step(result, errors[r]))
+        if (!(errors[r] = optimizer->step(result).message()).empty())
           return;
       }
     });

@@ -80,13 +80,14 @@ int64_t runLikeOneDevice(const Plan &plan) {
       CountingCommunicator comm(local);
       cpu::CpuDevice device;
       std::string error;
-      auto opt = Optimizer::create(plan, comm, device, {20.0}, error);
+      std::unique_ptr<Optimizer> opt;
+      error = Optimizer::create(plan, comm, device, {20.0}, opt).message();
       ASSERT_TRUE(opt) << error;
       SyntheticModel model(*opt, device, 3, summandCounts(plan));
       for (int64_t s = 0; s < 3; ++s) {
         model.makeGradients(s, 1, {});
         StepResult result;
-        ASSERT_TRUE(opt->step(result, error)) << error;
+        ASSERT_TRUE((error = opt->step(result).message()).empty()) << error;
       }
       std::lock_guard<std::mutex> lock(mutex);
       received += comm.received;
@@ -258,8 +259,8 @@ TEST(CompilerApi, NewtonSchulzCoefficientPresets) {
   std::string error;
   // Default: Jordan's triple for every step.
   ASSERT_TRUE(compile(smallTransformer(), &config, plan, error)) << error;
-  ASSERT_EQ(plan.muon.coefficients.size(), 5u);
-  EXPECT_EQ(plan.muon.coefficients[4],
+  ASSERT_EQ(plan.ns.coefficients.size(), 5u);
+  EXPECT_EQ(plan.ns.coefficients[4],
             (std::array<double, 3>{3.4445, -4.775, 2.0315}));
   // Polar Express: one triple per step, the paper's schedule.
   Model model = smallTransformer();
@@ -268,13 +269,12 @@ TEST(CompilerApi, NewtonSchulzCoefficientPresets) {
   ASSERT_TRUE(compile(model, &config, plan, error)) << error;
   std::optional<std::vector<NsTriple>> polar = nsPreset("polar_express", 6);
   ASSERT_TRUE(polar);
-  EXPECT_EQ(plan.muon.coefficients, *polar);
-  EXPECT_EQ(plan.muon.coefficients[0][0], 8.28721201814563 / 1.01);
+  EXPECT_EQ(plan.ns.coefficients, *polar);
+  EXPECT_EQ(plan.ns.coefficients[0][0], 8.28721201814563 / 1.01);
   // An explicit table wins over the preset.
   model.muon.nsCoefficients = {{1.5, -0.5, 0.0}};
   ASSERT_TRUE(compile(model, &config, plan, error)) << error;
-  EXPECT_EQ(plan.muon.coefficients,
-            std::vector<NsTriple>(6, {1.5, -0.5, 0.0}));
+  EXPECT_EQ(plan.ns.coefficients, std::vector<NsTriple>(6, {1.5, -0.5, 0.0}));
   // An unknown preset is the spec's error.
   model.muon.nsCoefficients.clear();
   model.muon.nsPreset = "you";

@@ -28,10 +28,10 @@ Plan planModel(int64_t maxRounds = 2) {
   plan.worldSize = 4;
   plan.distributed = true;
   plan.mesh.shape = {4};
-  plan.params.push_back({"w", "f32", true, {{8, 4}, {{0}, {}}, {}, {}}});
-  plan.params.push_back({"v", "f32", true, {{8, 4}, {{0}, {}}, {}, {}}});
-  plan.params.push_back({"b", "f32", false, {{4}, {{}}, {}, {}}});
-  plan.muon.coefficients.assign(5, {3.4445, -4.775, 2.0315});
+  plan.params.push_back({"w", "f32", true, 0, {{8, 4}, {{0}, {}}, {}, {}}});
+  plan.params.push_back({"v", "f32", true, 0, {{8, 4}, {{0}, {}}, {}, {}}});
+  plan.params.push_back({"b", "f32", false, 1, {{4}, {{}}, {}, {}}});
+  plan.ns.coefficients.assign(5, {3.4445, -4.775, 2.0315});
   plan.matrices.push_back({"w", 0, -1, 8, 4, 0, nsFlops(8, 4, 5)});
   plan.matrices.push_back({"v", 1, -1, 8, 4, 2, nsFlops(8, 4, 5)});
   plan.nsMatrices = {{0}, {}, {1}, {}};
@@ -303,9 +303,9 @@ TEST(PlanBinary, DamagedHeadersAreRefused) {
   EXPECT_FALSE(parsePlanSlice(bytes.substr(0, bytes.size() - 1), 0, out, error));
   EXPECT_CONTAINS(error, "truncated or appended to");
   std::string other = bytes;
-  other[8] = 2; // version 2
+  other[8] = 3; // version 3
   EXPECT_FALSE(parsePlanSlice(other, 0, out, error));
-  EXPECT_CONTAINS(error, "format version 2 is not supported");
+  EXPECT_CONTAINS(error, "format version 3 is not supported");
   other = bytes;
   other[20] = 1; // world size, under the header checksum
   EXPECT_FALSE(parsePlanSlice(other, 0, out, error));

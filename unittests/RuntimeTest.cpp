@@ -230,6 +230,7 @@ Plan smallModel() {
     PlanParam p;
     p.name = std::move(name);
     p.muon = muon;
+    p.group = muon ? 0 : 1;
     p.layout.shape = shape;
     p.layout.splitAxes.assign(shape.size(), {});
     plan.params.push_back(p);
@@ -237,7 +238,7 @@ Plan smallModel() {
   param("w", {8, 12}, true);
   param("stack", {2, 5, 6}, true);
   param("bias", {5}, false);
-  plan.muon.coefficients.assign(plan.muon.nsSteps, {3.4445, -4.775, 2.0315});
+  plan.ns.coefficients.assign(plan.ns.nsSteps, {3.4445, -4.775, 2.0315});
   plan.matrices.push_back({"w", 0, -1, 8, 12, -1, nsFlops(8, 12, 5)});
   for (int64_t s = 0; s < 2; ++s)
     plan.matrices.push_back({"stack", 1, s, 5, 6, -1, nsFlops(5, 6, 5)});
@@ -249,8 +250,8 @@ Plan fsdpModel();
 std::unique_ptr<Optimizer> makeOptimizer(const Plan &plan, Communicator &comm,
                                          Device &device) {
   std::string error;
-  std::unique_ptr<Optimizer> opt =
-      Optimizer::create(plan, comm, device, {}, error);
+  std::unique_ptr<Optimizer> opt;
+  error = Optimizer::create(plan, comm, device, {}, opt).message();
   EXPECT_TRUE(opt) << error;
   return opt;
 }
@@ -268,7 +269,7 @@ TEST(Optimizer, NonFiniteGradientChangesNothing) {
   model.makeGradients(0, 1, {{"stack", 0}});
   StepResult result;
   std::string error;
-  ASSERT_TRUE(opt->step(result, error)) << error;
+  ASSERT_TRUE((error = opt->step(result).message()).empty()) << error;
   EXPECT_FALSE(result.applied);
   EXPECT_EQ(result.nonFiniteParam, 1);
   EXPECT_EQ(opt->stepsTaken(), 0);
@@ -277,7 +278,7 @@ TEST(Optimizer, NonFiniteGradientChangesNothing) {
 
   // The next step applies, and counts the work it ran.
   model.makeGradients(1, 1, {});
-  ASSERT_TRUE(opt->step(result, error)) << error;
+  ASSERT_TRUE((error = opt->step(result).message()).empty()) << error;
   EXPECT_TRUE(result.applied);
   for (size_t i = 0; i < plan.params.size(); ++i)
     EXPECT_NE(model.values(i), before[i]);
@@ -300,7 +301,7 @@ TEST(Optimizer, SkippedStepLeavesMomentumUntouched) {
     for (int64_t s : steps) {
       model.makeGradients(s, 1, faults);
       StepResult result;
-      EXPECT_TRUE(opt->step(result, error)) << error;
+      EXPECT_TRUE((error = opt->step(result).message()).empty()) << error;
     }
     std::vector<std::vector<float>> values;
     for (size_t i = 0; i < plan.params.size(); ++i)
@@ -318,9 +319,12 @@ TEST(Optimizer, RefusesAPlanForAnotherWorldSize) {
   plan.nsBatches.push_back(plan.nsBatches[0]);
   SingleRankCommunicator comm;
   CpuDevice device;
-  std::string error;
-  EXPECT_FALSE(Optimizer::create(plan, comm, device, {}, error));
-  EXPECT_EQ(error, "the plan is for 2 ranks but the communicator has 1");
+  std::unique_ptr<Optimizer> opt;
+  Status status = Optimizer::create(plan, comm, device, {}, opt);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(status.message(),
+            "the plan is for 2 ranks but the communicator has 1");
+  EXPECT_FALSE(opt);
 }
 
 TEST(Optimizer, BindingErrorsChangeNothing) {
@@ -330,20 +334,28 @@ TEST(Optimizer, BindingErrorsChangeNothing) {
   std::unique_ptr<Optimizer> opt = makeOptimizer(plan, comm, device);
   std::string error;
   std::vector<float> values(96, 1.0f), grads(96, 0.5f);
-  EXPECT_FALSE(opt->bind("nope", values.data(), grads.data(), DType::F32, 96,
-                         error));
+  EXPECT_FALSE(
+      (error = opt->bind("nope", values.data(), grads.data(), DType::F32, 96)
+                   .message())
+          .empty());
   EXPECT_EQ(error, "no parameter named 'nope' in the plan");
-  EXPECT_FALSE(opt->bind("w", values.data(), grads.data(), DType::BF16, 96,
-                         error));
+  EXPECT_FALSE(
+      (error = opt->bind("w", values.data(), grads.data(), DType::BF16, 96)
+                   .message())
+          .empty());
   EXPECT_EQ(error, "parameter 'w' is stored as f32 in the plan, not bf16");
-  EXPECT_FALSE(opt->bind("w", values.data(), grads.data(), DType::F32, 95,
-                         error));
+  EXPECT_FALSE(
+      (error = opt->bind("w", values.data(), grads.data(), DType::F32, 95)
+                   .message())
+          .empty());
   EXPECT_EQ(error, "parameter 'w': rank 0 holds 96 elements of it, not 95");
-  ASSERT_TRUE(opt->bind("w", values.data(), grads.data(), DType::F32, 96,
-                        error));
+  ASSERT_TRUE(
+      (error = opt->bind("w", values.data(), grads.data(), DType::F32, 96)
+                   .message())
+          .empty());
   // A step before every parameter is bound: an error, nothing changes.
   StepResult result;
-  EXPECT_FALSE(opt->step(result, error));
+  EXPECT_FALSE((error = opt->step(result).message()).empty());
   EXPECT_EQ(error, "rank 0 has not bound every parameter it holds; nothing "
                    "was changed (this rank has not bound 'stack')");
   EXPECT_EQ(values, std::vector<float>(96, 1.0f));
@@ -360,7 +372,8 @@ TEST(Optimizer, AssignmentsNameTheMatrices) {
       LocalCommunicator comm(world, r);
       CpuDevice device;
       std::string error;
-      auto opt = Optimizer::create(plan, comm, device, {10.0}, error);
+      std::unique_ptr<Optimizer> opt;
+      error = Optimizer::create(plan, comm, device, {10.0}, opt).message();
       if (opt) {
         seen[r] = opt->assignments();
         EXPECT_EQ(opt->currentRank(), r);
@@ -382,9 +395,9 @@ Plan fsdpModel() {
   plan.worldSize = 4;
   plan.distributed = true;
   plan.mesh.shape = {4};
-  plan.params.push_back({"w", "f32", true, {{8, 4}, {{0}, {}}, {}, {}}});
-  plan.params.push_back({"b", "f32", false, {{4}, {{0}}, {}, {}}});
-  plan.muon.coefficients.assign(5, {3.4445, -4.775, 2.0315});
+  plan.params.push_back({"w", "f32", true, 0, {{8, 4}, {{0}, {}}, {}, {}}});
+  plan.params.push_back({"b", "f32", false, 1, {{4}, {{0}}, {}, {}}});
+  plan.ns.coefficients.assign(5, {3.4445, -4.775, 2.0315});
   plan.matrices.push_back({"w", 0, -1, 8, 4, 2, nsFlops(8, 4, 5)});
   plan.nsMatrices = {{}, {}, {0}, {}};
   Exchange gather{Exchange::Phase::Gather, 0, {}, {}};
@@ -419,14 +432,15 @@ static void runFsdpOnThreads(bool staged) {
       HostStagedCommunicator hostStaged(local, device);
       Communicator &comm =
           staged ? static_cast<Communicator &>(hostStaged) : local;
-      auto opt = Optimizer::create(plan, comm, device, {10.0}, errors[r]);
+      std::unique_ptr<Optimizer> opt;
+      errors[r] = Optimizer::create(plan, comm, device, {10.0}, opt).message();
       if (!opt)
         return;
       SyntheticModel model(*opt, device, 11, {1, 1});
       for (int64_t s = 0; s < steps; ++s) {
         model.makeGradients(s, 1, {});
         StepResult result;
-        if (!opt->step(result, errors[r]))
+        if (!(errors[r] = opt->step(result).message()).empty())
           return;
       }
       model.copyInto(distributed);
@@ -522,18 +536,21 @@ runWithCheckpoints(const Plan &plan, int64_t firstStep, int64_t lastStep,
   onEveryRank(plan.worldSize, [&](int64_t r, Communicator &comm) {
     CpuDevice device;
     std::string &error = errors[r];
-    auto opt = Optimizer::create(plan, comm, device, {10.0}, error);
+    std::unique_ptr<Optimizer> opt;
+    error = Optimizer::create(plan, comm, device, {10.0}, opt).message();
     if (!opt)
       return;
     SyntheticModel model(*opt, device, 21, summandCounts(plan));
-    if (!loadFrom.empty() && !opt->loadCheckpoint(loadFrom, true, error))
+    if (!loadFrom.empty() &&
+        !(error = opt->loadCheckpoint(loadFrom, true).message()).empty())
       return;
     for (int64_t s = firstStep; s < lastStep; ++s) {
       model.makeGradients(s, 1, {});
       StepResult result;
-      if (!opt->step(result, error))
+      if (!(error = opt->step(result).message()).empty())
         return;
-      if (s + 1 == saveAfter && !opt->saveCheckpoint(saveTo, true, error))
+      if (s + 1 == saveAfter &&
+          !(error = opt->saveCheckpoint(saveTo, true).message()).empty())
         return;
     }
     std::lock_guard<std::mutex> lock(mutex);
@@ -604,11 +621,12 @@ TEST(Checkpoint, RefusesDamagedForeignAndIncomplete) {
   onEveryRank(4, [&](int64_t r, Communicator &comm) {
     CpuDevice device;
     std::string error;
-    auto opt = Optimizer::create(plan, comm, device, {10.0}, error);
+    std::unique_ptr<Optimizer> opt;
+    error = Optimizer::create(plan, comm, device, {10.0}, opt).message();
     ASSERT_TRUE(opt) << error;
     SyntheticModel model(*opt, device, 21, {1, 1});
     std::vector<float> before = model.values(0);
-    EXPECT_FALSE(opt->loadCheckpoint(dir, true, error));
+    EXPECT_FALSE((error = opt->loadCheckpoint(dir, true).message()).empty());
     EXPECT_NE(error.find("-rank-1.bin' is damaged: the"), std::string::npos)
         << error;
     EXPECT_NE(error.find("does not match its checksum; nothing was changed"),

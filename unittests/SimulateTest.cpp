@@ -36,7 +36,7 @@ Plan tinyPlan() {
   plan.schedule = {{K::Momentum, 0},    {K::Start, 0},       {K::Done, 0},
                    {K::NewtonSchulz, 0}, {K::Start, 1},       {K::Done, 1},
                    {K::ApplyUpdate, 0},  {K::AdamW, 0}};
-  plan.muon.nsDtype = "f32";
+  plan.ns.nsDtype = "f32";
   return plan;
 }
 
@@ -102,7 +102,7 @@ TEST(Simulate, TinyPlanByHand) {
 // rate halves the NS time.
 TEST(Simulate, IntraNodeLinkAndNsDtype) {
   Plan plan = tinyPlan();
-  plan.muon.nsDtype = "bf16";
+  plan.ns.nsDtype = "bf16";
   sim::Profile p = tinyProfile();
   p.ranksPerNode = 8;
   p.intraNode = {0, 6400};  // 64 bytes in 0.01 s

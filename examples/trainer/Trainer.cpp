@@ -54,6 +54,10 @@ struct Options {
   int64_t steps = 200;
   int64_t stopAfter = -1;
   int64_t printEvery = 10;
+  /// Learning-rate schedule: linear warmup over `warmup` steps, then a
+  /// cosine decay to 10% at the last step (0 warmup and `constantLr`: off).
+  int64_t warmup = 10;
+  bool constantLr = false;
   std::string checkpointDir, resume, plan, data, writeSpec, output;
   uint64_t seed = 1;
   bool checkGradients = false;
@@ -67,8 +71,8 @@ const char *const kUsage =
     "usage: muon-train-example [--layout single|fsdp|fsdp-tp] "
     "[--ranks N] [--steps N] [--checkpoint-dir D --stop-after K] "
     "[--resume D] [--print-every P] [--plan FILE] [--data FILE] "
-    "[--seed S] [--check-gradients] [--write-spec LAYOUT --output "
-    "FILE]\n"
+    "[--seed S] [--warmup W] [--constant-lr] [--check-gradients] "
+    "[--write-spec LAYOUT --output FILE]\n"
     "  --layout      single (1 rank), fsdp (2 ranks) or fsdp-tp (4 ranks)\n"
     "  --steps       training steps (the default is 200)\n"
     "  --checkpoint-dir D --stop-after K\n"
@@ -79,6 +83,9 @@ const char *const kUsage =
     "  --print-every P  print the loss every P steps (10)\n"
     "  --data FILE   the training text (default: the shipped corpus)\n"
     "  --seed S      initialization seed (1)\n"
+    "  --warmup W    learning-rate warmup steps (10), then a cosine decay to\n"
+    "                10% of each group's lr at the last step\n"
+    "  --constant-lr no schedule: every group keeps the plan's lr\n"
     "  --check-gradients  compare the backward with finite differences\n"
     "  --write-spec LAYOUT --output FILE  write the model spec and exit\n"
     "See docs/embedding.md.\n";
@@ -130,6 +137,10 @@ Options parse(int argc, char **argv) {
       o.data = text(i);
     else if (a == "--seed")
       o.seed = static_cast<uint64_t>(integer(i));
+    else if (a == "--warmup")
+      o.warmup = integer(i);
+    else if (a == "--constant-lr")
+      o.constantLr = true;
     else if (a == "--check-gradients")
       o.checkGradients = true;
     else if (a == "--write-spec")
@@ -154,6 +165,21 @@ Options parse(int argc, char **argv) {
   if (o.plan.empty())
     o.plan = std::string(MUON_TRAINER_PLANS) + "/" + o.layout + ".plan.json";
   return o;
+}
+
+/// The schedule's multiplier of the base learning rate before step `step`
+/// (from 0): warmup, then cosine to 10%. A function of the step alone, so a
+/// resumed run sets the same rates as the run it continues.
+double lrFactor(const Options &o, int64_t step) {
+  if (o.constantLr)
+    return 1.0;
+  if (step < o.warmup)
+    return static_cast<double>(step + 1) / static_cast<double>(o.warmup);
+  const double span =
+      static_cast<double>(std::max<int64_t>(1, o.steps - o.warmup));
+  const double progress =
+      std::min(1.0, static_cast<double>(step - o.warmup) / span);
+  return 0.1 + 0.9 * 0.5 * (1.0 + std::cos(3.14159265358979323846 * progress));
 }
 
 /// The model's spec for a layout: what muon-run compiles into the plan.
@@ -350,11 +376,9 @@ int train(const Options &o, Communicator &comm, DataParallel &dp) {
 
   // The optimizer, from the plan compiled ahead of time for this layout.
   cpu::CpuDevice device;
-  std::string error;
-  std::unique_ptr<Optimizer> opt = Optimizer::load(o.plan, comm, device, {},
-                                                   error);
-  if (!opt)
-    return fail(error);
+  std::unique_ptr<Optimizer> opt;
+  if (Status s = Optimizer::load(o.plan, comm, device, {}, opt); !s.ok())
+    return fail(s.message());
   const muon::Plan &plan = opt->plan();
   const std::vector<trainer::ParamShape> &shapes = trainer::paramShapes();
   // Every rank's box of every parameter, for the trainer's own exchanges.
@@ -375,12 +399,14 @@ int train(const Options &o, Communicator &comm, DataParallel &dp) {
     const ParamSlot &slot = *opt->param(shapes[p].name);
     shards.push_back(cut(full[p], shapes[p].shape, slot.box));
     shardGrads.emplace_back(shards.back().size(), 0.0f);
-    if (!opt->bind(slot.name, shards[p].data(), shardGrads[p].data(),
-                   DType::F32, slot.elements, error))
-      return fail(error);
+    if (Status s = opt->bind(slot.name, shards[p].data(), shardGrads[p].data(),
+                             DType::F32, slot.elements);
+        !s.ok())
+      return fail(s.message());
   }
-  if (!o.resume.empty() && !opt->loadCheckpoint(o.resume, true, error))
-    return fail(error);
+  if (!o.resume.empty())
+    if (Status s = opt->loadCheckpoint(o.resume, true); !s.ok())
+      return fail(s.message());
   const int64_t first = opt->stepsTaken();
   if (lead && first)
     std::printf("resumed from '%s' after step %lld\n", o.resume.c_str(),
@@ -439,17 +465,27 @@ int train(const Options &o, Communicator &comm, DataParallel &dp) {
         loss += v;
     loss /= kGroups * kGroupPositions;
 
+    // The schedule: every group's lr from its starting value (the plan's),
+    // set on every rank alike before the step.
+    const double factor = lrFactor(o, step);
+    for (const muon::PlanGroup &g : plan.groups)
+      if (Status s =
+              opt->setGroupLr(g.name, factor * (g.muon ? g.muonSettings.lr
+                                                       : g.adamwSettings.lr));
+          !s.ok())
+        return fail(s.message());
     StepResult result;
-    if (!opt->step(result, error))
-      return fail(error);
+    if (Status s = opt->step(result); !s.ok())
+      return fail(s.message());
     if (lead && ((step + 1) % o.printEvery == 0 || step + 1 == o.steps ||
                  step == 0))
-      std::printf("step %lld/%lld  loss %.9g\n", static_cast<long long>(step + 1),
-                  static_cast<long long>(o.steps), loss);
+      std::printf("step %lld/%lld  loss %.9g  lr x%.4f\n",
+                  static_cast<long long>(step + 1),
+                  static_cast<long long>(o.steps), loss, factor);
     std::fflush(stdout);
     if (step + 1 == o.stopAfter) {
-      if (!opt->saveCheckpoint(o.checkpointDir, true, error))
-        return fail(error);
+      if (Status s = opt->saveCheckpoint(o.checkpointDir, true); !s.ok())
+        return fail(s.message());
       if (lead)
         std::printf("checkpoint after step %lld in '%s'; stopping\n",
                     static_cast<long long>(step + 1),

@@ -79,25 +79,41 @@ Json specOf(const Model &model, const DistributedConfig *config,
     if (config->numExperts)
       spec["num_experts"] = *config->numExperts;
   }
-  const MuonSettings &m = model.muon;
-  spec["optimizer"] = {{"lr", m.lr},
-                       {"momentum", m.momentum},
-                       {"nesterov", m.nesterov},
-                       {"weight_decay", m.weightDecay},
-                       {"ns_steps", m.nsSteps},
-                       {"eps", m.eps},
-                       {"adjust_lr", m.adjustLr}};
-  if (!m.nsDtype.empty())
-    spec["optimizer"]["ns_dtype"] = m.nsDtype;
-  if (!m.nsCoefficients.empty())
-    spec["optimizer"]["ns_coefficients"] = m.nsCoefficients;
-  else
-    spec["optimizer"]["ns_coefficients"] = m.nsPreset;
-  const AdamWSettings &a = model.adamw;
-  spec["adamw"] = {{"lr", a.lr},
-                   {"betas", {a.beta1, a.beta2}},
-                   {"eps", a.eps},
-                   {"weight_decay", a.weightDecay}};
+  auto muonJson = [](const MuonSettings &m) {
+    Json o = {{"lr", m.lr},
+              {"momentum", m.momentum},
+              {"nesterov", m.nesterov},
+              {"weight_decay", m.weightDecay},
+              {"ns_steps", m.nsSteps},
+              {"eps", m.eps},
+              {"adjust_lr", m.adjustLr}};
+    if (!m.nsDtype.empty())
+      o["ns_dtype"] = m.nsDtype;
+    if (!m.nsCoefficients.empty())
+      o["ns_coefficients"] = m.nsCoefficients;
+    else
+      o["ns_coefficients"] = m.nsPreset;
+    return o;
+  };
+  auto adamwJson = [](const AdamWSettings &a) {
+    return Json{{"lr", a.lr},
+                {"betas", {a.beta1, a.beta2}},
+                {"eps", a.eps},
+                {"weight_decay", a.weightDecay}};
+  };
+  if (model.groups.empty()) {
+    spec["optimizer"] = muonJson(model.muon);
+    spec["adamw"] = adamwJson(model.adamw);
+  } else {
+    spec["param_groups"] = Json::array();
+    for (const ParamGroup &g : model.groups) {
+      bool muon = g.algorithm != Group::AdamW;
+      Json o = muon ? muonJson(g.muon) : adamwJson(g.adamw);
+      o["name"] = g.name;
+      o["algorithm"] = muon ? "muon" : "adamw";
+      spec["param_groups"].push_back(o);
+    }
+  }
   if (config) {
     Json d = {{"async", config->async},
               {"prefetch_count", config->prefetchCount}};
@@ -113,6 +129,8 @@ Json specOf(const Model &model, const DistributedConfig *config,
     Json param = {{"name", p.name}, {"shape", p.shape}, {"dtype", p.dtype}};
     if (p.group != Group::Auto)
       param["optimizer"] = p.group == Group::Muon ? "muon" : "adamw";
+    if (!p.groupName.empty())
+      param["group"] = p.groupName;
     if (groupsStyle) {
       if (p.stage)
         param["stage"] = *p.stage;

@@ -48,6 +48,23 @@ std::optional<ScheduleStep::Kind> parseStepName(std::string_view name) {
   return std::nullopt;
 }
 
+const char *algorithmName(bool muon) { return muon ? "muon" : "adamw"; }
+
+std::vector<PlanGroup> defaultGroups() {
+  PlanGroup muon, adamw;
+  muon.name = "muon";
+  adamw.name = "adamw";
+  adamw.muon = false;
+  return {muon, adamw};
+}
+
+int64_t findGroup(const std::vector<PlanGroup> &groups, std::string_view name) {
+  for (size_t i = 0; i < groups.size(); ++i)
+    if (groups[i].name == name)
+      return static_cast<int64_t>(i);
+  return -1;
+}
+
 std::string PlanMatrix::label() const {
   return slice < 0 ? param : param + "[" + std::to_string(slice) + "]";
 }

@@ -120,29 +120,39 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
   o.svarint(plan.gatherBudgetBytes);
   o.ints(plan.mesh.shape);
   o.ints(plan.mesh.devices);
-  const MuonSettings &m = plan.muon;
-  o.f64(m.lr);
-  o.f64(m.weightDecay);
-  o.f64(m.momentum);
-  o.u8(m.nesterov);
-  o.svarint(m.nsSteps);
-  o.varint(m.coefficients.size());
-  for (const auto &abc : m.coefficients)
+  const NewtonSchulzSettings &ns = plan.ns;
+  o.svarint(ns.nsSteps);
+  o.varint(ns.coefficients.size());
+  for (const auto &abc : ns.coefficients)
     for (double x : abc)
       o.f64(x);
-  o.f64(m.eps);
-  o.str(m.adjustLr);
-  o.str(m.nsDtype);
-  o.f64(plan.adamw.lr);
-  o.f64(plan.adamw.beta1);
-  o.f64(plan.adamw.beta2);
-  o.f64(plan.adamw.eps);
-  o.f64(plan.adamw.weightDecay);
+  o.f64(ns.eps);
+  o.str(ns.nsDtype);
+  o.varint(plan.groups.size());
+  for (const PlanGroup &g : plan.groups) {
+    o.str(g.name);
+    o.u8(g.muon);
+    if (g.muon) {
+      const MuonSettings &m = g.muonSettings;
+      o.f64(m.lr);
+      o.f64(m.weightDecay);
+      o.f64(m.momentum);
+      o.u8(m.nesterov);
+      o.str(m.adjustLr);
+    } else {
+      const AdamWSettings &a = g.adamwSettings;
+      o.f64(a.lr);
+      o.f64(a.beta1);
+      o.f64(a.beta2);
+      o.f64(a.eps);
+      o.f64(a.weightDecay);
+    }
+  }
   o.varint(plan.params.size());
   for (const PlanParam &p : plan.params) {
     o.str(p.name);
     o.str(p.dtype);
-    o.u8(p.muon);
+    o.varint(p.group);
     o.ints(p.layout.shape);
     o.varint(p.layout.splitAxes.size());
     for (const auto &axes : p.layout.splitAxes)
@@ -845,7 +855,10 @@ bool readHeader(std::string_view bytes, uint64_t actualSize, Header &h,
   if (version != kPlanBinaryVersion) {
     error = "header: format version " + std::to_string(version) +
             " is not supported (this reader reads muon-plan-bin/" +
-            std::to_string(kPlanBinaryVersion) + ")";
+            std::to_string(kPlanBinaryVersion) +
+            (version == 1 ? "; version 1 predates parameter groups: write "
+                            "the plan again from its model or JSON plan)"
+                          : ")");
     return false;
   }
   h.world = getU64(p + 16);
@@ -905,25 +918,43 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices) {
   in.item = "mesh";
   plan.mesh.shape = in.ints("mesh axes");
   plan.mesh.devices = in.ints("devices");
-  in.item = "optimizer";
-  MuonSettings &m = plan.muon;
-  m.lr = in.f64();
-  m.weightDecay = in.f64();
-  m.momentum = in.f64();
-  m.nesterov = in.u8() != 0;
-  m.nsSteps = in.svarint();
+  in.item = "newton_schulz";
+  NewtonSchulzSettings &ns = plan.ns;
+  ns.nsSteps = in.svarint();
   size_t coefficients = in.count("NS coefficient triples", 24);
   for (size_t i = 0; i < coefficients && in.ok(); ++i)
-    m.coefficients.push_back({in.f64(), in.f64(), in.f64()});
-  m.eps = in.f64();
-  m.adjustLr = in.str("bytes of adjust_lr");
-  m.nsDtype = in.str("bytes of ns_dtype");
-  in.item = "adamw";
-  plan.adamw.lr = in.f64();
-  plan.adamw.beta1 = in.f64();
-  plan.adamw.beta2 = in.f64();
-  plan.adamw.eps = in.f64();
-  plan.adamw.weightDecay = in.f64();
+    ns.coefficients.push_back({in.f64(), in.f64(), in.f64()});
+  ns.eps = in.f64();
+  ns.nsDtype = in.str("bytes of ns_dtype");
+  in.item = "groups";
+  size_t groups = in.count("groups", 3);
+  plan.groups.clear();
+  for (size_t i = 0; i < groups && in.ok(); ++i) {
+    in.item = json::index("groups", i);
+    PlanGroup g;
+    g.name = in.str("bytes of name");
+    uint8_t algorithm = in.u8();
+    if (in.ok() && algorithm > 1)
+      return in.fail("algorithm " + num(algorithm) +
+                     " is neither 0 (adamw) nor 1 (muon)");
+    g.muon = algorithm == 1;
+    if (g.muon) {
+      MuonSettings &m = g.muonSettings;
+      m.lr = in.f64();
+      m.weightDecay = in.f64();
+      m.momentum = in.f64();
+      m.nesterov = in.u8() != 0;
+      m.adjustLr = in.str("bytes of adjust_lr");
+    } else {
+      AdamWSettings &a = g.adamwSettings;
+      a.lr = in.f64();
+      a.beta1 = in.f64();
+      a.beta2 = in.f64();
+      a.eps = in.f64();
+      a.weightDecay = in.f64();
+    }
+    plan.groups.push_back(std::move(g));
+  }
   in.item = "params";
   size_t params = in.count("parameters", 6);
   if (in.ok() && static_cast<int64_t>(params) > limits::kMaxParams)
@@ -935,11 +966,13 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices) {
     PlanParam p;
     p.name = in.str("bytes of name");
     p.dtype = in.str("bytes of dtype");
-    uint8_t group = in.u8();
-    if (in.ok() && group > 1)
-      return in.fail("group " + num(group) + " is neither 0 (adamw) nor 1 "
-                     "(muon)");
-    p.muon = group == 1;
+    uint64_t group = in.varint();
+    if (in.ok() && group >= plan.groups.size())
+      return in.fail("group " + num(static_cast<int64_t>(group)) +
+                     " is out of range (" + num(plan.groups.size()) +
+                     " groups)");
+    p.group = static_cast<int64_t>(group);
+    p.muon = in.ok() && plan.groups[p.group].muon;
     p.layout.shape = in.ints("dims");
     size_t dims = in.count("split entries");
     for (size_t d = 0; d < dims && in.ok(); ++d)
@@ -1029,7 +1062,7 @@ bool decodeSection(In &in, const Geometry &geo, int64_t rank, Plan &slice,
     m.slice = p.layout.shape.size() > 2 ? s : -1;
     m.rows = p.layout.shape[p.layout.shape.size() - 2];
     m.cols = p.layout.shape.back();
-    m.nsFlops = nsFlops(m.rows, m.cols, plan.muon.nsSteps);
+    m.nsFlops = nsFlops(m.rows, m.cols, plan.ns.nsSteps);
     m.owner = in.svarint();
     slice.matrixIds.push_back(id);
     slice.matrices.push_back(std::move(m));
@@ -1382,7 +1415,7 @@ bool parsePlanBinary(std::string_view bytes, Plan &plan, std::string &error) {
     return false;
   }
   // The global section: owners, rounds, each exchange's sizes.
-  plan.matrices = muonMatrices(plan.params, plan.muon.nsSteps);
+  plan.matrices = muonMatrices(plan.params, plan.ns.nsSteps);
   {
     In in(global, h.globalOffset, "global section");
     in.item = "matrices";
@@ -1575,8 +1608,8 @@ Plan slicePlan(const Plan &plan, int64_t rank) {
   slice.distributed = plan.distributed;
   slice.mesh = plan.mesh;
   slice.params = plan.params;
-  slice.muon = plan.muon;
-  slice.adamw = plan.adamw;
+  slice.ns = plan.ns;
+  slice.groups = plan.groups;
   slice.schedule = plan.schedule;
   slice.prefetchCount = plan.prefetchCount;
   slice.inflightLimit = plan.inflightLimit;
@@ -1638,8 +1671,10 @@ Plan slicePlan(const Plan &plan, int64_t rank) {
 int64_t planHeldBytes(const Plan &plan) {
   int64_t bytes = sizeof(Plan) + stringBytes(plan.wireDtype) +
                   vectorBytes(plan.mesh.shape) + vectorBytes(plan.mesh.devices);
-  bytes += vectorBytes(plan.muon.coefficients) +
-           stringBytes(plan.muon.adjustLr) + stringBytes(plan.muon.nsDtype);
+  bytes += vectorBytes(plan.ns.coefficients) + stringBytes(plan.ns.nsDtype);
+  bytes += vectorBytes(plan.groups);
+  for (const PlanGroup &g : plan.groups)
+    bytes += stringBytes(g.name) + stringBytes(g.muonSettings.adjustLr);
   bytes += vectorBytes(plan.params);
   for (const PlanParam &p : plan.params) {
     bytes += stringBytes(p.name) + stringBytes(p.dtype) +

@@ -12,8 +12,7 @@
 
 namespace muon {
 
-
-std::string renderPlan(const Plan &plan) {
+std::string renderPlan(const Plan &plan, bool withGroupSettings) {
   // Streamed: a large plan (a million transfers) never exists as a tree.
   std::string text;
   json::Writer j(text);
@@ -33,37 +32,48 @@ std::string renderPlan(const Plan &plan) {
   j.key("devices");
   j.integers(plan.mesh.devices);
   j.endObject();
-  j.key("optimizer");
+  j.key("newton_schulz");
   j.beginObject();
-  j.member("lr", plan.muon.lr);
-  j.member("weight_decay", plan.muon.weightDecay);
-  j.member("momentum", plan.muon.momentum);
-  j.member("nesterov", plan.muon.nesterov);
-  j.member("ns_steps", plan.muon.nsSteps);
+  j.member("ns_steps", plan.ns.nsSteps);
   j.key("ns_coefficients");
   j.beginArray();
-  for (const auto &abc : plan.muon.coefficients) {
+  for (const auto &abc : plan.ns.coefficients) {
     j.beginArray();
     for (double x : abc)
       j.value(x);
     j.endArray();
   }
   j.endArray();
-  j.member("eps", plan.muon.eps);
-  j.member("adjust_lr", plan.muon.adjustLr);
-  j.member("ns_dtype", plan.muon.nsDtype);
+  j.member("eps", plan.ns.eps);
+  j.member("ns_dtype", plan.ns.nsDtype);
   j.endObject();
-  j.key("adamw");
-  j.beginObject();
-  j.member("lr", plan.adamw.lr);
-  j.key("betas");
+  j.key("groups");
   j.beginArray();
-  j.value(plan.adamw.beta1);
-  j.value(plan.adamw.beta2);
+  for (const PlanGroup &g : plan.groups) {
+    j.beginObject();
+    j.member("name", g.name);
+    j.member("algorithm", algorithmName(g.muon));
+    if (withGroupSettings && g.muon) {
+      const MuonSettings &m = g.muonSettings;
+      j.member("lr", m.lr);
+      j.member("weight_decay", m.weightDecay);
+      j.member("momentum", m.momentum);
+      j.member("nesterov", m.nesterov);
+      j.member("adjust_lr", m.adjustLr);
+    } else if (withGroupSettings) {
+      const AdamWSettings &a = g.adamwSettings;
+      j.member("lr", a.lr);
+      j.key("betas");
+      j.beginArray();
+      j.value(a.beta1);
+      j.value(a.beta2);
+      j.endArray();
+      j.member("eps", a.eps);
+      j.member("weight_decay", a.weightDecay);
+    }
+    j.endObject();
+  }
   j.endArray();
-  j.member("eps", plan.adamw.eps);
-  j.member("weight_decay", plan.adamw.weightDecay);
-  j.endObject();
   j.key("params");
   j.beginArray();
   for (const PlanParam &p : plan.params) {
@@ -72,7 +82,7 @@ std::string renderPlan(const Plan &plan) {
     j.key("shape");
     j.integers(p.layout.shape);
     j.member("dtype", p.dtype);
-    j.member("group", p.muon ? "muon" : "adamw");
+    j.member("group", plan.groups[p.group].name);
     j.key("split");
     j.beginArray();
     for (const auto &axes : p.layout.splitAxes)
@@ -266,8 +276,8 @@ bool PlanReader::read(const Value &root, Plan &plan,
                     {"format", "world_size", "wire_dtype", "distributed",
                      "async", "prefetch_count", "inflight_limit",
                      "gather_budget_bytes", "mesh", "optimizer", "adamw",
-                     "params", "matrices", "rounds", "exchanges", "schedule",
-                     "ranks"}))
+                     "newton_schulz", "groups", "params", "matrices", "rounds",
+                     "exchanges", "schedule", "ranks"}))
     return false;
   std::optional<std::string> format = rd.string(get(root, "format"), "format");
   if (format && *format != "muon-plan/1")
@@ -293,30 +303,29 @@ bool PlanReader::read(const Value &root, Plan &plan,
     plan.mesh.shape = ints(get(*mesh, "shape"), "mesh.shape", 1);
     plan.mesh.devices = ints(get(*mesh, "devices"), "mesh.devices", 0);
   }
-  if (const Value *o = object(root, "", "optimizer",
-                              {"lr", "weight_decay", "momentum", "nesterov",
-                               "ns_steps", "ns_coefficients", "eps",
-                               "adjust_lr", "ns_dtype"})) {
-    const std::string p = "optimizer";
-    plan.muon.lr = number(*o, p, "lr");
-    plan.muon.weightDecay = number(*o, p, "weight_decay");
-    plan.muon.momentum = number(*o, p, "momentum");
-    plan.muon.nesterov =
-        rd.boolean(get(*o, "nesterov"), "optimizer.nesterov").value_or(true);
-    plan.muon.nsSteps = integer(*o, p, "ns_steps", 1);
-    plan.muon.eps = number(*o, p, "eps");
-    plan.muon.adjustLr =
-        rd.oneOf(get(*o, "adjust_lr"), "optimizer.adjust_lr",
-                 {"original", "match_rms_adamw"})
-            .value_or("original");
+  // Plans written before parameter groups have "optimizer" (the Newton-Schulz
+  // settings and the "muon" group) and "adamw"; newer ones
+  // "newton_schulz" and "groups".
+  const bool legacy = !get(root, "groups");
+  if (legacy && (get(root, "newton_schulz")))
+    rd.fail("groups", "expected with \"newton_schulz\"");
+  if (!legacy && (get(root, "optimizer") || get(root, "adamw")))
+    rd.fail(get(root, "optimizer") ? "optimizer" : "adamw",
+            "not allowed with \"groups\" (a plan has one or the other)");
+  if (!rd.ok())
+    return false;
+  plan.groups = legacy ? defaultGroups() : std::vector<PlanGroup>();
+  auto readNewtonSchulz = [&](const Value &o, const std::string &p) {
+    plan.ns.nsSteps = integer(o, p, "ns_steps", 1);
+    plan.ns.eps = number(o, p, "eps");
     // Absent in plans written before ns_dtype existed: the device chooses.
-    plan.muon.nsDtype = rd.oneOf(get(*o, "ns_dtype"), "optimizer.ns_dtype",
-                                 {"auto", "f32", "bf16"})
-                            .value_or("auto");
+    plan.ns.nsDtype = rd.oneOf(get(o, "ns_dtype"), key(p, "ns_dtype"),
+                               {"auto", "f32", "bf16"})
+                          .value_or("auto");
     const Value *rowsV =
-        rd.array(get(*o, "ns_coefficients"), "optimizer.ns_coefficients");
+        rd.array(get(o, "ns_coefficients"), key(p, "ns_coefficients"));
     for (size_t i = 0; rowsV && i < rowsV->size() && rd.ok(); ++i) {
-      std::string path = index("optimizer.ns_coefficients", i);
+      std::string path = index(key(p, "ns_coefficients"), i);
       const Value *row = rd.array(&(*rowsV)[i], path);
       if (row && row->size() != 3)
         rd.fail(path, "expected [a, b, c]");
@@ -325,22 +334,80 @@ bool PlanReader::read(const Value &root, Plan &plan,
       std::array<double, 3> abc{};
       for (size_t j = 0; j < 3; ++j)
         abc[j] = rd.number(&(*row)[j], index(path, j)).value_or(0);
-      plan.muon.coefficients.push_back(abc);
+      plan.ns.coefficients.push_back(abc);
     }
-  }
-  if (const Value *o = object(root, "", "adamw",
-                              {"lr", "betas", "eps", "weight_decay"})) {
-    plan.adamw.lr = number(*o, "adamw", "lr");
-    plan.adamw.eps = number(*o, "adamw", "eps");
-    plan.adamw.weightDecay = number(*o, "adamw", "weight_decay");
-    if (const Value *b = rd.array(get(*o, "betas"), "adamw.betas")) {
+  };
+  auto readMuon = [&](const Value &o, const std::string &p, MuonSettings &m) {
+    m.lr = number(o, p, "lr");
+    m.weightDecay = number(o, p, "weight_decay");
+    m.momentum = number(o, p, "momentum");
+    m.nesterov =
+        rd.boolean(get(o, "nesterov"), key(p, "nesterov")).value_or(true);
+    m.adjustLr = rd.oneOf(get(o, "adjust_lr"), key(p, "adjust_lr"),
+                          {"original", "match_rms_adamw"})
+                     .value_or("original");
+  };
+  auto readAdamW = [&](const Value &o, const std::string &p, AdamWSettings &a) {
+    a.lr = number(o, p, "lr");
+    a.eps = number(o, p, "eps");
+    a.weightDecay = number(o, p, "weight_decay");
+    if (const Value *b = rd.array(get(o, "betas"), key(p, "betas"))) {
       if (b->size() != 2) {
-        rd.fail("adamw.betas", "expected [beta1, beta2]");
+        rd.fail(key(p, "betas"), "expected [beta1, beta2]");
       } else {
-        plan.adamw.beta1 = rd.number(&(*b)[0], "adamw.betas[0]").value_or(0);
-        plan.adamw.beta2 = rd.number(&(*b)[1], "adamw.betas[1]").value_or(0);
+        a.beta1 = rd.number(&(*b)[0], index(key(p, "betas"), 0)).value_or(0);
+        a.beta2 = rd.number(&(*b)[1], index(key(p, "betas"), 1)).value_or(0);
       }
     }
+  };
+  if (legacy) {
+    if (const Value *o =
+            object(root, "", "optimizer",
+                   {"lr", "weight_decay", "momentum", "nesterov", "ns_steps",
+                    "ns_coefficients", "eps", "adjust_lr", "ns_dtype"})) {
+      readNewtonSchulz(*o, "optimizer");
+      readMuon(*o, "optimizer", plan.groups[0].muonSettings);
+    }
+    if (const Value *o =
+            object(root, "", "adamw", {"lr", "betas", "eps", "weight_decay"}))
+      readAdamW(*o, "adamw", plan.groups[1].adamwSettings);
+  } else {
+    if (const Value *o =
+            object(root, "", "newton_schulz",
+                   {"ns_steps", "ns_coefficients", "eps", "ns_dtype"}))
+      readNewtonSchulz(*o, "newton_schulz");
+    objects(root, "", "groups",
+            {"name", "algorithm", "lr", "weight_decay", "momentum", "nesterov",
+             "adjust_lr", "betas", "eps"},
+            [&](const Value &o, const std::string &path) {
+              PlanGroup g;
+              g.name =
+                  rd.string(get(o, "name"), key(path, "name")).value_or("");
+              g.muon = rd.oneOf(get(o, "algorithm"), key(path, "algorithm"),
+                                {"muon", "adamw"})
+                           .value_or("muon") == "muon";
+              if (!rd.ok())
+                return;
+              // Only the keys of the group's own algorithm.
+              static constexpr std::string_view kAdamWOnly[] = {"betas", "eps"};
+              static constexpr std::string_view kMuonOnly[] = {
+                  "momentum", "nesterov", "adjust_lr"};
+              for (std::string_view k :
+                   g.muon ? std::vector<std::string_view>(
+                                std::begin(kAdamWOnly), std::end(kAdamWOnly))
+                          : std::vector<std::string_view>(std::begin(kMuonOnly),
+                                                          std::end(kMuonOnly)))
+                if (get(o, k))
+                  rd.fail(key(path, k), std::string("not a setting of ") +
+                                            algorithmName(g.muon) + " groups");
+              if (!rd.ok())
+                return;
+              if (g.muon)
+                readMuon(o, path, g.muonSettings);
+              else
+                readAdamW(o, path, g.adamwSettings);
+              plan.groups.push_back(std::move(g));
+            });
   }
   if (!rd.ok())
     return false;
@@ -353,9 +420,16 @@ bool PlanReader::read(const Value &root, Plan &plan,
             p.dtype = rd.oneOf(get(o, "dtype"), key(path, "dtype"),
                                {"f32", "bf16", "f16"})
                           .value_or("f32");
-            p.muon = rd.oneOf(get(o, "group"), key(path, "group"),
-                              {"muon", "adamw"})
-                         .value_or("muon") == "muon";
+            std::string group =
+                rd.string(get(o, "group"), key(path, "group")).value_or("");
+            if (!rd.ok())
+              return;
+            p.group = findGroup(plan.groups, group);
+            if (p.group < 0) {
+              rd.fail(key(path, "group"), "no group named \"" + group + "\"");
+              return;
+            }
+            p.muon = plan.groups[p.group].muon;
             p.layout.shape = ints(get(o, "shape"), key(path, "shape"), 1);
             p.layout.splitAxes =
                 rows(get(o, "split"), key(path, "split"), 0, "", 0);

@@ -14,7 +14,7 @@ Report planReport(const Plan &plan) {
   Report report;
   report.worldSize = plan.worldSize;
   report.wireDtype = plan.wireDtype;
-  report.nsDtype = plan.muon.nsDtype;
+  report.nsDtype = plan.ns.nsDtype;
   report.perRank = computeRankFigures(plan);
   return report;
 }

@@ -2,6 +2,7 @@
 #include "muon/Plan/Validate.h"
 
 #include "muon/Plan/ScheduleVerifier.h"
+#include "muon/Support/Format.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/ModelLimits.h"
 
@@ -146,38 +147,43 @@ bool Checker::settings() {
                 "expected prefetch_count + 1 = " + num(plan.prefetchCount + 1));
   if (plan.gatherBudgetBytes < 0)
     return fail("gather_budget_bytes", "expected a number of bytes >= 0");
-  const MuonSettings &m = plan.muon;
-  if (!nonNegative(m.lr, "optimizer.lr") ||
-      !nonNegative(m.weightDecay, "optimizer.weight_decay") ||
-      !nonNegative(m.momentum, "optimizer.momentum") ||
-      !nonNegative(m.eps, "optimizer.eps"))
+  const NewtonSchulzSettings &m = plan.ns;
+  if (!nonNegative(m.eps, "newton_schulz.eps"))
     return false;
   if (m.nsSteps < 1 || m.nsSteps > limits::kMaxNsSteps)
-    return fail("optimizer.ns_steps", num(m.nsSteps) + " is outside [1, " +
-                                          num(limits::kMaxNsSteps) + "]");
+    return fail("newton_schulz.ns_steps", num(m.nsSteps) + " is outside [1, " +
+                                              num(limits::kMaxNsSteps) + "]");
   if (static_cast<int64_t>(m.coefficients.size()) != m.nsSteps)
-    return fail("optimizer.ns_coefficients",
+    return fail("newton_schulz.ns_coefficients",
                 "expected one [a, b, c] per NS step (" + num(m.nsSteps) + ")");
   for (size_t i = 0; i < m.coefficients.size(); ++i)
     for (size_t j = 0; j < 3; ++j)
       if (!std::isfinite(m.coefficients[i][j]))
-        return fail(index(index("optimizer.ns_coefficients", i), j),
+        return fail(index(index("newton_schulz.ns_coefficients", i), j),
                     "expected a finite number");
-  if (m.adjustLr != "original" && m.adjustLr != "match_rms_adamw")
-    return fail("optimizer.adjust_lr",
-                "unknown value \"" + m.adjustLr +
-                    "\"; expected \"original\" or \"match_rms_adamw\"");
   if (m.nsDtype != "auto" && m.nsDtype != "f32" && m.nsDtype != "bf16")
-    return fail("optimizer.ns_dtype",
+    return fail("newton_schulz.ns_dtype",
                 "unknown value \"" + m.nsDtype +
                     "\"; expected \"auto\", \"f32\" or \"bf16\"");
-  const AdamWSettings &a = plan.adamw;
-  if (!nonNegative(a.lr, "adamw.lr") || !nonNegative(a.eps, "adamw.eps") ||
-      !nonNegative(a.weightDecay, "adamw.weight_decay"))
+  if (plan.groups.empty())
+    return fail("groups", "expected at least one group");
+  if (!withinLimit("groups", plan.groups.size(), "groups", limits::kMaxParams))
     return false;
-  for (auto [i, b] : {std::pair<int, double>{0, a.beta1}, {1, a.beta2}})
-    if (!(b >= 0 && b < 1))
-      return fail(index("adamw.betas", i), "expected a number in [0, 1)");
+  std::map<std::string, size_t> names;
+  for (size_t i = 0; i < plan.groups.size(); ++i) {
+    const PlanGroup &g = plan.groups[i];
+    std::string path = index("groups", i);
+    if (g.name.empty())
+      return fail(key(path, "name"), "group names must not be empty");
+    for (unsigned char c : g.name)
+      if (c < 0x20)
+        return fail(key(path, "name"), "holds a control character");
+    if (auto [it, inserted] = names.try_emplace(g.name, i); !inserted)
+      return fail(key(path, "name"), "'" + g.name + "' is also the name of " +
+                                         index("groups", it->second));
+    if (json::Error bad = checkGroupSettings(g); !bad.empty())
+      return fail(bad.path.empty() ? path : key(path, bad.path), bad.message);
+  }
   return true;
 }
 
@@ -265,11 +271,21 @@ bool Checker::params() {
                   "parameter '" + p.name +
                       "' is sharded or partial but the plan has no "
                       "distributed config");
+    if (p.group < 0 || p.group >= static_cast<int64_t>(plan.groups.size()))
+      return fail(key(path, "group"), "group " + num(p.group) +
+                                          " is out of range (" +
+                                          num(plan.groups.size()) + " groups)");
+    if (p.muon != plan.groups[p.group].muon)
+      return fail(key(path, "group"),
+                  "parameter '" + p.name + "' is marked " +
+                      algorithmName(p.muon) + " but its group '" +
+                      plan.groups[p.group].name + "' is " +
+                      algorithmName(plan.groups[p.group].muon));
     layouts.push_back(pl);
     muon.push_back(p.muon);
   }
   ModelLimitError limit;
-  if (!checkModelLimits(plan.mesh, layouts, muon, plan.muon.nsSteps, limit))
+  if (!checkModelLimits(plan.mesh, layouts, muon, plan.ns.nsSteps, limit))
     return fail(limit.param < 0 ? "params" : index("params", limit.param),
                 limit.message);
   return true;
@@ -292,7 +308,7 @@ bool Checker::matrices() {
                                     "more matrices");
       const PlanMatrix &m = plan.matrices[k];
       int64_t slice = shape.size() > 2 ? s : -1;
-      int64_t flops = nsFlops(rows, cols, plan.muon.nsSteps);
+      int64_t flops = nsFlops(rows, cols, plan.ns.nsSteps);
       if (m.paramIndex != static_cast<int64_t>(i) || m.slice != slice ||
           m.rows != rows || m.cols != cols || m.nsFlops != flops ||
           m.param != p.name)
@@ -351,7 +367,7 @@ bool Checker::sliceMatrices() {
     int64_t s = id - first[i];
     int64_t slice = shape.size() > 2 ? s : -1;
     int64_t rows = shape[shape.size() - 2], cols = shape.back();
-    int64_t flops = nsFlops(rows, cols, plan.muon.nsSteps);
+    int64_t flops = nsFlops(rows, cols, plan.ns.nsSteps);
     if (m.paramIndex != i || m.slice != slice || m.rows != rows ||
         m.cols != cols || m.nsFlops != flops || m.param != p.name)
       return fail(path, "expected matrix " + num(s) + " of parameter " +
@@ -837,6 +853,47 @@ json::Error validatePlanSlice(const Plan &plan) {
   if (!plan.isSlice())
     return {"", "expected one rank's part of a plan"};
   return Checker(plan).run();
+}
+
+namespace {
+std::string shortNumber(double v) { return format("%g", v); }
+} // namespace
+
+json::Error checkGroupSettings(const PlanGroup &group) {
+  auto bad = [](const char *field, double v) {
+    return !std::isfinite(v) || v < 0
+               ? json::Error{field, "expected a finite number >= 0, got " +
+                                        shortNumber(v)}
+               : json::Error{};
+  };
+  json::Error e;
+  if (group.muon) {
+    const MuonSettings &m = group.muonSettings;
+    for (auto [field, v] : {std::pair<const char *, double>{"lr", m.lr},
+                            {"weight_decay", m.weightDecay},
+                            {"momentum", m.momentum}})
+      if (e = bad(field, v); !e.empty())
+        return e;
+    if (m.momentum >= 1)
+      return {"momentum",
+              "expected a number in [0, 1), got " + shortNumber(m.momentum)};
+    if (m.adjustLr != "original" && m.adjustLr != "match_rms_adamw")
+      return {"adjust_lr", "unknown value \"" + m.adjustLr +
+                               "\"; expected \"original\" or "
+                               "\"match_rms_adamw\""};
+    return {};
+  }
+  const AdamWSettings &a = group.adamwSettings;
+  for (auto [field, v] : {std::pair<const char *, double>{"lr", a.lr},
+                          {"eps", a.eps},
+                          {"weight_decay", a.weightDecay}})
+    if (e = bad(field, v); !e.empty())
+      return e;
+  for (auto [i, b] : {std::pair<int, double>{0, a.beta1}, {1, a.beta2}})
+    if (!(b >= 0 && b < 1))
+      return {index("betas", i),
+              "expected a number in [0, 1), got " + shortNumber(b)};
+  return {};
 }
 
 } // namespace muon

@@ -337,8 +337,8 @@ struct Walker {
 } // namespace
 
 double nsFlopsPerSecond(const Plan &plan, const Profile &profile) {
-  std::string dtype = plan.muon.nsDtype == "auto" ? profile.defaultNsDtype
-                                                  : plan.muon.nsDtype;
+  std::string dtype =
+      plan.ns.nsDtype == "auto" ? profile.defaultNsDtype : plan.ns.nsDtype;
   return dtype == "bf16" ? profile.bf16FlopsPerSecond
                          : profile.f32FlopsPerSecond;
 }

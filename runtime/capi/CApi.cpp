@@ -29,6 +29,31 @@ muon_status fail(muon_status status, std::string message) {
   return status;
 }
 
+/// The C code of a runtime status: bad input (nothing changed) or a failed
+/// run, by the status's code, never by its text.
+muon_status codeOf(StatusCode code) {
+  switch (code) {
+  case StatusCode::Ok:
+    return MUON_OK;
+  case StatusCode::InvalidArgument:
+  case StatusCode::FailedPrecondition:
+  case StatusCode::NotFound:
+  case StatusCode::DataLoss:
+    return MUON_INVALID;
+  case StatusCode::ResourceExhausted:
+  case StatusCode::Unavailable:
+  case StatusCode::Internal:
+    return MUON_FAILED;
+  }
+  return MUON_FAILED;
+}
+
+muon_status report(const Status &status) {
+  if (status.ok())
+    return MUON_OK;
+  return fail(codeOf(status.code()), status.message());
+}
+
 muon_status create(const char *planPath, std::unique_ptr<Communicator> comm,
                    double timeout, muon_optimizer **out) {
   if (!planPath || !out)
@@ -38,11 +63,10 @@ muon_status create(const char *planPath, std::unique_ptr<Communicator> comm,
   handle->comm = std::move(comm);
   OptimizerOptions options;
   options.timeoutSeconds = timeout;
-  std::string error;
-  handle->optimizer = Optimizer::load(planPath, *handle->comm, handle->device,
-                                      options, error);
-  if (!handle->optimizer)
-    return fail(MUON_INVALID, error);
+  if (muon_status s = report(Optimizer::load(
+          planPath, *handle->comm, handle->device, options, handle->optimizer));
+      s != MUON_OK)
+    return s;
   for (const ParamSlot &slot : handle->optimizer->params()) {
     std::vector<int64_t> b, e;
     for (const muon::Range &r : slot.box) {
@@ -68,27 +92,27 @@ bool checked(const muon_optimizer *opt) {
   return false;
 }
 
-/// Saving fails as a run (the disk); loading as input (the checkpoint).
 muon_status checkpoint(muon_optimizer *opt, const char *dir,
                        int withParameters, bool save) {
   if (!checked(opt))
     return MUON_INVALID;
   if (!dir)
     return fail(MUON_INVALID, "a checkpoint directory is needed");
-  std::string error;
-  bool ok = save ? opt->optimizer->saveCheckpoint(dir, withParameters != 0,
-                                                  error)
-                 : opt->optimizer->loadCheckpoint(dir, withParameters != 0,
-                                                  error);
-  if (!ok)
-    return fail(save ? MUON_FAILED : MUON_INVALID, error);
-  return MUON_OK;
+  return report(save
+                    ? opt->optimizer->saveCheckpoint(dir, withParameters != 0)
+                    : opt->optimizer->loadCheckpoint(dir, withParameters != 0));
+}
+
+bool knownDtype(muon_dtype dtype) {
+  return dtype == MUON_F32 || dtype == MUON_BF16 || dtype == MUON_F16;
 }
 } // namespace
 
 extern "C" {
 
 const char *muon_last_error(void) { return lastError.c_str(); }
+
+const char *muon_runtime_version(void) { return MUON_RUNTIME_VERSION_STRING; }
 
 muon_status muon_optimizer_create_mpi(const char *planPath,
                                       int64_t mpiCommFortran,
@@ -148,6 +172,8 @@ muon_status muon_optimizer_param(const muon_optimizer *opt, int64_t index,
   out->box_begin = opt->begins[index].data();
   out->box_end = opt->ends[index].data();
   out->elements = slot.elements;
+  out->summand = slot.summand;
+  out->group = slot.group;
   return MUON_OK;
 }
 
@@ -158,28 +184,99 @@ muon_status muon_optimizer_bind(muon_optimizer *opt, const char *name,
     return MUON_INVALID;
   if (!name)
     return fail(MUON_INVALID, "a parameter name is needed");
-  if (dtype != MUON_F32 && dtype != MUON_BF16 && dtype != MUON_F16)
-    return fail(MUON_INVALID, "unknown dtype " + std::to_string(dtype));
-  std::string error;
-  if (!opt->optimizer->bind(name, values, grad, static_cast<DType>(dtype),
-                            elements, error))
-    return fail(MUON_INVALID, error);
-  return MUON_OK;
+  return muon_optimizer_bind_typed(opt, name, values, dtype, grad, dtype,
+                                   elements);
+}
+
+muon_status muon_optimizer_bind_typed(muon_optimizer *opt, const char *name,
+                                      void *values, muon_dtype value_dtype,
+                                      const void *grad, muon_dtype grad_dtype,
+                                      int64_t elements) {
+  if (!checked(opt))
+    return MUON_INVALID;
+  if (!name)
+    return fail(MUON_INVALID, "a parameter name is needed");
+  for (muon_dtype dtype : {value_dtype, grad_dtype})
+    if (!knownDtype(dtype))
+      return fail(MUON_INVALID, "unknown dtype " + std::to_string(dtype));
+  return report(opt->optimizer->bind(name, values,
+                                     static_cast<DType>(value_dtype), grad,
+                                     static_cast<DType>(grad_dtype), elements));
 }
 
 muon_status muon_optimizer_step(muon_optimizer *opt, int *applied) {
   if (!checked(opt))
     return MUON_INVALID;
   StepResult result;
-  std::string error;
-  if (!opt->optimizer->step(result, error))
-    return fail(error.find("has not bound") != std::string::npos
-                    ? MUON_INVALID
-                    : MUON_FAILED,
-                error);
+  if (muon_status s = report(opt->optimizer->step(result)); s != MUON_OK)
+    return s;
   if (applied)
     *applied = result.applied;
   return MUON_OK;
+}
+
+int64_t muon_optimizer_group_count(const muon_optimizer *opt) {
+  return checked(opt) ? static_cast<int64_t>(opt->optimizer->groups().size())
+                      : -1;
+}
+
+muon_status muon_optimizer_group(const muon_optimizer *opt, int64_t index,
+                                 muon_group_info *out) {
+  if (!checked(opt))
+    return MUON_INVALID;
+  const std::vector<muon::PlanGroup> &groups = opt->optimizer->groups();
+  if (!out || index < 0 || index >= static_cast<int64_t>(groups.size()))
+    return fail(MUON_INVALID, "group index " + std::to_string(index) +
+                                  " is out of range [0, " +
+                                  std::to_string(groups.size()) + ")");
+  const muon::PlanGroup &g = groups[index];
+  out->name = g.name.c_str();
+  out->is_muon = g.muon;
+  const muon::MuonSettings &m = g.muonSettings;
+  const muon::AdamWSettings &a = g.adamwSettings;
+  out->lr = g.muon ? m.lr : a.lr;
+  out->weight_decay = g.muon ? m.weightDecay : a.weightDecay;
+  out->momentum = m.momentum;
+  out->nesterov = m.nesterov;
+  out->beta1 = a.beta1;
+  out->beta2 = a.beta2;
+  out->eps = a.eps;
+  return MUON_OK;
+}
+
+muon_status muon_optimizer_set_group(muon_optimizer *opt, const char *name,
+                                     const muon_group_info *options) {
+  if (!checked(opt))
+    return MUON_INVALID;
+  if (!name || !options)
+    return fail(MUON_INVALID, "a group name and its options are needed");
+  const muon::PlanGroup *current = opt->optimizer->group(name);
+  if (!current)
+    return report(opt->optimizer->setGroupLr(name, options->lr)); // names them
+  if (current->muon) {
+    muon::MuonSettings m = current->muonSettings;
+    m.lr = options->lr;
+    m.weightDecay = options->weight_decay;
+    m.momentum = options->momentum;
+    m.nesterov = options->nesterov != 0;
+    return report(opt->optimizer->setGroupOptions(name, m));
+  }
+  muon::AdamWSettings a = current->adamwSettings;
+  a.lr = options->lr;
+  a.weightDecay = options->weight_decay;
+  a.beta1 = options->beta1;
+  a.beta2 = options->beta2;
+  a.eps = options->eps;
+  return report(opt->optimizer->setGroupOptions(name, a));
+}
+
+muon_status muon_optimizer_set_group_lr(muon_optimizer *opt, const char *name,
+                                        double lr) {
+  if (!checked(opt))
+    return MUON_INVALID;
+  if (!name)
+    return fail(MUON_INVALID, "a group name is needed");
+  return report(opt->optimizer->setGroupLr(name, lr));
 }
 
 muon_status muon_optimizer_save_checkpoint(muon_optimizer *opt,

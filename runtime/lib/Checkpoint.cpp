@@ -134,8 +134,8 @@ int64_t copyOverlap(const float *src, const std::vector<Range> &srcBox,
 
 } // namespace
 
-bool Optimizer::saveCheckpoint(const std::string &dir, bool withParameters,
-                               std::string &error) {
+bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
+                                    std::string &error) {
   const Plan &plan = thePlan;
   const int64_t rank = comm.rank();
   // One name for this save on every rank (rank 0's random id).
@@ -412,8 +412,8 @@ bool readRankFile(const std::string &path, const std::string &text,
 
 } // namespace
 
-bool Optimizer::loadCheckpoint(const std::string &dir, bool withParameters,
-                               std::string &error) {
+bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
+                                    std::string &error) {
   const Plan &plan = thePlan;
   const int64_t rank = comm.rank();
   // Everything is read and cut into staging buffers first; only when every

@@ -1,6 +1,7 @@
 //===- Communicator.cpp - The one-rank communicator -----------------------===//
 #include "muon/Runtime/Communicator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -47,5 +48,36 @@ bool SingleRankCommunicator::gatherToRoot(
 }
 
 void SingleRankCommunicator::abort(int exitCode) { std::_Exit(exitCode); }
+
+} // namespace muon::runtime
+
+namespace muon::runtime {
+
+std::string shareText(Communicator &comm, int64_t root, const std::string &text,
+                      double timeoutSeconds) {
+  // Eight bytes a round: only failures take this path, and their messages
+  // are short.
+  const bool mine = comm.rank() == root;
+  std::string error;
+  std::vector<uint64_t> words;
+  const uint64_t length = mine ? std::min<size_t>(text.size(), 4096) : 0;
+  if (!comm.allGather(length, words, timeoutSeconds, error))
+    return "(the message of rank " + std::to_string(root) +
+           " could not be shared: " + error + ")";
+  const uint64_t size = words[root];
+  std::string shared;
+  for (uint64_t at = 0; at < size; at += 8) {
+    uint64_t chunk = 0;
+    if (mine)
+      std::memcpy(&chunk, text.data() + at, std::min<uint64_t>(8, size - at));
+    if (!comm.allGather(chunk, words, timeoutSeconds, error))
+      return "(the message of rank " + std::to_string(root) +
+             " could not be shared: " + error + ")";
+    char bytes[8];
+    std::memcpy(bytes, &words[root], 8);
+    shared.append(bytes, std::min<uint64_t>(8, size - at));
+  }
+  return shared;
+}
 
 } // namespace muon::runtime

@@ -16,50 +16,43 @@ Optimizer::Optimizer(Plan plan, Communicator &comm, Device &device,
 
 Optimizer::~Optimizer() = default;
 
-std::unique_ptr<Optimizer> Optimizer::load(const std::string &planPath,
-                                           Communicator &comm, Device &device,
-                                           const OptimizerOptions &options,
-                                           std::string &error) {
+Status Optimizer::load(const std::string &planPath, Communicator &comm,
+                       Device &device, const OptimizerOptions &options,
+                       std::unique_ptr<Optimizer> &out) {
   std::ifstream in(planPath, std::ios::binary);
-  if (!in) {
-    error = "cannot read the plan file '" + planPath + "'";
-    return nullptr;
-  }
+  if (!in)
+    return Status(StatusCode::NotFound,
+                  "cannot read the plan file '" + planPath + "'");
   // A binary plan: this rank reads and checks only its own part.
   char magic[8] = {};
   in.read(magic, sizeof(magic));
   Plan plan;
+  std::string error;
   if (in.gcount() == sizeof(magic) &&
       isPlanBinary(std::string_view(magic, sizeof(magic)))) {
     if (!loadPlanSlice(planPath, comm.rank(), plan, error))
-      return nullptr;
-    return create(std::move(plan), comm, device, options, error);
+      return invalidArgument(error);
+    return create(std::move(plan), comm, device, options, out);
   }
   in.clear();
   in.seekg(0);
   std::ostringstream text;
   text << in.rdbuf();
-  if (!parsePlan(text.str(), plan, error)) {
-    error = planPath + ": " + error;
-    return nullptr;
-  }
-  return create(std::move(plan), comm, device, options, error);
+  if (!parsePlan(text.str(), plan, error))
+    return invalidArgument(planPath + ": " + error);
+  return create(std::move(plan), comm, device, options, out);
 }
 
-std::unique_ptr<Optimizer> Optimizer::create(Plan plan, Communicator &comm,
-                                             Device &device,
-                                             const OptimizerOptions &options,
-                                             std::string &error) {
+Status Optimizer::create(Plan plan, Communicator &comm, Device &device,
+                         const OptimizerOptions &options,
+                         std::unique_ptr<Optimizer> &out) {
   // A plan built in memory gets the checks a plan file gets.
-  if (json::Error bad = validatePlan(plan); !bad.empty()) {
-    error = "the plan is not sound: " + bad.str();
-    return nullptr;
-  }
-  if (comm.size() != plan.worldSize) {
-    error = "the plan is for " + std::to_string(plan.worldSize) +
-            " ranks but the communicator has " + std::to_string(comm.size());
-    return nullptr;
-  }
+  if (json::Error bad = validatePlan(plan); !bad.empty())
+    return invalidArgument("the plan is not sound: " + bad.str());
+  if (comm.size() != plan.worldSize)
+    return invalidArgument("the plan is for " + std::to_string(plan.worldSize) +
+                           " ranks but the communicator has " +
+                           std::to_string(comm.size()));
   std::unique_ptr<Optimizer> opt(
       new Optimizer(std::move(plan), comm, device, options));
   ExecutorOptions executorOptions;
@@ -67,14 +60,15 @@ std::unique_ptr<Optimizer> Optimizer::create(Plan plan, Communicator &comm,
   executorOptions.trace = options.trace;
   opt->executor = std::make_unique<StepExecutor>(opt->thePlan, comm, device,
                                                  executorOptions);
-  if (!opt->executor->initialize(error))
-    return nullptr;
+  MUON_RETURN_IF_ERROR(opt->executor->initialize());
   for (size_t i = 0; i < opt->thePlan.params.size(); ++i) {
     const PlanParam &p = opt->thePlan.params[i];
     ParamSlot slot;
     slot.name = p.name;
     slot.dtype = opt->executor->dtype(i);
+    slot.gradType = slot.dtype;
     slot.muon = p.muon;
+    slot.group = p.group;
     slot.shape = p.layout.shape;
     slot.elements = opt->executor->localElements(i);
     if (slot.elements)
@@ -84,7 +78,8 @@ std::unique_ptr<Optimizer> Optimizer::create(Plan plan, Communicator &comm,
     opt->slots.push_back(std::move(slot));
   }
   opt->values.assign(opt->slots.size(), nullptr);
-  return opt;
+  out = std::move(opt);
+  return okStatus();
 }
 
 int64_t Optimizer::currentRank() const { return comm.rank(); }
@@ -105,49 +100,124 @@ const ParamSlot *Optimizer::param(const std::string &name) const {
   return it == slotOf.end() ? nullptr : &slots[it->second];
 }
 
-bool Optimizer::bind(const std::string &name, void *values, const void *grad,
-                     DType dtype, int64_t elements, std::string &error) {
+Status Optimizer::bind(const std::string &name, void *values, DType dtype,
+                       const void *grad, DType gradType, int64_t elements) {
   auto it = slotOf.find(name);
-  if (it == slotOf.end()) {
-    error = "no parameter named '" + name + "' in the plan";
-    return false;
-  }
+  if (it == slotOf.end())
+    return Status(StatusCode::NotFound,
+                  "no parameter named '" + name + "' in the plan");
   ParamSlot &slot = slots[it->second];
-  if (dtype != slot.dtype) {
-    error = "parameter '" + name + "' is stored as " +
-            dtypeName(slot.dtype) + " in the plan, not " + dtypeName(dtype);
-    return false;
-  }
-  if (elements != slot.elements) {
-    error = "parameter '" + name + "': rank " +
-            std::to_string(comm.rank()) + " holds " +
-            std::to_string(slot.elements) + " elements of it, not " +
-            std::to_string(elements);
-    return false;
-  }
-  if (slot.elements && (!values || !grad)) {
-    error = "parameter '" + name + "': values and gradient must not be null";
-    return false;
-  }
-  executor->bind(it->second, values, grad);
+  if (dtype != slot.dtype)
+    return invalidArgument("parameter '" + name + "' is stored as " +
+                           dtypeName(slot.dtype) + " in the plan, not " +
+                           dtypeName(dtype));
+  if (elements != slot.elements)
+    return invalidArgument("parameter '" + name + "': rank " +
+                           std::to_string(comm.rank()) + " holds " +
+                           std::to_string(slot.elements) +
+                           " elements of it, not " + std::to_string(elements));
+  if (slot.elements && (!values || !grad))
+    return invalidArgument("parameter '" + name +
+                           "': values and gradient must not be null");
+  executor->bind(it->second, values, grad, gradType);
   this->values[it->second] = values;
+  slot.gradType = gradType;
   slot.bound = true;
-  return true;
+  return okStatus();
 }
 
-bool Optimizer::step(StepResult &result, std::string &error) {
-  if (!executor->step(result, error)) {
+const PlanGroup *Optimizer::group(const std::string &name) const {
+  int64_t index = findGroup(executor->groups(), name);
+  return index < 0 ? nullptr : &executor->groups()[index];
+}
+
+Status Optimizer::setGroup(const std::string &name, bool muon,
+                           const PlanGroup &group) {
+  int64_t index = findGroup(executor->groups(), name);
+  if (index < 0) {
+    std::string names;
+    for (const PlanGroup &g : executor->groups())
+      names += (names.empty() ? "'" : ", '") + g.name + "'";
+    return Status(StatusCode::NotFound, "no parameter group named '" + name +
+                                            "' (the groups are " + names + ")");
+  }
+  const PlanGroup &current = executor->groups()[index];
+  if (current.muon != muon)
+    return invalidArgument("group '" + name + "' is " +
+                           algorithmName(current.muon) + ", not " +
+                           algorithmName(muon) + "; give it " +
+                           algorithmName(current.muon) + " settings");
+  PlanGroup updated = current;
+  updated.muonSettings = group.muonSettings;
+  updated.adamwSettings = group.adamwSettings;
+  if (json::Error bad = checkGroupSettings(updated); !bad.empty())
+    return invalidArgument("group '" + name + "': " + bad.path + ": " +
+                           bad.message + " (nothing was changed)");
+  executor->setGroup(index, updated);
+  return okStatus();
+}
+
+Status Optimizer::setGroupOptions(const std::string &name,
+                                  const MuonSettings &muon) {
+  PlanGroup g;
+  g.muonSettings = muon;
+  if (const PlanGroup *current = group(name))
+    g.adamwSettings = current->adamwSettings;
+  return setGroup(name, true, g);
+}
+
+Status Optimizer::setGroupOptions(const std::string &name,
+                                  const AdamWSettings &adamw) {
+  PlanGroup g;
+  g.adamwSettings = adamw;
+  if (const PlanGroup *current = group(name))
+    g.muonSettings = current->muonSettings;
+  return setGroup(name, false, g);
+}
+
+Status Optimizer::setGroupLr(const std::string &name, double lr) {
+  const PlanGroup *current = group(name);
+  if (!current)
+    return setGroup(name, true, PlanGroup()); // names the groups
+  PlanGroup g = *current;
+  g.muonSettings.lr = lr;
+  g.adamwSettings.lr = lr;
+  return setGroup(name, g.muon, g);
+}
+
+Status Optimizer::step(StepResult &result) {
+  Status status = executor->step(result);
+  if (!status.ok()) {
     // Name what this rank lacks when that is the problem.
-    for (const ParamSlot &slot : slots)
-      if (slot.elements && !slot.bound) {
-        error += " (this rank has not bound '" + slot.name + "')";
-        break;
-      }
-    return false;
+    if (status.code() == StatusCode::FailedPrecondition)
+      for (const ParamSlot &slot : slots)
+        if (slot.elements && !slot.bound)
+          return Status(status.code(), status.message() +
+                                           " (this rank has not bound '" +
+                                           slot.name + "')");
+    return status;
   }
   if (result.applied)
     ++steps;
-  return true;
+  return okStatus();
+}
+
+Status Optimizer::saveCheckpoint(const std::string &dir, bool withParameters) {
+  if (dir.empty())
+    return invalidArgument("saving a checkpoint: the directory path is empty");
+  std::string error;
+  if (!saveCheckpointFiles(dir, withParameters, error))
+    return Status(StatusCode::Unavailable, error);
+  return okStatus();
+}
+
+Status Optimizer::loadCheckpoint(const std::string &dir, bool withParameters) {
+  if (dir.empty())
+    return invalidArgument("loading a checkpoint: the directory path is empty");
+  std::string error;
+  if (!loadCheckpointFiles(dir, withParameters, error))
+    return invalidArgument(error);
+  return okStatus();
 }
 
 DType Optimizer::nsDtype() const { return executor->nsPrecision(); }

@@ -15,51 +15,59 @@ uint64_t planHash(const Plan &plan) {
   // share is the file and the parts every rank reads whole.
   if (plan.isSlice())
     return planSliceIdentity(plan);
-  return fnv1a(renderPlan(plan));
+  // Without the groups' hyper-parameters: they are step inputs, compared
+  // at every step (groupsHash), not part of the plan ranks share.
+  return fnv1a(renderPlan(plan, /*withGroupSettings=*/false));
 }
 
-StepExecutor::StepExecutor(const Plan &plan, Communicator &comm,
-                           Device &device, ExecutorOptions options)
-    : planRef(plan), comm(comm), device(device), options(options) {}
+StepExecutor::StepExecutor(const Plan &plan, Communicator &comm, Device &device,
+                           ExecutorOptions options)
+    : planRef(plan), currentGroups(plan.groups), comm(comm), device(device),
+      options(options) {}
 
-DeviceBuffer StepExecutor::allocate(int64_t bytes, const char *what,
-                                    std::string &error) {
-  DeviceBuffer buffer(device, bytes);
-  if (!buffer.ok() && error.empty())
-    error = std::string("the ") + device.name() + " device has no room for " +
-            what + " (" + std::to_string(bytes) + " bytes)";
-  return buffer;
+Status StepExecutor::allocate(DeviceBuffer &buffer, int64_t bytes,
+                              const char *what) {
+  buffer = DeviceBuffer(device, bytes);
+  if (buffer.ok())
+    return okStatus();
+  return Status(StatusCode::ResourceExhausted,
+                std::string("the ") + device.name() +
+                    " device has no room for " + what + " (" +
+                    std::to_string(bytes) + " bytes)");
 }
 
-bool StepExecutor::initialize(std::string &error) {
+/// A communicator's failure: a peer that did not answer in time, or a
+/// transport error.
+static Status transportFailure(const std::string &context,
+                               const std::string &error) {
+  return Status(StatusCode::Unavailable, context + error);
+}
+
+Status StepExecutor::initialize() {
   const Plan &plan = planRef;
   myRank = comm.rank();
-  if (comm.size() != plan.worldSize) {
-    error = "the plan is for " + std::to_string(plan.worldSize) +
-            " ranks but the run has " + std::to_string(comm.size());
-    return false;
-  }
+  if (comm.size() != plan.worldSize)
+    return invalidArgument("the plan is for " + std::to_string(plan.worldSize) +
+                           " ranks but the run has " +
+                           std::to_string(comm.size()));
   wire = parseDType(plan.wireDtype).value_or(DType::F32);
-  nsDtype = plan.muon.nsDtype == "auto"
+  nsDtype = plan.ns.nsDtype == "auto"
                 ? device.defaultNsDtype()
-                : parseDType(plan.muon.nsDtype).value_or(DType::F32);
+                : parseDType(plan.ns.nsDtype).value_or(DType::F32);
   // Every rank must execute the same plan: exchanges are collectives, and
   // a rank with another plan would pair wrong buffers or wait forever.
   std::vector<uint64_t> hashes;
-  if (!comm.allGather(planHash(plan), hashes, options.timeoutSeconds, error)) {
-    error = "start-up: comparing plans: " + error;
-    return false;
-  }
+  std::string error;
+  if (!comm.allGather(planHash(plan), hashes, options.timeoutSeconds, error))
+    return transportFailure("start-up: comparing plans: ", error);
   std::vector<int64_t> differ;
   for (size_t r = 0; r < hashes.size(); ++r)
     if (hashes[r] != hashes[0])
       differ.push_back(static_cast<int64_t>(r));
-  if (!differ.empty()) {
-    error = "ranks " + formatRanks(differ) +
-            " hold a plan different from rank 0's; every rank must load the "
-            "same plan";
-    return false;
-  }
+  if (!differ.empty())
+    return invalidArgument("ranks " + formatRanks(differ) +
+                           " hold a plan different from rank 0's; every rank "
+                           "must load the same plan");
 
   locals.clear();
   locals.resize(plan.params.size());
@@ -77,26 +85,25 @@ bool StepExecutor::initialize(std::string &error) {
     for (int64_t axis : p.layout.partialAxes)
       local.summand = local.summand * plan.mesh.shape[axis] + coords[axis];
     if (!plan.distributed && local.elements &&
-        (p.layout.isSharded() || p.layout.isPartial())) {
-      error = "parameter '" + p.name +
-              "' is sharded but the plan has no distributed config";
-      return false;
-    }
+        (p.layout.isSharded() || p.layout.isPartial()))
+      return invalidArgument("parameter '" + p.name +
+                             "' is sharded but the plan has no distributed "
+                             "config");
     if (!local.elements)
       continue;
+    local.gradType = local.dtype;
     int64_t bytes = local.elements * 4;
     if (p.muon) {
-      local.momentum = allocate(bytes, "momentum", error);
-      local.update = allocate(bytes, "updates", error);
-      local.orthogonalized = allocate(bytes, "updates", error);
+      MUON_RETURN_IF_ERROR(allocate(local.momentum, bytes, "momentum"));
+      MUON_RETURN_IF_ERROR(allocate(local.update, bytes, "updates"));
+      MUON_RETURN_IF_ERROR(allocate(local.orthogonalized, bytes, "updates"));
     } else {
-      local.expAvg = allocate(bytes, "AdamW moments", error);
-      local.expAvgSq = allocate(bytes, "AdamW moments", error);
+      MUON_RETURN_IF_ERROR(allocate(local.expAvg, bytes, "AdamW moments"));
+      MUON_RETURN_IF_ERROR(allocate(local.expAvgSq, bytes, "AdamW moments"));
       if (p.layout.isPartial())
-        local.summedGrad = allocate(bytes, "summed gradients", error);
+        MUON_RETURN_IF_ERROR(
+            allocate(local.summedGrad, bytes, "summed gradients"));
     }
-    if (!error.empty())
-      return false;
   }
   views.clear();
   for (const Exchange &ex : plan.exchanges)
@@ -110,7 +117,7 @@ bool StepExecutor::initialize(std::string &error) {
       for (size_t i = 0; i < b.matrices.size(); ++i)
         slotOf[b.matrices[i]] = {&b, static_cast<int64_t>(i)};
     }
-  return true;
+  return okStatus();
 }
 
 const std::vector<Range> &StepExecutor::localBox(int64_t param) const {
@@ -124,9 +131,29 @@ int64_t StepExecutor::localSummand(int64_t param) const {
 }
 DType StepExecutor::dtype(int64_t param) const { return locals[param].dtype; }
 
-void StepExecutor::bind(int64_t param, void *values, const void *grad) {
+void StepExecutor::bind(int64_t param, void *values, const void *grad,
+                        DType gradType) {
   locals[param].values = values;
   locals[param].grad = grad;
+  locals[param].gradType = gradType;
+}
+
+void StepExecutor::setGroup(int64_t index, const PlanGroup &group) {
+  currentGroups[index] = group;
+}
+
+uint64_t StepExecutor::groupsHash() const {
+  uint64_t h = kFnvOffsetBasis;
+  for (const PlanGroup &g : currentGroups) {
+    const MuonSettings &m = g.muonSettings;
+    const AdamWSettings &a = g.adamwSettings;
+    const double values[] = {
+        m.lr,    m.weightDecay, m.momentum, m.nesterov ? 1.0 : 0.0, a.lr,
+        a.beta1, a.beta2,       a.eps,      a.weightDecay};
+    h = fnv1a(values, sizeof(values), h);
+    h = fnv1a(m.adjustLr, h);
+  }
+  return h;
 }
 
 bool StepExecutor::allBound() const {
@@ -170,29 +197,31 @@ StepExecutor::Piece StepExecutor::piece(int64_t k) const {
   return piece;
 }
 
-float *StepExecutor::fullMatrix(int64_t k, std::string &error) {
+Status StepExecutor::fullMatrix(int64_t k, float *&matrix) {
   auto it = full.find(k);
-  if (it != full.end())
-    return it->second;
+  if (it != full.end()) {
+    matrix = it->second;
+    return okStatus();
+  }
   const PlanMatrix &m = planRef.matrices[k];
   auto slot = slotOf.find(k);
-  if (slot == slotOf.end()) { // the plan validator rules this out
-    error = "matrix " + m.label() + " reaches rank " + std::to_string(myRank) +
-            " but is in none of its Newton-Schulz batches";
-    return nullptr;
-  }
+  if (slot == slotOf.end()) // the plan validator rules this out
+    return invalidArgument("matrix " + m.label() + " reaches rank " +
+                           std::to_string(myRank) +
+                           " but is in none of its Newton-Schulz batches");
   const NsBatch *batch = slot->second.batch;
   DeviceBuffer &buffer = batchBuffers[batch];
   if (!buffer.data()) {
-    buffer = allocate(static_cast<int64_t>(batch->matrices.size()) * m.rows *
-                          m.cols * 4,
-                      "gathered matrices", error);
-    if (!buffer.ok()) {
+    Status status = allocate(buffer,
+                             static_cast<int64_t>(batch->matrices.size()) *
+                                 m.rows * m.cols * 4,
+                             "gathered matrices");
+    if (!status.ok()) {
       batchBuffers.erase(batch);
-      return nullptr;
+      return status;
     }
   }
-  float *matrix = buffer.floats() + slot->second.index * m.rows * m.cols;
+  matrix = buffer.floats() + slot->second.index * m.rows * m.cols;
   full[k] = matrix;
   // The owner's own piece enters as if it had crossed the wire, so that the
   // values Newton-Schulz sees do not depend on who holds what.
@@ -209,7 +238,7 @@ float *StepExecutor::fullMatrix(int64_t k, std::string &error) {
     c.accumulate = true;
     device.copyBox(c);
   }
-  return matrix;
+  return okStatus();
 }
 
 std::string StepExecutor::describeExchange(int64_t index) const {
@@ -221,15 +250,15 @@ std::string StepExecutor::describeExchange(int64_t index) const {
          ")";
 }
 
-bool StepExecutor::startExchange(int64_t index, std::string &error) {
+Status StepExecutor::startExchange(int64_t index) {
   const Exchange &ex = planRef.exchanges[index];
   const RankExchangeView &view = views[index];
   const int64_t width = dtypeBytes(wire);
   InFlight &flight = inFlight[index];
-  flight.send = allocate(view.sendElements * width, "exchange buffers", error);
-  flight.recv = allocate(view.recvElements * width, "exchange buffers", error);
-  if (!error.empty())
-    return false;
+  MUON_RETURN_IF_ERROR(
+      allocate(flight.send, view.sendElements * width, "exchange buffers"));
+  MUON_RETURN_IF_ERROR(
+      allocate(flight.recv, view.recvElements * width, "exchange buffers"));
   char *sendBytes = static_cast<char *>(flight.send.data());
   for (const PeerSlice &slice : view.send) {
     int64_t at = slice.offset; // in wire elements
@@ -242,7 +271,7 @@ bool StepExecutor::startExchange(int64_t index, std::string &error) {
         const Reduction &red = ex.reductions[ti];
         const LocalParam &local = locals[red.param];
         c.src = local.grad;
-        c.srcType = local.dtype;
+        c.srcType = local.gradType;
         c.rows = 1;
         c.cols = red.elements;
         device.copyBox(c);
@@ -303,19 +332,19 @@ bool StepExecutor::startExchange(int64_t index, std::string &error) {
   // The packing copies are queued on the device, not necessarily done: a
   // transport that reads the buffers from outside the device's queue waits
   // for it (Communicator::start).
-  if (!comm.start(call, flight.pending, error)) {
-    error = "starting " + describeExchange(index) + ": " + error;
-    return false;
-  }
-  return true;
+  std::string error;
+  if (!comm.start(call, flight.pending, error))
+    return transportFailure("starting " + describeExchange(index) + ": ",
+                            error);
+  return okStatus();
 }
 
-bool StepExecutor::finishExchange(int64_t index, std::string &error) {
+Status StepExecutor::finishExchange(int64_t index) {
   InFlight &flight = inFlight.at(index);
-  if (!comm.wait(flight.pending, options.timeoutSeconds, error)) {
-    error = "waiting for " + describeExchange(index) + ": " + error;
-    return false;
-  }
+  std::string error;
+  if (!comm.wait(flight.pending, options.timeoutSeconds, error))
+    return transportFailure("waiting for " + describeExchange(index) + ": ",
+                            error);
   const Exchange &ex = planRef.exchanges[index];
   const RankExchangeView &view = views[index];
   const int64_t width = dtypeBytes(wire);
@@ -342,7 +371,7 @@ bool StepExecutor::finishExchange(int64_t index, std::string &error) {
       // The rank's own summand, as if it had crossed the wire.
       BoxCopy own;
       own.src = local.grad;
-      own.srcType = local.dtype;
+      own.srcType = local.gradType;
       own.rows = 1;
       own.cols = local.elements;
       own.through = wire;
@@ -370,9 +399,8 @@ bool StepExecutor::finishExchange(int64_t index, std::string &error) {
         c.rows = t.rows.size();
         c.cols = t.cols.size();
         if (ex.phase == Exchange::Phase::Gather) {
-          float *matrix = fullMatrix(t.matrix, error);
-          if (!matrix)
-            return false;
+          float *matrix = nullptr;
+          MUON_RETURN_IF_ERROR(fullMatrix(t.matrix, matrix));
           c.dst = matrix + t.rows.begin * m.cols + t.cols.begin;
           c.dstStride = m.cols;
           c.accumulate = true;
@@ -389,7 +417,7 @@ bool StepExecutor::finishExchange(int64_t index, std::string &error) {
     }
   }
   inFlight.erase(index);
-  return true;
+  return okStatus();
 }
 
 double StepExecutor::sinceStep() const {
@@ -398,22 +426,23 @@ double StepExecutor::sinceStep() const {
       .count();
 }
 
-bool StepExecutor::runNewtonSchulz(int64_t round, std::string &error) {
+Status StepExecutor::runNewtonSchulz(int64_t round) {
   const int64_t limit = std::max<int64_t>(1, device.nsBatchLimit());
   for (const NsBatch *batch : batchesByRound[round]) {
     const double traceBegin = options.trace ? sinceStep() : 0;
     const int64_t flopsBefore = lastCounters.nsFlops;
     // Every matrix of the batch, in its place in the batch's buffer (a
     // matrix no gather reached starts from this rank's own piece).
-    for (int64_t k : batch->matrices)
-      if (!fullMatrix(k, error))
-        return false;
+    for (int64_t k : batch->matrices) {
+      float *matrix = nullptr;
+      MUON_RETURN_IF_ERROR(fullMatrix(k, matrix));
+    }
     const int64_t count = static_cast<int64_t>(batch->matrices.size());
     for (int64_t first = 0; first < count; first += limit) {
       lastCounters.nsFlops += device.newtonSchulz(
           full[batch->matrices[first]], std::min(limit, count - first),
-          batch->rows, batch->cols, planRef.muon.coefficients,
-          planRef.muon.eps, nsDtype);
+          batch->rows, batch->cols, planRef.ns.coefficients, planRef.ns.eps,
+          nsDtype);
       // Keep the exchanges in flight moving between calls.
       comm.progress();
     }
@@ -448,7 +477,7 @@ bool StepExecutor::runNewtonSchulz(int64_t round, std::string &error) {
       traceEvents.push_back(e);
     }
   }
-  return true;
+  return okStatus();
 }
 
 void StepExecutor::applyRound(int64_t round) {
@@ -461,10 +490,13 @@ void StepExecutor::applyRound(int64_t round) {
       continue;
     const PlanMatrix &m = planRef.matrices[k];
     LocalParam &local = locals[m.paramIndex];
-    device.applyUpdate(
-        static_cast<char *>(local.values) + own.offset * dtypeBytes(local.dtype),
-        local.dtype, local.orthogonalized.floats() + own.offset,
-        own.elements(), planRef.muon, adjustedLr(planRef.muon, m.rows, m.cols));
+    const MuonSettings &settings =
+        currentGroups[planRef.params[m.paramIndex].group].muonSettings;
+    device.applyUpdate(static_cast<char *>(local.values) +
+                           own.offset * dtypeBytes(local.dtype),
+                       local.dtype, local.orthogonalized.floats() + own.offset,
+                       own.elements(), settings,
+                       adjustedLr(settings, m.rows, m.cols));
   }
 }
 
@@ -475,11 +507,12 @@ void StepExecutor::runAdamW() {
       continue;
     // Summed by this step's reduce when the gradient has several summands.
     const void *grad = local.summed ? local.summedGrad.data() : local.grad;
-    DType gradType = local.summed ? DType::F32 : local.dtype;
+    DType gradType = local.summed ? DType::F32 : local.gradType;
     ++local.adamwStep;
     device.adamw(local.values, local.dtype, grad, gradType,
-                 local.expAvg.floats(), local.expAvgSq.floats(),
-                 local.elements, planRef.adamw, local.adamwStep);
+                 local.expAvg.floats(), local.expAvgSq.floats(), local.elements,
+                 currentGroups[planRef.params[i].group].adamwSettings,
+                 local.adamwStep);
   }
 }
 
@@ -522,44 +555,101 @@ void StepExecutor::recordTrace(const ScheduleStep &s, double begin) {
   traceEvents.push_back(e);
 }
 
-bool StepExecutor::step(StepResult &result, std::string &error) {
+namespace {
+// The agreement before a step: every rank's word, all-gathered. The top 24
+// bits say what stops the rank (0 nothing, 1 unbound storage, 2 + i a
+// non-finite gradient in parameter i), the low 40 bits carry its group
+// settings' hash. 40 bits keep the check in the one collective the step
+// already makes; two ranks with different settings collide with
+// probability 2^-40.
+constexpr int kHashBits = 40;
+constexpr uint64_t kHashMask = (uint64_t(1) << kHashBits) - 1;
+constexpr uint64_t kUnbound = 1, kNonFiniteBase = 2;
+constexpr uint64_t kMaxWord = (uint64_t(1) << (64 - kHashBits)) - 1;
+} // namespace
+
+Status StepExecutor::step(StepResult &result) {
   lastCounters = {};
   result = {};
   for (LocalParam &local : locals)
     local.summed = false;
-  // One agreement before any state changes: every rank bound its storage
-  // (-1 anywhere: not), and no gradient holds NaN or Inf (the first bad
-  // parameter anywhere).
-  const int64_t none = std::numeric_limits<int64_t>::max();
-  int64_t mine = allBound() ? none : -1;
-  for (size_t i = 0; i < locals.size() && mine == none; ++i)
+  // One agreement before any state changes: every rank bound its storage,
+  // set the same group settings, and no gradient holds NaN or Inf.
+  uint64_t word = 0;
+  if (!allBound())
+    word = kUnbound;
+  for (size_t i = 0; i < locals.size() && word == 0; ++i)
     if (locals[i].elements &&
-        !device.allFinite(locals[i].grad, locals[i].dtype, locals[i].elements))
-      mine = static_cast<int64_t>(i);
-  int64_t first = none;
-  if (!comm.allReduceMin(mine, first, options.timeoutSeconds, error)) {
-    error = "checking gradients for NaN/Inf: " + error;
-    return false;
+        !device.allFinite(locals[i].grad, locals[i].gradType,
+                          locals[i].elements))
+      word = std::min<uint64_t>(kNonFiniteBase + i, kMaxWord);
+  std::vector<uint64_t> words;
+  std::string error;
+  if (!comm.allGather((word << kHashBits) | (groupsHash() & kHashMask), words,
+                      options.timeoutSeconds, error))
+    return transportFailure("checking gradients for NaN/Inf: ", error);
+  std::vector<int64_t> unbound, otherSettings;
+  int64_t firstBad = -1, badRank = -1;
+  for (size_t r = 0; r < words.size(); ++r) {
+    uint64_t w = words[r] >> kHashBits;
+    if ((words[r] & kHashMask) != (words[0] & kHashMask))
+      otherSettings.push_back(static_cast<int64_t>(r));
+    if (w == kUnbound)
+      unbound.push_back(static_cast<int64_t>(r));
+    else if (w >= kNonFiniteBase &&
+             (firstBad < 0 ||
+              static_cast<int64_t>(w - kNonFiniteBase) < firstBad)) {
+      firstBad = static_cast<int64_t>(w - kNonFiniteBase);
+      badRank = static_cast<int64_t>(r);
+    }
   }
-  if (first == -1) {
-    int64_t unbound = none;
-    if (!comm.allReduceMin(mine == -1 ? myRank : none, unbound,
-                           options.timeoutSeconds, error))
-      return false;
-    error = "rank " + std::to_string(unbound) +
-            " has not bound every parameter it holds; nothing was changed";
-    return false;
-  }
-  if (first != none) {
-    int64_t badRank = none;
-    if (!comm.allReduceMin(mine == first ? myRank : none, badRank,
-                           options.timeoutSeconds, error))
-      return false;
-    result.nonFiniteParam = first;
+  if (!otherSettings.empty())
+    return invalidArgument(
+        "ranks " + formatRanks(otherSettings) +
+        " set group hyper-parameters different from rank 0's; every rank "
+        "must set the same values before a step (nothing was changed)");
+  if (!unbound.empty())
+    return failedPrecondition("rank " + std::to_string(unbound[0]) +
+                              " has not bound every parameter it holds; "
+                              "nothing was changed");
+  if (firstBad >= 0) {
+    result.nonFiniteParam = firstBad;
     result.nonFiniteRank = badRank;
-    return true;
+    return okStatus();
   }
+  // A failed step leaves its exchanges in flight as they are: a transport
+  // may still write into their buffers.
+  Status status = runSchedule();
+  full.clear();
+  batchBuffers.clear();
+  if (!status.ok())
+    return status;
+  device.synchronize();
+  MUON_RETURN_IF_ERROR(agreeOnDeviceErrors());
+  result.applied = true;
+  return okStatus();
+}
 
+Status StepExecutor::agreeOnDeviceErrors() {
+  Status mine = device.takeError();
+  const int64_t none = std::numeric_limits<int64_t>::max();
+  int64_t first = none;
+  std::string error;
+  if (!comm.allReduceMin(mine.ok() ? none : myRank, first,
+                         options.timeoutSeconds, error))
+    return transportFailure("checking the step's device errors: ", error);
+  if (first == none)
+    return okStatus();
+  std::string text =
+      shareText(comm, first, mine.message(), options.timeoutSeconds);
+  return Status(StatusCode::Internal,
+                "the device of rank " + std::to_string(first) +
+                    " failed during the step, whose updates may be partly "
+                    "applied: " +
+                    text);
+}
+
+Status StepExecutor::runSchedule() {
   using Kind = ScheduleStep::Kind;
   if (options.trace) {
     traceZero = std::chrono::steady_clock::now();
@@ -573,22 +663,19 @@ bool StepExecutor::step(StepResult &result, std::string &error) {
     case Kind::Momentum:
       for (size_t i = 0; i < locals.size(); ++i)
         if (planRef.params[i].muon && locals[i].elements)
-          device.momentum(locals[i].grad, locals[i].dtype,
+          device.momentum(locals[i].grad, locals[i].gradType,
                           locals[i].momentum.floats(),
                           locals[i].update.floats(), locals[i].elements,
-                          planRef.muon);
+                          currentGroups[planRef.params[i].group].muonSettings);
       break;
     case Kind::Start:
-      if (!startExchange(s.index, error))
-        return false;
+      MUON_RETURN_IF_ERROR(startExchange(s.index));
       break;
     case Kind::Done:
-      if (!finishExchange(s.index, error))
-        return false;
+      MUON_RETURN_IF_ERROR(finishExchange(s.index));
       break;
     case Kind::NewtonSchulz:
-      if (!runNewtonSchulz(s.index, error))
-        return false;
+      MUON_RETURN_IF_ERROR(runNewtonSchulz(s.index));
       break;
     case Kind::ApplyUpdate:
       applyRound(s.index);
@@ -600,11 +687,7 @@ bool StepExecutor::step(StepResult &result, std::string &error) {
     if (options.trace)
       recordTrace(s, traceBegin);
   }
-  full.clear();
-  batchBuffers.clear();
-  device.synchronize();
-  result.applied = true;
-  return true;
+  return okStatus();
 }
 
 } // namespace muon::runtime

@@ -317,16 +317,18 @@ int runStep(int argc, char **argv) {
                        planPath.c_str(),
                        static_cast<long long>(plan.worldSize)));
   if (!nsDtype.empty())
-    plan.muon.nsDtype = nsDtype;
+    plan.ns.nsDtype = nsDtype;
   std::unique_ptr<BenchDevice> bench =
       openBenchDevice(backend, static_cast<int>(threads), error);
   if (!bench)
     return fail(error);
   runtime::Device &device = bench->device();
   runtime::SingleRankCommunicator self;
-  auto optimizer = runtime::Optimizer::create(plan, self, device, {}, error);
-  if (!optimizer)
-    return fail(error);
+  std::unique_ptr<runtime::Optimizer> optimizer;
+  if (runtime::Status s =
+          runtime::Optimizer::create(plan, self, device, {}, optimizer);
+      !s.ok())
+    return fail(s.message());
   runtime::SyntheticModel model(*optimizer, device, 1,
                                 runtime::summandCounts(plan));
   std::vector<double> times;
@@ -335,8 +337,8 @@ int runStep(int argc, char **argv) {
     device.synchronize();
     const double start = clockSeconds();
     runtime::StepResult result;
-    if (!optimizer->step(result, error))
-      return fail("step " + std::to_string(s) + ": " + error);
+    if (runtime::Status status = optimizer->step(result); !status.ok())
+      return fail("step " + std::to_string(s) + ": " + status.message());
     device.synchronize();
     if (s > 0)
       times.push_back(seconds(start));

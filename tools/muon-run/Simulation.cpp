@@ -41,8 +41,8 @@ void addSimulation(const Plan &plan, const sim::Profile &profile,
   SimulationFigures s;
   s.profile = profile.name;
   s.profileFile = profileFile;
-  s.nsDtype = plan.muon.nsDtype == "auto" ? profile.defaultNsDtype
-                                          : plan.muon.nsDtype;
+  s.nsDtype =
+      plan.ns.nsDtype == "auto" ? profile.defaultNsDtype : plan.ns.nsDtype;
   s.ranksPerNode = profile.ranksPerNode;
   s.nodes = r.nodes;
   s.nsFlopsPerSecond = sim::nsFlopsPerSecond(plan, profile);

@@ -235,21 +235,21 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
     // A rank with a different plan: what a stale plan file on one node
     // looks like.
     if (f.kind == Fault::Kind::PlanMismatch && f.rank == rank)
-      plan.muon.lr *= 2;
+      plan.ns.eps *= 2;
   }
 
   OptimizerOptions options;
   options.timeoutSeconds = flags.timeoutSeconds;
   options.trace = !flags.traceFile.empty();
-  std::string error;
-  std::unique_ptr<Optimizer> optimizer =
-      Optimizer::create(plan, comm, device, options, error);
-  if (!optimizer) {
+  std::unique_ptr<Optimizer> optimizer;
+  if (Status s = Optimizer::create(plan, comm, device, options, optimizer);
+      !s.ok()) {
     // Every rank sees the same start-up result: all leave with 2.
     if (lead)
-      fail(error);
+      fail(s.message());
     return 2;
   }
+  std::string error;
   std::vector<int64_t> summands = summandCounts(plan);
   SyntheticModel model(*optimizer, device, flags.seed, summands);
 
@@ -274,8 +274,8 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
     model.makeGradients(s, flags.microBatches, nonFinite);
     auto start = std::chrono::steady_clock::now();
     StepResult result;
-    if (!optimizer->step(result, error)) {
-      fail(error);
+    if (Status s = optimizer->step(result); !s.ok()) {
+      fail(s.message());
       comm.abort(kRunFailed);
     }
     double seconds = std::chrono::duration<double>(
@@ -454,7 +454,7 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
     // The reference runs on the CPU, with the Newton-Schulz precision the
     // ranks used (a plan's "auto" means the ranks' device's default).
     Plan referenced = plan;
-    referenced.muon.nsDtype = dtypeName(optimizer->nsDtype());
+    referenced.ns.nsDtype = dtypeName(optimizer->nsDtype());
     cpu::CpuDevice cpuDevice;
     std::vector<std::vector<float>> reference, initial;
     if (!runReference(referenced, cpuDevice, flags.seed, flags.steps,

@@ -440,7 +440,7 @@ int main(int argc, char **argv) {
   }
   // A run setting, not a compile one: it changes no exchange.
   if (parser.given("ns-dtype"))
-    plan.muon.nsDtype = flags.nsDtype;
+    plan.ns.nsDtype = flags.nsDtype;
   for (const ::muon::tool::Fault &f : run.faults)
     if (f.rank >= plan.worldSize)
       return fail(format("--inject names rank %lld but the plan has %lld "

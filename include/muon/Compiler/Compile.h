@@ -61,6 +61,9 @@ struct Param {
   std::vector<int64_t> shape;
   std::string dtype = "f32"; // f32, bf16 or f16
   Group group = Group::Auto;
+  /// The name of the Model::groups entry the parameter belongs to; empty:
+  /// the first group of its algorithm.
+  std::string groupName;
   // DTensor style: one placement per mesh axis (none: replicated), and the
   // sub-mesh outside of which the parameter does not exist (axis -> coord).
   std::vector<Placement> placements;
@@ -90,10 +93,24 @@ struct AdamWSettings {
          weightDecay = 0.01;
 };
 
-struct Model {
-  std::vector<Param> params;
+/// One of torch.optim's param_groups: a name, an algorithm and its
+/// settings (the other algorithm's are unused). Every Muon group must have
+/// the same Newton-Schulz settings (ns_steps, coefficients, eps, ns_dtype).
+struct ParamGroup {
+  std::string name;
+  Group algorithm = Group::Muon; // Muon or AdamW
   MuonSettings muon;
   AdamWSettings adamw;
+};
+
+struct Model {
+  std::vector<Param> params;
+  /// Without `groups`: the two groups "muon" and "adamw".
+  MuonSettings muon;
+  AdamWSettings adamw;
+  /// Any number of groups instead of `muon` and `adamw` (the spec's
+  /// param_groups); then those two are unused.
+  std::vector<ParamGroup> groups;
 };
 
 /// A Muon matrix as an assign callback sees it.

@@ -26,25 +26,62 @@ namespace muon {
 struct PlanParam {
   std::string name;
   std::string dtype = "f32";
+  /// The group's algorithm (Plan::groups[group].muon), kept beside the
+  /// index because every pass over the parameters asks it.
   bool muon = true;
+  /// Index into Plan::groups.
+  int64_t group = 0;
   ParamLayout layout;
 };
 
-/// Muon hyper-parameters; `coefficients` has one (a, b, c) per NS step.
+/// A Muon group's hyper-parameters: inputs of every step, which a trainer
+/// may change between steps (Optimizer::setGroupOptions). The plan holds
+/// their starting values; they are not part of what ranks must agree on to
+/// exchange data (planHash leaves them out).
 struct MuonSettings {
-  double lr = 1e-3, weightDecay = 0.1, momentum = 0.95, eps = 1e-7;
+  double lr = 1e-3, weightDecay = 0.1, momentum = 0.95;
   bool nesterov = true;
+  /// "original" or "match_rms_adamw".
+  std::string adjustLr = "original";
+};
+
+/// An AdamW group's hyper-parameters (step inputs, as MuonSettings).
+struct AdamWSettings {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0.01;
+};
+
+/// How Newton-Schulz runs, shared by every Muon group: it decides each
+/// matrix's flops, which matrices batch together and the precision of the
+/// products, so it is part of the plan proper. `coefficients` has one
+/// (a, b, c) per NS step.
+struct NewtonSchulzSettings {
   int64_t nsSteps = 5;
   std::vector<std::array<double, 3>> coefficients;
-  std::string adjustLr = "original";
+  /// The normalization's floor: X / max(||X||_F, eps).
+  double eps = 1e-7;
   /// The element type Newton-Schulz runs in: "f32", "bf16", or "auto" (the
   /// device's default: f32 on the CPU, bf16 on CUDA).
   std::string nsDtype = "auto";
 };
 
-struct AdamWSettings {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0.01;
+/// A parameter group, as torch.optim's param_groups: a name, an algorithm
+/// and that algorithm's hyper-parameters (the other one's are unused).
+struct PlanGroup {
+  std::string name;
+  bool muon = true; // else AdamW
+  MuonSettings muonSettings;
+  AdamWSettings adamwSettings;
 };
+
+/// "muon" or "adamw".
+const char *algorithmName(bool muon);
+
+/// The two groups of a model that names none: "muon" and "adamw", with
+/// torch's defaults.
+std::vector<PlanGroup> defaultGroups();
+
+/// The index of the group named `name`, or -1.
+int64_t findGroup(const std::vector<PlanGroup> &groups, std::string_view name);
 
 /// One Muon matrix: a 2-D parameter or one slice of a batched one.
 struct PlanMatrix {
@@ -131,8 +168,10 @@ struct Plan {
   bool distributed = false;
   Mesh mesh;
   std::vector<PlanParam> params;
-  MuonSettings muon;
-  AdamWSettings adamw;
+  NewtonSchulzSettings ns;
+  /// Every group, in declaration order; a plan without groups of its own
+  /// has "muon" and "adamw" (defaultGroups).
+  std::vector<PlanGroup> groups = defaultGroups();
   std::vector<PlanMatrix> matrices;
   std::vector<Exchange> exchanges;
   /// Matrices each rank orthogonalizes; with no distributed config, every

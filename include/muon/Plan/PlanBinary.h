@@ -35,7 +35,7 @@ namespace muon {
 
 /// The first 8 bytes of a binary plan file.
 inline constexpr std::string_view kPlanBinaryMagic = "MUONPLAN";
-inline constexpr uint32_t kPlanBinaryVersion = 1;
+inline constexpr uint32_t kPlanBinaryVersion = 2;
 
 /// Whether `prefix` (the first bytes of a file) starts a binary plan.
 bool isPlanBinary(std::string_view prefix);

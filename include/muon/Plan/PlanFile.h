@@ -17,7 +17,10 @@
 
 namespace muon {
 
-std::string renderPlan(const Plan &plan);
+/// The plan file's text. Without `withGroupSettings`, the groups keep
+/// their names and algorithms but not their hyper-parameters: what planHash
+/// covers (ranks must agree on the exchanges, not on the learning rate).
+std::string renderPlan(const Plan &plan, bool withGroupSettings = true);
 
 /// Parses and checks a plan file. Returns false with `error` naming the
 /// JSON path of the first problem.

@@ -35,6 +35,12 @@ namespace muon {
 /// empty when the plan is sound.
 json::Error validatePlan(const Plan &plan);
 
+/// A group's hyper-parameters in range (finite, non-negative, momentum and
+/// betas below 1, a known adjust_lr), at the path of the field inside the
+/// group ("lr", "betas[1]"); empty when sound. What validatePlan checks of
+/// every group, and what a trainer's new settings must pass.
+json::Error checkGroupSettings(const PlanGroup &group);
+
 /// The checks of the parts every rank reads whole (settings, mesh,
 /// parameters): what must hold before anything indexes with them.
 json::Error validatePlanHeader(const Plan &plan);

@@ -18,7 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 #include <optional>
+#include <vector>
 
 using namespace mlir;
 using namespace mlir::muon;
@@ -74,8 +76,19 @@ private:
 
   LogicalResult importMesh(const JsonValue &v);
   LogicalResult importGroups(const JsonValue &root);
-  LogicalResult importOptimizer(const JsonValue &v);
-  LogicalResult importAdamW(const JsonValue &v);
+  /// One Muon or AdamW group: the spec's `optimizer` / `adamw`, or an entry
+  /// of `param_groups` (which also has `name` and `algorithm`) at `path`.
+  LogicalResult importOptimizer(const JsonValue &v, const std::string &path,
+                                bool inParamGroups);
+  LogicalResult importAdamW(const JsonValue &v, const std::string &path,
+                            bool inParamGroups);
+  /// `param_groups`: the groups in order (groupOrder, groupIsMuon).
+  LogicalResult importParamGroups(const JsonValue &v);
+  /// The groups parameters may name: `param_groups`' names with their
+  /// index, or "muon" and "adamw" when the spec has no param_groups.
+  std::vector<std::pair<std::string, size_t>> groupOrder;
+  std::map<std::string, bool> groupIsMuon;
+  bool hasParamGroups = false;
   LogicalResult importDistributed(const JsonValue &v);
   LogicalResult importParams(const JsonValue &v, const JsonValue &root);
   LogicalResult importParamLayout(const JsonValue &p, const std::string &path,
@@ -331,24 +344,39 @@ LogicalResult SpecImporter::importGroups(const JsonValue &root) {
   return success();
 }
 
-LogicalResult SpecImporter::importOptimizer(const JsonValue &v) {
-  const JsonValue *o = getObject(v, "optimizer");
+LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
+                                            const std::string &path,
+                                            bool inParamGroups) {
+  const JsonValue *o = getObject(v, path);
   if (!o ||
-      failed(checkKeys(*o, "optimizer",
-                       {"lr", "momentum", "nesterov", "weight_decay",
-                        "ns_steps", "ns_coefficients", "eps", "adjust_lr",
-                        "ns_dtype"})))
+      failed(checkKeys(
+          *o, path,
+          inParamGroups
+              ? std::initializer_list<std::string_view>{"name", "algorithm",
+                                                        "lr", "momentum",
+                                                        "nesterov",
+                                                        "weight_decay",
+                                                        "ns_steps",
+                                                        "ns_coefficients",
+                                                        "eps", "adjust_lr",
+                                                        "ns_dtype"}
+              : std::initializer_list<std::string_view>{
+                    "lr", "momentum", "nesterov", "weight_decay", "ns_steps",
+                    "ns_coefficients", "eps", "adjust_lr", "ns_dtype"})))
     return failure();
-  OperationState state(at("optimizer"), OptimizerOp::getOperationName());
+  OperationState state(at(path), OptimizerOp::getOperationName());
+  if (inParamGroups)
+    state.addAttribute("group_name", builder.getStringAttr(
+                                         get(*o, "name")->get<std::string>()));
   for (StringRef k : {"lr", "momentum", "weight_decay", "eps"})
     if (const JsonValue *x = get(*o, k)) {
-      std::optional<double> d = getNumber(*x, key("optimizer", k));
+      std::optional<double> d = getNumber(*x, key(path, k));
       if (!d)
         return failure();
       state.addAttribute(k, builder.getF64FloatAttr(*d));
     }
   if (const JsonValue *x = get(*o, "nesterov")) {
-    std::optional<bool> b = getBool(*x, "optimizer.nesterov");
+    std::optional<bool> b = getBool(*x, key(path, "nesterov"));
     if (!b)
       return failure();
     state.addAttribute("nesterov", builder.getBoolAttr(*b));
@@ -356,7 +384,7 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v) {
   if (const JsonValue *x = get(*o, "ns_steps")) {
     // The verifier names the range; any integer is carried to it.
     std::optional<int64_t> n =
-        getInt(*x, "optimizer.ns_steps", std::numeric_limits<int64_t>::min());
+        getInt(*x, key(path, "ns_steps"), std::numeric_limits<int64_t>::min());
     if (!n)
       return failure();
     state.addAttribute("ns_steps", builder.getI64IntegerAttr(*n));
@@ -371,7 +399,7 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v) {
     std::optional<std::vector<::muon::NsTriple>> preset =
         ::muon::nsPreset(name, std::clamp<int64_t>(steps, 1, 99));
     if (!preset)
-      return fail("optimizer.ns_coefficients",
+      return fail(key(path, "ns_coefficients"),
                   "unknown preset '" + name + "'; expected a preset (" +
                       ::muon::nsPresetList() +
                       ") or a table of [a, b, c] triples");
@@ -383,29 +411,29 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v) {
       state.addAttribute("ns_coefficients", builder.getArrayAttr(table));
     }
   } else if (x) {
-    const JsonValue *rows = getArray(*x, "optimizer.ns_coefficients");
+    const JsonValue *rows = getArray(*x, key(path, "ns_coefficients"));
     if (!rows)
       return failure();
     if (rows->empty())
-      return fail("optimizer.ns_coefficients",
+      return fail(key(path, "ns_coefficients"),
                   "expected at least one [a, b, c] triple");
     if (static_cast<int64_t>(rows->size()) > limits::kMaxNsSteps)
-      return fail("optimizer.ns_coefficients",
+      return fail(key(path, "ns_coefficients"),
                   "has " + std::to_string(rows->size()) +
                       " triples, more than the limit of " +
                       std::to_string(limits::kMaxNsSteps) + " NS steps");
     SmallVector<Attribute> table;
     for (size_t i = 0; i < rows->size(); ++i) {
-      std::string path = index("optimizer.ns_coefficients", i);
-      const JsonValue *row = getArray((*rows)[i], path);
+      std::string rowPath = index(key(path, "ns_coefficients"), i);
+      const JsonValue *row = getArray((*rows)[i], rowPath);
       if (!row)
         return failure();
       if (row->size() != 3)
-        return fail(path, "expected an [a, b, c] triple, got " +
-                              std::to_string(row->size()) + " numbers");
+        return fail(rowPath, "expected an [a, b, c] triple, got " +
+                                 std::to_string(row->size()) + " numbers");
       SmallVector<double> abc;
       for (size_t j = 0; j < 3; ++j) {
-        std::optional<double> d = getNumber((*row)[j], index(path, j));
+        std::optional<double> d = getNumber((*row)[j], index(rowPath, j));
         if (!d)
           return failure();
         abc.push_back(*d);
@@ -415,53 +443,113 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v) {
     state.addAttribute("ns_coefficients", builder.getArrayAttr(table));
   }
   if (const JsonValue *x = get(*o, "adjust_lr")) {
-    std::optional<std::string> s = getString(*x, "optimizer.adjust_lr");
+    std::optional<std::string> s = getString(*x, key(path, "adjust_lr"));
     if (!s)
       return failure();
     std::optional<AdjustLr> adjust = symbolizeAdjustLr(*s);
     if (!adjust)
-      return fail("optimizer.adjust_lr",
+      return fail(key(path, "adjust_lr"),
                   "unknown adjust_lr '" + *s +
                       "'; expected 'original' or 'match_rms_adamw'");
     state.addAttribute("adjust_lr", AdjustLrAttr::get(ctx, *adjust));
   }
   if (const JsonValue *x = get(*o, "ns_dtype")) {
     // Absent: the running device chooses (IR `auto`).
-    std::optional<std::string> s = getString(*x, "optimizer.ns_dtype");
+    std::optional<std::string> s = getString(*x, key(path, "ns_dtype"));
     if (!s)
       return failure();
     std::optional<NsDtype> dtype = symbolizeNsDtype(*s);
     if (!dtype || *dtype == NsDtype::Auto)
-      return fail("optimizer.ns_dtype", "unknown ns_dtype '" + *s +
-                                            "'; expected 'f32' or 'bf16'");
+      return fail(key(path, "ns_dtype"),
+                  "unknown ns_dtype '" + *s + "'; expected 'f32' or 'bf16'");
     state.addAttribute("ns_dtype", NsDtypeAttr::get(ctx, *dtype));
   }
   builder.create(state);
   return success();
 }
 
-LogicalResult SpecImporter::importAdamW(const JsonValue &v) {
-  const JsonValue *o = getObject(v, "adamw");
-  if (!o ||
-      failed(checkKeys(*o, "adamw", {"lr", "betas", "eps", "weight_decay"})))
+LogicalResult SpecImporter::importParamGroups(const JsonValue &v) {
+  const JsonValue *groups = getArray(v, "param_groups");
+  if (!groups)
     return failure();
-  OperationState state(at("adamw"), AdamWOp::getOperationName());
+  if (groups->empty())
+    return fail("param_groups", "expected at least one group");
+  if (static_cast<int64_t>(groups->size()) > limits::kMaxParams)
+    return fail("param_groups", "has " + std::to_string(groups->size()) +
+                                    " groups, above the limit of " +
+                                    limits::describe(limits::kMaxParams));
+  for (size_t i = 0; i < groups->size(); ++i) {
+    std::string path = index("param_groups", i);
+    const JsonValue *g = getObject((*groups)[i], path);
+    if (!g)
+      return failure();
+    const JsonValue *name = get(*g, "name");
+    if (!name)
+      return fail(path, "missing key 'name'");
+    std::optional<std::string> n = getString(*name, key(path, "name"));
+    if (!n)
+      return failure();
+    if (n->empty())
+      return fail(key(path, "name"), "group names must not be empty");
+    for (const auto &[other, at] : groupOrder)
+      if (other == *n)
+        return fail(key(path, "name"), "'" + *n + "' is also the name of " +
+                                           index("param_groups", at));
+    const JsonValue *algorithm = get(*g, "algorithm");
+    if (!algorithm)
+      return fail(path, "missing key 'algorithm' (\"muon\" or \"adamw\")");
+    std::optional<std::string> a =
+        getString(*algorithm, key(path, "algorithm"));
+    if (!a)
+      return failure();
+    if (*a != "muon" && *a != "adamw")
+      return fail(key(path, "algorithm"),
+                  "unknown algorithm '" + *a + "'; expected 'muon' or 'adamw'");
+    bool muon = *a == "muon";
+    if (failed(muon ? importOptimizer(*g, path, true)
+                    : importAdamW(*g, path, true)))
+      return failure();
+    groupOrder.push_back({*n, i});
+    groupIsMuon[*n] = muon;
+  }
+  return success();
+}
+
+LogicalResult SpecImporter::importAdamW(const JsonValue &v,
+                                        const std::string &path,
+                                        bool inParamGroups) {
+  const JsonValue *o = getObject(v, path);
+  if (!o ||
+      failed(checkKeys(
+          *o, path,
+          inParamGroups
+              ? std::initializer_list<std::string_view>{"name", "algorithm",
+                                                        "lr", "betas", "eps",
+                                                        "weight_decay"}
+              : std::initializer_list<std::string_view>{"lr", "betas", "eps",
+                                                        "weight_decay"})))
+    return failure();
+  OperationState state(at(path), AdamWOp::getOperationName());
+  if (inParamGroups)
+    state.addAttribute("group_name", builder.getStringAttr(
+                                         get(*o, "name")->get<std::string>()));
   for (StringRef k : {"lr", "eps", "weight_decay"})
     if (const JsonValue *x = get(*o, k)) {
-      std::optional<double> d = getNumber(*x, key("adamw", k));
+      std::optional<double> d = getNumber(*x, key(path, k));
       if (!d)
         return failure();
       state.addAttribute(k, builder.getF64FloatAttr(*d));
     }
   if (const JsonValue *x = get(*o, "betas")) {
-    const JsonValue *betas = getArray(*x, "adamw.betas");
+    const JsonValue *betas = getArray(*x, key(path, "betas"));
     if (!betas)
       return failure();
     if (betas->size() != 2)
-      return fail("adamw.betas", "expected [beta1, beta2]");
+      return fail(key(path, "betas"), "expected [beta1, beta2]");
     SmallVector<double> b;
     for (size_t i = 0; i < 2; ++i) {
-      std::optional<double> d = getNumber((*betas)[i], index("adamw.betas", i));
+      std::optional<double> d =
+          getNumber((*betas)[i], index(key(path, "betas"), i));
       if (!d)
         return failure();
       b.push_back(*d);
@@ -765,14 +853,16 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
   for (size_t i = 0; i < params->size(); ++i) {
     std::string path = index("params", i);
     const JsonValue &p = (*params)[i];
-    if (failed(checkKeys(p, path,
-                         processGroups
-                             ? std::initializer_list<std::string_view>{
-                                   "name", "shape", "dtype", "optimizer",
-                                   "stage", "expert"}
-                             : std::initializer_list<std::string_view>{
-                                   "name", "shape", "dtype", "optimizer",
-                                   "placements", "split", "only"})))
+    if (failed(checkKeys(
+            p, path,
+            processGroups
+                ? std::initializer_list<std::string_view>{"name", "shape",
+                                                          "dtype", "optimizer",
+                                                          "group", "stage",
+                                                          "expert"}
+                : std::initializer_list<std::string_view>{
+                      "name", "shape", "dtype", "optimizer", "group",
+                      "placements", "split", "only"})))
       return failure();
     const JsonValue *s = get(p, "shape");
     if (!s)
@@ -814,22 +904,67 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
     state.addAttribute("tensor_type",
                        TypeAttr::get(RankedTensorType::get(shape, elem)));
     bool muon = rank >= 2;
+    std::optional<std::string> algorithm;
     if (const JsonValue *o = get(p, "optimizer")) {
       std::string opath = key(path, "optimizer");
-      std::optional<std::string> group = getString(*o, opath);
-      if (!group)
+      algorithm = getString(*o, opath);
+      if (!algorithm)
         return failure();
-      if (*group != "muon" && *group != "adamw")
-        return fail(opath, "unknown optimizer '" + *group +
+      if (*algorithm != "muon" && *algorithm != "adamw")
+        return fail(opath, "unknown optimizer '" + *algorithm +
                                "'; expected 'muon' or 'adamw'");
-      if (*group == "muon" && rank < 2)
-        return fail(opath, "Muon orthogonalizes matrices but the parameter "
-                           "has " +
-                               std::to_string(rank) + " dim(s); use 'adamw'");
-      muon = *group == "muon";
-      state.addAttribute("group",
-                         ParamGroupAttr::get(ctx, *symbolizeParamGroup(*group)));
     }
+    std::optional<std::string> groupName;
+    if (const JsonValue *g = get(p, "group")) {
+      std::string gpath = key(path, "group");
+      groupName = getString(*g, gpath);
+      if (!groupName)
+        return failure();
+      auto it = groupIsMuon.find(*groupName);
+      if (it == groupIsMuon.end()) {
+        std::string names;
+        for (const auto &[n, at] : groupOrder)
+          names += (names.empty() ? "'" : ", '") + n + "'";
+        return fail(gpath, "no parameter group named '" + *groupName +
+                               "' (the groups are " + names + ")");
+      }
+      const char *groupAlgorithm = it->second ? "muon" : "adamw";
+      if (algorithm && *algorithm != groupAlgorithm)
+        return fail(gpath, "group '" + *groupName + "' is a " + groupAlgorithm +
+                               " group but " + key(path, "optimizer") +
+                               " is '" + *algorithm + "'");
+      algorithm = groupAlgorithm;
+    }
+    if (algorithm) {
+      std::string at =
+          key(path, groupName && !get(p, "optimizer") ? "group" : "optimizer");
+      if (*algorithm == "muon" && rank < 2)
+        return fail(at, "Muon orthogonalizes matrices but the parameter "
+                        "has " +
+                            std::to_string(rank) +
+                            " dim(s); use an AdamW "
+                            "group");
+      muon = *algorithm == "muon";
+      state.addAttribute(
+          "group", ParamGroupAttr::get(ctx, *symbolizeParamGroup(*algorithm)));
+    }
+    if (hasParamGroups) {
+      // The first group of the parameter's algorithm, unless it names one.
+      if (!groupName)
+        for (const auto &[n, at] : groupOrder)
+          if (groupIsMuon[n] == muon) {
+            groupName = n;
+            break;
+          }
+      if (!groupName)
+        return fail(path, std::string("parameter '") + paramNames[i] +
+                              "' is a " + (muon ? "Muon" : "AdamW") +
+                              " parameter but param_groups has no " +
+                              (muon ? "muon" : "adamw") + " group");
+    }
+    // Without param_groups, "muon" and "adamw" name the algorithm alone.
+    if (groupName && hasParamGroups)
+      state.addAttribute("param_group", builder.getStringAttr(*groupName));
     if (std::string bad = ::muon::checkShapeLimits(
             std::vector<int64_t>(shape.begin(), shape.end()), muon);
         !bad.empty())
@@ -878,10 +1013,11 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
   const JsonValue *root = getObject(parsed, "");
   if (!root)
     return nullptr;
-  if (failed(checkKeys(*root, "",
-                       {"format", "mesh", "world_size", "groups",
-                        "tp_dim_per_param", "fsdp_dim", "num_experts",
-                        "optimizer", "adamw", "distributed", "params"})))
+  if (failed(
+          checkKeys(*root, "",
+                    {"format", "mesh", "world_size", "groups",
+                     "tp_dim_per_param", "fsdp_dim", "num_experts", "optimizer",
+                     "adamw", "param_groups", "distributed", "params"})))
     return nullptr;
   const JsonValue *format = get(*root, "format");
   if (!format) {
@@ -931,12 +1067,29 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
   if (hasMesh ? failed(importMesh(*get(*root, "mesh")))
               : failed(importGroups(*root)))
     return nullptr;
-  if (const JsonValue *o = get(*root, "optimizer"))
-    if (failed(importOptimizer(*o)))
+  if (const JsonValue *g = get(*root, "param_groups")) {
+    // torch.optim's param_groups replace the two-group keys.
+    for (StringRef k : {"optimizer", "adamw"})
+      if (get(*root, k)) {
+        (void)fail(k.str(), "'" + k.str() +
+                                "' and 'param_groups' both give the groups' "
+                                "settings; put them in param_groups");
+        return nullptr;
+      }
+    hasParamGroups = true;
+    if (failed(importParamGroups(*g)))
       return nullptr;
-  if (const JsonValue *a = get(*root, "adamw"))
-    if (failed(importAdamW(*a)))
-      return nullptr;
+  } else {
+    // The two groups of a spec without param_groups.
+    groupOrder = {{"muon", 0}, {"adamw", 1}};
+    groupIsMuon = {{"muon", true}, {"adamw", false}};
+    if (const JsonValue *o = get(*root, "optimizer"))
+      if (failed(importOptimizer(*o, "optimizer", false)))
+        return nullptr;
+    if (const JsonValue *a = get(*root, "adamw"))
+      if (failed(importAdamW(*a, "adamw", false)))
+        return nullptr;
+  }
   if (const JsonValue *d = get(*root, "distributed")) {
     if (failed(importDistributed(*d)))
       return nullptr;

@@ -27,12 +27,20 @@ extern "C" {
 
 typedef struct muon_optimizer muon_optimizer;
 
+/* The runtime's version, as a string ("0.3.0"). */
+#define MUON_RUNTIME_VERSION_STRING "0.3.0"
+const char *muon_runtime_version(void);
+
+/* Each call's status comes from the runtime's own status code (never from
+ * the message text); muon_last_error() has the message. */
 typedef enum muon_status {
   MUON_OK = 0,
-  /* Bad input: a plan, an argument, a binding. Nothing changed. */
+  /* Bad input: a plan, an argument, a binding, a checkpoint that does not
+   * fit, a call before its preconditions (a step with unbound storage,
+   * ranks with different group settings). Nothing changed. */
   MUON_INVALID = 2,
   /* The run failed: a peer did not answer in time, the device ran out of
-   * memory, a file could not be written. */
+   * memory or reported an error, a file could not be written. */
   MUON_FAILED = 3
 } muon_status;
 
@@ -71,6 +79,10 @@ typedef struct muon_param_info {
    * `elements` is 0 when the rank holds nothing of it. */
   const int64_t *box_begin, *box_end;
   int64_t elements;
+  /* Which partial summand of the gradient this rank holds (0 if none). */
+  int64_t summand;
+  /* Index of the parameter's group (muon_optimizer_group). */
+  int64_t group;
 } muon_param_info;
 muon_status muon_optimizer_param(const muon_optimizer *opt, int64_t index,
                                  muon_param_info *out);
@@ -80,6 +92,36 @@ muon_status muon_optimizer_param(const muon_optimizer *opt, int64_t index,
 muon_status muon_optimizer_bind(muon_optimizer *opt, const char *name,
                                 void *values, const void *grad,
                                 muon_dtype dtype, int64_t elements);
+/* The same with a gradient of its own type (bf16 weights with f32
+ * gradients, f32 master weights with bf16 ones); values are of the plan's
+ * dtype. */
+muon_status muon_optimizer_bind_typed(muon_optimizer *opt, const char *name,
+                                      void *values, muon_dtype value_dtype,
+                                      const void *grad, muon_dtype grad_dtype,
+                                      int64_t elements);
+
+/* A parameter group and its current hyper-parameters (torch.optim's
+ * param_groups). Muon groups use lr, weight_decay, momentum and nesterov;
+ * AdamW groups lr, weight_decay, beta1, beta2 and eps. */
+typedef struct muon_group_info {
+  const char *name; /* valid while the optimizer lives */
+  int is_muon;
+  double lr, weight_decay, momentum;
+  int nesterov;
+  double beta1, beta2, eps;
+} muon_group_info;
+int64_t muon_optimizer_group_count(const muon_optimizer *opt);
+muon_status muon_optimizer_group(const muon_optimizer *opt, int64_t index,
+                                 muon_group_info *out);
+/* Sets group `name`'s hyper-parameters for the following steps (the fields
+ * of its algorithm; `name` in `options` is ignored). Every rank must set
+ * the same values before the next step, which refuses to run otherwise. A
+ * bad value is refused with nothing changed. */
+muon_status muon_optimizer_set_group(muon_optimizer *opt, const char *name,
+                                     const muon_group_info *options);
+/* Only the learning rate (a schedule's usual change). */
+muon_status muon_optimizer_set_group_lr(muon_optimizer *opt, const char *name,
+                                        double lr);
 /* One step; `*applied` is 0 when a NaN/Inf gradient on some rank skipped
  * it (nothing changed). Collective. */
 muon_status muon_optimizer_step(muon_optimizer *opt, int *applied);

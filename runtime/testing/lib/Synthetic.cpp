@@ -47,9 +47,9 @@ SyntheticModel::SyntheticModel(Optimizer &optimizer, Device &device,
       host[local] = syntheticValue(seed, slot.name, kInitStream, global, 0);
     });
     store(i, params[i], host);
-    std::string error;
-    optimizer.bind(slot.name, params[i].data(), grads[i].data(), slot.dtype,
-                   slot.elements, error); // the slot's own sizes: cannot fail
+    // The slot's own sizes: cannot fail.
+    (void)optimizer.bind(slot.name, params[i].data(), grads[i].data(),
+                         slot.dtype, slot.elements);
   }
 }
 
@@ -160,16 +160,17 @@ Plan referencePlan(const Plan &plan) {
     q.name = p.name;
     q.dtype = p.dtype;
     q.muon = p.muon;
+    q.group = p.group;
     q.layout.shape = p.layout.shape;
     q.layout.splitAxes.assign(p.layout.shape.size(), {});
     ref.params.push_back(std::move(q));
   }
-  ref.muon = plan.muon;
-  ref.adamw = plan.adamw;
+  ref.ns = plan.ns;
+  ref.groups = plan.groups;
   ref.nsMatrices.assign(1, {});
   // From the parameters, not plan.matrices: a rank's part of a plan lists
   // only its own matrices, and the reference runs them all.
-  ref.matrices = muonMatrices(ref.params, ref.muon.nsSteps);
+  ref.matrices = muonMatrices(ref.params, ref.ns.nsSteps);
   for (size_t k = 0; k < ref.matrices.size(); ++k)
     ref.nsMatrices[0].push_back(static_cast<int64_t>(k));
   ScheduleOptions options;
@@ -186,16 +187,21 @@ bool runReference(const Plan &plan, Device &device, uint64_t seed,
                   std::vector<std::vector<float>> &values,
                   std::string &error) {
   SingleRankCommunicator self;
-  std::unique_ptr<Optimizer> optimizer =
-      Optimizer::create(referencePlan(plan), self, device, {}, error);
-  if (!optimizer)
+  std::unique_ptr<Optimizer> optimizer;
+  if (Status s =
+          Optimizer::create(referencePlan(plan), self, device, {}, optimizer);
+      !s.ok()) {
+    error = s.message();
     return false;
+  }
   SyntheticModel model(*optimizer, device, seed, summandCounts(plan));
   for (int64_t s = 0; s < steps; ++s) {
     model.makeGradients(s, microBatches, faults);
     StepResult result;
-    if (!optimizer->step(result, error))
+    if (Status s = optimizer->step(result); !s.ok()) {
+      error = s.message();
       return false;
+    }
   }
   values.clear();
   for (size_t i = 0; i < plan.params.size(); ++i)

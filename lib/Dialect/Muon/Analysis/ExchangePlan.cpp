@@ -84,6 +84,49 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
            << "unknown wire dtype '" << wireDtype << "'; expected f32 or bf16";
   plan.nsMatrices.resize(plan.worldSize);
   plan.mesh = layout.mesh;
+  // Groups in declaration order; an algorithm no op declares gets its
+  // default group, so that every parameter has one.
+  plan.groups.clear();
+  bool hasMuon = false, hasAdamW = false;
+  for (Operation &op : model.getBodyBlock()) {
+    ::muon::PlanGroup g;
+    if (auto opt = dyn_cast<OptimizerOp>(op)) {
+      hasMuon = true;
+      g.name = opt.groupName().str();
+      g.muonSettings.lr = opt.getLr().convertToDouble();
+      g.muonSettings.weightDecay = opt.getWeightDecay().convertToDouble();
+      g.muonSettings.momentum = opt.getMomentum().convertToDouble();
+      g.muonSettings.nesterov = opt.getNesterov();
+      g.muonSettings.adjustLr = stringifyAdjustLr(opt.getAdjustLr()).str();
+      // Every Muon group has the same Newton-Schulz settings (verified).
+      plan.ns.eps = opt.getEps().convertToDouble();
+      plan.ns.nsSteps = static_cast<int64_t>(opt.getNsSteps());
+      plan.ns.nsDtype = stringifyNsDtype(opt.getNsDtype()).str();
+      plan.ns.coefficients.clear();
+      for (int64_t step = 0; step < plan.ns.nsSteps; ++step)
+        plan.ns.coefficients.push_back(opt.getCoefficients(step));
+    } else if (auto adamw = dyn_cast<AdamWOp>(op)) {
+      hasAdamW = true;
+      g.name = adamw.groupName().str();
+      g.muon = false;
+      ::muon::AdamWSettings &a = g.adamwSettings;
+      a.lr = adamw.getLr().convertToDouble();
+      a.eps = adamw.getEps().convertToDouble();
+      a.weightDecay = adamw.getWeightDecay().convertToDouble();
+      if (std::optional<ArrayRef<double>> betas = adamw.getBetas()) {
+        a.beta1 = (*betas)[0];
+        a.beta2 = (*betas)[1];
+      }
+    } else {
+      continue;
+    }
+    plan.groups.push_back(std::move(g));
+  }
+  for (const ::muon::PlanGroup &g : ::muon::defaultGroups())
+    if (g.muon ? !hasMuon : !hasAdamW)
+      plan.groups.push_back(g);
+  if (plan.ns.coefficients.empty())
+    plan.ns.coefficients.assign(plan.ns.nsSteps, {3.4445, -4.775, 2.0315});
   for (size_t i = 0; i < layout.params.size(); ++i) {
     ParamOp param = layout.params[i];
     ::muon::PlanParam pp;
@@ -91,33 +134,15 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     Type elem = param.getTensorType().getElementType();
     pp.dtype = elem.isBF16() ? "bf16" : elem.isF16() ? "f16" : "f32";
     pp.muon = param.isMuon();
+    // The named group, else the first of the parameter's algorithm.
+    pp.group = -1;
+    if (std::optional<StringRef> name = param.getParamGroup())
+      pp.group = ::muon::findGroup(plan.groups, *name);
+    for (size_t g = 0; pp.group < 0 && g < plan.groups.size(); ++g)
+      if (plan.groups[g].muon == pp.muon)
+        pp.group = static_cast<int64_t>(g);
     pp.layout = layout.layouts[i];
     plan.params.push_back(std::move(pp));
-  }
-  for (OptimizerOp opt : model.getBodyBlock().getOps<OptimizerOp>()) {
-    plan.muon.lr = opt.getLr().convertToDouble();
-    plan.muon.weightDecay = opt.getWeightDecay().convertToDouble();
-    plan.muon.momentum = opt.getMomentum().convertToDouble();
-    plan.muon.eps = opt.getEps().convertToDouble();
-    plan.muon.nesterov = opt.getNesterov();
-    plan.muon.nsSteps = static_cast<int64_t>(opt.getNsSteps());
-    plan.muon.adjustLr = stringifyAdjustLr(opt.getAdjustLr()).str();
-    plan.muon.nsDtype = stringifyNsDtype(opt.getNsDtype()).str();
-  }
-  for (int64_t step = 0; step < plan.muon.nsSteps; ++step) {
-    std::array<double, 3> abc = {3.4445, -4.775, 2.0315};
-    for (OptimizerOp opt : model.getBodyBlock().getOps<OptimizerOp>())
-      abc = opt.getCoefficients(step);
-    plan.muon.coefficients.push_back(abc);
-  }
-  for (AdamWOp adamw : model.getBodyBlock().getOps<AdamWOp>()) {
-    plan.adamw.lr = adamw.getLr().convertToDouble();
-    plan.adamw.eps = adamw.getEps().convertToDouble();
-    plan.adamw.weightDecay = adamw.getWeightDecay().convertToDouble();
-    if (std::optional<ArrayRef<double>> betas = adamw.getBetas()) {
-      plan.adamw.beta1 = (*betas)[0];
-      plan.adamw.beta2 = (*betas)[1];
-    }
   }
 
   std::vector<MuonMatrix> matrices = collectMuonMatrices(model, layout);

@@ -8,6 +8,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSwitch.h"
 
 #include <map>
@@ -242,9 +243,73 @@ static LogicalResult verifyRounds(const ModelLayout &layout,
                             "incomplete rounds: ", " is in no round");
 }
 
+/// Parameter groups: unique names, one set of Newton-Schulz settings for
+/// every Muon group, and each parameter's named group present and of the
+/// parameter's algorithm.
+static LogicalResult verifyParamGroups(ArrayRef<Operation *> groups,
+                                       ArrayRef<ParamOp> params) {
+  llvm::StringMap<Operation *> byName;
+  OptimizerOp firstMuon;
+  for (Operation *op : groups) {
+    auto opt = dyn_cast<OptimizerOp>(op);
+    StringRef name = opt ? opt.groupName() : cast<AdamWOp>(op).groupName();
+    if (name.empty())
+      return op->emitError() << "a parameter group's name must not be empty";
+    auto [it, inserted] = byName.try_emplace(name, op);
+    if (!inserted)
+      return op->emitError()
+             << "a model has one parameter group named '" << name << "'";
+    if (!opt)
+      continue;
+    if (!firstMuon) {
+      firstMuon = opt;
+      continue;
+    }
+    // Newton-Schulz decides flops, batches and precision: one setting for
+    // the whole model.
+    auto differs = [&](StringRef key, auto a, auto b) -> LogicalResult {
+      if (a == b)
+        return success();
+      return opt.emitError()
+             << "Muon groups '" << firstMuon.groupName() << "' and '" << name
+             << "' differ in '" << key
+             << "'; the Newton-Schulz settings (ns_steps, ns_coefficients, "
+                "eps, ns_dtype) are shared by every Muon group";
+    };
+    if (failed(differs("ns_steps", firstMuon.getNsSteps(), opt.getNsSteps())) ||
+        failed(differs("eps", firstMuon.getEps().convertToDouble(),
+                       opt.getEps().convertToDouble())) ||
+        failed(differs("ns_dtype", firstMuon.getNsDtype(), opt.getNsDtype())))
+      return failure();
+    for (int64_t step = 0; step < static_cast<int64_t>(opt.getNsSteps());
+         ++step)
+      if (failed(differs("ns_coefficients", firstMuon.getCoefficients(step),
+                         opt.getCoefficients(step))))
+        return failure();
+  }
+  for (ParamOp p : params) {
+    std::optional<StringRef> group = p.getParamGroup();
+    if (!group)
+      continue;
+    auto it = byName.find(*group);
+    if (it == byName.end())
+      return p.emitError() << "parameter '" << p.getSymName()
+                           << "' is in group '" << *group
+                           << "', which the model does not declare";
+    bool groupIsMuon = isa<OptimizerOp>(it->second);
+    if (groupIsMuon != p.isMuon())
+      return p.emitError() << "parameter '" << p.getSymName() << "' is "
+                           << (p.isMuon() ? "a Muon" : "an AdamW")
+                           << " parameter but its group '" << *group << "' is "
+                           << (groupIsMuon ? "Muon" : "AdamW");
+  }
+  return success();
+}
+
 LogicalResult ModelOp::verifyRegions() {
   Operation *grid = nullptr;
-  Operation *optimizer = nullptr, *adamw = nullptr, *distributed = nullptr;
+  Operation *distributed = nullptr;
+  SmallVector<Operation *> optimizerGroups; // muon.optimizer and muon.adamw
   SmallVector<GroupOp> groups;
   SmallVector<AssignOp> assigns;
   SmallVector<ParamOp> params;
@@ -261,12 +326,8 @@ LogicalResult ModelOp::verifyRegions() {
     if (shard_adapter::isGrid(&op)) {
       if (failed(once(grid, op)))
         return failure();
-    } else if (isa<OptimizerOp>(op)) {
-      if (failed(once(optimizer, op)))
-        return failure();
-    } else if (isa<AdamWOp>(op)) {
-      if (failed(once(adamw, op)))
-        return failure();
+    } else if (isa<OptimizerOp, AdamWOp>(op)) {
+      optimizerGroups.push_back(&op);
     } else if (isa<DistributedOp>(op)) {
       if (failed(once(distributed, op)))
         return failure();
@@ -286,6 +347,9 @@ LogicalResult ModelOp::verifyRegions() {
              << "'" << op.getName() << "' is not allowed in a muon.model";
     }
   }
+
+  if (failed(verifyParamGroups(optimizerGroups, params)))
+    return failure();
 
   namespace limits = ::muon::limits;
   // Sizes first: the layout below allocates per rank.
@@ -362,10 +426,10 @@ LogicalResult ModelOp::verifyRegions() {
     std::vector<bool> muon;
     for (ParamOp p : layout->params)
       muon.push_back(p.isMuon());
-    int64_t nsSteps = optimizer
-                          ? static_cast<int64_t>(
-                                cast<OptimizerOp>(optimizer).getNsSteps())
-                          : 5;
+    int64_t nsSteps = 5;
+    for (Operation *op : optimizerGroups)
+      if (auto opt = dyn_cast<OptimizerOp>(op))
+        nsSteps = static_cast<int64_t>(opt.getNsSteps());
     ::muon::ModelLimitError error;
     if (!::muon::checkModelLimits(layout->mesh, layout->layouts, muon, nsSteps,
                                   error)) {
@@ -498,6 +562,12 @@ ParseResult ParamOp::parse(OpAsmParser &parser, OperationState &result) {
                                   << "'; expected 'muon' or 'adamw'";
     result.addAttribute("group", ParamGroupAttr::get(ctx, *g));
   }
+  if (succeeded(parser.parseOptionalKeyword("param_group"))) {
+    std::string name;
+    if (parser.parseString(&name))
+      return failure();
+    result.addAttribute("param_group", parser.getBuilder().getStringAttr(name));
+  }
   return parser.parseOptionalAttrDict(result.attributes);
 }
 
@@ -532,10 +602,15 @@ void ParamOp::print(OpAsmPrinter &p) {
     p << " expert " << *v;
   if (std::optional<ParamGroup> g = getGroup())
     p << " group " << stringifyParamGroup(*g);
+  if (std::optional<StringRef> name = getParamGroup()) {
+    p << " param_group ";
+    p.printString(*name);
+  }
   p.printOptionalAttrDict((*this)->getAttrs(),
                           {SymbolTable::getSymbolAttrName(), "tensor_type",
                            "grid", "split_axes", "partial_axes", "only",
-                           "tp_dim", "stage", "expert", "group"});
+                           "tp_dim", "stage", "expert", "group",
+                           "param_group"});
 }
 
 LogicalResult ParamOp::verify() {
@@ -668,6 +743,16 @@ LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &) {
 //===----------------------------------------------------------------------===//
 // Configuration ops
 //===----------------------------------------------------------------------===//
+
+StringRef OptimizerOp::groupName() {
+  std::optional<StringRef> name = getGroupName();
+  return name ? *name : StringRef("muon");
+}
+
+StringRef AdamWOp::groupName() {
+  std::optional<StringRef> name = getGroupName();
+  return name ? *name : StringRef("adamw");
+}
 
 std::array<double, 3> OptimizerOp::getCoefficients(int64_t step) {
   ArrayAttr table = getNsCoefficientsAttr();

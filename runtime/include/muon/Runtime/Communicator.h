@@ -70,6 +70,12 @@ public:
   [[noreturn]] virtual void abort(int exitCode) = 0;
 };
 
+/// Rank `root`'s `text` on every rank (at most 4 KiB of it), through the
+/// small collectives: for error messages that one rank knows and every rank
+/// must report. Collective; on a transport failure, a note saying so.
+std::string shareText(Communicator &comm, int64_t root, const std::string &text,
+                      double timeoutSeconds);
+
 /// The communicator of a run with one rank: exchanges can only be empty, and
 /// collectives return the rank's own values.
 class SingleRankCommunicator final : public Communicator {

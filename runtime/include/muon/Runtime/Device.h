@@ -17,6 +17,7 @@
 
 #include "muon/Plan/Plan.h"
 #include "muon/Runtime/DType.h"
+#include "muon/Runtime/Status.h"
 
 #include <array>
 #include <cstdint>
@@ -100,6 +101,12 @@ public:
   virtual DType defaultNsDtype() const { return DType::F32; }
   /// Waits for queued work (a device that runs everything at once need not).
   virtual void synchronize() {}
+  /// The first error the device met since the last call, and clears it.
+  /// Operations have no error path of their own (a GPU reports many
+  /// failures later, at a synchronization), so a device records its first
+  /// failure and goes on; the executor asks after every step's work, and
+  /// every rank fails that step with the message.
+  virtual Status takeError() { return okStatus(); }
 };
 
 /// Muon's learning rate for a rows x cols matrix (`adjust_lr`).

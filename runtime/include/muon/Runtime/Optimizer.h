@@ -5,14 +5,16 @@
 //
 //   muon::runtime::cpu::CpuDevice device;
 //   muon::runtime::MpiCommunicator comm(MPI_COMM_WORLD);  // or any comm
-//   std::string error;
-//   auto opt = muon::runtime::Optimizer::load("plan.json", comm, device,
-//                                             {}, error);
+//   std::unique_ptr<muon::runtime::Optimizer> opt;
+//   Status status = Optimizer::load("plan.json", comm, device, {}, opt);
 //   for (const auto &p : opt->params())        // this rank's pieces
-//     opt->bind(p.name, values(p), grads(p), p.dtype, p.elements, error);
-//   ... backward ...
-//   muon::runtime::StepResult result;
-//   opt->step(result, error);
+//     status = opt->bind(p.name, values(p), grads(p), p.dtype, p.elements);
+//   for (step...) {
+//     ... backward ...
+//     opt->setGroupLr("muon", schedule(step));  // every rank, same value
+//     muon::runtime::StepResult result;
+//     if (Status s = opt->step(result); !s.ok()) ... s.code(), s.message()
+//   }
 //
 // A plan comes from a plan file compiled ahead of time (`muon-run --plan`,
 // `muon-translate --export-plan`; linking only this library) or from the
@@ -22,7 +24,8 @@
 // checkpoints save and load by parameter name and global box.
 //
 // Every call that talks to other ranks is collective: all ranks call it,
-// in the same order.
+// in the same order. Calls return a Status (code + message); none fails
+// because of an earlier failure's leftovers.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_OPTIMIZER_H
@@ -32,6 +35,7 @@
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/DType.h"
 #include "muon/Runtime/Device.h"
+#include "muon/Runtime/Status.h"
 #include "muon/Runtime/StepExecutor.h"
 
 #include <cstdint>
@@ -53,8 +57,10 @@ struct OptimizerOptions {
 /// One parameter as this rank sees it.
 struct ParamSlot {
   std::string name;
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;    // the values' storage type (the plan's)
+  DType gradType = DType::F32; // the bound gradient's (dtype until bound)
   bool muon = true; // else AdamW
+  int64_t group = 0;          // index into Optimizer::groups()
   std::vector<int64_t> shape; // the whole tensor
   /// This rank's piece: a box of the whole tensor (one range per dim),
   /// row-major; empty when the rank holds nothing of it.
@@ -71,17 +77,15 @@ public:
   /// (muon-plan-bin/1) is loaded as this rank's part only (loadPlanSlice,
   /// validatePlanSlice): every rank of the communicator must load the same
   /// file, which `create` checks.
-  static std::unique_ptr<Optimizer> load(const std::string &planPath,
-                                         Communicator &comm, Device &device,
-                                         const OptimizerOptions &options,
-                                         std::string &error);
+  static Status load(const std::string &planPath, Communicator &comm,
+                     Device &device, const OptimizerOptions &options,
+                     std::unique_ptr<Optimizer> &out);
   /// Checks the plan (validatePlan) and that it is for this communicator's
   /// world, compares plan hashes across ranks and allocates the optimizer
-  /// state. Collective. Returns null with `error` set.
-  static std::unique_ptr<Optimizer> create(Plan plan, Communicator &comm,
-                                           Device &device,
-                                           const OptimizerOptions &options,
-                                           std::string &error);
+  /// state. Collective. `out` is set only on success.
+  static Status create(Plan plan, Communicator &comm, Device &device,
+                       const OptimizerOptions &options,
+                       std::unique_ptr<Optimizer> &out);
   ~Optimizer();
 
   int64_t currentRank() const;
@@ -98,43 +102,72 @@ public:
   const ParamSlot *param(const std::string &name) const;
 
   /// Binds this rank's storage of parameter `name`: `values` and `grad`,
-  /// device memory of `elements` values of `dtype`, row-major over the
-  /// slot's box. The dtype must be the plan's and `elements` the slot's.
-  /// A parameter this rank does not hold needs no binding.
-  bool bind(const std::string &name, void *values, const void *grad,
-            DType dtype, int64_t elements, std::string &error);
+  /// device memory of `elements` values, row-major over the slot's box.
+  /// `values` are of the plan's dtype; the gradient may be of any storage
+  /// type (`gradType`: bf16 weights with f32 gradients, f32 master weights
+  /// with bf16 gradients). `elements` must be the slot's. A parameter this
+  /// rank does not hold needs no binding.
+  Status bind(const std::string &name, void *values, DType dtype,
+              const void *grad, DType gradType, int64_t elements);
+  /// The same with values and gradient of one type.
+  Status bind(const std::string &name, void *values, const void *grad,
+              DType dtype, int64_t elements) {
+    return bind(name, values, dtype, grad, dtype, elements);
+  }
 
-  /// One optimizer step on the bound gradients. Collective. Returns false
-  /// with `error` when a rank has unbound parameters (nothing changes), a
-  /// peer does not answer, or the device runs out of memory. A gradient
-  /// with NaN or Inf on any rank skips the step on every rank, changing
-  /// nothing (`result.applied` false).
-  bool step(StepResult &result, std::string &error);
+  /// The parameter groups with the settings the next step uses: the plan's
+  /// starting values, as changed since (torch.optim's param_groups).
+  const std::vector<PlanGroup> &groups() const { return executor->groups(); }
+  /// The group named `name`, or null.
+  const PlanGroup *group(const std::string &name) const;
+  /// Changes a group's hyper-parameters for the steps that follow (a
+  /// learning-rate schedule, weight-decay changes): lr, weight decay,
+  /// momentum, nesterov and adjust_lr of a Muon group, or lr, betas, eps
+  /// and weight decay of an AdamW group. Checked like the plan's values;
+  /// a bad value or a group of the other algorithm is refused with nothing
+  /// changed. Not collective, but every rank must set the same values
+  /// before the next step: the step compares them across ranks (a hash in
+  /// its agreement round) and refuses to run, changing nothing, if they
+  /// differ.
+  Status setGroupOptions(const std::string &name, const MuonSettings &muon);
+  Status setGroupOptions(const std::string &name, const AdamWSettings &adamw);
+  /// Only the learning rate, of a group of either algorithm (a scheduler's
+  /// usual change).
+  Status setGroupLr(const std::string &name, double lr);
+
+  /// One optimizer step on the bound gradients, with the groups' current
+  /// settings. Collective. Fails, with nothing changed, when a rank has
+  /// unbound parameters or ranks set different group settings; fails when
+  /// a peer does not answer, the device runs out of memory or reports an
+  /// error (on every rank). A gradient with NaN or Inf on any rank skips the
+  /// step on every rank, changing nothing (`result.applied` false).
+  Status step(StepResult &result);
   int64_t stepsTaken() const { return steps; }
 
-  /// Saves this rank's optimizer state into `dir` (created if missing):
-  /// one file per rank, holding every local piece's state (Muon momentum,
-  /// AdamW moments and step counts) by parameter name and global box, with
-  /// the step count and the plan's hash; with `withParameters`, the bound
+  /// Saves this rank's optimizer state into `dir` (created if missing; an
+  /// empty path is refused): one file per rank, holding every local
+  /// piece's state (Muon momentum, AdamW moments and step counts) by
+  /// parameter name and global box, with the step count, the groups'
+  /// current settings and the plan's hash; with `withParameters`, the bound
   /// parameter values too. Files are written atomically and flushed to
   /// disk, and a manifest written last makes the checkpoint complete: a
   /// save that fails on any rank leaves the previous checkpoint as it was.
   /// Collective.
-  bool saveCheckpoint(const std::string &dir, bool withParameters,
-                      std::string &error);
+  Status saveCheckpoint(const std::string &dir, bool withParameters);
   /// Loads a checkpoint under any layout or world size of the same model:
-  /// each rank reads the boxes overlapping its pieces from every rank's
-  /// file and cuts them to its own. With `withParameters`, the bound
-  /// storage gets the saved values (the checkpoint must hold them). A
-  /// damaged, foreign or incomplete checkpoint is refused on every rank
-  /// with nothing changed. Collective.
-  bool loadCheckpoint(const std::string &dir, bool withParameters,
-                      std::string &error);
+  /// each rank reads the boxes overlapping its pieces and cuts them to its
+  /// own; the groups' settings come back as saved. With `withParameters`,
+  /// the bound storage gets the saved values (the checkpoint must hold
+  /// them). A damaged, foreign or incomplete checkpoint is refused on every
+  /// rank with nothing changed. Collective.
+  Status loadCheckpoint(const std::string &dir, bool withParameters);
 
   const StepCounters &counters() const;
   /// The last step's timeline on this rank, with OptimizerOptions::trace
   /// (StepExecutor::trace).
   const std::vector<TraceEvent> &trace() const;
+  /// The compiled plan, with the groups' starting settings (groups() has
+  /// the current ones).
   const Plan &plan() const { return thePlan; }
   /// The element type Newton-Schulz runs in: the plan's ns_dtype, "auto"
   /// resolved to the device's default.
@@ -143,6 +176,11 @@ public:
 private:
   Optimizer(Plan plan, Communicator &comm, Device &device,
             const OptimizerOptions &options);
+  bool saveCheckpointFiles(const std::string &dir, bool withParameters,
+                           std::string &error);
+  bool loadCheckpointFiles(const std::string &dir, bool withParameters,
+                           std::string &error);
+  Status setGroup(const std::string &name, bool muon, const PlanGroup &group);
 
   Plan thePlan;
   Communicator &comm;

@@ -29,13 +29,10 @@ enum class StatusCode {
   NotFound,
   /// Data that fails its checks (a damaged checkpoint or plan file).
   DataLoss,
-  /// A peer did not answer in time.
-  DeadlineExceeded,
   /// The device has no room.
   ResourceExhausted,
-  /// A transport or a peer failed (a peer's own error is named).
-  Aborted,
-  /// A file could not be written or read.
+  /// Something outside the process failed: a peer that did not answer in
+  /// time, a transport error, a file that could not be written.
   Unavailable,
   /// The device reported an error (e.g. a CUDA error).
   Internal,

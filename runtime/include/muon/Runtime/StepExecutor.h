@@ -20,6 +20,7 @@
 #include "muon/Plan/Trace.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Device.h"
+#include "muon/Runtime/Status.h"
 
 #include <chrono>
 #include <cstdint>
@@ -60,7 +61,7 @@ public:
   /// the same plan (a hash exchanged at start-up; mismatching ranks are
   /// named), lays out the local pieces and allocates the optimizer state.
   /// Collective: every rank calls it.
-  bool initialize(std::string &error);
+  Status initialize();
 
   /// This rank's piece of parameter `param`: its box in the global tensor,
   /// and its element count (0: the rank holds nothing of it).
@@ -71,17 +72,30 @@ public:
   /// The storage type of parameter `param` (the plan's dtype).
   DType dtype(int64_t param) const;
 
-  /// Binds the piece's storage (device memory, `dtype(param)`, row-major
-  /// over the box); both outlive the executor's steps.
-  void bind(int64_t param, void *values, const void *grad);
+  /// Binds the piece's storage (device memory, row-major over the box): the
+  /// values in `dtype(param)`, the gradient in `gradType` (any storage
+  /// type: bf16 weights may have f32 gradients, f32 master weights bf16
+  /// ones); both outlive the executor's steps.
+  void bind(int64_t param, void *values, const void *grad, DType gradType);
   /// Whether every parameter this rank holds is bound.
   bool allBound() const;
 
-  /// One optimizer step. Returns false with `error` on a fatal problem (a
-  /// peer that does not answer in time, a transport failure, a rank with
-  /// unbound parameters, memory the device cannot give); a skipped step for
-  /// non-finite gradients is not an error (see `result`). Collective.
-  bool step(StepResult &result, std::string &error);
+  /// The hyper-parameters the next step uses, per plan group: the plan's
+  /// starting values until setGroup changes them.
+  const std::vector<PlanGroup> &groups() const { return currentGroups; }
+  /// Replaces group `index`'s settings (checked by the caller; the name and
+  /// algorithm stay). Every rank must set the same values before its next
+  /// step, which checks that they did.
+  void setGroup(int64_t index, const PlanGroup &group);
+
+  /// One optimizer step. Fails on a problem that changes nothing, found in
+  /// the agreement every rank makes before any state changes (a rank with
+  /// unbound parameters, ranks whose group settings differ), or on a fatal
+  /// one (a peer that does not answer in time, a transport failure, memory
+  /// or a device error, which fails the step on every rank after the work);
+  /// a skipped step for non-finite gradients is not an error (see
+  /// `result`). Collective.
+  Status step(StepResult &result);
 
   const StepCounters &counters() const { return lastCounters; }
   /// The last step's timeline on this rank (with ExecutorOptions::trace),
@@ -113,6 +127,7 @@ private:
     DType dtype = DType::F32;
     void *values = nullptr;
     const void *grad = nullptr;
+    DType gradType = DType::F32;
     DeviceBuffer momentum, update, orthogonalized; // Muon
     DeviceBuffer expAvg, expAvgSq, summedGrad;     // AdamW
     bool summed = false; // summedGrad holds this step's reduced gradient
@@ -132,16 +147,23 @@ private:
     int64_t elements() const { return rows.size() * cols.size(); }
   };
   Piece piece(int64_t k) const;
-  float *fullMatrix(int64_t k, std::string &error);
-  bool startExchange(int64_t index, std::string &error);
-  bool finishExchange(int64_t index, std::string &error);
-  bool runNewtonSchulz(int64_t round, std::string &error);
+  Status fullMatrix(int64_t k, float *&matrix);
+  Status startExchange(int64_t index);
+  Status finishExchange(int64_t index);
+  Status runNewtonSchulz(int64_t round);
   void applyRound(int64_t round);
   void runAdamW();
+  Status runSchedule();
+  /// After the work: a device error on any rank fails the step on every
+  /// rank, with the first failing rank's message.
+  Status agreeOnDeviceErrors();
   std::string describeExchange(int64_t index) const;
-  DeviceBuffer allocate(int64_t bytes, const char *what, std::string &error);
+  Status allocate(DeviceBuffer &buffer, int64_t bytes, const char *what);
+  /// FNV-1a of every group's settings: what ranks compare before a step.
+  uint64_t groupsHash() const;
 
   const Plan &planRef;
+  std::vector<PlanGroup> currentGroups;
   Communicator &comm;
   Device &device;
   ExecutorOptions options;

@@ -79,7 +79,10 @@ def Muon_ParamOp : Muon_Op<"param", [
     (major to minor), `partial [axes]` (pending sums), `only [axis = coord]`
     (sub-mesh). Leading dims of tensors with more than two dims are batch dims
     of independent matrices. `group` is `muon` (default for 2-D and more) or
-    `adamw` (default for 0-D and 1-D).
+    `adamw` (default for 0-D and 1-D). `param_group "name"` puts the
+    parameter in the `muon.optimizer` or `muon.adamw` of that name (its
+    algorithm must be the parameter's); without it the parameter is in the
+    first group of its algorithm.
 
     In the process-group style a parameter has no `on` clause; instead
     `tp_dim`, `stage` and `expert` say what the groups do with it.
@@ -90,6 +93,7 @@ def Muon_ParamOp : Muon_Op<"param", [
     muon.param @moe : tensor<64x2048x7168xf32> on @mesh split [[0], [], []]
     muon.param @bias : tensor<512xf32> on @mesh split [[]] partial [1]
     muon.param @head : tensor<4x4xf32> on @mesh split [[], []] only [0 = 3] group adamw
+    muon.param @wte : tensor<96x32xf32> on @mesh split [[0], []] group adamw param_group "embeddings"
     muon.param @w0 : tensor<1024x4096xf32> tp_dim 0 stage 1
     ```
   }];
@@ -100,6 +104,7 @@ def Muon_ParamOp : Muon_Op<"param", [
                        OptionalAttr<DenseI64ArrayAttr>:$partial_axes,
                        OptionalAttr<DenseI64ArrayAttr>:$only,
                        OptionalAttr<Muon_ParamGroupAttr>:$group,
+                       OptionalAttr<StrAttr>:$param_group,
                        OptionalAttr<I64Attr>:$tp_dim,
                        OptionalAttr<I64Attr>:$stage,
                        OptionalAttr<I64Attr>:$expert);
@@ -120,8 +125,16 @@ def Muon_ParamOp : Muon_Op<"param", [
 //===----------------------------------------------------------------------===//
 
 def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
-  let summary = "Muon hyper-parameters (defaults of torch.optim.Muon)";
+  let summary = "A Muon parameter group (defaults of torch.optim.Muon)";
   let description = [{
+    One Muon group of the model (as one of torch.optim's param_groups), named
+    `name` (default "muon"); a model may have several, with unique names
+    across its `muon.optimizer` and `muon.adamw` ops. `lr`, `weight_decay`,
+    `momentum`, `nesterov` and `adjust_lr` are the group's starting values,
+    which a trainer may change between steps. The Newton-Schulz settings
+    (`ns_steps`, `ns_coefficients`, `eps`, `ns_dtype`) decide flops, batches
+    and precision, so every Muon group of a model must agree on them.
+
     `ns_coefficients` holds one (a, b, c) triple used for every Newton-Schulz
     step, or one triple per step (e.g. a Polar Express schedule).
     `adjust_lr` is `original` (lr * sqrt(max(1, rows/cols))) or
@@ -132,9 +145,11 @@ def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
     ```mlir
     muon.optimizer {lr = 2.0e-02 : f64, ns_steps = 5 : i64,
                     ns_coefficients = [array<f64: 3.4445, -4.775, 2.0315>]}
+    muon.optimizer {group_name = "attention", lr = 1.0e-02 : f64}
     ```
   }];
   let arguments = (ins
+    OptionalAttr<StrAttr>:$group_name,
     DefaultValuedAttr<F64Attr, "1e-3">:$lr,
     DefaultValuedAttr<F64Attr, "0.1">:$weight_decay,
     DefaultValuedAttr<F64Attr, "0.95">:$momentum,
@@ -151,18 +166,33 @@ def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
   let extraClassDeclaration = [{
     /// The (a, b, c) coefficients of Newton-Schulz step `step`.
     std::array<double, 3> getCoefficients(int64_t step);
+    /// `group_name`, or "muon".
+    ::llvm::StringRef groupName();
   }];
 }
 
 def Muon_AdamWOp : Muon_Op<"adamw", [HasParent<"ModelOp">]> {
-  let summary = "AdamW hyper-parameters for the non-matrix group";
+  let summary = "An AdamW parameter group (embeddings, heads, norms, biases)";
+  let description = [{
+    One AdamW group, named `group_name` (default "adamw"); a model may have
+    several. The values are the group's starting hyper-parameters.
+
+    ```mlir
+    muon.adamw {group_name = "embeddings", lr = 3.0e-03 : f64, weight_decay = 0.0 : f64}
+    ```
+  }];
   let arguments = (ins
+    OptionalAttr<StrAttr>:$group_name,
     DefaultValuedAttr<F64Attr, "1e-3">:$lr,
     OptionalAttr<DenseF64ArrayAttr>:$betas,
     DefaultValuedAttr<F64Attr, "1e-8">:$eps,
     DefaultValuedAttr<F64Attr, "0.01">:$weight_decay);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// `group_name`, or "adamw".
+    ::llvm::StringRef groupName();
+  }];
 }
 
 def Muon_DistributedOp : Muon_Op<"distributed", [HasParent<"ModelOp">]> {

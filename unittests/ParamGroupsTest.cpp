@@ -1,0 +1,434 @@
+//===- ParamGroupsTest.cpp - Groups and hyper-parameters as step inputs ---===//
+//
+// What a real training loop does with the optimizer: several parameter
+// groups with their own settings, a learning-rate and weight-decay schedule
+// that changes them before every step, and errors that leave nothing behind.
+// The model is described and compiled in process (Muon::Compiler), as a C++
+// trainer would.
+//
+//===----------------------------------------------------------------------===//
+#include "muon/Compiler/Compile.h"
+#include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Runtime/LocalCommunicator.h"
+#include "muon/Runtime/Optimizer.h"
+#include "muon/Runtime/Testing/Synthetic.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <utility>
+
+using namespace muon;
+using namespace muon::runtime;
+namespace mc = muon::compiler;
+
+namespace {
+
+/// Four groups, two of each algorithm, each with its own lr and weight
+/// decay: hidden matrices, attention, embeddings and norms.
+mc::Model fourGroupModel() {
+  mc::Model model;
+  auto muonGroup = [](std::string name, double lr, double wd) {
+    mc::ParamGroup g;
+    g.name = std::move(name);
+    g.algorithm = mc::Group::Muon;
+    g.muon.lr = lr;
+    g.muon.weightDecay = wd;
+    return g;
+  };
+  auto adamwGroup = [](std::string name, double lr, double wd) {
+    mc::ParamGroup g;
+    g.name = std::move(name);
+    g.algorithm = mc::Group::AdamW;
+    g.adamw.lr = lr;
+    g.adamw.weightDecay = wd;
+    g.adamw.beta2 = 0.95;
+    return g;
+  };
+  model.groups = {muonGroup("hidden", 0.02, 0.1), muonGroup("attn", 0.01, 0.05),
+                  adamwGroup("embed", 0.003, 0.0),
+                  adamwGroup("norms", 0.001, 0.01)};
+  auto param = [&](std::string name, std::vector<int64_t> shape,
+                   std::string group) {
+    mc::Param p;
+    p.name = std::move(name);
+    p.shape = std::move(shape);
+    p.groupName = std::move(group);
+    p.placements = {mc::Placement::shard(0)};
+    model.params.push_back(p);
+  };
+  param("emb", {30, 12}, "embed");
+  param("wq", {12, 12}, "attn");
+  param("w1", {12, 20}, "hidden");
+  param("w2", {20, 12}, "hidden");
+  param("wo", {13, 12}, "attn");
+  param("norm", {12}, "norms");
+  return model;
+}
+
+Plan compileOn(const mc::Model &model, int64_t ranks) {
+  mc::DistributedConfig config = mc::createDTensorConfig({{ranks}, {"dp"}});
+  Plan plan;
+  std::string error;
+  EXPECT_TRUE(mc::compile(model, &config, plan, error)) << error;
+  return plan;
+}
+
+/// The schedule the tests run: warmup then decay of every group's lr, and a
+/// weight decay that changes every step too.
+struct Schedule {
+  double lrFactor(int64_t step) const {
+    return step < 2 ? 0.5 * (step + 1) : 1.0 / (1.0 + 0.3 * (step - 1));
+  }
+  double wdFactor(int64_t step) const { return 1.0 + 0.25 * step; }
+
+  /// The groups' settings before `step`, from the plan's starting values.
+  std::vector<PlanGroup> at(const Plan &plan, int64_t step) const {
+    std::vector<PlanGroup> groups = plan.groups;
+    for (PlanGroup &g : groups) {
+      g.muonSettings.lr *= lrFactor(step);
+      g.muonSettings.weightDecay *= wdFactor(step);
+      g.adamwSettings.lr *= lrFactor(step);
+      g.adamwSettings.weightDecay *= wdFactor(step);
+    }
+    return groups;
+  }
+  void apply(Optimizer &opt, int64_t step) const {
+    for (const PlanGroup &g : at(opt.plan(), step)) {
+      Status s = g.muon ? opt.setGroupOptions(g.name, g.muonSettings)
+                        : opt.setGroupOptions(g.name, g.adamwSettings);
+      ASSERT_TRUE(s.ok()) << s.message();
+    }
+  }
+};
+
+std::vector<float> randomVector(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(rng);
+  return v;
+}
+
+TEST(ParamGroups, ScheduledStepsMatchAReferenceBitForBit) {
+  // One device: every step's update, recomputed from the device's own
+  // primitives with that step's settings, must equal the optimizer's.
+  const mc::Model model = fourGroupModel();
+  const Plan plan = compileOn(model, 1);
+  ASSERT_EQ(plan.groups.size(), 4u);
+  SingleRankCommunicator comm;
+  cpu::CpuDevice device;
+  std::unique_ptr<Optimizer> opt;
+  ASSERT_TRUE(Optimizer::create(plan, comm, device, {}, opt).ok());
+
+  const size_t n = plan.params.size();
+  std::vector<std::vector<float>> values(n), grads(n), refValues(n);
+  std::vector<std::vector<float>> momentum(n), expAvg(n), expAvgSq(n);
+  for (size_t i = 0; i < n; ++i) {
+    const ParamSlot &slot = opt->params()[i];
+    values[i] = randomVector(slot.elements, 100 + i);
+    refValues[i] = values[i];
+    grads[i].assign(slot.elements, 0.0f);
+    momentum[i].assign(slot.elements, 0.0f);
+    expAvg[i].assign(slot.elements, 0.0f);
+    expAvgSq[i].assign(slot.elements, 0.0f);
+    ASSERT_TRUE(opt->bind(slot.name, values[i].data(), grads[i].data(),
+                          DType::F32, slot.elements)
+                    .ok());
+  }
+  const Schedule schedule;
+  for (int64_t step = 0; step < 4; ++step) {
+    for (size_t i = 0; i < n; ++i) { // into the bound storage
+      std::vector<float> g =
+          randomVector(grads[i].size(), 1000 * (step + 1) + i);
+      std::copy(g.begin(), g.end(), grads[i].begin());
+    }
+    schedule.apply(*opt, step);
+    StepResult result;
+    Status status = opt->step(result);
+    ASSERT_TRUE(status.ok()) << status.message();
+    ASSERT_TRUE(result.applied);
+
+    const std::vector<PlanGroup> groups = schedule.at(plan, step);
+    for (size_t i = 0; i < n; ++i) {
+      const PlanParam &p = plan.params[i];
+      const PlanGroup &g = groups[p.group];
+      const int64_t count = static_cast<int64_t>(refValues[i].size());
+      if (!g.muon) {
+        device.adamw(refValues[i].data(), DType::F32, grads[i].data(),
+                     DType::F32, expAvg[i].data(), expAvgSq[i].data(), count,
+                     g.adamwSettings, step + 1);
+        continue;
+      }
+      std::vector<float> update(count);
+      device.momentum(grads[i].data(), DType::F32, momentum[i].data(),
+                      update.data(), count, g.muonSettings);
+      const int64_t rows = p.layout.shape[0], cols = p.layout.shape[1];
+      device.newtonSchulz(update.data(), 1, rows, cols, plan.ns.coefficients,
+                          plan.ns.eps, DType::F32);
+      device.applyUpdate(refValues[i].data(), DType::F32, update.data(), count,
+                         g.muonSettings,
+                         adjustedLr(g.muonSettings, rows, cols));
+    }
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(0, std::memcmp(values[i].data(), refValues[i].data(),
+                               values[i].size() * 4))
+          << "step " << step << ", parameter '" << plan.params[i].name << "'";
+  }
+  // The optimizer reports what it runs with.
+  EXPECT_DOUBLE_EQ(opt->group("attn")->muonSettings.lr,
+                   0.01 * schedule.lrFactor(3));
+  EXPECT_DOUBLE_EQ(opt->group("norms")->adamwSettings.weightDecay,
+                   0.01 * schedule.wdFactor(3));
+}
+
+/// Runs `plan` for `steps` synthetic steps on its ranks (threads) with the
+/// schedule; returns the whole tensors.
+std::vector<std::vector<float>> runScheduled(const Plan &plan, int64_t steps) {
+  std::vector<std::vector<float>> whole = wholeTensors(plan);
+  LocalWorld world(plan.worldSize);
+  std::vector<std::thread> ranks;
+  std::vector<std::string> errors(plan.worldSize);
+  for (int64_t r = 0; r < plan.worldSize; ++r)
+    ranks.emplace_back([&, r] {
+      LocalCommunicator comm(world, r);
+      cpu::CpuDevice device;
+      std::unique_ptr<Optimizer> opt;
+      if (Status s = Optimizer::create(plan, comm, device, {20.0}, opt);
+          !s.ok()) {
+        errors[r] = s.message();
+        return;
+      }
+      SyntheticModel model(*opt, device, 7, summandCounts(plan));
+      for (int64_t s = 0; s < steps; ++s) {
+        model.makeGradients(s, 1, {});
+        Schedule().apply(*opt, s);
+        StepResult result;
+        if (Status status = opt->step(result); !status.ok()) {
+          errors[r] = status.message();
+          return;
+        }
+      }
+      model.copyInto(whole);
+    });
+  for (std::thread &t : ranks)
+    t.join();
+  for (const std::string &e : errors)
+    EXPECT_EQ(e, "");
+  return whole;
+}
+
+TEST(ParamGroups, ScheduledRunOnFourRanksEqualsOneDevice) {
+  const mc::Model model = fourGroupModel();
+  const Plan four = compileOn(model, 4);
+  EXPECT_EQ(runScheduled(four, 4), runScheduled(referencePlan(four), 4));
+}
+
+TEST(ParamGroups, RanksWithDifferentSettingsAreRefusedBeforeAnythingChanges) {
+  const Plan plan = compileOn(fourGroupModel(), 2);
+  LocalWorld world(2);
+  std::vector<Status> first(2), second(2);
+  std::vector<bool> unchanged(2, false);
+  std::vector<int64_t> steps(2, -1);
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      LocalCommunicator comm(world, r);
+      cpu::CpuDevice device;
+      std::unique_ptr<Optimizer> opt;
+      ASSERT_TRUE(Optimizer::create(plan, comm, device, {20.0}, opt).ok());
+      SyntheticModel model(*opt, device, 3, summandCounts(plan));
+      model.makeGradients(0, 1, {});
+      std::vector<std::vector<float>> before;
+      for (size_t i = 0; i < plan.params.size(); ++i)
+        before.push_back(model.values(i));
+      // Rank 1 forgets to decay the embeddings' lr.
+      ASSERT_TRUE(opt->setGroupLr("embed", r == 1 ? 0.003 : 0.0015).ok());
+      StepResult result;
+      first[r] = opt->step(result);
+      bool same = true;
+      for (size_t i = 0; i < plan.params.size(); ++i)
+        same = same && model.values(i) == before[i];
+      unchanged[r] = same;
+      // Agreeing again, the step runs.
+      ASSERT_TRUE(opt->setGroupLr("embed", 0.0015).ok());
+      second[r] = opt->step(result);
+      steps[r] = opt->stepsTaken();
+    });
+  for (std::thread &t : ranks)
+    t.join();
+  for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(first[r].code(), StatusCode::InvalidArgument);
+    EXPECT_EQ(first[r].message(),
+              "ranks [1] set group hyper-parameters different from rank 0's; "
+              "every rank must set the same values before a step (nothing "
+              "was changed)");
+    EXPECT_TRUE(unchanged[r]) << "rank " << r;
+    EXPECT_TRUE(second[r].ok()) << second[r].message();
+    EXPECT_EQ(steps[r], 1);
+  }
+}
+
+TEST(ParamGroups, BadSettingsAreRefusedWithNothingChanged) {
+  const Plan plan = compileOn(fourGroupModel(), 1);
+  SingleRankCommunicator comm;
+  cpu::CpuDevice device;
+  std::unique_ptr<Optimizer> opt;
+  ASSERT_TRUE(Optimizer::create(plan, comm, device, {}, opt).ok());
+  const std::vector<PlanGroup> before = opt->groups();
+
+  MuonSettings m = opt->group("hidden")->muonSettings;
+  m.lr = -1;
+  Status s = opt->setGroupOptions("hidden", m);
+  EXPECT_EQ(s.code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(s.message(), "group 'hidden': lr: expected a finite number >= 0, "
+                         "got -1 (nothing was changed)");
+  m.lr = NAN;
+  EXPECT_FALSE(opt->setGroupOptions("hidden", m).ok());
+  m.lr = 0.01;
+  m.momentum = 1.0;
+  s = opt->setGroupOptions("hidden", m);
+  EXPECT_EQ(s.message(), "group 'hidden': momentum: expected a number in "
+                         "[0, 1), got 1 (nothing was changed)");
+  AdamWSettings a;
+  a.beta2 = 1.5;
+  s = opt->setGroupOptions("embed", a);
+  EXPECT_EQ(s.message(), "group 'embed': betas[1]: expected a number in "
+                         "[0, 1), got 1.5 (nothing was changed)");
+  s = opt->setGroupOptions("embed", MuonSettings());
+  EXPECT_EQ(s.message(), "group 'embed' is adamw, not muon; give it adamw "
+                         "settings");
+  s = opt->setGroupLr("head", 0.1);
+  EXPECT_EQ(s.code(), StatusCode::NotFound);
+  EXPECT_EQ(s.message(), "no parameter group named 'head' (the groups are "
+                         "'hidden', 'attn', 'embed', 'norms')");
+  ASSERT_EQ(opt->groups().size(), before.size());
+  for (size_t g = 0; g < before.size(); ++g) {
+    EXPECT_EQ(opt->groups()[g].muonSettings.lr, before[g].muonSettings.lr);
+    EXPECT_EQ(opt->groups()[g].adamwSettings.beta2,
+              before[g].adamwSettings.beta2);
+  }
+}
+
+TEST(ParamGroups, PlanHashLeavesHyperParametersOut) {
+  // Ranks agree on the plan, not on the learning rate: two plans that
+  // differ only in a group's starting lr hash alike, and a structural
+  // difference does not.
+  Plan a = compileOn(fourGroupModel(), 2), b = a;
+  b.groups[0].muonSettings.lr *= 3;
+  b.groups[2].adamwSettings.beta1 = 0.8;
+  EXPECT_EQ(planHash(a), planHash(b));
+  b.ns.eps *= 2;
+  EXPECT_NE(planHash(a), planHash(b));
+}
+
+TEST(ParamGroups, AFailedCallLeavesNoErrorBehind) {
+  // A failed bind used to leave its message in the caller's string, and
+  // every later call that was handed the same string failed with it.
+  const Plan plan = compileOn(fourGroupModel(), 1);
+  SingleRankCommunicator comm;
+  cpu::CpuDevice device;
+  std::unique_ptr<Optimizer> opt;
+  ASSERT_TRUE(Optimizer::create(plan, comm, device, {}, opt).ok());
+  std::vector<std::vector<float>> values, grads;
+  for (const ParamSlot &slot : opt->params()) {
+    values.emplace_back(slot.elements, 0.5f);
+    grads.emplace_back(slot.elements, 0.25f);
+  }
+  Status bad = opt->bind("emb", values[0].data(), grads[0].data(), DType::F32,
+                         values[0].size() + 1);
+  EXPECT_EQ(bad.code(), StatusCode::InvalidArgument);
+  for (size_t i = 0; i < values.size(); ++i)
+    ASSERT_TRUE(opt->bind(opt->params()[i].name, values[i].data(),
+                          grads[i].data(), DType::F32, values[i].size())
+                    .ok());
+  StepResult result;
+  Status status = opt->step(result);
+  EXPECT_TRUE(status.ok()) << status.message();
+  EXPECT_TRUE(result.applied);
+}
+
+/// A CPU device whose Newton-Schulz fails once, as a GPU reports an illegal
+/// address: the operation returns, and the error waits for takeError.
+class FailingDevice final : public Device {
+public:
+  explicit FailingDevice(bool fail) : fail(fail) {}
+  const char *name() const override { return "failing-cpu"; }
+  void *allocate(int64_t b) override { return cpu.allocate(b); }
+  void release(void *m) override { cpu.release(m); }
+  void zero(void *m, int64_t b) override { cpu.zero(m, b); }
+  void copyToDevice(void *d, const void *s, int64_t b) override {
+    cpu.copyToDevice(d, s, b);
+  }
+  void copyToHost(void *d, const void *s, int64_t b) override {
+    cpu.copyToHost(d, s, b);
+  }
+  bool allFinite(const void *x, DType t, int64_t n) override {
+    return cpu.allFinite(x, t, n);
+  }
+  void momentum(const void *g, DType gt, float *b, float *u, int64_t n,
+                const MuonSettings &s) override {
+    cpu.momentum(g, gt, b, u, n, s);
+  }
+  void applyUpdate(void *v, DType t, const float *o, int64_t n,
+                   const MuonSettings &s, double lr) override {
+    cpu.applyUpdate(v, t, o, n, s, lr);
+  }
+  void adamw(void *v, DType t, const void *g, DType gt, float *m, float *s2,
+             int64_t n, const AdamWSettings &s, int64_t step) override {
+    cpu.adamw(v, t, g, gt, m, s2, n, s, step);
+  }
+  void copyBox(const BoxCopy &c) override { cpu.copyBox(c); }
+  int64_t newtonSchulz(float *x, int64_t count, int64_t rows, int64_t cols,
+                       const std::vector<std::array<double, 3>> &abc,
+                       double eps, DType precision) override {
+    if (std::exchange(fail, false))
+      error = Status(StatusCode::Internal,
+                     "cublasGemmEx failed: CUBLAS_STATUS_EXECUTION_FAILED "
+                     "(injected)");
+    return cpu.newtonSchulz(x, count, rows, cols, abc, eps, precision);
+  }
+  Status takeError() override { return std::exchange(error, Status()); }
+
+private:
+  cpu::CpuDevice cpu;
+  bool fail;
+  Status error;
+};
+
+TEST(ParamGroups, ADeviceErrorFailsTheStepOnEveryRank) {
+  const Plan plan = compileOn(fourGroupModel(), 4);
+  LocalWorld world(4);
+  std::vector<Status> statuses(4), after(4);
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < 4; ++r)
+    ranks.emplace_back([&, r] {
+      LocalCommunicator comm(world, r);
+      FailingDevice device(/*fail=*/r == 2);
+      std::unique_ptr<Optimizer> opt;
+      ASSERT_TRUE(Optimizer::create(plan, comm, device, {20.0}, opt).ok());
+      SyntheticModel model(*opt, device, 3, summandCounts(plan));
+      model.makeGradients(0, 1, {});
+      StepResult result;
+      statuses[r] = opt->step(result);
+      // The error was reported once; the next step runs.
+      after[r] = opt->step(result);
+    });
+  for (std::thread &t : ranks)
+    t.join();
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(statuses[r].code(), StatusCode::Internal) << "rank " << r;
+    EXPECT_EQ(statuses[r].message(),
+              "the device of rank 2 failed during the step, whose updates may "
+              "be partly applied: cublasGemmEx failed: "
+              "CUBLAS_STATUS_EXECUTION_FAILED (injected)")
+        << "rank " << r;
+    EXPECT_TRUE(after[r].ok()) << after[r].message();
+  }
+}
+
+} // namespace
