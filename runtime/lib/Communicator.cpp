@@ -2,10 +2,26 @@
 #include "muon/Runtime/Communicator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 namespace muon::runtime {
+
+// What isTimeoutError looks for: the part after the seconds.
+static constexpr std::string_view kTimeoutTail = " s: a peer died or stalled";
+
+std::string timeoutError(double seconds) {
+  char limit[32];
+  std::snprintf(limit, sizeof(limit), "%g", seconds);
+  return "no answer within " + std::string(limit) + std::string(kTimeoutTail);
+}
+
+bool isTimeoutError(std::string_view error) {
+  size_t at = error.find("no answer within ");
+  return at != std::string_view::npos &&
+         error.find(kTimeoutTail, at) != std::string_view::npos;
+}
 
 bool SingleRankCommunicator::start(const AllToAllV &exchange,
                                    PendingExchange &pending,

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -26,14 +25,6 @@ using Clock = std::chrono::steady_clock;
 Clock::time_point deadlineAfter(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(seconds));
-}
-
-std::string timeoutMessage(double seconds) {
-  char text[96];
-  std::snprintf(text, sizeof(text),
-                "no answer within %g s (a peer died or stalled; see --timeout)",
-                seconds);
-  return text;
 }
 } // namespace
 
@@ -105,7 +96,7 @@ bool LocalCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
   Clock::time_point deadline = deadlineAfter(timeoutSeconds);
   std::unique_lock<std::mutex> lock(s.mutex);
   if (!s.allPosted(lock, id, deadline)) {
-    error = timeoutMessage(timeoutSeconds);
+    error = timeoutError(timeoutSeconds);
     return false;
   }
   // Pull every peer's part for this rank.
@@ -131,7 +122,7 @@ bool LocalCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
                   mine.recvCounts[p] * mine.elementBytes);
   }
   if (!s.finish(lock, id, deadline)) {
-    error = timeoutMessage(timeoutSeconds);
+    error = timeoutError(timeoutSeconds);
     return false;
   }
   pending.id = -1;
@@ -151,12 +142,12 @@ bool LocalCommunicator::exchangeBytes(std::vector<char> mine,
   ++slot.posted;
   s.changed.notify_all();
   if (!s.allPosted(lock, id, deadline)) {
-    error = timeoutMessage(timeoutSeconds);
+    error = timeoutError(timeoutSeconds);
     return false;
   }
   all = s.slots[id].bytes;
   if (!s.finish(lock, id, deadline)) {
-    error = timeoutMessage(timeoutSeconds);
+    error = timeoutError(timeoutSeconds);
     return false;
   }
   return true;

@@ -33,6 +33,13 @@ namespace {
 /// Exit codes beyond the contract's 0/1/2.
 constexpr int kRunFailed = 3;
 
+/// "rank R: <error>" as muon-run prints it. The runtime names no flag in
+/// a timeout (the caller chose the limit); here the caller is muon-run.
+std::string rankError(int64_t rank, const std::string &error) {
+  return "rank " + std::to_string(rank) + ": " + error +
+         (isTimeoutError(error) ? " (see --timeout)" : "");
+}
+
 template <typename T> void append(std::vector<char> &out, const T *data,
                                   size_t count) {
   const char *bytes = reinterpret_cast<const char *>(data);
@@ -195,13 +202,13 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv,
   int64_t mine = !planLoaded ? 0 : opened ? 2 : 1, everyone = 0;
   std::string agreeError;
   if (!mpi.allReduceMin(mine, everyone, flags.timeoutSeconds, agreeError)) {
-    printError("rank " + std::to_string(mpi.rank()) + ": " +
-               (opened || !planLoaded ? agreeError : error));
+    printError(
+        rankError(mpi.rank(), opened || !planLoaded ? agreeError : error));
     mpi.abort(kRunFailed);
   }
   if (everyone < 2) {
     if (planLoaded && !opened)
-      printError("rank " + std::to_string(mpi.rank()) + ": " + error);
+      printError(rankError(mpi.rank(), error));
     return everyone == 0 ? 2 : kRunFailed;
   }
   Communicator &comm = backend.transport ? *backend.transport
@@ -218,7 +225,7 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
   const int64_t rank = comm.rank();
   const bool lead = rank == 0;
   auto fail = [&](const std::string &message) {
-    printError("rank " + std::to_string(rank) + ": " + message);
+    printError(rankError(rank, message));
   };
   if (comm.size() != plan.worldSize) {
     if (lead)

@@ -647,9 +647,8 @@ LogicalResult SpecImporter::importParamLayout(const JsonValue &p,
   std::vector<int64_t> shardDim(meshRank, -1);
   const JsonValue *placements = get(p, "placements");
   const JsonValue *split = get(p, "split");
-  if (!placements && !split)
-    return fail(path, "missing key 'placements' (one entry per mesh axis) or "
-                      "'split'");
+  // Neither `placements` nor `split`: "R" on every mesh axis (contract 1.3),
+  // which `kind` already holds.
   if (placements) {
     std::string ppath = key(path, "placements");
     const JsonValue *list = getArray(*placements, ppath);
@@ -1040,11 +1039,6 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
                "and 'groups' (process-group style), not both");
     return nullptr;
   }
-  if (!hasMesh && !processGroups) {
-    (void)fail("", "missing key 'mesh' (DTensor style) or 'world_size' and "
-                   "'groups' (process-group style)");
-    return nullptr;
-  }
   if (!processGroups)
     for (StringRef k : {"tp_dim_per_param", "fsdp_dim", "num_experts"})
       if (get(*root, k)) {
@@ -1064,9 +1058,19 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
   model = ModelOp::create(builder, at(""), "model");
   builder.setInsertionPointToEnd(&model.getBodyBlock());
 
-  if (hasMesh ? failed(importMesh(*get(*root, "mesh")))
-              : failed(importGroups(*root)))
-    return nullptr;
+  if (processGroups) {
+    if (failed(importGroups(*root)))
+      return nullptr;
+  } else if (hasMesh) {
+    if (failed(importMesh(*get(*root, "mesh"))))
+      return nullptr;
+  } else {
+    // No mesh and no groups: one device, as `"mesh": {"shape": [1]}`
+    // (contract 1.3). The grid is located at the root: there is no key.
+    meshShape = {1};
+    axisNames = {""};
+    shard_adapter::createGrid(builder, at(""), "mesh", meshShape);
+  }
   if (const JsonValue *g = get(*root, "param_groups")) {
     // torch.optim's param_groups replace the two-group keys.
     for (StringRef k : {"optimizer", "adamw"})

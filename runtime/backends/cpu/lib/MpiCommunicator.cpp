@@ -6,7 +6,6 @@
 #include <chrono>
 #include <climits>
 #include <condition_variable>
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -257,10 +256,7 @@ static bool pollUntilDone(std::mutex &mpi, Test test, double timeoutSeconds,
     if (done)
       return true;
     if (std::chrono::steady_clock::now() > deadline) {
-      char limit[32];
-      std::snprintf(limit, sizeof(limit), "%g", timeoutSeconds);
-      error = std::string("no answer within ") + limit +
-              " s (a peer died or stalled; see --timeout)";
+      error = timeoutError(timeoutSeconds);
       return false;
     }
     if (++spins > 64)

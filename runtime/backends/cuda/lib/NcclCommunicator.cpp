@@ -18,7 +18,6 @@
 #include "CudaSupport.h"
 
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -337,10 +336,7 @@ bool NcclCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
       else if (async != nccl::kSuccess && async != nccl::kInProgress)
         failure = "NCCL: " + nccl.describe(async);
       else if (std::chrono::steady_clock::now() > deadline) {
-        char limit[32];
-        std::snprintf(limit, sizeof(limit), "%g", timeoutSeconds);
-        failure = std::string("no answer within ") + limit +
-                  " s (a peer died or stalled; see --timeout)";
+        failure = timeoutError(timeoutSeconds);
       }
     }
     if (!failure.empty()) {

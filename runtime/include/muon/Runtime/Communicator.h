@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace muon::runtime {
@@ -75,6 +76,16 @@ public:
 /// must report. Collective; on a transport failure, a note saying so.
 std::string shareText(Communicator &comm, int64_t root, const std::string &text,
                       double timeoutSeconds);
+
+/// The error of a wait that had no answer within its timeout of `seconds`:
+/// "no answer within 2 s: a peer died or stalled". Every transport reports
+/// a timeout with it. It names no tool flag: the caller chose the timeout
+/// (OptimizerOptions::timeoutSeconds, the C API's timeout_seconds, ...), so
+/// a tool that prints the error adds its own hint (isTimeoutError).
+std::string timeoutError(double seconds);
+/// Whether `error`, possibly after prefixes that give context, is a
+/// timeoutError.
+bool isTimeoutError(std::string_view error);
 
 /// The communicator of a run with one rank: exchanges can only be empty, and
 /// collectives return the rank's own values.

@@ -2,7 +2,7 @@
 //
 // The numbers of the run report that follow from the layout and the owners:
 // per-rank Newton-Schulz flops and owned matrices, and the two lower bounds
-// (see the spec contract (shared/docs/spec-format.md) of the project contract).
+// (docs/spec-format.md, section 2).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_DIALECT_MUON_ANALYSIS_FIGURES_H
