@@ -6,6 +6,7 @@
 #include "muon/Plan/Validate.h"
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace muon::runtime {
@@ -183,6 +184,122 @@ Status Optimizer::setGroupLr(const std::string &name, double lr) {
   g.muonSettings.lr = lr;
   g.adamwSettings.lr = lr;
   return setGroup(name, g.muon, g);
+}
+
+Status Optimizer::gatherParameter(const std::string &name, float *whole,
+                                  int64_t root) {
+  auto it = slotOf.find(name);
+  if (it == slotOf.end())
+    return Status(StatusCode::NotFound,
+                  "no parameter named '" + name + "' in the plan");
+  const int64_t world = thePlan.worldSize, me = comm.rank();
+  if (root < -1 || root >= world)
+    return invalidArgument("gathering '" + name + "': root " +
+                           std::to_string(root) + " is not a rank of " +
+                           std::to_string(world));
+  const bool receive = root == -1 || root == me;
+  if (receive && !whole)
+    return invalidArgument("gathering '" + name +
+                           "': the destination must not be null");
+  const ParamSlot &slot = slots[it->second];
+  if (slot.elements && !slot.bound)
+    return failedPrecondition("gathering '" + name + "': rank " +
+                              std::to_string(me) + " has not bound it");
+  // Every rank's box, from the layout; each distinct box is sent by its
+  // lowest holder (replicas hold the same values).
+  const PlanParam &p = thePlan.params[it->second];
+  std::vector<std::vector<Range>> boxes(world);
+  std::vector<int64_t> sender(world, -1);
+  std::map<std::vector<std::pair<int64_t, int64_t>>, int64_t> firstHolder;
+  for (int64_t r = 0; r < world; ++r) {
+    std::vector<int64_t> coords = thePlan.mesh.coordsOfRank(r);
+    if (!p.layout.inSubmesh(coords))
+      continue;
+    boxes[r] = p.layout.localBox(thePlan.mesh, coords);
+    std::vector<std::pair<int64_t, int64_t>> key;
+    int64_t n = 1;
+    for (const Range &range : boxes[r]) {
+      key.push_back({range.begin, range.end});
+      n *= range.size();
+    }
+    if (n && firstHolder.emplace(key, r).second)
+      sender[r] = r;
+  }
+  auto elementsOf = [&](int64_t r) {
+    int64_t n = sender[r] < 0 ? 0 : 1;
+    for (const Range &range : boxes[r])
+      n *= range.size();
+    return n;
+  };
+  AllToAllV call;
+  call.elementBytes = 4;
+  call.sendCounts.assign(world, 0);
+  call.sendOffsets.assign(world, 0);
+  call.recvCounts.assign(world, 0);
+  call.recvOffsets.assign(world, 0);
+  int64_t recvTotal = 0;
+  for (int64_t r = 0; r < world; ++r) {
+    if (elementsOf(me) && (root == -1 || root == r))
+      call.sendCounts[r] = elementsOf(me); // one piece, at offset 0
+    if (receive) {
+      call.recvOffsets[r] = recvTotal;
+      call.recvCounts[r] = elementsOf(r);
+      recvTotal += call.recvCounts[r];
+    }
+  }
+  // The piece as f32, in device memory as a transport expects it.
+  std::vector<float> mine(elementsOf(me));
+  if (!mine.empty()) {
+    const int64_t width = dtypeBytes(slot.dtype);
+    std::vector<char> raw(mine.size() * width);
+    device.copyToHost(raw.data(), values[it->second], raw.size());
+    for (size_t e = 0; e < mine.size(); ++e)
+      mine[e] = loadAs(raw.data(), slot.dtype, static_cast<int64_t>(e));
+  }
+  DeviceBuffer send(device, static_cast<int64_t>(mine.size()) * 4),
+      recv(device, recvTotal * 4);
+  if (!send.ok() || !recv.ok())
+    return Status(StatusCode::ResourceExhausted,
+                  "gathering '" + name + "': the device has no room for " +
+                      std::to_string((mine.size() + recvTotal) * 4) + " bytes");
+  if (!mine.empty())
+    device.copyToDevice(send.data(), mine.data(), mine.size() * 4);
+  call.sendBuffer = send.data();
+  call.recvBuffer = recv.data();
+  PendingExchange pending;
+  std::string error;
+  if (!comm.start(call, pending, error) ||
+      !comm.wait(pending, options.timeoutSeconds, error))
+    return Status(StatusCode::Unavailable,
+                  "gathering '" + name + "': " + error);
+  if (!receive)
+    return okStatus();
+  std::vector<float> pieces(recvTotal);
+  if (recvTotal)
+    device.copyToHost(pieces.data(), recv.data(), recvTotal * 4);
+  // Paste each piece into place, row-major over the whole shape.
+  const std::vector<int64_t> &shape = p.layout.shape;
+  for (int64_t r = 0; r < world; ++r) {
+    const int64_t n = elementsOf(r);
+    if (!n)
+      continue;
+    const std::vector<Range> &box = boxes[r];
+    std::vector<int64_t> at(box.size());
+    for (size_t d = 0; d < box.size(); ++d)
+      at[d] = box[d].begin;
+    for (int64_t e = 0; e < n; ++e) {
+      int64_t flat = 0;
+      for (size_t d = 0; d < shape.size(); ++d)
+        flat = flat * shape[d] + at[d];
+      whole[flat] = pieces[call.recvOffsets[r] + e];
+      for (size_t d = box.size(); d-- > 0;) {
+        if (++at[d] < box[d].end)
+          break;
+        at[d] = box[d].begin;
+      }
+    }
+  }
+  return okStatus();
 }
 
 Status Optimizer::step(StepResult &result) {

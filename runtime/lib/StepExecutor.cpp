@@ -6,6 +6,7 @@
 #include "muon/Support/Fnv.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 
 namespace muon::runtime {
@@ -27,7 +28,7 @@ StepExecutor::StepExecutor(const Plan &plan, Communicator &comm, Device &device,
 
 Status StepExecutor::allocate(DeviceBuffer &buffer, int64_t bytes,
                               const char *what) {
-  buffer = DeviceBuffer(device, bytes);
+  buffer = DeviceBuffer(device, bytes, &liveBytes, &peakBytes);
   if (buffer.ok())
     return okStatus();
   return Status(StatusCode::ResourceExhausted,
@@ -108,6 +109,7 @@ Status StepExecutor::initialize() {
   views.clear();
   for (const Exchange &ex : plan.exchanges)
     views.push_back(rankExchangeView(ex, myRank));
+  lastCounters.workingBytesBound = memoryBound();
   batchesByRound.assign(plan.rounds.size(), {});
   slotOf.clear();
   if (myRank < static_cast<int64_t>(plan.nsBatches.size()))
@@ -140,6 +142,45 @@ void StepExecutor::bind(int64_t param, void *values, const void *grad,
 
 void StepExecutor::setGroup(int64_t index, const PlanGroup &group) {
   currentGroups[index] = group;
+}
+
+int64_t StepExecutor::memoryBound() const {
+  const Plan &plan = planRef;
+  int64_t state = 0;
+  for (size_t i = 0; i < locals.size(); ++i) {
+    const LocalParam &l = locals[i];
+    if (!l.elements)
+      continue;
+    int64_t buffers = plan.params[i].muon                 ? 3
+                      : plan.params[i].layout.isPartial() ? 3
+                                                          : 2;
+    state += buffers * l.elements * 4;
+  }
+  const int64_t width = dtypeBytes(wire);
+  std::vector<int64_t> perRound(plan.rounds.size(), 0);
+  int64_t reduce = 0;
+  for (size_t e = 0; e < plan.exchanges.size(); ++e) {
+    const Exchange &ex = plan.exchanges[e];
+    const int64_t bytes =
+        (views[e].sendElements + views[e].recvElements) * width;
+    if (ex.phase == Exchange::Phase::Reduce)
+      reduce += bytes;
+    else if (ex.round >= 0 && ex.round < static_cast<int64_t>(perRound.size()))
+      perRound[ex.round] += bytes;
+  }
+  for (size_t r = 0; r < batchesByRound.size(); ++r)
+    for (const NsBatch *b : batchesByRound[r])
+      perRound[r] +=
+          static_cast<int64_t>(b->matrices.size()) * b->rows * b->cols * 4;
+  // The rounds alive at once: those in flight and the one being
+  // orthogonalized; the largest ones, whichever they are.
+  std::sort(perRound.begin(), perRound.end(), std::greater<int64_t>());
+  int64_t rounds = 0;
+  for (size_t r = 0;
+       r < perRound.size() && static_cast<int64_t>(r) < plan.inflightLimit + 1;
+       ++r)
+    rounds += perRound[r];
+  return state + rounds + reduce;
 }
 
 uint64_t StepExecutor::groupsHash() const {
@@ -570,6 +611,8 @@ constexpr uint64_t kMaxWord = (uint64_t(1) << (64 - kHashBits)) - 1;
 
 Status StepExecutor::step(StepResult &result) {
   lastCounters = {};
+  lastCounters.workingBytesBound = memoryBound();
+  peakBytes = liveBytes;
   result = {};
   for (LocalParam &local : locals)
     local.summed = false;
@@ -625,6 +668,7 @@ Status StepExecutor::step(StepResult &result) {
   if (!status.ok())
     return status;
   device.synchronize();
+  lastCounters.peakWorkingBytes = peakBytes;
   MUON_RETURN_IF_ERROR(agreeOnDeviceErrors());
   result.applied = true;
   return okStatus();

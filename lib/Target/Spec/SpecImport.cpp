@@ -935,14 +935,12 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
       algorithm = groupAlgorithm;
     }
     if (algorithm) {
-      std::string at =
-          key(path, groupName && !get(p, "optimizer") ? "group" : "optimizer");
+      const bool byGroup = groupName && !get(p, "optimizer");
       if (*algorithm == "muon" && rank < 2)
-        return fail(at, "Muon orthogonalizes matrices but the parameter "
-                        "has " +
-                            std::to_string(rank) +
-                            " dim(s); use an AdamW "
-                            "group");
+        return fail(key(path, byGroup ? "group" : "optimizer"),
+                    "Muon orthogonalizes matrices but the parameter has " +
+                        std::to_string(rank) + " dim(s); use " +
+                        (byGroup ? "an AdamW group" : "'adamw'"));
       muon = *algorithm == "muon";
       state.addAttribute(
           "group", ParamGroupAttr::get(ctx, *symbolizeParamGroup(*algorithm)));

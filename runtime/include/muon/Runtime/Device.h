@@ -19,6 +19,7 @@
 #include "muon/Runtime/DType.h"
 #include "muon/Runtime/Status.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <utility>
@@ -119,11 +120,22 @@ public:
   DeviceBuffer(Device &device, int64_t bytes)
       : device(&device), bytes(bytes),
         memory(bytes ? device.allocate(bytes) : nullptr) {}
+  /// Counts its bytes into `*live` while it holds them, and the most ever
+  /// held into `*peak` (the executor's working-memory figure).
+  DeviceBuffer(Device &device, int64_t bytes, int64_t *live, int64_t *peak)
+      : DeviceBuffer(device, bytes) {
+    if (memory) {
+      tracker = live;
+      *live += bytes;
+      *peak = std::max(*peak, *live);
+    }
+  }
   DeviceBuffer(DeviceBuffer &&o) noexcept { *this = std::move(o); }
   DeviceBuffer &operator=(DeviceBuffer &&o) noexcept {
     std::swap(device, o.device);
     std::swap(bytes, o.bytes);
     std::swap(memory, o.memory);
+    std::swap(tracker, o.tracker);
     return *this;
   }
   DeviceBuffer(const DeviceBuffer &) = delete;
@@ -131,6 +143,8 @@ public:
   ~DeviceBuffer() {
     if (memory)
       device->release(memory);
+    if (tracker)
+      *tracker -= bytes;
   }
   /// False when the device could not allocate it.
   bool ok() const { return memory || !bytes; }
@@ -142,6 +156,7 @@ private:
   Device *device = nullptr;
   int64_t bytes = 0;
   void *memory = nullptr;
+  int64_t *tracker = nullptr;
 };
 
 } // namespace muon::runtime

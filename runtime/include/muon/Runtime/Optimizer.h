@@ -135,6 +135,15 @@ public:
   /// usual change).
   Status setGroupLr(const std::string &name, double lr);
 
+  /// Assembles parameter `name` whole (row-major over its shape, as f32)
+  /// from the ranks' pieces, for evaluation or export: into `whole` on rank
+  /// `root`, or on every rank when `root` is -1; `whole` is left alone on
+  /// other ranks and may be null there. Each distinct piece crosses once
+  /// (from its lowest holder), through the optimizer's communicator.
+  /// Collective.
+  Status gatherParameter(const std::string &name, float *whole,
+                         int64_t root = -1);
+
   /// One optimizer step on the bound gradients, with the groups' current
   /// settings. Collective. Fails, with nothing changed, when a rank has
   /// unbound parameters or ranks set different group settings; fails when

@@ -34,6 +34,12 @@ namespace muon::runtime {
 struct StepCounters {
   int64_t bytesSent = 0, bytesReceived = 0; // payload to / from other ranks
   int64_t nsFlops = 0;
+  /// The most device memory the optimizer held at once during the step:
+  /// its state (momentum, moments, update buffers) plus the exchange and
+  /// Newton-Schulz buffers alive at that moment.
+  int64_t peakWorkingBytes = 0;
+  /// What the plan allows for it on this rank (StepExecutor::memoryBound).
+  int64_t workingBytesBound = 0;
 };
 
 struct StepResult {
@@ -161,6 +167,15 @@ private:
   Status allocate(DeviceBuffer &buffer, int64_t bytes, const char *what);
   /// FNV-1a of every group's settings: what ranks compare before a step.
   uint64_t groupsHash() const;
+  /// This rank's bound on the optimizer's working memory: its state, plus
+  /// the buffers of the rounds that may be in flight at once (the plan's
+  /// inflight limit, and the round being orthogonalized): each round's
+  /// gather and scatter buffers and its gathered matrices, the largest
+  /// rounds counted, plus the AdamW reduce's buffers.
+  int64_t memoryBound() const;
+  /// Device bytes the executor holds now, and the most since the step
+  /// began (DeviceBuffer's tracker).
+  int64_t liveBytes = 0, peakBytes = 0;
 
   const Plan &planRef;
   std::vector<PlanGroup> currentGroups;

@@ -1,5 +1,6 @@
 /* c-consumer PLAN: loads a one-rank plan through the C API, binds every
- * parameter, runs two steps. */
+ * parameter, runs two steps with a learning rate that changes (as the C++
+ * consumer does). */
 #include "muon/runtime.h"
 
 #include <stdio.h>
@@ -31,8 +32,26 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  /* The groups' starting learning rates. */
+  int64_t groups = muon_optimizer_group_count(opt);
+  double *base = calloc((size_t)groups, sizeof(double));
+  for (int64_t g = 0; g < groups; ++g) {
+    muon_group_info info;
+    if (muon_optimizer_group(opt, g, &info) != MUON_OK)
+      return 1;
+    base[g] = info.lr;
+  }
   for (int s = 0; s < 2; ++s) {
     int applied = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      muon_group_info info;
+      if (muon_optimizer_group(opt, g, &info) != MUON_OK ||
+          muon_optimizer_set_group_lr(opt, info.name,
+                                      (s + 1) * 0.5 * base[g]) != MUON_OK) {
+        fprintf(stderr, "%s\n", muon_last_error());
+        return 1;
+      }
+    }
     if (muon_optimizer_step(opt, &applied) != MUON_OK || !applied) {
       fprintf(stderr, "%s\n", muon_last_error());
       return 1;
@@ -44,6 +63,7 @@ int main(int argc, char **argv) {
   for (int64_t i = 0; i < 2 * count; ++i)
     free(storage[i]);
   free(storage);
+  free(base);
   muon_optimizer_destroy(opt);
   return 0;
 }
