@@ -35,6 +35,10 @@ std::string renderReport(const Report &report) {
                        {"bytes_received", f.bytesReceived},
                        {"owned", f.owned},
                        {"seconds", {{"median", optional(seconds)}}}});
+    if (r < report.rankPeakWorkingBytes.size()) {
+      perRank.back()["peak_working_bytes"] = report.rankPeakWorkingBytes[r];
+      perRank.back()["working_bytes_bound"] = report.rankWorkingBytesBound[r];
+    }
     if (report.simulation && r < report.simulation->perRank.size()) {
       const SimulationFigures::Rank &s = report.simulation->perRank[r];
       perRank.back()["simulated"] = {

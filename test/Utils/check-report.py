@@ -12,9 +12,10 @@ The bound counts Muon matrices only, while the report's bytes also count the
 AdamW reduce: with --adamw-reduce (models with partial AdamW gradients) the
 bytes must exceed the bound instead of equalling it.
 
-For real runs: --verified requires "verified": true and measured step
-times; --exact also requires max_abs_diff == 0 (bit-exact); --steps K the
-number of steps.
+For real runs: --verified requires "verified": true, measured step times
+and every rank's peak optimizer working memory within the plan's bound
+(peak_working_bytes <= working_bytes_bound); --exact also requires
+max_abs_diff == 0 (bit-exact); --steps K the number of steps.
 """
 import json
 import sys
@@ -53,6 +54,14 @@ def main():
         ok &= report["verified"] is True
         ok &= report["step_seconds"] is not None
         ok &= all(r["seconds"]["median"] is not None for r in report["per_rank"])
+        ranks = report["per_rank"]
+        within = [0 < r["peak_working_bytes"] <= r["working_bytes_bound"]
+                  for r in ranks]
+        worst = max(r["peak_working_bytes"] / r["working_bytes_bound"]
+                    for r in ranks)
+        print(f"working memory within its bound on {sum(within)} of "
+              f"{len(ranks)} ranks (largest peak/bound {worst:.3f})")
+        ok &= all(within)
     if flags["--exact"]:
         ok &= report["max_abs_diff"] == 0
     if steps is not None:

@@ -59,6 +59,8 @@ struct RankRun {
   // What the rank's plan says it moves and computes: each rank counts its
   // own, since with a sliced plan only it knows (rank 0 holds its part).
   double plannedSent = 0, plannedReceived = 0, plannedFlops = 0;
+  // The most working memory any step held, and the plan's bound.
+  double peakWorkingBytes = 0, workingBytesBound = 0;
   std::vector<double> stepSeconds;
 };
 
@@ -66,7 +68,8 @@ std::vector<char> encode(const RankRun &run) {
   std::vector<double> v = {run.bytesSent,     run.bytesReceived,
                            run.nsFlops,       run.consistent,
                            run.plannedSent,   run.plannedReceived,
-                           run.plannedFlops};
+                           run.plannedFlops,  run.peakWorkingBytes,
+                           run.workingBytesBound};
   v.insert(v.end(), run.stepSeconds.begin(), run.stepSeconds.end());
   std::vector<char> out;
   append(out, v.data(), v.size());
@@ -83,7 +86,9 @@ RankRun decode(const std::vector<char> &bytes) {
   run.plannedSent = v[4];
   run.plannedReceived = v[5];
   run.plannedFlops = v[6];
-  run.stepSeconds.assign(v.begin() + 7, v.end());
+  run.peakWorkingBytes = v[7];
+  run.workingBytesBound = v[8];
+  run.stepSeconds.assign(v.begin() + 9, v.end());
   return run;
 }
 
@@ -317,6 +322,9 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
                     c.nsFlops != counted->nsFlops))
       run.consistent = 0;
     counted = c;
+    run.peakWorkingBytes = std::max(run.peakWorkingBytes,
+                                    static_cast<double>(c.peakWorkingBytes));
+    run.workingBytesBound = static_cast<double>(c.workingBytesBound);
     run.stepSeconds.push_back(seconds);
     if (options.trace)
       lastTrace = optimizer->trace();
@@ -435,6 +443,10 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
       measured.erase(measured.begin());
     report.rankMedianSeconds.push_back(
         measured.empty() ? std::nullopt : std::optional<double>(median(measured)));
+    report.rankPeakWorkingBytes.push_back(
+        static_cast<int64_t>(rr.peakWorkingBytes));
+    report.rankWorkingBytesBound.push_back(
+        static_cast<int64_t>(rr.workingBytesBound));
   }
   // A step lasts until its slowest rank is done.
   std::vector<double> stepMax;

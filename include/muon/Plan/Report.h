@@ -45,6 +45,9 @@ struct Report {
   std::optional<double> maxAbsDiff; // null for a dry run
   std::vector<RankFigures> perRank;
   std::vector<std::optional<double>> rankMedianSeconds; // null: not measured
+  /// Real runs: each rank's most optimizer working memory over its steps
+  /// (state, exchange and Newton-Schulz buffers) and the plan's bound on it.
+  std::vector<int64_t> rankPeakWorkingBytes, rankWorkingBytesBound;
   int64_t lowerBoundBytesReceived = 0;
   int64_t lowerBoundMakespanFlops = 0;
   std::optional<SecondsStats> stepSeconds; // null for a dry run
