@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <dirent.h>
+#include <sys/stat.h>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -725,6 +726,34 @@ TEST(Checkpoint, AFailedSaveKeepsThePreviousOne) {
   auto straight = runWithCheckpoints(plan, 0, 3, "", "", -1, errors);
   EXPECT_EQ(resumed, straight);
   removeTree(dir);
+}
+
+TEST(Checkpoint, RefusesAnEmptyDirectory) {
+  // An empty path would put the manifest at "/checkpoint.json": refused on
+  // every rank before anything is written, for saving and for loading.
+  Plan plan = fsdpModel();
+  struct stat before {};
+  bool rootHadOne = ::stat("/checkpoint.json", &before) == 0;
+  onEveryRank(4, [&](int64_t r, Communicator &comm) {
+    CpuDevice device;
+    std::string error;
+    auto opt = Optimizer::create(plan, comm, device, {10.0}, error);
+    ASSERT_TRUE(opt) << error;
+    SyntheticModel model(*opt, device, 21, {1, 1});
+    EXPECT_FALSE(opt->saveCheckpoint("", true, error));
+    EXPECT_EQ(error, "saving a checkpoint: no checkpoint directory given (the "
+                     "path is empty); the previous checkpoint in '' is "
+                     "unchanged")
+        << "rank " << r;
+    EXPECT_FALSE(opt->loadCheckpoint("", false, error));
+    EXPECT_EQ(error, "loading a checkpoint: no checkpoint directory given "
+                     "(the path is empty); nothing was changed")
+        << "rank " << r;
+  });
+  struct stat after {};
+  if (!rootHadOne) {
+    EXPECT_NE(::stat("/checkpoint.json", &after), 0);
+  }
 }
 
 } // namespace
