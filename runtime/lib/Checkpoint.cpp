@@ -97,6 +97,21 @@ std::string fileName(const std::string &id, int64_t rank) {
   return "state-" + id + "-rank-" + std::to_string(rank) + ".bin";
 }
 
+/// Creates `dir` and its missing parents (every rank does; the first
+/// creates, the others find it there).
+bool makeDirectories(const std::string &dir, std::string &error) {
+  for (size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
+    std::string prefix = dir.substr(0, at);
+    if (::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) {
+      error = "cannot create the checkpoint directory '" + prefix +
+              "': " + std::strerror(errno);
+      return false;
+    }
+    if (at == std::string::npos)
+      return true;
+  }
+}
+
 /// Flushes a directory's entries, so that files renamed into it survive a
 /// crash (writeOutputs flushes the files themselves).
 bool syncDirectory(const std::string &dir, std::string &error) {
@@ -182,13 +197,11 @@ bool readChunks(int fd, const std::string &path, const SlotRef &ref,
     return false;
   }
   bytesRead += static_cast<int64_t>(table.size()) * 8 + (end - begin);
-  bool ok = c0 > 0 || c1 < chunkCount(ref.bytes, chunkBytes) ||
-            fnv1a(table.data(), table.size() * 8) == ref.hash;
-  for (int64_t c = c0; ok && c < c1; ++c) {
-    int64_t at = c * chunkBytes - begin;
-    ok =
-        fnv1a(to + at, std::min(chunkBytes, end - begin - at)) == table[c - c0];
-  }
+  std::vector<uint64_t> hashes(table.size());
+  fnv1aChunks(to, end - begin, chunkBytes, hashes.data());
+  bool ok =
+      hashes == table && (c0 > 0 || c1 < chunkCount(ref.bytes, chunkBytes) ||
+                          fnv1a(table.data(), table.size() * 8) == ref.hash);
   if (!ok)
     error = "checkpoint file '" + path + "' is damaged: " + what +
             " does not match its checksum";
@@ -479,7 +492,8 @@ bool Optimizer::saveCheckpoint(const std::string &dir, bool withParameters,
       mine = "no checkpoint directory given (the path is empty)";
       return;
     }
-    ::mkdir(dir.c_str(), 0777); // every rank; the first one creates it
+    if (!makeDirectories(dir, mine))
+      return;
     StateDict local;
     if (!stateDict(withParameters, local, mine))
       return;
@@ -515,9 +529,9 @@ bool Optimizer::saveCheckpoint(const std::string &dir, bool withParameters,
       for (const auto &[name, values] : piece.states) {
         int64_t bytes = static_cast<int64_t>(values.size()) * 4;
         const char *at = reinterpret_cast<const char *>(values.data());
-        std::vector<uint64_t> &table = tables.emplace_back();
-        for (int64_t c = 0; c < bytes; c += kChunkBytes)
-          table.push_back(fnv1a(at + c, std::min(kChunkBytes, bytes - c)));
+        std::vector<uint64_t> &table =
+            tables.emplace_back(chunkCount(bytes, kChunkBytes));
+        fnv1aChunks(at, bytes, kChunkBytes, table.data());
         states[name] = {{"offset", offset},
                         {"bytes", bytes},
                         {"chunk_hashes", tableAt},
@@ -720,6 +734,7 @@ bool Optimizer::loadCheckpoint(const std::string &dir, bool withParameters,
           const SlotRef &ref = pieceOf[k]->slots[s];
           std::vector<float> &buffer = buffers.emplace_back(elements);
           r.data[s] = buffer.data();
+          r.own[s] = &buffer;
           ++ioCounters.slotsRead;
           const std::string what = std::string("the ") + slotName(s) +
                                    " state of '" + plan.params[src.param].name +

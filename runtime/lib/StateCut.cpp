@@ -16,20 +16,23 @@ constexpr const char *kSlotNames[kSlots] = {"momentum", "exp_avg", "exp_avg_sq",
 /// (data `dst`), skipping elements `covered` marks, and marks what it
 /// covers; returns how many elements it newly covered. With `add`, values
 /// are added instead of written. With null `src` and `dst`, only covers.
-/// A run nothing covered yet (the usual case) is one memcpy.
+/// With null `covered`, nothing is skipped or marked (the caller knows
+/// nothing is covered yet). A run nothing covered yet (the usual case) is
+/// one memcpy.
 int64_t cutOverlap(const float *src, const std::vector<Range> &srcBox,
                    float *dst, const std::vector<Range> &dstBox, char *covered,
                    bool add) {
   int64_t fresh = 0;
   forEachRun(srcBox, dstBox, [&](int64_t from, int64_t to, int64_t run) {
-    char *c = covered + to;
-    if (!std::memchr(c, 1, run)) {
+    char *c = covered ? covered + to : nullptr;
+    if (!c || !std::memchr(c, 1, run)) {
       if (dst && add)
         for (int64_t j = 0; j < run; ++j)
           dst[to + j] += src[from + j];
       else if (dst)
         std::memcpy(dst + to, src + from, run * sizeof(float));
-      std::memset(c, 1, run);
+      if (c)
+        std::memset(c, 1, run);
       fresh += run;
       return;
     }
@@ -42,6 +45,15 @@ int64_t cutOverlap(const float *src, const std::vector<Range> &srcBox,
       }
   });
   return fresh;
+}
+
+/// Whether box `outer` holds all of box `inner`.
+bool contains(const std::vector<Range> &outer,
+              const std::vector<Range> &inner) {
+  for (size_t d = 0; d < outer.size(); ++d)
+    if (inner[d].begin < outer[d].begin || inner[d].end > outer[d].end)
+      return false;
+  return true;
 }
 
 } // namespace
@@ -159,8 +171,8 @@ bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
     // when negative), writing or adding into `out`; returns the elements
     // covered. The first source a state comes from gives AdamW's step.
     auto fill = [&](int state, int64_t summand, float *out, bool add) {
-      covered.assign(slot.elements, 0);
       int64_t got = 0;
+      bool tracking = false;
       for (size_t k : byParam[i]) {
         const Source &src = sources[k];
         // A state that was not read cannot be copied (a source list built
@@ -168,8 +180,16 @@ bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
         if (!src.has[state] || (out && !src.data[state]) ||
             (summand >= 0 && src.summand != summand))
           continue;
-        int64_t fresh = cutOverlap(out ? src.data[state] : nullptr, src.box,
-                                   out, slot.box, covered.data(), add);
+        // The first source that covers the whole piece needs no record of
+        // what is covered (a piece as large as 1 GB would need 256 MB).
+        bool whole = got == 0 && contains(src.box, slot.box);
+        if (!whole && !tracking) {
+          covered.assign(slot.elements, 0);
+          tracking = true;
+        }
+        int64_t fresh =
+            cutOverlap(out ? src.data[state] : nullptr, src.box, out, slot.box,
+                       whole ? nullptr : covered.data(), add);
         if (!fresh)
           continue;
         if (used)
@@ -196,32 +216,51 @@ bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
               slot.name + "'" + note;
       return false;
     };
+    // Covers `state` by writing. When the first source it would come from
+    // has exactly the piece's box and storage to give, the piece takes
+    // that storage instead of a copy (a resume on the same layout).
+    auto take = [&](int state, int64_t summand) {
+      for (size_t k : byParam[i]) {
+        const Source &src = sources[k];
+        if (!piece || !src.has[state] || !src.data[state] ||
+            (summand >= 0 && src.summand != summand))
+          continue;
+        if (!src.own[state] || !(src.box == slot.box))
+          break;
+        piece->states[kSlotNames[state]] = std::move(*src.own[state]);
+        if (used)
+          (*used)[k][state] = true;
+        if (state == ExpAvg)
+          piece->step = src.step;
+        return true;
+      }
+      return fill(state, summand, output(state), false) == slot.elements;
+    };
     if (slot.muon) {
       int64_t saved = splits[i];
       if (!saved) {
         error = what + " has no momentum for '" + slot.name + "'";
         return false;
       }
-      float *out = output(Momentum);
       if (saved == summandCount(plan, i)) {
-        if (fill(Momentum, slot.summand, out, false) != slot.elements)
+        if (!take(Momentum, slot.summand))
           return uncovered(Momentum, "");
-      } else if (slot.summand == 0) {
+      } else {
         // Momentum is linear in the gradient, so only the summands' total
         // matters: summand 0 takes it all (each saved summand added once),
         // the others start from zero.
-        for (int64_t k = 0; k < saved; ++k)
+        float *out = output(Momentum);
+        for (int64_t k = 0; slot.summand == 0 && k < saved; ++k)
           if (fill(Momentum, k, out, true) != slot.elements)
             return uncovered(Momentum,
                              " (saved summand " + std::to_string(k) + ")");
       }
     } else {
       for (int state : {ExpAvg, ExpAvgSq})
-        if (fill(state, -1, output(state), false) != slot.elements)
+        if (!take(state, -1))
           return uncovered(state, "");
     }
-    if (withParameters &&
-        fill(Values, -1, output(Values), false) != slot.elements)
+    if (withParameters && !take(Values, -1))
       return uncovered(Values, "");
   }
   return true;

@@ -38,6 +38,10 @@ struct Source {
   /// The states' data, row-major over `box`; null when not read (the cut
   /// then only chooses).
   std::array<const float *, kSlots> data{};
+  /// Where the data is a vector the cut may take over (the caller's
+  /// buffer, no longer needed): a piece whose box this source has exactly
+  /// takes it instead of a copy. Null: the data is only lent.
+  std::array<std::vector<float> *, kSlots> own{};
 };
 
 /// The overlap of boxes `a` and `b` (one range per dim, the same dims) in
@@ -111,8 +115,9 @@ bool checkSplits(const Plan &plan, const std::vector<Source> &sources,
 /// were chosen from. Every element of every state must be covered; `what`
 /// names the sources in `error` ("the checkpoint in 'dir'").
 ///
-/// With `local`, the data is copied into it: one piece per slot with
-/// elements, in order, with the step count left as it was. With `used`
+/// With `local`, the data is copied (or taken, see Source::own) into it:
+/// one piece per slot with elements, in order, with the step count left as
+/// it was. With `used`
 /// (one entry per source), the (source, state) pairs that contribute are
 /// marked; without `local` the sources need no data.
 bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
