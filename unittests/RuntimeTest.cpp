@@ -728,6 +728,21 @@ TEST(Checkpoint, AFailedSaveKeepsThePreviousOne) {
   removeTree(dir);
 }
 
+TEST(Checkpoint, CreatesMissingParentDirectories) {
+  Plan plan = fsdpModel();
+  std::string top = scratchDir("parents");
+  std::string dir = top + "/a/b/";
+  std::vector<std::string> errors;
+  auto straight = runWithCheckpoints(plan, 0, 3, "", dir, 2, errors);
+  for (const std::string &e : errors)
+    ASSERT_EQ(e, "");
+  auto resumed = runWithCheckpoints(plan, 2, 3, dir, "", -1, errors);
+  for (const std::string &e : errors)
+    ASSERT_EQ(e, "");
+  EXPECT_EQ(resumed, straight);
+  removeTree(top);
+}
+
 TEST(Checkpoint, RefusesAnEmptyDirectory) {
   // An empty path would put the manifest at "/checkpoint.json": refused on
   // every rank before anything is written, for saving and for loading.
