@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -350,6 +351,74 @@ TEST(ParamGroups, AFailedCallLeavesNoErrorBehind) {
   Status status = opt->step(result);
   EXPECT_TRUE(status.ok()) << status.message();
   EXPECT_TRUE(result.applied);
+}
+
+TEST(ParamGroups, CheckpointsAndStateDictsCarryTheSettings) {
+  // torch's optimizer state_dict holds param_groups: a resumed run starts
+  // with the settings the saved one had, whatever its plan says.
+  const Plan plan = compileOn(fourGroupModel(), 2);
+  char dirTemplate[] = "/tmp/muon-groups-XXXXXX";
+  ASSERT_TRUE(mkdtemp(dirTemplate));
+  const std::string dir = dirTemplate;
+  std::vector<std::vector<PlanGroup>> saved(2), loaded(2), fromDict(2);
+  std::vector<std::string> refused(2);
+  for (int phase = 0; phase < 2; ++phase) {
+    LocalWorld world(2);
+    std::vector<std::thread> ranks;
+    for (int64_t r = 0; r < 2; ++r)
+      ranks.emplace_back([&, r] {
+        LocalCommunicator comm(world, r);
+        cpu::CpuDevice device;
+        std::unique_ptr<Optimizer> opt;
+        ASSERT_TRUE(Optimizer::create(plan, comm, device, {20.0}, opt).ok());
+        SyntheticModel model(*opt, device, 3, summandCounts(plan));
+        if (phase == 0) {
+          Schedule().apply(*opt, 3);
+          AdamWSettings a = opt->group("embed")->adamwSettings;
+          a.beta2 = 0.99;
+          ASSERT_TRUE(opt->setGroupOptions("embed", a).ok());
+          model.makeGradients(0, 1, {});
+          StepResult result;
+          ASSERT_TRUE(opt->step(result).ok());
+          Status s = opt->saveCheckpoint(dir, false);
+          ASSERT_TRUE(s.ok()) << s.message();
+          saved[r] = opt->groups();
+          return;
+        }
+        Status s = opt->loadCheckpoint(dir, false);
+        ASSERT_TRUE(s.ok()) << s.message();
+        loaded[r] = opt->groups();
+        // A state dict carries them too, and one naming a group this model
+        // lacks is refused with nothing changed.
+        StateDict dict;
+        ASSERT_TRUE(opt->stateDict(false, dict).ok());
+        ASSERT_TRUE(opt->setGroupLr("hidden", 0.5).ok());
+        ASSERT_TRUE(opt->loadStateDict(dict, false).ok());
+        fromDict[r] = opt->groups();
+        dict.groups[0].name = "head";
+        Status bad = opt->loadStateDict(dict, false);
+        refused[r] = bad.message();
+        EXPECT_EQ(bad.code(), StatusCode::InvalidArgument);
+      });
+    for (std::thread &t : ranks)
+      t.join();
+  }
+  for (int64_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(loaded[r].size(), saved[r].size());
+    for (size_t g = 0; g < saved[r].size(); ++g) {
+      EXPECT_EQ(loaded[r][g].muonSettings.lr, saved[r][g].muonSettings.lr);
+      EXPECT_EQ(loaded[r][g].muonSettings.weightDecay,
+                saved[r][g].muonSettings.weightDecay);
+      EXPECT_EQ(loaded[r][g].adamwSettings.lr, saved[r][g].adamwSettings.lr);
+      EXPECT_EQ(loaded[r][g].adamwSettings.beta2,
+                saved[r][g].adamwSettings.beta2);
+      EXPECT_EQ(fromDict[r][g].muonSettings.lr, saved[r][g].muonSettings.lr);
+    }
+    EXPECT_NE(loaded[r][0].muonSettings.lr, plan.groups[0].muonSettings.lr);
+    EXPECT_EQ(loaded[r][2].adamwSettings.beta2, 0.99);
+    EXPECT_EQ(refused[r], "loading a state dict: group 'head' is not a group "
+                          "of this model; nothing was changed");
+  }
 }
 
 /// A CPU device whose Newton-Schulz fails once, as a GPU reports an illegal

@@ -18,8 +18,9 @@
 #include <fstream>
 #include <mutex>
 #include <random>
-#include <unistd.h>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 
 using namespace muon;
 using namespace muon::runtime;
@@ -512,6 +513,82 @@ TEST(LocalCommunicator, AStalledPeerTimesOut) {
   EXPECT_FALSE(isTimeoutError("a one-rank run cannot exchange data"));
 }
 
+/// A transport that has only the required collectives: allGatherBytes is
+/// the base class's, built from allGather.
+class PlainCommunicator final : public Communicator {
+public:
+  explicit PlainCommunicator(Communicator &inner) : inner(inner) {}
+  int64_t rank() const override { return inner.rank(); }
+  int64_t size() const override { return inner.size(); }
+  bool start(const AllToAllV &x, PendingExchange &p, std::string &e) override {
+    return inner.start(x, p, e);
+  }
+  bool wait(PendingExchange &p, double t, std::string &e) override {
+    return inner.wait(p, t, e);
+  }
+  void progress() override { inner.progress(); }
+  bool allGather(uint64_t v, std::vector<uint64_t> &vs, double t,
+                 std::string &e) override {
+    ++allGathers;
+    return inner.allGather(v, vs, t, e);
+  }
+  bool allReduceMin(int64_t v, int64_t &r, double t, std::string &e) override {
+    return inner.allReduceMin(v, r, t, e);
+  }
+  bool gatherToRoot(const std::vector<char> &b,
+                    std::vector<std::vector<char>> &a, double t,
+                    std::string &e) override {
+    return inner.gatherToRoot(b, a, t, e);
+  }
+  [[noreturn]] void abort(int code) override {
+    inner.abort(code);
+    __builtin_unreachable();
+  }
+  int64_t allGathers = 0;
+
+private:
+  Communicator &inner;
+};
+
+TEST(Communicator, AllGatherBytesOnEveryTransport) {
+  // Messages of 0, 5 and 17 bytes (not a multiple of the 8 the default
+  // moves per round), through LocalCommunicator's own all-gather and
+  // through the base class's default over allGather.
+  const std::vector<std::string> sent = {"", "hello", "seventeen bytes!!"};
+  for (bool plain : {false, true}) {
+    LocalWorld world(3);
+    std::vector<std::vector<std::vector<char>>> got(3);
+    std::vector<std::string> errors(3);
+    std::vector<int64_t> rounds(3);
+    std::vector<std::thread> ranks;
+    for (int64_t r = 0; r < 3; ++r)
+      ranks.emplace_back([&, r] {
+        LocalCommunicator local(world, r);
+        PlainCommunicator wrapped(local);
+        Communicator &comm =
+            plain ? static_cast<Communicator &>(wrapped) : local;
+        std::vector<char> mine(sent[r].begin(), sent[r].end());
+        comm.allGatherBytes(mine, got[r], 10, errors[r]);
+        // Nothing to send costs one round of lengths.
+        std::vector<std::vector<char>> none;
+        int64_t before = wrapped.allGathers;
+        comm.allGatherBytes({}, none, 10, errors[r]);
+        rounds[r] = wrapped.allGathers - before;
+        EXPECT_EQ(none, std::vector<std::vector<char>>(3));
+      });
+    for (std::thread &t : ranks)
+      t.join();
+    for (int64_t r = 0; r < 3; ++r) {
+      EXPECT_EQ(errors[r], "") << "rank " << r;
+      ASSERT_EQ(got[r].size(), 3u);
+      for (int64_t p = 0; p < 3; ++p)
+        EXPECT_EQ(std::string(got[r][p].begin(), got[r][p].end()), sent[p])
+            << "plain " << plain << ", rank " << r << ", from " << p;
+      EXPECT_EQ(rounds[r], plain ? 1 : 0);
+    }
+  }
+}
+
 /// Runs `fn(rank, comm)` on every rank of a `world`-rank LocalWorld, each
 /// in a thread of its own.
 template <typename Fn> void onEveryRank(int64_t world, Fn fn) {
@@ -670,6 +747,50 @@ TEST(Checkpoint, AFailedSaveKeepsThePreviousOne) {
   auto straight = runWithCheckpoints(plan, 0, 3, "", "", -1, errors);
   EXPECT_EQ(resumed, straight);
   removeTree(dir);
+}
+
+TEST(Checkpoint, CreatesMissingParentDirectories) {
+  Plan plan = fsdpModel();
+  std::string top = scratchDir("parents");
+  std::string dir = top + "/a/b/";
+  std::vector<std::string> errors;
+  auto straight = runWithCheckpoints(plan, 0, 3, "", dir, 2, errors);
+  for (const std::string &e : errors)
+    ASSERT_EQ(e, "");
+  auto resumed = runWithCheckpoints(plan, 2, 3, dir, "", -1, errors);
+  for (const std::string &e : errors)
+    ASSERT_EQ(e, "");
+  EXPECT_EQ(resumed, straight);
+  removeTree(top);
+}
+
+TEST(Checkpoint, RefusesAnEmptyDirectory) {
+  // An empty path would put the manifest at "/checkpoint.json": refused on
+  // every rank before anything is written, for saving and for loading.
+  Plan plan = fsdpModel();
+  struct stat before {};
+  bool rootHadOne = ::stat("/checkpoint.json", &before) == 0;
+  onEveryRank(4, [&](int64_t r, Communicator &comm) {
+    CpuDevice device;
+    std::string error;
+    std::unique_ptr<Optimizer> opt;
+    error = Optimizer::create(plan, comm, device, {10.0}, opt).message();
+    ASSERT_TRUE(opt) << error;
+    SyntheticModel model(*opt, device, 21, {1, 1});
+    EXPECT_FALSE((error = opt->saveCheckpoint("", true).message()).empty());
+    EXPECT_EQ(error, "saving a checkpoint: no checkpoint directory given (the "
+                     "path is empty); the previous checkpoint in '' is "
+                     "unchanged")
+        << "rank " << r;
+    EXPECT_FALSE((error = opt->loadCheckpoint("", false).message()).empty());
+    EXPECT_EQ(error, "loading a checkpoint: no checkpoint directory given "
+                     "(the path is empty); nothing was changed")
+        << "rank " << r;
+  });
+  struct stat after {};
+  if (!rootHadOne) {
+    EXPECT_NE(::stat("/checkpoint.json", &after), 0);
+  }
 }
 
 } // namespace

@@ -1,17 +1,31 @@
 //===- Checkpoint.cpp - Optimizer state saved and loaded by global box ----===//
 //
-// A checkpoint is a directory:
-//   checkpoint.json                  the manifest, written last by rank 0
-//   state-<id>-rank-<r>.bin          one file per rank of the save
-// A rank file is "MUONCKPT", a u32 version, a u64 header length, the header
-// (JSON), the header's FNV-1a hash (u64), then f32 data. The header lists
-// entries: (parameter, state, summand, global box, data offset and count,
-// data hash). State is stored by global box, not by rank, so a checkpoint
-// loads under any layout: each rank cuts what overlaps its own pieces.
-// docs/runtime.md, "Checkpoints", describes the format and the rules.
+// A checkpoint (muon-checkpoint/2) is a directory:
+//   state-<id>-rank-<r>.bin   one file per rank of the save: "MUONCKPT", a
+//                             u32 version (2), a u64 header length, the
+//                             header (JSON: format, save id, model and plan
+//                             hashes, world size, rank, chunk size), the
+//                             header's FNV-1a (u64), zeros up to a 64-byte
+//                             boundary, the f32 data of every state slot of
+//                             every piece, then each slot's table of chunk
+//                             hashes (FNV-1a of every 4 KiB of its data, u64)
+//   checkpoint.json           the manifest, written last by rank 0: the
+//                             model, the step count, and the index of every
+//                             file: per piece its parameter, global box,
+//                             summand, AdamW step, and per state slot the
+//                             byte offset and count of its data, where its
+//                             chunk hashes are and the FNV-1a of that table
+// Saving is stateDict, then each rank's file, then the manifest from the
+// ranks' indexes (gathered to rank 0). Loading reads the manifest, chooses
+// the saved states that cover this rank's pieces (StateCut.h, own file
+// first), reads only the chunks that hold the overlap, checks each against
+// its hash, and cuts them as loadStateDict does. docs/runtime.md,
+// "Checkpoints", has the rules.
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Runtime/Optimizer.h"
+
+#include "StateCut.h"
 
 #include "muon/Support/Fnv.h"
 #include "muon/Support/Json.h"
@@ -19,27 +33,45 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <dirent.h>
+#include <fcntl.h>
 #include <fstream>
-#include <limits>
-#include <set>
+#include <map>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <unordered_map>
 
 namespace muon::runtime {
+
+using namespace statecut;
+
 namespace {
 
 constexpr char kMagic[8] = {'M', 'U', 'O', 'N', 'C', 'K', 'P', 'T'};
-constexpr uint32_t kVersion = 1;
-constexpr const char *kFormat = "muon-checkpoint/1";
+constexpr uint32_t kVersion = 2;
+constexpr const char *kFormat = "muon-checkpoint/2";
 constexpr const char *kManifest = "checkpoint.json";
+/// Magic, version, header length.
+constexpr int64_t kPrefixBytes = 20;
+/// Data starts on a 64-byte boundary (cache lines; O_DIRECT readers may
+/// want more, and can still align their own reads).
+constexpr int64_t kDataAlign = 64;
+/// A rank file's header is a few hundred bytes; more is not ours.
+constexpr uint64_t kMaxHeaderBytes = 1 << 20;
+/// Data is hashed in chunks of this many bytes, so that a rank that needs
+/// part of a saved state reads (and checks) little more than that part:
+/// at most one chunk beyond each end of a contiguous stretch, and 8 bytes
+/// of hash per chunk (0.2%).
+constexpr int64_t kChunkBytes = 4096;
 
-uint64_t fnv(const void *data, size_t bytes, uint64_t hash = kFnvOffsetBasis) {
-  return fnv1a(data, bytes, hash);
-}
+/// What the writer builds: keys stay in the order written, so that a
+/// manifest reads top-down (format first, the index last).
+using Ordered = nlohmann::ordered_json;
 
 std::string hex(uint64_t v) {
   char text[17];
@@ -51,85 +83,421 @@ std::string hex(uint64_t v) {
 /// What makes two plans the same model: names, shapes, storage types and
 /// optimizer groups, in order (not the layout, nor the hyper-parameters).
 uint64_t modelHash(const Plan &plan) {
-  uint64_t h = fnv("muon-model", 10);
+  uint64_t h = fnv1a(std::string_view("muon-model"));
   for (const PlanParam &p : plan.params) {
     std::string line = p.name + "|" + p.dtype + "|" + (p.muon ? "m" : "a");
     for (int64_t d : p.layout.shape)
       line += "|" + std::to_string(d);
-    h = fnv(line.data(), line.size() + 1, h);
+    h = fnv1a(line.data(), line.size() + 1, h);
   }
   return h;
 }
 
-int64_t boxElements(const std::vector<Range> &box) {
-  int64_t n = 1;
-  for (const Range &r : box)
-    n *= r.size();
-  return n;
+std::string fileName(const std::string &id, int64_t rank) {
+  return "state-" + id + "-rank-" + std::to_string(rank) + ".bin";
 }
 
-/// One saved array: a state of a parameter's piece.
-struct Entry {
-  std::string param;
-  std::string state; // momentum, exp_avg, exp_avg_sq, values
-  int64_t summand = 0, summands = 1;
-  std::vector<Range> box;
-  int64_t offset = 0, count = 0; // in f32 elements from the data start
+/// Creates `dir` and its missing parents (every rank does; the first
+/// creates, the others find it there).
+bool makeDirectories(const std::string &dir, std::string &error) {
+  for (size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
+    std::string prefix = dir.substr(0, at);
+    if (::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) {
+      error = "cannot create the checkpoint directory '" + prefix +
+              "': " + std::strerror(errno);
+      return false;
+    }
+    if (at == std::string::npos)
+      return true;
+  }
+}
+
+/// Flushes a directory's entries, so that files renamed into it survive a
+/// crash (writeOutputs flushes the files themselves).
+bool syncDirectory(const std::string &dir, std::string &error) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  bool ok = fd >= 0 && ::fsync(fd) == 0;
+  if (!ok)
+    error = "cannot flush the directory '" + dir + "': " + std::strerror(errno);
+  if (fd >= 0)
+    ::close(fd);
+  return ok;
+}
+
+/// Reads `bytes` bytes at `offset` of `fd`, retrying short reads and EINTR.
+/// False with errno set (EIO for a read past the end).
+bool readFully(int fd, void *to, int64_t bytes, int64_t offset) {
+  char *at = static_cast<char *>(to);
+  while (bytes > 0) {
+    ssize_t got = ::pread(fd, at, static_cast<size_t>(bytes), offset);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0) {
+      if (got == 0)
+        errno = EIO;
+      return false;
+    }
+    at += got;
+    offset += got;
+    bytes -= got;
+  }
+  return true;
+}
+
+/// Every rank's outcome of its local part (`mine`, empty for success):
+/// true when every rank succeeded. Otherwise `error` is this rank's own
+/// problem or, on a rank that had none, the first failing rank's, so that
+/// every rank's message says what went wrong and where.
+bool agree(Communicator &comm, const std::string &mine, double timeoutSeconds,
+           std::string &error) {
+  std::vector<std::vector<char>> all;
+  if (!comm.allGatherBytes(std::vector<char>(mine.begin(), mine.end()), all,
+                           timeoutSeconds, error))
+    return false;
+  if (!mine.empty()) {
+    error = mine;
+    return false;
+  }
+  for (size_t r = 0; r < all.size(); ++r)
+    if (!all[r].empty()) {
+      error = "rank " + std::to_string(r) + ": " +
+              std::string(all[r].begin(), all[r].end());
+      return false;
+    }
+  return true;
+}
+
+/// A saved state's place in its rank file: its data, and its table of
+/// chunk hashes with the table's own hash.
+struct SlotRef {
+  int64_t offset = 0, bytes = 0, table = 0;
   uint64_t hash = 0;
 };
 
-struct RankFile {
-  std::string name;
-  int64_t rank = 0, steps = 0;
-  std::map<std::string, int64_t> adamwSteps;
-  std::vector<Entry> entries;
-  int64_t dataStart = 0, dataElements = 0;
-};
-
-bool readAll(const std::string &path, std::string &text) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return false;
-  text.assign(std::istreambuf_iterator<char>(in), {});
-  return !in.bad();
+int64_t chunkCount(int64_t bytes, int64_t chunkBytes) {
+  return (bytes + chunkBytes - 1) / chunkBytes;
 }
 
-/// Copies the overlap of `srcBox` (data `src`, row-major) into `dstBox`
-/// (data `dst`), skipping elements `covered` already has; returns how many
-/// it newly covered. With `add`, values are added instead of written.
-int64_t copyOverlap(const float *src, const std::vector<Range> &srcBox,
-                    float *dst, const std::vector<Range> &dstBox,
-                    std::vector<char> &covered, bool add) {
-  size_t rank = dstBox.size();
-  std::vector<Range> overlap(rank);
-  for (size_t d = 0; d < rank; ++d) {
-    overlap[d] = {std::max(srcBox[d].begin, dstBox[d].begin),
-                  std::min(srcBox[d].end, dstBox[d].end)};
-    if (overlap[d].begin >= overlap[d].end)
-      return 0;
+/// Reads chunks [c0, c1) of the saved state `ref` into `to` and checks
+/// each against its hash in the file's table, and the table against the
+/// manifest's hash when all of it is read. `what` names the state ("the
+/// momentum state of 'w' [0:2, 0:4]") in `error`. Counts what it reads.
+bool readChunks(int fd, const std::string &path, const SlotRef &ref,
+                int64_t chunkBytes, int64_t c0, int64_t c1, char *to,
+                const std::string &what, int64_t &bytesRead,
+                std::string &error) {
+  const int64_t begin = c0 * chunkBytes,
+                end = std::min(c1 * chunkBytes, ref.bytes);
+  std::vector<uint64_t> table(c1 - c0);
+  if (!readFully(fd, table.data(), static_cast<int64_t>(table.size()) * 8,
+                 ref.table + c0 * 8) ||
+      !readFully(fd, to, end - begin, ref.offset + begin)) {
+    error =
+        "cannot read checkpoint file '" + path + "': " + std::strerror(errno);
+    return false;
   }
-  int64_t total = boxElements(overlap), fresh = 0;
-  std::vector<int64_t> at(rank);
-  for (size_t d = 0; d < rank; ++d)
-    at[d] = overlap[d].begin;
-  for (int64_t n = 0; n < total; ++n) {
-    int64_t from = 0, to = 0;
-    for (size_t d = 0; d < rank; ++d) {
-      from = from * srcBox[d].size() + (at[d] - srcBox[d].begin);
-      to = to * dstBox[d].size() + (at[d] - dstBox[d].begin);
+  bytesRead += static_cast<int64_t>(table.size()) * 8 + (end - begin);
+  std::vector<uint64_t> hashes(table.size());
+  fnv1aChunks(to, end - begin, chunkBytes, hashes.data());
+  bool ok =
+      hashes == table && (c0 > 0 || c1 < chunkCount(ref.bytes, chunkBytes) ||
+                          fnv1a(table.data(), table.size() * 8) == ref.hash);
+  if (!ok)
+    error = "checkpoint file '" + path + "' is damaged: " + what +
+            " does not match its checksum";
+  return ok;
+}
+
+/// The manifest, as a load needs it.
+struct Manifest {
+  std::string save; // the save's id
+  int64_t steps = 0;
+  int64_t chunkBytes = kChunkBytes;
+  struct File {
+    std::string name;
+    int64_t bytes = 0;
+  };
+  std::vector<File> files; // by saving rank
+  /// Every saved piece, with its file and the place of each state.
+  struct Piece {
+    size_t file = 0;
+    Source source;
+    std::array<SlotRef, kSlots> slots;
+  };
+  std::vector<Piece> pieces;
+  /// The groups' hyper-parameters at the save.
+  std::vector<PlanGroup> groups;
+};
+
+/// Reads and checks `dir`'s manifest against `plan`: format, model, and
+/// every indexed piece (a known parameter, a box inside it, states of its
+/// group with byte ranges inside their file).
+bool readManifest(const std::string &dir, const Plan &plan, bool withParameters,
+                  Manifest &out, int64_t &bytesRead, std::string &error) {
+  std::string path = dir + "/" + kManifest, text;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (in)
+      text.assign(std::istreambuf_iterator<char>(in), {});
+    if (!in || in.bad()) {
+      error = "no checkpoint in '" + dir + "' (" + path + " cannot be read)";
+      return false;
     }
-    if (!covered[to]) {
-      covered[to] = 1;
-      dst[to] = add ? dst[to] + src[from] : src[from];
-      ++fresh;
-    }
-    for (size_t d = rank; d-- > 0;) {
-      if (++at[d] < overlap[d].end)
+  }
+  bytesRead = static_cast<int64_t>(text.size());
+  json::Value manifest;
+  json::Error jsonError;
+  if (!json::parse(text, manifest, jsonError)) {
+    error = path + ": " + jsonError.str();
+    return false;
+  }
+  json::Reader rd;
+  auto get = [](const json::Value &o, const char *k) {
+    return json::Reader::get(o, k);
+  };
+  const json::Value *root = rd.object(&manifest, "");
+  std::optional<std::string> format =
+      root ? rd.string(get(*root, "format"), "format") : std::nullopt;
+  if (format && *format == "muon-checkpoint/1") {
+    error = "the checkpoint in '" + dir +
+            "' is in the older format muon-checkpoint/1 (no index: every "
+            "rank read every file); this runtime reads " +
+            kFormat + " only";
+    return false;
+  }
+  if (format && *format != kFormat)
+    rd.fail("format", std::string("expected \"") + kFormat + "\"");
+  std::optional<std::string> model =
+      root ? rd.string(get(*root, "model"), "model") : std::nullopt;
+  if (rd.ok() && *model != hex(modelHash(plan))) {
+    // Name the first difference when the manifest lists its parameters.
+    std::string which = "its parameters differ from this model's";
+    if (const json::Value *ps = get(*root, "params"))
+      if (ps->is_array()) {
+        for (size_t i = 0; i < plan.params.size(); ++i) {
+          const PlanParam &p = plan.params[i];
+          if (i >= ps->size() || !(*ps)[i].is_object() ||
+              (*ps)[i].value("name", "") != p.name ||
+              (*ps)[i].value("shape", nlohmann::json()) !=
+                  nlohmann::json(p.layout.shape) ||
+              (*ps)[i].value("dtype", "") != p.dtype) {
+            which = "parameter " + std::to_string(i) + " ('" + p.name +
+                    "') differs or is missing";
+            break;
+          }
+        }
+        if (which.rfind("parameter ", 0) != 0 &&
+            ps->size() > plan.params.size())
+          which = "it has more parameters than this model";
+      }
+    error = "the checkpoint in '" + dir + "' is of another model: " + which;
+    return false;
+  }
+  if (root) {
+    out.save = rd.string(get(*root, "save"), "save").value_or("");
+    out.steps = rd.integer(get(*root, "steps"), "steps", 0).value_or(0);
+    out.chunkBytes = rd.integer(get(*root, "chunk_bytes"), "chunk_bytes", 4,
+                                int64_t(1) << 30)
+                         .value_or(kChunkBytes);
+    if (rd.ok() && out.chunkBytes % 4)
+      rd.fail("chunk_bytes", "not a whole number of f32 values");
+    // The groups' settings as saved (checked against the optimizer's
+    // groups by the caller).
+    const json::Value *groups = rd.array(get(*root, "groups"), "groups");
+    for (size_t g = 0; groups && g < groups->size() && rd.ok(); ++g) {
+      std::string gp = json::index("groups", g);
+      const json::Value *o = rd.object(&(*groups)[g], gp);
+      if (!o)
         break;
-      at[d] = overlap[d].begin;
+      PlanGroup &group = out.groups.emplace_back();
+      group.name = rd.string(get(*o, "name"), gp + ".name").value_or("");
+      group.muon =
+          rd.oneOf(get(*o, "algorithm"), gp + ".algorithm", {"muon", "adamw"})
+              .value_or("muon") == "muon";
+      auto number = [&](const char *k) {
+        return rd.number(get(*o, k), gp + "." + k).value_or(0);
+      };
+      if (group.muon) {
+        MuonSettings &m = group.muonSettings;
+        m.lr = number("lr");
+        m.weightDecay = number("weight_decay");
+        m.momentum = number("momentum");
+        m.nesterov =
+            rd.boolean(get(*o, "nesterov"), gp + ".nesterov").value_or(true);
+        m.adjustLr = rd.string(get(*o, "adjust_lr"), gp + ".adjust_lr")
+                         .value_or("original");
+      } else {
+        AdamWSettings &a = group.adamwSettings;
+        a.lr = number("lr");
+        a.beta1 = number("beta1");
+        a.beta2 = number("beta2");
+        a.eps = number("eps");
+        a.weightDecay = number("weight_decay");
+      }
     }
   }
-  return fresh;
+  bool parameters =
+      root ? rd.boolean(get(*root, "parameters"), "parameters").value_or(false)
+           : false;
+  if (rd.ok() && withParameters && !parameters) {
+    error = "the checkpoint in '" + dir + "' holds no parameter values";
+    return false;
+  }
+  std::unordered_map<std::string, int64_t> paramIndex;
+  for (size_t i = 0; i < plan.params.size(); ++i)
+    paramIndex[plan.params[i].name] = static_cast<int64_t>(i);
+  const json::Value *files =
+      root ? rd.array(get(*root, "files"), "files") : nullptr;
+  for (size_t f = 0; files && f < files->size() && rd.ok(); ++f) {
+    std::string fp = json::index("files", f);
+    const json::Value *file = rd.object(&(*files)[f], fp);
+    if (!file)
+      break;
+    Manifest::File &mf = out.files.emplace_back();
+    mf.name = rd.string(get(*file, "name"), fp + ".name").value_or("");
+    if (rd.ok() && (mf.name.empty() || mf.name.find('/') != std::string::npos))
+      rd.fail(fp + ".name", "not a file name: '" + mf.name + "'");
+    rd.integer(get(*file, "rank"), fp + ".rank", static_cast<int64_t>(f),
+               static_cast<int64_t>(f));
+    mf.bytes = rd.integer(get(*file, "bytes"), fp + ".bytes", 0).value_or(0);
+    const json::Value *pieces = rd.array(get(*file, "pieces"), fp + ".pieces");
+    for (size_t k = 0; pieces && k < pieces->size() && rd.ok(); ++k) {
+      std::string pp = json::index(fp + ".pieces", k);
+      const json::Value *o = rd.object(&(*pieces)[k], pp);
+      if (!o)
+        break;
+      Manifest::Piece &piece = out.pieces.emplace_back();
+      piece.file = f;
+      Source &s = piece.source;
+      std::string name =
+          rd.string(get(*o, "param"), pp + ".param").value_or("");
+      auto it = paramIndex.find(name);
+      if (rd.ok() && it == paramIndex.end()) {
+        rd.fail(pp + ".param", "no parameter '" + name + "' in this model");
+        break;
+      }
+      if (!rd.ok())
+        break;
+      s.param = it->second;
+      s.summands =
+          rd.integer(get(*o, "summands"), pp + ".summands", 1).value_or(1);
+      s.summand =
+          rd.integer(get(*o, "summand"), pp + ".summand", 0).value_or(0);
+      s.step = rd.integer(get(*o, "step"), pp + ".step", 0).value_or(0);
+      const json::Value *box = rd.array(get(*o, "box"), pp + ".box");
+      for (size_t d = 0; box && d < box->size() && rd.ok(); ++d) {
+        std::optional<std::vector<int64_t>> r =
+            rd.integers(&(*box)[d], json::index(pp + ".box", d), 0);
+        if (r && r->size() != 2)
+          rd.fail(json::index(pp + ".box", d), "expected [begin, end]");
+        if (rd.ok())
+          s.box.push_back({(*r)[0], (*r)[1]});
+      }
+      const json::Value *states = rd.object(get(*o, "states"), pp + ".states");
+      for (auto st = states ? states->begin() : json::Value::const_iterator();
+           states && st != states->end() && rd.ok(); ++st) {
+        std::string sp = json::key(pp + ".states", st.key());
+        int slot = slotNamed(st.key());
+        if (slot < 0) {
+          rd.fail(sp, "unknown state (expected momentum, exp_avg, "
+                      "exp_avg_sq or values)");
+          break;
+        }
+        const json::Value *ref = rd.object(&st.value(), sp);
+        if (!ref)
+          break;
+        SlotRef &at = piece.slots[slot];
+        at.offset =
+            rd.integer(get(*ref, "offset"), sp + ".offset", 0).value_or(0);
+        at.bytes = rd.integer(get(*ref, "bytes"), sp + ".bytes", 0).value_or(0);
+        at.table =
+            rd.integer(get(*ref, "chunk_hashes"), sp + ".chunk_hashes", 0)
+                .value_or(0);
+        std::optional<std::string> h =
+            rd.string(get(*ref, "hash"), sp + ".hash");
+        if (h && (h->size() != 16 || h->find_first_not_of("0123456789abcdef") !=
+                                         std::string::npos))
+          rd.fail(sp + ".hash", "expected 16 hex digits");
+        at.hash = h ? std::strtoull(h->c_str(), nullptr, 16) : 0;
+        s.has[slot] = true;
+      }
+      if (!rd.ok())
+        break;
+      std::string why;
+      if (!checkSource(plan, s, pp, why)) {
+        error = path + ": " + why;
+        return false;
+      }
+      int64_t bytes = 4;
+      for (const Range &r : s.box)
+        bytes *= r.size();
+      for (int slot = 0; slot < kSlots && rd.ok(); ++slot) {
+        const SlotRef &at = piece.slots[slot];
+        if (s.has[slot] &&
+            (at.bytes != bytes || at.offset > mf.bytes - bytes ||
+             at.table > mf.bytes - 8 * chunkCount(bytes, out.chunkBytes)))
+          rd.fail(json::key(pp + ".states", slotName(slot)),
+                  "its data or chunk hashes do not fit its box or its file");
+      }
+    }
+  }
+  if (!rd.ok()) {
+    error = path + ": " + rd.error().str();
+    return false;
+  }
+  return true;
+}
+
+/// Checks the header of an open rank file against the manifest: a muon
+/// checkpoint file of this save, of the rank the manifest says, of the
+/// size it says. Counts the bytes it reads.
+bool checkRankFile(int fd, const std::string &path, const Manifest &manifest,
+                   size_t file, int64_t &bytesRead, std::string &error) {
+  auto bad = [&](const std::string &why) {
+    error = "checkpoint file '" + path + "' is damaged or foreign: " + why;
+    return false;
+  };
+  char prefix[kPrefixBytes];
+  uint32_t version;
+  uint64_t headerBytes;
+  if (!readFully(fd, prefix, kPrefixBytes, 0))
+    return bad("it does not start like a muon checkpoint file");
+  bytesRead += kPrefixBytes;
+  std::memcpy(&version, prefix + 8, 4);
+  std::memcpy(&headerBytes, prefix + 12, 8);
+  if (std::memcmp(prefix, kMagic, 8) != 0)
+    return bad("it does not start like a muon checkpoint file");
+  if (version != kVersion)
+    return bad("version " + std::to_string(version) + ", expected " +
+               std::to_string(kVersion));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || st.st_size != manifest.files[file].bytes)
+    return bad("it has " + std::to_string(st.st_size) +
+               " bytes, the manifest says " +
+               std::to_string(manifest.files[file].bytes));
+  if (headerBytes > kMaxHeaderBytes ||
+      kPrefixBytes + static_cast<int64_t>(headerBytes) + 8 > st.st_size)
+    return bad("its header length is out of range");
+  std::string header(headerBytes + 8, '\0');
+  if (!readFully(fd, header.data(), header.size(), kPrefixBytes))
+    return bad(std::string("its header cannot be read: ") +
+               std::strerror(errno));
+  bytesRead += static_cast<int64_t>(header.size());
+  uint64_t hash;
+  std::memcpy(&hash, header.data() + headerBytes, 8);
+  header.resize(headerBytes);
+  if (hash != fnv1a(header))
+    return bad("its header does not match its checksum");
+  json::Value h;
+  json::Error jsonError;
+  if (!json::parse(header, h, jsonError) || !h.is_object())
+    return bad("its header is not a JSON object");
+  if (h.value("format", "") != kFormat ||
+      h.value("save", "") != manifest.save ||
+      h.value("rank", int64_t(-1)) != static_cast<int64_t>(file))
+    return bad("it is not rank " + std::to_string(file) + "'s file of save " +
+               manifest.save);
+  return true;
 }
 
 } // namespace
@@ -140,153 +508,189 @@ bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
   const int64_t rank = comm.rank();
   // One name for this save on every rank (rank 0's random id).
   uint64_t proposal =
-      fnv(&rank, sizeof(rank),
-          static_cast<uint64_t>(
-              std::chrono::steady_clock::now().time_since_epoch().count()) ^
-              (static_cast<uint64_t>(getpid()) << 32));
+      fnv1a(&rank, sizeof(rank),
+            static_cast<uint64_t>(
+                std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                (static_cast<uint64_t>(getpid()) << 32));
   std::vector<uint64_t> ids;
   if (!comm.allGather(proposal, ids, options.timeoutSeconds, error)) {
     error = "saving a checkpoint: " + error;
     return false;
   }
   const std::string id = hex(ids[0]);
-  ::mkdir(dir.c_str(), 0777); // every rank; the first one creates it
+  const std::string path = dir + "/" + fileName(id, rank);
 
-  // The header and the data, in memory.
-  nlohmann::json entries = nlohmann::json::array();
-  std::vector<float> data;
-  std::string mine;
-  auto add = [&](const ParamSlot &slot, const char *state, int64_t summand,
-                 int64_t summands, const std::vector<float> &values) {
-    entries.push_back({{"param", slot.name},
-                       {"state", state},
-                       {"summand", summand},
-                       {"summands", summands},
-                       {"box", nlohmann::json::array()},
-                       {"offset", static_cast<int64_t>(data.size())},
-                       {"count", static_cast<int64_t>(values.size())},
-                       {"hash", hex(fnv(values.data(), values.size() * 4))}});
-    for (const Range &r : slot.box)
-      entries.back()["box"].push_back({r.begin, r.end});
-    data.insert(data.end(), values.begin(), values.end());
-  };
-  nlohmann::json adamwSteps = nlohmann::json::object();
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const ParamSlot &slot = slots[i];
-    if (!slot.elements)
-      continue;
-    StepExecutor::State state = executor->state(i);
-    std::vector<float> host(slot.elements);
-    int64_t bytes = slot.elements * 4;
-    int64_t summands = 1;
-    for (int64_t axis : plan.params[i].layout.partialAxes)
-      summands *= plan.mesh.shape[axis];
-    if (slot.muon) {
-      device.copyToHost(host.data(), state.momentum, bytes);
-      add(slot, "momentum", slot.summand, summands, host);
-    } else {
-      device.copyToHost(host.data(), state.expAvg, bytes);
-      add(slot, "exp_avg", slot.summand, summands, host);
-      device.copyToHost(host.data(), state.expAvgSq, bytes);
-      add(slot, "exp_avg_sq", slot.summand, summands, host);
-      adamwSteps[slot.name] = *state.adamwStep;
+  // This rank's file, and its entry of the manifest's index (compact JSON).
+  std::string mine, index;
+  bool wrote = false;
+  [&] {
+    if (dir.empty()) {
+      mine = "no checkpoint directory given (the path is empty)";
+      return;
     }
-    if (withParameters) {
-      if (!slot.bound) {
-        mine = "parameter '" + slot.name + "' is not bound, so its values "
-                                           "cannot be saved";
-        break;
-      }
-      std::vector<char> typed(slot.elements * dtypeBytes(slot.dtype));
-      device.copyToHost(typed.data(), values[i], typed.size());
-      for (int64_t e = 0; e < slot.elements; ++e)
-        host[e] = loadAs(typed.data(), slot.dtype, e);
-      add(slot, "values", 0, 1, host);
-    }
-  }
-  std::string name = "state-" + id + "-rank-" + std::to_string(rank) + ".bin";
-  std::string path = dir + "/" + name;
-  if (mine.empty()) {
-    nlohmann::json header = {{"format", kFormat},
-                             {"model", hex(modelHash(plan))},
-                             {"plan", hex(planHash(plan))},
-                             {"world_size", plan.worldSize},
-                             {"rank", rank},
-                             {"steps", steps},
-                             {"parameters", withParameters},
-                             {"adamw_steps", adamwSteps},
-                             {"entries", entries}};
+    if (!makeDirectories(dir, mine))
+      return;
+    StateDict local;
+    if (!stateDictImpl(withParameters, local, mine))
+      return;
+    Ordered header = {{"format", kFormat},
+                      {"save", id},
+                      {"model", hex(modelHash(plan))},
+                      {"plan", hex(planHash(plan))},
+                      {"world_size", plan.worldSize},
+                      {"rank", rank},
+                      {"chunk_bytes", kChunkBytes}};
     std::string headerText = header.dump();
-    std::string file(kMagic, 8);
-    uint64_t headerBytes = headerText.size();
-    uint64_t headerHash = fnv(headerText.data(), headerText.size());
-    file.append(reinterpret_cast<const char *>(&kVersion), 4);
-    file.append(reinterpret_cast<const char *>(&headerBytes), 8);
-    file += headerText;
-    file.append(reinterpret_cast<const char *>(&headerHash), 8);
-    file.append(reinterpret_cast<const char *>(data.data()), data.size() * 4);
-    writeOutput(path, file, mine);
-  }
-  // Every rank wrote its file, or nobody's counts.
-  int64_t failed = std::numeric_limits<int64_t>::max();
-  if (!comm.allReduceMin(mine.empty() ? failed : rank, failed,
+    uint64_t headerBytes = headerText.size(), headerHash = fnv1a(headerText);
+    std::string head(kMagic, 8);
+    head.append(reinterpret_cast<const char *>(&kVersion), 4);
+    head.append(reinterpret_cast<const char *>(&headerBytes), 8);
+    head += headerText;
+    head.append(reinterpret_cast<const char *>(&headerHash), 8);
+    head.resize((head.size() + kDataAlign - 1) / kDataAlign * kDataAlign, 0);
+    // The data: every state of every piece, in order; then each state's
+    // chunk hashes.
+    std::vector<const std::vector<float> *> data;
+    std::vector<std::vector<uint64_t>> tables;
+    int64_t dataEnd = static_cast<int64_t>(head.size());
+    for (const StatePiece &piece : local.pieces)
+      for (const auto &[name, values] : piece.states)
+        dataEnd += static_cast<int64_t>(values.size()) * 4;
+    int64_t offset = static_cast<int64_t>(head.size()), tableAt = dataEnd;
+    Ordered pieces = Ordered::array();
+    for (const StatePiece &piece : local.pieces) {
+      Ordered box = Ordered::array(), states;
+      for (const Range &r : piece.box)
+        box.push_back({r.begin, r.end});
+      for (const auto &[name, values] : piece.states) {
+        int64_t bytes = static_cast<int64_t>(values.size()) * 4;
+        const char *at = reinterpret_cast<const char *>(values.data());
+        std::vector<uint64_t> &table =
+            tables.emplace_back(chunkCount(bytes, kChunkBytes));
+        fnv1aChunks(at, bytes, kChunkBytes, table.data());
+        states[name] = {{"offset", offset},
+                        {"bytes", bytes},
+                        {"chunk_hashes", tableAt},
+                        {"hash", hex(fnv1a(table.data(), table.size() * 8))}};
+        data.push_back(&values);
+        offset += bytes;
+        tableAt += static_cast<int64_t>(table.size()) * 8;
+      }
+      pieces.push_back({{"param", piece.param},
+                        {"box", box},
+                        {"summand", piece.summand},
+                        {"summands", piece.summands},
+                        {"step", piece.step},
+                        {"states", states}});
+    }
+    index = Ordered({{"name", fileName(id, rank)},
+                     {"rank", rank},
+                     {"bytes", tableAt},
+                     {"pieces", pieces}})
+                .dump();
+    // Written straight from the state dict: a large state is not copied
+    // into one buffer first.
+    StreamedOutput file{
+        path, [&](int fd, bool, std::string &why) {
+          bool ok = writeFully(fd, head.data(), head.size());
+          for (size_t k = 0; ok && k < data.size(); ++k)
+            ok = writeFully(fd, reinterpret_cast<const char *>(data[k]->data()),
+                            data[k]->size() * 4);
+          for (size_t k = 0; ok && k < tables.size(); ++k)
+            ok =
+                writeFully(fd, reinterpret_cast<const char *>(tables[k].data()),
+                           tables[k].size() * 8);
+          if (!ok)
+            why = std::strerror(errno);
+          return ok;
+        }};
+    if (writeOutputs({}, {file}, mine) && syncDirectory(dir, mine))
+      wrote = true;
+  }();
+  // Rank 0 collects the index; then every rank wrote its file, or nobody's
+  // counts.
+  std::vector<std::vector<char>> indexes;
+  if (!comm.gatherToRoot(std::vector<char>(index.begin(), index.end()), indexes,
                          options.timeoutSeconds, error)) {
     error = "saving a checkpoint: " + error;
     return false;
   }
-  auto abandon = [&](const std::string &why) {
-    ::unlink(path.c_str());
-    error = why;
+  auto abandon = [&]() {
+    if (wrote)
+      ::unlink(path.c_str());
+    error = "saving a checkpoint: " + error + "; the previous checkpoint in '" +
+            dir + "' is unchanged";
     return false;
   };
-  if (failed != std::numeric_limits<int64_t>::max())
-    return abandon(
-        "saving a checkpoint: " +
-        (mine.empty() ? "rank " + std::to_string(failed) + " could not write "
-                            "its file"
-                      : mine) +
-        "; the previous checkpoint in '" + dir + "' is unchanged");
+  if (!agree(comm, mine, options.timeoutSeconds, error))
+    return abandon();
   // The manifest makes the save complete.
   std::string manifestError;
   if (rank == 0) {
-    nlohmann::json files = nlohmann::json::array();
-    for (int64_t r = 0; r < plan.worldSize; ++r)
-      files.push_back("state-" + id + "-rank-" + std::to_string(r) + ".bin");
-    nlohmann::json params = nlohmann::json::array();
-    for (const PlanParam &p : plan.params)
-      params.push_back({{"name", p.name},
-                        {"shape", p.layout.shape},
-                        {"dtype", p.dtype},
-                        {"group", p.muon ? "muon" : "adamw"}});
-    nlohmann::json manifest = {{"format", kFormat},
-                               {"model", hex(modelHash(plan))},
-                               {"plan", hex(planHash(plan))},
-                               {"world_size", plan.worldSize},
-                               {"steps", steps},
-                               {"parameters", withParameters},
-                               {"params", params},
-                               {"files", files}};
-    writeOutput(dir + "/" + kManifest, manifest.dump(2) + "\n",
-                manifestError);
+    Ordered head = {{"format", kFormat},
+                    {"save", id},
+                    {"model", hex(modelHash(plan))},
+                    {"plan", hex(planHash(plan))},
+                    {"world_size", plan.worldSize},
+                    {"steps", steps},
+                    {"parameters", withParameters},
+                    {"chunk_bytes", kChunkBytes}};
+    // One line per field, per parameter and per rank file (its index as
+    // the rank made it).
+    std::string text = "{\n";
+    for (auto it = head.begin(); it != head.end(); ++it)
+      text += "  \"" + it.key() + "\": " + it.value().dump() + ",\n";
+    text += "  \"params\": [";
+    for (size_t i = 0; i < plan.params.size(); ++i) {
+      const PlanParam &p = plan.params[i];
+      text += (i ? ",\n    " : "\n    ") +
+              Ordered({{"name", p.name},
+                       {"shape", p.layout.shape},
+                       {"dtype", p.dtype},
+                       {"group", p.muon ? "muon" : "adamw"}})
+                  .dump();
+    }
+    text += "\n  ],\n  \"groups\": [";
+    const std::vector<PlanGroup> &groups = executor->groups();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const PlanGroup &group = groups[g];
+      Ordered o = {{"name", group.name},
+                   {"algorithm", algorithmName(group.muon)}};
+      if (group.muon) {
+        const MuonSettings &m = group.muonSettings;
+        o["lr"] = m.lr;
+        o["weight_decay"] = m.weightDecay;
+        o["momentum"] = m.momentum;
+        o["nesterov"] = m.nesterov;
+        o["adjust_lr"] = m.adjustLr;
+      } else {
+        const AdamWSettings &a = group.adamwSettings;
+        o["lr"] = a.lr;
+        o["beta1"] = a.beta1;
+        o["beta2"] = a.beta2;
+        o["eps"] = a.eps;
+        o["weight_decay"] = a.weightDecay;
+      }
+      text += (g ? ",\n    " : "\n    ") + o.dump();
+    }
+    text += "\n  ],\n  \"files\": [";
+    for (size_t r = 0; r < indexes.size(); ++r)
+      text += (r ? ",\n    " : "\n    ") +
+              std::string(indexes[r].begin(), indexes[r].end());
+    text += "\n  ]\n}\n";
+    if (writeOutput(dir + "/" + kManifest, text, manifestError))
+      syncDirectory(dir, manifestError);
   }
-  int64_t manifestOk = 0;
-  if (!comm.allReduceMin(manifestError.empty() ? 1 : 0, manifestOk,
-                         options.timeoutSeconds, error)) {
-    error = "saving a checkpoint: " + error;
-    return false;
-  }
-  if (!manifestOk)
-    return abandon("saving a checkpoint: " +
-                   (manifestError.empty()
-                        ? std::string("rank 0 could not write the manifest")
-                        : manifestError));
+  if (!agree(comm, manifestError, options.timeoutSeconds, error))
+    return abandon();
   // Files of earlier saves are no longer referenced.
   if (rank == 0)
     if (DIR *d = opendir(dir.c_str())) {
       std::vector<std::string> stale;
       while (dirent *e = readdir(d)) {
         std::string n = e->d_name;
-        if (n.rfind("state-", 0) == 0 && n.find("-rank-") != std::string::npos &&
+        if (n.rfind("state-", 0) == 0 &&
+            n.find("-rank-") != std::string::npos &&
             n.rfind("state-" + id + "-", 0) != 0)
           stale.push_back(dir + "/" + n);
       }
@@ -297,352 +701,159 @@ bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
   return true;
 }
 
-namespace {
-
-/// Reads and checks one rank file's header (not its data).
-bool readRankFile(const std::string &path, const std::string &text,
-                  const Plan &plan, RankFile &file, std::string &error) {
-  auto bad = [&](const std::string &why) {
-    error = "checkpoint file '" + path + "' is damaged or foreign: " + why;
-    return false;
-  };
-  if (text.size() < 20 || std::memcmp(text.data(), kMagic, 8) != 0)
-    return bad("it does not start like a muon checkpoint file");
-  uint32_t version;
-  uint64_t headerBytes;
-  std::memcpy(&version, text.data() + 8, 4);
-  std::memcpy(&headerBytes, text.data() + 12, 8);
-  if (version != kVersion)
-    return bad("version " + std::to_string(version) + ", expected " +
-               std::to_string(kVersion));
-  if (headerBytes > text.size() - 28)
-    return bad("it is truncated");
-  std::string headerText = text.substr(20, headerBytes);
-  uint64_t headerHash;
-  std::memcpy(&headerHash, text.data() + 20 + headerBytes, 8);
-  if (headerHash != fnv(headerText.data(), headerText.size()))
-    return bad("its header does not match its checksum");
-  json::Value header;
-  json::Error jsonError;
-  if (!json::parse(headerText, header, jsonError))
-    return bad(jsonError.str());
-  json::Reader rd;
-  const json::Value *root = rd.object(&header, "");
-  if (root && rd.string(json::Reader::get(*root, "format"), "format") !=
-                  std::optional<std::string>(kFormat))
-    rd.fail("format", std::string("expected \"") + kFormat + "\"");
-  file.dataStart = static_cast<int64_t>(28 + headerBytes);
-  file.dataElements = (static_cast<int64_t>(text.size()) - file.dataStart) / 4;
-  if (root) {
-    file.rank = rd.integer(json::Reader::get(*root, "rank"), "rank", 0)
-                    .value_or(0);
-    file.steps = rd.integer(json::Reader::get(*root, "steps"), "steps", 0)
-                     .value_or(0);
-    if (const json::Value *a = rd.object(
-            json::Reader::get(*root, "adamw_steps"), "adamw_steps"))
-      for (auto it = a->begin(); it != a->end() && rd.ok(); ++it)
-        file.adamwSteps[it.key()] =
-            rd.integer(&it.value(), json::key("adamw_steps", it.key()), 0)
-                .value_or(0);
-    const json::Value *list =
-        rd.array(json::Reader::get(*root, "entries"), "entries");
-    for (size_t i = 0; list && i < list->size() && rd.ok(); ++i) {
-      std::string p = json::index("entries", i);
-      const json::Value *o = rd.object(&(*list)[i], p);
-      if (!o)
-        break;
-      Entry e;
-      e.param = rd.string(json::Reader::get(*o, "param"), p + ".param")
-                    .value_or("");
-      e.state = rd.oneOf(json::Reader::get(*o, "state"), p + ".state",
-                         {"momentum", "exp_avg", "exp_avg_sq", "values"})
-                    .value_or("");
-      e.summands =
-          rd.integer(json::Reader::get(*o, "summands"), p + ".summands", 1)
-              .value_or(1);
-      e.summand = rd.integer(json::Reader::get(*o, "summand"), p + ".summand",
-                             0, e.summands - 1)
-                      .value_or(0);
-      e.offset = rd.integer(json::Reader::get(*o, "offset"), p + ".offset", 0)
-                     .value_or(0);
-      e.count = rd.integer(json::Reader::get(*o, "count"), p + ".count", 1)
-                    .value_or(1);
-      std::optional<std::string> h =
-          rd.string(json::Reader::get(*o, "hash"), p + ".hash");
-      e.hash = h ? std::strtoull(h->c_str(), nullptr, 16) : 0;
-      const json::Value *box = rd.array(json::Reader::get(*o, "box"), p + ".box");
-      for (size_t d = 0; box && d < box->size() && rd.ok(); ++d) {
-        std::optional<std::vector<int64_t>> r =
-            rd.integers(&(*box)[d], json::index(p + ".box", d), 0);
-        if (r && r->size() != 2)
-          rd.fail(json::index(p + ".box", d), "expected [begin, end]");
-        if (rd.ok())
-          e.box.push_back({(*r)[0], (*r)[1]});
-      }
-      if (!rd.ok())
-        break;
-      // Against the model: a known parameter, its group's states, a box
-      // inside its shape, data inside the file.
-      const PlanParam *param = nullptr;
-      for (const PlanParam &q : plan.params)
-        if (q.name == e.param)
-          param = &q;
-      if (!param)
-        return bad(p + ": no parameter '" + e.param + "' in this model");
-      bool muonState = e.state == "momentum";
-      if (e.state != "values" && muonState != param->muon)
-        return bad(p + ": a " + e.state + " entry for '" + e.param + "'");
-      if (e.box.size() != param->layout.shape.size())
-        return bad(p + ".box: expected one range per dim of '" + e.param +
-                   "'");
-      for (size_t d = 0; d < e.box.size(); ++d)
-        if (e.box[d].begin >= e.box[d].end ||
-            e.box[d].end > param->layout.shape[d])
-          return bad(p + ".box: outside '" + e.param + "'");
-      if (e.count != boxElements(e.box) || e.offset > file.dataElements ||
-          e.count > file.dataElements - e.offset)
-        return bad(p + ": the data does not fit its box or the file");
-      file.entries.push_back(std::move(e));
-    }
-  }
-  if (!rd.ok())
-    return bad(rd.error().str());
-  return true;
-}
-
-} // namespace
-
 bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
                                     std::string &error) {
   const Plan &plan = thePlan;
   const int64_t rank = comm.rank();
-  // Everything is read and cut into staging buffers first; only when every
+  ioCounters = {};
+  // Everything is read, checked and cut into `local` first; only when every
   // rank succeeded does anything change.
+  StateDict local;
   std::string mine;
-  struct Staged {
-    std::vector<float> momentum, expAvg, expAvgSq, values;
-    int64_t adamwStep = 0;
-  };
-  std::vector<Staged> staged(slots.size());
-  int64_t savedSteps = 0;
   [&] {
-    std::string manifestPath = dir + "/" + kManifest, text;
-    if (!readAll(manifestPath, text)) {
-      mine = "no checkpoint in '" + dir + "' (" + manifestPath +
-             " cannot be read)";
+    if (dir.empty()) {
+      mine = "no checkpoint directory given (the path is empty)";
       return;
     }
-    json::Value manifest;
-    json::Error jsonError;
-    if (!json::parse(text, manifest, jsonError)) {
-      mine = manifestPath + ": " + jsonError.str();
-      return;
-    }
-    json::Reader rd;
-    const json::Value *root = rd.object(&manifest, "");
-    if (root && rd.string(json::Reader::get(*root, "format"), "format") !=
-                    std::optional<std::string>(kFormat))
-      rd.fail("format", std::string("expected \"") + kFormat + "\"");
-    std::optional<std::string> model =
-        root ? rd.string(json::Reader::get(*root, "model"), "model")
-             : std::nullopt;
-    std::optional<std::vector<std::string>> files;
-    if (root)
-      if (const json::Value *list =
-              rd.array(json::Reader::get(*root, "files"), "files")) {
-        files.emplace();
-        for (size_t i = 0; i < list->size() && rd.ok(); ++i)
-          if (std::optional<std::string> f =
-                  rd.string(&(*list)[i], json::index("files", i)))
-            files->push_back(*f);
-      }
-    bool parameters =
-        root ? rd.boolean(json::Reader::get(*root, "parameters"), "parameters")
-                   .value_or(false)
-             : false;
-    if (!rd.ok()) {
-      mine = manifestPath + ": " + rd.error().str();
-      return;
-    }
-    if (*model != hex(modelHash(plan))) {
-      // Name the first difference when the manifest lists its parameters.
-      std::string which = "its parameters differ from this model's";
-      if (const json::Value *ps = json::Reader::get(*root, "params"))
-        if (ps->is_array()) {
-          for (size_t i = 0; i < plan.params.size(); ++i) {
-            const PlanParam &p = plan.params[i];
-            if (i >= ps->size() || !(*ps)[i].is_object() ||
-                (*ps)[i].value("name", "") != p.name ||
-                (*ps)[i].value("shape", nlohmann::json()) !=
-                    nlohmann::json(p.layout.shape) ||
-                (*ps)[i].value("dtype", "") != p.dtype) {
-              which = "parameter " + std::to_string(i) + " ('" + p.name +
-                      "') differs or is missing";
-              break;
-            }
-          }
-          if (which.rfind("parameter ", 0) != 0 &&
-              ps->size() > plan.params.size())
-            which = "it has more parameters than this model";
-        }
-      mine = "the checkpoint in '" + dir + "' is of another model: " + which;
-      return;
-    }
-    if (withParameters && !parameters) {
-      mine = "the checkpoint in '" + dir + "' holds no parameter values";
-      return;
-    }
-    // Every rank file: headers first, then the data this rank needs.
-    std::vector<RankFile> ranks;
-    std::vector<std::string> texts;
-    for (const std::string &f : *files) {
-      if (f.find('/') != std::string::npos || f.empty()) {
-        mine = manifestPath + ": bad file name '" + f + "'";
-        return;
-      }
-      std::string path = dir + "/" + f, body;
-      if (!readAll(path, body)) {
-        mine = "checkpoint file '" + path + "' is missing";
-        return;
-      }
-      RankFile rf;
-      rf.name = f;
-      if (!readRankFile(path, body, plan, rf, mine))
-        return;
-      ranks.push_back(std::move(rf));
-      texts.push_back(std::move(body));
-    }
-    savedSteps = ranks.empty() ? 0 : ranks.front().steps;
-    for (size_t i = 0; i < slots.size(); ++i) {
-      const ParamSlot &slot = slots[i];
-      if (!slot.elements)
-        continue;
-      Staged &s = staged[i];
-      int64_t summands = 1;
-      for (int64_t axis : plan.params[i].layout.partialAxes)
-        summands *= plan.mesh.shape[axis];
-      // Fills `out` from every entry of `state` (for `summand`, or any
-      // when negative); returns the elements covered.
-      auto fill = [&](const char *state, int64_t summand,
-                      std::vector<float> &out, bool add) -> int64_t {
-        std::vector<char> covered(slot.elements, 0);
-        int64_t got = 0;
-        for (size_t f = 0; f < ranks.size(); ++f)
-          for (const Entry &e : ranks[f].entries) {
-            if (e.param != slot.name || e.state != state ||
-                (summand >= 0 && e.summand != summand))
-              continue;
-            std::vector<float> host(e.count);
-            std::memcpy(host.data(),
-                        texts[f].data() + ranks[f].dataStart + e.offset * 4,
-                        e.count * 4);
-            if (fnv(host.data(), host.size() * 4) != e.hash) {
-              mine = "checkpoint file '" + dir + "/" + ranks[f].name +
-                     "' is damaged: the " + e.state + " of '" + e.param +
-                     "' does not match its checksum";
-              return -1;
-            }
-            got += copyOverlap(host.data(), e.box, out.data(), slot.box,
-                               covered, add);
-          }
-        return got;
-      };
-      auto require = [&](int64_t got, const char *state) {
-        if (got < 0)
-          return false;
-        if (got != slot.elements && mine.empty())
-          mine = "the checkpoint in '" + dir + "' does not cover the " +
-                 state + " of rank " + std::to_string(rank) + "'s piece of '" +
-                 slot.name + "'";
-        return mine.empty();
-      };
-      if (slot.muon) {
-        // Momentum is linear in the gradient, so only the summands' total
-        // matters. The same split loads as saved; another gives the whole
-        // total to summand 0.
-        s.momentum.assign(slot.elements, 0.0f);
-        std::set<int64_t> splits;
-        for (const RankFile &rf : ranks)
-          for (const Entry &e : rf.entries)
-            if (e.param == slot.name && e.state == "momentum")
-              splits.insert(e.summands);
-        if (splits.size() != 1) {
-          mine = "the checkpoint in '" + dir + "' has " +
-                 (splits.empty() ? "no momentum" : "inconsistent momentum") +
-                 " for '" + slot.name + "'";
-          return;
-        }
-        int64_t savedSummands = *splits.begin();
-        if (savedSummands == summands) {
-          if (!require(fill("momentum", slot.summand, s.momentum, false),
-                       "momentum"))
-            return;
-        } else if (slot.summand == 0) {
-          for (int64_t k = 0; k < savedSummands; ++k)
-            if (!require(fill("momentum", k, s.momentum, true), "momentum"))
-              return;
-        }
-      } else {
-        s.expAvg.assign(slot.elements, 0.0f);
-        s.expAvgSq.assign(slot.elements, 0.0f);
-        if (!require(fill("exp_avg", -1, s.expAvg, false), "AdamW moments") ||
-            !require(fill("exp_avg_sq", -1, s.expAvgSq, false),
-                     "AdamW moments"))
-          return;
-        for (const RankFile &rf : ranks)
-          if (auto it = rf.adamwSteps.find(slot.name);
-              it != rf.adamwSteps.end())
-            s.adamwStep = it->second;
-      }
-      if (withParameters) {
-        if (!slot.bound) {
+    if (withParameters)
+      for (const ParamSlot &slot : slots)
+        if (slot.elements && !slot.bound) {
           mine = "parameter '" + slot.name +
                  "' is not bound, so its values cannot be loaded";
           return;
         }
-        s.values.assign(slot.elements, 0.0f);
-        if (!require(fill("values", -1, s.values, false), "values"))
-          return;
-      }
+    Manifest manifest;
+    if (!readManifest(dir, plan, withParameters, manifest,
+                      ioCounters.manifestBytes, mine))
+      return;
+    mine = checkSavedGroups(manifest.groups);
+    if (!mine.empty()) {
+      mine = "the checkpoint in '" + dir + "': " + mine;
+      return;
     }
+    const std::string what = "the checkpoint in '" + dir + "'";
+    // This rank's own file first: a resume on the same layout finds all
+    // it needs there and opens nothing else.
+    std::vector<Source> sources;
+    std::vector<const Manifest::Piece *> pieceOf;
+    for (bool own : {true, false})
+      for (const Manifest::Piece &p : manifest.pieces)
+        if ((static_cast<int64_t>(p.file) == rank) == own) {
+          sources.push_back(p.source);
+          pieceOf.push_back(&p);
+        }
+    std::vector<int64_t> splits;
+    std::vector<std::array<bool, kSlots>> used;
+    if (!checkSplits(plan, sources, what, splits, mine) ||
+        !cut(plan, rank, slots, sources, splits, withParameters, what, nullptr,
+             &used, mine))
+      return;
+    // The sources the cut uses, by file.
+    std::map<size_t, std::vector<size_t>> byFile;
+    for (size_t k = 0; k < sources.size(); ++k)
+      if (std::find(used[k].begin(), used[k].end(), true) != used[k].end())
+        byFile[pieceOf[k]->file].push_back(k);
+    // Each needed file opened once; of each used state, only the chunks
+    // that hold its overlap with this rank's piece, each checked against
+    // its hash. What is read becomes a source of its own: the overlap box
+    // and its data.
+    std::vector<Source> readOf(sources.size());
+    std::deque<std::vector<float>> buffers; // stable addresses
+    std::vector<char> scratch;
+    std::vector<std::array<int64_t, 3>> runs; // from, to, length
+    const int64_t chunk = manifest.chunkBytes;
+    for (const auto &[file, list] : byFile) {
+      std::string path = dir + "/" + manifest.files[file].name;
+      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        mine = errno == ENOENT ? "checkpoint file '" + path + "' is missing"
+                               : "cannot read checkpoint file '" + path +
+                                     "': " + std::strerror(errno);
+        return;
+      }
+      ++ioCounters.filesOpened;
+      bool ok = checkRankFile(fd, path, manifest, file,
+                              ioCounters.rankFileBytes, mine);
+      for (size_t n = 0; ok && n < list.size(); ++n) {
+        const size_t k = list[n];
+        const Source &src = sources[k];
+        Source &r = readOf[k];
+        r = src;
+        intersect(src.box, slots[src.param].box, r.box);
+        const bool whole = r.box == src.box;
+        int64_t elements = 1;
+        for (const Range &range : r.box)
+          elements *= range.size();
+        runs.clear();
+        if (!whole)
+          forEachRun(src.box, r.box,
+                     [&](int64_t from, int64_t to, int64_t length) {
+                       runs.push_back({from, to, length});
+                     });
+        for (int s = 0; ok && s < kSlots; ++s) {
+          r.has[s] = used[k][s];
+          r.data[s] = nullptr;
+          if (!used[k][s])
+            continue;
+          const SlotRef &ref = pieceOf[k]->slots[s];
+          std::vector<float> &buffer = buffers.emplace_back(elements);
+          r.data[s] = buffer.data();
+          r.own[s] = &buffer;
+          ++ioCounters.slotsRead;
+          const std::string what = std::string("the ") + slotName(s) +
+                                   " state of '" + plan.params[src.param].name +
+                                   "' " + boxText(src.box);
+          if (whole) {
+            ok = readChunks(fd, path, ref, chunk, 0,
+                            chunkCount(ref.bytes, chunk),
+                            reinterpret_cast<char *>(buffer.data()), what,
+                            ioCounters.rankFileBytes, mine);
+            continue;
+          }
+          // Runs whose chunks touch are read together: one pread for a
+          // stretch of rows, one per run where the runs lie far apart.
+          for (size_t next = 0; ok && next < runs.size();) {
+            int64_t c0 = runs[next][0] * 4 / chunk,
+                    c1 = ((runs[next][0] + runs[next][2]) * 4 + chunk - 1) /
+                         chunk;
+            size_t last = next + 1;
+            for (; last < runs.size() && runs[last][0] * 4 / chunk <= c1;
+                 ++last)
+              c1 = std::max(c1,
+                            ((runs[last][0] + runs[last][2]) * 4 + chunk - 1) /
+                                chunk);
+            scratch.resize((c1 - c0) * chunk);
+            ok = readChunks(fd, path, ref, chunk, c0, c1, scratch.data(), what,
+                            ioCounters.rankFileBytes, mine);
+            for (; ok && next < last; ++next)
+              std::memcpy(buffer.data() + runs[next][1],
+                          scratch.data() + runs[next][0] * 4 - c0 * chunk,
+                          runs[next][2] * 4);
+            next = last;
+          }
+        }
+      }
+      ::close(fd);
+      if (!ok)
+        return;
+    }
+    // The same cut on what was read, in the same order, now copying.
+    std::vector<Source> read;
+    for (size_t k = 0; k < sources.size(); ++k)
+      if (readOf[k].param >= 0)
+        read.push_back(std::move(readOf[k]));
+    if (!cut(plan, rank, slots, read, splits, withParameters, what, &local,
+             nullptr, mine))
+      return;
+    local.steps = manifest.steps;
+    local.groups = manifest.groups;
   }();
   // All or nothing.
-  int64_t failed = std::numeric_limits<int64_t>::max();
-  if (!comm.allReduceMin(mine.empty() ? failed : rank, failed,
-                         options.timeoutSeconds, error)) {
-    error = "loading a checkpoint: " + error;
+  if (!agree(comm, mine, options.timeoutSeconds, error)) {
+    error = "loading a checkpoint: " + error + "; nothing was changed";
     return false;
   }
-  if (failed != std::numeric_limits<int64_t>::max()) {
-    error = "loading a checkpoint: " +
-            (mine.empty() ? "rank " + std::to_string(failed) + " could not "
-                                "load its part"
-                          : mine) +
-            "; nothing was changed";
-    return false;
-  }
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const ParamSlot &slot = slots[i];
-    if (!slot.elements)
-      continue;
-    Staged &s = staged[i];
-    StepExecutor::State state = executor->state(i);
-    int64_t bytes = slot.elements * 4;
-    if (slot.muon) {
-      device.copyToDevice(state.momentum, s.momentum.data(), bytes);
-    } else {
-      device.copyToDevice(state.expAvg, s.expAvg.data(), bytes);
-      device.copyToDevice(state.expAvgSq, s.expAvgSq.data(), bytes);
-      *state.adamwStep = s.adamwStep;
-    }
-    if (withParameters) {
-      std::vector<char> typed(slot.elements * dtypeBytes(slot.dtype));
-      for (int64_t e = 0; e < slot.elements; ++e)
-        storeAs(typed.data(), slot.dtype, e, s.values[e]);
-      device.copyToDevice(values[i], typed.data(), typed.size());
-    }
-  }
-  steps = savedSteps;
+  applyState(local, withParameters);
   return true;
 }
 

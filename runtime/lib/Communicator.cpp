@@ -23,6 +23,33 @@ bool isTimeoutError(std::string_view error) {
          error.find(kTimeoutTail, at) != std::string_view::npos;
 }
 
+bool Communicator::allGatherBytes(const std::vector<char> &bytes,
+                                  std::vector<std::vector<char>> &all,
+                                  double timeoutSeconds, std::string &error) {
+  std::vector<uint64_t> lengths;
+  if (!allGather(bytes.size(), lengths, timeoutSeconds, error))
+    return false;
+  uint64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  all.assign(lengths.size(), {});
+  // Round k carries bytes [8k, 8k + 8) of every rank, zero-padded.
+  for (uint64_t at = 0; at < longest; at += 8) {
+    uint64_t word = 0;
+    if (at < bytes.size())
+      std::memcpy(&word, bytes.data() + at,
+                  std::min<uint64_t>(8, bytes.size() - at));
+    std::vector<uint64_t> words;
+    if (!allGather(word, words, timeoutSeconds, error))
+      return false;
+    for (size_t r = 0; r < words.size(); ++r)
+      if (at < lengths[r]) {
+        const char *w = reinterpret_cast<const char *>(&words[r]);
+        all[r].insert(all[r].end(), w,
+                      w + std::min<uint64_t>(8, lengths[r] - at));
+      }
+  }
+  return true;
+}
+
 bool SingleRankCommunicator::start(const AllToAllV &exchange,
                                    PendingExchange &pending,
                                    std::string &error) {
@@ -63,6 +90,13 @@ bool SingleRankCommunicator::gatherToRoot(
   return true;
 }
 
+bool SingleRankCommunicator::allGatherBytes(const std::vector<char> &bytes,
+                                            std::vector<std::vector<char>> &all,
+                                            double, std::string &) {
+  all.assign(1, bytes);
+  return true;
+}
+
 void SingleRankCommunicator::abort(int exitCode) { std::_Exit(exitCode); }
 
 } // namespace muon::runtime
@@ -71,29 +105,16 @@ namespace muon::runtime {
 
 std::string shareText(Communicator &comm, int64_t root, const std::string &text,
                       double timeoutSeconds) {
-  // Eight bytes a round: only failures take this path, and their messages
-  // are short.
-  const bool mine = comm.rank() == root;
+  std::vector<char> mine;
+  if (comm.rank() == root)
+    mine.assign(text.begin(),
+                text.begin() + std::min<size_t>(text.size(), 4096));
+  std::vector<std::vector<char>> all;
   std::string error;
-  std::vector<uint64_t> words;
-  const uint64_t length = mine ? std::min<size_t>(text.size(), 4096) : 0;
-  if (!comm.allGather(length, words, timeoutSeconds, error))
+  if (!comm.allGatherBytes(mine, all, timeoutSeconds, error))
     return "(the message of rank " + std::to_string(root) +
            " could not be shared: " + error + ")";
-  const uint64_t size = words[root];
-  std::string shared;
-  for (uint64_t at = 0; at < size; at += 8) {
-    uint64_t chunk = 0;
-    if (mine)
-      std::memcpy(&chunk, text.data() + at, std::min<uint64_t>(8, size - at));
-    if (!comm.allGather(chunk, words, timeoutSeconds, error))
-      return "(the message of rank " + std::to_string(root) +
-             " could not be shared: " + error + ")";
-    char bytes[8];
-    std::memcpy(bytes, &words[root], 8);
-    shared.append(bytes, std::min<uint64_t>(8, size - at));
-  }
-  return shared;
+  return std::string(all[root].begin(), all[root].end());
 }
 
 } // namespace muon::runtime

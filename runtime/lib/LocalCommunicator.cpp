@@ -194,6 +194,13 @@ bool LocalCommunicator::gatherToRoot(const std::vector<char> &bytes,
   return true;
 }
 
+bool LocalCommunicator::allGatherBytes(const std::vector<char> &bytes,
+                                       std::vector<std::vector<char>> &all,
+                                       double timeoutSeconds,
+                                       std::string &error) {
+  return exchangeBytes(bytes, all, timeoutSeconds, error);
+}
+
 void LocalCommunicator::abort(int exitCode) { std::_Exit(exitCode); }
 
 } // namespace muon::runtime

@@ -320,17 +320,17 @@ Status Optimizer::step(StepResult &result) {
 }
 
 Status Optimizer::saveCheckpoint(const std::string &dir, bool withParameters) {
-  if (dir.empty())
-    return invalidArgument("saving a checkpoint: the directory path is empty");
+  // The checks and the save are collective: every rank fails alike.
   std::string error;
   if (!saveCheckpointFiles(dir, withParameters, error))
-    return Status(StatusCode::Unavailable, error);
+    return Status(dir.empty() ? StatusCode::InvalidArgument
+                              : StatusCode::Unavailable,
+                  error);
   return okStatus();
 }
 
 Status Optimizer::loadCheckpoint(const std::string &dir, bool withParameters) {
-  if (dir.empty())
-    return invalidArgument("loading a checkpoint: the directory path is empty");
+  // A checkpoint that does not fit is input like any other.
   std::string error;
   if (!loadCheckpointFiles(dir, withParameters, error))
     return invalidArgument(error);

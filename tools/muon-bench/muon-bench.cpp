@@ -11,6 +11,10 @@
 //                   [--clock wall|cpu]
 //     Optimizer steps of a one-rank plan on synthetic gradients: step time
 //     (median after a warm-up) against the Newton-Schulz floor.
+//   muon-bench checkpoint --dir DIR [--mib N] [--repeats R] [--json]
+//     One rank's checkpoint save and load of N MiB of optimizer state
+//     (CheckpointIo.cpp): best and median seconds, the page cache dropped
+//     before each cold load.
 //   muon-bench step SPEC --ranks N [--steps N] [--repeats R] [--json]
 //     The compiled plan on N MPI ranks (through muon-run) against the floor
 //     and against the seeds' draft design, interleaved in one sitting
@@ -21,6 +25,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "BenchDevice.h"
+#include "CheckpointIo.h"
 #include "DistributedStep.h"
 
 #include "muon/Plan/PlanBinary.h"
@@ -463,6 +468,8 @@ int main(int argc, char **argv) {
       "       muon-bench step PLAN [options]  optimizer steps of a plan\n"
       "       muon-bench plan-load PLAN.bin --rank R  one rank's part of a "
       "binary plan\n"
+      "       muon-bench checkpoint --dir DIR  one rank's checkpoint save "
+      "and load\n"
       "       muon-bench COMMAND --help   the options of a command\n";
   if (argc < 2) {
     std::fputs(usage, stderr);
@@ -479,6 +486,8 @@ int main(int argc, char **argv) {
     return runStep(argc - 1, argv + 1);
   if (command == "plan-load")
     return runPlanLoad(argc - 1, argv + 1);
+  if (command == "checkpoint")
+    return runCheckpointIo(argc - 1, argv + 1);
   std::fprintf(stderr, "muon-bench: unknown command '%s'\n%s",
                command.c_str(), usage);
   return 2;

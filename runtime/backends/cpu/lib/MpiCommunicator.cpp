@@ -387,6 +387,50 @@ bool MpiCommunicator::gatherToRoot(const std::vector<char> &bytes,
   return true;
 }
 
+bool MpiCommunicator::allGatherBytes(const std::vector<char> &bytes,
+                                     std::vector<std::vector<char>> &all,
+                                     double timeoutSeconds,
+                                     std::string &error) {
+  if (bytes.size() > INT_MAX) {
+    error = "more than 2 GiB to gather on every rank";
+    return false;
+  }
+  int mine = static_cast<int>(bytes.size());
+  std::vector<int> counts(state->size), offsets(state->size);
+  if (!runControl(
+          state->mpi,
+          [&](MPI_Request &request) {
+            return MPI_Iallgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT,
+                                  state->comm, &request);
+          },
+          timeoutSeconds, error))
+    return false;
+  int64_t total = 0;
+  for (int r = 0; r < state->size; ++r) {
+    offsets[r] = static_cast<int>(total);
+    total += counts[r];
+    if (total > INT_MAX) {
+      error = "more than 2 GiB to gather on every rank";
+      return false;
+    }
+  }
+  std::vector<char> gathered(total);
+  if (!runControl(
+          state->mpi,
+          [&](MPI_Request &request) {
+            return MPI_Iallgatherv(
+                bytes.data(), mine, MPI_BYTE, gathered.data(), counts.data(),
+                offsets.data(), MPI_BYTE, state->comm, &request);
+          },
+          timeoutSeconds, error))
+    return false;
+  all.clear();
+  for (int r = 0; r < state->size; ++r)
+    all.emplace_back(gathered.begin() + offsets[r],
+                     gathered.begin() + offsets[r] + counts[r]);
+  return true;
+}
+
 void MpiCommunicator::abort(int exitCode) {
   MPI_Abort(state->comm, exitCode);
   std::_Exit(exitCode);

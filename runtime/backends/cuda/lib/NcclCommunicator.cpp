@@ -65,6 +65,11 @@ public:
                     double timeoutSeconds, std::string &error) override {
     return bootstrap.gatherToRoot(bytes, atRoot, timeoutSeconds, error);
   }
+  bool allGatherBytes(const std::vector<char> &bytes,
+                      std::vector<std::vector<char>> &all,
+                      double timeoutSeconds, std::string &error) override {
+    return bootstrap.allGatherBytes(bytes, all, timeoutSeconds, error);
+  }
   [[noreturn]] void abort(int exitCode) override {
     bootstrap.abort(exitCode);
     std::_Exit(exitCode); // not reached: the bootstrap's abort ends us

@@ -65,6 +65,14 @@ public:
   virtual bool gatherToRoot(const std::vector<char> &bytes,
                             std::vector<std::vector<char>> &atRoot,
                             double timeoutSeconds, std::string &error) = 0;
+  /// Every rank's bytes, on every rank, in rank order. The default is built
+  /// from allGather: the lengths, then 8 bytes per round for the longest
+  /// (one round when every rank sends nothing), so any transport has it;
+  /// transports with a variable-length all-gather override it. Meant for
+  /// small control messages (an error a peer hit).
+  virtual bool allGatherBytes(const std::vector<char> &bytes,
+                              std::vector<std::vector<char>> &all,
+                              double timeoutSeconds, std::string &error);
 
   /// Ends every rank of the run with `exitCode` (after a fatal error on one
   /// rank, the others must not wait for it).
@@ -105,6 +113,9 @@ public:
   bool gatherToRoot(const std::vector<char> &bytes,
                     std::vector<std::vector<char>> &atRoot, double,
                     std::string &) override;
+  bool allGatherBytes(const std::vector<char> &bytes,
+                      std::vector<std::vector<char>> &all, double,
+                      std::string &) override;
   [[noreturn]] void abort(int exitCode) override;
 };
 

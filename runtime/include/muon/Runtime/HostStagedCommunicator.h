@@ -47,6 +47,11 @@ public:
                     double timeoutSeconds, std::string &error) override {
     return inner.gatherToRoot(bytes, atRoot, timeoutSeconds, error);
   }
+  bool allGatherBytes(const std::vector<char> &bytes,
+                      std::vector<std::vector<char>> &all,
+                      double timeoutSeconds, std::string &error) override {
+    return inner.allGatherBytes(bytes, all, timeoutSeconds, error);
+  }
   [[noreturn]] void abort(int exitCode) override;
 
 private:

@@ -71,6 +71,51 @@ struct ParamSlot {
   bool bound = false;
 };
 
+/// One piece of a parameter's optimizer state, by global box: what a
+/// checkpoint saves per piece and what a state dict holds. Pieces are
+/// independent of the layout that made them, so pieces from any layout or
+/// world size of the same model load under any other (loadStateDict).
+struct StatePiece {
+  std::string param;
+  /// The piece: one range per dim of the whole tensor; every state below
+  /// is row-major over it.
+  std::vector<Range> box;
+  /// The partial summand of the gradient the state belongs to, and how
+  /// many the layout has. Only Muon momentum differs between summands (it
+  /// is linear in the gradient: the summands' momenta add up to the
+  /// momentum of the summed gradient); AdamW moments and parameter values
+  /// are the same on every summand.
+  int64_t summand = 0, summands = 1;
+  /// Named state slots, each of the box's element count, as f32:
+  /// "momentum" (Muon), "exp_avg" and "exp_avg_sq" (AdamW), and "values"
+  /// (the parameter's values, only when asked for).
+  std::map<std::string, std::vector<float>> states;
+  /// AdamW's step count of this piece (0 for Muon).
+  int64_t step = 0;
+};
+
+/// A rank's optimizer state in memory, or any collection of pieces (every
+/// rank's stateDict of another world size, concatenated).
+struct StateDict {
+  int64_t steps = 0; // the optimizer's step count (stepsTaken())
+  std::vector<StatePiece> pieces;
+  /// The groups' hyper-parameters as they were (torch's param_groups in
+  /// its optimizer state_dict); a load leaves groups not listed as they
+  /// are.
+  std::vector<PlanGroup> groups;
+};
+
+/// What the last loadCheckpoint read on this rank, in bytes as read from
+/// the files (by pread; whether they came from the page cache is the
+/// kernel's business).
+struct CheckpointIoCounters {
+  int64_t manifestBytes = 0; // checkpoint.json
+  /// Rank files: headers, state data and the data's chunk hashes.
+  int64_t rankFileBytes = 0;
+  int64_t filesOpened = 0; // rank files opened (each at most once)
+  int64_t slotsRead = 0;   // saved states (one piece's one state) read from
+};
+
 class Optimizer {
 public:
   /// Reads and validates a plan file, then as `create`. A binary plan
@@ -156,20 +201,45 @@ public:
   /// Saves this rank's optimizer state into `dir` (created if missing; an
   /// empty path is refused): one file per rank, holding every local
   /// piece's state (Muon momentum, AdamW moments and step counts) by
-  /// parameter name and global box, with the step count, the groups'
-  /// current settings and the plan's hash; with `withParameters`, the bound
-  /// parameter values too. Files are written atomically and flushed to
-  /// disk, and a manifest written last makes the checkpoint complete: a
-  /// save that fails on any rank leaves the previous checkpoint as it was.
-  /// Collective.
+  /// parameter name and global box, with the step count and the groups'
+  /// current settings; with `withParameters`, the bound parameter values
+  /// too. Rank 0 gathers every rank's index (piece, box, byte range and
+  /// checksum of each state) into the manifest, which it writes last: the
+  /// manifest makes the checkpoint complete. Files are written atomically
+  /// and flushed to disk, and a save that fails on any rank fails on every
+  /// rank, naming the problem, and leaves the previous checkpoint as it
+  /// was. Collective.
   Status saveCheckpoint(const std::string &dir, bool withParameters);
   /// Loads a checkpoint under any layout or world size of the same model:
-  /// each rank reads the boxes overlapping its pieces and cuts them to its
-  /// own; the groups' settings come back as saved. With `withParameters`,
-  /// the bound storage gets the saved values (the checkpoint must hold
-  /// them). A damaged, foreign or incomplete checkpoint is refused on every
-  /// rank with nothing changed. Collective.
+  /// each rank reads the manifest, picks the saved boxes that overlap its
+  /// pieces (its own rank's file first, so a resume on the same layout
+  /// opens only its own file), reads only their byte ranges, checks their
+  /// checksums and cuts them to its boxes, as loadStateDict does; the
+  /// groups' settings come back as saved. With `withParameters`, the bound
+  /// storage gets the saved values (the checkpoint must hold them). A
+  /// damaged, foreign or incomplete checkpoint is refused on every rank,
+  /// naming the problem, with nothing changed. checkpointIo() then says
+  /// what this rank read. Collective.
   Status loadCheckpoint(const std::string &dir, bool withParameters);
+  /// What the last loadCheckpoint read on this rank.
+  const CheckpointIoCounters &checkpointIo() const { return ioCounters; }
+
+  /// This rank's optimizer state, one piece per parameter it holds, with
+  /// the step count and the groups' current settings; with
+  /// `withParameters`, the bound values too (a parameter that is not bound
+  /// fails). Not collective.
+  Status stateDict(bool withParameters, StateDict &dict) const;
+  /// Loads this rank's state from `dict`'s pieces, saved under any layout
+  /// or world size of the same model: every local piece is cut from the
+  /// pieces that overlap it (the cut loadCheckpoint uses), the step count
+  /// is `dict.steps`, and the groups named in `dict.groups` get their
+  /// settings. With `withParameters`, the bound storage gets the pieces'
+  /// "values". All or nothing on this rank: a piece or group that does not
+  /// fit the model, or a local element of any state that no piece covers,
+  /// fails before anything changes. Not collective: each rank loads from
+  /// the pieces it is given, and a caller that needs every rank to succeed
+  /// or none agrees on the outcome itself.
+  Status loadStateDict(const StateDict &dict, bool withParameters);
 
   const StepCounters &counters() const;
   /// The last step's timeline on this rank, with OptimizerOptions::trace
@@ -189,6 +259,15 @@ private:
                            std::string &error);
   bool loadCheckpointFiles(const std::string &dir, bool withParameters,
                            std::string &error);
+  bool stateDictImpl(bool withParameters, StateDict &dict,
+                     std::string &error) const;
+  bool loadStateDictImpl(const StateDict &dict, bool withParameters,
+                         std::string &error);
+  /// The groups of a state dict or checkpoint, checked against this
+  /// optimizer's (each known by name, of the same algorithm, with sound
+  /// settings): empty when they fit.
+  std::string checkSavedGroups(const std::vector<PlanGroup> &saved) const;
+  void applySavedGroups(const std::vector<PlanGroup> &saved);
   Status setGroup(const std::string &name, bool muon, const PlanGroup &group);
 
   Plan thePlan;
@@ -200,6 +279,12 @@ private:
   std::map<std::string, size_t> slotOf;
   std::vector<void *> values; // bound storage, per parameter
   int64_t steps = 0;
+  CheckpointIoCounters ioCounters;
+
+  // Checkpoint and state-dict support (StateDict.cpp): writes a state cut
+  // to this rank's pieces (one piece per parameter it holds, in order)
+  // into the optimizer state and the bound values.
+  void applyState(const StateDict &local, bool withParameters);
 };
 
 } // namespace muon::runtime

@@ -69,6 +69,9 @@ public:
   bool gatherToRoot(const std::vector<char> &bytes,
                     std::vector<std::vector<char>> &atRoot,
                     double timeoutSeconds, std::string &error) override;
+  bool allGatherBytes(const std::vector<char> &bytes,
+                      std::vector<std::vector<char>> &all,
+                      double timeoutSeconds, std::string &error) override;
   [[noreturn]] void abort(int exitCode) override;
 
   /// Chooses who advances in-flight exchanges and how often the progress

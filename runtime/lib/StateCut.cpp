@@ -1,0 +1,269 @@
+//===- StateCut.cpp - Optimizer state cut from pieces of any layout -------===//
+#include "StateCut.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+namespace muon::runtime::statecut {
+
+namespace {
+
+constexpr const char *kSlotNames[kSlots] = {"momentum", "exp_avg", "exp_avg_sq",
+                                            "values"};
+
+/// Copies the overlap of `srcBox` (data `src`, row-major) into `dstBox`
+/// (data `dst`), skipping elements `covered` marks, and marks what it
+/// covers; returns how many elements it newly covered. With `add`, values
+/// are added instead of written. With null `src` and `dst`, only covers.
+/// With null `covered`, nothing is skipped or marked (the caller knows
+/// nothing is covered yet). A run nothing covered yet (the usual case) is
+/// one memcpy.
+int64_t cutOverlap(const float *src, const std::vector<Range> &srcBox,
+                   float *dst, const std::vector<Range> &dstBox, char *covered,
+                   bool add) {
+  int64_t fresh = 0;
+  forEachRun(srcBox, dstBox, [&](int64_t from, int64_t to, int64_t run) {
+    char *c = covered ? covered + to : nullptr;
+    if (!c || !std::memchr(c, 1, run)) {
+      if (dst && add)
+        for (int64_t j = 0; j < run; ++j)
+          dst[to + j] += src[from + j];
+      else if (dst)
+        std::memcpy(dst + to, src + from, run * sizeof(float));
+      if (c)
+        std::memset(c, 1, run);
+      fresh += run;
+      return;
+    }
+    for (int64_t j = 0; j < run; ++j)
+      if (!c[j]) {
+        c[j] = 1;
+        if (dst)
+          dst[to + j] = add ? dst[to + j] + src[from + j] : src[from + j];
+        ++fresh;
+      }
+  });
+  return fresh;
+}
+
+/// Whether box `outer` holds all of box `inner`.
+bool contains(const std::vector<Range> &outer,
+              const std::vector<Range> &inner) {
+  for (size_t d = 0; d < outer.size(); ++d)
+    if (inner[d].begin < outer[d].begin || inner[d].end > outer[d].end)
+      return false;
+  return true;
+}
+
+} // namespace
+
+const char *slotName(int slot) { return kSlotNames[slot]; }
+
+bool intersect(const std::vector<Range> &a, const std::vector<Range> &b,
+               std::vector<Range> &out) {
+  out.resize(a.size());
+  for (size_t d = 0; d < a.size(); ++d) {
+    out[d] = {std::max(a[d].begin, b[d].begin), std::min(a[d].end, b[d].end)};
+    if (out[d].begin >= out[d].end)
+      return false;
+  }
+  return true;
+}
+
+int slotNamed(std::string_view name) {
+  for (int s = 0; s < kSlots; ++s)
+    if (name == kSlotNames[s])
+      return s;
+  return -1;
+}
+
+int64_t summandCount(const Plan &plan, int64_t param) {
+  int64_t summands = 1;
+  for (int64_t axis : plan.params[param].layout.partialAxes)
+    summands *= plan.mesh.shape[axis];
+  return summands;
+}
+
+std::string boxText(const std::vector<Range> &box) {
+  std::string text = "[";
+  for (size_t d = 0; d < box.size(); ++d)
+    text += (d ? ", " : "") + std::to_string(box[d].begin) + ":" +
+            std::to_string(box[d].end);
+  return text + "]";
+}
+
+bool checkSource(const Plan &plan, const Source &source,
+                 const std::string &where, std::string &error) {
+  const PlanParam &param = plan.params[source.param];
+  auto bad = [&](const std::string &why) {
+    error = where + ": " + why;
+    return false;
+  };
+  if (source.box.size() != param.layout.shape.size())
+    return bad("a box of " + std::to_string(source.box.size()) +
+               " dim(s) for '" + param.name + "', which has " +
+               std::to_string(param.layout.shape.size()));
+  for (size_t d = 0; d < source.box.size(); ++d)
+    if (source.box[d].begin < 0 || source.box[d].begin >= source.box[d].end ||
+        source.box[d].end > param.layout.shape[d])
+      return bad("the box " + boxText(source.box) + " is empty or outside '" +
+                 param.name + "'");
+  if (source.summands < 1 || source.summand < 0 ||
+      source.summand >= source.summands)
+    return bad("summand " + std::to_string(source.summand) + " of " +
+               std::to_string(source.summands));
+  for (int s = 0; s < kSlots; ++s)
+    if (source.has[s] && s != Values && (s == Momentum) != param.muon)
+      return bad(std::string("a ") + kSlotNames[s] + " state for '" +
+                 param.name + "', an " + (param.muon ? "Muon" : "AdamW") +
+                 " parameter");
+  return true;
+}
+
+bool checkSplits(const Plan &plan, const std::vector<Source> &sources,
+                 const std::string &what, std::vector<int64_t> &splits,
+                 std::string &error) {
+  splits.assign(plan.params.size(), 0);
+  for (const Source &s : sources) {
+    if (!s.has[Momentum])
+      continue;
+    int64_t &split = splits[s.param];
+    if (split && split != s.summands) {
+      error = what + " has inconsistent momentum for '" +
+              plan.params[s.param].name + "': split into " +
+              std::to_string(split) + " and " + std::to_string(s.summands) +
+              " summands";
+      return false;
+    }
+    split = s.summands;
+  }
+  return true;
+}
+
+bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
+         const std::vector<Source> &sources, const std::vector<int64_t> &splits,
+         bool withParameters, const std::string &what, StateDict *local,
+         std::vector<std::array<bool, kSlots>> *used, std::string &error) {
+  // The sources of each parameter, in order: no scan of every source for
+  // every piece.
+  std::vector<std::vector<size_t>> byParam(plan.params.size());
+  for (size_t k = 0; k < sources.size(); ++k)
+    byParam[sources[k].param].push_back(k);
+  if (used)
+    used->assign(sources.size(), {});
+  if (local)
+    local->pieces.clear();
+  std::vector<char> covered;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const ParamSlot &slot = slots[i];
+    if (!slot.elements)
+      continue;
+    StatePiece *piece = nullptr;
+    if (local) {
+      piece = &local->pieces.emplace_back();
+      piece->param = slot.name;
+      piece->box = slot.box;
+      piece->summand = slot.summand;
+      piece->summands = summandCount(plan, i);
+    }
+    // Covers `state` of the piece from the sources (of `summand`, or any
+    // when negative), writing or adding into `out`; returns the elements
+    // covered. The first source a state comes from gives AdamW's step.
+    auto fill = [&](int state, int64_t summand, float *out, bool add) {
+      int64_t got = 0;
+      bool tracking = false;
+      for (size_t k : byParam[i]) {
+        const Source &src = sources[k];
+        // A state that was not read cannot be copied (a source list built
+        // for copying holds data for every state it has).
+        if (!src.has[state] || (out && !src.data[state]) ||
+            (summand >= 0 && src.summand != summand))
+          continue;
+        // The first source that covers the whole piece needs no record of
+        // what is covered (a piece as large as 1 GB would need 256 MB).
+        bool whole = got == 0 && contains(src.box, slot.box);
+        if (!whole && !tracking) {
+          covered.assign(slot.elements, 0);
+          tracking = true;
+        }
+        int64_t fresh =
+            cutOverlap(out ? src.data[state] : nullptr, src.box, out, slot.box,
+                       whole ? nullptr : covered.data(), add);
+        if (!fresh)
+          continue;
+        if (used)
+          (*used)[k][state] = true;
+        if (piece && got == 0 && state == ExpAvg)
+          piece->step = src.step;
+        got += fresh;
+        if (got == slot.elements)
+          break;
+      }
+      return got;
+    };
+    // The piece's zeroed data for `state` (null without `local`).
+    auto output = [&](int state) -> float * {
+      if (!piece)
+        return nullptr;
+      std::vector<float> &data = piece->states[kSlotNames[state]];
+      data.assign(slot.elements, 0.0f);
+      return data.data();
+    };
+    auto uncovered = [&](int state, const std::string &note) {
+      error = what + " does not cover the " + kSlotNames[state] + " of rank " +
+              std::to_string(rank) + "'s piece " + boxText(slot.box) + " of '" +
+              slot.name + "'" + note;
+      return false;
+    };
+    // Covers `state` by writing. When the first source it would come from
+    // has exactly the piece's box and storage to give, the piece takes
+    // that storage instead of a copy (a resume on the same layout).
+    auto take = [&](int state, int64_t summand) {
+      for (size_t k : byParam[i]) {
+        const Source &src = sources[k];
+        if (!piece || !src.has[state] || !src.data[state] ||
+            (summand >= 0 && src.summand != summand))
+          continue;
+        if (!src.own[state] || !(src.box == slot.box))
+          break;
+        piece->states[kSlotNames[state]] = std::move(*src.own[state]);
+        if (used)
+          (*used)[k][state] = true;
+        if (state == ExpAvg)
+          piece->step = src.step;
+        return true;
+      }
+      return fill(state, summand, output(state), false) == slot.elements;
+    };
+    if (slot.muon) {
+      int64_t saved = splits[i];
+      if (!saved) {
+        error = what + " has no momentum for '" + slot.name + "'";
+        return false;
+      }
+      if (saved == summandCount(plan, i)) {
+        if (!take(Momentum, slot.summand))
+          return uncovered(Momentum, "");
+      } else {
+        // Momentum is linear in the gradient, so only the summands' total
+        // matters: summand 0 takes it all (each saved summand added once),
+        // the others start from zero.
+        float *out = output(Momentum);
+        for (int64_t k = 0; slot.summand == 0 && k < saved; ++k)
+          if (fill(Momentum, k, out, true) != slot.elements)
+            return uncovered(Momentum,
+                             " (saved summand " + std::to_string(k) + ")");
+      }
+    } else {
+      for (int state : {ExpAvg, ExpAvgSq})
+        if (!take(state, -1))
+          return uncovered(state, "");
+    }
+    if (withParameters && !take(Values, -1))
+      return uncovered(Values, "");
+  }
+  return true;
+}
+
+} // namespace muon::runtime::statecut

@@ -1,0 +1,130 @@
+//===- StateCut.h - Optimizer state cut from pieces of any layout -*- C++
+//-*-===//
+//
+// The one implementation of re-cutting saved optimizer state to a rank's
+// pieces. Optimizer::loadStateDict runs it on pieces in memory;
+// Optimizer::loadCheckpoint runs it twice: on the manifest's index alone
+// (no data) to choose which saved states to read, then on what it read.
+// Internal to the runtime (StateDict.cpp, Checkpoint.cpp).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_RUNTIME_LIB_STATECUT_H
+#define MUON_RUNTIME_LIB_STATECUT_H
+
+#include "muon/Runtime/Optimizer.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace muon::runtime::statecut {
+
+/// The state slots a piece can hold.
+enum Slot : int { Momentum, ExpAvg, ExpAvgSq, Values, kSlots };
+/// "momentum", "exp_avg", "exp_avg_sq", "values".
+const char *slotName(int slot);
+/// The slot called `name`, or -1.
+int slotNamed(std::string_view name);
+
+/// A saved piece as the cut sees it.
+struct Source {
+  int64_t param = -1; // index into Plan::params
+  std::vector<Range> box;
+  int64_t summand = 0, summands = 1;
+  int64_t step = 0;               // AdamW's step count
+  std::array<bool, kSlots> has{}; // the states the piece holds
+  /// The states' data, row-major over `box`; null when not read (the cut
+  /// then only chooses).
+  std::array<const float *, kSlots> data{};
+  /// Where the data is a vector the cut may take over (the caller's
+  /// buffer, no longer needed): a piece whose box this source has exactly
+  /// takes it instead of a copy. Null: the data is only lent.
+  std::array<std::vector<float> *, kSlots> own{};
+};
+
+/// The overlap of boxes `a` and `b` (one range per dim, the same dims) in
+/// `out`; false when it is empty.
+bool intersect(const std::vector<Range> &a, const std::vector<Range> &b,
+               std::vector<Range> &out);
+
+/// Calls `fn(from, to, length)` for every run of the overlap of boxes `a`
+/// and `b` (a stretch along the innermost dim, contiguous in both), in
+/// row-major order: `from` and `to` are the run's element offsets in `a`'s
+/// and `b`'s row-major data. Nothing when they do not overlap.
+template <typename Fn>
+void forEachRun(const std::vector<Range> &a, const std::vector<Range> &b,
+                Fn fn) {
+  const size_t rank = a.size();
+  std::vector<Range> overlap;
+  if (!intersect(a, b, overlap))
+    return;
+  std::vector<int64_t> aStride(rank), bStride(rank), at(rank);
+  int64_t aSize = 1, bSize = 1, runs = 1;
+  for (size_t d = rank; d-- > 0;) {
+    aStride[d] = aSize;
+    bStride[d] = bSize;
+    aSize *= a[d].size();
+    bSize *= b[d].size();
+    at[d] = overlap[d].begin;
+    if (d + 1 < rank)
+      runs *= overlap[d].size();
+  }
+  const int64_t length = rank ? overlap[rank - 1].size() : 1;
+  for (int64_t n = 0; n < runs; ++n) {
+    int64_t from = 0, to = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      from += (at[d] - a[d].begin) * aStride[d];
+      to += (at[d] - b[d].begin) * bStride[d];
+    }
+    fn(from, to, length);
+    // The next run: every dim but the innermost, odometer-style.
+    for (size_t d = rank > 1 ? rank - 1 : 0; d-- > 0;) {
+      if (++at[d] < overlap[d].end)
+        break;
+      at[d] = overlap[d].begin;
+    }
+  }
+}
+
+/// How many partial summands parameter `param`'s gradient has in `plan`.
+int64_t summandCount(const Plan &plan, int64_t param);
+/// "[0:2, 4:8]".
+std::string boxText(const std::vector<Range> &box);
+
+/// Checks one piece against the model: a box inside the parameter's
+/// shape, a summand in range, states of the parameter's optimizer group.
+/// `where` names the piece in `error`.
+bool checkSource(const Plan &plan, const Source &source,
+                 const std::string &where, std::string &error);
+/// Checks what only the whole set shows: every parameter's momentum is
+/// split into one number of summands, which `splits` gets per parameter
+/// (0: no momentum). `what` names the set.
+bool checkSplits(const Plan &plan, const std::vector<Source> &sources,
+                 const std::string &what, std::vector<int64_t> &splits,
+                 std::string &error);
+
+/// Cuts the state of every local piece (`slots`, a rank's parameters) out
+/// of `sources`, tried in order: an element an earlier source covered is
+/// not taken from a later one, and a source is used only if it covers
+/// something new. Muon momentum: with as many summands as saved, each
+/// piece takes its own summand's; otherwise summand 0 takes the saved
+/// summands' total and the others zeros. AdamW moments and values: any
+/// summand. `splits` is checkSplits' result for the whole set the sources
+/// were chosen from. Every element of every state must be covered; `what`
+/// names the sources in `error` ("the checkpoint in 'dir'").
+///
+/// With `local`, the data is copied (or taken, see Source::own) into it:
+/// one piece per slot with elements, in order, with the step count left as
+/// it was. With `used`
+/// (one entry per source), the (source, state) pairs that contribute are
+/// marked; without `local` the sources need no data.
+bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
+         const std::vector<Source> &sources, const std::vector<int64_t> &splits,
+         bool withParameters, const std::string &what, StateDict *local,
+         std::vector<std::array<bool, kSlots>> *used, std::string &error);
+
+} // namespace muon::runtime::statecut
+
+#endif // MUON_RUNTIME_LIB_STATECUT_H

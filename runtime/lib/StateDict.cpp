@@ -1,0 +1,198 @@
+//===- StateDict.cpp - The optimizer state in memory, by global box -------===//
+//
+// Optimizer::stateDict copies this rank's state to the host, one piece per
+// parameter it holds; Optimizer::loadStateDict cuts pieces of any layout to
+// this rank's (StateCut.h) and writes them back. Checkpoints are built on
+// both (Checkpoint.cpp).
+//
+//===----------------------------------------------------------------------===//
+#include "muon/Runtime/Optimizer.h"
+
+#include "StateCut.h"
+
+#include "muon/Plan/Validate.h"
+
+#include <unordered_map>
+
+namespace muon::runtime {
+
+using namespace statecut;
+
+Status Optimizer::stateDict(bool withParameters, StateDict &dict) const {
+  std::string error;
+  if (!stateDictImpl(withParameters, dict, error))
+    return failedPrecondition(error);
+  return okStatus();
+}
+
+Status Optimizer::loadStateDict(const StateDict &dict, bool withParameters) {
+  std::string error;
+  if (!loadStateDictImpl(dict, withParameters, error))
+    return invalidArgument(error);
+  return okStatus();
+}
+
+std::string
+Optimizer::checkSavedGroups(const std::vector<PlanGroup> &saved) const {
+  for (const PlanGroup &g : saved) {
+    const PlanGroup *mine = group(g.name);
+    if (!mine)
+      return "group '" + g.name + "' is not a group of this model";
+    if (mine->muon != g.muon)
+      return "group '" + g.name + "' is " + algorithmName(g.muon) +
+             " there but " + algorithmName(mine->muon) + " here";
+    if (json::Error bad = checkGroupSettings(g); !bad.empty())
+      return "group '" + g.name + "': " + bad.path + ": " + bad.message;
+  }
+  return "";
+}
+
+void Optimizer::applySavedGroups(const std::vector<PlanGroup> &saved) {
+  for (const PlanGroup &g : saved)
+    executor->setGroup(findGroup(executor->groups(), g.name), g);
+}
+
+bool Optimizer::stateDictImpl(bool withParameters, StateDict &dict,
+                              std::string &error) const {
+  StateDict out;
+  out.steps = steps;
+  out.groups = executor->groups();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const ParamSlot &slot = slots[i];
+    if (!slot.elements)
+      continue;
+    if (withParameters && !slot.bound) {
+      error = "parameter '" + slot.name +
+              "' is not bound, so its values cannot be read";
+      return false;
+    }
+    StatePiece &piece = out.pieces.emplace_back();
+    piece.param = slot.name;
+    piece.box = slot.box;
+    piece.summand = slot.summand;
+    piece.summands = summandCount(thePlan, i);
+    StepExecutor::State state = executor->state(i);
+    auto copy = [&](int s, const float *from) {
+      std::vector<float> &to = piece.states[slotName(s)];
+      to.resize(slot.elements);
+      device.copyToHost(to.data(), from, slot.elements * 4);
+    };
+    if (slot.muon) {
+      copy(Momentum, state.momentum);
+    } else {
+      copy(ExpAvg, state.expAvg);
+      copy(ExpAvgSq, state.expAvgSq);
+      piece.step = *state.adamwStep;
+    }
+    if (withParameters) {
+      std::vector<char> typed(slot.elements * dtypeBytes(slot.dtype));
+      device.copyToHost(typed.data(), values[i], typed.size());
+      std::vector<float> &to = piece.states[slotName(Values)];
+      to.resize(slot.elements);
+      for (int64_t e = 0; e < slot.elements; ++e)
+        to[e] = loadAs(typed.data(), slot.dtype, e);
+    }
+  }
+  dict = std::move(out);
+  return true;
+}
+
+bool Optimizer::loadStateDictImpl(const StateDict &dict, bool withParameters,
+                                  std::string &error) {
+  const Plan &plan = thePlan;
+  // Everything is checked and cut into a staging dict first; the state
+  // changes only when all of it fits.
+  std::vector<Source> sources;
+  sources.reserve(dict.pieces.size());
+  std::unordered_map<std::string, int64_t> paramIndex;
+  for (size_t i = 0; i < plan.params.size(); ++i)
+    paramIndex[plan.params[i].name] = static_cast<int64_t>(i);
+  auto fail = [&](const std::string &why) {
+    error = "loading a state dict: " + why + "; nothing was changed";
+    return false;
+  };
+  for (size_t k = 0; k < dict.pieces.size(); ++k) {
+    const StatePiece &piece = dict.pieces[k];
+    std::string where = "piece " + std::to_string(k) + " ('" + piece.param +
+                        "' " + boxText(piece.box) + ")";
+    auto it = paramIndex.find(piece.param);
+    if (it == paramIndex.end())
+      return fail(where + ": no parameter '" + piece.param + "' in this model");
+    Source &s = sources.emplace_back();
+    s.param = it->second;
+    s.box = piece.box;
+    s.summand = piece.summand;
+    s.summands = piece.summands;
+    s.step = piece.step;
+    for (const auto &[name, data] : piece.states) {
+      int slot = slotNamed(name);
+      if (slot < 0)
+        return fail(where + ": unknown state '" + name +
+                    "' (expected momentum, exp_avg, exp_avg_sq or values)");
+      s.has[slot] = true;
+      s.data[slot] = data.data();
+    }
+    std::string why;
+    if (!checkSource(plan, s, where, why))
+      return fail(why);
+    int64_t elements = 1;
+    for (const Range &r : piece.box)
+      elements *= r.size();
+    for (const auto &[name, data] : piece.states)
+      if (static_cast<int64_t>(data.size()) != elements)
+        return fail(where + ": its " + name + " has " +
+                    std::to_string(data.size()) + " values, its box " +
+                    std::to_string(elements));
+  }
+  if (withParameters)
+    for (const ParamSlot &slot : slots)
+      if (slot.elements && !slot.bound)
+        return fail("parameter '" + slot.name +
+                    "' is not bound, so its values cannot be loaded");
+  if (std::string bad = checkSavedGroups(dict.groups); !bad.empty())
+    return fail(bad);
+  std::vector<int64_t> splits;
+  StateDict local;
+  std::string why;
+  if (!checkSplits(plan, sources, "the state dict", splits, why) ||
+      !cut(plan, comm.rank(), slots, sources, splits, withParameters,
+           "the state dict", &local, nullptr, why))
+    return fail(why);
+  local.steps = dict.steps;
+  local.groups = dict.groups;
+  applyState(local, withParameters);
+  return true;
+}
+
+void Optimizer::applyState(const StateDict &local, bool withParameters) {
+  size_t next = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const ParamSlot &slot = slots[i];
+    if (!slot.elements)
+      continue;
+    const StatePiece &piece = local.pieces[next++];
+    StepExecutor::State state = executor->state(i);
+    int64_t bytes = slot.elements * 4;
+    if (slot.muon) {
+      device.copyToDevice(state.momentum,
+                          piece.states.at(slotName(Momentum)).data(), bytes);
+    } else {
+      device.copyToDevice(state.expAvg,
+                          piece.states.at(slotName(ExpAvg)).data(), bytes);
+      device.copyToDevice(state.expAvgSq,
+                          piece.states.at(slotName(ExpAvgSq)).data(), bytes);
+      *state.adamwStep = piece.step;
+    }
+    if (withParameters) {
+      const std::vector<float> &from = piece.states.at(slotName(Values));
+      std::vector<char> typed(slot.elements * dtypeBytes(slot.dtype));
+      for (int64_t e = 0; e < slot.elements; ++e)
+        storeAs(typed.data(), slot.dtype, e, from[e]);
+      device.copyToDevice(values[i], typed.data(), typed.size());
+    }
+  }
+  steps = local.steps;
+  applySavedGroups(local.groups);
+}
+
+} // namespace muon::runtime

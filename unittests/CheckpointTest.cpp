@@ -1,0 +1,587 @@
+//===- CheckpointTest.cpp - Checkpoints and state dicts across world sizes ===//
+//
+// Plans compiled in process (Muon::Compiler) for one model at two world
+// sizes, run with ranks as threads (LocalCommunicator): a checkpoint saved
+// on 64 ranks loads on 48 with each rank reading little more than its own
+// state, a resume on the same layout opens only the rank's own file, and
+// state dicts of 4 ranks load on 2 as the checkpoint files do.
+//
+//===----------------------------------------------------------------------===//
+#include "muon/Compiler/Compile.h"
+#include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Runtime/LocalCommunicator.h"
+#include "muon/Runtime/Optimizer.h"
+#include "muon/Runtime/Testing/Synthetic.h"
+#include "muon/Support/OutputFile.h"
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+using namespace muon;
+using namespace muon::compiler;
+using namespace muon::runtime;
+
+namespace {
+
+/// The same model on a 1-D FSDP mesh of `world` ranks. `placements` maps a
+/// parameter to its placement on the one axis (none: replicated).
+Plan compileFor(const Model &model, int64_t world) {
+  DistributedConfig config = createDTensorConfig({{world}, {"fsdp"}});
+  Plan plan;
+  std::string error;
+  EXPECT_TRUE(compile(model, &config, plan, error)) << error;
+  EXPECT_EQ(plan.worldSize, world);
+  return plan;
+}
+
+/// Runs `fn(rank, comm)` on every rank of a `world`-rank LocalWorld, each
+/// in a thread of its own.
+template <typename Fn> void onEveryRank(int64_t world, Fn fn) {
+  LocalWorld local(world);
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      LocalCommunicator comm(local, r);
+      fn(r, comm);
+    });
+  for (std::thread &t : ranks)
+    t.join();
+}
+
+std::string scratchDir(const char *name) {
+  std::string dir = ::testing::TempDir() + "muon-ckpt-" + name + "-" +
+                    std::to_string(::getpid());
+  removeTree(dir);
+  return dir;
+}
+
+/// Bytes of state a rank holds: what it would read to load its own state.
+int64_t stateBytes(const StateDict &dict) {
+  int64_t bytes = 0;
+  for (const StatePiece &p : dict.pieces)
+    for (const auto &[name, data] : p.states)
+      bytes += static_cast<int64_t>(data.size()) * 4;
+  return bytes;
+}
+
+/// Per rank, what one run of `plan` does: optionally load (from a
+/// checkpoint directory, or from a state dict), take steps [first, last),
+/// optionally save after the last; every rank's state dict (with values)
+/// at the end, its I/O counters, and the parameters, whole.
+struct RunResult {
+  std::vector<StateDict> dicts;
+  std::vector<StateDict> loaded; // right after the load
+  std::vector<CheckpointIoCounters> io;
+  std::vector<std::vector<float>> whole;
+  std::vector<std::string> errors;
+};
+
+struct RunOptions {
+  std::string loadDir;
+  const StateDict *loadDict = nullptr;
+  int64_t firstStep = 0, lastStep = 0;
+  std::string saveDir;
+};
+
+RunResult run(const Plan &plan, const RunOptions &o) {
+  RunResult out;
+  int64_t world = plan.worldSize;
+  out.dicts.resize(world);
+  out.loaded.resize(world);
+  out.io.resize(world);
+  out.errors.resize(world);
+  out.whole = wholeTensors(plan);
+  std::mutex mutex;
+  onEveryRank(world, [&](int64_t r, Communicator &comm) {
+    cpu::CpuDevice device;
+    std::string &error = out.errors[r];
+    std::unique_ptr<Optimizer> opt;
+    error = Optimizer::create(plan, comm, device, {60.0}, opt).message();
+    if (!opt)
+      return;
+    SyntheticModel model(*opt, device, 31, summandCounts(plan));
+    if (!o.loadDir.empty() &&
+        !(error = opt->loadCheckpoint(o.loadDir, true).message()).empty())
+      return;
+    if (o.loadDict &&
+        !(error = opt->loadStateDict(*o.loadDict, true).message()).empty())
+      return;
+    out.io[r] = opt->checkpointIo();
+    if (!(error = opt->stateDict(true, out.loaded[r]).message()).empty())
+      return;
+    for (int64_t s = o.firstStep; s < o.lastStep; ++s) {
+      model.makeGradients(s, 1, {});
+      StepResult result;
+      if (!(error = opt->step(result).message()).empty())
+        return;
+    }
+    if (!o.saveDir.empty() &&
+        !(error = opt->saveCheckpoint(o.saveDir, true).message()).empty())
+      return;
+    if (!(error = opt->stateDict(true, out.dicts[r]).message()).empty())
+      return;
+    std::lock_guard<std::mutex> lock(mutex);
+    model.copyInto(out.whole);
+  });
+  return out;
+}
+
+void expectNoErrors(const RunResult &r, const char *what) {
+  for (size_t k = 0; k < r.errors.size(); ++k)
+    EXPECT_EQ(r.errors[k], "") << what << ", rank " << k;
+}
+
+/// Every rank's pieces of every state, whole: what the ranks' state dicts
+/// say each global element holds (checking that replicas agree).
+using WholeStates = std::map<std::pair<std::string, std::string>,
+                             std::pair<std::vector<float>, std::vector<char>>>;
+WholeStates assemble(const Plan &plan, const std::vector<StateDict> &dicts) {
+  std::map<std::string, const PlanParam *> params;
+  for (const PlanParam &p : plan.params)
+    params[p.name] = &p;
+  WholeStates whole;
+  for (const StateDict &d : dicts)
+    for (const StatePiece &piece : d.pieces) {
+      const std::vector<int64_t> &shape = params.at(piece.param)->layout.shape;
+      int64_t elements = 1;
+      for (int64_t n : shape)
+        elements *= n;
+      for (const auto &[name, data] : piece.states) {
+        auto &[values, seen] = whole[{piece.param, name}];
+        values.resize(elements);
+        seen.resize(elements);
+        forEachElement(shape, piece.box, [&](int64_t local, int64_t global) {
+          if (seen[global]) {
+            EXPECT_EQ(values[global], data[local])
+                << "replicas of " << piece.param << "." << name << " differ at "
+                << global;
+          }
+          values[global] = data[local];
+          seen[global] = 1;
+        });
+      }
+    }
+  return whole;
+}
+
+/// The model of the 64-to-48 test: Muon matrices split unevenly over the
+/// ranks (by rows; a stack split on its middle dim, so that some ranks hold
+/// none of it; a matrix split by columns, so that a piece is many short
+/// runs), AdamW parameters split by rows, and replicated parameters of both
+/// groups. The AdamW embedding carries most of the state, so that a
+/// rank's state is large against the 4 KiB chunks checkpoints hash and
+/// read by.
+Model scaleModel() {
+  Model model;
+  auto add = [&](std::string name, std::vector<int64_t> shape,
+                 std::vector<Placement> placements, Group group = Group::Auto) {
+    Param p{std::move(name), std::move(shape)};
+    p.placements = std::move(placements);
+    p.group = group;
+    model.params.push_back(std::move(p));
+  };
+  add("w_in", {200, 96}, {Placement::shard(0)});
+  add("w_out", {96, 130}, {Placement::shard(0)});
+  add("stack", {3, 40, 24}, {Placement::shard(1)});
+  add("w_col", {64, 100}, {Placement::shard(1)});
+  add("emb", {160000, 32}, {Placement::shard(0)}, Group::AdamW);
+  add("bias", {130}, {Placement::shard(0)});
+  add("norm", {96}, {});
+  add("w_rep", {24, 24}, {});
+  model.muon.lr = 0.02;
+  return model;
+}
+
+TEST(CheckpointScale, SavedOn64RanksLoadsOn48ReadingOnlyWhatEachNeeds) {
+  Model model = scaleModel();
+  Plan plan64 = compileFor(model, 64), plan48 = compileFor(model, 48);
+  std::string dir = scratchDir("scale");
+
+  // Two steps on 64 ranks, then a checkpoint with the parameter values.
+  RunResult saved = run(plan64, {"", nullptr, 0, 2, dir});
+  expectNoErrors(saved, "64 ranks saving");
+  if (HasFailure())
+    return;
+  WholeStates expected = assemble(plan64, saved.dicts);
+
+  // 48 ranks load it and take the third step.
+  RunResult loaded = run(plan48, {dir, nullptr, 2, 3, ""});
+  expectNoErrors(loaded, "48 ranks loading");
+  if (HasFailure())
+    return;
+
+  // Each rank's state is what the 64 ranks saved at its elements.
+  for (int64_t r = 0; r < 48; ++r) {
+    const StateDict &d = loaded.loaded[r];
+    EXPECT_EQ(d.steps, 2);
+    for (const StatePiece &piece : d.pieces) {
+      const PlanParam *param = nullptr;
+      for (const PlanParam &p : plan48.params)
+        if (p.name == piece.param)
+          param = &p;
+      ASSERT_TRUE(param);
+      EXPECT_EQ(piece.states.size(), param->muon ? 2u : 3u) << piece.param;
+      if (!param->muon) {
+        EXPECT_EQ(piece.step, 2) << piece.param;
+      }
+      for (const auto &[name, data] : piece.states) {
+        const auto &[values, seen] = expected.at({piece.param, name});
+        int64_t mismatches = 0;
+        forEachElement(
+            param->layout.shape, piece.box, [&](int64_t local, int64_t global) {
+              mismatches += !seen[global] || values[global] != data[local];
+            });
+        EXPECT_EQ(mismatches, 0)
+            << "rank " << r << ", " << piece.param << "." << name;
+      }
+    }
+  }
+
+  // No rank reads more than its own state plus 10% (the manifest aside).
+  int64_t maxRead = 0, sumRead = 0, maxOwn = 0, sumOwn = 0, maxFiles = 0,
+          sumFiles = 0;
+  double maxRatio = 0, sumRatio = 0;
+  for (int64_t r = 0; r < 48; ++r) {
+    const CheckpointIoCounters &io = loaded.io[r];
+    int64_t own = stateBytes(loaded.loaded[r]);
+    double ratio = static_cast<double>(io.rankFileBytes) / own;
+    EXPECT_LE(io.rankFileBytes, own + own / 10)
+        << "rank " << r << " read " << io.rankFileBytes << " bytes for " << own
+        << " bytes of state";
+    EXPECT_EQ(io.manifestBytes, loaded.io[0].manifestBytes);
+    maxRead = std::max(maxRead, io.rankFileBytes);
+    sumRead += io.rankFileBytes;
+    maxOwn = std::max(maxOwn, own);
+    sumOwn += own;
+    maxFiles = std::max(maxFiles, io.filesOpened);
+    sumFiles += io.filesOpened;
+    maxRatio = std::max(maxRatio, ratio);
+    sumRatio += ratio;
+  }
+  int64_t saveTotal = 0;
+  for (const StateDict &d : saved.dicts)
+    saveTotal += stateBytes(d);
+  std::printf("64 -> 48 ranks: checkpoint of %lld bytes of state (64 rank "
+              "files), manifest %lld bytes\n"
+              "  per rank (max / mean): own state %lld / %.0f bytes, read "
+              "from rank files %lld / %.0f bytes, read / own %.4f / %.4f, "
+              "files opened %lld / %.2f\n",
+              static_cast<long long>(saveTotal),
+              static_cast<long long>(loaded.io[0].manifestBytes),
+              static_cast<long long>(maxOwn), sumOwn / 48.0,
+              static_cast<long long>(maxRead), sumRead / 48.0, maxRatio,
+              sumRatio / 48.0, static_cast<long long>(maxFiles),
+              sumFiles / 48.0);
+
+  // The third step on 48 ranks is the single-device reference's third step.
+  cpu::CpuDevice device;
+  std::vector<std::vector<float>> reference;
+  std::string error;
+  ASSERT_TRUE(runReference(plan64, device, 31, 3, 1, {}, reference, error))
+      << error;
+  for (size_t i = 0; i < plan48.params.size(); ++i)
+    EXPECT_EQ(loaded.whole[i], reference[i]) << plan48.params[i].name;
+
+  // A resume on the same 64-rank layout: each rank opens only its own file
+  // and reads its own state, the file's header and 8 bytes of hash per 4
+  // KiB chunk.
+  RunResult resumed = run(plan64, {dir, nullptr, 2, 2, ""});
+  expectNoErrors(resumed, "64 ranks resuming");
+  int64_t maxExtra = 0, maxOpened = 0, minOpened = 64;
+  for (int64_t r = 0; r < 64 && !HasFailure(); ++r) {
+    const CheckpointIoCounters &io = resumed.io[r];
+    int64_t own = stateBytes(resumed.loaded[r]);
+    EXPECT_EQ(io.filesOpened, 1) << "rank " << r;
+    EXPECT_GE(io.rankFileBytes, own) << "rank " << r;
+    EXPECT_LE(io.rankFileBytes, own + own / 400 + 1024) << "rank " << r;
+    maxExtra = std::max(maxExtra, io.rankFileBytes - own);
+    maxOpened = std::max(maxOpened, io.filesOpened);
+    minOpened = std::min(minOpened, io.filesOpened);
+    // Bit for bit what the rank saved.
+    ASSERT_EQ(resumed.loaded[r].pieces.size(), saved.dicts[r].pieces.size());
+    for (size_t k = 0; k < saved.dicts[r].pieces.size(); ++k)
+      EXPECT_EQ(resumed.loaded[r].pieces[k].states,
+                saved.dicts[r].pieces[k].states)
+          << "rank " << r << ", " << saved.dicts[r].pieces[k].param;
+  }
+  std::printf("64 -> 64 ranks (same layout): files opened per rank %lld to "
+              "%lld; at most %lld bytes read beyond the rank's own state "
+              "(its file's header and chunk hashes)\n",
+              static_cast<long long>(minOpened),
+              static_cast<long long>(maxOpened),
+              static_cast<long long>(maxExtra));
+  removeTree(dir);
+}
+
+/// A small model with a Muon parameter and an AdamW parameter whose
+/// gradients are partial sums over the mesh (one summand per rank), beside
+/// FSDP-split ones.
+Model partialModel() {
+  Model model;
+  auto add = [&](std::string name, std::vector<int64_t> shape,
+                 std::vector<Placement> placements) {
+    Param p{std::move(name), std::move(shape)};
+    p.placements = std::move(placements);
+    model.params.push_back(std::move(p));
+  };
+  add("w", {12, 8}, {Placement::shard(0)});
+  add("p", {6, 10}, {Placement::partial()});
+  add("b", {10}, {Placement::shard(0)});
+  add("g", {7}, {Placement::partial()});
+  model.muon.lr = 0.02;
+  return model;
+}
+
+bool sameDicts(const std::vector<StateDict> &a,
+               const std::vector<StateDict> &b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t r = 0; r < a.size(); ++r) {
+    if (a[r].steps != b[r].steps || a[r].pieces.size() != b[r].pieces.size())
+      return false;
+    for (size_t k = 0; k < a[r].pieces.size(); ++k) {
+      const StatePiece &x = a[r].pieces[k], &y = b[r].pieces[k];
+      // Bit for bit: compare the floats' bytes (NaN-safe, -0 != 0).
+      if (x.param != y.param || !(x.box == y.box) || x.summand != y.summand ||
+          x.summands != y.summands || x.step != y.step ||
+          x.states.size() != y.states.size())
+        return false;
+      for (const auto &[name, data] : x.states) {
+        auto it = y.states.find(name);
+        if (it == y.states.end() || it->second.size() != data.size() ||
+            std::memcmp(it->second.data(), data.data(), data.size() * 4))
+          return false;
+      }
+    }
+  }
+  return true;
+}
+
+TEST(StateDict, FourRankDictsLoadOnTwoRanksAsTheFilesDo) {
+  Model model = partialModel();
+  Plan plan4 = compileFor(model, 4), plan2 = compileFor(model, 2);
+  std::string dir = scratchDir("dicts");
+  RunResult four = run(plan4, {"", nullptr, 0, 2, dir});
+  expectNoErrors(four, "4 ranks");
+  if (HasFailure())
+    return;
+  // Every rank's state dict, concatenated: pieces of the 4-rank layout.
+  StateDict all;
+  all.steps = four.dicts[0].steps;
+  for (const StateDict &d : four.dicts)
+    all.pieces.insert(all.pieces.end(), d.pieces.begin(), d.pieces.end());
+  EXPECT_EQ(all.steps, 2);
+
+  RunResult fromFiles = run(plan2, {dir, nullptr, 2, 4, ""});
+  RunResult fromDicts = run(plan2, {"", &all, 2, 4, ""});
+  expectNoErrors(fromFiles, "2 ranks from the files");
+  expectNoErrors(fromDicts, "2 ranks from the state dicts");
+  if (HasFailure())
+    return;
+  // What was loaded, and where two more steps lead, bit for bit.
+  EXPECT_TRUE(sameDicts(fromFiles.loaded, fromDicts.loaded));
+  EXPECT_TRUE(sameDicts(fromFiles.dicts, fromDicts.dicts));
+  EXPECT_EQ(fromFiles.whole, fromDicts.whole);
+  // The loaded state is the 4 ranks' re-cut: rank 0 holds the partial
+  // Muon parameter's momentum summed over the 4 saved summands, rank 1
+  // none (2 summands now: only their total matters).
+  const StatePiece *p0 = nullptr, *p1 = nullptr;
+  for (const StatePiece &piece : fromDicts.loaded[0].pieces)
+    if (piece.param == "p")
+      p0 = &piece;
+  for (const StatePiece &piece : fromDicts.loaded[1].pieces)
+    if (piece.param == "p")
+      p1 = &piece;
+  ASSERT_TRUE(p0 && p1);
+  EXPECT_EQ(p0->summands, 2);
+  std::vector<float> total(60, 0.0f);
+  for (const StateDict &d : four.dicts)
+    for (const StatePiece &piece : d.pieces)
+      if (piece.param == "p") {
+        EXPECT_EQ(piece.summands, 4);
+        for (size_t e = 0; e < total.size(); ++e)
+          total[e] += piece.states.at("momentum")[e];
+      }
+  EXPECT_EQ(p0->states.at("momentum"), total);
+  EXPECT_EQ(p1->states.at("momentum"), std::vector<float>(60, 0.0f));
+  // The parameters without partial gradients go on as on one device.
+  cpu::CpuDevice device;
+  std::vector<std::vector<float>> reference;
+  std::string error;
+  ASSERT_TRUE(runReference(plan2, device, 31, 4, 1, {}, reference, error))
+      << error;
+  EXPECT_EQ(fromDicts.whole[0], reference[0]); // w
+  EXPECT_EQ(fromDicts.whole[2], reference[2]); // b
+  removeTree(dir);
+}
+
+TEST(StateDict, LoadingIsAllOrNothing) {
+  Model model = partialModel();
+  Plan plan4 = compileFor(model, 4), plan2 = compileFor(model, 2);
+  RunResult four = run(plan4, {"", nullptr, 0, 1, ""});
+  expectNoErrors(four, "4 ranks");
+  if (HasFailure())
+    return;
+  // Without rank 3's piece of 'w', the 2-rank layout's rank 1 lacks the
+  // rows rank 3 held; rank 0 has all it needs.
+  StateDict partial;
+  partial.steps = 1;
+  for (int64_t r = 0; r < 4; ++r)
+    for (const StatePiece &piece : four.dicts[r].pieces)
+      if (r != 3 || piece.param != "w")
+        partial.pieces.push_back(piece);
+  StateDict foreign = partial;
+  foreign.pieces[0].param = "nope";
+  StateDict shortData = partial;
+  shortData.pieces[0].states.begin()->second.pop_back();
+  StateDict wrongGroup = partial;
+  for (StatePiece &piece : wrongGroup.pieces)
+    if (piece.param == "b")
+      piece.states["momentum"] = piece.states.at("exp_avg");
+
+  std::vector<std::string> errors(2);
+  onEveryRank(2, [&](int64_t r, Communicator &comm) {
+    cpu::CpuDevice device;
+    std::string error;
+    std::unique_ptr<Optimizer> opt;
+    error = Optimizer::create(plan2, comm, device, {60.0}, opt).message();
+    ASSERT_TRUE(opt) << error;
+    SyntheticModel synthetic(*opt, device, 31, summandCounts(plan2));
+    StateDict before, after;
+    ASSERT_TRUE((error = opt->stateDict(true, before).message()).empty())
+        << error;
+    bool ok = (errors[r] = opt->loadStateDict(partial, true).message()).empty();
+    EXPECT_EQ(ok, r == 0) << errors[r];
+    if (r == 1) {
+      // Nothing changed on the rank that failed.
+      ASSERT_TRUE((error = opt->stateDict(true, after).message()).empty())
+          << error;
+      EXPECT_TRUE(sameDicts({before}, {after}));
+      EXPECT_EQ(opt->stepsTaken(), 0);
+    }
+    // Pieces that do not fit the model are refused on every rank.
+    EXPECT_FALSE((error = opt->loadStateDict(foreign, true).message()).empty());
+    EXPECT_NE(error.find("piece 0 ('nope' [0:3, 0:8]): no parameter 'nope' "
+                         "in this model"),
+              std::string::npos)
+        << error;
+    EXPECT_FALSE(
+        (error = opt->loadStateDict(shortData, true).message()).empty());
+    EXPECT_NE(error.find("piece 0 ('w' [0:3, 0:8]): its "), std::string::npos)
+        << error;
+    EXPECT_FALSE(
+        (error = opt->loadStateDict(wrongGroup, true).message()).empty());
+    EXPECT_NE(error.find("a momentum state for 'b', an AdamW parameter"),
+              std::string::npos)
+        << error;
+  });
+  EXPECT_EQ(errors[1],
+            "loading a state dict: the state dict does not cover the "
+            "momentum of rank 1's piece [6:12, 0:8] of 'w'; nothing was "
+            "changed");
+}
+
+TEST(CheckpointFormat, RefusesOldDamagedTruncatedAndMisplacedFiles) {
+  Model model = partialModel();
+  Plan plan4 = compileFor(model, 4), plan2 = compileFor(model, 2);
+  std::string dir = scratchDir("format");
+  RunResult four = run(plan4, {"", nullptr, 0, 1, dir});
+  expectNoErrors(four, "4 ranks");
+  if (HasFailure())
+    return;
+  std::string manifestPath = dir + "/checkpoint.json";
+  std::string manifest;
+  {
+    std::ifstream in(manifestPath);
+    std::stringstream text;
+    text << in.rdbuf();
+    manifest = text.str();
+  }
+  auto loadEverywhere = [&](const char *what) {
+    RunResult r = run(plan4, {dir, nullptr, 0, 0, ""});
+    for (int64_t k = 0; k < 4; ++k)
+      EXPECT_NE(r.errors[k].find("; nothing was changed"), std::string::npos)
+          << what << ", rank " << k << ": " << r.errors[k];
+    return r.errors;
+  };
+  // The previous format: a clear refusal.
+  {
+    std::string old = manifest;
+    old.replace(old.find("muon-checkpoint/2"), 17, "muon-checkpoint/1");
+    std::ofstream(manifestPath) << old;
+    std::vector<std::string> errors = loadEverywhere("format 1");
+    EXPECT_NE(errors[0].find("is in the older format muon-checkpoint/1"),
+              std::string::npos)
+        << errors[0];
+  }
+  std::ofstream(manifestPath) << manifest;
+  // A flipped bit in the data of rank 1's momentum of 'w', found through
+  // the manifest: on 2 ranks only rank 0 reads it, and both name it.
+  {
+    nlohmann::json index = nlohmann::json::parse(manifest);
+    std::string file;
+    int64_t offset = -1;
+    for (const nlohmann::json &piece : index["files"][1]["pieces"])
+      if (piece["param"] == "w") {
+        file = dir + "/" + index["files"][1]["name"].get<std::string>();
+        offset = piece["states"]["momentum"]["offset"].get<int64_t>() + 5;
+      }
+    ASSERT_GE(offset, 0);
+    auto flip = [&] {
+      std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(offset);
+      char c = static_cast<char>(f.get() ^ 0x10);
+      f.seekp(offset);
+      f.put(c);
+    };
+    flip();
+    RunResult two = run(plan2, {dir, nullptr, 0, 0, ""});
+    for (int64_t k = 0; k < 2; ++k)
+      EXPECT_NE(two.errors[k].find("-rank-1.bin' is damaged: the momentum "
+                                   "state of 'w' [3:6, 0:8] does not match "
+                                   "its checksum; nothing was changed"),
+                std::string::npos)
+          << "rank " << k << ": " << two.errors[k];
+    EXPECT_EQ(two.errors[1].rfind("loading a checkpoint: rank 0: ", 0), 0u)
+        << two.errors[1];
+    flip();
+    two = run(plan2, {dir, nullptr, 0, 0, ""});
+    expectNoErrors(two, "2 ranks, the bit flipped back");
+  }
+  // Rank 2's file cut short: the ranks that read it find it, and every
+  // other rank's error names it too.
+  size_t at = manifest.find("-rank-2.bin");
+  size_t start = manifest.rfind("state-", at);
+  std::string victim = dir + "/" + manifest.substr(start, at + 11 - start);
+  ASSERT_EQ(::truncate(victim.c_str(), 100), 0) << victim;
+  std::vector<std::string> errors = loadEverywhere("truncated");
+  for (int64_t k = 0; k < 4; ++k)
+    EXPECT_NE(errors[k].find("-rank-2.bin' is damaged or foreign: it has 100 "
+                             "bytes, the manifest says "),
+              std::string::npos)
+        << "rank " << k << ": " << errors[k];
+  // One rank's file under another rank's name.
+  std::string rank1 = victim;
+  rank1.replace(rank1.find("-rank-2.bin"), 11, "-rank-1.bin");
+  std::string copy = "cp '" + rank1 + "' '" + victim + "'";
+  ASSERT_EQ(std::system(copy.c_str()), 0);
+  errors = loadEverywhere("misplaced");
+  EXPECT_NE(errors[0].find("-rank-2.bin' is damaged or foreign"),
+            std::string::npos)
+      << errors[0];
+  removeTree(dir);
+}
+
+} // namespace
