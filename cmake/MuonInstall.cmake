@@ -19,8 +19,12 @@ install(DIRECTORY runtime/backends/cpu/include/muon/Runtime/Cpu
         DESTINATION include/muon/Runtime)
 
 # Muon::Runtime: no LLVM, no MLIR.
-install(TARGETS MuonSupport MuonPlan MuonRuntime MuonRuntimeCpu MuonRuntimeC
+install(TARGETS MuonSupport MuonPlan MuonRuntime MuonRuntimeCpu
+        MuonRuntimeBackends MuonRuntimeC
         EXPORT MuonRuntimeTargets ARCHIVE DESTINATION lib)
+# The C API as a shared library too (libmuon_runtime.so), for trainers in
+# other languages that load it (ctypes, FFI): the CPU backend inside.
+install(TARGETS MuonRuntimeCShared LIBRARY DESTINATION lib)
 add_library(MuonRuntimeAll INTERFACE)
 target_link_libraries(MuonRuntimeAll INTERFACE MuonRuntimeC)
 set_target_properties(MuonRuntimeAll PROPERTIES EXPORT_NAME Runtime)

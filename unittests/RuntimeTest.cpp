@@ -1,4 +1,7 @@
 //===- RuntimeTest.cpp - Runtime kernels and the one-rank executor --------===//
+#include "muon/Plan/Validate.h"
+#include "muon/Planner/Schedule.h"
+#include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/HostStagedCommunicator.h"
@@ -7,11 +10,10 @@
 #include "muon/Runtime/StepExecutor.h"
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/OutputFile.h"
-#include "muon/Planner/Schedule.h"
-#include "muon/Plan/Validate.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <dirent.h>
@@ -791,6 +793,46 @@ TEST(Checkpoint, RefusesAnEmptyDirectory) {
   if (!rootHadOne) {
     EXPECT_NE(::stat("/checkpoint.json", &after), 0);
   }
+}
+
+} // namespace
+
+namespace {
+
+TEST(Backends, DevicesAndTransportsByName) {
+  std::unique_ptr<Device> device;
+  ASSERT_TRUE(createDevice("cpu", device).ok());
+  EXPECT_STREQ(device->name(), "cpu");
+  Status s = createDevice("tpu:0", device);
+  EXPECT_EQ(s.code(), StatusCode::NotFound);
+  EXPECT_NE(s.message().find("unknown device 'tpu:0'; this runtime has 'cpu'"),
+            std::string::npos)
+      << s.message();
+  // A backend registers itself under its name; "name:N" reaches it too.
+  std::string asked;
+  registerDeviceBackend(
+      "mock", [&](const std::string &name, std::unique_ptr<Device> &out) {
+        asked = name;
+        out = std::make_unique<CpuDevice>();
+        return okStatus();
+      });
+  ASSERT_TRUE(createDevice("mock:3", device).ok());
+  EXPECT_EQ(asked, "mock:3");
+  std::vector<std::string> names = deviceBackends();
+  EXPECT_NE(std::find(names.begin(), names.end(), "mock"), names.end());
+
+  SingleRankCommunicator self;
+  CpuDevice cpu;
+  std::unique_ptr<Communicator> comm;
+  ASSERT_TRUE(createCommunicator("mpi", self, cpu, comm).ok());
+  EXPECT_EQ(comm->size(), 1);
+  ASSERT_TRUE(createCommunicator("host", self, cpu, comm).ok());
+  std::vector<uint64_t> values;
+  std::string error;
+  EXPECT_TRUE(comm->allGather(7, values, 1.0, error)) << error;
+  EXPECT_EQ(values, std::vector<uint64_t>{7});
+  s = createCommunicator("smoke-signals", self, cpu, comm);
+  EXPECT_EQ(s.code(), StatusCode::NotFound);
 }
 
 } // namespace

@@ -1,6 +1,7 @@
 //===- CApi.cpp - The runtime's C API -------------------------------------===//
 #include "muon/runtime.h"
 
+#include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Cpu/MpiCommunicator.h"
@@ -13,8 +14,11 @@
 using namespace muon::runtime;
 
 struct muon_optimizer {
+  // Destroyed in reverse: the optimizer, then its transport, its device and
+  // the communicator the transport borrows.
+  std::unique_ptr<Communicator> base;
+  std::unique_ptr<Device> device;
   std::unique_ptr<Communicator> comm;
-  cpu::CpuDevice device;
   std::unique_ptr<Optimizer> optimizer;
   // What muon_param_info points to.
   std::vector<std::vector<int64_t>> begins, ends;
@@ -54,17 +58,28 @@ muon_status report(const Status &status) {
   return fail(codeOf(status.code()), status.message());
 }
 
-muon_status create(const char *planPath, std::unique_ptr<Communicator> comm,
-                   double timeout, muon_optimizer **out) {
+muon_status create(const char *planPath, std::unique_ptr<Communicator> base,
+                   const muon_options &options, muon_optimizer **out) {
   if (!planPath || !out)
     return fail(MUON_INVALID, "a plan path and an output handle are needed");
   *out = nullptr;
+  if (!(options.timeout_seconds > 0))
+    return fail(MUON_INVALID, "the timeout must be positive");
   auto handle = std::make_unique<muon_optimizer>();
-  handle->comm = std::move(comm);
-  OptimizerOptions options;
-  options.timeoutSeconds = timeout;
+  handle->base = std::move(base);
+  if (muon_status s = report(createDevice(
+          options.device ? options.device : "cpu", handle->device));
+      s != MUON_OK)
+    return s;
+  if (muon_status s = report(
+          createCommunicator(options.transport ? options.transport : "mpi",
+                             *handle->base, *handle->device, handle->comm));
+      s != MUON_OK)
+    return s;
+  OptimizerOptions opts;
+  opts.timeoutSeconds = options.timeout_seconds;
   if (muon_status s = report(Optimizer::load(
-          planPath, *handle->comm, handle->device, options, handle->optimizer));
+          planPath, *handle->comm, *handle->device, opts, handle->optimizer));
       s != MUON_OK)
     return s;
   for (const ParamSlot &slot : handle->optimizer->params()) {
@@ -114,25 +129,45 @@ const char *muon_last_error(void) { return lastError.c_str(); }
 
 const char *muon_runtime_version(void) { return MUON_RUNTIME_VERSION_STRING; }
 
-muon_status muon_optimizer_create_mpi(const char *planPath,
-                                      int64_t mpiCommFortran,
-                                      double timeoutSeconds,
-                                      muon_optimizer **out) {
+void muon_options_init(muon_options *options) {
+  if (!options)
+    return;
+  options->device = "cpu";
+  options->transport = "mpi";
+  options->timeout_seconds = 120;
+}
+
+muon_status muon_optimizer_create(const char *planPath, int64_t mpiCommFortran,
+                                  const muon_options *options,
+                                  muon_optimizer **out) {
+  muon_options defaults;
+  muon_options_init(&defaults);
+  const muon_options &o = options ? *options : defaults;
+  if (mpiCommFortran < 0)
+    return create(planPath, std::make_unique<SingleRankCommunicator>(), o, out);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized)
     return fail(MUON_INVALID, "MPI is not initialized; call MPI_Init first");
-  if (!(timeoutSeconds > 0))
-    return fail(MUON_INVALID, "the timeout must be positive");
   MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(mpiCommFortran));
-  return create(planPath, std::make_unique<MpiCommunicator>(comm),
-                timeoutSeconds, out);
+  return create(planPath, std::make_unique<MpiCommunicator>(comm), o, out);
+}
+
+muon_status muon_optimizer_create_mpi(const char *planPath,
+                                      int64_t mpiCommFortran,
+                                      double timeoutSeconds,
+                                      muon_optimizer **out) {
+  muon_options options;
+  muon_options_init(&options);
+  options.timeout_seconds = timeoutSeconds;
+  if (mpiCommFortran < 0)
+    return fail(MUON_INVALID, "an MPI communicator is needed");
+  return muon_optimizer_create(planPath, mpiCommFortran, &options, out);
 }
 
 muon_status muon_optimizer_create_single(const char *planPath,
                                          muon_optimizer **out) {
-  return create(planPath, std::make_unique<SingleRankCommunicator>(), 120,
-                out);
+  return muon_optimizer_create(planPath, -1, nullptr, out);
 }
 
 void muon_optimizer_destroy(muon_optimizer *opt) { delete opt; }

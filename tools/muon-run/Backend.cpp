@@ -1,8 +1,7 @@
 //===- Backend.cpp - The device and transport of a run's ranks ------------===//
 #include "Backend.h"
 
-#include "muon/Runtime/Cpu/CpuDevice.h"
-#include "muon/Runtime/HostStagedCommunicator.h"
+#include "muon/Runtime/Backends.h"
 #ifdef MUON_HAVE_CUDA
 #include "muon/Runtime/Cuda/CudaBackend.h"
 #endif
@@ -54,15 +53,28 @@ static int localEnv(const char *name, int fallback) {
 
 bool openBackend(const RunFlags &flags, runtime::Communicator &mpi,
                  RankBackend &backend, std::string &error) {
-  if (flags.backend == "cpu") {
-    backend.device = std::make_unique<runtime::cpu::CpuDevice>();
-    backend.description = "cpu";
-    if (flags.transport == "host") {
-      backend.transport = std::make_unique<runtime::HostStagedCommunicator>(
-          mpi, *backend.device);
-      backend.description += ", host-staged MPI";
-    }
+  // Devices and transports come from the runtime's registry, as for any
+  // program that embeds it; this build adds the CUDA backend when it has it.
+#ifdef MUON_HAVE_CUDA
+  runtime::cuda::registerBackend();
+#endif
+  auto opened = [&](const runtime::Status &s) {
+    if (!s.ok())
+      error = s.message();
+    return s.ok();
+  };
+  auto transport = [&](const std::string &kind, const char *description) {
+    if (!opened(runtime::createCommunicator(kind, mpi, *backend.device,
+                                            backend.transport)))
+      return false;
+    backend.description += description;
     return true;
+  };
+  if (flags.backend == "cpu") {
+    backend.description = "cpu";
+    if (!opened(runtime::createDevice("cpu", backend.device)))
+      return false;
+    return flags.transport != "host" || transport("host", ", host-staged MPI");
   }
 #ifdef MUON_HAVE_CUDA
   int gpus = runtime::cuda::deviceCount(error);
@@ -70,26 +82,15 @@ bool openBackend(const RunFlags &flags, runtime::Communicator &mpi,
     return false;
   int localRank = localEnv("OMPI_COMM_WORLD_LOCAL_RANK", 0);
   int localSize = localEnv("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
-  int ordinal = localRank % gpus;
-  backend.device = runtime::cuda::createDevice(ordinal, error);
-  if (!backend.device)
+  const std::string device = "cuda:" + std::to_string(localRank % gpus);
+  if (!opened(runtime::createDevice(device, backend.device)))
     return false;
+  backend.description = device;
   bool nccl = flags.transport == "nccl" ||
               (flags.transport == "auto" && localSize <= gpus);
-  backend.description = "cuda:" + std::to_string(ordinal);
-  if (nccl) {
-    backend.transport =
-        runtime::cuda::createNcclCommunicator(mpi, *backend.device, error);
-    if (!backend.transport)
-      return false;
-    backend.description += ", nccl";
-    backend.viaMpi = false;
-  } else {
-    backend.transport = std::make_unique<runtime::HostStagedCommunicator>(
-        mpi, *backend.device);
-    backend.description += ", host-staged MPI";
-  }
-  return true;
+  backend.viaMpi = !nccl;
+  return nccl ? transport("nccl", ", nccl")
+              : transport("host", ", host-staged MPI");
 #else
   error = "this muon-run is built without the CUDA backend";
   return false;

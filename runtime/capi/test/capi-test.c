@@ -4,7 +4,9 @@
  * rank holds (with --split, the world is cut into communicators of N ranks
  * that each run the plan on their own),
  * checks that bad calls fail with a status and a message and change
- * nothing, runs three steps, and round-trips a checkpoint. Prints one line
+ * nothing (and leave nothing behind for the calls after them), sets the
+ * groups' learning rates before every step as a schedule does, runs three
+ * steps, and round-trips a checkpoint. Prints one line
  * per rank; exits 1 on anything unexpected.
  *
  *===----------------------------------------------------------------------===*/
@@ -81,7 +83,24 @@ int main(int argc, char **argv) {
          MUON_INVALID);
   EXPECT(missing == NULL);
   EXPECT(strstr(muon_last_error(), "cannot read the plan file") != NULL);
+  /* Options: a device no registered backend has is refused, by name. */
+  muon_options options;
+  muon_options_init(&options);
+  EXPECT(strcmp(options.device, "cpu") == 0 && options.timeout_seconds > 0);
+  options.device = "tpu";
+  EXPECT(muon_optimizer_create(argv[1], -1, &options, &missing) ==
+         MUON_INVALID);
+  EXPECT(strstr(muon_last_error(), "unknown device 'tpu'") != NULL);
+  muon_options_init(&options);
+  options.transport = "carrier-pigeon";
+  EXPECT(muon_optimizer_create(argv[1], -1, &options, &missing) ==
+         MUON_INVALID);
+  EXPECT(strstr(muon_last_error(), "unknown transport 'carrier-pigeon'") !=
+         NULL);
+  EXPECT(missing == NULL);
 
+  EXPECT(strlen(muon_runtime_version()) > 0);
+  EXPECT(strcmp(muon_runtime_version(), MUON_RUNTIME_VERSION_STRING) == 0);
   int64_t rank = muon_optimizer_rank(opt);
   int64_t count = muon_optimizer_param_count(opt);
   float **values = calloc((size_t)count, sizeof(float *));
@@ -99,6 +118,8 @@ int main(int argc, char **argv) {
   for (int64_t i = 0; i < count; ++i) {
     EXPECT(muon_optimizer_param(opt, i, &info) == MUON_OK);
     EXPECT(info.dtype == MUON_F32);
+    EXPECT(info.summand >= 0);
+    EXPECT(info.group >= 0 && info.group < muon_optimizer_group_count(opt));
     int64_t n = info.elements;
     values[i] = malloc((size_t)(n ? n : 1) * sizeof(float));
     grads[i] = malloc((size_t)(n ? n : 1) * sizeof(float));
@@ -113,6 +134,9 @@ int main(int argc, char **argv) {
     EXPECT(strstr(muon_last_error(), "elements of it") != NULL);
     EXPECT(muon_optimizer_bind(opt, info.name, values[i], grads[i],
                                MUON_BF16, n) == MUON_INVALID);
+    EXPECT(muon_optimizer_bind_typed(opt, info.name, values[i], MUON_F32,
+                                     grads[i], (muon_dtype)7,
+                                     n) == MUON_INVALID);
     EXPECT(muon_optimizer_bind(opt, info.name, values[i], grads[i], MUON_F32,
                                n) == MUON_OK);
   }
@@ -120,7 +144,34 @@ int main(int argc, char **argv) {
          MUON_INVALID);
   EXPECT(strstr(muon_last_error(), "no parameter named") != NULL);
 
+  /* The groups: the plan's two, and settings checked before they count. */
+  int64_t groups = muon_optimizer_group_count(opt);
+  EXPECT(groups == 2);
+  double base[2] = {0, 0};
+  for (int64_t g = 0; g < groups && g < 2; ++g) {
+    muon_group_info group;
+    EXPECT(muon_optimizer_group(opt, g, &group) == MUON_OK);
+    base[g] = group.lr;
+  }
+  muon_group_info group;
+  EXPECT(muon_optimizer_group(opt, 0, &group) == MUON_OK);
+  EXPECT(strcmp(group.name, "muon") == 0 && group.is_muon == 1);
+  EXPECT(muon_optimizer_set_group_lr(opt, "muon", -1.0) == MUON_INVALID);
+  EXPECT(strstr(muon_last_error(), "expected a finite number >= 0") != NULL);
+  EXPECT(muon_optimizer_set_group_lr(opt, "head", 0.1) == MUON_INVALID);
+  EXPECT(muon_optimizer_group(opt, 0, &group) == MUON_OK &&
+         group.lr == base[0]);
+  group.momentum = 0.9;
+  EXPECT(muon_optimizer_set_group(opt, "muon", &group) == MUON_OK);
+
   for (int s = 0; s < 3; ++s) {
+    /* A schedule: every rank sets the same rates before the step. */
+    for (int64_t g = 0; g < groups && g < 2; ++g) {
+      muon_group_info info_g;
+      EXPECT(muon_optimizer_group(opt, g, &info_g) == MUON_OK);
+      EXPECT(muon_optimizer_set_group_lr(opt, info_g.name,
+                                         base[g] * (s + 1) / 3.0) == MUON_OK);
+    }
     EXPECT(muon_optimizer_step(opt, &applied) == MUON_OK);
     EXPECT(applied == 1);
   }
@@ -152,6 +203,9 @@ int main(int argc, char **argv) {
   }
   EXPECT(muon_optimizer_load_checkpoint(opt, "/nonexistent", 1) ==
          MUON_INVALID);
+  /* An empty path would have written into the root directory. */
+  EXPECT(muon_optimizer_save_checkpoint(opt, "", 1) == MUON_INVALID);
+  EXPECT(strstr(muon_last_error(), "path is empty") != NULL);
 
   /* The first matrix this rank orthogonalizes, if any. */
   char owned[256];

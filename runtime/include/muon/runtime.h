@@ -49,6 +49,29 @@ typedef enum muon_dtype { MUON_F32 = 0, MUON_BF16 = 1, MUON_F16 = 2 } muon_dtype
 /* The message of the calling thread's last failed call ("" if none). */
 const char *muon_last_error(void);
 
+/* Where an optimizer runs. Initialize with muon_options_init, then change
+ * what differs. */
+typedef struct muon_options {
+  /* "cpu" (default), or "cuda" / "cuda:N" where the library has the CUDA
+   * backend registered. */
+  const char *device;
+  /* How exchanges move: "mpi" (default; host memory), "host" (staged
+   * through host memory, for device memory MPI cannot read) or "nccl". */
+  const char *transport;
+  /* Longest wait for a peer in any collective (default 120 s). */
+  double timeout_seconds;
+} muon_options;
+void muon_options_init(muon_options *options);
+
+/* An optimizer from a plan file (muon-plan/1 or muon-plan-bin/2) over the
+ * MPI communicator given as its Fortran handle (MPI_Comm_c2f(comm); MPI
+ * must be initialized), or in this process alone with -1. `options` may be
+ * NULL (the defaults). Collective over the communicator. */
+muon_status muon_optimizer_create(const char *plan_path,
+                                  int64_t mpi_comm_fortran,
+                                  const muon_options *options,
+                                  muon_optimizer **out);
+
 /* An optimizer from a plan file (muon-plan/1) over an MPI communicator
  * given as its Fortran handle (MPI_Comm_c2f(comm)), so that this header
  * needs no mpi.h; MPI must be initialized. Waits on peers at most

@@ -1,6 +1,8 @@
 //===- CudaBackend.cpp - GPUs, devices, the NCCL communicator -------------===//
 #include "muon/Runtime/Cuda/CudaBackend.h"
 
+#include "muon/Runtime/Backends.h"
+
 #include "CudaDevice.h"
 #include "CudaSupport.h"
 #include "NcclCommunicator.h"
@@ -75,6 +77,44 @@ std::unique_ptr<Communicator> createNcclCommunicator(Communicator &bootstrap,
     placement.emplace(NcclPlacement{*gpu, gpu->ordinal(), gpu->stream()});
   return setUpNcclCommunicator(bootstrap, placement ? &*placement : nullptr,
                                library, local, error);
+}
+
+void registerBackend() {
+  registerDeviceBackend("cuda", [](const std::string &name,
+                                   std::unique_ptr<Device> &out) {
+    int ordinal = 0;
+    if (name != "cuda") {
+      char *end = nullptr;
+      long n = std::strtol(name.c_str() + 5, &end, 10);
+      if (name.size() == 5 || *end || n < 0 || n > 4096)
+        return Status(StatusCode::NotFound,
+                      "unknown device '" + name +
+                          "'; expected 'cuda' or 'cuda:N'");
+      ordinal = static_cast<int>(n);
+    }
+    std::string error;
+    int gpus = deviceCount(error);
+    if (gpus < 1)
+      return Status(StatusCode::Unavailable, "device '" + name +
+                                                 "': no usable GPU here (" +
+                                                 error + ")");
+    if (ordinal >= gpus)
+      return Status(StatusCode::Unavailable,
+                    "device '" + name + "': this machine has " +
+                        std::to_string(gpus) + " GPU(s)");
+    out = createDevice(ordinal, error);
+    if (!out)
+      return Status(StatusCode::Unavailable, "device '" + name + "': " + error);
+    return okStatus();
+  });
+  registerTransport("nccl", [](Communicator &base, Device &device,
+                               std::unique_ptr<Communicator> &out) {
+    std::string error;
+    out = createNcclCommunicator(base, device, error);
+    if (!out)
+      return Status(StatusCode::Unavailable, "transport 'nccl': " + error);
+    return okStatus();
+  });
 }
 
 } // namespace muon::runtime::cuda

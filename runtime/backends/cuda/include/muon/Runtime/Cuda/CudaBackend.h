@@ -73,6 +73,11 @@ std::unique_ptr<Communicator> createNcclCommunicator(Communicator &bootstrap,
                                                      Device &device,
                                                      std::string &error);
 
+/// Registers the device backend "cuda" ("cuda", "cuda:N") and the transport
+/// "nccl" with the runtime's registry (muon/Runtime/Backends.h). Whoever
+/// links this backend calls it once; calling it again is harmless.
+void registerBackend();
+
 } // namespace muon::runtime::cuda
 
 #endif // MUON_RUNTIME_CUDA_CUDABACKEND_H
