@@ -55,7 +55,7 @@ bool newtonSchulzOptionsFromEnv(NewtonSchulzOptions &options,
 /// destroyed by a static destructor at exit).
 void checkTeardown(cudaError_t status, const char *what) {
   if (status != cudaSuccess && status != cudaErrorCudartUnloading)
-    fatal(what, describe(status), __FILE__, __LINE__);
+    recordFailure(what, describe(status), __FILE__, __LINE__);
 }
 
 } // namespace
@@ -303,6 +303,13 @@ int64_t CudaDevice::newtonSchulz(float *x, int64_t count, int64_t rows,
 
 int64_t CudaDevice::nsBatchLimit() const {
   return std::numeric_limits<int64_t>::max();
+}
+
+Status CudaDevice::takeError() {
+  std::string failure = takeFailure();
+  if (failure.empty())
+    return okStatus();
+  return Status(StatusCode::Internal, std::move(failure));
 }
 
 void CudaDevice::synchronize() {

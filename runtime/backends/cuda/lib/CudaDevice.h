@@ -52,6 +52,8 @@ public:
   int64_t nsBatchLimit() const override;
   DType defaultNsDtype() const override { return DType::BF16; }
   void synchronize() override;
+  /// The first CUDA or cuBLAS failure since the last call (CudaSupport.h).
+  Status takeError() override;
 
   int ordinal() const { return gpu; }
   cudaStream_t stream() const { return computeStream; }

@@ -4,17 +4,26 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
 
 namespace muon::runtime::cuda {
 
-void fatal(const char *what, const std::string &detail, const char *file,
-           int line) {
+namespace {
+thread_local std::string firstFailure;
+} // namespace
+
+void recordFailure(const char *what, const std::string &detail,
+                   const char *file, int line) {
+  if (!firstFailure.empty())
+    return;
   const char *base = std::strrchr(file, '/');
-  std::fprintf(stderr, "muon: CUDA backend: %s failed at %s:%d: %s\n", what,
-               base ? base + 1 : file, line, detail.c_str());
-  std::fflush(stderr);
-  std::abort();
+  firstFailure = std::string("CUDA backend: ") + what + " failed at " +
+                 (base ? base + 1 : file) + ":" + std::to_string(line) + ": " +
+                 detail;
 }
+
+std::string takeFailure() { return std::exchange(firstFailure, {}); }
 
 std::string describe(cudaError_t error) {
   return std::string(cudaGetErrorName(error)) + ": " +

@@ -2,8 +2,12 @@
 //
 // Every CUDA and cuBLAS call of the backend goes through these checks. A
 // failure inside a Device operation cannot be returned (the interface has no
-// error path there), so it ends the process with the call, the place and
-// the library's own text.
+// error path there, and a GPU reports many failures later anyway), so the
+// first one is recorded with the call, the place and the library's own text;
+// the device hands it over at CudaDevice::takeError, after the step's work,
+// and every rank fails that step with it. Operations go on after a failure:
+// CUDA's errors are sticky, so what follows fails too or computes values
+// the failed step discards.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_CUDA_CUDASUPPORT_H
@@ -16,25 +20,33 @@
 
 namespace muon::runtime::cuda {
 
-/// Prints "muon: CUDA backend: <what> failed at <file>:<line>: <detail>" and
-/// aborts.
-[[noreturn]] void fatal(const char *what, const std::string &detail,
-                        const char *file, int line);
+/// Records "CUDA backend: <what> failed at <file>:<line>: <detail>" as this
+/// thread's first failure (a device is driven from one thread; a later
+/// failure before takeFailure is a consequence and is dropped).
+void recordFailure(const char *what, const std::string &detail,
+                   const char *file, int line);
+/// This thread's first failure since the last call ("" if none), cleared.
+std::string takeFailure();
 
 /// "<name>: <description>" of a CUDA error.
 std::string describe(cudaError_t error);
 std::string describe(cublasStatus_t status);
 
-inline void check(cudaError_t error, const char *what, const char *file,
+/// False (and recorded) on a failure.
+inline bool check(cudaError_t error, const char *what, const char *file,
                   int line) {
-  if (error != cudaSuccess)
-    fatal(what, describe(error), file, line);
+  if (error == cudaSuccess)
+    return true;
+  recordFailure(what, describe(error), file, line);
+  return false;
 }
 
-inline void check(cublasStatus_t status, const char *what, const char *file,
+inline bool check(cublasStatus_t status, const char *what, const char *file,
                   int line) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    fatal(what, describe(status), file, line);
+  if (status == CUBLAS_STATUS_SUCCESS)
+    return true;
+  recordFailure(what, describe(status), file, line);
+  return false;
 }
 
 /// Makes a GPU current for a scope and restores the caller's afterwards

@@ -24,11 +24,13 @@ cublasOperation_t op(bool transpose) {
 }
 
 int toInt(int64_t value, const char *what) {
-  if (value < 0 || value > INT_MAX)
-    fatal("Newton-Schulz",
-          std::string(what) + " of " + std::to_string(value) +
-              " exceeds cuBLAS's int range",
-          __FILE__, __LINE__);
+  if (value < 0 || value > INT_MAX) {
+    recordFailure("Newton-Schulz",
+                  std::string(what) + " of " + std::to_string(value) +
+                      " exceeds cuBLAS's int range",
+                  __FILE__, __LINE__);
+    return 0;
+  }
   return static_cast<int>(value);
 }
 
@@ -141,10 +143,10 @@ NewtonSchulzRunner::plan(int64_t count, int64_t rows, int64_t cols,
   const size_t bytes = host.size() * sizeof(void *);
   p.arrays = memory.allocate(bytes);
   if (!p.arrays)
-    fatal("Newton-Schulz",
-          "no room on the GPU for " + std::to_string(bytes) +
-              " bytes of tile pointers",
-          __FILE__, __LINE__);
+    recordFailure("Newton-Schulz",
+                  "no room on the GPU for " + std::to_string(bytes) +
+                      " bytes of tile pointers",
+                  __FILE__, __LINE__);
   MUON_CUDA_CHECK(cudaMemcpyAsync(p.arrays, host.data(), bytes,
                                   cudaMemcpyHostToDevice, stream));
   MUON_CUDA_CHECK(cudaStreamSynchronize(stream)); // `host` goes away
@@ -248,14 +250,17 @@ int64_t NewtonSchulzRunner::run(float *x, int64_t count, int64_t rows,
   // The largest part of the batch whose workspace the GPU has room for.
   int64_t chunk = count;
   while (!reserve(layoutFor(chunk, rows, cols, precision).total)) {
-    if (chunk == 1)
-      fatal("Newton-Schulz",
-            "no room on the GPU for the workspace of one " +
-                std::to_string(rows) + " x " + std::to_string(cols) +
-                " matrix (" +
-                std::to_string(layoutFor(1, rows, cols, precision).total) +
-                " bytes)",
-            __FILE__, __LINE__);
+    if (chunk == 1) {
+      recordFailure(
+          "Newton-Schulz",
+          "no room on the GPU for the workspace of one " +
+              std::to_string(rows) + " x " + std::to_string(cols) +
+              " matrix (" +
+              std::to_string(layoutFor(1, rows, cols, precision).total) +
+              " bytes)",
+          __FILE__, __LINE__);
+      return 0;
+    }
     chunk = (chunk + 1) / 2;
   }
   for (int64_t first = 0; first < count; first += chunk)
