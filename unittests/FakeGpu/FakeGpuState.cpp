@@ -348,6 +348,7 @@ cudaError_t launchKernel(cudaStream_t handle, const char *name,
 }
 
 static void exitCheck() {
+  std::fflush(stdout); // before this report, and before a _exit drops it
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   Counters c = countersLocked(s);
