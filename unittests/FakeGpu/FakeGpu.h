@@ -45,6 +45,8 @@ namespace muon::fakegpu {
 struct Counters {
   int64_t liveStreams = 0, liveEvents = 0, liveComms = 0;
   int64_t liveAllocations = 0, livePools = 0, liveBlasHandles = 0;
+  /// Bytes of live device memory (against the memory limit).
+  int64_t deviceBytes = 0;
   int64_t commsDestroyed = 0, commsAborted = 0;
   /// Operations still queued on any stream (after advancing them all).
   int64_t pendingOps = 0;

@@ -251,6 +251,7 @@ static Counters countersLocked(State &s) {
   for (auto &handle : s.blasHandles)
     c.liveBlasHandles += handle->live;
   c.liveAllocations = static_cast<int64_t>(s.allocations.size());
+  c.deviceBytes = s.deviceBytes;
   return c;
 }
 
