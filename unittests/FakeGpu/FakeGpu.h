@@ -109,9 +109,15 @@ cudaError_t launchKernel(cudaStream_t stream, const char *name,
                          std::vector<std::pair<const void *, int64_t>> spans,
                          std::function<void()> body);
 
-/// At the process's exit, prints every misuse counted since the last reset
-/// and every object still live to stderr, and makes the exit status 86 when
-/// there is one (for programs that link the fake in place of a GPU). With
+/// Fills `bytes` with what the fake's fresh, freed and shared memory holds:
+/// the bytes C1 FF over and over, a NaN read as f32, bf16, f16 or f64, and
+/// not the red zones' bytes, so that garbage written there is caught.
+void fillGarbage(void *memory, size_t bytes);
+
+/// Prints each misuse to stderr as it happens and, at the process's exit,
+/// the count of misuses since the last reset and every object still live,
+/// making the exit status 86 when there is one (for programs that link the
+/// fake in place of a GPU). With
 /// MUON_FAKE_GPU_SUMMARY=1 it first prints one line of what ran: kernels
 /// by name, cuBLAS calls by kind, NCCL messages, misuses.
 void checkAtExit();

@@ -48,17 +48,41 @@ Config configFromEnv() {
   return c;
 }
 
+/// The red zones' poison: at even addresses A0, at odd ones FF (0xFFA0 in
+/// every 16-bit half): a signalling NaN as f32 and bf16, which arithmetic
+/// turns quiet, so that a kernel reading a red zone and writing what it
+/// computed into another one changes its bytes.
+unsigned char poisonAt(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % 2 ? 0xFF : 0xA0;
+}
+
 /// Whether every byte of [p, p + n) is the poison.
 bool poisoned(const char *p, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if (static_cast<unsigned char>(p[i]) != kPoison)
+  static const std::vector<char> block = [] {
+    std::vector<char> b(kRedZone + 2);
+    for (size_t i = 0; i < b.size(); ++i)
+      b[i] = static_cast<char>(i % 2 ? 0xFF : 0xA0);
+    return b;
+  }();
+  const char *pattern = block.data() + reinterpret_cast<uintptr_t>(p) % 2;
+  for (size_t at = 0; at < n; at += kRedZone)
+    if (std::memcmp(p + at, pattern, std::min(kRedZone, n - at)) != 0)
       return false;
   return true;
 }
 
-void poison(char *p, size_t n) { std::memset(p, kPoison, n); }
+void poison(char *p, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    p[i] = static_cast<char>(poisonAt(p + i));
+}
 
 } // namespace
+
+void fillGarbage(void *memory, size_t bytes) {
+  auto *p = static_cast<unsigned char *>(memory);
+  for (size_t i = 0; i < bytes; ++i)
+    p[i] = i % 2 ? 0xFF : 0xC1;
+}
 
 State &state() {
   static State *s = [] {
@@ -72,6 +96,11 @@ State &state() {
 void misuse(State &s, const std::string &what) {
   ++s.counters.misuses;
   s.counters.lastMisuse = what;
+  if (s.printMisuses) {
+    std::fprintf(stderr, "fake GPU (pid %d): misuse: %s\n",
+                 static_cast<int>(getpid()), what.c_str());
+    std::fflush(stderr);
+  }
 }
 
 bool takeFailure(State &s, const std::string &call, int rank, int &result) {
@@ -140,7 +169,8 @@ void *allocate(State &s, size_t bytes, bool pinned, bool fromPool,
       static_cast<char *>(std::aligned_alloc(256, kRedZone + bytes + tail));
   if (!base)
     return nullptr;
-  poison(base, kRedZone + bytes + tail); // fresh memory is garbage
+  poison(base, kRedZone + bytes + tail);
+  fillGarbage(base + kRedZone, bytes); // fresh memory is garbage
   Allocation a;
   a.base = base;
   a.data = base + kRedZone;
@@ -168,12 +198,13 @@ bool release(State &s, const void *p, bool pinned, const char *call) {
   s.allocations.erase(it);
   if (!pinned)
     s.deviceBytes -= static_cast<int64_t>(a.bytes);
-  poison(a.data, a.bytes);
+  fillGarbage(a.data, a.bytes);
   s.quarantine.push_back(a);
-  s.quarantinedBytes += a.bytes;
+  s.quarantinedBytes += kRedZone + a.bytes + a.tail;
   while (s.quarantinedBytes > kQuarantineBytes) {
-    std::free(s.quarantine.front().base);
-    s.quarantinedBytes -= s.quarantine.front().bytes;
+    const Allocation &oldest = s.quarantine.front();
+    s.quarantinedBytes -= kRedZone + oldest.bytes + oldest.tail;
+    std::free(oldest.base);
     s.quarantine.pop_front();
   }
   return true;
@@ -398,6 +429,9 @@ void checkAtExit() {
   if (!registered)
     std::atexit(exitCheck);
   registered = true;
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.printMisuses = true;
 }
 
 } // namespace muon::fakegpu

@@ -9,11 +9,12 @@
 // GPU); a destroyed one only stops counting as live.
 //
 // Memory: every allocation of "device" (or pinned) memory is host memory
-// with a red zone on each side, filled, as fresh memory is, with 0xFF bytes
-// (a NaN in f32, bf16 and f16): a kernel or a product that reads outside
-// what it was given reads NaNs, and one that writes there is caught when
-// the red zones are checked (after every kernel and product that names the
-// allocation, and when it is freed). Freed memory stays poisoned in a
+// with a red zone on each side, filled with signalling NaNs (0xFFA0 in
+// every 16-bit half): a kernel or a product that reads outside what it was
+// given reads NaNs, and one that writes there, even what it computed from
+// such a NaN, is caught when the red zones are checked (after every kernel and product that names the allocation, and
+// when it is freed). Fresh memory holds garbage that is also a NaN but not
+// the red zones' bytes (fillGarbage), and so does freed memory, kept in a
 // quarantine for a while, so that a late access reads NaNs rather than
 // someone else's data.
 //
@@ -114,10 +115,11 @@ struct Allocation {
   int ordinal = 0;
 };
 
-/// Red-zone bytes before each allocation (and at least as many after);
+/// Red-zone bytes before each allocation (and at least as many after: far
+/// enough to catch a kernel that runs a few tiles or rows past its
+/// matrices, rather than corrupt the host's heap);
 /// allocations start 256-byte aligned, as cudaMalloc's do.
-constexpr size_t kRedZone = 256;
-constexpr unsigned char kPoison = 0xFF;
+constexpr size_t kRedZone = size_t(64) << 10;
 
 struct Config {
   int gpus = 1;
@@ -149,6 +151,10 @@ struct State {
   /// leaves the GPU broken, as an illegal address does: every later call
   /// that can report it returns this.
   cudaError_t sticky = cudaSuccess;
+
+  /// Print each misuse when it happens (checkAtExit(): a tool may abort
+  /// on the error that follows, before its exit check could say why).
+  bool printMisuses = false;
 
   // Faults and counters (reset()).
   std::set<int> droppedRanks;

@@ -6,8 +6,8 @@
 // and run there on the host, block after block and thread after thread
 // over the launch's grid. A cooperative kernel runs each stretch between
 // two barriers for every thread of its block before the next, as
-// __syncthreads() orders them; its shared memory starts as garbage (0xFF
-// bytes), as a GPU's does. A geometry CUDA would refuse to launch is fatal,
+// __syncthreads() orders them; its shared memory starts as garbage
+// (fakegpu::fillGarbage: NaNs), as a GPU's does. A geometry CUDA would refuse to launch is fatal,
 // as on a GPU. Compiled like the runtime: no FMA contraction, so that the
 // bodies round as on the GPU and as CpuDevice does.
 //
@@ -58,7 +58,7 @@ template <typename K> void runOnHost(const Geometry &g, const K &kernel) {
         const Dim3 block{bx, by, bz};
         if constexpr (kernels::isCooperative<K>()) {
           typename K::Shared shared;
-          std::memset(static_cast<void *>(&shared), 0xFF, sizeof(shared));
+          fakegpu::fillGarbage(&shared, sizeof(shared));
           HostBlock b{block, g.grid, g.block};
           kernel(b, shared);
         } else {
