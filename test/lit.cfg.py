@@ -54,3 +54,10 @@ if os.access(cuda_check, os.X_OK):
             config.available_features.add("cuda-gpu")
     except (OSError, subprocess.TimeoutExpired):
         pass
+
+# The CUDA backend on the host stand-in for a GPU (unittests/FakeGpu):
+# `fake-gpu` where muon-run-fakegpu and muon-cuda-check-fakegpu are built.
+fake_tools = ["muon-run-fakegpu", "muon-cuda-check-fakegpu"]
+if all(os.access(os.path.join(config.muon_tools_dir, t), os.X_OK) for t in fake_tools):
+    config.available_features.add("fake-gpu")
+    llvm_config.add_tool_substitutions(fake_tools, [config.muon_tools_dir])

@@ -109,6 +109,27 @@ double updateRelativeTolerance(DType nsDtype) {
   return nsDtype == DType::BF16 ? 5e-2 : 1e-5;
 }
 
+/// The spacing of `type`'s values at `value`'s magnitude. Each step rounds
+/// a parameter to its storage type on the GPU and in the reference alike:
+/// updates that differ by far less than the tolerance above can still round
+/// to neighbouring values, so a GPU's parameter may also be one spacing per
+/// step away.
+double storageSpacing(DType type, float value) {
+  const float magnitude = std::fabs(value);
+  if (!(magnitude > 0) || !std::isfinite(magnitude))
+    return 0;
+  const int exponent = std::ilogb(magnitude);
+  switch (type) {
+  case DType::BF16:
+    return std::ldexp(1.0, exponent - 7);
+  case DType::F16:
+    return std::ldexp(1.0, std::max(exponent, -14) - 10);
+  case DType::F32:
+    break;
+  }
+  return static_cast<double>(std::nextafter(magnitude, INFINITY)) - magnitude;
+}
+
 struct Verification {
   bool verified = true;
   double maxAbsDiff = 0;
@@ -118,14 +139,17 @@ struct Verification {
 /// Compares every rank's pieces (gathered at rank 0) with the reference:
 /// within `tolerance` (absolute), or with `updateRelative` > 0 within that
 /// fraction of the largest change the reference made to the parameter
-/// (from `initial`).
+/// (from `initial`) plus, element by element, one storage spacing per step
+/// (`steps`).
 Verification compare(const Plan &plan,
                      const std::vector<std::vector<float>> &reference,
                      const std::vector<std::vector<float>> &initial,
                      const std::vector<std::vector<char>> &pieces,
-                     double tolerance, double updateRelative) {
+                     double tolerance, double updateRelative, int64_t steps) {
   Verification v;
   std::vector<double> paramDiff(plan.params.size(), 0.0);
+  // How far past the rounding allowance each parameter is (updateRelative).
+  std::vector<double> beyondRounding(plan.params.size(), 0.0);
   for (int64_t r = 0; r < plan.worldSize; ++r) {
     std::vector<float> values = as<float>(pieces[r]);
     size_t at = 0;
@@ -135,6 +159,8 @@ Verification compare(const Plan &plan,
       if (!layout.inSubmesh(coords))
         continue;
       const std::vector<float> &ref = reference[i];
+      const DType storage =
+          parseDType(plan.params[i].dtype).value_or(DType::F32);
       forEachElement(layout.shape, layout.localBox(plan.mesh, coords),
                      [&](int64_t, int64_t global) {
                        double d = std::fabs(static_cast<double>(values[at++]) -
@@ -142,6 +168,11 @@ Verification compare(const Plan &plan,
                        if (std::isnan(d))
                          d = INFINITY;
                        paramDiff[i] = std::max(paramDiff[i], d);
+                       if (updateRelative > 0)
+                         beyondRounding[i] = std::max(
+                             beyondRounding[i],
+                             d - static_cast<double>(steps) *
+                                     storageSpacing(storage, ref[global]));
                      });
     }
   }
@@ -160,11 +191,17 @@ Verification compare(const Plan &plan,
       allowed = std::max(allowed, partialRelativeTolerance(plan) * largest);
     }
     v.maxAbsDiff = std::max(v.maxAbsDiff, paramDiff[i]);
-    if (!(paramDiff[i] <= allowed)) {
+    if (updateRelative > 0 ? !(beyondRounding[i] <= allowed)
+                           : !(paramDiff[i] <= allowed)) {
       v.verified = false;
-      v.failures.push_back(format("'%s' differs by %e (allowed %e)",
-                                  plan.params[i].name.c_str(), paramDiff[i],
-                                  allowed));
+      v.failures.push_back(
+          updateRelative > 0
+              ? format("'%s' differs by %e, %e beyond its storage's rounding "
+                       "(allowed %e)",
+                       plan.params[i].name.c_str(), paramDiff[i],
+                       beyondRounding[i], allowed)
+              : format("'%s' differs by %e (allowed %e)",
+                       plan.params[i].name.c_str(), paramDiff[i], allowed));
     }
   }
   return v;
@@ -489,7 +526,7 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
                                 ? updateRelativeTolerance(optimizer->nsDtype())
                                 : 0;
     verification = compare(plan, reference, initial, pieces, flags.tolerance,
-                           updateRelative);
+                           updateRelative, flags.steps);
     report.verified = verification->verified;
     report.maxAbsDiff = verification->maxAbsDiff;
     for (const std::string &f : verification->failures)

@@ -1,19 +1,106 @@
-//===- FakeGpuState.cpp - Streams advance; faults and counters ------------===//
+//===- FakeGpuState.cpp - Streams advance; memory; faults and counters ----===//
 #include "FakeGpuState.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 
 namespace muon::fakegpu {
 
+namespace {
+
+/// Freed memory kept poisoned before it goes back to the host.
+constexpr size_t kQuarantineBytes = size_t(64) << 20;
+
+int64_t integerFromEnv(const char *name, int64_t fallback) {
+  const char *text = std::getenv(name);
+  if (!text || !*text)
+    return fallback;
+  char *end = nullptr;
+  long long value = std::strtoll(text, &end, 10);
+  if (*end || value < 0) {
+    std::fprintf(stderr, "fake GPU: %s must be a non-negative integer\n", name);
+    std::abort();
+  }
+  return value;
+}
+
+Config configFromEnv() {
+  Config c;
+  c.gpus = static_cast<int>(integerFromEnv("MUON_FAKE_GPU_COUNT", c.gpus));
+  c.memoryBytes = integerFromEnv("MUON_FAKE_GPU_MEMORY", c.memoryBytes);
+  c.pools = integerFromEnv("MUON_FAKE_GPU_POOLS", 1) != 0;
+  if (const char *grouped = std::getenv("MUON_FAKE_CUBLAS_GROUPED")) {
+    const std::string g = grouped;
+    if (g == "all")
+      c.grouped = GroupedSupport::All;
+    else if (g == "none")
+      c.grouped = GroupedSupport::None;
+    else if (g != "documented" && !g.empty()) {
+      std::fprintf(stderr, "fake GPU: MUON_FAKE_CUBLAS_GROUPED must be "
+                           "documented, all or none\n");
+      std::abort();
+    }
+  }
+  return c;
+}
+
+/// The red zones' poison: at even addresses A0, at odd ones FF (0xFFA0 in
+/// every 16-bit half): a signalling NaN as f32 and bf16, which arithmetic
+/// turns quiet, so that a kernel reading a red zone and writing what it
+/// computed into another one changes its bytes.
+unsigned char poisonAt(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % 2 ? 0xFF : 0xA0;
+}
+
+/// Whether every byte of [p, p + n) is the poison.
+bool poisoned(const char *p, size_t n) {
+  static const std::vector<char> block = [] {
+    std::vector<char> b(kRedZone + 2);
+    for (size_t i = 0; i < b.size(); ++i)
+      b[i] = static_cast<char>(i % 2 ? 0xFF : 0xA0);
+    return b;
+  }();
+  const char *pattern = block.data() + reinterpret_cast<uintptr_t>(p) % 2;
+  for (size_t at = 0; at < n; at += kRedZone)
+    if (std::memcmp(p + at, pattern, std::min(kRedZone, n - at)) != 0)
+      return false;
+  return true;
+}
+
+void poison(char *p, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    p[i] = static_cast<char>(poisonAt(p + i));
+}
+
+} // namespace
+
+void fillGarbage(void *memory, size_t bytes) {
+  auto *p = static_cast<unsigned char *>(memory);
+  for (size_t i = 0; i < bytes; ++i)
+    p[i] = i % 2 ? 0xFF : 0xC1;
+}
+
 State &state() {
-  static State *s = new State; // never destroyed: ranks may outlive main
+  static State *s = [] {
+    auto *created = new State; // never destroyed: ranks may outlive main
+    created->config = configFromEnv();
+    return created;
+  }();
   return *s;
 }
 
 void misuse(State &s, const std::string &what) {
   ++s.counters.misuses;
   s.counters.lastMisuse = what;
+  if (s.printMisuses) {
+    std::fprintf(stderr, "fake GPU (pid %d): misuse: %s\n",
+                 static_cast<int>(getpid()), what.c_str());
+    std::fflush(stderr);
+  }
 }
 
 bool takeFailure(State &s, const std::string &call, int rank, int &result) {
@@ -36,6 +123,93 @@ CUstream_st *findStream(State &s, cudaStream_t handle) {
   return nullptr;
 }
 
+Allocation *findAllocation(State &s, const void *p) {
+  const char *at = static_cast<const char *>(p);
+  auto it = s.allocations.upper_bound(at);
+  if (it == s.allocations.begin())
+    return nullptr;
+  --it;
+  Allocation &a = it->second;
+  return at >= a.data && at < a.data + a.bytes ? &a : nullptr;
+}
+
+bool insideAllocation(State &s, const void *p, int64_t bytes, bool pinnedToo) {
+  if (bytes <= 0)
+    return true;
+  const Allocation *a = findAllocation(s, p);
+  if (!a || (a->pinned && !pinnedToo))
+    return false;
+  return static_cast<const char *>(p) + bytes <= a->data + a->bytes;
+}
+
+void checkRedZones(State &s, const void *p, const std::string &what) {
+  Allocation *a = findAllocation(s, p);
+  if (!a)
+    return;
+  const bool before = poisoned(a->base, kRedZone);
+  const bool after = poisoned(a->data + a->bytes, a->tail);
+  if (before && after)
+    return;
+  misuse(s, what + " wrote outside its memory: the red zone " +
+                (before ? "after" : "before") + " an allocation of " +
+                std::to_string(a->bytes) + " bytes changed");
+  poison(a->base, kRedZone);
+  poison(a->data + a->bytes, a->tail);
+}
+
+void *allocate(State &s, size_t bytes, bool pinned, bool fromPool,
+               int ordinal) {
+  bytes = std::max<size_t>(bytes, 1);
+  if (!pinned && s.deviceBytes + static_cast<int64_t>(bytes) >
+                     s.config.memoryBytes)
+    return nullptr;
+  // The tail red zone also pads to the next 256 bytes.
+  const size_t tail = kRedZone + (256 - bytes % 256) % 256;
+  char *base =
+      static_cast<char *>(std::aligned_alloc(256, kRedZone + bytes + tail));
+  if (!base)
+    return nullptr;
+  poison(base, kRedZone + bytes + tail);
+  fillGarbage(base + kRedZone, bytes); // fresh memory is garbage
+  Allocation a;
+  a.base = base;
+  a.data = base + kRedZone;
+  a.bytes = bytes;
+  a.tail = tail;
+  a.pinned = pinned;
+  a.fromPool = fromPool;
+  a.ordinal = ordinal;
+  s.allocations[a.data] = a;
+  if (!pinned)
+    s.deviceBytes += static_cast<int64_t>(bytes);
+  return a.data;
+}
+
+bool release(State &s, const void *p, bool pinned, const char *call) {
+  auto it = s.allocations.find(static_cast<const char *>(p));
+  if (it == s.allocations.end() || it->second.pinned != pinned) {
+    misuse(s, std::string(call) + " of " +
+                  (findAllocation(s, p) ? "a pointer inside an allocation"
+                                        : "memory it did not allocate"));
+    return false;
+  }
+  checkRedZones(s, p, call);
+  Allocation a = it->second;
+  s.allocations.erase(it);
+  if (!pinned)
+    s.deviceBytes -= static_cast<int64_t>(a.bytes);
+  fillGarbage(a.data, a.bytes);
+  s.quarantine.push_back(a);
+  s.quarantinedBytes += kRedZone + a.bytes + a.tail;
+  while (s.quarantinedBytes > kQuarantineBytes) {
+    const Allocation &oldest = s.quarantine.front();
+    s.quarantinedBytes -= kRedZone + oldest.bytes + oldest.tail;
+    std::free(oldest.base);
+    s.quarantine.pop_front();
+  }
+  return true;
+}
+
 /// Runs `op` if it can run now.
 static bool step(State &s, const Op &op) {
   switch (op.kind) {
@@ -43,38 +217,25 @@ static bool step(State &s, const Op &op) {
     if (op.bytes)
       std::memmove(op.dst, op.src, op.bytes);
     return true;
+  case OpKind::Fill:
+    if (op.bytes)
+      std::memset(op.dst, op.value, op.bytes);
+    return true;
   case OpKind::Record:
     op.event->completed = std::max(op.event->completed, op.generation);
     return true;
   case OpKind::Wait:
     return op.event->completed >= op.generation;
-  case OpKind::Send: {
-    if (op.comm->aborted || s.droppedRanks.count(op.comm->rank))
-      return true; // ended by the abort, or lost on the way
-    const char *bytes = static_cast<const char *>(op.src);
-    op.comm->world->mail[{op.comm->rank, op.peer}].emplace_back(
-        bytes, bytes + op.bytes);
+  case OpKind::Send:
+    return runSend(s, op);
+  case OpKind::Recv:
+    return runRecv(s, op);
+  case OpKind::Call:
+    op.call(s);
     return true;
-  }
-  case OpKind::Recv: {
-    if (op.comm->aborted)
-      return true;
-    auto &queue = op.comm->world->mail[{op.peer, op.comm->rank}];
-    if (queue.empty())
-      return false;
-    const std::vector<char> &message = queue.front();
-    if (message.size() != op.bytes)
-      misuse(s, "rank " + std::to_string(op.comm->rank) + " received " +
-                    std::to_string(op.bytes) + " bytes from rank " +
-                    std::to_string(op.peer) + ", which sent " +
-                    std::to_string(message.size()));
-    if (!message.empty())
-      std::memcpy(op.dst, message.data(), std::min(message.size(), op.bytes));
-    ++s.counters.messages;
-    s.counters.bytes += static_cast<int64_t>(message.size());
-    queue.pop_front();
+  case OpKind::Free:
+    release(s, op.dst, false, "cudaFreeAsync");
     return true;
-  }
   }
   return false;
 }
@@ -100,9 +261,11 @@ void advanceAll(State &s) {
     s.changed.notify_all();
 }
 
-Counters counters() {
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+void waitForChange(State &s, std::unique_lock<std::mutex> &lock, int ms) {
+  s.changed.wait_for(lock, std::chrono::milliseconds(ms));
+}
+
+static Counters countersLocked(State &s) {
   advanceAll(s);
   Counters c = s.counters;
   c.pendingOps = static_cast<int64_t>(s.legacyStream.ops.size());
@@ -114,7 +277,19 @@ Counters counters() {
     c.liveEvents += event->live;
   for (auto &comm : s.comms)
     c.liveComms += comm->live;
+  for (auto &pool : s.pools)
+    c.livePools += pool->live;
+  for (auto &handle : s.blasHandles)
+    c.liveBlasHandles += handle->live;
+  c.liveAllocations = static_cast<int64_t>(s.allocations.size());
+  c.deviceBytes = s.deviceBytes;
   return c;
+}
+
+Counters counters() {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return countersLocked(s);
 }
 
 void reset() {
@@ -124,6 +299,7 @@ void reset() {
   s.asyncErrors.clear();
   s.failures.clear();
   s.counters = Counters();
+  s.sticky = cudaSuccess;
 }
 
 void dropSendsFrom(int rank) {
@@ -150,6 +326,112 @@ void holdStream(cudaStream_t handle, bool held) {
   if (CUstream_st *stream = findStream(s, handle))
     stream->held = held;
   advanceAll(s);
+}
+
+void setGroupedSupport(GroupedSupport support) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.config.grouped = support;
+}
+
+void setMemoryLimit(int64_t bytes) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.config.memoryBytes = bytes;
+}
+
+cudaError_t launchKernel(cudaStream_t handle, const char *name,
+                         std::vector<std::pair<const void *, int64_t>> spans,
+                         std::function<void()> body) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  CUstream_st *stream = findStream(s, handle);
+  if (!stream || !stream->live) {
+    misuse(s, std::string(name) + " launched on an unknown stream");
+    return cudaErrorInvalidResourceHandle;
+  }
+  if (s.sticky != cudaSuccess)
+    return s.sticky;
+  Op op;
+  op.kind = OpKind::Call;
+  op.call = [name = std::string(name), spans = std::move(spans),
+             body = std::move(body)](State &s) {
+    for (const auto &[p, bytes] : spans)
+      if (!insideAllocation(s, p, bytes)) {
+        const Allocation *a = findAllocation(s, p);
+        misuse(s, name + " given " + std::to_string(bytes) + " bytes at " +
+                      (a ? "offset " +
+                               std::to_string(static_cast<const char *>(p) -
+                                              a->data) +
+                               " of an allocation of " +
+                               std::to_string(a->bytes)
+                         : std::string("memory outside every allocation")));
+        s.sticky = cudaErrorIllegalAddress;
+        return;
+      }
+    body();
+    ++s.counters.kernels[name];
+    for (const auto &span : spans)
+      checkRedZones(s, span.first, name);
+  };
+  stream->ops.push_back(std::move(op));
+  advanceAll(s);
+  return cudaSuccess;
+}
+
+static void exitCheck() {
+  std::fflush(stdout); // before this report, and before a _exit drops it
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Counters c = countersLocked(s);
+  if (const char *summary = std::getenv("MUON_FAKE_GPU_SUMMARY");
+      summary && *summary && std::string(summary) != "0") {
+    std::string kernels;
+    for (const auto &[name, launches] : c.kernels)
+      kernels += " " + name + "=" + std::to_string(launches);
+    std::fprintf(stderr,
+                 "fake GPU (pid %d): kernels%s; cuBLAS strided=%lld "
+                 "batched=%lld grouped=%lld grouped-refused=%lld "
+                 "products=%lld; NCCL messages=%lld; misuses=%lld\n",
+                 static_cast<int>(getpid()), kernels.c_str(),
+                 static_cast<long long>(c.stridedCalls),
+                 static_cast<long long>(c.batchedCalls),
+                 static_cast<long long>(c.groupedCalls),
+                 static_cast<long long>(c.groupedRefused),
+                 static_cast<long long>(c.products),
+                 static_cast<long long>(c.messages),
+                 static_cast<long long>(c.misuses));
+  }
+  std::vector<std::string> problems;
+  if (c.misuses)
+    problems.push_back(std::to_string(c.misuses) +
+                       " misuse(s), the last: " + c.lastMisuse);
+  const std::pair<const char *, int64_t> live[] = {
+      {"stream", c.liveStreams},     {"event", c.liveEvents},
+      {"communicator", c.liveComms}, {"allocation", c.liveAllocations},
+      {"memory pool", c.livePools},  {"cuBLAS handle", c.liveBlasHandles},
+      {"queued operation", c.pendingOps}};
+  for (const auto &[what, count] : live)
+    if (count)
+      problems.push_back(std::to_string(count) + " " + what +
+                         "(s) left at exit");
+  if (problems.empty())
+    return;
+  for (const std::string &p : problems)
+    std::fprintf(stderr, "fake GPU (pid %d): %s\n", static_cast<int>(getpid()),
+                 p.c_str());
+  std::fflush(stderr);
+  _exit(86);
+}
+
+void checkAtExit() {
+  static bool registered = false;
+  if (!registered)
+    std::atexit(exitCheck);
+  registered = true;
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.printMisuses = true;
 }
 
 } // namespace muon::fakegpu

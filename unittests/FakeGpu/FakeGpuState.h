@@ -1,11 +1,22 @@
-//===- FakeGpuState.h - The fake GPU's streams, events and worlds -*- C++ -*-===//
+//===- FakeGpuState.h - The fake GPU's streams, memory and worlds -*- C++ -*-===//
 //
-// Shared by the fake CUDA runtime and the fake NCCL. Everything is guarded
-// by one mutex; a stream's operations run in order whenever any fake call
-// advances the streams, so progress needs no threads of its own. Objects
+// Shared by the fake CUDA runtime, the fake cuBLAS, the host launcher of the
+// kernels and the fake NCCL. Everything is guarded by one mutex; a stream's
+// operations run in order whenever any fake call advances the streams, so
+// progress needs no threads of its own. Streams, events and communicators
 // are kept until the process ends (queued operations may still name an
 // event or a communicator after the code under test destroyed it, as on a
 // GPU); a destroyed one only stops counting as live.
+//
+// Memory: every allocation of "device" (or pinned) memory is host memory
+// with a red zone on each side, filled with signalling NaNs (0xFFA0 in
+// every 16-bit half): a kernel or a product that reads outside what it was
+// given reads NaNs, and one that writes there, even what it computed from
+// such a NaN, is caught when the red zones are checked (after every kernel and product that names the allocation, and
+// when it is freed). Fresh memory holds garbage that is also a NaN but not
+// the red zones' bytes (fillGarbage), and so does freed memory, kept in a
+// quarantine for a while, so that a late access reads NaNs rather than
+// someone else's data.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_UNITTESTS_FAKEGPU_FAKEGPUSTATE_H
@@ -15,6 +26,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,21 +43,38 @@ struct CUevent_st {
   bool live = true;
 };
 
+/// A cuBLAS handle (cublas_api.h's opaque struct).
+struct cublasContext {
+  cudaStream_t stream = nullptr;
+  int mathMode = 0; // cublasMath_t
+  bool live = true;
+};
+
+struct CUmemPoolHandle_st {
+  int ordinal = 0;
+  bool live = true;
+};
+
 namespace muon::fakegpu {
 
 struct World;
+struct State;
 
-enum class OpKind { Copy, Record, Wait, Send, Recv };
+enum class OpKind { Copy, Fill, Record, Wait, Send, Recv, Call, Free };
 
 struct Op {
   OpKind kind = OpKind::Copy;
   void *dst = nullptr;
   const void *src = nullptr;
   size_t bytes = 0;
+  int value = 0; // Fill
   CUevent_st *event = nullptr;
   int64_t generation = 0; // Record: which record; Wait: the one awaited
   ncclComm *comm = nullptr;
   int peer = -1;
+  /// Call: a kernel or a product, run when the stream reaches it (with the
+  /// state's mutex held).
+  std::function<void(State &)> call;
 };
 
 } // namespace muon::fakegpu
@@ -60,15 +89,44 @@ struct ncclComm {
   muon::fakegpu::World *world = nullptr;
   int rank = -1;
   bool live = true, aborted = false;
+  /// Messages sent to and received from each peer so far (their files are
+  /// numbered by it).
+  std::map<int, int64_t> sent, received;
 };
 
 namespace muon::fakegpu {
 
-/// The ranks of one ncclCommInitRank and the messages between them.
+/// The ranks of one ncclCommInitRank, which may be threads of this process
+/// or other processes: they meet in a directory named by the unique id,
+/// where each message is a file (FakeNccl.cpp).
 struct World {
-  int size = 0, joined = 0;
-  /// (from, to) -> messages in send order.
-  std::map<std::pair<int, int>, std::deque<std::vector<char>>> mail;
+  int size = 0;
+  std::string directory;
+};
+
+/// A block of fake GPU memory (or pinned host memory).
+struct Allocation {
+  char *base = nullptr; // the host block, red zones included
+  char *data = nullptr; // what the caller got
+  size_t bytes = 0;     // what the caller asked for
+  size_t tail = 0;      // red-zone bytes after `data + bytes`
+  bool pinned = false;  // cudaMallocHost, not device memory
+  bool fromPool = false;
+  int ordinal = 0;
+};
+
+/// Red-zone bytes before each allocation (and at least as many after: far
+/// enough to catch a kernel that runs a few tiles or rows past its
+/// matrices, rather than corrupt the host's heap);
+/// allocations start 256-byte aligned, as cudaMalloc's do.
+constexpr size_t kRedZone = size_t(64) << 10;
+
+struct Config {
+  int gpus = 1;
+  int64_t memoryBytes = int64_t(80) << 30;
+  bool pools = true;
+  /// Which grouped GEMMs the fake cuBLAS takes (FakeCublas.cpp).
+  GroupedSupport grouped = GroupedSupport::Documented;
 };
 
 struct State {
@@ -77,9 +135,26 @@ struct State {
   std::vector<std::unique_ptr<CUstream_st>> streams;
   std::vector<std::unique_ptr<CUevent_st>> events;
   std::vector<std::unique_ptr<ncclComm>> comms;
-  std::map<std::string, std::unique_ptr<World>> worlds; // by unique id
+  std::vector<std::unique_ptr<CUmemPoolHandle_st>> pools;
+  std::vector<std::unique_ptr<cublasContext>> blasHandles;
+  std::map<std::string, std::unique_ptr<World>> worlds; // by directory
   CUstream_st legacyStream; // stream 0
-  int64_t nextUniqueId = 0;
+  Config config;
+
+  // Memory: live allocations by their data pointer; freed ones poisoned
+  // in the quarantine until it holds more than kQuarantineBytes.
+  std::map<const char *, Allocation> allocations;
+  std::deque<Allocation> quarantine;
+  size_t quarantinedBytes = 0;
+  int64_t deviceBytes = 0; // live device memory, against config.memoryBytes
+  /// A kernel or product that touched memory outside every allocation
+  /// leaves the GPU broken, as an illegal address does: every later call
+  /// that can report it returns this.
+  cudaError_t sticky = cudaSuccess;
+
+  /// Print each misuse when it happens (checkAtExit(): a tool may abort
+  /// on the error that follows, before its exit check could say why).
+  bool printMisuses = false;
 
   // Faults and counters (reset()).
   std::set<int> droppedRanks;
@@ -104,6 +179,38 @@ bool takeFailure(State &s, const std::string &call, int rank, int &result);
 /// The stream a handle names (0 and the special handles: the legacy
 /// stream); nullptr for one that was never created. Caller holds the mutex.
 CUstream_st *findStream(State &s, cudaStream_t handle);
+
+/// The live allocation that holds `p`, or nullptr. Caller holds the mutex.
+Allocation *findAllocation(State &s, const void *p);
+
+/// Whether [p, p + bytes) lies inside one live allocation (device memory
+/// unless `pinnedToo`). Caller holds the mutex.
+bool insideAllocation(State &s, const void *p, int64_t bytes,
+                      bool pinnedToo = false);
+
+/// `bytes` of poisoned memory with red zones: device memory (against the
+/// memory limit; nullptr beyond it) or pinned host memory. Caller holds
+/// the mutex.
+void *allocate(State &s, size_t bytes, bool pinned, bool fromPool,
+               int ordinal);
+
+/// Frees what allocate() returned (checking its red zones); false, with a
+/// misuse of `call`, for anything else. Caller holds the mutex.
+bool release(State &s, const void *p, bool pinned, const char *call);
+
+/// The fake NCCL's point-to-point steps (FakeNccl.cpp): a send writes its
+/// message; a receive completes when the message is there. Caller holds
+/// the mutex.
+bool runSend(State &s, const Op &op);
+bool runRecv(State &s, const Op &op);
+
+/// Checks (and restores) the red zones of the allocation that holds `p`,
+/// reporting damage as a misuse of `what`. Caller holds the mutex.
+void checkRedZones(State &s, const void *p, const std::string &what);
+
+/// Waits for `changed` at most `ms` milliseconds: progress may come from
+/// another process (the fake NCCL's messages), which cannot notify.
+void waitForChange(State &s, std::unique_lock<std::mutex> &lock, int ms);
 
 } // namespace muon::fakegpu
 

@@ -1,11 +1,16 @@
 //===- FakeNccl.cpp - NCCL's point-to-point API on the fake GPU's streams -===//
 //
-// Ranks are threads; ncclCommInitRank blocks until every rank of the unique
-// id has joined, as NCCL's does. Sends and receives are collected inside a
-// group and queued on their streams at ncclGroupEnd (NCCL launches the
-// group there); a send delivers its bytes into the receiver's mailbox when
-// its stream reaches it, and a receive completes when the matching message
-// is there. An aborted communicator's queued operations end at once.
+// Ranks are threads of one process or processes of one machine: they meet
+// in a directory that ncclGetUniqueId makes (under $TMPDIR) and whose name
+// is the unique id. ncclCommInitRank leaves a file there and blocks until
+// every rank of the id has, as NCCL's blocks until every rank joined.
+// Sends and receives are collected inside a group and queued on their
+// streams at ncclGroupEnd (NCCL launches the group there); a send writes
+// its bytes as the next message file from its rank to its peer when its
+// stream reaches it, and a receive completes when the matching file is
+// there (it reads and removes it). An aborted communicator's queued
+// operations end at once. When every rank has destroyed or aborted its
+// communicator, the last one removes the directory.
 // Declarations come from nccl.h where the toolkit has it, so the fake keeps
 // NCCL's signatures, and the backend's hand-written ABI (NcclLibrary.h) is
 // checked against them here.
@@ -15,9 +20,17 @@
 
 #include "NcclLibrary.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <fstream>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #if __has_include(<nccl.h>)
 #include <nccl.h>
@@ -65,6 +78,90 @@ ncclComm *findLive(State &s, ncclComm_t handle) {
     if (comm.get() == handle && comm->live)
       return comm.get();
   return nullptr;
+}
+
+std::string fileIn(const World &world, const std::string &name) {
+  return world.directory + "/" + name;
+}
+
+bool exists(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+/// Writes `bytes` to `path` all at once (a temporary file, then renamed),
+/// so that a reader never sees part of it.
+bool writeAtomically(const std::string &path, const char *bytes, size_t n) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(bytes, static_cast<std::streamsize>(n));
+    if (!out)
+      return false;
+  }
+  return std::rename(temporary.c_str(), path.c_str()) == 0;
+}
+
+/// "msg-<from>-<to>-<seq>": the seq-th message from `from` to `to`.
+std::string messageName(int from, int to, int64_t seq) {
+  return "msg-" + std::to_string(from) + "-" + std::to_string(to) + "-" +
+         std::to_string(seq);
+}
+
+/// Marks `comm`'s rank as gone; the last rank of the world to go removes
+/// the directory with whatever messages were never received.
+void leave(ncclComm *comm) {
+  const World &world = *comm->world;
+  const std::string mine = fileIn(world, "left-" + std::to_string(comm->rank));
+  writeAtomically(mine, "", 0);
+  for (int r = 0; r < world.size; ++r)
+    if (!exists(fileIn(world, "left-" + std::to_string(r))))
+      return;
+  if (DIR *dir = ::opendir(world.directory.c_str())) {
+    while (dirent *entry = ::readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..")
+        ::unlink(fileIn(world, name).c_str());
+    }
+    ::closedir(dir);
+  }
+  ::rmdir(world.directory.c_str()); // another rank may have removed it
+}
+
+/// Ids whose directory no rank joined (every ncclCommInitRank failed) are
+/// removed when the process that made them ends; a joined one goes with
+/// its last rank (leave()).
+void removeUnjoined();
+std::vector<std::string> &madeDirectories() {
+  static auto *made = new std::vector<std::string>;
+  return *made;
+}
+void forgetAtExit(const std::string &directory) {
+  if (madeDirectories().empty())
+    std::atexit(removeUnjoined);
+  madeDirectories().push_back(directory);
+}
+void removeUnjoined() {
+  for (const std::string &directory : madeDirectories()) {
+    bool joined = false;
+    if (DIR *dir = ::opendir(directory.c_str())) {
+      while (dirent *entry = ::readdir(dir))
+        joined = joined || std::strncmp(entry->d_name, "joined-", 7) == 0;
+      ::closedir(dir);
+    }
+    if (!joined)
+      ::rmdir(directory.c_str());
+  }
+}
+
+/// A process on the fake GPU must load the fake as NCCL too (a real NCCL
+/// would look for a real GPU): unless MUON_NCCL_LIBRARY says otherwise, it
+/// names this library's own file.
+__attribute__((constructor)) void nameThisLibraryAsNccl() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void *>(&nameThisLibraryAsNccl), &info) &&
+      info.dli_fname)
+    setenv("MUON_NCCL_LIBRARY", info.dli_fname, 0);
 }
 
 /// A send or a receive, collected into the open group.
@@ -146,9 +243,19 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   int injected = ncclSuccess;
   if (takeFailure(s, "ncclGetUniqueId", -1, injected))
     return static_cast<ncclResult_t>(injected);
+  // The directory's name is the id: it must fit, with its terminator.
+  const char *tmp = std::getenv("TMPDIR");
+  std::string base = tmp && *tmp ? tmp : "/tmp";
+  if (base.size() > 80)
+    base = "/tmp";
+  std::string directory = base + "/muon-fake-nccl-XXXXXX";
+  if (!::mkdtemp(directory.data())) {
+    misuse(s, "ncclGetUniqueId could not make a directory in " + base);
+    return ncclSystemError;
+  }
   std::memset(id, 0, sizeof(*id));
-  std::snprintf(reinterpret_cast<char *>(id), sizeof(*id), "fake-%lld",
-                static_cast<long long>(s.nextUniqueId++));
+  std::memcpy(id, directory.data(), directory.size());
+  forgetAtExit(directory);
   return ncclSuccess;
 }
 
@@ -165,31 +272,53 @@ ncclResult_t ncclCommInitRank(ncclComm_t *handle, int ranks, ncclUniqueId id,
   if (takeFailure(s, "ncclCommInitRank", rank, injected))
     return static_cast<ncclResult_t>(injected);
   const char *bytes = reinterpret_cast<const char *>(&id);
-  const std::string key(bytes, strnlen(bytes, sizeof(id)));
-  std::unique_ptr<World> &world = s.worlds[key];
+  const std::string directory(bytes, strnlen(bytes, sizeof(id)));
+  struct stat st;
+  if (directory.empty() || ::stat(directory.c_str(), &st) != 0 ||
+      !S_ISDIR(st.st_mode)) {
+    misuse(s, "ncclCommInitRank with an id no ncclGetUniqueId made");
+    return ncclInvalidArgument;
+  }
+  std::unique_ptr<World> &world = s.worlds[directory];
   if (!world) {
     world = std::make_unique<World>();
     world->size = ranks;
+    world->directory = directory;
   }
-  if (world->size != ranks) {
-    misuse(s, "ncclCommInitRank with " + std::to_string(ranks) +
-                  " ranks on an id of " + std::to_string(world->size));
-    return ncclInvalidArgument;
+  // Every rank says how many ranks it joins with.
+  const std::string joined = "joined-" + std::to_string(rank);
+  const std::string size = std::to_string(ranks);
+  if (exists(fileIn(*world, joined)) ||
+      !writeAtomically(fileIn(*world, joined), size.data(), size.size())) {
+    misuse(s, "ncclCommInitRank of rank " + std::to_string(rank) +
+                  " twice on one id");
+    return ncclInvalidUsage;
   }
   s.comms.push_back(std::make_unique<ncclComm>());
   ncclComm *comm = s.comms.back().get();
   comm->world = world.get();
   comm->rank = rank;
-  World *joinedWorld = world.get();
-  ++joinedWorld->joined;
-  s.changed.notify_all();
-  if (!s.changed.wait_for(lock, kJoinSeconds, [&] {
-        return joinedWorld->joined >= joinedWorld->size;
-      })) {
-    misuse(s, "ncclCommInitRank waited for ranks that never joined (NCCL "
-              "would wait forever)");
-    comm->live = false;
-    return ncclSystemError;
+  const auto deadline = std::chrono::steady_clock::now() + kJoinSeconds;
+  for (int r = 0; r < ranks;) {
+    std::ifstream in(fileIn(*world, "joined-" + std::to_string(r)));
+    std::string theirs;
+    if (in >> theirs) {
+      if (theirs != size) {
+        misuse(s, "ncclCommInitRank with " + size + " ranks on an id of " +
+                      theirs);
+        comm->live = false;
+        return ncclInvalidArgument;
+      }
+      ++r;
+      continue;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      misuse(s, "ncclCommInitRank waited for ranks that never joined (NCCL "
+                "would wait forever)");
+      comm->live = false;
+      return ncclSystemError;
+    }
+    waitForChange(s, lock, 2); // another process cannot notify
   }
   *handle = comm;
   return ncclSuccess;
@@ -215,6 +344,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t handle) {
       }
   comm->live = false;
   ++s.counters.commsDestroyed;
+  leave(comm);
   return ncclSuccess;
 }
 
@@ -232,6 +362,7 @@ ncclResult_t ncclCommAbort(ncclComm_t handle) {
   comm->live = false;
   ++s.counters.commsAborted;
   advanceAll(s);
+  leave(comm);
   return ncclSuccess;
 }
 
@@ -291,3 +422,46 @@ ncclResult_t ncclRecv(void *buffer, size_t count, ncclDataType_t type,
 }
 
 } // extern "C"
+
+namespace muon::fakegpu {
+
+bool runSend(State &s, const Op &op) {
+  ncclComm *comm = op.comm;
+  if (comm->aborted || s.droppedRanks.count(comm->rank))
+    return true; // ended by the abort, or lost on the way
+  const int64_t seq = comm->sent[op.peer]++;
+  const std::string path =
+      fileIn(*comm->world, messageName(comm->rank, op.peer, seq));
+  if (!writeAtomically(path, static_cast<const char *>(op.src), op.bytes))
+    misuse(s, "the fake NCCL could not write " + path);
+  return true;
+}
+
+bool runRecv(State &s, const Op &op) {
+  ncclComm *comm = op.comm;
+  if (comm->aborted)
+    return true;
+  const int64_t seq = comm->received[op.peer];
+  const std::string path =
+      fileIn(*comm->world, messageName(op.peer, comm->rank, seq));
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return false; // not there yet
+  std::vector<char> message((std::istreambuf_iterator<char>(in)),
+                            std::istreambuf_iterator<char>());
+  in.close();
+  ::unlink(path.c_str());
+  ++comm->received[op.peer];
+  if (message.size() != op.bytes)
+    misuse(s, "rank " + std::to_string(comm->rank) + " received " +
+                  std::to_string(op.bytes) + " bytes from rank " +
+                  std::to_string(op.peer) + ", which sent " +
+                  std::to_string(message.size()));
+  if (!message.empty())
+    std::memcpy(op.dst, message.data(), std::min(message.size(), op.bytes));
+  ++s.counters.messages;
+  s.counters.bytes += static_cast<int64_t>(message.size());
+  return true;
+}
+
+} // namespace muon::fakegpu

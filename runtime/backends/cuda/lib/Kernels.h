@@ -1,12 +1,14 @@
 //===- Kernels.h - The CUDA backend's kernels, as launches ------*- C++ -*-===//
 //
-// Host-side launchers of the kernels in Kernels.cu, for code compiled
-// without nvcc. Each queues its work on `stream` and returns; launch errors
-// are fatal (CudaSupport.h). The elementwise ones compute exactly what
-// CpuDevice computes, operation for operation: Kernels.cu is compiled
-// without contracting multiplies and adds into FMAs, with IEEE division and
-// square roots, and scalars derived from the settings are computed on the
-// host, once, as the CPU device computes them.
+// Host-side launchers of the kernels in KernelBodies.h, for code compiled
+// without nvcc: Kernels.cu launches them on the GPU, and the host stand-in
+// of the GPU (unittests/FakeGpu/FakeKernels.cpp) runs the same bodies over
+// the same geometry on the host. Each queues its work on `stream` and
+// returns; launch errors are fatal (CudaSupport.h). The elementwise ones
+// compute exactly what CpuDevice computes, operation for operation:
+// Kernels.cu is compiled without contracting multiplies and adds into FMAs,
+// with IEEE division and square roots, and scalars derived from the
+// settings are computed on the host, once, as the CPU device computes them.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_CUDA_KERNELS_H

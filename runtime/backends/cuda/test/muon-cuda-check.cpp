@@ -6,6 +6,10 @@
 //                             repeats a run) and compares it with CpuDevice;
 //                             one line per check, then "N passed, M failed";
 //                             exit 0 only when all pass.
+// muon-cuda-check --small     the same without the shapes above the
+//                             default symmetric threshold (for the host
+//                             stand-in of the GPU, whose products are
+//                             reference loops: muon-cuda-check-fakegpu).
 // muon-cuda-check --probe     exit 0 when a GPU is usable, else the reason
 //                             and exit 1.
 // muon-cuda-check --bench     times Newton-Schulz with plain GEMMs and with
@@ -494,10 +498,11 @@ struct NsConfig {
 };
 
 void checkNewtonSchulzConfigs(Tally &tally, int ordinal, CpuDevice &cpu,
-                              std::mt19937 &rng) {
+                              std::mt19937 &rng, bool smallOnly) {
+  // 2 x 129x257: the norm's sum of squares in three parts per matrix.
   const std::vector<NsCase> small = {{3, 37, 101},  {2, 131, 29}, {1, 64, 64},
                                      {2, 100, 100}, {1, 33, 200}, {4, 1, 50},
-                                     {2, 50, 1}};
+                                     {2, 50, 1},    {2, 129, 257}};
   const std::vector<NsConfig> configs = {
       {"plain GEMMs", "1000000000", nullptr, nullptr, small},
       {"symmetric tiles of 16, grouped", "0", "16", "1", small},
@@ -515,6 +520,8 @@ void checkNewtonSchulzConfigs(Tally &tally, int ordinal, CpuDevice &cpu,
        {{1, 2048, 2304}, {1, 2304, 2048}, {2, 2100, 2200}, {2, 300, 500}}},
   };
   for (const NsConfig &config : configs) {
+    if (smallOnly && !config.symmetricMin)
+      continue; // the defaults: shapes above the threshold
     setEnv("MUON_CUDA_SYMMETRIC_MIN", config.symmetricMin);
     setEnv("MUON_CUDA_SYMMETRIC_TILE", config.tile);
     setEnv("MUON_CUDA_GROUPED_GEMM", config.grouped);
@@ -622,8 +629,8 @@ int usage(const char *message) {
   if (message)
     std::fprintf(stderr, "muon-cuda-check: %s\n", message);
   std::fprintf(stderr,
-               "usage: muon-cuda-check [--gpu N] [--seed S]   compare the "
-               "CUDA device with the CPU device\n"
+               "usage: muon-cuda-check [--gpu N] [--seed S] [--small]   "
+               "compare the CUDA device with the CPU device\n"
                "       muon-cuda-check [--gpu N] --probe      exit 0 when a "
                "GPU is usable\n"
                "       muon-cuda-check [--gpu N] --bench      time "
@@ -634,7 +641,7 @@ int usage(const char *message) {
 } // namespace
 
 int main(int argc, char **argv) {
-  bool probe = false, timing = false;
+  bool probe = false, timing = false, smallOnly = false;
   int ordinal = 0;
   unsigned seed = std::random_device{}();
   for (int i = 1; i < argc; ++i) {
@@ -643,6 +650,8 @@ int main(int argc, char **argv) {
       probe = true;
     } else if (arg == "--bench") {
       timing = true;
+    } else if (arg == "--small") {
+      smallOnly = true;
     } else if (arg == "--gpu" && i + 1 < argc) {
       char *end = nullptr;
       long value = std::strtol(argv[++i], &end, 10);
@@ -691,7 +700,7 @@ int main(int argc, char **argv) {
   checkAdamW(tally, gpu, cpu, rng);
   checkCopyBox(tally, gpu, cpu, rng);
   checkNewtonSchulzEdges(tally, gpu, cpu, rng);
-  checkNewtonSchulzConfigs(tally, ordinal, cpu, rng);
+  checkNewtonSchulzConfigs(tally, ordinal, cpu, rng, smallOnly);
   std::printf("%d passed, %d failed\n", tally.passed, tally.failed);
   return tally.failed == 0 ? 0 : 1;
 }

@@ -1,0 +1,566 @@
+//===- KernelBodies.h - The CUDA backend's kernels, one source --*- C++ -*-===//
+//
+// Every kernel of the CUDA backend written once, for the GPU and for the
+// host: what one thread does (MUON_HOST_DEVICE), the launch geometry, the
+// choice of template instance by storage type and the memory each launch
+// may touch. Kernels.cu runs them as CUDA kernels (CudaLaunch there); the
+// host stand-in of the GPU (unittests/FakeGpu) runs the same bodies over
+// the same grid, block by block and thread by thread, so that make check
+// runs every kernel's indexing and bounds handling without a GPU.
+//
+// A kernel is a function object:
+//  - elementwise kernels: `void operator()(const ThreadIndex &) const`,
+//    the whole of one thread's work (grid-stride loops over 64-bit
+//    indices);
+//  - kernels whose threads cooperate through shared memory (kCooperative):
+//    `void operator()(Block &, Shared &) const`, written per block: the
+//    block-uniform loops in plain code, and each stretch between two
+//    barriers as `block.eachThread(f)`, which runs `f` for every thread of
+//    the block and then waits for all of them (__syncthreads() on the GPU,
+//    the end of a loop over the threads on the host).
+// A launch is `launch(geometry, kernel, name, {spans})`: the spans are the
+// memory the kernel may read or write, which the host stand-in checks lies
+// in live allocations (the GPU ignores them).
+//
+// Plain C++ with MUON_HOST_DEVICE functions: g++ compiles it for the host,
+// nvcc for the GPU. The elementwise arithmetic is ElementMath.h's, the
+// code CpuDevice runs, so kernels store what the CPU stores bit for bit.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_RUNTIME_CUDA_KERNELBODIES_H
+#define MUON_RUNTIME_CUDA_KERNELBODIES_H
+
+#include "DTypeDevice.cuh"
+
+#include "muon/Runtime/DType.h"
+#include "muon/Runtime/Device.h"
+#include "muon/Runtime/ElementMath.h"
+
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
+namespace muon::runtime::cuda::kernels {
+
+// Launch geometry.
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+struct Geometry {
+  Dim3 grid, block;
+};
+
+/// One thread's coordinates, as CUDA's built-in variables give them.
+struct ThreadIndex {
+  Dim3 thread, block, blockDim, gridDim;
+  /// The thread's first index of a grid-stride loop along x.
+  MUON_HOST_DEVICE int64_t first() const {
+    return static_cast<int64_t>(block.x) * blockDim.x + thread.x;
+  }
+  /// The stride of a grid-stride loop along x.
+  MUON_HOST_DEVICE int64_t stride() const {
+    return static_cast<int64_t>(gridDim.x) * blockDim.x;
+  }
+};
+
+/// Memory a launch may read or write.
+struct Span {
+  const void *data = nullptr;
+  int64_t bytes = 0;
+};
+
+constexpr uint32_t kThreads = 256;
+// Enough blocks to fill any GPU; the grid-stride loops do the rest.
+constexpr int64_t kMaxBlocks = 8192;
+
+inline int64_t clampTo(int64_t value, int64_t low, int64_t high) {
+  return value < low ? low : value > high ? high : value;
+}
+
+/// One thread per element, up to kMaxBlocks blocks of kThreads.
+inline Geometry elementwiseGeometry(int64_t n) {
+  Geometry g;
+  g.grid.x = static_cast<uint32_t>(
+      clampTo((n + kThreads - 1) / kThreads, 1, kMaxBlocks));
+  g.block.x = kThreads;
+  return g;
+}
+
+/// Columns over x (at most 64 blocks: rows bring the parallelism), rows
+/// over y.
+inline Geometry copyBoxGeometry(int64_t rows, int64_t cols) {
+  Geometry g = elementwiseGeometry(cols);
+  g.grid.x = g.grid.x < 64 ? g.grid.x : 64;
+  g.grid.y = static_cast<uint32_t>(clampTo(rows, 1, 65535));
+  return g;
+}
+
+// Newton-Schulz's norms: partial sums of squares per (matrix, part).
+constexpr int64_t kElementsPerPart = 16384;
+constexpr int kMaxParts = 64;
+
+/// How many partial sums per matrix the sum of squares writes.
+inline int sumSquaresParts(int64_t elements) {
+  return static_cast<int>(clampTo(
+      (elements + kElementsPerPart - 1) / kElementsPerPart, 1, kMaxParts));
+}
+
+/// One block per (matrix, part), grid-strided beyond 65536.
+inline Geometry sumSquaresGeometry(int64_t count, int parts) {
+  Geometry g;
+  g.grid.x = static_cast<uint32_t>(clampTo(count * parts, 1, 65536));
+  g.block.x = kThreads;
+  return g;
+}
+
+// The mirror of symmetric matrices: 32 x 32 tiles, 8 rows of threads.
+constexpr uint32_t kTile = 32, kTileRows = 8;
+
+/// Tiles over x, matrices over y.
+inline Geometry mirrorGeometry(int64_t count, int64_t m) {
+  const int64_t tiles = (m + kTile - 1) / kTile;
+  Geometry g;
+  g.grid.x = static_cast<uint32_t>(clampTo(tiles * tiles, 1, 65536));
+  g.grid.y = static_cast<uint32_t>(clampTo(count, 1, 65535));
+  g.block.x = kTile;
+  g.block.y = kTileRows;
+  return g;
+}
+
+// The kernels.
+
+template <DType T> struct FindNonFinite {
+  const void *x;
+  int64_t n;
+  int *nonFinite;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    for (int64_t i = t.first(); i < n; i += t.stride())
+      if (!isFiniteValue(loadElement<T>(x, i)))
+        *nonFinite = 1; // every writer writes the same value
+  }
+};
+
+template <DType G> struct Momentum {
+  const void *grad;
+  float *buf, *update;
+  int64_t n;
+  MomentumScalars s;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    for (int64_t i = t.first(); i < n; i += t.stride())
+      update[i] = momentumStep(loadElement<G>(grad, i), buf[i], s);
+  }
+};
+
+template <DType T> struct ApplyUpdate {
+  void *values;
+  const float *orth;
+  int64_t n;
+  UpdateScalars s;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    for (int64_t i = t.first(); i < n; i += t.stride())
+      storeElement<T>(values, i,
+                      updatedValue(loadElement<T>(values, i), orth[i], s));
+  }
+};
+
+template <DType T, DType G> struct AdamW {
+  void *values;
+  const void *grad;
+  float *expAvg, *expAvgSq;
+  int64_t n;
+  AdamWScalars s;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    for (int64_t i = t.first(); i < n; i += t.stride()) {
+      // Through registers: the moments are read and written once.
+      float m = expAvg[i], v = expAvgSq[i];
+      float p = adamwStep(loadElement<T>(values, i), loadElement<G>(grad, i),
+                          m, v, s);
+      expAvg[i] = m;
+      expAvgSq[i] = v;
+      storeElement<T>(values, i, p);
+    }
+  }
+};
+
+/// Rows over the grid's y, columns over x. `Accumulate` adds to an f32
+/// destination whatever `D` says, as CpuDevice does.
+template <DType S, DType D, bool Accumulate> struct CopyBox {
+  const void *src;
+  int64_t srcStride;
+  void *dst;
+  int64_t dstStride, rows, cols;
+  DType through;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    for (int64_t r = t.block.y; r < rows; r += t.gridDim.y) {
+      const int64_t from = r * srcStride, to = r * dstStride;
+      for (int64_t c = t.first(); c < cols; c += t.stride()) {
+        float v = roundTo(through, loadElement<S>(src, from + c));
+        if (Accumulate)
+          static_cast<float *>(dst)[to + c] += v;
+        else
+          storeElement<D>(dst, to + c, v);
+      }
+    }
+  }
+};
+
+/// One block per (matrix, part); a fixed tree in shared memory, so that
+/// every run sums in the same order.
+template <bool RoundToBf16> struct SumSquares {
+  static constexpr bool kCooperative = true;
+  struct Shared {
+    double sums[kThreads];
+  };
+  const float *x;
+  int64_t count, elements;
+  int parts;
+  double *partials;
+
+  template <typename Block>
+  MUON_HOST_DEVICE void operator()(Block &block, Shared &shared) const {
+    const int64_t chunk = (elements + parts - 1) / parts;
+    for (int64_t b = block.index().x; b < count * parts;
+         b += block.count().x) {
+      const int64_t matrix = b / parts, part = b % parts;
+      const int64_t begin = part * chunk;
+      const int64_t end = begin + chunk < elements ? begin + chunk : elements;
+      const float *values = x + matrix * elements;
+      block.eachThread([&](const ThreadIndex &t) {
+        double sum = 0;
+        for (int64_t i = begin + t.thread.x; i < end; i += t.blockDim.x) {
+          float v = RoundToBf16 ? roundToBf16(values[i]) : values[i];
+          sum += static_cast<double>(v) * static_cast<double>(v);
+        }
+        shared.sums[t.thread.x] = sum;
+      });
+      for (uint32_t half = kThreads / 2; half > 0; half /= 2)
+        block.eachThread([&](const ThreadIndex &t) {
+          if (t.thread.x < half)
+            shared.sums[t.thread.x] += shared.sums[t.thread.x + half];
+        });
+      // The barrier after it: `sums` is rewritten by the block's next turn.
+      block.eachThread([&](const ThreadIndex &t) {
+        if (t.thread.x == 0)
+          partials[b] = shared.sums[0];
+      });
+    }
+  }
+};
+
+struct FinishNorms {
+  const double *partials;
+  int64_t count;
+  int parts;
+  float eps;
+  bool inBf16;
+  float *norms;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    for (int64_t i = t.first(); i < count; i += t.stride()) {
+      double sum = 0;
+      for (int p = 0; p < parts; ++p)
+        sum += partials[i * parts + p];
+      float norm = static_cast<float>(sqrt(sum));
+      if (inBf16)
+        norm = roundToBf16(norm);
+      norms[i] = norm < eps ? eps : norm; // std::max(norm, eps)
+    }
+  }
+};
+
+template <DType Out> struct Normalize {
+  const float *x;
+  int64_t count, elements;
+  const float *norms;
+  void *out;
+  int64_t outStride;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const int64_t total = count * elements;
+    for (int64_t i = t.first(); i < total; i += t.stride()) {
+      const int64_t matrix = i / elements;
+      float v = Out == DType::BF16 ? roundToBf16(x[i]) : x[i];
+      storeElement<Out>(out, i + matrix * (outStride - elements),
+                        v / norms[matrix]);
+    }
+  }
+};
+
+template <DType In> struct CopyOut {
+  const void *in;
+  int64_t inStride;
+  float *out;
+  int64_t count, elements;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const int64_t total = count * elements;
+    for (int64_t i = t.first(); i < total; i += t.stride())
+      out[i] = loadElement<In>(in, i + i / elements * (inStride - elements));
+  }
+};
+
+/// Per 32 x 32 tile of the strict upper triangle: read the mirrored lower
+/// tile along columns (coalesced), write it transposed through shared
+/// memory. A diagonal tile reads all of itself before writing its upper
+/// half from its lower half.
+template <typename T> struct MirrorLower {
+  static constexpr bool kCooperative = true;
+  struct Shared {
+    T tile[kTile][kTile + 1];
+  };
+  T *matrices;
+  int64_t count, m, stride;
+
+  template <typename Block>
+  MUON_HOST_DEVICE void operator()(Block &block, Shared &shared) const {
+    const int64_t tiles = (m + kTile - 1) / kTile;
+    for (int64_t matrix = block.index().y; matrix < count;
+         matrix += block.count().y) {
+      T *a = matrices + matrix * stride;
+      for (int64_t t = block.index().x; t < tiles * tiles;
+           t += block.count().x) {
+        const int64_t tileRow = t / tiles, tileCol = t % tiles;
+        if (tileRow > tileCol)
+          continue; // a lower tile: a source, never written
+        const int64_t row0 = tileRow * kTile, col0 = tileCol * kTile;
+        block.eachThread([&](const ThreadIndex &th) {
+          for (uint32_t k = th.thread.y; k < kTile; k += th.blockDim.y) {
+            const int64_t r = col0 + th.thread.x, c = row0 + k;
+            if (r < m && c < m)
+              shared.tile[k][th.thread.x] = a[r + c * m];
+          }
+        });
+        block.eachThread([&](const ThreadIndex &th) {
+          for (uint32_t k = th.thread.y; k < kTile; k += th.blockDim.y) {
+            const int64_t r = row0 + th.thread.x, c = col0 + k;
+            if (r < c && c < m)
+              a[r + c * m] = shared.tile[th.thread.x][k];
+          }
+        });
+      }
+    }
+  }
+};
+
+/// Whether `K` is written per block (kCooperative) rather than per thread.
+template <typename K, typename = void> struct Cooperative : std::false_type {};
+template <typename K>
+struct Cooperative<K, std::void_t<decltype(K::kCooperative)>>
+    : std::bool_constant<K::kCooperative> {};
+template <typename K> constexpr bool isCooperative() {
+  return Cooperative<K>::value;
+}
+
+// The launches: the early outs, the geometry, the instance per storage type
+// and the memory each may touch. `Launch` is CudaLaunch (Kernels.cu) or the
+// host stand-in's launcher.
+
+/// Calls `f` with std::integral_constant<DType, type>.
+template <typename F> void withType(DType type, F &&f) {
+  switch (type) {
+  case DType::F32:
+    f(std::integral_constant<DType, DType::F32>());
+    return;
+  case DType::BF16:
+    f(std::integral_constant<DType, DType::BF16>());
+    return;
+  case DType::F16:
+    f(std::integral_constant<DType, DType::F16>());
+    return;
+  }
+}
+
+/// Bytes of `elements` values of `type`.
+inline int64_t bytesOf(int64_t elements, DType type) {
+  return elements * dtypeBytes(type);
+}
+
+/// Bytes of `count` matrices of `elements` values `stride` apart.
+inline int64_t stridedBytes(int64_t count, int64_t stride, int64_t elements,
+                            DType type) {
+  return count <= 0 ? 0 : bytesOf((count - 1) * stride + elements, type);
+}
+
+template <typename Launch>
+void findNonFinite(Launch &launch, const void *x, DType type, int64_t n,
+                   int *nonFinite) {
+  if (n <= 0)
+    return;
+  withType(type, [&](auto t) {
+    launch(elementwiseGeometry(n),
+           FindNonFinite<decltype(t)::value>{x, n, nonFinite},
+           "findNonFiniteKernel",
+           {{x, bytesOf(n, type)}, {nonFinite, sizeof(int)}});
+  });
+}
+
+template <typename Launch>
+void momentum(Launch &launch, const void *grad, DType gradType, float *buf,
+              float *update, int64_t n, const MomentumScalars &s) {
+  if (n <= 0)
+    return;
+  withType(gradType, [&](auto g) {
+    launch(elementwiseGeometry(n),
+           Momentum<decltype(g)::value>{grad, buf, update, n, s},
+           "momentumKernel",
+           {{grad, bytesOf(n, gradType)},
+            {buf, bytesOf(n, DType::F32)},
+            {update, bytesOf(n, DType::F32)}});
+  });
+}
+
+template <typename Launch>
+void applyUpdate(Launch &launch, void *values, DType type, const float *orth,
+                 int64_t n, const UpdateScalars &s) {
+  if (n <= 0)
+    return;
+  withType(type, [&](auto t) {
+    launch(elementwiseGeometry(n),
+           ApplyUpdate<decltype(t)::value>{values, orth, n, s},
+           "applyUpdateKernel",
+           {{values, bytesOf(n, type)}, {orth, bytesOf(n, DType::F32)}});
+  });
+}
+
+template <typename Launch>
+void adamw(Launch &launch, void *values, DType type, const void *grad,
+           DType gradType, float *expAvg, float *expAvgSq, int64_t n,
+           const AdamWScalars &s) {
+  if (n <= 0)
+    return;
+  withType(type, [&](auto t) {
+    withType(gradType, [&](auto g) {
+      launch(elementwiseGeometry(n),
+             AdamW<decltype(t)::value, decltype(g)::value>{
+                 values, grad, expAvg, expAvgSq, n, s},
+             "adamwKernel",
+             {{values, bytesOf(n, type)},
+              {grad, bytesOf(n, gradType)},
+              {expAvg, bytesOf(n, DType::F32)},
+              {expAvgSq, bytesOf(n, DType::F32)}});
+    });
+  });
+}
+
+template <typename Launch> void copyBox(Launch &launch, const BoxCopy &c) {
+  if (c.rows <= 0 || c.cols <= 0)
+    return;
+  const Geometry geometry = copyBoxGeometry(c.rows, c.cols);
+  const Span src = {c.src, stridedBytes(c.rows, c.srcStride, c.cols, c.srcType)};
+  withType(c.srcType, [&](auto s) {
+    constexpr DType S = decltype(s)::value;
+    if (c.accumulate) {
+      launch(geometry,
+             CopyBox<S, DType::F32, true>{c.src, c.srcStride, c.dst,
+                                          c.dstStride, c.rows, c.cols,
+                                          c.through},
+             "copyBoxKernel",
+             {src,
+              {c.dst, stridedBytes(c.rows, c.dstStride, c.cols, DType::F32)}});
+      return;
+    }
+    withType(c.dstType, [&](auto d) {
+      launch(geometry,
+             CopyBox<S, decltype(d)::value, false>{c.src, c.srcStride, c.dst,
+                                                   c.dstStride, c.rows, c.cols,
+                                                   c.through},
+             "copyBoxKernel",
+             {src,
+              {c.dst, stridedBytes(c.rows, c.dstStride, c.cols, c.dstType)}});
+    });
+  });
+}
+
+template <typename Launch>
+void sumSquares(Launch &launch, const float *x, int64_t count,
+                int64_t elements, double *partials, bool inBf16) {
+  if (count <= 0 || elements <= 0)
+    return;
+  const int parts = sumSquaresParts(elements);
+  const Geometry geometry = sumSquaresGeometry(count, parts);
+  const std::initializer_list<Span> spans = {
+      {x, bytesOf(count * elements, DType::F32)},
+      {partials, count * parts * static_cast<int64_t>(sizeof(double))}};
+  if (inBf16)
+    launch(geometry, SumSquares<true>{x, count, elements, parts, partials},
+           "sumSquaresKernel", spans);
+  else
+    launch(geometry, SumSquares<false>{x, count, elements, parts, partials},
+           "sumSquaresKernel", spans);
+}
+
+template <typename Launch>
+void finishNorms(Launch &launch, const double *partials, int64_t count,
+                 int parts, float eps, bool inBf16, float *norms) {
+  if (count <= 0)
+    return;
+  launch(elementwiseGeometry(count),
+         FinishNorms{partials, count, parts, eps, inBf16, norms},
+         "finishNormsKernel",
+         {{partials, count * parts * static_cast<int64_t>(sizeof(double))},
+          {norms, bytesOf(count, DType::F32)}});
+}
+
+template <typename Launch>
+void normalize(Launch &launch, const float *x, int64_t count,
+               int64_t elements, const float *norms, void *out,
+               int64_t outStride, DType outType) {
+  const int64_t total = count * elements;
+  if (total <= 0)
+    return;
+  const std::initializer_list<Span> spans = {
+      {x, bytesOf(total, DType::F32)},
+      {norms, bytesOf(count, DType::F32)},
+      {out, stridedBytes(count, outStride, elements, outType)}};
+  if (outType == DType::BF16)
+    launch(elementwiseGeometry(total),
+           Normalize<DType::BF16>{x, count, elements, norms, out, outStride},
+           "normalizeKernel", spans);
+  else
+    launch(elementwiseGeometry(total),
+           Normalize<DType::F32>{x, count, elements, norms, out, outStride},
+           "normalizeKernel", spans);
+}
+
+template <typename Launch>
+void copyOut(Launch &launch, const void *in, int64_t inStride, DType inType,
+             float *out, int64_t count, int64_t elements) {
+  const int64_t total = count * elements;
+  if (total <= 0)
+    return;
+  const std::initializer_list<Span> spans = {
+      {in, stridedBytes(count, inStride, elements, inType)},
+      {out, bytesOf(total, DType::F32)}};
+  if (inType == DType::BF16)
+    launch(elementwiseGeometry(total),
+           CopyOut<DType::BF16>{in, inStride, out, count, elements},
+           "copyOutKernel", spans);
+  else
+    launch(elementwiseGeometry(total),
+           CopyOut<DType::F32>{in, inStride, out, count, elements},
+           "copyOutKernel", spans);
+}
+
+template <typename Launch>
+void mirrorLower(Launch &launch, void *matrices, int64_t count, int64_t m,
+                 int64_t stride, DType type) {
+  if (count <= 0 || m <= 1)
+    return;
+  const Geometry geometry = mirrorGeometry(count, m);
+  const std::initializer_list<Span> spans = {
+      {matrices, stridedBytes(count, stride, m * m, type)}};
+  if (type == DType::F32)
+    launch(geometry,
+           MirrorLower<float>{static_cast<float *>(matrices), count, m,
+                              stride},
+           "mirrorLowerKernel", spans);
+  else
+    launch(geometry,
+           MirrorLower<uint16_t>{static_cast<uint16_t *>(matrices), count, m,
+                                 stride},
+           "mirrorLowerKernel", spans);
+}
+
+} // namespace muon::runtime::cuda::kernels
+
+#endif // MUON_RUNTIME_CUDA_KERNELBODIES_H
