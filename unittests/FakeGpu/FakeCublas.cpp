@@ -32,6 +32,8 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -300,6 +302,19 @@ cublasStatus_t checkCall(State &s, const char *call, cublasContext *handle,
                       typeName(t.b) + ", " + typeName(t.c) +
                       " with compute type " +
                       std::to_string(static_cast<int>(t.compute)));
+  }
+  // An injected fault (MUON_FAKE_CUBLAS_FAIL_AT): not a misuse, what a GPU
+  // that faults during a product reports.
+  static int64_t products = 0;
+  const char *rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (s.config.failProduct > 0 && ++products == s.config.failProduct &&
+      (s.config.failRank < 0 ||
+       (rank && std::atoll(rank) == s.config.failRank))) {
+    std::fprintf(stderr,
+                 "fake GPU: %s: injected CUBLAS_STATUS_EXECUTION_"
+                 "FAILED at product call %lld\n",
+                 call, static_cast<long long>(products));
+    return CUBLAS_STATUS_EXECUTION_FAILED;
   }
   if (t.c == CUDA_R_16BF &&
       !(handle->mathMode & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))
@@ -597,14 +612,22 @@ const char *cublasGetStatusName(cublasStatus_t status) {
     return "CUBLAS_STATUS_INVALID_VALUE";
   case CUBLAS_STATUS_NOT_SUPPORTED:
     return "CUBLAS_STATUS_NOT_SUPPORTED";
+  case CUBLAS_STATUS_EXECUTION_FAILED:
+    return "CUBLAS_STATUS_EXECUTION_FAILED";
   default:
     return "CUBLAS_STATUS_FAKE";
   }
 }
 
 const char *cublasGetStatusString(cublasStatus_t status) {
-  return status == CUBLAS_STATUS_SUCCESS ? "success"
-                                         : "refused by the fake cuBLAS";
+  switch (status) {
+  case CUBLAS_STATUS_SUCCESS:
+    return "success";
+  case CUBLAS_STATUS_EXECUTION_FAILED:
+    return "the GPU program failed to execute (injected by the fake cuBLAS)";
+  default:
+    return "refused by the fake cuBLAS";
+  }
 }
 
 } // extern "C"

@@ -33,6 +33,9 @@ Config configFromEnv() {
   c.gpus = static_cast<int>(integerFromEnv("MUON_FAKE_GPU_COUNT", c.gpus));
   c.memoryBytes = integerFromEnv("MUON_FAKE_GPU_MEMORY", c.memoryBytes);
   c.pools = integerFromEnv("MUON_FAKE_GPU_POOLS", 1) != 0;
+  c.failProduct = integerFromEnv("MUON_FAKE_CUBLAS_FAIL_AT", 0);
+  if (std::getenv("MUON_FAKE_CUBLAS_FAIL_RANK"))
+    c.failRank = integerFromEnv("MUON_FAKE_CUBLAS_FAIL_RANK", -1);
   if (const char *grouped = std::getenv("MUON_FAKE_CUBLAS_GROUPED")) {
     const std::string g = grouped;
     if (g == "all")

@@ -127,6 +127,11 @@ struct Config {
   bool pools = true;
   /// Which grouped GEMMs the fake cuBLAS takes (FakeCublas.cpp).
   GroupedSupport grouped = GroupedSupport::Documented;
+  /// Fault injection: the product call (counting from 1) that fails with
+  /// CUBLAS_STATUS_EXECUTION_FAILED, as a GPU fault shows (0: none), on the
+  /// MPI rank `failRank` only (-1: any process).
+  int64_t failProduct = 0;
+  int64_t failRank = -1;
 };
 
 struct State {

@@ -18,7 +18,11 @@ void recordFailure(const char *what, const std::string &detail,
   if (!firstFailure.empty())
     return;
   const char *base = std::strrchr(file, '/');
-  firstFailure = std::string("CUDA backend: ") + what + " failed at " +
+  // `what` is the call's text (MUON_CUDA_CHECK's #call): its function name
+  // says enough, the file and line say where.
+  std::string call(what);
+  call = call.substr(0, call.find('('));
+  firstFailure = "CUDA backend: " + call + " failed at " +
                  (base ? base + 1 : file) + ":" + std::to_string(line) + ": " +
                  detail;
 }
