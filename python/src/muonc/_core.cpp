@@ -57,10 +57,14 @@ using Bytes = nb::ndarray<uint8_t, nb::numpy, nb::ndim<1>, nb::c_contig>;
 /// A view of `n` bytes at `data`, no copy, kept alive by nothing: valid
 /// only during the call it is passed to (and, for an exchange, until its
 /// wait returns).
-Bytes bytesView(const void *data, int64_t n) {
+/// (rv_policy::reference: an ndarray without an owner is otherwise copied
+/// on its way to Python, and what Python writes into it lost.)
+nb::object bytesView(const void *data, int64_t n) {
   size_t shape[1] = {static_cast<size_t>(n)};
   static uint8_t empty = 0;
-  return Bytes(n ? const_cast<void *>(data) : &empty, 1, shape, nb::handle());
+  return nb::cast(
+      Bytes(n ? const_cast<void *>(data) : &empty, 1, shape, nb::handle()),
+      nb::rv_policy::reference);
 }
 
 std::vector<char> toBytes(nb::handle object) {
@@ -71,10 +75,11 @@ std::vector<char> toBytes(nb::handle object) {
 /// The runtime's Communicator over a Python object with the methods
 ///   rank() -> int, size() -> int
 ///   all_to_all_v(send: uint8[], send_counts, send_offsets,
-///                recv: uint8[], recv_counts, recv_offsets, timeout) -> None
-///       (counts and offsets in bytes; the exchange completes in the call)
-///   all_gather_int(value: int, timeout) -> list[int]   (uint64 values)
-///   all_gather_bytes(data: bytes, timeout) -> list[bytes]
+///                recv: uint8[], recv_counts, recv_offsets) -> None
+///       (counts and offsets in bytes; the exchange completes in the call,
+///       which the runtime's wait() makes)
+///   all_gather_int(value: int) -> list[int]   (uint64 values)
+///   all_gather_bytes(data: bytes) -> list[bytes]
 ///   abort(code: int) -> None
 /// An exception in a callback becomes the call's error.
 class PyCommunicator final : public rt::Communicator {
@@ -87,30 +92,45 @@ public:
   int64_t size() const override { return theSize; }
 
   bool start(const rt::AllToAllV &x, rt::PendingExchange &pending,
-             std::string &error) override {
-    // The exchange runs here, whole (a collective of the process group);
-    // wait() only reports how it went.
-    std::vector<int64_t> sc(theSize), so(theSize), rc(theSize), ro(theSize);
-    int64_t sendEnd = 0, recvEnd = 0;
+             std::string &) override {
+    // Recorded here, run in wait(): every rank waits for its exchanges in
+    // the plan's order, as it starts them, so the process group's blocking
+    // all-to-all matches across ranks.
+    Call call;
+    call.send = x.sendBuffer;
+    call.recv = x.recvBuffer;
+    call.sc.resize(theSize);
+    call.so.resize(theSize);
+    call.rc.resize(theSize);
+    call.ro.resize(theSize);
     for (int64_t p = 0; p < theSize; ++p) {
-      sc[p] = x.sendCounts[p] * x.elementBytes;
-      so[p] = x.sendOffsets[p] * x.elementBytes;
-      rc[p] = x.recvCounts[p] * x.elementBytes;
-      ro[p] = x.recvOffsets[p] * x.elementBytes;
-      if (sc[p])
-        sendEnd = std::max(sendEnd, so[p] + sc[p]);
-      if (rc[p])
-        recvEnd = std::max(recvEnd, ro[p] + rc[p]);
+      call.sc[p] = x.sendCounts[p] * x.elementBytes;
+      call.so[p] = x.sendOffsets[p] * x.elementBytes;
+      call.rc[p] = x.recvCounts[p] * x.elementBytes;
+      call.ro[p] = x.recvOffsets[p] * x.elementBytes;
+      if (call.sc[p])
+        call.sendEnd = std::max(call.sendEnd, call.so[p] + call.sc[p]);
+      if (call.rc[p])
+        call.recvEnd = std::max(call.recvEnd, call.ro[p] + call.rc[p]);
     }
     pending.id = nextId++;
-    return call(error, [&] {
-      object.attr("all_to_all_v")(bytesView(x.sendBuffer, sendEnd), sc, so,
-                                  bytesView(x.recvBuffer, recvEnd), rc, ro);
-    });
-  }
-  bool wait(rt::PendingExchange &pending, double, std::string &) override {
-    pending.id = -1;
+    calls[pending.id] = std::move(call);
     return true;
+  }
+  bool wait(rt::PendingExchange &pending, double,
+            std::string &error) override {
+    auto it = calls.find(pending.id);
+    if (it == calls.end()) {
+      error = "python communicator: wait for an exchange never started";
+      return false;
+    }
+    Call c = std::move(it->second);
+    calls.erase(it);
+    pending.id = -1;
+    return call(error, [&] {
+      object.attr("all_to_all_v")(bytesView(c.send, c.sendEnd), c.sc, c.so,
+                                  bytesView(c.recv, c.recvEnd), c.rc, c.ro);
+    });
   }
   void progress() override {}
 
@@ -182,8 +202,15 @@ private:
     return false;
   }
 
+  struct Call {
+    const void *send = nullptr;
+    void *recv = nullptr;
+    std::vector<int64_t> sc, so, rc, ro;
+    int64_t sendEnd = 0, recvEnd = 0;
+  };
   nb::object object;
   int64_t theRank = 0, theSize = 1, nextId = 0;
+  std::map<int64_t, Call> calls;
 };
 
 // --- Compiling a model --------------------------------------------------
