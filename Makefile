@@ -23,7 +23,7 @@ FUZZ_TARGETS := muon-spec-fuzzer muon-ir-fuzzer muon-plan-fuzzer muon-plan-bin-f
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build check check-lit check-unit demo clean fuzz fuzz-build install
+.PHONY: all deps configure build check check-lit check-unit demo clean fuzz fuzz-build install venv python check-python
 
 all: build
 
@@ -51,8 +51,29 @@ build: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # Every test, then a short fuzz run (about a minute) of each target.
-check: build fuzz-build
+check: build fuzz-build python
 	@bash test/run-all.sh $(BUILD_DIR) $(FUZZ_DIR) $(CHECK_FUZZ_SECONDS)
+
+# The Python package (python/, import name muonc) in $(VENV): the venv is
+# cached (python/scripts/venv.sh: a no-op while its requirement files are
+# unchanged); the extension builds against an install of this build in
+# $(BUILD_DIR)/install (find_package(Muon)). docs/pytorch.md.
+VENV ?= $(BUILD_DIR)/venv
+venv:
+	@bash python/scripts/venv.sh $(VENV)
+
+python: build venv
+	@cmake --install $(BUILD_DIR) --prefix $(abspath $(BUILD_DIR))/install >/dev/null
+	@$(VENV)/bin/python -m pip install -q --disable-pip-version-check \
+	  --no-build-isolation --no-deps python/ \
+	  -Cbuild-dir=$(abspath $(BUILD_DIR))/python \
+	  -Ccmake.define.CMAKE_PREFIX_PATH=$(abspath $(BUILD_DIR))/install \
+	  -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(shell command -v ccache) \
+	  -Cbuild.tool-args=-j$(JOBS)
+
+# The Python tests alone (test/run-all.sh runs them too).
+check-python: python
+	@$(VENV)/bin/python -m pytest -q python/tests
 
 $(FUZZ_DIR)/build.ninja:
 	cmake -G Ninja -S . -B $(FUZZ_DIR) \

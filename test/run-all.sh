@@ -33,6 +33,25 @@ for t in "$build"/bin/*Tests; do
   rm -f "$out"
 done
 
+echo "== Python tests (python/tests, pytest in $build/venv)"
+venv_python=$(cd "$build" && pwd)/venv/bin/python
+if [ -x "$venv_python" ]; then
+  out=$(mktemp)
+  (cd "$(dirname "$0")/../python" && "$venv_python" -m pytest -q -p no:cacheprovider tests) 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  p=$(grep -Eo '[0-9]+ passed' "$out" | grep -Eo '[0-9]+' | tail -1 || true)
+  f=$(grep -Eo '[0-9]+ (failed|errors?)\b' "$out" | awk '{s += $1} END {if (NR) print s}')
+  passed=$((passed + ${p:-0}))
+  failed=$((failed + ${f:-0}))
+  # 5: no tests collected (not a failure); any other non-zero without a
+  # count (a crash, an import error) counts as one failure.
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ] && [ -z "$f" ] && failed=$((failed + 1))
+  rm -f "$out"
+else
+  echo "no $build/venv (make python): Python tests not run"
+  failed=$((failed + 1))
+fi
+
 if [ -n "$fuzz" ]; then
   echo "== fuzz targets (fuzz/), ${fuzz_seconds}s each"
   out=$(mktemp)

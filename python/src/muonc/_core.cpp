@@ -1,0 +1,631 @@
+//===- _core.cpp - muonc's extension: the compiler and runtime in Python -===//
+//
+// nanobind bindings over muon::compiler (compile a model into a plan in
+// process) and muon::runtime::Optimizer (bind arrays zero-copy, step, state
+// dicts, group settings). A communicator written in Python (PyCommunicator:
+// any object with the methods below) carries the exchanges, so the torch
+// side runs them through the model's own process group.
+//
+// The GIL is held for the whole of every call, step included: the Python
+// communicator's callbacks run on the calling thread, so nothing here
+// releases or re-acquires it.
+//
+//===----------------------------------------------------------------------===//
+#include "muon/Compiler/Compile.h"
+#include "muon/Plan/PlanFile.h"
+#include "muon/Runtime/Communicator.h"
+#include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Runtime/Optimizer.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+namespace rt = muon::runtime;
+namespace mc = muon::compiler;
+
+namespace {
+
+/// A failed Status, raised in Python as muonc.MuonError ("invalid
+/// argument: ...").
+struct StatusError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check(const rt::Status &status) {
+  if (!status.ok())
+    throw StatusError(std::string(rt::statusCodeName(status.code())) + ": " +
+                      status.message());
+}
+
+using Bytes = nb::ndarray<uint8_t, nb::numpy, nb::ndim<1>, nb::c_contig>;
+
+/// A view of `n` bytes at `data`, no copy, kept alive by nothing: valid
+/// only during the call it is passed to (and, for an exchange, until its
+/// wait returns).
+/// (rv_policy::reference: an ndarray without an owner is otherwise copied
+/// on its way to Python, and what Python writes into it lost.)
+nb::object bytesView(const void *data, int64_t n) {
+  size_t shape[1] = {static_cast<size_t>(n)};
+  static uint8_t empty = 0;
+  return nb::cast(
+      Bytes(n ? const_cast<void *>(data) : &empty, 1, shape, nb::handle()),
+      nb::rv_policy::reference);
+}
+
+std::vector<char> toBytes(nb::handle object) {
+  nb::bytes b = nb::cast<nb::bytes>(object);
+  return std::vector<char>(b.c_str(), b.c_str() + b.size());
+}
+
+/// The runtime's Communicator over a Python object with the methods
+///   rank() -> int, size() -> int
+///   all_to_all_v(send: uint8[], send_counts, send_offsets,
+///                recv: uint8[], recv_counts, recv_offsets) -> None
+///       (counts and offsets in bytes; the exchange completes in the call,
+///       which the runtime's wait() makes)
+///   all_gather_int(value: int) -> list[int]   (uint64 values)
+///   all_gather_bytes(data: bytes) -> list[bytes]
+///   abort(code: int) -> None
+/// An exception in a callback becomes the call's error.
+class PyCommunicator final : public rt::Communicator {
+public:
+  explicit PyCommunicator(nb::object object) : object(std::move(object)) {
+    theRank = nb::cast<int64_t>(this->object.attr("rank")());
+    theSize = nb::cast<int64_t>(this->object.attr("size")());
+  }
+  int64_t rank() const override { return theRank; }
+  int64_t size() const override { return theSize; }
+
+  bool start(const rt::AllToAllV &x, rt::PendingExchange &pending,
+             std::string &) override {
+    // Recorded here, run in wait(): every rank waits for its exchanges in
+    // the plan's order, as it starts them, so the process group's blocking
+    // all-to-all matches across ranks.
+    Call call;
+    call.send = x.sendBuffer;
+    call.recv = x.recvBuffer;
+    call.sc.resize(theSize);
+    call.so.resize(theSize);
+    call.rc.resize(theSize);
+    call.ro.resize(theSize);
+    for (int64_t p = 0; p < theSize; ++p) {
+      call.sc[p] = x.sendCounts[p] * x.elementBytes;
+      call.so[p] = x.sendOffsets[p] * x.elementBytes;
+      call.rc[p] = x.recvCounts[p] * x.elementBytes;
+      call.ro[p] = x.recvOffsets[p] * x.elementBytes;
+      if (call.sc[p])
+        call.sendEnd = std::max(call.sendEnd, call.so[p] + call.sc[p]);
+      if (call.rc[p])
+        call.recvEnd = std::max(call.recvEnd, call.ro[p] + call.rc[p]);
+    }
+    pending.id = nextId++;
+    calls[pending.id] = std::move(call);
+    return true;
+  }
+  bool wait(rt::PendingExchange &pending, double,
+            std::string &error) override {
+    auto it = calls.find(pending.id);
+    if (it == calls.end()) {
+      error = "python communicator: wait for an exchange never started";
+      return false;
+    }
+    Call c = std::move(it->second);
+    calls.erase(it);
+    pending.id = -1;
+    return call(error, [&] {
+      object.attr("all_to_all_v")(bytesView(c.send, c.sendEnd), c.sc, c.so,
+                                  bytesView(c.recv, c.recvEnd), c.rc, c.ro);
+    });
+  }
+  void progress() override {}
+
+  bool allGather(uint64_t value, std::vector<uint64_t> &values, double,
+                 std::string &error) override {
+    return call(error, [&] {
+      values = nb::cast<std::vector<uint64_t>>(
+          object.attr("all_gather_int")(value));
+    });
+  }
+  bool allReduceMin(int64_t value, int64_t &result, double timeout,
+                    std::string &error) override {
+    std::vector<uint64_t> all;
+    // Two's complement keeps the order of signed values after the flip of
+    // the sign bit.
+    const uint64_t flip = uint64_t(1) << 63;
+    if (!allGather(static_cast<uint64_t>(value) ^ flip, all, timeout, error))
+      return false;
+    uint64_t least = all.empty() ? static_cast<uint64_t>(value) ^ flip : all[0];
+    for (uint64_t v : all)
+      least = std::min(least, v);
+    result = static_cast<int64_t>(least ^ flip);
+    return true;
+  }
+  bool gatherToRoot(const std::vector<char> &bytes,
+                    std::vector<std::vector<char>> &atRoot, double timeout,
+                    std::string &error) override {
+    std::vector<std::vector<char>> all;
+    if (!allGatherBytes(bytes, all, timeout, error))
+      return false;
+    atRoot.clear();
+    if (theRank == 0)
+      atRoot = std::move(all);
+    return true;
+  }
+  bool allGatherBytes(const std::vector<char> &bytes,
+                      std::vector<std::vector<char>> &all, double,
+                      std::string &error) override {
+    return call(error, [&] {
+      nb::object result = object.attr("all_gather_bytes")(
+          nb::bytes(bytes.data(), bytes.size()));
+      all.clear();
+      for (nb::handle item : result)
+        all.push_back(toBytes(item));
+      if (static_cast<int64_t>(all.size()) != theSize)
+        throw std::runtime_error("all_gather_bytes returned " +
+                                 std::to_string(all.size()) + " items for " +
+                                 std::to_string(theSize) + " ranks");
+    });
+  }
+  [[noreturn]] void abort(int exitCode) override {
+    try {
+      object.attr("abort")(exitCode);
+    } catch (...) {
+    }
+    std::_Exit(exitCode);
+  }
+
+private:
+  template <typename F> bool call(std::string &error, F &&f) {
+    try {
+      f();
+      return true;
+    } catch (nb::python_error &e) {
+      error = std::string("python communicator: ") + e.what();
+    } catch (std::exception &e) {
+      error = std::string("python communicator: ") + e.what();
+    }
+    return false;
+  }
+
+  struct Call {
+    const void *send = nullptr;
+    void *recv = nullptr;
+    std::vector<int64_t> sc, so, rc, ro;
+    int64_t sendEnd = 0, recvEnd = 0;
+  };
+  nb::object object;
+  int64_t theRank = 0, theSize = 1, nextId = 0;
+  std::map<int64_t, Call> calls;
+};
+
+// --- Compiling a model --------------------------------------------------
+
+template <typename T> T get(nb::dict d, const char *key, T fallback) {
+  if (!d.contains(key) || d[key].is_none())
+    return fallback;
+  return nb::cast<T>(d[key]);
+}
+
+mc::Placement placementOf(nb::handle item) {
+  std::string text = nb::cast<std::string>(item);
+  if (text == "R")
+    return mc::Placement::replicate();
+  if (text == "P")
+    return mc::Placement::partial();
+  if (text.size() > 3 && text.rfind("S(", 0) == 0 && text.back() == ')')
+    return mc::Placement::shard(std::stoll(text.substr(2, text.size() - 3)));
+  throw nb::value_error(
+      ("placement '" + text + "': expected \"R\", \"P\" or \"S(dim)\"").c_str());
+}
+
+mc::Group algorithmOf(const std::string &name) {
+  if (name == "muon")
+    return mc::Group::Muon;
+  if (name == "adamw")
+    return mc::Group::AdamW;
+  if (name == "auto" || name.empty())
+    return mc::Group::Auto;
+  throw nb::value_error(("algorithm '" + name +
+                         "': expected \"muon\", \"adamw\" or \"auto\"")
+                            .c_str());
+}
+
+mc::ParamGroup groupOf(nb::dict d) {
+  mc::ParamGroup g;
+  g.name = nb::cast<std::string>(d["name"]);
+  g.algorithm = algorithmOf(get<std::string>(d, "algorithm", "muon"));
+  if (g.algorithm == mc::Group::Auto)
+    throw nb::value_error("a group's algorithm is \"muon\" or \"adamw\"");
+  if (g.algorithm == mc::Group::Muon) {
+    g.muon.lr = get<double>(d, "lr", 1e-3);
+    g.muon.weightDecay = get<double>(d, "weight_decay", 0.1);
+    g.muon.momentum = get<double>(d, "momentum", 0.95);
+    g.muon.nesterov = get<bool>(d, "nesterov", true);
+    g.muon.eps = get<double>(d, "eps", 1e-7);
+    g.muon.nsSteps = get<int64_t>(d, "ns_steps", 5);
+    g.muon.adjustLr = get<std::string>(d, "adjust_lr", "original");
+    g.muon.nsDtype = get<std::string>(d, "ns_dtype", "");
+    if (d.contains("ns_coefficients") && !d["ns_coefficients"].is_none()) {
+      auto c = nb::cast<std::vector<double>>(d["ns_coefficients"]);
+      if (c.size() != 3)
+        throw nb::value_error("ns_coefficients must be (a, b, c)");
+      g.muon.nsCoefficients = {{c[0], c[1], c[2]}};
+    }
+  } else {
+    g.adamw.lr = get<double>(d, "lr", 1e-3);
+    g.adamw.weightDecay = get<double>(d, "weight_decay", 0.01);
+    g.adamw.eps = get<double>(d, "eps", 1e-8);
+    if (d.contains("betas") && !d["betas"].is_none()) {
+      auto b = nb::cast<std::vector<double>>(d["betas"]);
+      if (b.size() != 2)
+        throw nb::value_error("betas must be (beta1, beta2)");
+      g.adamw.beta1 = b[0];
+      g.adamw.beta2 = b[1];
+    }
+  }
+  return g;
+}
+
+/// compile(params, groups, mesh) -> plan JSON. `params`: dicts with name,
+/// shape, dtype ("f32"/"bf16"/"f16"), group (a group's name), placements
+/// (one "R"/"S(d)"/"P" per mesh axis). `groups`: dicts with name,
+/// algorithm and settings. `mesh`: None (no distributed config: every
+/// holder runs the single-device algorithm) or a dict with shape, names
+/// and optionally assignments {rank: [matrix names]}.
+std::string compileModel(nb::list params, nb::list groups, nb::object mesh) {
+  mc::Model model;
+  for (nb::handle g : groups)
+    model.groups.push_back(groupOf(nb::cast<nb::dict>(g)));
+  for (nb::handle item : params) {
+    nb::dict d = nb::cast<nb::dict>(item);
+    mc::Param p;
+    p.name = nb::cast<std::string>(d["name"]);
+    p.shape = nb::cast<std::vector<int64_t>>(d["shape"]);
+    p.dtype = get<std::string>(d, "dtype", "f32");
+    p.groupName = get<std::string>(d, "group", "");
+    for (const mc::ParamGroup &g : model.groups)
+      if (g.name == p.groupName)
+        p.group = g.algorithm;
+    if (d.contains("placements"))
+      for (nb::handle pl : nb::cast<nb::list>(d["placements"]))
+        p.placements.push_back(placementOf(pl));
+    model.params.push_back(std::move(p));
+  }
+  std::string error;
+  muon::Plan plan;
+  std::optional<mc::DistributedConfig> config;
+  if (!mesh.is_none()) {
+    nb::dict m = nb::cast<nb::dict>(mesh);
+    mc::DeviceMesh deviceMesh;
+    deviceMesh.shape = nb::cast<std::vector<int64_t>>(m["shape"]);
+    deviceMesh.names = get<std::vector<std::string>>(m, "names", {});
+    config = mc::createDTensorConfig(deviceMesh, get<bool>(m, "async", true));
+    if (m.contains("assignments") && !m["assignments"].is_none())
+      config->assignments =
+          nb::cast<std::map<int64_t, std::vector<std::string>>>(
+              m["assignments"]);
+  }
+  if (!mc::compile(model, config ? &*config : nullptr, plan, error))
+    throw StatusError("invalid argument: " + error);
+  return muon::renderPlan(plan);
+}
+
+// --- The optimizer ------------------------------------------------------
+
+nb::dict groupDict(const muon::PlanGroup &g) {
+  nb::dict d;
+  d["name"] = g.name;
+  d["algorithm"] = g.muon ? "muon" : "adamw";
+  if (g.muon) {
+    d["lr"] = g.muonSettings.lr;
+    d["weight_decay"] = g.muonSettings.weightDecay;
+    d["momentum"] = g.muonSettings.momentum;
+    d["nesterov"] = g.muonSettings.nesterov;
+    d["adjust_lr"] = g.muonSettings.adjustLr;
+  } else {
+    d["lr"] = g.adamwSettings.lr;
+    d["betas"] = nb::make_tuple(g.adamwSettings.beta1, g.adamwSettings.beta2);
+    d["eps"] = g.adamwSettings.eps;
+    d["weight_decay"] = g.adamwSettings.weightDecay;
+  }
+  return d;
+}
+
+muon::PlanGroup planGroupOf(nb::dict d) {
+  muon::PlanGroup g;
+  g.name = nb::cast<std::string>(d["name"]);
+  g.muon = get<std::string>(d, "algorithm", "muon") == "muon";
+  if (g.muon) {
+    g.muonSettings.lr = get<double>(d, "lr", 1e-3);
+    g.muonSettings.weightDecay = get<double>(d, "weight_decay", 0.1);
+    g.muonSettings.momentum = get<double>(d, "momentum", 0.95);
+    g.muonSettings.nesterov = get<bool>(d, "nesterov", true);
+    g.muonSettings.adjustLr = get<std::string>(d, "adjust_lr", "original");
+  } else {
+    g.adamwSettings.lr = get<double>(d, "lr", 1e-3);
+    g.adamwSettings.weightDecay = get<double>(d, "weight_decay", 0.01);
+    g.adamwSettings.eps = get<double>(d, "eps", 1e-8);
+    if (d.contains("betas")) {
+      auto b = nb::cast<std::vector<double>>(d["betas"]);
+      g.adamwSettings.beta1 = b.at(0);
+      g.adamwSettings.beta2 = b.at(1);
+    }
+  }
+  return g;
+}
+
+using Array = nb::ndarray<nb::device::cpu, nb::c_contig>;
+
+rt::DType dtypeOf(const Array &a, const std::string &what) {
+  nb::dlpack::dtype t = a.dtype();
+  if (t == nb::dtype<float>())
+    return rt::DType::F32;
+  if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) &&
+      t.bits == 16)
+    return rt::DType::BF16;
+  if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float) &&
+      t.bits == 16)
+    return rt::DType::F16;
+  throw nb::type_error((what + ": expected float32, bfloat16 or float16 "
+                               "elements")
+                           .c_str());
+}
+
+class PyOptimizer {
+public:
+  /// `comm`: None for one process, else a Python communicator object.
+  PyOptimizer(const std::string &planText, nb::object comm, double timeout,
+              bool isFile) {
+    if (comm.is_none())
+      communicator = std::make_unique<rt::SingleRankCommunicator>();
+    else
+      communicator = std::make_unique<PyCommunicator>(comm);
+    rt::OptimizerOptions options;
+    options.timeoutSeconds = timeout;
+    if (isFile) {
+      check(rt::Optimizer::load(planText, *communicator, device, options, opt));
+      return;
+    }
+    muon::Plan plan;
+    std::string error;
+    if (!muon::parsePlan(planText, plan, error))
+      throw StatusError("invalid argument: plan: " + error);
+    check(rt::Optimizer::create(std::move(plan), *communicator, device,
+                                options, opt));
+  }
+
+  nb::list params() const {
+    nb::list out;
+    for (const rt::ParamSlot &s : opt->params()) {
+      nb::dict d;
+      d["name"] = s.name;
+      d["dtype"] = rt::dtypeName(s.dtype);
+      d["algorithm"] = s.muon ? "muon" : "adamw";
+      d["group"] = opt->groups()[s.group].name;
+      d["shape"] = s.shape;
+      nb::list box;
+      for (const muon::Range &r : s.box)
+        box.append(nb::make_tuple(r.begin, r.end));
+      d["box"] = box;
+      d["elements"] = s.elements;
+      d["summand"] = s.summand;
+      d["bound"] = s.bound;
+      out.append(d);
+    }
+    return out;
+  }
+
+  /// Binds arrays (numpy, or anything with __dlpack__ such as a CPU torch
+  /// tensor) zero-copy; the optimizer keeps them alive until rebound.
+  void bind(const std::string &name, nb::object values, nb::object grad) {
+    Array v = nb::cast<Array>(values), g = nb::cast<Array>(grad);
+    if (v.size() != g.size())
+      throw nb::value_error(("parameter '" + name + "': values hold " +
+                             std::to_string(v.size()) + " elements, grad " +
+                             std::to_string(g.size()))
+                                .c_str());
+    rt::DType vt = dtypeOf(v, "parameter '" + name + "' values");
+    rt::DType gt = dtypeOf(g, "parameter '" + name + "' grad");
+    check(opt->bind(name, v.size() ? v.data() : nullptr, vt,
+                    g.size() ? g.data() : nullptr, gt,
+                    static_cast<int64_t>(v.size())));
+    keep[name] = nb::make_tuple(values, grad);
+  }
+
+  void setMuon(const std::string &name, double lr, double weightDecay,
+               double momentum, bool nesterov, const std::string &adjustLr) {
+    muon::MuonSettings s;
+    s.lr = lr;
+    s.weightDecay = weightDecay;
+    s.momentum = momentum;
+    s.nesterov = nesterov;
+    s.adjustLr = adjustLr;
+    check(opt->setGroupOptions(name, s));
+  }
+  void setAdamW(const std::string &name, double lr, double beta1,
+                double beta2, double eps, double weightDecay) {
+    muon::AdamWSettings s;
+    s.lr = lr;
+    s.beta1 = beta1;
+    s.beta2 = beta2;
+    s.eps = eps;
+    s.weightDecay = weightDecay;
+    check(opt->setGroupOptions(name, s));
+  }
+
+  nb::dict step() {
+    rt::StepResult result;
+    check(opt->step(result));
+    nb::dict d;
+    d["applied"] = result.applied;
+    d["non_finite_param"] =
+        result.nonFiniteParam >= 0
+            ? nb::cast(opt->plan().params[result.nonFiniteParam].name)
+            : nb::none();
+    d["non_finite_rank"] = result.nonFiniteRank;
+    return d;
+  }
+
+  nb::dict stateDict(bool withParameters) const {
+    rt::StateDict dict;
+    check(opt->stateDict(withParameters, dict));
+    nb::dict out;
+    out["steps"] = dict.steps;
+    nb::list pieces;
+    for (rt::StatePiece &p : dict.pieces) {
+      nb::dict d;
+      d["param"] = p.param;
+      nb::list box;
+      for (const muon::Range &r : p.box)
+        box.append(nb::make_tuple(r.begin, r.end));
+      d["box"] = box;
+      d["summand"] = p.summand;
+      d["summands"] = p.summands;
+      d["step"] = p.step;
+      nb::dict states;
+      for (auto &[key, data] : p.states) {
+        auto *copy = new std::vector<float>(std::move(data));
+        nb::capsule owner(copy, [](void *q) noexcept {
+          delete static_cast<std::vector<float> *>(q);
+        });
+        size_t shape[1] = {copy->size()};
+        states[key.c_str()] = nb::ndarray<float, nb::numpy, nb::ndim<1>>(
+            copy->data(), 1, shape, owner);
+      }
+      d["states"] = states;
+      pieces.append(d);
+    }
+    out["pieces"] = pieces;
+    nb::list groups;
+    for (const muon::PlanGroup &g : dict.groups)
+      groups.append(groupDict(g));
+    out["groups"] = groups;
+    return out;
+  }
+
+  void loadStateDict(nb::dict in, bool withParameters) {
+    rt::StateDict dict;
+    dict.steps = nb::cast<int64_t>(in["steps"]);
+    for (nb::handle item : nb::cast<nb::list>(in["pieces"])) {
+      nb::dict d = nb::cast<nb::dict>(item);
+      rt::StatePiece p;
+      p.param = nb::cast<std::string>(d["param"]);
+      for (nb::handle r : nb::cast<nb::list>(d["box"])) {
+        auto range = nb::cast<std::pair<int64_t, int64_t>>(r);
+        p.box.push_back({range.first, range.second});
+      }
+      p.summand = get<int64_t>(d, "summand", 0);
+      p.summands = get<int64_t>(d, "summands", 1);
+      p.step = get<int64_t>(d, "step", 0);
+      for (auto [key, value] : nb::cast<nb::dict>(d["states"])) {
+        auto a = nb::cast<nb::ndarray<float, nb::device::cpu, nb::c_contig>>(
+            value);
+        const float *data = static_cast<const float *>(a.data());
+        p.states[nb::cast<std::string>(key)] =
+            std::vector<float>(data, data + a.size());
+      }
+      dict.pieces.push_back(std::move(p));
+    }
+    if (in.contains("groups"))
+      for (nb::handle g : nb::cast<nb::list>(in["groups"]))
+        dict.groups.push_back(planGroupOf(nb::cast<nb::dict>(g)));
+    check(opt->loadStateDict(dict, withParameters));
+  }
+
+  void gather(const std::string &name, nb::object out, int64_t root) {
+    float *whole = nullptr;
+    if (!out.is_none()) {
+      auto a = nb::cast<nb::ndarray<float, nb::device::cpu, nb::c_contig>>(out);
+      const rt::ParamSlot *slot = opt->param(name);
+      int64_t n = 1;
+      if (slot)
+        for (int64_t d : slot->shape)
+          n *= d;
+      if (slot && static_cast<int64_t>(a.size()) != n)
+        throw nb::value_error(("gather_parameter '" + name + "': out holds " +
+                               std::to_string(a.size()) + " elements, not " +
+                               std::to_string(n))
+                                  .c_str());
+      whole = a.data();
+    }
+    check(opt->gatherParameter(name, whole, root));
+  }
+
+  rt::cpu::CpuDevice device;
+  std::unique_ptr<rt::Communicator> communicator;
+  std::unique_ptr<rt::Optimizer> opt;
+  std::map<std::string, nb::object> keep;
+};
+
+} // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "muonc's extension: the distributed Muon compiler and runtime";
+  nb::exception<StatusError>(m, "MuonError", PyExc_RuntimeError);
+
+  m.def("compile_model", &compileModel, "params"_a, "groups"_a,
+        "mesh"_a = nb::none(),
+        "Compiles a model (parameters, groups, mesh) into a plan (JSON).");
+  m.def("bind_check_dtype", [](nb::object a) {
+    return std::string(rt::dtypeName(dtypeOf(nb::cast<Array>(a), "array")));
+  });
+
+  nb::class_<PyOptimizer>(m, "Optimizer")
+      .def(nb::init<const std::string &, nb::object, double, bool>(),
+           "plan"_a, "comm"_a = nb::none(), "timeout"_a = 120.0,
+           "plan_is_file"_a = false,
+           "An optimizer over a plan (JSON text, or a plan file's path with "
+           "plan_is_file); comm: None for one process, else a Python "
+           "communicator (muonc.torch.TorchCommunicator).")
+      .def_prop_ro("rank", [](PyOptimizer &o) { return o.opt->currentRank(); })
+      .def_prop_ro("world_size",
+                   [](PyOptimizer &o) { return o.opt->worldSize(); })
+      .def_prop_ro("steps_taken",
+                   [](PyOptimizer &o) { return o.opt->stepsTaken(); })
+      .def_prop_ro("ns_dtype",
+                   [](PyOptimizer &o) {
+                     return std::string(rt::dtypeName(o.opt->nsDtype()));
+                   })
+      .def("params", &PyOptimizer::params)
+      .def("groups",
+           [](PyOptimizer &o) {
+             nb::list out;
+             for (const muon::PlanGroup &g : o.opt->groups())
+               out.append(groupDict(g));
+             return out;
+           })
+      .def("assignments", [](PyOptimizer &o) { return o.opt->assignments(); })
+      .def("plan_json",
+           [](PyOptimizer &o) { return muon::renderPlan(o.opt->plan()); })
+      .def("bind", &PyOptimizer::bind, "name"_a, "values"_a, "grad"_a)
+      .def("set_muon_group", &PyOptimizer::setMuon, "name"_a, "lr"_a,
+           "weight_decay"_a, "momentum"_a, "nesterov"_a, "adjust_lr"_a)
+      .def("set_adamw_group", &PyOptimizer::setAdamW, "name"_a, "lr"_a,
+           "beta1"_a, "beta2"_a, "eps"_a, "weight_decay"_a)
+      .def("set_group_lr",
+           [](PyOptimizer &o, const std::string &name, double lr) {
+             check(o.opt->setGroupLr(name, lr));
+           })
+      .def("step", &PyOptimizer::step)
+      .def("state_dict", &PyOptimizer::stateDict,
+           "with_parameters"_a = false)
+      .def("load_state_dict", &PyOptimizer::loadStateDict, "state"_a,
+           "with_parameters"_a = false)
+      .def("gather_parameter", &PyOptimizer::gather, "name"_a,
+           "out"_a = nb::none(), "root"_a = -1);
+}

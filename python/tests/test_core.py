@@ -1,0 +1,63 @@
+"""muonc without torch: compile in process, bind numpy arrays, step."""
+import numpy as np
+import pytest
+
+import muonc
+
+
+def model():
+    params = [{"name": "w", "shape": [8, 4], "group": "hidden"},
+              {"name": "b", "shape": [4], "group": "bias"}]
+    groups = [{"name": "hidden", "algorithm": "muon", "lr": 0.02},
+              {"name": "bias", "algorithm": "adamw", "lr": 0.01}]
+    return params, groups
+
+
+def test_compile_bind_step_numpy_zero_copy():
+    plan = muonc.compile_model(*model())
+    opt = muonc.Optimizer(plan)
+    assert [p["name"] for p in opt.params()] == ["w", "b"]
+    assert opt.ns_dtype == "f32"
+    w = np.ones((8, 4), np.float32)
+    g = np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4)
+    b = np.zeros(4, np.float32)
+    opt.bind("w", w, g)
+    opt.bind("b", b, np.ones(4, np.float32))
+    assert opt.step()["applied"]
+    # The arrays themselves changed (bound zero-copy).
+    assert not np.allclose(w, 1) and np.allclose(b, -0.01)
+    state = opt.state_dict()
+    assert state["steps"] == 1
+    assert state["pieces"][0]["states"]["momentum"].shape == (32,)
+
+
+def test_step_before_bind_and_bad_bind():
+    opt = muonc.Optimizer(muonc.compile_model(*model()))
+    with pytest.raises(muonc.MuonError, match="failed precondition"):
+        opt.step()
+    with pytest.raises(muonc.MuonError, match="holds 32 elements"):
+        opt.bind("w", np.ones(3, np.float32), np.ones(3, np.float32))
+    with pytest.raises(TypeError):
+        opt.bind("w", np.ones(32, np.float64), np.ones(32, np.float64))
+    with pytest.raises(muonc.MuonError, match="no parameter named"):
+        opt.bind("nope", np.ones(3, np.float32), np.ones(3, np.float32))
+
+
+def test_compile_errors_name_the_parameter():
+    params, groups = model()
+    params[0]["placements"] = ["S(5)"]
+    with pytest.raises(muonc.MuonError, match="w"):
+        muonc.compile_model(params, groups, {"shape": [2], "names": ["dp"]})
+    with pytest.raises(ValueError, match="placement"):
+        params[0]["placements"] = ["X"]
+        muonc.compile_model(params, groups, {"shape": [2], "names": ["dp"]})
+
+
+def test_group_settings_and_errors():
+    opt = muonc.Optimizer(muonc.compile_model(*model()))
+    opt.set_group_lr("hidden", 0.5)
+    assert opt.groups()[0]["lr"] == 0.5
+    with pytest.raises(muonc.MuonError, match="no parameter group"):
+        opt.set_group_lr("nope", 0.1)
+    with pytest.raises(muonc.MuonError):
+        opt.set_adamw_group("hidden", 0.1, 0.9, 0.99, 1e-8, 0.0)

@@ -1,0 +1,173 @@
+"""muonc.torch.Muon under DDP: 2 processes (gloo, CPU) against one."""
+import copy
+import os
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+from muonc.torch import Muon, MuonError  # noqa: E402
+from conftest import TinyTransformer, batch, loss_of, split_params  # noqa: E402
+
+STEPS = 5
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_opt(model):
+    muon, adamw = split_params(model)
+    return Muon([{"params": muon}, {"params": adamw, "use_muon": False,
+                                    "lr": 3e-3}], lr=0.02)
+
+
+def run_ranks(fn, world, *args):
+    port = free_port()
+    mp.start_processes(_entry, args=(fn, world, port) + args, nprocs=world,
+                       join=True, start_method="spawn")
+
+
+def _entry(rank, fn, world, port, *args):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        fn(rank, world, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def _ddp_train(rank, world, out):
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = make_opt(model)
+    assert opt.engine.world_size == world
+    # Each Muon matrix is orthogonalized by exactly one rank.
+    owned = sorted(m for ms in opt.assignments.values() for m in ms)
+    assert len(owned) == len(set(owned)) == len(split_params(model)[0])
+    for s in range(STEPS):
+        x, y = batch(s, n=4 * world)
+        opt.zero_grad()
+        loss_of(ddp, x[rank::world], y[rank::world]).backward()
+        opt.step()
+    if rank == 0:
+        torch.save({"params": [p.detach() for p in model.parameters()],
+                    "assignments": opt.assignments}, out)
+
+
+def test_ddp_two_ranks_equal_one_process(tmp_path):
+    out = str(tmp_path / "ddp.pt")
+    run_ranks(_ddp_train, 2, out)
+    got = torch.load(out)
+    assert sorted(got["assignments"]) == [0, 1]
+    assert all(got["assignments"][r] for r in (0, 1)), got["assignments"]
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    opt = make_opt(model)
+    for s in range(STEPS):
+        x, y = batch(s, n=8)
+        # DDP averages the ranks' mean losses: the same as this mean of
+        # the two halves' means.
+        opt.zero_grad()
+        loss = (loss_of(model, x[0::2], y[0::2]) +
+                loss_of(model, x[1::2], y[1::2])) / 2
+        loss.backward()
+        opt.step()
+    for a, b in zip(got["params"], model.parameters()):
+        # gloo's allreduce sums in another order than autograd: rounding.
+        torch.testing.assert_close(a, b.detach(), rtol=1e-5, atol=1e-6)
+    assert not torch.equal(got["params"][1], TinyTransformer().block.self_attn.in_proj_weight)
+
+
+def _grad_on_one_rank(rank, world, out):
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    v = torch.nn.Parameter(torch.randn(4, 4))
+    opt = Muon([w, v])
+    w.grad = torch.ones(4, 4)
+    if rank == 0:
+        v.grad = torch.ones(4, 4)
+    before = w.detach().clone()
+    try:
+        opt.step()
+        message = "no error"
+    except MuonError as e:
+        message = str(e)
+    assert torch.equal(before, w)
+    with open(f"{out}.{rank}", "w") as f:
+        f.write(message)
+
+
+def test_grad_none_on_some_ranks_fails_on_every_rank(tmp_path):
+    out = str(tmp_path / "err")
+    run_ranks(_grad_on_one_rank, 2, out)
+    for rank in (0, 1):
+        text = open(f"{out}.{rank}").read()
+        assert "gradient on ranks [0] only" in text, text
+
+
+def _world_mismatch(rank, world, out):
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    try:
+        Muon([w], distributed_config={"shape": [4], "names": ["dp"],
+                                      "async": True})
+        message = "no error"
+    except MuonError as e:
+        message = str(e)
+    with open(f"{out}.{rank}", "w") as f:
+        f.write(message)
+
+
+def test_plan_for_another_world_is_refused(tmp_path):
+    out = str(tmp_path / "err")
+    run_ranks(_world_mismatch, 2, out)
+    for rank in (0, 1):
+        text = open(f"{out}.{rank}").read()
+        assert "plan is for 4 ranks" in text, text
+
+
+def _save_on_two(rank, world, out):
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = make_opt(model)
+    for s in range(3):
+        x, y = batch(s, n=8)
+        opt.zero_grad()
+        loss_of(ddp, x[rank::2], y[rank::2]).backward()
+        opt.step()
+    torch.save({"state": opt.state_dict(),
+                "params": [p.detach() for p in model.parameters()]},
+               f"{out}.{rank}")
+
+
+def test_state_saved_on_two_ranks_loads_in_one_process(tmp_path):
+    out = str(tmp_path / "sd")
+    run_ranks(_save_on_two, 2, out)
+    saved = [torch.load(f"{out}.{r}", weights_only=False) for r in (0, 1)]
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    with torch.no_grad():
+        for p, q in zip(model.parameters(), saved[0]["params"]):
+            p.copy_(q)
+    opt = make_opt(model)
+    opt.load_state_dict([s["state"] for s in saved])
+    assert opt.engine.steps_taken == 3
+    # The loaded momentum is the 2-rank run's: compare with a 1-process run
+    # of all 3 + 2 steps.
+    torch.manual_seed(0)
+    ref = TinyTransformer()
+    ref_opt = make_opt(ref)
+    for s in range(5):
+        for m, o in ((ref, ref_opt),) + (((model, opt),) if s >= 3 else ()):
+            x, y = batch(s, n=8)
+            o.zero_grad()
+            ((loss_of(m, x[0::2], y[0::2]) + loss_of(m, x[1::2], y[1::2])) / 2).backward()
+            o.step()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

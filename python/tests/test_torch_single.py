@@ -1,0 +1,187 @@
+"""muonc.torch.Muon in one process against torch.optim.Muon / AdamW."""
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import muonc  # noqa: E402
+from muonc.torch import Muon, MuonError  # noqa: E402
+from conftest import TinyTransformer, batch, loss_of, rel, split_params  # noqa: E402
+
+LR, ADAM_LR = 0.02, 3e-3
+
+
+def reference_optimizers(model, **muon_kw):
+    muon, adamw = split_params(model)
+    return [torch.optim.Muon(muon, lr=LR, **muon_kw),
+            torch.optim.AdamW(adamw, lr=ADAM_LR)]
+
+
+def ours(model, **muon_kw):
+    muon, adamw = split_params(model)
+    return Muon([{"params": muon}, {"params": adamw, "use_muon": False,
+                                    "lr": ADAM_LR}], lr=LR, **muon_kw)
+
+
+def train(model, opts, steps, schedulers=()):
+    for s in range(steps):
+        x, y = batch(s)
+        for o in opts:
+            o.zero_grad()
+        loss_of(model, x, y).backward()
+        for o in opts:
+            o.step()
+        for sch in schedulers:
+            sch.step()
+
+
+@pytest.mark.parametrize("kw", [{}, {"nesterov": False, "weight_decay": 0.05},
+                                {"adjust_lr_fn": "match_rms_adamw"}])
+def test_matches_torch_muon_fp32_ns(fp32_torch_muon, kw):
+    torch.manual_seed(0)
+    ref = TinyTransformer()
+    model = copy.deepcopy(ref)
+    train(ref, reference_optimizers(ref, **kw), 10)
+    opt = ours(model, **kw)
+    train(model, [opt], 10)
+    worst = max(rel(p, q) for p, q in zip(model.parameters(), ref.parameters()))
+    assert worst < 1e-6, worst
+    # Something did move: the comparison is not of untouched parameters.
+    torch.manual_seed(0)
+    fresh = TinyTransformer()
+    assert min(rel(p, q) for p, q in zip(model.parameters(), fresh.parameters())) > 1e-4
+
+
+def test_defaults_are_torch_muons():
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    a = torch.optim.Muon([w]).param_groups[0]
+    b = Muon([w]).param_groups[0]
+    for key in ("lr", "weight_decay", "momentum", "nesterov", "ns_coefficients",
+                "eps", "ns_steps", "adjust_lr_fn"):
+        assert tuple(a[key]) == tuple(b[key]) if key == "ns_coefficients" \
+            else a[key] == b[key], key
+
+
+def test_lr_scheduler_changes_the_step_as_in_torch(fp32_torch_muon):
+    torch.manual_seed(1)
+    ref = TinyTransformer()
+    model = copy.deepcopy(ref)
+    ref_opts = reference_optimizers(ref)
+    lam = lambda s: [1.0, 0.5, 0.0, 2.0, 0.25][s % 5]  # noqa: E731
+    train(ref, ref_opts, 7, [torch.optim.lr_scheduler.LambdaLR(o, lam)
+                             for o in ref_opts])
+    opt = ours(model)
+    sch = torch.optim.lr_scheduler.LambdaLR(opt, lam)
+    train(model, [opt], 7, [sch])
+    assert [g["lr"] for g in opt.param_groups] == [LR * lam(7), ADAM_LR * lam(7)]
+    worst = max(rel(p, q) for p, q in zip(model.parameters(), ref.parameters()))
+    assert worst < 1e-6, worst
+    # lr 0 (step 2 of the schedule): the parameters do not move at all.
+    before = [p.detach().clone() for p in model.parameters()]
+    for g in opt.param_groups:
+        g["lr"] = 0.0
+    x, y = batch(99)
+    opt.zero_grad()
+    loss_of(model, x, y).backward()
+    opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_state_dict_round_trip_continues_identically():
+    torch.manual_seed(2)
+    a = TinyTransformer()
+    b = copy.deepcopy(a)
+    opt_a = ours(a)
+    train(a, [opt_a], 6)
+    opt_b = ours(b)
+    train(b, [opt_b], 3)
+    saved = opt_b.state_dict()
+    assert "momentum_buffer" in saved["state"][0]
+    assert saved["param_groups"][0]["lr"] == LR
+    opt_c = ours(b)  # a fresh optimizer over the same parameters
+    opt_c.load_state_dict(saved)
+    assert opt_c.engine.steps_taken == 3
+    for s in range(3, 6):
+        x, y = batch(s)
+        opt_c.zero_grad()
+        loss_of(b, x, y).backward()
+        opt_c.step()
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_bf16_parameters_bind_zero_copy():
+    w = torch.nn.Parameter(torch.randn(8, 4).bfloat16())
+    opt = Muon([w], lr=0.1)
+    ptr = w.data_ptr()
+    w.grad = torch.randn(8, 4).bfloat16()
+    before = w.detach().clone()
+    opt.step()
+    assert w.data_ptr() == ptr and not torch.equal(before, w)
+
+
+# --- bad inputs: a clear error, nothing changed ------------------------------
+
+def test_grad_none_on_some_parameters():
+    torch.manual_seed(3)
+    w1 = torch.nn.Parameter(torch.randn(4, 4))
+    w2 = torch.nn.Parameter(torch.randn(4, 4))
+    opt = Muon([w1, w2])
+    w1.grad = torch.randn(4, 4)
+    before = w1.detach().clone()
+    with pytest.raises(MuonError, match="no gradient"):
+        opt.step()
+    assert torch.equal(before, w1) and opt.engine.steps_taken == 0
+    # No gradient anywhere: nothing to do, as in torch.
+    w1.grad = None
+    opt.step()
+    assert torch.equal(before, w1)
+
+
+def test_vector_in_a_muon_group():
+    with pytest.raises(MuonError, match="use_muon=False"):
+        Muon([{"params": [torch.nn.Parameter(torch.randn(4))],
+               "use_muon": True}])
+
+
+def test_mixed_group_needs_use_muon():
+    with pytest.raises(MuonError, match="use_muon"):
+        Muon([torch.nn.Parameter(torch.randn(4, 4)),
+              torch.nn.Parameter(torch.randn(4))])
+
+
+def test_plan_settings_cannot_change():
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    opt = Muon([w])
+    opt.param_groups[0]["ns_steps"] = 3
+    w.grad = torch.randn(4, 4)
+    before = w.detach().clone()
+    with pytest.raises(MuonError, match="compiled into the plan"):
+        opt.step()
+    assert torch.equal(before, w)
+
+
+def test_bad_settings():
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    with pytest.raises(MuonError, match="adjust_lr_fn"):
+        Muon([w], adjust_lr_fn="spectral_unclamped")
+    with pytest.raises(ValueError, match="Learning rate"):
+        Muon([w], lr=-1)
+    opt = Muon([w])
+    opt.param_groups[0]["momentum"] = -0.5
+    w.grad = torch.randn(4, 4)
+    before = w.detach().clone()
+    with pytest.raises(MuonError, match="momentum"):
+        opt.step()
+    assert torch.equal(before, w)
+
+
+def test_add_param_group_after_construction():
+    opt = Muon([torch.nn.Parameter(torch.randn(4, 4))])
+    with pytest.raises(MuonError, match="add_param_group"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(2, 2))]})
+
+
+def test_unsupported_dtype():
+    with pytest.raises(MuonError, match="float64"):
+        Muon([torch.nn.Parameter(torch.randn(4, 4, dtype=torch.float64))])
