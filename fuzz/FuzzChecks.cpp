@@ -65,7 +65,7 @@ void runEveryRank(const std::vector<Plan> &parts) {
     ranks.emplace_back([&, r] {
       runtime::LocalCommunicator comm(world, r);
       runtime::cpu::CpuDevice device;
-      std::unique_ptr<Optimizer> optimizer;
+      std::unique_ptr<runtime::Optimizer> optimizer;
       errors[r] =
           runtime::Optimizer::create(parts[r], comm, device, {20.0}, optimizer)
               .message();
