@@ -1,7 +1,8 @@
 //===- OneDnnNewtonSchulz.cpp - bf16 Newton-Schulz on oneDNN --------------===//
 //
 // X (m x n, m <= n; a tall matrix is transposed once on the way in and
-// out) lives in bf16 from the start to the end. Per (a, b, c):
+// out, in bf16, 16 x 16 blocks at a time) lives in bf16 from the start to
+// the end. Per (a, b, c):
 //   A = bf16(X X^T)        lower block columns: A[j0:m, j0:j0+w] =
 //                          X[j0:m, :] X[j0:j0+w, :]^T, mirrored
 //   B = bf16(c A A + b A)  the same block columns (A A = A A^T), each
@@ -245,19 +246,18 @@ static void scatterBlock(const uint16_t *s, uint16_t *g, int64_t m,
     }
 }
 
-/// out[c][r] = f(in[r][c]) for a rows x cols row-major `in`, in tiles.
-template <typename In, typename Out, typename F>
-static void transposeInto(const In *in, Out *out, int64_t rows, int64_t cols,
-                          F f) {
-  constexpr int64_t kTile = 32;
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-      const int64_t r1 = std::min(rows, r0 + kTile);
-      const int64_t c1 = std::min(cols, c0 + kTile);
-      for (int64_t c = c0; c < c1; ++c)
-        for (int64_t r = r0; r < r1; ++r)
-          out[c * rows + r] = f(in[r * cols + c]);
-    }
+/// out = in^T for a rows x cols row-major bf16 `in`: 16 x 16 blocks
+/// transposed at once, the edges one value at a time.
+static void transposeBf16(const uint16_t *in, uint16_t *out, int64_t rows,
+                          int64_t cols) {
+  constexpr int64_t kB = 16;
+  const int64_t fullRows = rows / kB * kB, fullCols = cols / kB * kB;
+  for (int64_t r0 = 0; r0 < fullRows; r0 += kB)
+    for (int64_t c0 = 0; c0 < fullCols; c0 += kB)
+      transpose16(in + r0 * cols + c0, cols, out + c0 * rows + r0, rows);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = r < fullRows ? fullCols : 0; c < cols; ++c)
+      out[c * rows + r] = in[r * cols + c];
 }
 
 bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
@@ -267,15 +267,6 @@ bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
   if (elements == 0)
     return true;
   Impl &s = *impl;
-  // X = bf16(x); X = bf16(X / max(bf16(||X||_F), eps)): the same prologue
-  // as the f32-product path (CpuDevice.cpp), the norm summed in double.
-  double sumSq = 0;
-  for (int64_t i = 0; i < elements; ++i) {
-    const double v = roundToBf16(x[i]);
-    sumSq += v * v;
-  }
-  float norm = roundToBf16(static_cast<float>(std::sqrt(sumSq)));
-  norm = std::max(norm, static_cast<float>(eps));
   const bool tall = rows > cols;
   const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
   s.x.resize(elements);
@@ -288,12 +279,35 @@ bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
   for (int64_t j0 = 0; j0 < m; j0 += t)
     packed += (m - j0) * std::min(t, m - j0);
   s.block.resize(packed);
-  auto in = [norm](float v) { return toBf16Bits(roundToBf16(v) / norm); };
+
+  // X = bf16(x); X = bf16(X / max(bf16(||X||_F), eps)), as the
+  // f32-product path (CpuDevice.cpp) computes it, the norm summed in double
+  // (here in eight interleaved partial sums, which keeps the pass at memory
+  // speed). A tall matrix is converted in place order, then transposed.
+  uint16_t *rounded = s.next.data();
+  double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= elements; i += 8)
+    for (int k = 0; k < 8; ++k) {
+      rounded[i + k] = toBf16Bits(x[i + k]);
+      const double v = fromBf16Bits(rounded[i + k]);
+      partial[k] += v * v;
+    }
+  for (; i < elements; ++i) {
+    rounded[i] = toBf16Bits(x[i]);
+    const double v = fromBf16Bits(rounded[i]);
+    partial[0] += v * v;
+  }
+  const double sumSq = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+                       ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+  float norm = roundToBf16(static_cast<float>(std::sqrt(sumSq)));
+  norm = std::max(norm, static_cast<float>(eps));
+  // Wide: into X. Tall: in place, then transposed into X.
+  uint16_t *scaled = tall ? rounded : s.x.data();
+  for (int64_t e = 0; e < elements; ++e)
+    scaled[e] = toBf16Bits(fromBf16Bits(rounded[e]) / norm);
   if (tall)
-    transposeInto(x, s.x.data(), rows, cols, in);
-  else
-    for (int64_t i = 0; i < elements; ++i)
-      s.x[i] = in(x[i]);
+    transposeBf16(rounded, s.x.data(), rows, cols);
 
   applyThreads();
   const int threads = oneDnnThreads.load();
@@ -332,12 +346,13 @@ bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
     error = std::string("oneDNN: ") + e.what();
     return false;
   }
-  auto out = [](uint16_t v) { return fromBf16Bits(v); };
-  if (tall)
-    transposeInto(X, x, m, n, out);
-  else
-    for (int64_t i = 0; i < elements; ++i)
-      x[i] = out(X[i]);
+  const uint16_t *result = X;
+  if (tall) {
+    transposeBf16(X, next, m, n);
+    result = next;
+  }
+  for (int64_t e = 0; e < elements; ++e)
+    x[e] = fromBf16Bits(result[e]);
   return true;
 }
 
