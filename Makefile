@@ -9,7 +9,7 @@ JOBS        ?= $(shell nproc)
 # Debian packages the build, the tests and the runtime need.
 DEB_PACKAGES := cmake ninja-build g++ python3 libgtest-dev \
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools libzstd-dev \
-  openmpi-bin libopenmpi-dev libopenblas-dev nlohmann-json3-dev \
+  openmpi-bin libopenmpi-dev libopenblas-dev libdnnl-dev nlohmann-json3-dev \
   clang-22 libclang-rt-22-dev
 
 # The fuzz build: our code with libFuzzer coverage, AddressSanitizer and

@@ -33,8 +33,10 @@ p["profiles"]["cpu"]["matmul_flops_per_second"]["f32"] = rate
 json.dump(p, open(f"{tmp}/profiles.json", "w"))
 print(f"calibrated f32 NS rate (muon-bench ns, demo shapes): {rate / 1e9:.1f} GFLOP/s")
 PY
+# f32, as calibrated (ns_dtype auto would be bf16 on a CPU with bf16
+# products, which the `cpu` profile does not model yet).
 "$build/bin/muon-run" "$tmp/spec.json" --steps "$steps" --quiet \
-  --trace "$tmp/trace.json" --report "$tmp/report.json" \
+  --ns-dtype f32 --trace "$tmp/trace.json" --report "$tmp/report.json" \
   --simulate cpu --profiles "$tmp/profiles.json"
 python3 - "$tmp" <<'PY'
 import json, sys

@@ -22,7 +22,9 @@ if os.path.isdir(shared_models):
     config.available_features.add("shared-models")
     config.substitutions.append(("%shared_models", os.path.abspath(shared_models)))
 
-llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
+# DNNL_MAX_CPU_ISA (oneDNN's own setting) passes through, so that the suite
+# can run as on a CPU without bf16 products: DNNL_MAX_CPU_ISA=AVX512_CORE.
+llvm_config.with_system_environment(["HOME", "TMP", "TEMP", "DNNL_MAX_CPU_ISA"])
 llvm_config.use_default_substitutions()
 llvm_config.add_tool_substitutions(["split-file", "not", "count", "FileCheck"], [config.llvm_tools_dir])
 tool_dirs = [config.muon_tools_dir, config.llvm_tools_dir]
@@ -61,3 +63,25 @@ fake_tools = ["muon-run-fakegpu", "muon-cuda-check-fakegpu"]
 if all(os.access(os.path.join(config.muon_tools_dir, t), os.X_OK) for t in fake_tools):
     config.available_features.add("fake-gpu")
     llvm_config.add_tool_substitutions(fake_tools, [config.muon_tools_dir])
+
+# The CPU backend's bf16 products (oneDNN on AVX512_BF16 or AMX): where the
+# build has them and this CPU has the instructions, `cpu-bf16`, and ns_dtype
+# "auto" is bf16 on the CPU (a spec's wire follows it in a run). Tests write
+# what depends on it with %cpu_auto_ns ("bf16" or "f32"), as muon-bench
+# reports it.
+import json
+import subprocess
+
+cpu_auto_ns = "f32"
+try:
+    probe = subprocess.run(
+        [os.path.join(config.muon_tools_dir, "muon-bench"), "ns", "--shapes", "2x2",
+         "--repeats", "1", "--ns-dtype", "bf16", "--json"],
+        capture_output=True, text=True, timeout=120)
+    products = json.loads(probe.stdout.splitlines()[-1])["products"]
+    if probe.returncode == 0 and products.startswith("bf16 products"):
+        cpu_auto_ns = "bf16"
+        config.available_features.add("cpu-bf16")
+except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
+    pass
+config.substitutions.append(("%cpu_auto_ns", cpu_auto_ns))

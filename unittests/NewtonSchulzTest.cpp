@@ -1,10 +1,15 @@
 //===- NewtonSchulzTest.cpp - Symmetric CPU Newton-Schulz vs dense --------===//
 //
-// CpuDevice runs Newton-Schulz with symmetric products (ssyrk for X X^T and
-// A A, ssymm for B X); this checks it against the plain dense algorithm
-// written here with three sgemm products per iteration, as the CPU backend
-// ran it before, for square, wide and tall shapes, f32 and bf16, and both
-// coefficient presets.
+// CpuDevice runs Newton-Schulz with symmetric products: on BLAS (ssyrk for
+// X X^T and A A, ssymm for B X; f32, and bf16 where the CPU has no bf16
+// products) and on oneDNN (bf16 products over the Gram matrix's lower block
+// columns, where the CPU has AVX512_BF16 or AMX). This checks both against
+// the plain dense algorithm written here with three sgemm products per
+// iteration, as the CPU backend ran it before, for square, wide and tall
+// shapes, f32 and bf16, and both coefficient presets; the oneDNN kernel
+// with block columns narrower than the matrices (several blocks and a
+// partial last one), bit for bit the same from one call to the next; and
+// the choice between the kernels, which needs no particular CPU.
 //
 // Tolerances (relative Frobenius error against the dense result): the two
 // algorithms differ only in the summation order inside the products. In
@@ -15,7 +20,11 @@
 // rounding by one bf16 ulp (2^-8 relative), and the later steps carry and
 // amplify the flips: 1e-2 (measured: at most 4e-3), and the symmetric bf16
 // result must be as close to the f32 result as the dense bf16 one is
-// (within 10%; measured: equal to 3 digits).
+// (within 10%; measured: equal to 3 digits). oneDNN's bf16 products sum
+// in yet another order (pairs of products per instruction), so flips are
+// more frequent: 2e-2 against the dense bf16 result (measured: at most
+// 8e-3), and the same 10% bound against the f32 result (measured: within
+// 2%).
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Runtime/Cpu/CpuDevice.h"
@@ -30,6 +39,14 @@
 using namespace muon;
 using namespace muon::runtime;
 using muon::runtime::cpu::CpuDevice;
+using muon::runtime::cpu::CpuDeviceOptions;
+using muon::runtime::cpu::CpuNsKernel;
+
+/// Whether this process runs bf16 products on oneDNN (the build has it and
+/// the CPU has bf16 dot products).
+bool haveOneDnnBf16() {
+  return cpu::oneDnnBuilt() && cpu::cpuHasBf16Products();
+}
 
 namespace {
 
@@ -109,6 +126,8 @@ struct Case {
   int64_t rows, cols;
   bool bf16;
   const char *preset;
+  bool oneDnn = false; // bf16 on oneDNN (else on BLAS)
+  int64_t tile = 64;   // oneDNN's block column width
 };
 
 class SymmetricNewtonSchulz : public ::testing::TestWithParam<Case> {};
@@ -119,8 +138,16 @@ TEST_P(SymmetricNewtonSchulz, MatchesDense) {
   ASSERT_TRUE(table);
   std::vector<std::array<double, 3>> abc = *table;
   abc.resize(5, abc.back());
+  if (c.oneDnn && !haveOneDnnBf16())
+    GTEST_SKIP() << "UNSUPPORTED: no bf16 products here ("
+                 << cpu::describeNewtonSchulz(DType::BF16) << ")";
+  CpuDeviceOptions options;
+  options.oneDnn = c.oneDnn;
+  options.bf16Tile = c.tile;
+  CpuDevice device(options);
+  ASSERT_EQ(device.nsKernel(c.bf16 ? DType::BF16 : DType::F32),
+            c.oneDnn ? CpuNsKernel::OneDnnBf16 : CpuNsKernel::Blas);
   std::vector<float> sym = randomMatrix(c.rows, c.cols, 11), dense = sym;
-  CpuDevice device;
   int64_t flops =
       device.newtonSchulz(sym.data(), 1, c.rows, c.cols, abc, 1e-7,
                           c.bf16 ? DType::BF16 : DType::F32);
@@ -135,7 +162,7 @@ TEST_P(SymmetricNewtonSchulz, MatchesDense) {
     }
   }
   const double relative = relativeError(sym, dense);
-  EXPECT_LT(relative, c.bf16 ? 1e-2 : 5e-5)
+  EXPECT_LT(relative, c.oneDnn ? 2e-2 : c.bf16 ? 1e-2 : 5e-5)
       << c.rows << "x" << c.cols << " " << c.preset;
   if (c.bf16) {
     // Both bf16 results are as close to the f32 one: the symmetric
@@ -157,8 +184,17 @@ std::vector<Case> cases() {
                             {200, 72},
                             {1, 33}})
     for (bool bf16 : {false, true})
-      for (const char *preset : {"jordan", "polar_express"})
+      for (const char *preset : {"jordan", "polar_express"}) {
         all.push_back({rows, cols, bf16, preset});
+        // oneDNN with 32-wide block columns: 3 to 7 of them (1 for 1 x 33),
+        // the last one partial.
+        if (bf16)
+          all.push_back({rows, cols, bf16, preset, true, 32});
+      }
+  // One block column (the default width covers the matrix), and the
+  // default width over several.
+  all.push_back({48, 100, true, "jordan", true, 64});
+  all.push_back({300, 200, true, "jordan", true, 64});
   return all;
 }
 
@@ -167,7 +203,105 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case> &info) {
       const Case &c = info.param;
       return std::to_string(c.rows) + "x" + std::to_string(c.cols) +
-             (c.bf16 ? "_bf16_" : "_f32_") + c.preset;
+             (c.bf16 ? "_bf16_" : "_f32_") + c.preset +
+             (c.oneDnn ? "_onednn" + std::to_string(c.tile) : "");
     });
+
+/// The oneDNN kernel gives the same bits every time: a second call on the
+/// same input, from a buffer at another alignment and after other shapes
+/// have run (the reference of a verified run computes every matrix again,
+/// in another order than the ranks), and on a second device.
+TEST(OneDnnNewtonSchulz, Deterministic) {
+  if (!haveOneDnnBf16())
+    GTEST_SKIP() << "UNSUPPORTED: no bf16 products here ("
+                 << cpu::describeNewtonSchulz(DType::BF16) << ")";
+  std::optional<std::vector<NsTriple>> table = nsPreset("jordan", 5);
+  ASSERT_TRUE(table);
+  std::vector<std::array<double, 3>> abc = *table;
+  abc.resize(5, abc.back());
+  const int64_t rows = 200, cols = 136;
+  const std::vector<float> input = randomMatrix(rows, cols, 5);
+  CpuDevice device;
+  std::vector<float> first = input;
+  device.newtonSchulz(first.data(), 1, rows, cols, abc, 1e-7, DType::BF16);
+  // Something else in between, on the same workspace.
+  std::vector<float> other = randomMatrix(64, 300, 6);
+  device.newtonSchulz(other.data(), 1, 64, 300, abc, 1e-7, DType::BF16);
+  std::vector<float> shifted(input.size() + 3);
+  std::copy(input.begin(), input.end(), shifted.begin() + 3);
+  device.newtonSchulz(shifted.data() + 3, 1, rows, cols, abc, 1e-7,
+                      DType::BF16);
+  CpuDevice second;
+  std::vector<float> again = input;
+  second.newtonSchulz(again.data(), 1, rows, cols, abc, 1e-7, DType::BF16);
+  ASSERT_TRUE(device.takeError().ok());
+  ASSERT_TRUE(second.takeError().ok());
+  EXPECT_NE(first, input);
+  for (size_t i = 0; i < input.size(); ++i) {
+    ASSERT_EQ(first[i], shifted[i + 3]) << i;
+    ASSERT_EQ(first[i], again[i]) << i;
+  }
+}
+
+/// bf16 runs on oneDNN only where it is built in and the CPU has bf16 dot
+/// products; "auto" is bf16 exactly there. Holds on any CPU.
+TEST(CpuNsKernel, Choice) {
+  using cpu::chooseDefaultNsDtype;
+  using cpu::chooseNsKernel;
+  EXPECT_EQ(chooseNsKernel(DType::BF16, true, true), CpuNsKernel::OneDnnBf16);
+  EXPECT_EQ(chooseNsKernel(DType::BF16, true, false), CpuNsKernel::Blas);
+  EXPECT_EQ(chooseNsKernel(DType::BF16, false, true), CpuNsKernel::Blas);
+  EXPECT_EQ(chooseNsKernel(DType::F32, true, true), CpuNsKernel::Blas);
+  EXPECT_EQ(chooseDefaultNsDtype(true, true), DType::BF16);
+  EXPECT_EQ(chooseDefaultNsDtype(true, false), DType::F32);
+  EXPECT_EQ(chooseDefaultNsDtype(false, true), DType::F32);
+  // This process: the device agrees with the choice for what is here.
+  const bool here = haveOneDnnBf16();
+  CpuDevice device;
+  EXPECT_EQ(device.defaultNsDtype(), here ? DType::BF16 : DType::F32);
+  EXPECT_EQ(device.nsKernel(DType::BF16),
+            here ? CpuNsKernel::OneDnnBf16 : CpuNsKernel::Blas);
+  EXPECT_EQ(device.nsKernel(DType::F32), CpuNsKernel::Blas);
+  CpuDeviceOptions blasOnly;
+  blasOnly.oneDnn = false;
+  CpuDevice noOneDnn(blasOnly);
+  EXPECT_EQ(noOneDnn.defaultNsDtype(), DType::F32);
+  EXPECT_EQ(noOneDnn.nsKernel(DType::BF16), CpuNsKernel::Blas);
+  // The summary names what runs.
+  const std::string bf16 = cpu::describeNewtonSchulz(DType::BF16);
+  EXPECT_NE(bf16.find(here ? "bf16 products, f32 accumulation (oneDNN"
+                           : "f32 products rounded to bf16"),
+            std::string::npos)
+      << bf16;
+  EXPECT_EQ(cpu::describeNewtonSchulz(DType::F32),
+            std::string("f32 products (") + cpu::blasName() + ")");
+}
+
+/// The plain bf16 product benchmarks set Newton-Schulz against: exact on
+/// small integers (bf16 holds them, f32 sums them exactly), refused where
+/// there are no bf16 products.
+TEST(OneDnnNewtonSchulz, Gemm) {
+  const int64_t m = 5, n = 7, k = 9;
+  std::vector<uint16_t> a(m * k), b(k * n), c(m * n);
+  for (int64_t i = 0; i < m * k; ++i)
+    a[i] = toBf16Bits(static_cast<float>(i % 7) - 3);
+  for (int64_t i = 0; i < k * n; ++i)
+    b[i] = toBf16Bits(static_cast<float>(i % 5) - 2);
+  std::string error;
+  if (!haveOneDnnBf16()) {
+    EXPECT_FALSE(cpu::bf16Gemm(a.data(), b.data(), c.data(), m, n, k, error));
+    EXPECT_FALSE(error.empty());
+    GTEST_SKIP() << "UNSUPPORTED: no bf16 products here (" << error << ")";
+  }
+  ASSERT_TRUE(cpu::bf16Gemm(a.data(), b.data(), c.data(), m, n, k, error))
+      << error;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float want = 0;
+      for (int64_t l = 0; l < k; ++l)
+        want += fromBf16Bits(a[i * k + l]) * fromBf16Bits(b[l * n + j]);
+      EXPECT_EQ(fromBf16Bits(c[i * n + j]), want) << i << "," << j;
+    }
+}
 
 } // namespace

@@ -169,8 +169,10 @@ TEST(ParamGroups, ScheduledStepsMatchAReferenceBitForBit) {
       device.momentum(grads[i].data(), DType::F32, momentum[i].data(),
                       update.data(), count, g.muonSettings);
       const int64_t rows = p.layout.shape[0], cols = p.layout.shape[1];
+      // In the precision the optimizer resolved "auto" to (bf16 on a CPU
+      // with bf16 products).
       device.newtonSchulz(update.data(), 1, rows, cols, plan.ns.coefficients,
-                          plan.ns.eps, DType::F32);
+                          plan.ns.eps, opt->nsDtype());
       device.applyUpdate(refValues[i].data(), DType::F32, update.data(), count,
                          g.muonSettings,
                          adjustedLr(g.muonSettings, rows, cols));
@@ -422,11 +424,14 @@ TEST(ParamGroups, CheckpointsAndStateDictsCarryTheSettings) {
 }
 
 /// A CPU device whose Newton-Schulz fails once, as a GPU reports an illegal
-/// address: the operation returns, and the error waits for takeError.
+/// address: the operation returns, and the error waits for takeError. Its
+/// "auto" precision is `autoNs`.
 class FailingDevice final : public Device {
 public:
-  explicit FailingDevice(bool fail) : fail(fail) {}
+  explicit FailingDevice(bool fail, DType autoNs = DType::F32)
+      : fail(fail), autoNs(autoNs) {}
   const char *name() const override { return "failing-cpu"; }
+  DType defaultNsDtype() const override { return autoNs; }
   void *allocate(int64_t b) override { return cpu.allocate(b); }
   void release(void *m) override { cpu.release(m); }
   void zero(void *m, int64_t b) override { cpu.zero(m, b); }
@@ -466,6 +471,7 @@ public:
 private:
   cpu::CpuDevice cpu;
   bool fail;
+  DType autoNs;
   Status error;
 };
 
@@ -498,6 +504,42 @@ TEST(ParamGroups, ADeviceErrorFailsTheStepOnEveryRank) {
         << "rank " << r;
     EXPECT_TRUE(after[r].ok()) << after[r].message();
   }
+}
+
+TEST(ParamGroups, RanksResolvingAutoDifferentlyAreRefused) {
+  // ns_dtype "auto" is each device's choice: ranks on CPUs of two kinds
+  // (one with bf16 products, one without) would run Newton-Schulz in two
+  // precisions. Every rank refuses to start, naming the odd ones.
+  Plan plan = compileOn(fourGroupModel(), 4);
+  ASSERT_EQ(plan.ns.nsDtype, "auto");
+  auto start = [&](const Plan &p, std::vector<Status> &statuses) {
+    LocalWorld world(4);
+    std::vector<std::thread> ranks;
+    for (int64_t r = 0; r < 4; ++r)
+      ranks.emplace_back([&, r] {
+        LocalCommunicator comm(world, r);
+        FailingDevice device(false, r == 1 || r == 3 ? DType::BF16 : DType::F32);
+        std::unique_ptr<Optimizer> opt;
+        statuses[r] = Optimizer::create(p, comm, device, {20.0}, opt);
+      });
+    for (std::thread &t : ranks)
+      t.join();
+  };
+  std::vector<Status> statuses(4);
+  start(plan, statuses);
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(statuses[r].code(), StatusCode::InvalidArgument) << r;
+    EXPECT_EQ(statuses[r].message(),
+              "ranks [1, 3] run Newton-Schulz in bf16 but rank 0 in f32 "
+              "(ns_dtype \"auto\" is each device's choice); set ns_dtype to "
+              "f32 or bf16")
+        << r;
+  }
+  // A plan that says which starts everywhere.
+  plan.ns.nsDtype = "bf16";
+  start(plan, statuses);
+  for (int64_t r = 0; r < 4; ++r)
+    EXPECT_TRUE(statuses[r].ok()) << r << ": " << statuses[r].message();
 }
 
 } // namespace

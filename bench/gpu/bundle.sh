@@ -17,8 +17,10 @@ out="$src/gpu-bundle"
 gpu="$src/build-gpu"
 rm -rf "$out" && mkdir -p "$out/bin" "$out/plans"
 
+# Without oneDNN (the CPU's bf16 products): the GPU machine lacks the
+# library, and its ranks' Newton-Schulz runs on the GPU.
 cmake -G Ninja -S "$src" -B "$gpu" -DMUON_RUNTIME_ONLY=ON \
-  -DMUON_ENABLE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+  -DMUON_ENABLE_CUDA=ON -DMUON_ONEDNN=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C "$gpu" muon-run muon-bench muon-cuda-check >/dev/null
 grep -q "MUON_HAVE_CUDA:INTERNAL=ON" "$gpu/CMakeCache.txt" || {
   echo "bundle.sh: the CUDA backend is not in build-gpu (no CUDA toolkit?)" >&2

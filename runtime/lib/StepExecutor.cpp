@@ -56,19 +56,37 @@ Status StepExecutor::initialize() {
                 ? device.defaultNsDtype()
                 : parseDType(plan.ns.nsDtype).value_or(DType::F32);
   // Every rank must execute the same plan: exchanges are collectives, and
-  // a rank with another plan would pair wrong buffers or wait forever.
+  // a rank with another plan would pair wrong buffers or wait forever. And
+  // the same Newton-Schulz precision: "auto" is each rank's device's choice
+  // (on the CPU, bf16 where it has bf16 products), so the word compared
+  // carries it in its low two bits.
+  constexpr uint64_t kPrecisionBits = 3;
   std::vector<uint64_t> hashes;
   std::string error;
-  if (!comm.allGather(planHash(plan), hashes, options.timeoutSeconds, error))
+  if (!comm.allGather((planHash(plan) & ~kPrecisionBits) |
+                          static_cast<uint64_t>(nsDtype),
+                      hashes, options.timeoutSeconds, error))
     return transportFailure("start-up: comparing plans: ", error);
-  std::vector<int64_t> differ;
+  std::vector<int64_t> differ, otherPrecision;
   for (size_t r = 0; r < hashes.size(); ++r)
-    if (hashes[r] != hashes[0])
+    if ((hashes[r] | kPrecisionBits) != (hashes[0] | kPrecisionBits))
       differ.push_back(static_cast<int64_t>(r));
+    else if (hashes[r] != hashes[0])
+      otherPrecision.push_back(static_cast<int64_t>(r));
   if (!differ.empty())
     return invalidArgument("ranks " + formatRanks(differ) +
                            " hold a plan different from rank 0's; every rank "
                            "must load the same plan");
+  if (!otherPrecision.empty()) {
+    const auto name = [](uint64_t word) {
+      return dtypeName(static_cast<DType>(word & kPrecisionBits));
+    };
+    return invalidArgument(
+        "ranks " + formatRanks(otherPrecision) + " run Newton-Schulz in " +
+        name(hashes[otherPrecision[0]]) + " but rank 0 in " +
+        name(hashes[0]) + " (ns_dtype \"" + plan.ns.nsDtype +
+        "\" is each device's choice); set ns_dtype to f32 or bf16");
+  }
 
   locals.clear();
   locals.resize(plan.params.size());

@@ -43,9 +43,17 @@ public:
            std::to_string(threads) + " thread" +
            (threads == 1 ? "" : "s") + ")";
   }
-  double gemmSeconds(int64_t m, int64_t n, int64_t k, runtime::DType,
+  std::string nsProducts(runtime::DType dtype) const override {
+    return runtime::cpu::describeNewtonSchulz(dtype);
+  }
+  double gemmSeconds(int64_t m, int64_t n, int64_t k, runtime::DType dtype,
                      int repeats) override {
-    // The CPU runs bf16 Newton-Schulz as f32 products: sgemm is its rate.
+    // bf16: the CPU's bf16 products (oneDNN), which bf16 Newton-Schulz
+    // runs where the CPU has them; elsewhere it runs f32 products, and
+    // sgemm is its rate.
+    const bool bf16 = dtype == runtime::DType::BF16 &&
+                      runtime::cpu::cpuHasBf16Products() &&
+                      runtime::cpu::oneDnnBuilt();
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> u(-1, 1);
     std::vector<float> a(m * k), b(k * n), c(m * n);
@@ -53,14 +61,29 @@ public:
       x = u(rng);
     for (float &x : b)
       x = u(rng);
+    std::vector<uint16_t> a16, b16, c16;
+    if (bf16) {
+      for (float x : a)
+        a16.push_back(runtime::toBf16Bits(x));
+      for (float x : b)
+        b16.push_back(runtime::toBf16Bits(x));
+      c16.resize(m * n);
+    }
     std::vector<double> times;
     for (int r = 0; r <= repeats; ++r) {
       const double start = clockSeconds();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
-                  static_cast<int>(m), static_cast<int>(n),
-                  static_cast<int>(k), 1.0f, a.data(), static_cast<int>(k),
-                  b.data(), static_cast<int>(n), 0.0f, c.data(),
-                  static_cast<int>(n));
+      if (bf16) {
+        std::string error;
+        if (!runtime::cpu::bf16Gemm(a16.data(), b16.data(), c16.data(), m, n,
+                                    k, error))
+          return 0;
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+                    static_cast<int>(m), static_cast<int>(n),
+                    static_cast<int>(k), 1.0f, a.data(), static_cast<int>(k),
+                    b.data(), static_cast<int>(n), 0.0f, c.data(),
+                    static_cast<int>(n));
+      }
       double s = clockSeconds() - start;
       if (r > 0) // the first is the warm-up
         times.push_back(s);

@@ -18,9 +18,14 @@ public:
   virtual runtime::Device &device() = 0;
   /// "cpu (OpenBLAS, 1 thread)", "cuda:0 (NVIDIA H100 ...)".
   virtual std::string describe() const = 0;
+  /// What Newton-Schulz in `dtype` runs its products on ("bf16 products,
+  /// f32 accumulation (oneDNN ...)"); empty where the device says nothing.
+  virtual std::string nsProducts(runtime::DType dtype) const { return {}; }
   /// Median seconds of one (m x k) x (k x n) product in `dtype` (f32 or
   /// bf16 operands, f32 accumulation; no TF32), after a warm-up, on
-  /// random data.
+  /// random data. On the CPU, bf16 is the bf16 products Newton-Schulz
+  /// uses (oneDNN) where the CPU has them, else sgemm (what bf16
+  /// Newton-Schulz then runs).
   virtual double gemmSeconds(int64_t m, int64_t n, int64_t k,
                              runtime::DType dtype, int repeats) = 0;
 };

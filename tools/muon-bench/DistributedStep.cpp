@@ -8,7 +8,11 @@
 // a gather budget of one matrix so that every round holds one parameter).
 // Both are set against the floor: the busiest rank's Newton-Schulz flops (the
 // contract's dense count) at the best single-thread GEMM rate measured in
-// the same run.
+// the same run, in the element type the run's Newton-Schulz used (bf16
+// products where the CPU has them, else sgemm); both floors are printed.
+// The draft runs with the wire of the compiled plan's run (a spec's wire
+// follows Newton-Schulz's element type), so that both move the same kind
+// of bytes.
 //
 //===----------------------------------------------------------------------===//
 #include "DistributedStep.h"
@@ -122,8 +126,8 @@ std::vector<MuonParam> muonParamsOf(const json &spec, std::string &error) {
 }
 
 /// The draft design's spec: the same model with round-robin owners and no
-/// overlap. Returns the bytes of the largest Muon matrix: the gather budget
-/// that puts one parameter in each round.
+/// overlap. Returns the elements of the largest Muon matrix: times the wire's
+/// element size, the gather budget that puts one parameter in each round.
 int64_t makeDraftSpec(const json &spec, const std::vector<MuonParam> &params,
                       int64_t ranks, json &draft) {
   std::vector<std::vector<std::string>> owned(ranks);
@@ -139,12 +143,12 @@ int64_t makeDraftSpec(const json &spec, const std::vector<MuonParam> &params,
   draft["distributed"] = {{"prefetch_count", 0},
                           {"async", false},
                           {"assignments", assignments}};
-  // f32 on the wire: 4 bytes an element.
-  return largest * 4;
+  return largest;
 }
 
 struct RunFigures {
   double median = 0, min = 0, busiestFlops = 0;
+  std::string nsDtype, wireDtype;
 };
 
 bool runFigures(const std::string &path, RunFigures &f, std::string &error) {
@@ -154,6 +158,8 @@ bool runFigures(const std::string &path, RunFigures &f, std::string &error) {
   try {
     f.median = r.at("step_seconds").at("median").get<double>();
     f.min = r.at("step_seconds").at("min").get<double>();
+    f.nsDtype = r.at("ns_dtype").get<std::string>();
+    f.wireDtype = r.at("wire_dtype").get<std::string>();
     for (const json &rank : r.at("per_rank"))
       f.busiestFlops =
           std::max(f.busiestFlops, rank.at("ns_flops").get<double>());
@@ -183,7 +189,7 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
   if (params.empty())
     return fail(o.specPath + ": " + error);
   json draft;
-  const int64_t budget = makeDraftSpec(spec, params, o.ranks, draft);
+  const int64_t largest = makeDraftSpec(spec, params, o.ranks, draft);
 
   const char *tmpdir = std::getenv("TMPDIR");
   std::string pattern = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") +
@@ -217,11 +223,15 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
         std::to_string(o.blasThreads)};
     if (!o.mpiProgress.empty())
       argv.insert(argv.end(), {"--mpi-progress", o.mpiProgress});
+    if (!o.nsDtype.empty())
+      argv.insert(argv.end(), {"--ns-dtype", o.nsDtype});
     return argv;
   };
 
-  std::vector<double> oursMedian, oursMin, draftMedian, draftMin, gemmRates;
+  std::vector<double> oursMedian, oursMin, draftMedian, draftMin, f32Rates,
+      bf16Rates;
   double oursBusiest = 0, draftBusiest = 0;
+  std::string nsDtype, wireDtype;
   // The GEMM rate of each Muon shape: an m x m by m x n product (m <= n),
   // Newton-Schulz's last product.
   std::vector<std::pair<int64_t, int64_t>> shapes;
@@ -237,14 +247,21 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
     const std::string draftReport =
         tmp + format("/draft-%lld.json", (long long)r);
     std::vector<std::string> ours = common(o.specPath, oursReport);
-    std::vector<std::string> drafted = common(draftPath, draftReport);
-    drafted.insert(drafted.end(),
-                   {"--gather-budget-bytes", std::to_string(budget),
-                    "--max-rounds",
-                    std::to_string(params.size())});
+    if (!o.wireDtype.empty())
+      ours.insert(ours.end(), {"--wire-dtype", o.wireDtype});
     int rc = runCommand(ours);
     if (rc != 0)
       return fail(format("muon-run on %s exited with %d", o.specPath.c_str(), rc));
+    RunFigures a, b;
+    if (!runFigures(oursReport, a, error))
+      return fail(error);
+    // The draft on the same wire, one parameter per round.
+    const int64_t wireBytes = a.wireDtype == "bf16" ? 2 : 4;
+    std::vector<std::string> drafted = common(draftPath, draftReport);
+    drafted.insert(drafted.end(),
+                   {"--wire-dtype", a.wireDtype, "--gather-budget-bytes",
+                    std::to_string(largest * wireBytes), "--max-rounds",
+                    std::to_string(params.size())});
     rc = runCommand(drafted);
     if (rc != 0)
       return fail(format(
@@ -252,26 +269,36 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
           "round-robin over the Muon parameters, so every rank must hold "
           "every one, as under FSDP or TP)",
           rc));
-    RunFigures a, b;
-    if (!runFigures(oursReport, a, error) || !runFigures(draftReport, b, error))
+    if (!runFigures(draftReport, b, error))
       return fail(error);
+    nsDtype = a.nsDtype;
+    wireDtype = a.wireDtype;
     oursMedian.push_back(a.median);
     oursMin.push_back(a.min);
     draftMedian.push_back(b.median);
     draftMin.push_back(b.min);
     oursBusiest = a.busiestFlops;
     draftBusiest = b.busiestFlops;
-    double rate = 0;
-    for (auto [m, n] : shapes) {
-      double s = bench.gemmSeconds(m, n, m, runtime::DType::F32, 3);
-      if (s > 0)
-        rate = std::max(rate, 2.0 * m * m * n / s);
+    for (runtime::DType dtype : {runtime::DType::F32, runtime::DType::BF16}) {
+      double rate = 0;
+      for (auto [m, n] : shapes) {
+        double s = bench.gemmSeconds(m, n, m, dtype, 3);
+        if (s > 0)
+          rate = std::max(rate, 2.0 * m * m * n / s);
+      }
+      (dtype == runtime::DType::F32 ? f32Rates : bf16Rates).push_back(rate);
     }
-    gemmRates.push_back(rate);
   }
 
-  const double rate = *std::max_element(gemmRates.begin(), gemmRates.end());
-  const double floor = rate > 0 ? oursBusiest / rate : 0;
+  const double f32Rate = *std::max_element(f32Rates.begin(), f32Rates.end());
+  const double bf16Rate =
+      *std::max_element(bf16Rates.begin(), bf16Rates.end());
+  const double f32Floor = f32Rate > 0 ? oursBusiest / f32Rate : 0;
+  const double bf16Floor = bf16Rate > 0 ? oursBusiest / bf16Rate : 0;
+  // The run's own: the element type its Newton-Schulz ran in.
+  const bool bf16 = nsDtype == "bf16";
+  const double rate = bf16 ? bf16Rate : f32Rate;
+  const double floor = bf16 ? bf16Floor : f32Floor;
   const double oBest = best(oursMin), oMed = median(oursMedian);
   const double dBest = best(draftMin), dMed = median(draftMedian);
   if (o.json) {
@@ -280,31 +307,43 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
         "%lld, \"step_seconds_best\": %.6e, \"step_seconds_median\": %.6e, "
         "\"draft_seconds_best\": %.6e, \"draft_seconds_median\": %.6e, "
         "\"busiest_ns_flops\": %.6e, \"draft_busiest_ns_flops\": %.6e, "
+        "\"ns_dtype\": \"%s\", \"wire_dtype\": \"%s\", "
         "\"gemm_flops_per_second\": %.6e, \"floor_seconds\": %.6e, "
-        "\"step_over_floor\": %.4f, \"step_over_draft\": %.4f}\n",
+        "\"gemm_f32_flops_per_second\": %.6e, \"floor_f32_seconds\": %.6e, "
+        "\"gemm_bf16_flops_per_second\": %.6e, \"floor_bf16_seconds\": "
+        "%.6e, \"step_over_floor\": %.4f, \"step_over_draft\": %.4f}\n",
         o.specPath.c_str(), (long long)o.ranks, (long long)o.steps,
         (long long)o.repeats, oBest, oMed, dBest, dMed, oursBusiest,
-        draftBusiest, rate, floor, floor > 0 ? oBest / floor : 0,
-        dBest > 0 ? oBest / dBest : 0);
+        draftBusiest, nsDtype.c_str(), wireDtype.c_str(), rate, floor,
+        f32Rate, f32Floor, bf16Rate, bf16Floor,
+        floor > 0 ? oBest / floor : 0, dBest > 0 ? oBest / dBest : 0);
     return 0;
   }
   std::printf(
       "%s on %lld ranks: %lld interleaved runs of %lld steps each (the first "
-      "step of a run is a warm-up)\n"
+      "step of a run is a warm-up); Newton-Schulz %s, wire %s\n"
       "  compiled plan  best %8.1f ms  median %8.1f ms  (busiest rank %.1f "
       "GFLOP of NS)\n"
       "  draft design   best %8.1f ms  median %8.1f ms  (busiest rank %.1f "
       "GFLOP; round-robin, one gather and one scatter per parameter, no "
       "overlap)\n"
-      "  floor          %8.1f ms  (busiest rank's dense NS flops at %.2f "
-      "GFLOP/s, the best single-thread GEMM rate of the model's shapes)\n"
-      "  step / floor   best %.3f  median %.3f\n"
+      "  floor f32      %8.1f ms  (busiest rank's dense NS flops at %.2f "
+      "GFLOP/s, the best single-thread sgemm rate of the model's shapes)\n"
+      "  floor bf16     %8.1f ms  (the same at %.2f GFLOP/s, the best "
+      "single-thread bf16 GEMM rate%s)\n"
+      "  step / floor   best %.3f  median %.3f  (the %s floor)\n"
       "  step / draft   best %.3f  median %.3f\n",
       o.specPath.c_str(), (long long)o.ranks, (long long)o.repeats,
-      (long long)o.steps, oBest * 1e3, oMed * 1e3, oursBusiest / 1e9,
-      dBest * 1e3, dMed * 1e3, draftBusiest / 1e9, floor * 1e3, rate / 1e9,
+      (long long)o.steps, nsDtype.c_str(), wireDtype.c_str(), oBest * 1e3,
+      oMed * 1e3, oursBusiest / 1e9, dBest * 1e3, dMed * 1e3,
+      draftBusiest / 1e9, f32Floor * 1e3, f32Rate / 1e9, bf16Floor * 1e3,
+      bf16Rate / 1e9,
+      bench.nsProducts(runtime::DType::BF16).rfind("bf16 products", 0) != 0
+          ? "; this CPU has no bf16 products: sgemm"
+          : "",
       floor > 0 ? oBest / floor : 0, floor > 0 ? oMed / floor : 0,
-      dBest > 0 ? oBest / dBest : 0, dMed > 0 ? oMed / dMed : 0);
+      nsDtype.c_str(), dBest > 0 ? oBest / dBest : 0,
+      dMed > 0 ? oMed / dMed : 0);
   return 0;
 }
 

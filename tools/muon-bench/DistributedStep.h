@@ -16,6 +16,8 @@ struct DistributedStepOptions {
   int64_t repeats = 3; // interleaved runs of each design
   int64_t blasThreads = 1;
   std::string mpiProgress; // forwarded to muon-run when set
+  std::string nsDtype;     // forwarded to muon-run when set
+  std::string wireDtype;   // forwarded to muon-run when set
   bool json = false;
 };
 

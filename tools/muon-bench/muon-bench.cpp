@@ -6,7 +6,8 @@
 //     Newton-Schulz seconds per shape (median after a warm-up) against the
 //     dense floor: the contract's flop count, ns_steps * (4 m^2 n + 2 m^3)
 //     per matrix, at the rate of a plain matrix product of the same size
-//     measured in the same run.
+//     in the same element type (bf16: the CPU's bf16 products where it has
+//     them) measured in the same run.
 //   muon-bench step PLAN [--backend cpu|cuda] [--steps N] [--json]
 //                   [--clock wall|cpu]
 //     Optimizer steps of a one-rank plan on synthetic gradients: step time
@@ -16,9 +17,14 @@
 //     (CheckpointIo.cpp): best and median seconds, the page cache dropped
 //     before each cold load.
 //   muon-bench step SPEC --ranks N [--steps N] [--repeats R] [--json]
-//     The compiled plan on N MPI ranks (through muon-run) against the floor
-//     and against the seeds' draft design, interleaved in one sitting
-//     (DistributedStep.cpp).
+//                   [--ns-dtype auto|f32|bf16] [--wire-dtype f32|bf16]
+//     The compiled plan on N MPI ranks (through muon-run) against the f32
+//     and bf16 floors and against the seeds' draft design, interleaved in
+//     one sitting (DistributedStep.cpp).
+//   muon-bench orthogonalize --rows R --cols C --input F --output G
+//                            [--ns-dtype f32|bf16]
+//     Newton-Schulz on one matrix (raw f32 in and out), for numerics
+//     comparisons (bench/ns-numerics.py).
 //
 // Built without LLVM (it runs where only the runtime is, such as a GPU
 // node). Figures and how they were taken: docs/performance.md.
@@ -156,11 +162,13 @@ int runNs(int argc, char **argv) {
   std::vector<std::array<double, 3>> abc = *table;
   abc.resize(static_cast<size_t>(nsSteps), abc.back());
 
+  const std::string products = bench->nsProducts(dtype);
   if (!json)
-    std::printf("Newton-Schulz on %s, %s, %lld step(s), batch %lld\n"
+    std::printf("Newton-Schulz on %s, %s, %lld step(s), batch %lld%s%s\n"
                 "%-11s %10s %10s %10s %10s %8s %8s\n",
                 bench->describe().c_str(), nsDtype.c_str(),
                 static_cast<long long>(nsSteps), static_cast<long long>(batch),
+                products.empty() ? "" : "\n  products: ", products.c_str(),
                 "shape", "NS ms", "TFLOP/s", "GEMM TF/s", "floor ms",
                 "NS/floor", "best");
   std::mt19937 rng(1234);
@@ -224,11 +232,12 @@ int runNs(int argc, char **argv) {
                   "\"ns_seconds\": %.6e, \"ns_seconds_min\": %.6e, "
                   "\"dense_flops\": %.6e, \"gemm_flops_per_second\": %.6e, "
                   "\"floor_seconds\": %.6e, \"floor_seconds_min\": %.6e, "
-                  "\"ratio\": %.4f, \"ratio_best\": %.4f}\n",
+                  "\"ratio\": %.4f, \"ratio_best\": %.4f, \"products\": "
+                  "\"%s\"}\n",
                   shape.c_str(), backend.c_str(), nsDtype.c_str(),
                   preset.c_str(), static_cast<long long>(batch),
                   static_cast<long long>(nsSteps), ns, nsBest, flops,
-                  gemmRate, floor, floorBest, ratio, ratioBest);
+                  gemmRate, floor, floorBest, ratio, ratioBest, products.c_str());
     else
       std::printf("%-11s %10.3f %10.3f %10.3f %10.3f %8.3f %8.3f\n",
                   shape.c_str(), ns * 1e3, flops / ns / 1e12, gemmRate / 1e12,
@@ -259,7 +268,12 @@ int runStep(int argc, char **argv) {
            "With --ranks: forwarded to muon-run");
   p.option("backend", backend, "cpu|cuda", "Device to measure (default cpu)");
   p.option("ns-dtype", nsDtype, "auto|f32|bf16",
-           "Override the plan's Newton-Schulz element type");
+           "Override the plan's Newton-Schulz element type (with --ranks: "
+           "forwarded to muon-run)");
+  std::string wireDtype;
+  p.option("wire-dtype", wireDtype, "f32|bf16",
+           "With --ranks: forwarded to muon-run (default: a spec's wire "
+           "follows Newton-Schulz's element type)");
   p.option("steps", steps, "n",
            "Steps; the first is a warm-up (default 10; 4 per run with "
            "--ranks)");
@@ -281,6 +295,13 @@ int runStep(int argc, char **argv) {
       mpiProgress != "thread" && mpiProgress != "calls")
     return fail("unknown --mpi-progress '" + mpiProgress +
                 "'; expected auto, thread or calls");
+  if (!nsDtype.empty() && nsDtype != "auto" && nsDtype != "f32" &&
+      nsDtype != "bf16")
+    return fail("unknown --ns-dtype '" + nsDtype +
+                "'; expected auto, f32 or bf16");
+  if (!wireDtype.empty() && wireDtype != "f32" && wireDtype != "bf16")
+    return fail("unknown --wire-dtype '" + wireDtype +
+                "'; expected f32 or bf16");
   if (ranks > 0) {
     if (backend != "cpu")
       return fail("--ranks runs on the cpu backend only");
@@ -299,13 +320,14 @@ int runStep(int argc, char **argv) {
     o.repeats = repeats;
     o.blasThreads = threads;
     o.mpiProgress = mpiProgress;
+    o.nsDtype = nsDtype;
+    o.wireDtype = wireDtype;
     o.json = json;
     return runDistributedStep(o, *bench);
   }
-  if (!nsDtype.empty() && nsDtype != "auto" && nsDtype != "f32" &&
-      nsDtype != "bf16")
-    return fail("unknown --ns-dtype '" + nsDtype +
-                "'; expected auto, f32 or bf16");
+  if (!wireDtype.empty())
+    return fail("--wire-dtype is for --ranks (a plan's wire is compiled "
+                "in)");
   std::ifstream in(planPath, std::ios::binary);
   if (!in)
     return fail("cannot open plan file '" + planPath + "'");
@@ -359,33 +381,113 @@ int runStep(int argc, char **argv) {
       bigN = std::max(m.rows, m.cols);
     }
   }
+  // Both floors, f32 and bf16 (bf16 products where the device has them);
+  // the step is set against its own Newton-Schulz element type's.
   DType nsType = optimizer->nsDtype();
-  double gemm = bench->gemmSeconds(bigM, bigN, bigM, nsType, 3);
-  double rate = gemm > 0 ? 2.0 * bigM * bigM * bigN / gemm : 0;
-  double floor = rate > 0 ? flops / rate : 0;
+  double rates[2] = {0, 0}, floors[2] = {0, 0};
+  for (DType t : {DType::F32, DType::BF16}) {
+    const int i = t == DType::BF16;
+    double gemm = bench->gemmSeconds(bigM, bigN, bigM, t, 3);
+    rates[i] = gemm > 0 ? 2.0 * bigM * bigM * bigN / gemm : 0;
+    floors[i] = rates[i] > 0 ? flops / rates[i] : 0;
+  }
+  const double rate = rates[nsType == DType::BF16];
+  const double floor = floors[nsType == DType::BF16];
   double step = median(times);
   if (json)
     std::printf("{\"plan\": \"%s\", \"backend\": \"%s\", \"ns_dtype\": \"%s\", "
                 "\"matrices\": %zu, \"step_seconds\": %.6e, "
                 "\"step_seconds_min\": %.6e, \"ns_flops\": %.6e, "
-                "\"gemm_flops_per_second\": %.6e, \"floor_seconds\": %.6e}\n",
+                "\"gemm_flops_per_second\": %.6e, \"floor_seconds\": %.6e, "
+                "\"floor_f32_seconds\": %.6e, \"floor_bf16_seconds\": "
+                "%.6e}\n",
                 planPath.c_str(), backend.c_str(),
                 runtime::dtypeName(nsType), plan.matrices.size(), step,
                 *std::min_element(times.begin(), times.end()), flops, rate,
-                floor);
+                floor, floors[0], floors[1]);
   else
     std::printf("%s on %s, ns_dtype %s: %zu Muon matrices, %.3f TFLOP of "
                 "Newton-Schulz per step\n"
                 "  step median %.2f ms (min %.2f) over %zu steps after "
                 "warm-up\n"
-                "  floor %.2f ms (GEMM %.2f TFLOP/s at %lldx%lld); step/floor "
-                "%.3f\n",
+                "  floor %.2f ms (%s GEMM %.2f TFLOP/s at %lldx%lld); "
+                "step/floor %.3f\n"
+                "  floors: f32 %.2f ms, bf16 %.2f ms\n",
                 planPath.c_str(), bench->describe().c_str(),
                 runtime::dtypeName(nsType), plan.matrices.size(), flops / 1e12,
                 step * 1e3, *std::min_element(times.begin(), times.end()) * 1e3,
-                times.size(), floor * 1e3, rate / 1e12,
-                static_cast<long long>(bigM), static_cast<long long>(bigN),
-                floor > 0 ? step / floor : 0);
+                times.size(), floor * 1e3, runtime::dtypeName(nsType),
+                rate / 1e12, static_cast<long long>(bigM),
+                static_cast<long long>(bigN), floor > 0 ? step / floor : 0,
+                floors[0] * 1e3, floors[1] * 1e3);
+  return 0;
+}
+
+/// Newton-Schulz on one matrix read from a file, written to another: what
+/// the device computes, for numerics comparisons with other
+/// implementations (bench/ns-numerics.py).
+int runOrthogonalize(int argc, char **argv) {
+  std::string input, output, nsDtype = "f32", preset = "jordan",
+                             backend = "cpu";
+  int64_t rows = 0, cols = 0, nsSteps = 5;
+  double eps = 1e-7;
+  cli::Parser p("muon-bench orthogonalize",
+                "Newton-Schulz on one matrix: raw little-endian f32, "
+                "row-major, in and out");
+  p.option("input", input, "file", "The matrix (rows x cols f32 values)");
+  p.option("output", output, "file", "Where the result goes");
+  p.option("rows", rows, "n", "Rows");
+  p.option("cols", cols, "n", "Columns");
+  p.option("backend", backend, "cpu|cuda", "Device (default cpu)");
+  p.option("ns-dtype", nsDtype, "f32|bf16", "Element type (default f32)");
+  p.option("ns-steps", nsSteps, "n", "Iterations (default 5)");
+  p.option("ns-coefficients", preset, "jordan|polar_express",
+           "Coefficient preset (default jordan)");
+  p.option("eps", eps, "x", "Norm floor (default 1e-7)");
+  if (std::optional<int> done = parseFlags(p, argc, argv))
+    return *done;
+  if (input.empty() || output.empty() || rows < 1 || cols < 1 ||
+      rows > (1 << 16) || cols > (1 << 16) || nsSteps < 1 || nsSteps > 99)
+    return fail("--input, --output, --rows and --cols in [1, 65536] are "
+                "needed, --ns-steps in [1, 99]");
+  if (nsDtype != "f32" && nsDtype != "bf16")
+    return fail("unknown --ns-dtype '" + nsDtype + "'; expected f32 or bf16");
+  std::optional<std::vector<NsTriple>> table = nsPreset(preset, nsSteps);
+  if (!table)
+    return fail("unknown --ns-coefficients '" + preset + "'; expected " +
+                nsPresetList());
+  std::vector<std::array<double, 3>> abc = *table;
+  abc.resize(static_cast<size_t>(nsSteps), abc.back());
+  const int64_t elements = rows * cols;
+  std::vector<float> host(elements);
+  {
+    std::ifstream in(input, std::ios::binary);
+    if (!in.read(reinterpret_cast<char *>(host.data()), elements * 4) ||
+        in.peek() != std::char_traits<char>::eof())
+      return fail(format("'%s' is not %lld f32 values", input.c_str(),
+                         static_cast<long long>(elements)));
+  }
+  std::string error;
+  std::unique_ptr<BenchDevice> bench = openBenchDevice(backend, 1, error);
+  if (!bench)
+    return fail(error);
+  runtime::Device &device = bench->device();
+  runtime::DeviceBuffer x(device, elements * 4);
+  if (!x.ok())
+    return fail("the device has no room for the matrix");
+  const DType dtype = nsDtype == "bf16" ? DType::BF16 : DType::F32;
+  device.copyToDevice(x.data(), host.data(), elements * 4);
+  device.newtonSchulz(x.floats(), 1, rows, cols, abc, eps, dtype);
+  device.copyToHost(host.data(), x.data(), elements * 4);
+  if (runtime::Status s = device.takeError(); !s.ok())
+    return fail(s.message());
+  std::ofstream out(output, std::ios::binary);
+  if (!out.write(reinterpret_cast<const char *>(host.data()), elements * 4))
+    return fail("cannot write '" + output + "'");
+  std::printf("{\"rows\": %lld, \"cols\": %lld, \"ns_dtype\": \"%s\", "
+              "\"products\": \"%s\"}\n",
+              static_cast<long long>(rows), static_cast<long long>(cols),
+              nsDtype.c_str(), bench->nsProducts(dtype).c_str());
   return 0;
 }
 
@@ -470,6 +572,8 @@ int main(int argc, char **argv) {
       "binary plan\n"
       "       muon-bench checkpoint --dir DIR  one rank's checkpoint save "
       "and load\n"
+      "       muon-bench orthogonalize --rows R --cols C --input F --output "
+      "G  Newton-Schulz on one matrix\n"
       "       muon-bench COMMAND --help   the options of a command\n";
   if (argc < 2) {
     std::fputs(usage, stderr);
@@ -488,6 +592,8 @@ int main(int argc, char **argv) {
     return runPlanLoad(argc - 1, argv + 1);
   if (command == "checkpoint")
     return runCheckpointIo(argc - 1, argv + 1);
+  if (command == "orthogonalize")
+    return runOrthogonalize(argc - 1, argv + 1);
   std::fprintf(stderr, "muon-bench: unknown command '%s'\n%s",
                command.c_str(), usage);
   return 2;

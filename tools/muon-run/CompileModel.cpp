@@ -6,6 +6,7 @@
 
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
 #include "muon/Dialect/Muon/IR/MuonDialect.h"
+#include "muon/Dialect/Muon/IR/MuonOps.h"
 #include "muon/Dialect/Muon/Transforms/Pipelines.h"
 #include "muon/Target/Spec/SpecImport.h"
 
@@ -23,6 +24,22 @@ namespace muon::tool {
 
 bool haveCompiler() { return true; }
 
+/// The element type Newton-Schulz runs in, as the run resolves it: the
+/// flag, else the model's ns_dtype, with "auto" as the run's device means
+/// it.
+static std::string nsDtypeOf(ModuleOp module, const CompileFlags &flags) {
+  std::string ns = flags.nsDtypeFlag;
+  for (mlir::muon::ModelOp model : module.getOps<mlir::muon::ModelOp>())
+    // Every Muon group shares ns_dtype (the verifier checks).
+    for (mlir::muon::OptimizerOp o :
+         model.getBodyBlock().getOps<mlir::muon::OptimizerOp>())
+      if (ns.empty())
+        ns = mlir::muon::stringifyNsDtype(o.getNsDtype()).str();
+  if (ns.empty() || ns == "auto")
+    ns = flags.autoNsDtype;
+  return ns;
+}
+
 bool compileModel(const std::string &path, const std::string &text,
                   const CompileFlags &flags, Plan &plan) {
   std::unique_ptr<llvm::MemoryBuffer> buffer =
@@ -34,8 +51,9 @@ bool compileModel(const std::string &path, const std::string &text,
   llvm::SourceMgr sourceMgr;
   std::unique_ptr<ScopedDiagnosticHandler> handler;
   OwningOpRef<ModuleOp> module;
-  if (StringRef(path).ends_with(".json") ||
-      StringRef(text).ltrim().starts_with("{")) {
+  const bool spec = StringRef(path).ends_with(".json") ||
+                    StringRef(text).ltrim().starts_with("{");
+  if (spec) {
     handler =
         std::make_unique<mlir::muon::SpecDiagnosticHandler>(&context, path);
     module = mlir::muon::importSpec(text, &context);
@@ -49,6 +67,11 @@ bool compileModel(const std::string &path, const std::string &text,
   mlir::muon::CompileOverrides overrides;
   if (flags.wireDtypeGiven)
     overrides.wireDtype = flags.wireDtype;
+  else if (spec && !flags.autoNsDtype.empty() &&
+           nsDtypeOf(*module, flags) == "bf16")
+    // A spec has no wire setting (it is a compiler setting): it follows
+    // Newton-Schulz. IR says its own (muon.distributed's wire_dtype).
+    overrides.wireDtype = "bf16";
   if (flags.gatherBudgetGiven)
     overrides.gatherBudgetBytes = flags.gatherBudgetBytes;
   if (flags.maxRoundsGiven)

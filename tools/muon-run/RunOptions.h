@@ -19,6 +19,14 @@ struct CompileFlags {
   bool gatherBudgetGiven = false;
   int64_t maxRounds = 8;
   bool maxRoundsGiven = false;
+  /// A spec's wire follows Newton-Schulz's element type unless
+  /// --wire-dtype is given: bf16 Newton-Schulz gets a bf16 wire (IR
+  /// carries its own, muon.distributed's wire_dtype). `autoNsDtype` is what
+  /// ns_dtype "auto" means on the run's device ("f32" or "bf16"); empty,
+  /// the wire does not follow (a dry run compiles for no device, and the
+  /// CUDA backend keeps its f32 wire). `nsDtypeFlag` is --ns-dtype, when
+  /// given.
+  std::string autoNsDtype, nsDtypeFlag;
   /// When set (a dry run with no need for the transfer list), the compiler
   /// streams the transfers into it instead of holding them in the plan.
   TransferSink *stream = nullptr;

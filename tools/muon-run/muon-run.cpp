@@ -24,6 +24,7 @@
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Report.h"
+#include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Cpu/MpiLauncher.h"
 #include "muon/Support/CommandLine.h"
 #include "muon/Support/Format.h"
@@ -60,6 +61,18 @@ struct Flags {
   std::string simulate, profilesFile, traceFile;
 };
 
+/// "\n  Newton-Schulz: bf16 products, f32 accumulation (oneDNN ...)": what
+/// the ranks' Newton-Schulz runs on, the plan's ns_dtype ("auto" as the
+/// CPU backend means it here).
+std::string cpuNewtonSchulz(const ::muon::Plan &plan) {
+  using namespace ::muon::runtime;
+  const DType dtype = plan.ns.nsDtype == "auto"
+                          ? cpu::CpuDevice().defaultNsDtype()
+                          : parseDType(plan.ns.nsDtype).value_or(DType::F32);
+  return "\n  Newton-Schulz: " + cpu::describeNewtonSchulz(dtype) +
+         (plan.ns.nsDtype == "auto" ? " (ns_dtype auto)" : "");
+}
+
 void declare(::muon::cli::Parser &p, Flags &f) {
   p.positional(f.inputFilename, "<spec.json | model.mlir | plan.json>",
                /*required=*/true);
@@ -73,10 +86,12 @@ void declare(::muon::cli::Parser &p, Flags &f) {
            "loads only its own)");
   p.option("wire-dtype", f.wireDtype, "f32|bf16",
            "Element type the exchanges carry (default: the model's "
-           "setting, else f32)");
+           "setting, else in a run on cpu Newton-Schulz's element type, "
+           "else f32)");
   p.option("ns-dtype", f.nsDtype, "auto|f32|bf16",
            "Element type Newton-Schulz runs in (default: the model's "
-           "setting, else the backend's: f32 on cpu, bf16 on cuda)");
+           "setting, else the backend's: on cpu bf16 where the CPU has "
+           "bf16 products (AVX512_BF16, AMX), else f32; bf16 on cuda)");
   p.flag("quiet", f.quiet, "No summary on the terminal");
   p.flag("print-schedule", f.printSchedule,
          "Print the step's sequence: exchanges, NS batches and the "
@@ -407,6 +422,16 @@ int main(int argc, char **argv) {
   compile.gatherBudgetGiven = parser.given("gather-budget-bytes");
   compile.maxRounds = flags.maxRounds;
   compile.maxRoundsGiven = parser.given("max-rounds");
+  // A run on the CPU: the wire follows Newton-Schulz's element type, which
+  // "auto" makes bf16 where this CPU has bf16 products (every rank compiles
+  // the same way on the same kind of machine; a rank that differs holds a
+  // different plan, which the start-up check refuses).
+  if (!flags.dryRun && flags.backend == "cpu") {
+    compile.autoNsDtype = ::muon::runtime::dtypeName(
+        ::muon::runtime::cpu::CpuDevice().defaultNsDtype());
+    if (parser.given("ns-dtype"))
+      compile.nsDtypeFlag = flags.nsDtype;
+  }
   // A dry run streams the transfers as they are made, so the whole plan's
   // transfer list (1.2 GB at 16,384 ranks) never exists: into the writer of
   // a binary --plan, or, with no plan to write, into a counter of each
@@ -487,7 +512,7 @@ int main(int argc, char **argv) {
     printPlanSchedule(plan);
   if (!flags.quiet)
     ::muon::tool::printLines(format(
-        "run: %lld ranks, %zu Muon matri%s, %lld step(s)%s, wire %s%s%s",
+        "run: %lld ranks, %zu Muon matri%s, %lld step(s)%s, wire %s%s%s%s",
         static_cast<long long>(plan.worldSize), plan.matrices.size(),
         plan.matrices.size() == 1 ? "x" : "ces",
         static_cast<long long>(flags.steps),
@@ -498,6 +523,7 @@ int main(int argc, char **argv) {
             : "",
         plan.wireDtype.c_str(),
         flags.backend == "cuda" ? ", on cuda" : "",
-        flags.verifyRun ? ", verified against one device" : ""));
+        flags.verifyRun ? ", verified against one device" : "",
+        flags.backend == "cpu" ? cpuNewtonSchulz(plan).c_str() : ""));
   return ::muon::tool::launchRanks(plan, run);
 }

@@ -3,6 +3,10 @@
 
 #include "muon/Runtime/ElementMath.h"
 
+#ifdef MUON_HAVE_ONEDNN
+#include "OneDnnNewtonSchulz.h"
+#endif
+
 #include <cblas.h>
 #ifdef MUON_BLAS_BLIS
 #include <blis.h> // bli_thread_set_num_threads
@@ -16,6 +20,77 @@
 #include <new>
 
 namespace muon::runtime::cpu {
+
+#ifndef MUON_HAVE_ONEDNN
+class OneDnnNewtonSchulz {};
+#endif
+
+CpuNsKernel chooseNsKernel(DType precision, bool oneDnnBuilt, bool cpuBf16) {
+  return precision == DType::BF16 && oneDnnBuilt && cpuBf16
+             ? CpuNsKernel::OneDnnBf16
+             : CpuNsKernel::Blas;
+}
+
+DType chooseDefaultNsDtype(bool oneDnnBuilt, bool cpuBf16) {
+  return oneDnnBuilt && cpuBf16 ? DType::BF16 : DType::F32;
+}
+
+bool oneDnnBuilt() {
+#ifdef MUON_HAVE_ONEDNN
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cpuHasBf16Products() {
+#ifdef MUON_HAVE_ONEDNN
+  return oneDnnCpu().bf16;
+#else
+  return false;
+#endif
+}
+
+std::string describeNewtonSchulz(DType precision) {
+  const std::string blas = blasName();
+  if (chooseNsKernel(precision, oneDnnBuilt(), cpuHasBf16Products()) ==
+      CpuNsKernel::OneDnnBf16) {
+#ifdef MUON_HAVE_ONEDNN
+    OneDnnCpu cpu = oneDnnCpu();
+    return "bf16 products, f32 accumulation (oneDNN " + cpu.version + ", " +
+           cpu.isa + ")";
+#endif
+  }
+  if (precision != DType::BF16)
+    return "f32 products (" + blas + ")";
+#ifdef MUON_HAVE_ONEDNN
+  return "f32 products rounded to bf16 (" + blas +
+         "; this CPU has no bf16 products: oneDNN " + oneDnnCpu().version +
+         " runs " + oneDnnCpu().isa + ")";
+#else
+  return "f32 products rounded to bf16 (" + blas +
+         "; built without oneDNN, MUON_ONEDNN=OFF)";
+#endif
+}
+
+CpuDevice::CpuDevice(CpuDeviceOptions options) : options(options) {}
+CpuDevice::~CpuDevice() = default;
+
+CpuNsKernel CpuDevice::nsKernel(DType precision) const {
+  return chooseNsKernel(precision, oneDnnBuilt() && options.oneDnn,
+                        cpuHasBf16Products());
+}
+
+DType CpuDevice::defaultNsDtype() const {
+  return chooseDefaultNsDtype(oneDnnBuilt() && options.oneDnn,
+                              cpuHasBf16Products());
+}
+
+Status CpuDevice::takeError() {
+  Status first = error;
+  error = okStatus();
+  return first;
+}
 
 void *CpuDevice::allocate(int64_t bytes) {
   void *memory = std::calloc(static_cast<size_t>(bytes), 1);
@@ -93,6 +168,26 @@ int64_t CpuDevice::newtonSchulz(float *x, int64_t count, int64_t rows,
                                 const std::vector<std::array<double, 3>> &abc,
                                 double eps, DType precision) {
   int64_t flops = 0;
+#ifdef MUON_HAVE_ONEDNN
+  if (nsKernel(precision) == CpuNsKernel::OneDnnBf16) {
+    if (!oneDnn) {
+      oneDnn = std::make_unique<OneDnnNewtonSchulz>();
+      oneDnn->setTile(options.bf16Tile);
+    }
+    const int64_t m = std::min(rows, cols), n = std::max(rows, cols);
+    for (int64_t i = 0; i < count; ++i) {
+      std::string message;
+      if (!oneDnn->run(x + i * rows * cols, rows, cols, abc, eps, message) &&
+          error.ok())
+        error = Status(StatusCode::Internal,
+                       "cpu Newton-Schulz (bf16): " + message);
+      // The contract's dense count (Device.h).
+      flops += static_cast<int64_t>(abc.size()) *
+               (4 * m * m * n + 2 * m * m * m);
+    }
+    return flops;
+  }
+#endif
   for (int64_t i = 0; i < count; ++i)
     flops += newtonSchulzOne(x + i * rows * cols, rows, cols, abc, eps,
                              precision == DType::BF16);
@@ -221,12 +316,36 @@ int64_t CpuDevice::newtonSchulzOne(
   return flops;
 }
 
+void setBlasThreads(int threads) {
 #ifdef MUON_BLAS_BLIS
-void setBlasThreads(int threads) { bli_thread_set_num_threads(threads); }
+  bli_thread_set_num_threads(threads);
+#else
+  openblas_set_num_threads(threads);
+#endif
+#ifdef MUON_HAVE_ONEDNN
+  setOneDnnThreads(threads);
+#endif
+}
+
+#ifdef MUON_BLAS_BLIS
 const char *blasName() { return "BLIS"; }
 #else
-void setBlasThreads(int threads) { openblas_set_num_threads(threads); }
 const char *blasName() { return "OpenBLAS"; }
 #endif
+
+bool bf16Gemm(const uint16_t *a, const uint16_t *b, uint16_t *c, int64_t m,
+              int64_t n, int64_t k, std::string &error) {
+#ifdef MUON_HAVE_ONEDNN
+  if (cpuHasBf16Products()) {
+    static OneDnnNewtonSchulz products;
+    return products.gemm(a, b, c, m, n, k, error);
+  }
+  error = "this CPU has no bf16 products (oneDNN runs " + oneDnnCpu().isa +
+          ")";
+#else
+  error = "built without oneDNN (MUON_ONEDNN=OFF): no bf16 products";
+#endif
+  return false;
+}
 
 } // namespace muon::runtime::cpu

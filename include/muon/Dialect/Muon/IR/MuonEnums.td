@@ -60,7 +60,8 @@ def Muon_WireDtypeAttr : EnumAttr<Muon_Dialect, Muon_WireDtype, "wire_dtype"> {
 }
 
 // Written as `#muon.ns_dtype<bf16>`; `auto` leaves the choice to the
-// device that runs the plan (f32 on the CPU, bf16 on CUDA).
+// device that runs the plan (bf16 on CUDA; on the CPU bf16 where it has
+// bf16 products, else f32).
 def Muon_NsDtype : Muon_Enum<"NsDtype", "the element type Newton-Schulz runs in", [
   I32EnumAttrCase<"Auto", 0, "auto">,
   I32EnumAttrCase<"F32", 1, "f32">,
