@@ -156,8 +156,18 @@ muon.model @m {
 
 muon.model @m {
   shard.grid @mesh(shape = 2)
-  // expected-error @+1 {{optimizer 'lr' must be >= 0, got -1}}
+  // expected-error @+1 {{optimizer 'lr' must be a finite number >= 0, got -1}}
   muon.optimizer {lr = -1.0 : f64}
+}
+
+// -----
+
+// What the plan validator refuses, the verifier refuses first (a fuzzer
+// found momentum 9 compiled into a plan that would not load).
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{optimizer 'momentum' must be in [0, 1), got 9}}
+  muon.optimizer {momentum = 9.0 : f64}
 }
 
 // -----

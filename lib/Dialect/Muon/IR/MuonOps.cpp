@@ -763,9 +763,11 @@ std::array<double, 3> OptimizerOp::getCoefficients(int64_t step) {
 }
 
 LogicalResult OptimizerOp::verify() {
+  // The plan validator's rules (checkGroupSettings): what compiles, loads.
   auto nonNegative = [&](StringRef key, double v) -> LogicalResult {
-    if (v < 0 || std::isnan(v))
-      return emitError() << "optimizer '" << key << "' must be >= 0, got " << v;
+    if (v < 0 || !std::isfinite(v))
+      return emitError() << "optimizer '" << key
+                         << "' must be a finite number >= 0, got " << v;
     return success();
   };
   if (failed(nonNegative("lr", getLr().convertToDouble())) ||
@@ -773,6 +775,9 @@ LogicalResult OptimizerOp::verify() {
       failed(nonNegative("momentum", getMomentum().convertToDouble())) ||
       failed(nonNegative("eps", getEps().convertToDouble())))
     return failure();
+  if (getMomentum().convertToDouble() >= 1)
+    return emitError() << "optimizer 'momentum' must be in [0, 1), got "
+                       << getMomentum().convertToDouble();
   int64_t steps = static_cast<int64_t>(getNsSteps());
   if (steps >= 100)
     return emitError() << "optimizer 'ns_steps' must be less than 100, got "
@@ -801,8 +806,9 @@ LogicalResult AdamWOp::verify() {
        {std::pair<StringRef, double>{"lr", getLr().convertToDouble()},
         {"eps", getEps().convertToDouble()},
         {"weight_decay", getWeightDecay().convertToDouble()}})
-    if (v < 0 || std::isnan(v))
-      return emitError() << "adamw '" << key << "' must be >= 0, got " << v;
+    if (v < 0 || !std::isfinite(v))
+      return emitError() << "adamw '" << key
+                         << "' must be a finite number >= 0, got " << v;
   if (std::optional<ArrayRef<double>> betas = getBetas()) {
     if (betas->size() != 2)
       return emitError() << "adamw 'betas' must have 2 entries, got "
