@@ -16,6 +16,8 @@
 //===----------------------------------------------------------------------===//
 #include "CheckpointIo.h"
 
+#include "BenchCommand.h"
+
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"
@@ -40,11 +42,6 @@ using Clock = std::chrono::steady_clock;
 
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-int fail(const std::string &message) {
-  std::fprintf(stderr, "muon-bench checkpoint: %s\n", message.c_str());
-  return 2;
 }
 
 /// The files of the checkpoint in `dir`.
@@ -112,16 +109,8 @@ int runCheckpointIo(int argc, char **argv) {
            "MiB of optimizer state, a multiple of 128 (default 1024)");
   p.option("repeats", repeats, "n", "Round trips (default 3)");
   p.flag("json", json, "A JSON object instead of text");
-  std::string message;
-  switch (p.parse(argc, argv, message)) {
-  case cli::Parser::Outcome::Help:
-    std::fputs(message.c_str(), stdout);
-    return 0;
-  case cli::Parser::Outcome::Error:
-    return fail(message);
-  case cli::Parser::Outcome::Run:
-    break;
-  }
+  if (std::optional<int> done = parseFlags(p, argc, argv))
+    return *done;
   if (dir.empty() || mib < 128 || mib % 128 || repeats < 1)
     return fail("--dir is required, --mib a multiple of 128, --repeats >= 1");
 

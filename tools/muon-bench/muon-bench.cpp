@@ -30,6 +30,7 @@
 // node). Figures and how they were taken: docs/performance.md.
 //
 //===----------------------------------------------------------------------===//
+#include "BenchCommand.h"
 #include "BenchDevice.h"
 #include "CheckpointIo.h"
 #include "DistributedStep.h"
@@ -56,27 +57,6 @@ using namespace muon::bench;
 using runtime::DType;
 
 namespace {
-
-int fail(const std::string &message) {
-  std::fprintf(stderr, "muon-bench: %s\n", message.c_str());
-  return 2;
-}
-
-/// Parses a command's flags; the exit code when there is nothing to run
-/// (--help: 0, a bad flag: 2).
-std::optional<int> parseFlags(cli::Parser &parser, int argc, char **argv) {
-  std::string message;
-  switch (parser.parse(argc, argv, message)) {
-  case cli::Parser::Outcome::Help:
-    std::fputs(message.c_str(), stdout);
-    return 0;
-  case cli::Parser::Outcome::Error:
-    return fail(message);
-  case cli::Parser::Outcome::Run:
-    break;
-  }
-  return std::nullopt;
-}
 
 struct Shape {
   int64_t rows = 0, cols = 0;
