@@ -127,7 +127,7 @@ Status StepExecutor::initialize() {
   views.clear();
   for (const Exchange &ex : plan.exchanges)
     views.push_back(rankExchangeView(ex, myRank));
-  lastCounters.workingBytesBound = memoryBound();
+  workingBytesBound = memoryBound(); // the plan's: once
   batchesByRound.assign(plan.rounds.size(), {});
   slotOf.clear();
   if (myRank < static_cast<int64_t>(plan.nsBatches.size()))
@@ -629,7 +629,7 @@ constexpr uint64_t kMaxWord = (uint64_t(1) << (64 - kHashBits)) - 1;
 
 Status StepExecutor::step(StepResult &result) {
   lastCounters = {};
-  lastCounters.workingBytesBound = memoryBound();
+  lastCounters.workingBytesBound = workingBytesBound;
   peakBytes = liveBytes;
   result = {};
   for (LocalParam &local : locals)

@@ -176,6 +176,7 @@ private:
   /// Device bytes the executor holds now, and the most since the step
   /// began (DeviceBuffer's tracker).
   int64_t liveBytes = 0, peakBytes = 0;
+  int64_t workingBytesBound = 0; // memoryBound(), computed at initialize
 
   const Plan &planRef;
   std::vector<PlanGroup> currentGroups;
