@@ -127,7 +127,6 @@ Status StepExecutor::initialize() {
   views.clear();
   for (const Exchange &ex : plan.exchanges)
     views.push_back(rankExchangeView(ex, myRank));
-  workingBytesBound = memoryBound(); // the plan's: once
   batchesByRound.assign(plan.rounds.size(), {});
   slotOf.clear();
   if (myRank < static_cast<int64_t>(plan.nsBatches.size()))
@@ -137,6 +136,8 @@ Status StepExecutor::initialize() {
       for (size_t i = 0; i < b.matrices.size(); ++i)
         slotOf[b.matrices[i]] = {&b, static_cast<int64_t>(i)};
     }
+  // The plan's, once: after the views and batches it counts.
+  workingBytesBound = memoryBound();
   return okStatus();
 }
 
