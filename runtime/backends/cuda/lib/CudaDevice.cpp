@@ -37,11 +37,11 @@ bool integerFromEnv(const char *name, int64_t fallback, int64_t &value,
 
 bool newtonSchulzOptionsFromEnv(NewtonSchulzOptions &options,
                                 std::string &error) {
-  int64_t grouped = 1;
+  int64_t grouped = options.grouped ? 1 : 0;
   if (!integerFromEnv("MUON_CUDA_SYMMETRIC_MIN", options.symmetricMin,
                       options.symmetricMin, error) ||
       !integerFromEnv("MUON_CUDA_SYMMETRIC_TILE", 0, options.tile, error) ||
-      !integerFromEnv("MUON_CUDA_GROUPED_GEMM", 1, grouped, error))
+      !integerFromEnv("MUON_CUDA_GROUPED_GEMM", grouped, grouped, error))
     return false;
   if (grouped > 1) {
     error = "MUON_CUDA_GROUPED_GEMM must be 0 or 1";

@@ -46,8 +46,11 @@ struct NewtonSchulzOptions {
   int64_t symmetricMin = 2048;
   /// Tile side of that path; 0 chooses one per shape (symmetricTile).
   int64_t tile = 0;
-  /// Whether to issue the tiles as one grouped GEMM.
-  bool grouped = true;
+  /// Whether to issue the tiles as one grouped GEMM rather than one
+  /// strided batched GEMM per tile shape. Off by default: on an H100
+  /// (cuBLAS 13) the grouped call ran the bf16 Newton-Schulz 1.2x to 1.5x
+  /// slower (docs/performance.md, bench/gpu/variants.sh).
+  bool grouped = false;
 };
 
 class NewtonSchulzRunner {
