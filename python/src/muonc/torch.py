@@ -18,9 +18,12 @@ docs/pytorch.md for what works and what does not yet.
 """
 from __future__ import annotations
 
+import atexit
+import gc
 import math
 import os
 import pickle
+import weakref
 from typing import Any
 
 import numpy as np
@@ -50,6 +53,36 @@ class TorchCommunicator:
         self.group = group
         self._rank = dist.get_rank(group)
         self._size = dist.get_world_size(group)
+
+    @classmethod
+    def owned(cls, ranks=None):
+        """A communicator over a gloo group of its own on `ranks` (default:
+        every rank), made collectively. Its own because the exchanges move
+        CPU tensors (the default group may be NCCL), and because the group
+        must be gone before the interpreter finalizes: gloo's worker threads
+        release a collective's tensors after it returns, and one doing so
+        while Python shuts down aborts the process ("terminate called
+        without an active exception"). A model's own group outlives
+        destroy_process_group() whenever FSDP2 holds it, so muonc cannot
+        rely on it; its own group it destroys at exit (atexit), which joins
+        those threads."""
+        group = dist.new_group(ranks=ranks, backend="gloo")
+        comm = cls(group)
+        _OWNED.add(comm)
+        return comm
+
+    def release(self):
+        """Destroys an owned group (joins its threads); the communicator is
+        unusable afterwards."""
+        group, self.group = self.group, None
+        if group is None:
+            return
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group(group)
+        except (AssertionError, RuntimeError, ValueError):
+            pass  # already destroyed by destroy_process_group()
+        del group
 
     def rank(self):
         return self._rank
@@ -93,6 +126,16 @@ class TorchCommunicator:
 
     def abort(self, code):
         os._exit(code)
+
+
+_OWNED = weakref.WeakSet()
+
+
+@atexit.register
+def _release_owned_groups():
+    for comm in list(_OWNED):
+        comm.release()
+    gc.collect()
 
 
 def _packed(counts, offsets):
@@ -165,7 +208,8 @@ class Muon(torch.optim.Optimizer):
     parameters (plain tensors over the default process group when
     torch.distributed is initialized, else one process), or the dict of
     ``create_dtensor_config``. ``process_group``: the group exchanges go
-    through (default: the default group).
+    through (default: a gloo group of its own over every rank, made at
+    construction; see TorchCommunicator.owned).
     """
 
     def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.1,
@@ -289,7 +333,8 @@ class Muon(torch.optim.Optimizer):
         comm = None
         if config is not None:
             group = process_group if process_group is not None else config.get("group")
-            comm = TorchCommunicator(group)
+            comm = (TorchCommunicator(group) if group is not None
+                    else TorchCommunicator.owned())
             if comm.size() != math.prod(config["shape"]):
                 raise MuonError(
                     f"invalid argument: the plan is for "
