@@ -133,7 +133,8 @@ def check_layout(model, opt):
 
 
 def _four_ranks(rank, world, out):
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        get_state_dict, set_optimizer_state_dict)
     import torch.distributed.checkpoint as dcp
     results = {}
     for layout in LAYOUTS:
@@ -161,6 +162,14 @@ def _four_ranks(rank, world, out):
         train_steps(model, opt, dp_rank, dp, range(SAVE_AT, STEPS),
                     record["grads"])
         record["final"] = {n: whole(p) for n, p in model.named_parameters()}
+        # DCP's state dict API in this layout: a fresh optimizer over the
+        # same model takes the state, the same whole tensors.
+        _, osd = get_state_dict(model, opt)
+        fresh = make_opt(model)
+        set_optimizer_state_dict(model, fresh, osd)
+        record["state"] = whole_state(opt)
+        record["dcp_state"] = whole_state(fresh)
+        record["dcp_steps_taken"] = fresh.engine.steps_taken
         results[layout] = record
         if layout == "fsdp":
             results["errors"] = _errors(rank, model, opt)
@@ -235,7 +244,9 @@ def _two_ranks(rank, world, out):
         for r in range(4)])
     result["list_state"] = whole_state(opt2)
     result["list_steps_taken"] = opt2.engine.steps_taken
-    train_steps(model, opt, dp_rank, dp, range(SAVE_AT, STEPS))
+    result["grads"] = []
+    train_steps(model, opt, dp_rank, dp, range(SAVE_AT, STEPS),
+                result["grads"])
     result["final"] = {n: whole(p) for n, p in model.named_parameters()}
     if rank == 0:
         torch.save(result, os.path.join(out, "two.pt"))
@@ -280,7 +291,12 @@ def one_process(init, grads=None, dp=1, steps=range(STEPS), state=None):
             p.copy_(init[n])
     opt = Muon(named_groups(model), lr=0.02)
     if state is not None:
-        opt.load_state_dict(state)
+        # Whole tensors by name (whole_state) in torch's format.
+        sd = opt.state_dict()
+        sd["state"] = {i: state[n] for i, n in enumerate(opt.param_names)}
+        for g in sd["param_groups"]:
+            g["muonc_steps"] = steps[0]
+        opt.load_state_dict(sd)
     for i, s in enumerate(steps):
         opt.zero_grad()
         if grads is not None:
@@ -360,6 +376,22 @@ def test_checkpoint_resharded_from_four_ranks_to_two(runs):
     for n, p in two["final"].items():
         torch.testing.assert_close(p, fsdp["final"][n], rtol=1e-5, atol=1e-6,
                                    msg=n)
+    # Exactly where one process resumed from the saved state and fed the 2
+    # ranks' gradients ends.
+    got, opt = one_process(fsdp["saved_params"], grads=two["grads"],
+                           steps=range(SAVE_AT, STEPS), state=saved)
+    assert opt.engine.steps_taken == STEPS
+    for n, p in got.items():
+        assert torch.equal(p, two["final"][n]), n
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_distributed_checkpoint_state_dict_in_each_layout(runs, layout):
+    record = runs[0][layout]
+    assert record["dcp_steps_taken"] == STEPS
+    for n, entry in record["state"].items():
+        for k, v in entry.items():
+            assert torch.equal(record["dcp_state"][n][k], v), (n, k)
 
 
 def test_errors_on_four_ranks(runs):

@@ -792,6 +792,8 @@ class Muon(torch.optim.Optimizer):
         step = 0
         if not group["use_muon"]:
             step = int(float(entry.get("step", 0)))
+        if any(b == e for b, e in box):
+            return []  # an empty shard: nothing of it here
         return [{"param": name, "box": box, "summand": 0, "summands": 1,
                  "step": step, "states": states}]
 
