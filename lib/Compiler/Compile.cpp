@@ -150,6 +150,24 @@ Json specOf(const Model &model, const DistributedConfig *config,
       param["placements"] = placements;
       if (!p.only.empty())
         param["only"] = p.only;
+      if (!p.split.empty()) {
+        Json split = Json::object();
+        for (const auto &[dim, axes] : p.split) {
+          Json list = Json::array();
+          for (const std::string &axis : axes) {
+            // An axis by index when it is a number, else by name.
+            bool digits = !axis.empty() &&
+                          axis.find_first_not_of("0123456789") ==
+                              std::string::npos;
+            if (digits)
+              list.push_back(static_cast<int64_t>(std::stoll(axis)));
+            else
+              list.push_back(axis);
+          }
+          split[std::to_string(dim)] = list;
+        }
+        param["split"] = split;
+      }
     }
     spec["params"].push_back(param);
   }

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from muonc.torch import Muon, MuonError  # noqa: E402
+from muonc.torch import Muon, MuonError, create_dtensor_config  # noqa: E402
 from conftest import TinyTransformer, batch, loss_of, split_params  # noqa: E402
 
 STEPS = 5
@@ -45,11 +45,20 @@ def _ddp_train(rank, world, out):
     torch.manual_seed(0)
     model = TinyTransformer()
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    opt = make_opt(model)
+    # The config read from the module: plain tensors over every rank, with
+    # the module's parameter names.
+    config = create_dtensor_config(model)
+    assert (config["shape"], config["names"], config["dtensor"]) == \
+        ([world], ["dp"], False)
+    muon, adamw = split_params(model)
+    opt = Muon([{"params": muon}, {"params": adamw, "use_muon": False,
+                                   "lr": 3e-3}], lr=0.02,
+               distributed_config=config)
     assert opt.engine.world_size == world
     # Each Muon matrix is orthogonalized by exactly one rank.
     owned = sorted(m for ms in opt.assignments.values() for m in ms)
     assert len(owned) == len(set(owned)) == len(split_params(model)[0])
+    assert "block.linear1.weight" in owned
     for s in range(STEPS):
         x, y = batch(s, n=4 * world)
         opt.zero_grad()

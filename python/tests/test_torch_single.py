@@ -185,3 +185,122 @@ def test_add_param_group_after_construction():
 def test_unsupported_dtype():
     with pytest.raises(MuonError, match="float64"):
         Muon([torch.nn.Parameter(torch.randn(4, 4, dtype=torch.float64))])
+
+
+# --- parameter names ---------------------------------------------------------
+
+def named_groups(model):
+    muon, adamw = [], []
+    for n, p in model.named_parameters():
+        (muon if p.ndim == 2 and "embed" not in n else adamw).append((n, p))
+    return [{"params": muon}, {"params": adamw, "use_muon": False,
+                               "lr": ADAM_LR}]
+
+
+def test_named_parameters_name_the_plan():
+    torch.manual_seed(4)
+    model = TinyTransformer()
+    opt = Muon(named_groups(model), lr=LR)
+    assert opt.param_names[:2] == ["block.self_attn.in_proj_weight",
+                                   "block.self_attn.out_proj.weight"]
+    assert opt.param_groups[0]["param_names"] == opt.param_names[:5]
+    owned = sorted(m for ms in opt.assignments.values() for m in ms)
+    assert owned == sorted(opt.param_names[:5])
+    # Errors name the module's parameter.
+    x, y = batch(0)
+    loss_of(model, x, y).backward()
+    model.block.linear2.weight.grad = None
+    with pytest.raises(MuonError, match=r"\['block.linear2.weight'\]"):
+        opt.step()
+    # The same names from a config made from the module, with plain
+    # parameter lists; without either, "<group>.<index>" as before.
+    muon, adamw = split_params(model)
+    groups = [{"params": muon}, {"params": adamw, "use_muon": False}]
+    named = Muon(groups, distributed_config=muonc.torch.create_dtensor_config(model))
+    assert named.param_names == opt.param_names
+    assert Muon(groups).param_names[:2] == ["group0.0", "group0.1"]
+
+
+def test_named_and_unnamed_training_are_identical():
+    torch.manual_seed(5)
+    a = TinyTransformer()
+    b = copy.deepcopy(a)
+    train(a, [ours(a)], 3)
+    train(b, [Muon(named_groups(b), lr=LR)], 3)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_model_parameter_in_no_group():
+    model = TinyTransformer()
+    muon, adamw = split_params(model)
+    config = muonc.torch.create_dtensor_config(model)
+    with pytest.raises(MuonError, match=r"'block.norm2.weight' of the model .* "
+                       "in no parameter group"):
+        Muon([{"params": muon}, {"params": adamw[:-1], "use_muon": False}],
+             distributed_config=config)
+    stranger = torch.nn.Parameter(torch.randn(4, 4))
+    with pytest.raises(MuonError, match="'group2.0' is not a parameter of the "
+                       "model"):
+        Muon([{"params": muon}, {"params": adamw, "use_muon": False},
+              {"params": [stranger]}], distributed_config=config)
+
+
+def test_parameters_on_mixed_devices():
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    m = torch.nn.Parameter(torch.empty(4, 4, device="meta"))
+    with pytest.raises(MuonError, match=r"'a' on cpu, 'b' on meta"):
+        Muon([("a", w), ("b", m)])
+    with pytest.raises(MuonError, match=r"'group0.0' on meta"):
+        Muon([m])
+
+
+# --- torch.distributed.checkpoint's state dict API ---------------------------
+
+def test_distributed_checkpoint_state_dict_round_trip():
+    from torch.distributed.checkpoint.state_dict import (
+        get_state_dict, set_optimizer_state_dict)
+    torch.manual_seed(6)
+    a = TinyTransformer()
+    b = copy.deepcopy(a)
+    opt_a = Muon(named_groups(a), lr=LR)
+    train(a, [opt_a], 5)
+    opt_b = Muon(named_groups(b), lr=LR)
+    train(b, [opt_b], 3)
+    _, osd = get_state_dict(b, opt_b)
+    # By parameter name, in torch.optim's keys.
+    assert set(osd["state"]["block.linear1.weight"]) == {"momentum_buffer"}
+    assert set(osd["state"]["embed.weight"]) == {"exp_avg", "exp_avg_sq",
+                                                 "step"}
+    assert osd["state"]["embed.weight"]["step"].item() == 3
+    assert opt_b.engine.steps_taken == 3  # get_state_dict did not step it
+    saved = copy.deepcopy(osd)
+    opt_c = Muon(named_groups(b), lr=LR)  # fresh, same parameters
+    set_optimizer_state_dict(b, opt_c, saved)
+    assert opt_c.engine.steps_taken == 3
+    train_from(b, opt_c, 3, 5)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_load_state_dict_keyword_and_torch_format():
+    torch.manual_seed(7)
+    a = TinyTransformer()
+    b = copy.deepcopy(a)
+    opt_a = ours(a)
+    train(a, [opt_a], 4)
+    opt_b = ours(b)
+    train(b, [opt_b], 2)
+    saved = copy.deepcopy(opt_b.state_dict())
+    for entry in saved["state"].values():  # torch.optim's own keys only
+        assert set(entry) <= {"momentum_buffer", "exp_avg", "exp_avg_sq", "step"}
+    opt_c = ours(b)
+    opt_c.load_state_dict(state_dict=saved)
+    train_from(b, opt_c, 2, 4)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def train_from(model, opt, start, stop):
+    for s in range(start, stop):
+        x, y = batch(s)
+        opt.zero_grad()
+        loss_of(model, x, y).backward()
+        opt.step()

@@ -68,6 +68,10 @@ struct Param {
   // sub-mesh outside of which the parameter does not exist (axis -> coord).
   std::vector<Placement> placements;
   std::map<std::string, int64_t> only;
+  /// The spec's `split` (strided layouts, e.g. TP then FSDP on one dim):
+  /// tensor dim -> the mesh axes (names or indices) splitting it, major
+  /// first. Empty: the placements' DTensor order.
+  std::map<int64_t, std::vector<std::string>> split;
   // Process-group style: the pipeline stage and the expert id.
   std::optional<int64_t> stage, expert;
 };

@@ -283,7 +283,8 @@ mc::ParamGroup groupOf(nb::dict d) {
 
 /// compile(params, groups, mesh) -> plan JSON. `params`: dicts with name,
 /// shape, dtype ("f32"/"bf16"/"f16"), group (a group's name), placements
-/// (one "R"/"S(d)"/"P" per mesh axis). `groups`: dicts with name,
+/// (one "R"/"S(d)"/"P" per mesh axis), optionally split ({dim: [axis
+/// names, major first]}, the spec's `split`). `groups`: dicts with name,
 /// algorithm and settings. `mesh`: None (no distributed config: every
 /// holder runs the single-device algorithm) or a dict with shape, names
 /// and optionally assignments {rank: [matrix names]}.
@@ -304,6 +305,10 @@ std::string compileModel(nb::list params, nb::list groups, nb::object mesh) {
     if (d.contains("placements"))
       for (nb::handle pl : nb::cast<nb::list>(d["placements"]))
         p.placements.push_back(placementOf(pl));
+    if (d.contains("split") && !d["split"].is_none())
+      for (auto [dim, axes] : nb::cast<nb::dict>(d["split"]))
+        p.split[nb::cast<int64_t>(nb::int_(dim))] =
+            nb::cast<std::vector<std::string>>(axes);
     model.params.push_back(std::move(p));
   }
   std::string error;

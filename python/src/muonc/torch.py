@@ -155,46 +155,154 @@ def _is_dtensor(t):
     return isinstance(t, DTensor)
 
 
-def _placement_text(p):
-    from torch.distributed.tensor import Partial, Replicate, Shard
-    if isinstance(p, Shard):
-        return f"S({p.dim})"
-    if isinstance(p, Replicate):
-        return "R"
-    if isinstance(p, Partial):
-        return "P"
-    raise MuonError(f"invalid argument: unsupported DTensor placement {p!r} "
-                    "(Shard, Replicate and Partial are)")
+def _mesh_key(mesh):
+    return (tuple(mesh.mesh.shape), tuple(mesh.mesh.flatten().tolist()),
+            tuple(mesh.mesh_dim_names or ()))
+
+
+def _axis_names(mesh):
+    return list(mesh.mesh_dim_names or [f"d{i}" for i in range(mesh.ndim)])
+
+
+def _model_mesh(params):
+    """The one mesh covering every rank that the DTensor parameters' meshes
+    are (named) sub-meshes of: FSDP2 over TP puts the TP layers on the
+    concatenated (dp, tp) mesh and the other parameters on the dp
+    sub-mesh."""
+    meshes = {}
+    for p in params:
+        if _is_dtensor(p):
+            meshes.setdefault(_mesh_key(p.device_mesh), p.device_mesh)
+    if not meshes:
+        return None
+    world = dist.get_world_size()
+    full = {k: m for k, m in meshes.items() if m.mesh.numel() == world}
+    if not full:
+        any_mesh = next(iter(meshes.values()))
+        root = getattr(any_mesh, "_get_root_mesh", lambda: None)()
+        if root is not None and root.mesh.numel() == world:
+            full = {_mesh_key(root): root}
+    if len(full) != 1:
+        raise MuonError(
+            "invalid argument: the parameters' DTensors are on "
+            f"{len(meshes)} device meshes, and "
+            + ("none" if not full else f"{len(full)} different ones")
+            + f" of them cover all {world} ranks; muonc needs one mesh for "
+            "the model (the others its named sub-meshes)")
+    return next(iter(full.values()))
 
 
 def create_dtensor_config(model_or_params, async_=True):
     """The seeds' create_dtensor_config: the mesh and each parameter's
     placements, read from the parameters' DTensor placements and
     device_mesh. Plain tensors are replicated over the default process
-    group (DDP). Returns a dict for Muon(distributed_config=...)."""
-    params = (list(model_or_params.parameters())
-              if isinstance(model_or_params, torch.nn.Module)
+    group (DDP). Returns a dict for Muon(distributed_config=...); made from
+    a module, it also carries the module's parameter names (used in the
+    plan, assignments and errors) and its parameters (each must be in one
+    of the optimizer's groups)."""
+    if isinstance(model_or_params, torch.nn.Module):
+        named = list(model_or_params.named_parameters())
+    else:
+        named = None
+    params = ([p for _, p in named] if named is not None
               else list(model_or_params))
-    meshes = {id(p.device_mesh): p.device_mesh for p in params
-              if _is_dtensor(p)}
-    if len(meshes) > 1:
-        raise MuonError("invalid argument: the parameters' DTensors are on "
-                        f"{len(meshes)} different device meshes; muonc needs "
-                        "one mesh for the model")
-    if meshes:
-        mesh = next(iter(meshes.values()))
+    mesh = _model_mesh(params) if dist.is_initialized() else None
+    if mesh is not None:
         ranks = mesh.mesh.flatten().tolist()
         if ranks != list(range(dist.get_world_size())):
             raise MuonError("invalid argument: the device mesh must cover "
                             "the default process group's ranks in order "
                             f"(it holds {ranks})")
-        return {"shape": list(mesh.mesh.shape),
-                "names": list(mesh.mesh_dim_names or
-                              [f"d{i}" for i in range(mesh.ndim)]),
-                "async": async_, "group": None, "dtensor": True}
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    return {"shape": [world], "names": ["dp"], "async": async_,
-            "group": None, "dtensor": False}
+        config = {"shape": list(mesh.mesh.shape), "names": _axis_names(mesh),
+                  "async": async_, "group": None, "dtensor": True,
+                  "mesh": mesh}
+    else:
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        config = {"shape": [world], "names": ["dp"], "async": async_,
+                  "group": None, "dtensor": False}
+    if named is not None:
+        config["named_parameters"] = named
+    return config
+
+
+def _layout_of(p, name, config):
+    """(placements, split) of a parameter on the config's mesh, in the
+    compiler's terms ("R", "S(d)"; split {dim: [axis names, major
+    first]})."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+    names = list(config["names"])
+    if not _is_dtensor(p):
+        return ["R"] * len(names), {}
+    mesh = config.get("mesh")
+    pm = p.device_mesh
+    if mesh is None:
+        raise MuonError(f"invalid argument: parameter '{name}' is a DTensor "
+                        "but the distributed config has no device mesh "
+                        "(make it with create_dtensor_config)")
+    if _mesh_key(pm) == _mesh_key(mesh):
+        axes = list(range(pm.ndim))
+    else:
+        sub = list(pm.mesh_dim_names or [])
+        if not sub or any(n not in names for n in sub):
+            raise MuonError(
+                f"invalid argument: parameter '{name}': its device mesh "
+                f"(dims {sub or 'unnamed'}) is neither the model's mesh "
+                f"{names} nor a named sub-mesh of it")
+        axes = [names.index(n) for n in sub]
+        coord = mesh.get_coordinate()
+        if coord is None:
+            raise MuonError(f"invalid argument: parameter '{name}': this "
+                            "rank is not in the model's device mesh")
+        index = [slice(None) if a in axes else coord[a]
+                 for a in range(len(names))]
+        expect = mesh.mesh[tuple(index)]
+        order = sorted(axes)
+        expect = expect.permute([order.index(a) for a in axes])
+        if expect.tolist() != pm.mesh.tolist():
+            raise MuonError(
+                f"invalid argument: parameter '{name}': its device mesh "
+                f"{pm.mesh.tolist()} is not the slice of the model's mesh "
+                "through this rank")
+    placements = ["R"] * len(names)
+    plain, strided = {}, {}
+    for i, pl in enumerate(p.placements):
+        a = axes[i]
+        where = f"parameter '{name}': placement {pl!r} on mesh axis '{names[a]}'"
+        if isinstance(pl, _StridedShard):
+            strided.setdefault(pl.dim, []).append((a, pl.split_factor))
+            dim = pl.dim
+        elif isinstance(pl, Shard):
+            plain.setdefault(pl.dim, []).append(a)
+            dim = pl.dim
+        elif isinstance(pl, Replicate):
+            continue
+        elif isinstance(pl, Partial):
+            raise MuonError(
+                f"invalid argument: {where}: a parameter's values must be "
+                "replicated or sharded (only gradients may be partial sums)")
+        else:
+            raise MuonError(f"invalid argument: {where} is not supported "
+                            "(Shard, Replicate and FSDP2's _StridedShard are)")
+        if not 0 <= dim < p.ndim:
+            raise MuonError(f"invalid argument: {where}: the parameter has "
+                            f"{p.ndim} dims")
+        placements[a] = f"S({dim})"
+    split = {}
+    for dim, pairs in strided.items():
+        # FSDP2 over TP: the dp axis's _StridedShard(dim, sf) splits what
+        # the sf-way TP split of the same dim left, i.e. it is the minor
+        # split although its mesh axis comes first.
+        later = plain.get(dim, [])
+        if len(pairs) != 1 or pairs[0][1] != math.prod(
+                mesh.mesh.shape[b] for b in later if b > pairs[0][0]) \
+                or any(b < pairs[0][0] for b in later):
+            raise MuonError(
+                f"invalid argument: parameter '{name}': placements "
+                f"{list(p.placements)} are not supported (a _StridedShard is "
+                "supported as FSDP2 makes it over a TP split of the same dim)")
+        split[dim] = [names[b] for b in later] + [names[pairs[0][0]]]
+    return placements, split
 
 
 class Muon(torch.optim.Optimizer):
@@ -243,6 +351,14 @@ class Muon(torch.optim.Optimizer):
         group = dict(param_group)
         params = group["params"]
         params = [params] if isinstance(params, torch.Tensor) else list(params)
+        named = [isinstance(x, tuple) for x in params]
+        if any(named):
+            # torch >= 2.6: (name, parameter) pairs, as named_parameters().
+            if not all(named):
+                raise ValueError("all optimizer params should be with/without "
+                                 "names. Some param names are missing")
+            group["param_names"] = [n for n, _ in params]
+            params = [x for _, x in params]
         group["params"] = params
         if "use_muon" in group and "algorithm" not in group:
             group["algorithm"] = "muon" if group["use_muon"] else "adamw"
@@ -273,43 +389,78 @@ class Muon(torch.optim.Optimizer):
         super().add_param_group(group)
 
     def _build(self, config, process_group, timeout):
+        distributed = dist.is_available() and dist.is_initialized()
+        if config is None and distributed:
+            config = create_dtensor_config(
+                [p for g in self.param_groups for p in g["params"]])
+        known = {}
+        if config is not None and config.get("named_parameters"):
+            known = {id(p): n for n, p in config["named_parameters"]}
         self._params = []
-        names = {}
-        devices = set()
+        devices = {}
+        taken = {}
         for gi, group in enumerate(self.param_groups):
             group.setdefault("name", f"group{gi}")
+            given = group.get("param_names")
             for pi, p in enumerate(group["params"]):
-                name = f"{group['name']}.{pi}"
-                names[id(p)] = name
+                name = (given[pi] if given else
+                        known.get(id(p), f"{group['name']}.{pi}"))
+                if name in taken:
+                    raise MuonError(f"invalid argument: two parameters are "
+                                    f"named '{name}'")
+                taken[name] = p
                 self._params.append((p, name, group))
-                devices.add(p.device.type)
-        if devices - {"cpu"}:
+                devices.setdefault(str(p.device), name)
+        if set(d.split(":")[0] for d in devices) - {"cpu"} or len(devices) > 1:
+            where = ", ".join(f"'{n}' on {d}" for d, n in devices.items())
             raise MuonError("invalid argument: muonc.torch runs on CPU "
-                            f"tensors for now; the parameters are on "
-                            f"{sorted(devices)}")
+                            "tensors, all on one device, for now; parameters "
+                            f"are on {len(devices)} devices ({where})")
+        if config is not None and config.get("named_parameters"):
+            mine = {id(p) for p, _, _ in self._params}
+            missing = [n for n, p in config["named_parameters"]
+                       if p.requires_grad and id(p) not in mine]
+            if missing:
+                raise MuonError(
+                    "invalid argument: parameter" +
+                    ("s " if len(missing) > 1 else " ") +
+                    ", ".join(f"'{n}'" for n in missing[:5]) +
+                    (f" (and {len(missing) - 5} more)" if len(missing) > 5
+                     else "") +
+                    " of the model the distributed config describes " +
+                    ("are" if len(missing) > 1 else "is") +
+                    " in no parameter group: give every trainable "
+                    "parameter to the optimizer, or make the config from "
+                    "the parameters it steps")
+            described = {id(p) for _, p in config["named_parameters"]}
+            strangers = [n for p, n, _ in self._params if id(p) not in described]
+            if strangers:
+                raise MuonError(
+                    f"invalid argument: parameter '{strangers[0]}' is not a "
+                    "parameter of the model the distributed config was made "
+                    "from")
         muon_groups = [g for g in self.param_groups if g["use_muon"]]
         for key in _PLAN_KEYS:
             values = {repr(g[key]) for g in muon_groups}
             if len(values) > 1:
                 raise MuonError(f"invalid argument: every Muon group must "
                                 f"have the same {key} (they have {values})")
-        distributed = dist.is_available() and dist.is_initialized()
-        if config is None and distributed:
-            config = create_dtensor_config(
-                [p for p, _, _ in self._params])
         if config is not None and config["shape"] == [1] and not config.get("dtensor"):
             config = None
+        if config is not None and not config.get("dtensor") and any(
+                _is_dtensor(p) for p, _, _ in self._params):
+            # A hand-written config for DTensor parameters: find the mesh.
+            config = dict(config, mesh=_model_mesh(
+                [p for p, _, _ in self._params]))
         self._config = config
         plan_params, plan_groups = [], []
         for p, name, group in self._params:
             entry = {"name": name, "shape": list(p.shape),
                      "dtype": _dtype_name(p), "group": group["name"]}
             if config is not None:
-                if _is_dtensor(p):
-                    entry["placements"] = [_placement_text(x)
-                                           for x in p.placements]
-                else:
-                    entry["placements"] = ["R"] * len(config["shape"])
+                entry["placements"], split = _layout_of(p, name, config)
+                if split:
+                    entry["split"] = split
             plan_params.append(entry)
         for group in self.param_groups:
             g = {"name": group["name"], "algorithm": group["algorithm"],
@@ -332,26 +483,53 @@ class Muon(torch.optim.Optimizer):
         plan = _core.compile_model(plan_params, plan_groups, mesh)
         comm = None
         if config is not None:
+            if not distributed:
+                raise MuonError(
+                    f"invalid argument: the distributed config is for "
+                    f"{math.prod(config['shape'])} ranks, but "
+                    "torch.distributed is not initialized")
             group = process_group if process_group is not None else config.get("group")
-            comm = (TorchCommunicator(group) if group is not None
-                    else TorchCommunicator.owned())
-            if comm.size() != math.prod(config["shape"]):
+            size = (dist.get_world_size(group) if group is not None
+                    else dist.get_world_size())
+            if size != math.prod(config["shape"]):
                 raise MuonError(
                     f"invalid argument: the plan is for "
                     f"{math.prod(config['shape'])} ranks, the process group "
-                    f"has {comm.size()}")
+                    f"has {size}")
+            comm = (TorchCommunicator(group) if group is not None
+                    else TorchCommunicator.owned())
         self._comm = comm
         self._engine = _core.Optimizer(plan, comm, timeout)
         self._slots = {s["name"]: s for s in self._engine.params()}
+        for p, name, _ in self._params:
+            have = tuple(self._local(p).shape)
+            want = tuple(e - b for b, e in self._box(name, p))
+            if have != want:
+                slot = self._slots.get(name)
+                raise MuonError(
+                    f"internal: parameter '{name}': this rank holds a piece "
+                    f"of shape {have}, the plan expects {want} (box "
+                    f"{slot and slot['box']}); muonc splits as torch.chunk")
         self._pushed = {}
         self._plan_settings = {g["name"]: tuple(repr(g[k]) for k in _PLAN_KEYS)
                                for g in muon_groups}
+        # torch's state stays empty (the state lives in the engine); a
+        # marker per parameter keeps torch.distributed.checkpoint from
+        # "initializing" it with a step of zero gradients.
+        for p, _, _ in self._params:
+            self.state[p] = {}
+
+    @property
+    def param_names(self):
+        """The parameters' names in the plan, in the optimizer's order."""
+        return [name for _, name, _ in self._params]
 
     @property
     def assignments(self):
         """Per rank, the matrices it orthogonalizes (the seeds'
-        optimizer.assignments), by muonc's parameter names
-        ("<group name>.<index>")."""
+        optimizer.assignments), by parameter name: the module's (from
+        named_parameters() pairs or a config made by
+        create_dtensor_config(model)), else "<group name>.<index>"."""
         return self._engine.assignments()
 
     @property
@@ -434,13 +612,60 @@ class Muon(torch.optim.Optimizer):
 
     # --- state -----------------------------------------------------------
 
+    _TORCH_KEYS = {"momentum": "momentum_buffer", "exp_avg": "exp_avg",
+                   "exp_avg_sq": "exp_avg_sq"}
+
+    def _state_keys(self, group):
+        return ("momentum",) if group["use_muon"] else ("exp_avg", "exp_avg_sq")
+
+    def _box(self, name, p):
+        """This rank's piece of a parameter as a global box."""
+        slot = self._slots.get(name)
+        if slot is None:
+            return [(0, n) for n in p.shape]
+        if not slot["box"] and p.ndim:
+            # An empty shard (torch.chunk's trailing chunks): the plan
+            # gives no box; the local tensor's shape, 0 on the split dim.
+            return [(0, n) for n in self._local(p).shape]
+        return [tuple(r) for r in slot["box"]]
+
     def state_dict(self):
-        """torch's format: 'state' by parameter index, 'param_groups' with
-        the hyper-parameters. Each parameter's state holds this rank's
-        pieces of it by global box ('pieces'), so the states of every rank
-        of one layout load under another (load_state_dict takes a list of
-        them); with one piece covering the whole tensor, also torch.optim's
-        own keys (momentum_buffer; exp_avg, exp_avg_sq, step)."""
+        """torch's format, as torch.optim.Muon / AdamW write it: 'state' by
+        parameter index (momentum_buffer; exp_avg, exp_avg_sq, step),
+        'param_groups' with the hyper-parameters. Each state tensor has its
+        parameter's layout: a DTensor with the parameter's mesh and
+        placements for a DTensor parameter (FSDP2, TP), the whole tensor
+        for a plain one. So torch.distributed.checkpoint saves and reshards
+        it (get_state_dict / set_optimizer_state_dict, dcp.save / load).
+        Collective where the parameters are. For state dicts to move as
+        files between layouts without DCP, see local_state_dict()."""
+        raw = self._engine.state_dict(False)
+        by_name = {}
+        for piece in raw["pieces"]:
+            by_name.setdefault(piece["param"], []).append(piece)
+        state = {}
+        for i, (p, name, group) in enumerate(self._params):
+            pieces = by_name.get(name, [])
+            box = self._box(name, p)
+            entry = {}
+            for key in self._state_keys(group):
+                local = _assemble(name, pieces, box, key)
+                entry[self._TORCH_KEYS[key]] = _like(p, local)
+            if not group["use_muon"]:
+                step = max([pc["step"] for pc in pieces], default=raw["steps"])
+                entry["step"] = torch.tensor(float(step))
+            state[i] = entry
+        groups = super().state_dict()["param_groups"]
+        for g in groups:
+            g["muonc_steps"] = raw["steps"]
+        return {"state": state, "param_groups": groups,
+                "muonc": {"steps": raw["steps"]}}
+
+    def local_state_dict(self):
+        """This rank's state as pieces by global box (plain tensors, no
+        DTensor): the list of every rank's local_state_dict() loads under
+        any other layout or world size (load_state_dict takes the list),
+        e.g. saved with torch.save on 4 ranks, loaded on 2."""
         raw = self._engine.state_dict(False)
         index = {name: i for i, (_, name, _) in enumerate(self._params)}
         state = {}
@@ -448,67 +673,155 @@ class Muon(torch.optim.Optimizer):
             i = index[piece["param"]]
             entry = state.setdefault(i, {"pieces": []})
             entry["pieces"].append({
-                "box": piece["box"], "summand": piece["summand"],
+                "box": [tuple(r) for r in piece["box"]],
+                "summand": piece["summand"],
                 "summands": piece["summands"], "step": piece["step"],
                 "states": {k: torch.from_numpy(v) for k, v in
                            piece["states"].items()}})
-        for i, entry in state.items():
-            p = self._params[i][0]
-            if len(entry["pieces"]) == 1 and entry["pieces"][0]["summands"] == 1 \
-                    and entry["pieces"][0]["box"] == [(0, s) for s in p.shape]:
-                piece = entry["pieces"][0]
-                for k, v in piece["states"].items():
-                    key = "momentum_buffer" if k == "momentum" else k
-                    entry[key] = v.view(tuple(p.shape))
-                if not self._params[i][2]["use_muon"]:
-                    entry["step"] = torch.tensor(float(piece["step"]))
         groups = super().state_dict()["param_groups"]
+        for g in groups:
+            g["muonc_steps"] = raw["steps"]
         return {"state": state, "param_groups": groups,
-                "muonc": {"steps": raw["steps"]}}
+                "muonc": {"steps": raw["steps"],
+                          "names": self.param_names}}
 
     def load_state_dict(self, state_dict):
-        """Loads a state_dict of this model, or a list of the state_dicts
-        of every rank of another layout or world size."""
-        dicts = state_dict if isinstance(state_dict, list) else [state_dict]
-        pieces = []
-        for d in dicts:
-            for i, entry in d["state"].items():
-                name = self._params[int(i)][1] if int(i) < len(self._params) else None
-                if name is None:
-                    raise MuonError(f"invalid argument: the state names "
-                                    f"parameter {i}; this optimizer has "
-                                    f"{len(self._params)}")
-                for piece in entry["pieces"]:
-                    pieces.append({
-                        "param": name, "box": [tuple(r) for r in piece["box"]],
-                        "summand": piece["summand"],
-                        "summands": piece["summands"], "step": piece["step"],
-                        "states": {k: np.ascontiguousarray(
-                            v.detach().cpu().float().numpy().reshape(-1))
-                            for k, v in piece["states"].items()}})
+        """Loads state_dict() of this layout (state by index, or by
+        parameter FQN as torch.distributed.checkpoint's
+        set_optimizer_state_dict passes it, with DTensors resharded to this
+        layout or whole tensors), or local_state_dict(), or the list of
+        every rank's local_state_dict() (or state_dict() of plain
+        parameters) of another layout or world size."""
+        dicts = state_dict if isinstance(state_dict, (list, tuple)) else [state_dict]
+        if not dicts:
+            raise MuonError("invalid argument: an empty list of state dicts")
         saved = dicts[0]["param_groups"]
         if len(saved) != len(self.param_groups):
             raise MuonError(f"invalid argument: the state has {len(saved)} "
                             f"parameter groups, this optimizer "
                             f"{len(self.param_groups)}")
+        for g, mine in zip(saved, self.param_groups):
+            if len(g["params"]) != len(mine["params"]):
+                raise MuonError(
+                    f"invalid argument: group '{mine['name']}': the state has "
+                    f"{len(g['params'])} parameters, the optimizer "
+                    f"{len(mine['params'])}")
+        pieces, seen = [], set()
+        for d in dicts:
+            keys = [k for g in d["param_groups"] for k in g["params"]]
+            where = {k: i for i, k in enumerate(keys)}
+            for k, entry in d["state"].items():
+                if k not in where:
+                    raise MuonError(f"invalid argument: the state names "
+                                    f"parameter {k!r}, which its param_groups "
+                                    "do not list")
+                p, name, group = self._params[where[k]]
+                for piece in self._pieces_of(p, name, group, entry,
+                                             len(dicts) > 1):
+                    key = (name, tuple(piece["box"]), piece["summand"])
+                    if key in seen:
+                        continue  # a replicated state, once is enough
+                    seen.add(key)
+                    pieces.append(piece)
+        if "muonc_steps" in saved[0]:
+            steps = saved[0]["muonc_steps"]
+        elif "muonc" in dicts[0]:
+            steps = dicts[0]["muonc"]["steps"]
+        else:
+            steps = max([pc["step"] for pc in pieces], default=0)
         groups = []
-        for g in saved:
-            out = {"name": g["name"], "algorithm": g["algorithm"],
+        for g, mine in zip(saved, self.param_groups):
+            algorithm = g.get("algorithm", mine["algorithm"])
+            out = {"name": mine["name"], "algorithm": algorithm,
                    "lr": float(g["lr"]), "weight_decay": float(g["weight_decay"])}
-            if g["algorithm"] == "muon":
+            if algorithm == "muon":
                 out.update(momentum=g["momentum"], nesterov=g["nesterov"],
-                           adjust_lr=g["adjust_lr_fn"] or "original")
+                           adjust_lr=g.get("adjust_lr_fn") or "original")
             else:
                 out.update(betas=list(g["betas"]), eps=g["eps"])
             groups.append(out)
         self._engine.load_state_dict(
-            {"steps": dicts[0]["muonc"]["steps"], "pieces": pieces,
-             "groups": groups}, False)
+            {"steps": int(steps), "pieces": pieces, "groups": groups}, False)
         for group, g in zip(self.param_groups, saved):
             for k, v in g.items():
-                if k != "params":
+                if k not in ("params", "param_names", "name", "muonc_steps"):
                     group[k] = v
         self._pushed = {}
+
+    def _pieces_of(self, p, name, group, entry, foreign):
+        """The runtime's pieces of one parameter's saved state."""
+        def flat(t):
+            t = t._local_tensor if _is_dtensor(t) else t
+            return np.ascontiguousarray(
+                t.detach().cpu().float().numpy().reshape(-1))
+        if "pieces" in entry:
+            return [{"param": name, "box": [tuple(r) for r in pc["box"]],
+                     "summand": pc["summand"], "summands": pc["summands"],
+                     "step": pc["step"],
+                     "states": {k: flat(v) for k, v in pc["states"].items()}}
+                    for pc in entry["pieces"]]
+        states, box = {}, None
+        for key in self._state_keys(group):
+            torch_key = self._TORCH_KEYS[key]
+            if torch_key not in entry:
+                raise MuonError(f"invalid argument: parameter '{name}': the "
+                                f"state has no '{torch_key}'")
+            v = entry[torch_key]
+            if tuple(v.shape) != tuple(p.shape):
+                raise MuonError(
+                    f"invalid argument: parameter '{name}': state "
+                    f"'{torch_key}' has shape {tuple(v.shape)}, the "
+                    f"parameter {tuple(p.shape)}")
+            if _is_dtensor(v):
+                if foreign:
+                    raise MuonError(
+                        "invalid argument: a list of state dicts with "
+                        "DTensors: load the list of local_state_dict(), or "
+                        "load state_dict() through torch.distributed."
+                        "checkpoint, which reshards it")
+                here = self._box(name, p)
+                if tuple(v._local_tensor.shape) != tuple(e - b for b, e in here):
+                    raise MuonError(
+                        f"invalid argument: parameter '{name}': state "
+                        f"'{torch_key}' is laid out as {list(v.placements)}, "
+                        f"not as the parameter {list(p.placements)}")
+            else:
+                here = [(0, n) for n in p.shape]
+            box = here
+            states[key] = flat(v)
+        step = 0
+        if not group["use_muon"]:
+            step = int(float(entry.get("step", 0)))
+        if any(b == e for b, e in box):
+            return []  # an empty shard: nothing of it here
+        return [{"param": name, "box": box, "summand": 0, "summands": 1,
+                 "step": step, "states": states}]
+
+
+def _assemble(name, pieces, box, key):
+    """The state `key` of this rank's box from its pieces (one whole piece:
+    no copy)."""
+    shape = tuple(e - b for b, e in box)
+    for pc in pieces:
+        if [tuple(r) for r in pc["box"]] == box and pc["summands"] == 1:
+            return torch.from_numpy(pc["states"][key]).view(shape)
+    out = torch.zeros(shape, dtype=torch.float32)
+    for pc in pieces:
+        sub = tuple(slice(b - ob, e - ob) for (b, e), (ob, _) in
+                    zip(pc["box"], box))
+        out[sub] += torch.from_numpy(pc["states"][key]).view(
+            tuple(e - b for b, e in pc["box"]))
+    return out
+
+
+def _like(p, local):
+    """`local` (this rank's piece) with the parameter's layout."""
+    if not _is_dtensor(p):
+        return local
+    from torch.distributed.tensor import DTensor
+    return DTensor.from_local(local, p.device_mesh, p.placements,
+                              run_check=False, shape=p.shape,
+                              stride=p.stride())
 
 
 def _dtype_name(p):
