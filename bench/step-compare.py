@@ -4,6 +4,7 @@ implementations on the same model and ranks, interleaved in rounds.
 
     python3 bench/step-compare.py [SPEC] [--ranks 2] [--steps 4] [--rounds 5]
         [--muon-run build/bin/muon-run] [--python /work/venv-bench/bin/python]
+        [--muonc-python build/venv/bin/python] [--baseline NAME]
         [--extra NAME=COMMAND ...] [--json]
 
 SPEC defaults to bench/specs/gpt2-small-4layer-fsdp2.json (issue 11's 4
@@ -15,13 +16,23 @@ GPT-2-small layers, FSDP over 2 ranks). Each round runs, one after another:
   - `torch DDP`: torch.optim.Muon as it runs under DDP (every rank
                 orthogonalizes every matrix, bf16; bench/torch_muon_ddp.py),
                 when --python has torch;
+  - `muonc.torch` and `muonc.torch bf16`, with --muonc-python (an
+                interpreter with torch and muonc, `make python`'s
+                build/venv/bin/python): muonc.torch.Muon in a torch FSDP2
+                process group (bench/muonc_torch_fsdp2.py), at its default
+                ns_dtype (f32) and with ns_dtype="bf16": the same plan as
+                `ours f32` and `ours`, stepped through the Python package
+                and gloo instead of muon-run and MPI (its plans keep an
+                f32 wire, so the bf16 run pairs with `ours bf16 f32w`,
+                muon-run --ns-dtype bf16 --wire-dtype f32, also added);
   - every --extra NAME=COMMAND: any command that prints, last, a JSON line
                 with `step_seconds` (its median step) and `bytes_received`
                 (bytes all ranks receive in a step), such as another
                 library's step on the same shapes.
 Each run reports its median step after a warm-up step; the table gives the
-median over the rounds of those medians (and the best), the MB received per
-step, and ours / each. Not part of `make check`.
+median over the rounds of those medians (and the best; in --json also the
+fastest single step of any round, `fastest_step`), the MB received per
+step, and ours / each (--baseline NAME: that row instead of `ours`). Not part of `make check`.
 """
 import argparse
 import json
@@ -42,6 +53,10 @@ parser.add_argument("--rounds", type=int, default=5)
 parser.add_argument("--muon-run", default=os.path.join(here, "..", "build", "bin", "muon-run"))
 parser.add_argument("--python", default=sys.executable,
                     help="the interpreter with torch for the torch DDP run ('' to skip it)")
+parser.add_argument("--muonc-python", default="",
+                    help="an interpreter with torch and muonc: adds the muonc.torch runs")
+parser.add_argument("--baseline", default="ours",
+                    help="the row the ratios are taken against")
 parser.add_argument("--extra", action="append", default=[], metavar="NAME=COMMAND")
 parser.add_argument("--json", action="store_true")
 args = parser.parse_args()
@@ -56,6 +71,7 @@ def muon_run(flags):
                             report] + flags, check=True)
             r = json.load(open(report))
             return {"step_seconds": r["step_seconds"]["median"],
+                    "step_seconds_min": r["step_seconds"]["min"],
                     "bytes_received": r["total"]["bytes_received"],
                     "note": f"ns {r['ns_dtype']}, wire {r['wire_dtype']}"}
     return run
@@ -66,6 +82,7 @@ def command(argv):
         out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         return {"step_seconds": r["step_seconds"],
+                "step_seconds_min": r.get("step_seconds_min", r["step_seconds"]),
                 "bytes_received": r.get("bytes_received", 0),
                 "note": r.get("note", "")}
     return run
@@ -76,6 +93,16 @@ if args.python:
     configs.append(("torch DDP", command(
         [args.python, os.path.join(here, "torch_muon_ddp.py"), args.spec,
          "--ranks", str(args.ranks), "--steps", str(args.steps)])))
+if args.muonc_python:
+    # muonc.torch's plans keep an f32 wire; muon-run's with the same
+    # settings, for the bf16 pair.
+    configs.append(("ours bf16 f32w", muon_run(["--ns-dtype", "bf16",
+                                                "--wire-dtype", "f32"])))
+    for name, dtype in (("muonc.torch", "f32"), ("muonc.torch bf16", "bf16")):
+        configs.append((name, command(
+            [args.muonc_python, os.path.join(here, "muonc_torch_fsdp2.py"),
+             args.spec, "--ranks", str(args.ranks), "--steps", str(args.steps),
+             "--ns-dtype", dtype])))
 for extra in args.extra:
     name, _, cmd = extra.partition("=")
     configs.append((name, command(shlex.split(cmd))))
@@ -87,30 +114,32 @@ for round_ in range(args.rounds):
         r = run()
         results[name].append(r)
         notes[name] = r["note"]
-        print(f"round {round_ + 1}: {name:<12} {r['step_seconds'] * 1e3:9.1f} ms "
+        print(f"round {round_ + 1}: {name:<16} {r['step_seconds'] * 1e3:9.1f} ms "
               f"{r['bytes_received'] / 1e6:8.1f} MB  {r['note']}",
               file=sys.stderr, flush=True)
 
 summary = {}
 for name, _ in configs:
     steps = [r["step_seconds"] for r in results[name]]
+    fastest = [r["step_seconds_min"] for r in results[name]]
     summary[name] = {"median": statistics.median(steps), "best": min(steps),
-                     "runs": steps,
+                     "runs": steps, "fastest_step": min(fastest),
                      "mb_received": results[name][-1]["bytes_received"] / 1e6,
                      "note": notes[name]}
-ours = summary["ours"]
+ours = summary[args.baseline]
 for name in summary:
     summary[name]["ours_over_this_median"] = ours["median"] / summary[name]["median"]
     summary[name]["ours_over_this_best"] = ours["best"] / summary[name]["best"]
 if args.json:
     print(json.dumps({"spec": args.spec, "ranks": args.ranks, "steps": args.steps,
+                      "baseline": args.baseline,
                       "rounds": args.rounds, "results": summary}))
 else:
     print(f"{os.path.basename(args.spec)}, {args.ranks} ranks, {args.rounds} "
           f"interleaved rounds of {args.steps} steps (median step of each run "
           "after a warm-up step)")
-    print(f"{'':<12} {'median s':>9} {'best s':>8} {'MB/step':>8} "
-          f"{'ours/this (median, best)':>25}  what")
+    print(f"{'':<16} {'median s':>9} {'best s':>8} {'MB/step':>8} "
+          f"{args.baseline + '/this (median, best)':>25}  what")
     for name, s in summary.items():
-        print(f"{name:<12} {s['median']:9.3f} {s['best']:8.3f} {s['mb_received']:8.1f} "
+        print(f"{name:<16} {s['median']:9.3f} {s['best']:8.3f} {s['mb_received']:8.1f} "
               f"{s['ours_over_this_median']:12.3f} {s['ours_over_this_best']:12.3f}  {s['note']}")

@@ -9,13 +9,15 @@ import statistics
 import sys
 
 
-def parse_args(default_port):
+def parse_args(default_port, default_ns_dtype="bf16"):
     parser = argparse.ArgumentParser()
     parser.add_argument("spec")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--port", type=int, default=default_port)
+    parser.add_argument("--ns-dtype", default=default_ns_dtype,
+                        choices=["f32", "bf16"])
     args = parser.parse_args()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)
