@@ -281,6 +281,12 @@ bool isPlanBinary(std::string_view prefix) {
   return prefix.substr(0, kPlanBinaryMagic.size()) == kPlanBinaryMagic;
 }
 
+bool looksLikePlanBinary(std::string_view prefix) {
+  return isPlanBinary(prefix) ||
+         prefix.substr(0, kPlanBinaryProbeSize).find('\0') !=
+             std::string_view::npos;
+}
+
 /// The writer's state: each rank's matrices, and per rank and exchange its
 /// encoded transfers so far (sections are exchange-major, transfers come in
 /// matrix order, so each (rank, exchange) keeps its own bytes until finish).
@@ -844,10 +850,28 @@ struct Header {
 
 bool readHeader(std::string_view bytes, uint64_t actualSize, Header &h,
                 std::string &error) {
-  if (bytes.size() < kHeaderSize || !isPlanBinary(bytes)) {
-    error = "not a binary plan file (expected " +
-            num(static_cast<int64_t>(kHeaderSize)) +
-            " header bytes starting with \"MUONPLAN\")";
+  if (bytes.size() < kHeaderSize) {
+    error = "not a binary plan file (" + num(static_cast<int64_t>(bytes.size())) +
+            " bytes, shorter than its " +
+            num(static_cast<int64_t>(kHeaderSize)) + "-byte header)";
+    return false;
+  }
+  if (!isPlanBinary(bytes)) {
+    // Escaped: the bytes are the file's, not text to echo.
+    std::string found;
+    for (unsigned char c : bytes.substr(0, kPlanBinaryMagic.size())) {
+      if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+        found += static_cast<char>(c);
+      } else {
+        static const char *hex = "0123456789abcdef";
+        found += "\\x";
+        found += hex[c >> 4];
+        found += hex[c & 15];
+      }
+    }
+    error = "header: bytes 0-7 are \"" + found +
+            "\", not the magic \"MUONPLAN\" (the file is damaged or not a "
+            "binary plan)";
     return false;
   }
   const char *p = bytes.data();
