@@ -137,7 +137,10 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
       o.f64(m.lr);
       o.f64(m.weightDecay);
       o.f64(m.momentum);
-      o.u8(m.nesterov);
+      // Bit 0 nesterov, bits 1-2 the weight-decay mode (0: decoupled, so
+      // plans written before the modes read the same).
+      int mode = std::max(0, weightDecayModeIndex(m.weightDecayMode));
+      o.u8(static_cast<uint8_t>((m.nesterov ? 1 : 0) | mode << 1));
       o.str(m.adjustLr);
     } else {
       const AdamWSettings &a = g.adamwSettings;
@@ -967,7 +970,13 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices) {
       m.lr = in.f64();
       m.weightDecay = in.f64();
       m.momentum = in.f64();
-      m.nesterov = in.u8() != 0;
+      uint8_t flags = in.u8();
+      if (in.ok() && (flags >> 1) >= kWeightDecayModes.size())
+        return in.fail("Muon flags " + num(flags) +
+                       ": weight-decay mode " + num(flags >> 1) +
+                       " is not 0 (decoupled), 1 (cautious) or 2 (none)");
+      m.nesterov = flags & 1;
+      m.weightDecayMode = std::string(kWeightDecayModes[(flags >> 1) % 3]);
       m.adjustLr = in.str("bytes of adjust_lr");
     } else {
       AdamWSettings &a = g.adamwSettings;
