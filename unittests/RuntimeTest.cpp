@@ -184,10 +184,60 @@ TEST(Kernels, AdjustedLrAndUpdate) {
   EXPECT_DOUBLE_EQ(adjustedLr(s, 32, 64), 0.02);
   s.adjustLr = "match_rms_adamw";
   EXPECT_DOUBLE_EQ(adjustedLr(s, 32, 64), 0.02 * 0.2 * 8);
+  // The scale modes of NVIDIA's Emerging-Optimizers and torch.optim.Muon,
+  // from their formulas (docs/spec-format.md 1.3), both orientations.
+  s.adjustLr = "spectral"; // sqrt(max(rows, cols))
+  EXPECT_DOUBLE_EQ(adjustedLr(s, 32, 64), 0.02 * 8);
+  EXPECT_DOUBLE_EQ(adjustedLr(s, 64, 32), 0.02 * 8);
+  for (const char *name : {"unit_rms_norm", "spectral_unclamped"}) {
+    s.adjustLr = name; // sqrt(rows/cols), not clamped at 1
+    EXPECT_DOUBLE_EQ(adjustedLr(s, 64, 32), 0.02 * std::sqrt(2.0)) << name;
+    EXPECT_DOUBLE_EQ(adjustedLr(s, 32, 64), 0.02 * std::sqrt(0.5)) << name;
+  }
+  s.adjustLr = "original";
   float p = 1.0f, x = 0.5f;
   CpuDevice device;
   device.applyUpdate(&p, DType::F32, &x, 1, s, 0.1);
   EXPECT_NEAR(p, 1.0f * (1 - 0.002f) - 0.05f, 1e-7);
+}
+
+TEST(Kernels, WeightDecayModes) {
+  // From the formulas (docs/spec-format.md 1.3): decoupled scales every
+  // value by 1 - lr * wd; cautious (arXiv 2510.12402) only where the update
+  // orth (subtracted) and the value agree in sign, orth * value >= 0, a
+  // zero agreeing; none never.
+  MuonSettings s;
+  s.lr = 0.02;
+  s.weightDecay = 0.5;
+  const double alr = 0.03;
+  const float values[] = {1.5f, -2.0f, 0.75f, -0.25f, 0.0f, 3.0f, -1.0f, 0.0f};
+  const float orth[] = {0.4f, -0.1f, -0.3f, 0.2f, 0.5f, 0.0f, -0.0f, -0.2f};
+  const int64_t n = 8;
+  const float decay = static_cast<float>(1.0 - 0.02 * 0.5);
+  const float step = static_cast<float>(alr);
+  CpuDevice device;
+  for (const char *mode : {"decoupled", "cautious", "none"}) {
+    s.weightDecayMode = mode;
+    float p[n];
+    std::copy(values, values + n, p);
+    device.applyUpdate(p, DType::F32, orth, n, s, alr);
+    for (int64_t i = 0; i < n; ++i) {
+      const double product = static_cast<double>(orth[i]) * values[i];
+      const bool decays = std::string(mode) == "decoupled" ||
+                          (std::string(mode) == "cautious" && product >= 0);
+      const float expected = (decays ? values[i] * decay : values[i]) -
+                             step * orth[i];
+      EXPECT_EQ(p[i], expected) << mode << " element " << i;
+    }
+  }
+  // Mixed signs above: cautious decays elements 0, 1, 4, 5, 6, 7 and keeps
+  // 2 and 3.
+  s.weightDecayMode = "cautious";
+  float p[n];
+  std::copy(values, values + n, p);
+  device.applyUpdate(p, DType::F32, orth, n, s, alr);
+  EXPECT_EQ(p[2], values[2] - step * orth[2]);
+  EXPECT_EQ(p[0], values[0] * decay - step * orth[0]);
 }
 
 TEST(Kernels, AdamWFirstStepMovesByLr) {

@@ -86,7 +86,8 @@ Json specOf(const Model &model, const DistributedConfig *config,
               {"weight_decay", m.weightDecay},
               {"ns_steps", m.nsSteps},
               {"eps", m.eps},
-              {"adjust_lr", m.adjustLr}};
+              {"adjust_lr", m.adjustLr},
+              {"weight_decay_mode", m.weightDecayMode}};
     if (!m.nsDtype.empty())
       o["ns_dtype"] = m.nsDtype;
     if (!m.nsCoefficients.empty())

@@ -2,6 +2,7 @@
 #include "muon/Plan/Plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace muon {
@@ -49,6 +50,43 @@ std::optional<ScheduleStep::Kind> parseStepName(std::string_view name) {
 }
 
 const char *algorithmName(bool muon) { return muon ? "muon" : "adamw"; }
+
+std::string nameList(const std::string_view *names, size_t count,
+                     char quote) {
+  std::string list;
+  for (size_t i = 0; i < count; ++i) {
+    list += i == 0 ? "" : (i + 1 == count ? " or " : ", ");
+    list += quote;
+    list += names[i];
+    list += quote;
+  }
+  return list;
+}
+
+int weightDecayModeIndex(std::string_view name) {
+  auto at = std::find(kWeightDecayModes.begin(), kWeightDecayModes.end(), name);
+  return at == kWeightDecayModes.end()
+             ? -1
+             : static_cast<int>(at - kWeightDecayModes.begin());
+}
+
+bool isAdjustLrName(std::string_view name) {
+  return std::find(kAdjustLrNames.begin(), kAdjustLrNames.end(), name) !=
+         kAdjustLrNames.end();
+}
+
+double adjustLrFactor(std::string_view name, int64_t rows, int64_t cols) {
+  const double r = static_cast<double>(rows), c = static_cast<double>(cols);
+  if (name == "original")
+    return std::sqrt(std::max(1.0, r / c));
+  if (name == "match_rms_adamw")
+    return 0.2 * std::sqrt(std::max(r, c));
+  if (name == "spectral")
+    return std::sqrt(std::max(r, c));
+  if (name == "unit_rms_norm" || name == "spectral_unclamped")
+    return std::sqrt(r / c);
+  return 0;
+}
 
 std::vector<PlanGroup> defaultGroups() {
   PlanGroup muon, adamw;

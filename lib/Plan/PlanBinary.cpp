@@ -137,7 +137,10 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
       o.f64(m.lr);
       o.f64(m.weightDecay);
       o.f64(m.momentum);
-      o.u8(m.nesterov);
+      // Bit 0 nesterov, bits 1-2 the weight-decay mode (0: decoupled, so
+      // plans written before the modes read the same).
+      int mode = std::max(0, weightDecayModeIndex(m.weightDecayMode));
+      o.u8(static_cast<uint8_t>((m.nesterov ? 1 : 0) | mode << 1));
       o.str(m.adjustLr);
     } else {
       const AdamWSettings &a = g.adamwSettings;
@@ -279,6 +282,12 @@ int64_t localIndex(const std::vector<int64_t> &ids, int64_t id) {
 
 bool isPlanBinary(std::string_view prefix) {
   return prefix.substr(0, kPlanBinaryMagic.size()) == kPlanBinaryMagic;
+}
+
+bool looksLikePlanBinary(std::string_view prefix) {
+  return isPlanBinary(prefix) ||
+         prefix.substr(0, kPlanBinaryProbeSize).find('\0') !=
+             std::string_view::npos;
 }
 
 /// The writer's state: each rank's matrices, and per rank and exchange its
@@ -844,10 +853,28 @@ struct Header {
 
 bool readHeader(std::string_view bytes, uint64_t actualSize, Header &h,
                 std::string &error) {
-  if (bytes.size() < kHeaderSize || !isPlanBinary(bytes)) {
-    error = "not a binary plan file (expected " +
-            num(static_cast<int64_t>(kHeaderSize)) +
-            " header bytes starting with \"MUONPLAN\")";
+  if (bytes.size() < kHeaderSize) {
+    error = "not a binary plan file (" + num(static_cast<int64_t>(bytes.size())) +
+            " bytes, shorter than its " +
+            num(static_cast<int64_t>(kHeaderSize)) + "-byte header)";
+    return false;
+  }
+  if (!isPlanBinary(bytes)) {
+    // Escaped: the bytes are the file's, not text to echo.
+    std::string found;
+    for (unsigned char c : bytes.substr(0, kPlanBinaryMagic.size())) {
+      if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+        found += static_cast<char>(c);
+      } else {
+        static const char *hex = "0123456789abcdef";
+        found += "\\x";
+        found += hex[c >> 4];
+        found += hex[c & 15];
+      }
+    }
+    error = "header: bytes 0-7 are \"" + found +
+            "\", not the magic \"MUONPLAN\" (the file is damaged or not a "
+            "binary plan)";
     return false;
   }
   const char *p = bytes.data();
@@ -943,7 +970,13 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices) {
       m.lr = in.f64();
       m.weightDecay = in.f64();
       m.momentum = in.f64();
-      m.nesterov = in.u8() != 0;
+      uint8_t flags = in.u8();
+      if (in.ok() && (flags >> 1) >= kWeightDecayModes.size())
+        return in.fail("Muon flags " + num(flags) +
+                       ": weight-decay mode " + num(flags >> 1) +
+                       " is not 0 (decoupled), 1 (cautious) or 2 (none)");
+      m.nesterov = flags & 1;
+      m.weightDecayMode = std::string(kWeightDecayModes[(flags >> 1) % 3]);
       m.adjustLr = in.str("bytes of adjust_lr");
     } else {
       AdamWSettings &a = g.adamwSettings;

@@ -60,6 +60,9 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
       j.member("momentum", m.momentum);
       j.member("nesterov", m.nesterov);
       j.member("adjust_lr", m.adjustLr);
+      // Only when not the default: plans without it stay byte-identical.
+      if (m.weightDecayMode != "decoupled")
+        j.member("weight_decay_mode", m.weightDecayMode);
     } else if (withGroupSettings) {
       const AdamWSettings &a = g.adamwSettings;
       j.member("lr", a.lr);
@@ -344,8 +347,16 @@ bool PlanReader::read(const Value &root, Plan &plan,
     m.nesterov =
         rd.boolean(get(o, "nesterov"), key(p, "nesterov")).value_or(true);
     m.adjustLr = rd.oneOf(get(o, "adjust_lr"), key(p, "adjust_lr"),
-                          {"original", "match_rms_adamw"})
+                          {kAdjustLrNames[0], kAdjustLrNames[1],
+                           kAdjustLrNames[2], kAdjustLrNames[3],
+                           kAdjustLrNames[4]})
                      .value_or("original");
+    if (const Value *v = get(o, "weight_decay_mode"))
+      m.weightDecayMode =
+          rd.oneOf(v, key(p, "weight_decay_mode"),
+                   {kWeightDecayModes[0], kWeightDecayModes[1],
+                    kWeightDecayModes[2]})
+              .value_or("decoupled");
   };
   auto readAdamW = [&](const Value &o, const std::string &p, AdamWSettings &a) {
     a.lr = number(o, p, "lr");
@@ -364,7 +375,8 @@ bool PlanReader::read(const Value &root, Plan &plan,
     if (const Value *o =
             object(root, "", "optimizer",
                    {"lr", "weight_decay", "momentum", "nesterov", "ns_steps",
-                    "ns_coefficients", "eps", "adjust_lr", "ns_dtype"})) {
+                    "ns_coefficients", "eps", "adjust_lr", "ns_dtype",
+                    "weight_decay_mode"})) {
       readNewtonSchulz(*o, "optimizer");
       readMuon(*o, "optimizer", plan.groups[0].muonSettings);
     }
@@ -378,7 +390,7 @@ bool PlanReader::read(const Value &root, Plan &plan,
       readNewtonSchulz(*o, "newton_schulz");
     objects(root, "", "groups",
             {"name", "algorithm", "lr", "weight_decay", "momentum", "nesterov",
-             "adjust_lr", "betas", "eps"},
+             "adjust_lr", "weight_decay_mode", "betas", "eps"},
             [&](const Value &o, const std::string &path) {
               PlanGroup g;
               g.name =
@@ -391,7 +403,7 @@ bool PlanReader::read(const Value &root, Plan &plan,
               // Only the keys of the group's own algorithm.
               static constexpr std::string_view kAdamWOnly[] = {"betas", "eps"};
               static constexpr std::string_view kMuonOnly[] = {
-                  "momentum", "nesterov", "adjust_lr"};
+                  "momentum", "nesterov", "adjust_lr", "weight_decay_mode"};
               for (std::string_view k :
                    g.muon ? std::vector<std::string_view>(
                                 std::begin(kAdamWOnly), std::end(kAdamWOnly))

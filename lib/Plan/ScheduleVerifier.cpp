@@ -56,6 +56,13 @@ std::string verifySchedule(const Plan &plan) {
   std::vector<int> applied(rounds, 0);
   for (size_t i = 0; i < plan.schedule.size(); ++i) {
     const ScheduleStep &s = plan.schedule[i];
+    // Momentum and AdamW act on every local piece: their index is 0.
+    if ((s.kind == ScheduleStep::Kind::Momentum ||
+         s.kind == ScheduleStep::Kind::AdamW) &&
+        s.index != 0)
+      return where(i) + ": " +
+             (s.kind == ScheduleStep::Kind::Momentum ? "momentum" : "adamw") +
+             " takes index 0, got " + std::to_string(s.index);
     if (s.kind == ScheduleStep::Kind::Momentum) {
       // (A gather started before it fails at that gather's start.)
       if (momentum++)

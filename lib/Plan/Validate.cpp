@@ -877,10 +877,13 @@ json::Error checkGroupSettings(const PlanGroup &group) {
     if (m.momentum >= 1)
       return {"momentum",
               "expected a number in [0, 1), got " + shortNumber(m.momentum)};
-    if (m.adjustLr != "original" && m.adjustLr != "match_rms_adamw")
+    if (!isAdjustLrName(m.adjustLr))
       return {"adjust_lr", "unknown value \"" + m.adjustLr +
-                               "\"; expected \"original\" or "
-                               "\"match_rms_adamw\""};
+                               "\"; expected " + adjustLrList()};
+    if (weightDecayModeIndex(m.weightDecayMode) < 0)
+      return {"weight_decay_mode",
+              "unknown value \"" + m.weightDecayMode + "\"; expected " +
+                  nameList(kWeightDecayModes.data(), kWeightDecayModes.size())};
     return {};
   }
   const AdamWSettings &a = group.adamwSettings;

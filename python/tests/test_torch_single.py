@@ -36,7 +36,8 @@ def train(model, opts, steps, schedulers=()):
 
 
 @pytest.mark.parametrize("kw", [{}, {"nesterov": False, "weight_decay": 0.05},
-                                {"adjust_lr_fn": "match_rms_adamw"}])
+                                {"adjust_lr_fn": "match_rms_adamw"},
+                                {"adjust_lr_fn": "spectral_unclamped"}])
 def test_matches_torch_muon_fp32_ns(fp32_torch_muon, kw):
     torch.manual_seed(0)
     ref = TinyTransformer()
@@ -164,7 +165,7 @@ def test_plan_settings_cannot_change():
 def test_bad_settings():
     w = torch.nn.Parameter(torch.randn(4, 4))
     with pytest.raises(MuonError, match="adjust_lr_fn"):
-        Muon([w], adjust_lr_fn="spectral_unclamped")
+        Muon([w], adjust_lr_fn="shape_scaling")
     with pytest.raises(ValueError, match="Learning rate"):
         Muon([w], lr=-1)
     opt = Muon([w])
@@ -304,3 +305,47 @@ def train_from(model, opt, start, stop):
         opt.zero_grad()
         loss_of(model, x, y).backward()
         opt.step()
+
+
+def one_step(w0, grad, **kw):
+    """w0 after one step of ours with gradient `grad` (fresh state)."""
+    w = torch.nn.Parameter(w0.clone())
+    opt = Muon([w], lr=LR, **kw)
+    w.grad = grad.clone()
+    opt.step()
+    return w.detach()
+
+
+def test_scale_modes_and_weight_decay_modes_from_their_formulas():
+    # One step from the same values and gradient: the orthogonalized update
+    # O is the same in every run, so each mode's result follows from two
+    # reference runs by the formulas of docs/spec-format.md 1.3.
+    torch.manual_seed(0)
+    rows, cols, wd = 12, 20, 0.1
+    w0, g = torch.randn(rows, cols), torch.randn(rows, cols)
+    plain = one_step(w0, g, weight_decay=wd, weight_decay_mode="none")
+    assert torch.equal(plain, one_step(w0, g, weight_decay=0.0))
+    step = w0 - plain  # lr * sqrt(max(1, rows/cols)) * O, original = 1 * lr
+    factors = {"original": 1.0, "match_rms_adamw": 0.2 * max(rows, cols) ** 0.5,
+               "spectral": max(rows, cols) ** 0.5,
+               "unit_rms_norm": (rows / cols) ** 0.5,
+               "spectral_unclamped": (rows / cols) ** 0.5}
+    for name, factor in factors.items():
+        moved = w0 - one_step(w0, g, weight_decay=0.0, adjust_lr_fn=name)
+        assert torch.allclose(moved, step * factor, rtol=1e-5, atol=2e-6), name
+    # Decoupled decay scales every element; cautious only those whose update
+    # (O, subtracted) agrees in sign with the value: O * w >= 0.
+    decoupled = one_step(w0, g, weight_decay=wd)
+    assert torch.equal(decoupled, one_step(w0, g, weight_decay=wd,
+                                           weight_decay_mode="decoupled"))
+    assert torch.allclose(decoupled, w0 * (1 - LR * wd) - step, atol=1e-6)
+    cautious = one_step(w0, g, weight_decay=wd, weight_decay_mode="cautious")
+    agree = step * w0 >= 0
+    assert 0 < int(agree.sum()) < agree.numel()
+    assert torch.equal(cautious, torch.where(agree, decoupled, plain))
+
+
+def test_bad_weight_decay_mode():
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    with pytest.raises(MuonError, match="weight_decay_mode 'cautius'"):
+        Muon([w], weight_decay_mode="cautius")

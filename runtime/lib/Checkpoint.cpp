@@ -326,6 +326,10 @@ bool readManifest(const std::string &dir, const Plan &plan, bool withParameters,
             rd.boolean(get(*o, "nesterov"), gp + ".nesterov").value_or(true);
         m.adjustLr = rd.string(get(*o, "adjust_lr"), gp + ".adjust_lr")
                          .value_or("original");
+        if (get(*o, "weight_decay_mode"))
+          m.weightDecayMode =
+              rd.string(get(*o, "weight_decay_mode"), gp + ".weight_decay_mode")
+                  .value_or("decoupled");
       } else {
         AdamWSettings &a = group.adamwSettings;
         a.lr = number("lr");
@@ -663,6 +667,8 @@ bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
         o["momentum"] = m.momentum;
         o["nesterov"] = m.nesterov;
         o["adjust_lr"] = m.adjustLr;
+        if (m.weightDecayMode != "decoupled")
+          o["weight_decay_mode"] = m.weightDecayMode;
       } else {
         const AdamWSettings &a = group.adamwSettings;
         o["lr"] = a.lr;

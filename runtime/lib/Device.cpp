@@ -7,9 +7,8 @@
 namespace muon::runtime {
 
 double adjustedLr(const MuonSettings &s, int64_t rows, int64_t cols) {
-  if (s.adjustLr == "match_rms_adamw")
-    return s.lr * 0.2 * std::sqrt(static_cast<double>(std::max(rows, cols)));
-  return s.lr * std::sqrt(std::max(1.0, static_cast<double>(rows) / cols));
+  // The plan's reader and setGroupOptions accept only known names.
+  return s.lr * adjustLrFactor(s.adjustLr, rows, cols);
 }
 
 } // namespace muon::runtime

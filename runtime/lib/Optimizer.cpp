@@ -25,12 +25,11 @@ Status Optimizer::load(const std::string &planPath, Communicator &comm,
     return Status(StatusCode::NotFound,
                   "cannot read the plan file '" + planPath + "'");
   // A binary plan: this rank reads and checks only its own part.
-  char magic[8] = {};
+  char magic[kPlanBinaryProbeSize] = {};
   in.read(magic, sizeof(magic));
   Plan plan;
   std::string error;
-  if (in.gcount() == sizeof(magic) &&
-      isPlanBinary(std::string_view(magic, sizeof(magic)))) {
+  if (looksLikePlanBinary(std::string_view(magic, in.gcount()))) {
     if (!loadPlanSlice(planPath, comm.rank(), plan, error))
       return invalidArgument(error);
     return create(std::move(plan), comm, device, options, out);

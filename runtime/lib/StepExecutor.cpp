@@ -212,6 +212,7 @@ uint64_t StepExecutor::groupsHash() const {
         a.beta1, a.beta2,       a.eps,      a.weightDecay};
     h = fnv1a(values, sizeof(values), h);
     h = fnv1a(m.adjustLr, h);
+    h = fnv1a(m.weightDecayMode, h);
   }
   return h;
 }

@@ -315,7 +315,7 @@ int runStep(int argc, char **argv) {
   text << in.rdbuf();
   Plan plan;
   std::string error;
-  if (isPlanBinary(text.str()) ? !parsePlanBinary(text.str(), plan, error)
+  if (looksLikePlanBinary(text.str()) ? !parsePlanBinary(text.str(), plan, error)
                                : !parsePlan(text.str(), plan, error))
     return fail(planPath + ": " + error);
   if (plan.worldSize != 1)

@@ -75,7 +75,7 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
   std::string text, error;
   // A binary plan: a rank of a run reads only its part; anyone else reads
   // and checks the whole.
-  if (isPlanBinary(readPrefix(path, kPlanBinaryMagic.size()))) {
+  if (looksLikePlanBinary(readPrefix(path, kPlanBinaryProbeSize))) {
     isPlanFile = true;
     if (flags.wireDtypeGiven || flags.gatherBudgetGiven ||
         flags.maxRoundsGiven) {

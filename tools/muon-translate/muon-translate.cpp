@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
   if (convertPlanFlag) {
     std::string_view bytes(input->getBufferStart(), input->getBufferSize());
     ::muon::Plan plan;
-    bool binary = ::muon::isPlanBinary(bytes);
+    bool binary = ::muon::looksLikePlanBinary(bytes);
     bool ok = binary ? ::muon::parsePlanBinary(bytes, plan, error)
                      : ::muon::parsePlan(std::string(bytes), plan, error);
     if (!ok) {

@@ -87,7 +87,11 @@ struct MuonSettings {
   /// An explicit table instead of the preset when not empty: one (a, b, c)
   /// triple for every step, or one per step.
   std::vector<std::array<double, 3>> nsCoefficients;
-  std::string adjustLr = "original"; // or "match_rms_adamw"
+  /// "original", "match_rms_adamw", "spectral", "unit_rms_norm" or
+  /// "spectral_unclamped" (docs/spec-format.md 1.3).
+  std::string adjustLr = "original";
+  /// "decoupled", "cautious" or "none".
+  std::string weightDecayMode = "decoupled";
   /// "f32" or "bf16"; empty: the device that runs the plan chooses.
   std::string nsDtype;
 };

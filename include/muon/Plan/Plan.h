@@ -41,9 +41,51 @@ struct PlanParam {
 struct MuonSettings {
   double lr = 1e-3, weightDecay = 0.1, momentum = 0.95;
   bool nesterov = true;
-  /// "original" or "match_rms_adamw".
+  /// One of kAdjustLrNames: how lr scales with the matrix's shape
+  /// (adjustLrFactor).
   std::string adjustLr = "original";
+  /// One of kWeightDecayModes: "decoupled" (param *= 1 - lr * weight_decay),
+  /// "cautious" (only where the update and the parameter agree in sign) or
+  /// "none".
+  std::string weightDecayMode = "decoupled";
 };
+
+/// The values of a Muon group's `weight_decay_mode`, in the dialect's order.
+inline constexpr std::array<std::string_view, 3> kWeightDecayModes = {
+    "decoupled", "cautious", "none"};
+
+/// The index of `name` in kWeightDecayModes, or -1.
+int weightDecayModeIndex(std::string_view name);
+
+/// The values of a Muon group's `adjust_lr`, in the dialect's order.
+inline constexpr std::array<std::string_view, 5> kAdjustLrNames = {
+    "original", "match_rms_adamw", "spectral", "unit_rms_norm",
+    "spectral_unclamped"};
+
+/// Whether `name` is one of kAdjustLrNames.
+bool isAdjustLrName(std::string_view name);
+
+/// `"a", "b" or "c"`: a closed set of names for an error message, each in
+/// `quote`.
+std::string nameList(const std::string_view *names, size_t count,
+                     char quote = '"');
+inline std::string adjustLrList(char quote = '"') {
+  return nameList(kAdjustLrNames.data(), kAdjustLrNames.size(), quote);
+}
+
+/// The factor `adjust_lr` puts on lr for a rows x cols matrix (rows: the
+/// output features, as torch's [out, in] weights); 0 for an unknown name.
+///   original            sqrt(max(1, rows/cols))  (Keller Jordan's Muon;
+///                       torch.optim.Muon "original"; Megatron/NVIDIA
+///                       Emerging-Optimizers "shape_scaling")
+///   match_rms_adamw     0.2 sqrt(max(rows, cols))  (Moonlight, arXiv
+///                       2502.16982; torch.optim.Muon)
+///   spectral            sqrt(max(rows, cols))  (Emerging-Optimizers
+///                       "spectral", extra_scale_factor 1)
+///   unit_rms_norm       sqrt(rows/cols)  (Emerging-Optimizers
+///                       "unit_rms_norm"; Bernstein, "Deriving Muon")
+///   spectral_unclamped  sqrt(rows/cols)  (torch.optim.Muon, no clamp at 1)
+double adjustLrFactor(std::string_view name, int64_t rows, int64_t cols);
 
 /// An AdamW group's hyper-parameters (step inputs, as MuonSettings).
 struct AdamWSettings {

@@ -40,6 +40,17 @@ inline constexpr uint32_t kPlanBinaryVersion = 2;
 /// Whether `prefix` (the first bytes of a file) starts a binary plan.
 bool isPlanBinary(std::string_view prefix);
 
+/// How many first bytes of a file `looksLikePlanBinary` wants.
+inline constexpr size_t kPlanBinaryProbeSize = 16;
+
+/// Whether a file whose first bytes are `prefix` should be read as a binary
+/// plan: it starts with the magic bytes, or it holds a NUL byte among its
+/// first `kPlanBinaryProbeSize` (the header's version and size fields have
+/// some; the text formats, JSON and MLIR, never do). A binary plan with
+/// damaged magic bytes then gets the binary reader's error, not a JSON or
+/// MLIR parser's.
+bool looksLikePlanBinary(std::string_view prefix);
+
 /// The whole plan (not a slice) as a binary plan file. Deterministic: the
 /// same plan always gives the same bytes.
 std::string renderPlanBinary(const Plan &plan);

@@ -359,10 +359,12 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
                                                         "ns_steps",
                                                         "ns_coefficients",
                                                         "eps", "adjust_lr",
-                                                        "ns_dtype"}
+                                                        "ns_dtype",
+                                                        "weight_decay_mode"}
               : std::initializer_list<std::string_view>{
                     "lr", "momentum", "nesterov", "weight_decay", "ns_steps",
-                    "ns_coefficients", "eps", "adjust_lr", "ns_dtype"})))
+                    "ns_coefficients", "eps", "adjust_lr", "ns_dtype",
+                    "weight_decay_mode"})))
     return failure();
   OperationState state(at(path), OptimizerOp::getOperationName());
   if (inParamGroups)
@@ -442,6 +444,15 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
     }
     state.addAttribute("ns_coefficients", builder.getArrayAttr(table));
   }
+  // The dialect's closed set, 'a', 'b' or 'c'.
+  auto adjustLrNames = [] {
+    std::string list;
+    uint32_t last = getMaxEnumValForAdjustLr();
+    for (uint32_t i = 0; i <= last; ++i)
+      list += (i == 0 ? "'" : i == last ? " or '" : ", '") +
+              stringifyAdjustLr(static_cast<AdjustLr>(i)).str() + "'";
+    return list;
+  };
   if (const JsonValue *x = get(*o, "adjust_lr")) {
     std::optional<std::string> s = getString(*x, key(path, "adjust_lr"));
     if (!s)
@@ -449,9 +460,22 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
     std::optional<AdjustLr> adjust = symbolizeAdjustLr(*s);
     if (!adjust)
       return fail(key(path, "adjust_lr"),
-                  "unknown adjust_lr '" + *s +
-                      "'; expected 'original' or 'match_rms_adamw'");
+                  "unknown adjust_lr '" + *s + "'; expected " +
+                      adjustLrNames());
     state.addAttribute("adjust_lr", AdjustLrAttr::get(ctx, *adjust));
+  }
+  if (const JsonValue *x = get(*o, "weight_decay_mode")) {
+    std::optional<std::string> s =
+        getString(*x, key(path, "weight_decay_mode"));
+    if (!s)
+      return failure();
+    std::optional<WeightDecayMode> mode = symbolizeWeightDecayMode(*s);
+    if (!mode)
+      return fail(key(path, "weight_decay_mode"),
+                  "unknown weight_decay_mode '" + *s +
+                      "'; expected 'decoupled', 'cautious' or 'none'");
+    state.addAttribute("weight_decay_mode",
+                       WeightDecayModeAttr::get(ctx, *mode));
   }
   if (const JsonValue *x = get(*o, "ns_dtype")) {
     // Absent: the running device chooses (IR `auto`).

@@ -259,6 +259,8 @@ mc::ParamGroup groupOf(nb::dict d) {
     g.muon.eps = get<double>(d, "eps", 1e-7);
     g.muon.nsSteps = get<int64_t>(d, "ns_steps", 5);
     g.muon.adjustLr = get<std::string>(d, "adjust_lr", "original");
+    g.muon.weightDecayMode =
+        get<std::string>(d, "weight_decay_mode", "decoupled");
     g.muon.nsDtype = get<std::string>(d, "ns_dtype", "");
     if (d.contains("ns_coefficients") && !d["ns_coefficients"].is_none()) {
       auto c = nb::cast<std::vector<double>>(d["ns_coefficients"]);
@@ -342,6 +344,7 @@ nb::dict groupDict(const muon::PlanGroup &g) {
     d["momentum"] = g.muonSettings.momentum;
     d["nesterov"] = g.muonSettings.nesterov;
     d["adjust_lr"] = g.muonSettings.adjustLr;
+    d["weight_decay_mode"] = g.muonSettings.weightDecayMode;
   } else {
     d["lr"] = g.adamwSettings.lr;
     d["betas"] = nb::make_tuple(g.adamwSettings.beta1, g.adamwSettings.beta2);
@@ -361,6 +364,8 @@ muon::PlanGroup planGroupOf(nb::dict d) {
     g.muonSettings.momentum = get<double>(d, "momentum", 0.95);
     g.muonSettings.nesterov = get<bool>(d, "nesterov", true);
     g.muonSettings.adjustLr = get<std::string>(d, "adjust_lr", "original");
+    g.muonSettings.weightDecayMode =
+        get<std::string>(d, "weight_decay_mode", "decoupled");
   } else {
     g.adamwSettings.lr = get<double>(d, "lr", 1e-3);
     g.adamwSettings.weightDecay = get<double>(d, "weight_decay", 0.01);
@@ -453,8 +458,10 @@ public:
   }
 
   void setMuon(const std::string &name, double lr, double weightDecay,
-               double momentum, bool nesterov, const std::string &adjustLr) {
+               double momentum, bool nesterov, const std::string &adjustLr,
+               const std::string &weightDecayMode) {
     muon::MuonSettings s;
+    s.weightDecayMode = weightDecayMode;
     s.lr = lr;
     s.weightDecay = weightDecay;
     s.momentum = momentum;
@@ -619,7 +626,8 @@ NB_MODULE(_core, m) {
            [](PyOptimizer &o) { return muon::renderPlan(o.opt->plan()); })
       .def("bind", &PyOptimizer::bind, "name"_a, "values"_a, "grad"_a)
       .def("set_muon_group", &PyOptimizer::setMuon, "name"_a, "lr"_a,
-           "weight_decay"_a, "momentum"_a, "nesterov"_a, "adjust_lr"_a)
+           "weight_decay"_a, "momentum"_a, "nesterov"_a, "adjust_lr"_a,
+           "weight_decay_mode"_a = "decoupled")
       .def("set_adamw_group", &PyOptimizer::setAdamW, "name"_a, "lr"_a,
            "beta1"_a, "beta2"_a, "eps"_a, "weight_decay"_a)
       .def("set_group_lr",

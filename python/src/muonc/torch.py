@@ -39,7 +39,8 @@ DEFAULT_NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)
 
 # What a step reads from a group, per algorithm (the rest is compiled into
 # the plan and may not change after construction).
-_MUON_KEYS = ("lr", "weight_decay", "momentum", "nesterov", "adjust_lr_fn")
+_MUON_KEYS = ("lr", "weight_decay", "momentum", "nesterov", "adjust_lr_fn",
+              "weight_decay_mode")
 _ADAMW_KEYS = ("lr", "betas", "eps", "weight_decay")
 _PLAN_KEYS = ("ns_coefficients", "eps", "ns_steps")
 
@@ -325,7 +326,8 @@ class Muon(torch.optim.Optimizer):
                  ns_coefficients=DEFAULT_NS_COEFFICIENTS, eps: float = 1e-7,
                  ns_steps: int = 5, adjust_lr_fn: str | None = None, *,
                  distributed_config: dict | None = None, process_group=None,
-                 ns_dtype: str = "f32", timeout: float = 120.0):
+                 ns_dtype: str = "f32", timeout: float = 120.0,
+                 weight_decay_mode: str = "decoupled"):
         if not 0.0 <= lr:
             raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
         if not 0.0 <= momentum:
@@ -333,10 +335,12 @@ class Muon(torch.optim.Optimizer):
         if not 0.0 <= weight_decay:
             raise ValueError(f"weight decay should be >= 0 but is: {weight_decay}")
         _check_adjust(adjust_lr_fn)
+        _check_decay_mode(weight_decay_mode)
         defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum,
                         nesterov=nesterov,
                         ns_coefficients=tuple(ns_coefficients), eps=eps,
-                        ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn)
+                        ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn,
+                        weight_decay_mode=weight_decay_mode)
         super().__init__(params, defaults)
         self._ns_dtype = ns_dtype
         self._build(distributed_config, process_group, timeout)
@@ -386,6 +390,7 @@ class Muon(torch.optim.Optimizer):
                         f"dims); a parameter of shape {tuple(p.shape)} is in "
                         "a Muon group (put it in a group with use_muon=False)")
             _check_adjust(group.get("adjust_lr_fn"))
+            _check_decay_mode(group.get("weight_decay_mode", "decoupled"))
         super().add_param_group(group)
 
     def _build(self, config, process_group, timeout):
@@ -471,6 +476,7 @@ class Muon(torch.optim.Optimizer):
                          eps=group["eps"], ns_steps=group["ns_steps"],
                          ns_coefficients=list(group["ns_coefficients"]),
                          adjust_lr=group["adjust_lr_fn"] or "original",
+                         weight_decay_mode=group["weight_decay_mode"],
                          ns_dtype=self._ns_dtype)
             else:
                 g.update(betas=list(group["betas"]), eps=group["eps"])
@@ -550,9 +556,11 @@ class Muon(torch.optim.Optimizer):
                         "eps and ns_steps are compiled into the plan and "
                         "cannot change after construction")
                 _check_adjust(group["adjust_lr_fn"])
+                _check_decay_mode(group["weight_decay_mode"])
                 values = (float(group["lr"]), float(group["weight_decay"]),
                           float(group["momentum"]), bool(group["nesterov"]),
-                          group["adjust_lr_fn"] or "original")
+                          group["adjust_lr_fn"] or "original",
+                          group["weight_decay_mode"])
                 if self._pushed.get(name) != values:
                     self._engine.set_muon_group(name, *values)
             else:
@@ -736,7 +744,9 @@ class Muon(torch.optim.Optimizer):
                    "lr": float(g["lr"]), "weight_decay": float(g["weight_decay"])}
             if algorithm == "muon":
                 out.update(momentum=g["momentum"], nesterov=g["nesterov"],
-                           adjust_lr=g.get("adjust_lr_fn") or "original")
+                           adjust_lr=g.get("adjust_lr_fn") or "original",
+                           weight_decay_mode=g.get("weight_decay_mode",
+                                                   "decoupled"))
             else:
                 out.update(betas=list(g["betas"]), eps=g["eps"])
             groups.append(out)
@@ -835,7 +845,22 @@ def _dtype_name(p):
                     "supported (float32, bfloat16, float16 are)")
 
 
+# adjust_lr's values (muon::kAdjustLrNames; docs/spec-format.md 1.3).
+_ADJUST_LR = ("original", "match_rms_adamw", "spectral", "unit_rms_norm",
+              "spectral_unclamped")
+
+
+_DECAY_MODES = ("decoupled", "cautious", "none")
+
+
+def _check_decay_mode(mode):
+    if mode not in _DECAY_MODES:
+        raise MuonError(f"invalid argument: weight_decay_mode {mode!r} is not "
+                        "supported ('decoupled', 'cautious', 'none')")
+
+
 def _check_adjust(fn):
-    if fn not in (None, "original", "match_rms_adamw"):
+    if fn is not None and fn not in _ADJUST_LR:
         raise MuonError(f"invalid argument: adjust_lr_fn {fn!r} is not "
-                        "supported (None, 'original', 'match_rms_adamw')")
+                        "supported (None, "
+                        + ", ".join(repr(n) for n in _ADJUST_LR) + ")")

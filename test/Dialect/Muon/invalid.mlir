@@ -122,9 +122,18 @@ muon.model @m {
 muon.model @m {
   shard.grid @mesh(shape = 2)
   // The closed sets are enum attributes: anything else does not parse.
-  // expected-error @+2 {{expected ::mlir::muon::AdjustLr to be one of: original, match_rms_adamw}}
+  // expected-error @+2 {{expected ::mlir::muon::AdjustLr to be one of: original, match_rms_adamw, spectral, unit_rms_norm, spectral_unclamped}}
   // expected-error @+1 {{failed to parse Muon_AdjustLrAttr parameter 'value'}}
-  muon.optimizer {adjust_lr = #muon.adjust_lr<spectral>}
+  muon.optimizer {adjust_lr = #muon.adjust_lr<shape_scaling>}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+2 {{expected ::mlir::muon::WeightDecayMode to be one of: decoupled, cautious, none}}
+  // expected-error @+1 {{failed to parse Muon_WeightDecayModeAttr parameter 'value'}}
+  muon.optimizer {weight_decay_mode = #muon.weight_decay_mode<cautius>}
 }
 
 // -----

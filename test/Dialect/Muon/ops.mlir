@@ -12,6 +12,11 @@ muon.model @dtensor {
                   ns_coefficients = [array<f64: 3.4445, -4.775, 2.0315>], ns_dtype = #muon.ns_dtype<bf16>}
   // CHECK: muon.adamw {betas = array<f64: 9.000000e-01, 0.94999999999999996>, lr = 5.000000e-04 : f64}
   muon.adamw {lr = 5.0e-04 : f64, betas = array<f64: 0.9, 0.95>}
+  // The scale and weight-decay modes (a group of its own).
+  // CHECK: muon.optimizer {adjust_lr = #muon.adjust_lr<spectral>, group_name = "cautious", ns_coefficients = [array<f64: 3.444500e+00, -4.775000e+00, 2.031500e+00>], ns_dtype = #muon.ns_dtype<bf16>, ns_steps = 1 : i64, weight_decay_mode = #muon.weight_decay_mode<cautious>}
+  muon.optimizer {group_name = "cautious", ns_steps = 1 : i64, adjust_lr = #muon.adjust_lr<spectral>,
+                  weight_decay_mode = #muon.weight_decay_mode<cautious>,
+                  ns_coefficients = [array<f64: 3.4445, -4.775, 2.0315>], ns_dtype = #muon.ns_dtype<bf16>}
   // CHECK: muon.distributed {async = false, prefetch_count = 2 : i64, wire_dtype = #muon.wire_dtype<bf16>}
   muon.distributed {prefetch_count = 2 : i64, async = false, wire_dtype = #muon.wire_dtype<bf16>}
   // TP major, then FSDP, on dim 0 (the strided TP-then-FSDP layout).

@@ -98,6 +98,8 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
       g.muonSettings.momentum = opt.getMomentum().convertToDouble();
       g.muonSettings.nesterov = opt.getNesterov();
       g.muonSettings.adjustLr = stringifyAdjustLr(opt.getAdjustLr()).str();
+      g.muonSettings.weightDecayMode =
+          stringifyWeightDecayMode(opt.getWeightDecayMode()).str();
       // Every Muon group has the same Newton-Schulz settings (verified).
       plan.ns.eps = opt.getEps().convertToDouble();
       plan.ns.nsSteps = static_cast<int64_t>(opt.getNsSteps());

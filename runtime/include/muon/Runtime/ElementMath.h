@@ -48,19 +48,32 @@ MUON_HOST_DEVICE inline float momentumStep(float grad, float &buf,
   return s.nesterov ? lerp(grad, buf, s.momentum) : buf;
 }
 
-/// The Muon update: values * (1 - lr * weight_decay) - alr * orth.
+/// The Muon update: values * decay - alr * orth, where decay is
+/// 1 - lr * weight_decay ("decoupled"), that only where orth * value >= 0
+/// and 1 elsewhere ("cautious": Cautious Weight Decay, arXiv 2510.12402),
+/// or 1 ("none").
 struct UpdateScalars {
   float decay = 1, step = 0;
+  bool cautious = false;
 };
 
 inline UpdateScalars updateScalars(const MuonSettings &s, double adjustedLr) {
-  return {static_cast<float>(1.0 - s.lr * s.weightDecay),
-          static_cast<float>(adjustedLr)};
+  const bool none = s.weightDecayMode == "none";
+  return {none ? 1.0f : static_cast<float>(1.0 - s.lr * s.weightDecay),
+          static_cast<float>(adjustedLr), s.weightDecayMode == "cautious"};
+}
+
+/// Whether the update `orth` (subtracted) and `value` disagree in sign: the
+/// elements cautious weight decay leaves alone (a zero agrees with both).
+MUON_HOST_DEVICE inline bool signsDisagree(float orth, float value) {
+  return (orth > 0.0f && value < 0.0f) || (orth < 0.0f && value > 0.0f);
 }
 
 MUON_HOST_DEVICE inline float updatedValue(float value, float orth,
                                            const UpdateScalars &s) {
-  return value * s.decay - s.step * orth;
+  const float decayed =
+      s.cautious && signsDisagree(orth, value) ? value : value * s.decay;
+  return decayed - s.step * orth;
 }
 
 /// AdamW (torch.optim.AdamW, decoupled weight decay, bias-corrected).

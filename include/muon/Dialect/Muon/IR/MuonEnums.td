@@ -44,11 +44,28 @@ def Muon_GroupKind : Muon_Enum<"ProcessGroupKind", "a process-group kind", [
   I32EnumAttrCase<"Pp", 7, "pp">]>;
 def Muon_GroupKindAttr : Muon_KeywordEnumAttr<Muon_GroupKind, "kind">;
 
-// Written as `#muon.adjust_lr<original>` in attribute dictionaries.
+// Written as `#muon.adjust_lr<original>` in attribute dictionaries. The
+// factors on lr for a rows x cols matrix are muon::adjustLrFactor's
+// (muon/Plan/Plan.h), with their sources in docs/spec-format.md.
 def Muon_AdjustLr : Muon_Enum<"AdjustLr", "how Muon scales its learning rate", [
   I32EnumAttrCase<"Original", 0, "original">,
-  I32EnumAttrCase<"MatchRmsAdamW", 1, "match_rms_adamw">]>;
+  I32EnumAttrCase<"MatchRmsAdamW", 1, "match_rms_adamw">,
+  I32EnumAttrCase<"Spectral", 2, "spectral">,
+  I32EnumAttrCase<"UnitRmsNorm", 3, "unit_rms_norm">,
+  I32EnumAttrCase<"SpectralUnclamped", 4, "spectral_unclamped">]>;
 def Muon_AdjustLrAttr : EnumAttr<Muon_Dialect, Muon_AdjustLr, "adjust_lr"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+// Written as `#muon.weight_decay_mode<cautious>`: how a Muon group's weight
+// decay acts (docs/spec-format.md 1.3).
+def Muon_WeightDecayMode : Muon_Enum<"WeightDecayMode",
+                                     "how Muon applies weight decay", [
+  I32EnumAttrCase<"Decoupled", 0, "decoupled">,
+  I32EnumAttrCase<"Cautious", 1, "cautious">,
+  I32EnumAttrCase<"None", 2, "none">]>;
+def Muon_WeightDecayModeAttr
+    : EnumAttr<Muon_Dialect, Muon_WeightDecayMode, "weight_decay_mode"> {
   let assemblyFormat = "`<` $value `>`";
 }
 

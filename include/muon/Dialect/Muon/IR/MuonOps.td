@@ -137,8 +137,13 @@ def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
 
     `ns_coefficients` holds one (a, b, c) triple used for every Newton-Schulz
     step, or one triple per step (e.g. a Polar Express schedule).
-    `adjust_lr` is `original` (lr * sqrt(max(1, rows/cols))) or
-    `match_rms_adamw` (lr * 0.2 * sqrt(max(rows, cols))). `ns_dtype` is the
+    `adjust_lr` is `original` (lr * sqrt(max(1, rows/cols))),
+    `match_rms_adamw` (lr * 0.2 * sqrt(max(rows, cols))), `spectral`
+    (lr * sqrt(max(rows, cols))), `unit_rms_norm` or `spectral_unclamped`
+    (both lr * sqrt(rows/cols)). `weight_decay_mode` is `decoupled`
+    (param * (1 - lr * weight_decay) everywhere), `cautious` (only where the
+    update and the parameter agree in sign, arXiv 2510.12402) or `none`.
+    `ns_dtype` is the
     element type Newton-Schulz runs in: `f32`, `bf16` (torch.optim.Muon's
     choice) or `auto` (the running device's default).
 
@@ -160,7 +165,9 @@ def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
     DefaultValuedAttr<Muon_AdjustLrAttr,
                       "::mlir::muon::AdjustLr::Original">:$adjust_lr,
     DefaultValuedAttr<Muon_NsDtypeAttr,
-                      "::mlir::muon::NsDtype::Auto">:$ns_dtype);
+                      "::mlir::muon::NsDtype::Auto">:$ns_dtype,
+    DefaultValuedAttr<Muon_WeightDecayModeAttr,
+                      "::mlir::muon::WeightDecayMode::Decoupled">:$weight_decay_mode);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
