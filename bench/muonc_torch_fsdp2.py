@@ -7,7 +7,9 @@ Muon matrices (a muon-spec/1 file's params of 2 or more dims), each sharded
 on dim 0 over the ranks with fully_shard, as bench/dion_muon_fsdp2.py does;
 muonc reads the placements (create_dtensor_config) and compiles the plan
 at construction, outside the timed steps. --ns-dtype: muonc.torch's
-default is f32. Prints one JSON line: the median and minimum step seconds
+default is f32. --communicator mpi: the ranks run under mpirun (started
+here) and the exchanges go through MPI, as muon-run's do, which leaves the
+Python layer as the only difference from muon-run on the same plan. Prints one JSON line: the median and minimum step seconds
 after one warm-up step (a barrier before each step; a step lasts until the
 slowest rank is done) and the bytes all ranks receive in a step (what the
 runtime asks the communicator to receive). Not part of `make check`.
@@ -39,16 +41,18 @@ def rank_main(rank, shapes, out):
     fully_shard(model, mesh=mesh)
     params = list(model.parameters())
     opt = Muon(params, lr=1e-3, momentum=0.95, nesterov=True,
-               weight_decay=0.1, ns_steps=5, ns_dtype=ns_dtype)
+               weight_decay=0.1, ns_steps=5, ns_dtype=ns_dtype,
+               communicator=args.communicator)
     # Count the bytes the plan's exchanges receive (the communicator's
     # all_to_all_v, which the runtime calls).
     received = [0]
-    inner = opt._comm.all_to_all_v
+    if args.communicator == "torch":
+        inner = opt._comm.all_to_all_v
 
-    def counting(send, sc, so, recv, rc, ro):
-        received[0] += sum(rc)
-        inner(send, sc, so, recv, rc, ro)
-    opt._comm.all_to_all_v = counting
+        def counting(send, sc, so, recv, rc, ro):
+            received[0] += sum(rc)
+            inner(send, sc, so, recv, rc, ro)
+        opt._comm.all_to_all_v = counting
     times = []
     for step in range(args.steps):
         for p in params:  # the reduce-scattered gradient FSDP2 leaves
@@ -61,8 +65,11 @@ def rank_main(rank, shapes, out):
     every = [None] * args.ranks
     dist.all_gather_object(every, received[0] // args.steps)
     report(args, times, out,
-           note=f"muonc.torch.Muon, FSDP2, ns {ns_dtype}",
-           matrices=len(shapes), bytes_received=sum(every))
+           note=f"muonc.torch.Muon, FSDP2, ns {ns_dtype}, "
+                f"{args.communicator} exchanges",
+           matrices=len(shapes),
+           # MPI's bytes are not counted here (muon-run counts the plan's).
+           bytes_received=sum(every))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ GPT-2-small layers, FSDP over 2 ranks). Each round runs, one after another:
                 and gloo instead of muon-run and MPI (its plans keep an
                 f32 wire, so the bf16 run pairs with `ours bf16 f32w`,
                 muon-run --ns-dtype bf16 --wire-dtype f32, also added);
+                and `muonc.torch mpi`: the f32 run with its exchanges
+                through MPI under mpirun, as muon-run's: against `ours
+                f32`, the Python layer's overhead;
   - every --extra NAME=COMMAND: any command that prints, last, a JSON line
                 with `step_seconds` (its median step) and `bytes_received`
                 (bytes all ranks receive in a step), such as another
@@ -98,11 +101,13 @@ if args.muonc_python:
     # settings, for the bf16 pair.
     configs.append(("ours bf16 f32w", muon_run(["--ns-dtype", "bf16",
                                                 "--wire-dtype", "f32"])))
-    for name, dtype in (("muonc.torch", "f32"), ("muonc.torch bf16", "bf16")):
+    for name, dtype, comm in (("muonc.torch", "f32", "torch"),
+                              ("muonc.torch bf16", "bf16", "torch"),
+                              ("muonc.torch mpi", "f32", "mpi")):
         configs.append((name, command(
             [args.muonc_python, os.path.join(here, "muonc_torch_fsdp2.py"),
              args.spec, "--ranks", str(args.ranks), "--steps", str(args.steps),
-             "--ns-dtype", dtype])))
+             "--ns-dtype", dtype, "--communicator", comm])))
 for extra in args.extra:
     name, _, cmd = extra.partition("=")
     configs.append((name, command(shlex.split(cmd))))

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 
 
@@ -18,6 +19,10 @@ def parse_args(default_port, default_ns_dtype="bf16"):
     parser.add_argument("--port", type=int, default=default_port)
     parser.add_argument("--ns-dtype", default=default_ns_dtype,
                         choices=["f32", "bf16"])
+    parser.add_argument("--communicator", default="torch",
+                        choices=["torch", "mpi"],
+                        help="mpi: the ranks are started by mpirun (this "
+                             "script starts it) instead of spawned")
     args = parser.parse_args()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)
@@ -35,6 +40,8 @@ def init_rank(args, rank):
     import torch
     import torch.distributed as dist
     torch.set_num_threads(args.threads)
+    if args.communicator == "mpi":
+        args.port += 1  # mpirun's own ports are not torch's
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(args.port)
     dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
@@ -59,6 +66,21 @@ def run(args, rank_main):
     0's JSON line."""
     import torch.multiprocessing as mp
     shapes = shapes_of(args.spec)
+    if args.communicator == "mpi":
+        if "OMPI_COMM_WORLD_RANK" not in os.environ:
+            # Start the ranks under mpirun; rank 0 prints the line.
+            cmd = ["mpirun", "-q", "--allow-run-as-root", "--oversubscribe",
+                   "--bind-to", "none", "--mca",
+                   "btl_vader_single_copy_mechanism", "none", "-x",
+                   "OMP_NUM_THREADS", "-x", "MKL_NUM_THREADS", "-np",
+                   str(args.ranks), sys.executable] + sys.argv
+            sys.exit(subprocess.run(cmd).returncode)
+
+        class Printer:
+            def put(self, result):
+                print(json.dumps(result), flush=True)
+        rank_main(int(os.environ["OMPI_COMM_WORLD_RANK"]), shapes, Printer())
+        return
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=rank_main, args=(r, shapes, queue))

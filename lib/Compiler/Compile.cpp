@@ -179,8 +179,9 @@ Json specOf(const Model &model, const DistributedConfig *config,
 /// parameter's name where it names one.
 class FirstError {
 public:
-  FirstError(mlir::MLIRContext &context, const Model &model)
-      : handler(&context, [this, &model](mlir::Diagnostic &diag) {
+  /// `model` null: a spec's own JSON paths are kept ("params[3].shape").
+  FirstError(mlir::MLIRContext &context, const Model *model)
+      : handler(&context, [this, model](mlir::Diagnostic &diag) {
           if (diag.getSeverity() != mlir::DiagnosticSeverity::Error ||
               !message.empty())
             return mlir::success();
@@ -188,15 +189,15 @@ public:
           if (auto name = mlir::dyn_cast<mlir::NameLoc>(diag.getLocation()))
             where = name.getName().str();
           // "params[3].shape" -> "parameter 'wq': shape".
-          if (where.rfind("params[", 0) == 0) {
+          if (model && where.rfind("params[", 0) == 0) {
             size_t close = where.find(']');
             size_t index = std::stoul(where.substr(7, close - 7));
             std::string rest = where.substr(close + 1);
             if (!rest.empty() && rest[0] == '.')
               rest = rest.substr(1);
             where = "parameter '" +
-                    (index < model.params.size() ? model.params[index].name
-                                                 : std::to_string(index)) +
+                    (index < model->params.size() ? model->params[index].name
+                                                  : std::to_string(index)) +
                     "'" + (rest.empty() ? "" : " (" + rest + ")");
           }
           message = (where.empty() || where == "<root>" ? "" : where + ": ") +
@@ -240,7 +241,7 @@ bool compile(const Model &model, const DistributedConfig *config, Plan &plan,
     }
     // The callback sees the matrices and who holds them.
     auto context = makeContext();
-    FirstError first(*context, model);
+    FirstError first(*context, &model);
     auto module =
         mlir::muon::importSpec(specOf(model, config, {}).dump(), context.get());
     if (!module) {
@@ -263,7 +264,7 @@ bool compile(const Model &model, const DistributedConfig *config, Plan &plan,
     assignments = config->assignFn(matrices, layout->mesh.numDevices());
   }
   auto context = makeContext();
-  FirstError first(*context, model);
+  FirstError first(*context, &model);
   auto module = mlir::muon::importSpec(specOf(model, config, assignments).dump(),
                                        context.get());
   if (!module) {
@@ -280,6 +281,27 @@ bool compile(const Model &model, const DistributedConfig *config, Plan &plan,
   if (mlir::failed(compiled)) {
     error = first.message.empty() ? "the model does not compile"
                                   : first.message;
+    return false;
+  }
+  plan = std::move(*compiled);
+  return true;
+}
+
+bool compileSpec(const std::string &spec, const std::string &wireDtype,
+                 Plan &plan, std::string &error) {
+  auto context = makeContext();
+  FirstError first(*context, nullptr);
+  auto module = mlir::muon::importSpec(spec, context.get());
+  if (!module) {
+    error = first.message.empty() ? "the spec does not import" : first.message;
+    return false;
+  }
+  mlir::muon::CompileOverrides overrides;
+  if (!wireDtype.empty())
+    overrides.wireDtype = wireDtype;
+  mlir::FailureOr<Plan> compiled = mlir::muon::compileModule(*module, overrides);
+  if (mlir::failed(compiled)) {
+    error = first.message.empty() ? "the spec does not compile" : first.message;
     return false;
   }
   plan = std::move(*compiled);

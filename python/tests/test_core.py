@@ -62,3 +62,69 @@ def test_group_settings_and_errors():
         opt.set_group_lr("nope", 0.1)
     with pytest.raises(muonc.MuonError):
         opt.set_adamw_group("hidden", 0.1, 0.9, 0.99, 1e-8, 0.0)
+
+
+# --- compile_spec: a spec file compiled in process ---------------------------
+
+def spec():
+    return {"format": "muon-spec/1",
+            "params": [{"name": "w", "shape": [8, 4], "group": "hidden"},
+                       {"name": "b", "shape": [4], "group": "bias"}],
+            "param_groups": [{"name": "hidden", "algorithm": "muon",
+                              "lr": 0.02},
+                             {"name": "bias", "algorithm": "adamw",
+                              "lr": 0.01}]}
+
+
+def run_plan(plan, steps=3):
+    opt = muonc.Optimizer(plan)
+    w = np.linspace(-2, 2, 32, dtype=np.float32).reshape(8, 4)
+    b = np.zeros(4, np.float32)
+    g = np.cos(np.arange(32, dtype=np.float32)).reshape(8, 4)
+    opt.bind("w", w, g)
+    opt.bind("b", b, np.ones(4, np.float32))
+    for _ in range(steps):
+        assert opt.step()["applied"]
+    return w, b
+
+
+def test_compile_spec_from_dict_text_and_path_equals_compile_model(tmp_path):
+    import json
+    want = run_plan(muonc.compile_model(*model()))
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(spec()))
+    for source in (spec(), json.dumps(spec()), str(path), path):
+        plan = muonc.compile_spec(source)
+        assert json.loads(plan)["format"].startswith("muon-plan/")
+        got = run_plan(plan)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)), source
+
+
+def test_compile_spec_distributed_plan_and_wire_dtype():
+    import json
+    s = spec()
+    s["mesh"] = {"shape": [2], "names": ["dp"]}
+    s["distributed"] = {"prefetch_count": 1}
+    s["params"][0]["placements"] = ["S(0)"]
+    f32 = json.loads(muonc.compile_spec(s))
+    bf16 = json.loads(muonc.compile_spec(s, wire_dtype="bf16"))
+    assert f32["world_size"] == 2 and bf16["world_size"] == 2
+    assert f32["wire_dtype"] == "f32" and bf16["wire_dtype"] == "bf16"
+    with pytest.raises(muonc.MuonError,
+                       match="plan is for 2 ranks but the communicator has 1"):
+        muonc.Optimizer(muonc.compile_spec(s))  # a 2-rank plan, one process
+
+
+def test_compile_spec_errors(tmp_path):
+    s = spec()
+    s["params"][0]["shape"] = [8, -4]
+    with pytest.raises(muonc.MuonError, match=r"params\[0\]\.shape"):
+        muonc.compile_spec(s)
+    with pytest.raises(muonc.MuonError, match="cannot read the spec"):
+        muonc.compile_spec(str(tmp_path / "missing.json"))
+    with pytest.raises(muonc.MuonError, match="wire_dtype 'f16'"):
+        muonc.compile_spec(spec(), wire_dtype="f16")
+    with pytest.raises(muonc.MuonError, match="not int"):
+        muonc.compile_spec(3)
+    with pytest.raises(muonc.MuonError):
+        muonc.compile_spec("{ not json")

@@ -181,6 +181,15 @@ DistributedConfig createAutoConfig(const AutoConfig &config);
 bool compile(const Model &model, const DistributedConfig *config, Plan &plan,
              std::string &error);
 
+/// Compiles a spec document (muon-spec/1 JSON text, as muon-run and
+/// muon-translate read it; docs/spec-format.md) into `plan`, as `muon-run
+/// SPEC` does. `wireDtype` ("f32", "bf16"), when not empty, sets the
+/// exchanges' element type (a compiler setting a spec does not hold; f32
+/// otherwise). Returns false with `error`: the first error, prefixed
+/// with its JSON path ("params[3].shape: ...").
+bool compileSpec(const std::string &spec, const std::string &wireDtype,
+                 Plan &plan, std::string &error);
+
 /// The spec (muon-spec/1) of a model and config, as muon-run and
 /// muon-translate read it.
 std::string toSpec(const Model &model, const DistributedConfig *config);

@@ -4,13 +4,22 @@ Importing needs numpy only; ``muonc.torch`` (the torch.optim optimizer)
 needs torch. See docs/pytorch.md.
 
     plan = muonc.compile_model(params, groups, mesh)   # a plan (JSON text)
+    plan = muonc.compile_spec("model.json")             # or from a spec
     opt = muonc.Optimizer(plan)                         # one process
     opt.bind("w", values, grad)                         # zero-copy
     opt.step()
 """
-from ._core import MuonError, Optimizer, compile_model
+import atexit as _atexit
+import gc as _gc
+import json as _json
+import os as _os
 
-__all__ = ["MuonError", "Optimizer", "compile_model", "load_plan"]
+from ._core import MuonError, Optimizer, compile_model
+from . import _core
+from ._core import compile_spec as _compile_spec
+
+__all__ = ["MuonError", "Optimizer", "compile_model", "compile_spec",
+           "load_plan"]
 __version__ = "0.1.0"
 
 
@@ -18,3 +27,38 @@ def load_plan(path, comm=None, timeout=120.0):
     """An Optimizer over a plan file compiled ahead of time (JSON or
     binary, `muon-run --plan`)."""
     return Optimizer(str(path), comm, timeout, True)
+
+
+def compile_spec(spec, wire_dtype=None):
+    """A plan (JSON text) compiled in process from a model spec
+    (docs/spec-format.md), as `muon-run SPEC` compiles it: `spec` is a
+    spec file's path, its JSON text, or the parsed dict. `wire_dtype`
+    ("f32", "bf16") sets the exchanges' element type (f32 by default).
+    Errors raise MuonError naming the JSON path ("params[3].shape: ...")."""
+    if isinstance(spec, dict):
+        text = _json.dumps(spec)
+    elif isinstance(spec, (str, _os.PathLike)) and \
+            not str(spec).lstrip().startswith("{"):
+        try:
+            with open(spec, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise MuonError(f"invalid argument: {spec}: cannot read the "
+                            f"spec ({e.strerror})") from None
+    elif isinstance(spec, str):
+        text = spec
+    else:
+        raise MuonError("invalid argument: compile_spec takes a path, JSON "
+                        f"text or a dict, not {type(spec).__name__}")
+    if wire_dtype not in (None, "f32", "bf16"):
+        raise MuonError(f"invalid argument: wire_dtype {wire_dtype!r}: "
+                        "expected 'f32' or 'bf16'")
+    return _compile_spec(text, wire_dtype or "")
+
+
+@_atexit.register
+def _finalize_mpi():
+    # Optimizers still alive at exit keep their MPI communicator; it skips
+    # its MPI calls once MPI is finalized.
+    _gc.collect()
+    _core.mpi_finalize()

@@ -6,15 +6,16 @@
 // any object with the methods below) carries the exchanges, so the torch
 // side runs them through the model's own process group.
 //
-// The GIL is held for the whole of every call, step included: the Python
-// communicator's callbacks run on the calling thread, so nothing here
-// releases or re-acquires it.
+// With a Python communicator the GIL is held for the whole of every call,
+// step included: its callbacks run on the calling thread. With MPI
+// (comm="mpi", for processes started by mpirun) a step releases it.
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Compiler/Compile.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Runtime/Cpu/MpiCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
 
 #include <nanobind/nanobind.h>
@@ -396,15 +397,63 @@ rt::DType dtypeOf(const Array &a, const std::string &what) {
                            .c_str());
 }
 
+/// MPI for processes started by mpirun: initialized on first use (unless
+/// the program did, e.g. mpi4py), finalized by mpiFinalize at interpreter
+/// exit (muonc's atexit hook) when initialized here.
+bool mpiInitializedHere = false;
+
+void ensureMpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized)
+    throw StatusError("failed precondition: MPI is already finalized");
+  if (initialized)
+    return;
+  // MULTIPLE lets the communicator's progress thread run while the caller
+  // (torch, another library) may call MPI too.
+  int provided = MPI_THREAD_SINGLE;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) !=
+      MPI_SUCCESS)
+    throw StatusError("unavailable: MPI_Init_thread failed");
+  mpiInitializedHere = true;
+}
+
+nb::tuple mpiWorld() {
+  ensureMpi();
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return nb::make_tuple(rank, size);
+}
+
+void mpiFinalize() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (mpiInitializedHere && !finalized)
+    MPI_Finalize();
+}
+
 class PyOptimizer {
 public:
-  /// `comm`: None for one process, else a Python communicator object.
+  /// `comm`: None for one process, "mpi" for MPI_COMM_WORLD (a duplicate),
+  /// else a Python communicator object.
   PyOptimizer(const std::string &planText, nb::object comm, double timeout,
               bool isFile) {
-    if (comm.is_none())
+    if (comm.is_none()) {
       communicator = std::make_unique<rt::SingleRankCommunicator>();
-    else
+    } else if (nb::isinstance<nb::str>(comm)) {
+      if (nb::cast<std::string>(comm) != "mpi")
+        throw StatusError("invalid argument: comm '" +
+                          nb::cast<std::string>(comm) +
+                          "': expected None, \"mpi\" or a communicator");
+      ensureMpi();
+      communicator = std::make_unique<rt::MpiCommunicator>(MPI_COMM_WORLD);
+      releaseGil = true;
+    } else {
       communicator = std::make_unique<PyCommunicator>(comm);
+    }
+    timeoutSeconds = timeout;
     rt::OptimizerOptions options;
     options.timeoutSeconds = timeout;
     if (isFile) {
@@ -482,7 +531,14 @@ public:
 
   nb::dict step() {
     rt::StepResult result;
-    check(opt->step(result));
+    rt::Status status;
+    if (releaseGil) {
+      nb::gil_scoped_release unlocked;
+      status = opt->step(result);
+    } else {
+      status = opt->step(result);
+    }
+    check(status);
     nb::dict d;
     d["applied"] = result.applied;
     d["non_finite_param"] =
@@ -579,9 +635,32 @@ public:
   }
 
   rt::cpu::CpuDevice device;
+  /// Every rank's bytes, in rank order, over the optimizer's own
+  /// communicator (the bridge's control messages when it runs over MPI).
+  nb::list allGatherBytes(nb::bytes mine) {
+    std::vector<char> bytes(mine.c_str(), mine.c_str() + mine.size());
+    std::vector<std::vector<char>> all;
+    std::string error;
+    bool ok;
+    if (releaseGil) {
+      nb::gil_scoped_release release;
+      ok = communicator->allGatherBytes(bytes, all, timeoutSeconds, error);
+    } else {
+      ok = communicator->allGatherBytes(bytes, all, timeoutSeconds, error);
+    }
+    if (!ok)
+      throw StatusError("unavailable: " + error);
+    nb::list out;
+    for (const std::vector<char> &b : all)
+      out.append(nb::bytes(b.data(), b.size()));
+    return out;
+  }
+
   std::unique_ptr<rt::Communicator> communicator;
   std::unique_ptr<rt::Optimizer> opt;
+  double timeoutSeconds = 120.0;
   std::map<std::string, nb::object> keep;
+  bool releaseGil = false; // no Python callbacks during a step
 };
 
 } // namespace
@@ -593,6 +672,21 @@ NB_MODULE(_core, m) {
   m.def("compile_model", &compileModel, "params"_a, "groups"_a,
         "mesh"_a = nb::none(),
         "Compiles a model (parameters, groups, mesh) into a plan (JSON).");
+  m.def(
+      "compile_spec",
+      [](const std::string &spec, const std::string &wireDtype) {
+        std::string error;
+        muon::Plan plan;
+        if (!mc::compileSpec(spec, wireDtype, plan, error))
+          throw StatusError("invalid argument: " + error);
+        return muon::renderPlan(plan);
+      },
+      "spec"_a, "wire_dtype"_a = "",
+      "Compiles a spec (muon-spec/1 JSON text) into a plan (JSON).");
+  m.def("mpi_world", &mpiWorld,
+        "(rank, size) of MPI_COMM_WORLD, initializing MPI if needed.");
+  m.def("mpi_finalize", &mpiFinalize,
+        "Finalizes MPI if muonc initialized it (at interpreter exit).");
   m.def("bind_check_dtype", [](nb::object a) {
     return std::string(rt::dtypeName(dtypeOf(nb::cast<Array>(a), "array")));
   });
@@ -635,6 +729,9 @@ NB_MODULE(_core, m) {
              check(o.opt->setGroupLr(name, lr));
            })
       .def("step", &PyOptimizer::step)
+      .def("all_gather_bytes", &PyOptimizer::allGatherBytes, "mine"_a,
+           "Every rank's bytes (a list, in rank order) over the optimizer's "
+           "communicator; collective.")
       .def("state_dict", &PyOptimizer::stateDict,
            "with_parameters"_a = false)
       .def("load_state_dict", &PyOptimizer::loadStateDict, "state"_a,

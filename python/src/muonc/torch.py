@@ -132,6 +132,12 @@ class TorchCommunicator:
 _OWNED = weakref.WeakSet()
 
 
+def launched_by_mpirun():
+    """True in a process that mpirun (OpenMPI, MPICH, PMIx) started."""
+    return any(v in os.environ for v in
+               ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"))
+
+
 @atexit.register
 def _release_owned_groups():
     for comm in list(_OWNED):
@@ -318,7 +324,10 @@ class Muon(torch.optim.Optimizer):
     torch.distributed is initialized, else one process), or the dict of
     ``create_dtensor_config``. ``process_group``: the group exchanges go
     through (default: a gloo group of its own over every rank, made at
-    construction; see TorchCommunicator.owned).
+    construction; see TorchCommunicator.owned). ``communicator``: "torch"
+    (that process group), "mpi" (MPI_COMM_WORLD: processes started by
+    mpirun, torch.distributed initialized or not), or None: "mpi" when this
+    process was started by mpirun, else "torch".
     """
 
     def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.1,
@@ -327,7 +336,8 @@ class Muon(torch.optim.Optimizer):
                  ns_steps: int = 5, adjust_lr_fn: str | None = None, *,
                  distributed_config: dict | None = None, process_group=None,
                  ns_dtype: str = "f32", timeout: float = 120.0,
-                 weight_decay_mode: str = "decoupled"):
+                 weight_decay_mode: str = "decoupled",
+                 communicator: str | None = None):
         if not 0.0 <= lr:
             raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
         if not 0.0 <= momentum:
@@ -343,6 +353,16 @@ class Muon(torch.optim.Optimizer):
                         weight_decay_mode=weight_decay_mode)
         super().__init__(params, defaults)
         self._ns_dtype = ns_dtype
+        if communicator is None:
+            communicator = "mpi" if launched_by_mpirun() else "torch"
+        if communicator not in ("torch", "mpi"):
+            raise MuonError(f"invalid argument: communicator "
+                            f"{communicator!r}: expected 'torch' or 'mpi'")
+        if communicator == "mpi" and process_group is not None:
+            raise MuonError("invalid argument: a process_group is for the "
+                            "'torch' communicator; 'mpi' runs over "
+                            "MPI_COMM_WORLD")
+        self._communicator = communicator
         self._build(distributed_config, process_group, timeout)
 
     # --- construction ----------------------------------------------------
@@ -395,9 +415,24 @@ class Muon(torch.optim.Optimizer):
 
     def _build(self, config, process_group, timeout):
         distributed = dist.is_available() and dist.is_initialized()
+        mpi = self._communicator == "mpi"
+        if mpi:
+            mpi_rank, mpi_size = _core.mpi_world()
+            if distributed and (dist.get_rank(), dist.get_world_size()) != \
+                    (mpi_rank, mpi_size):
+                raise MuonError(
+                    f"invalid argument: torch.distributed's rank "
+                    f"{dist.get_rank()} of {dist.get_world_size()} is MPI's "
+                    f"{mpi_rank} of {mpi_size}: start torch.distributed with "
+                    "MPI's ranks (OMPI_COMM_WORLD_RANK/SIZE) to exchange "
+                    "through MPI")
         if config is None and distributed:
             config = create_dtensor_config(
                 [p for g in self.param_groups for p in g["params"]])
+        elif config is None and mpi and mpi_size > 1:
+            # Plain tensors on every MPI rank: replicated (DDP-like).
+            config = {"shape": [mpi_size], "names": ["dp"], "async": True,
+                      "group": None, "dtensor": False}
         known = {}
         if config is not None and config.get("named_parameters"):
             known = {id(p): n for n, p in config["named_parameters"]}
@@ -488,7 +523,14 @@ class Muon(torch.optim.Optimizer):
                 mesh["assignments"] = config["assignments"]
         plan = _core.compile_model(plan_params, plan_groups, mesh)
         comm = None
-        if config is not None:
+        if config is not None and mpi:
+            if mpi_size != math.prod(config["shape"]):
+                raise MuonError(
+                    f"invalid argument: the plan is for "
+                    f"{math.prod(config['shape'])} ranks, MPI_COMM_WORLD "
+                    f"has {mpi_size}")
+            comm = "mpi"
+        elif config is not None:
             if not distributed:
                 raise MuonError(
                     f"invalid argument: the distributed config is for "
@@ -583,7 +625,7 @@ class Muon(torch.optim.Optimizer):
                 loss = closure()
         has = [p.grad is not None for p, _, _ in self._params]
         if self._comm is not None:
-            every = self._comm.all_gather_bytes(pickle.dumps(has))
+            every = self._engine.all_gather_bytes(pickle.dumps(has))
             every = [pickle.loads(b) for b in every]
             if any(e != has for e in every):
                 for (p, name, _), i in zip(self._params, range(len(has))):

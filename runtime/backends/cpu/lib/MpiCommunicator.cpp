@@ -130,11 +130,14 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm)
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  // The poller first: a joinable thread's destructor would terminate the
+  // process, and after MPI_Finalize (a Python interpreter exiting before
+  // its optimizers are collected) it sleeps with nothing in flight.
+  state->stopThread();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized)
     return;
-  state->stopThread();
   MPI_Type_free(&state->twoBytes);
   if (state->ownsComm)
     MPI_Comm_free(&state->comm);
