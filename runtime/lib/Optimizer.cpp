@@ -147,6 +147,12 @@ Status Optimizer::setGroup(const std::string &name, bool muon,
                            algorithmName(current.muon) + ", not " +
                            algorithmName(muon) + "; give it " +
                            algorithmName(current.muon) + " settings");
+  if (muon && group.muonSettings.normuon != current.muonSettings.normuon)
+    return invalidArgument(
+        "group '" + name + "' is " +
+        (current.muonSettings.normuon ? "NorMuon" : "not NorMuon") +
+        " in the plan; normuon cannot change between steps (it decides "
+        "which matrices keep per-row state: compile the plan with it)");
   PlanGroup updated = current;
   updated.muonSettings = group.muonSettings;
   updated.adamwSettings = group.adamwSettings;

@@ -136,6 +136,14 @@ Status StepExecutor::initialize() {
       for (size_t i = 0; i < b.matrices.size(); ++i)
         slotOf[b.matrices[i]] = {&b, static_cast<int64_t>(i)};
     }
+  rowStates.clear();
+  for (const auto &[k, slot] : slotOf) {
+    const PlanMatrix &m = plan.matrices[k];
+    const PlanParam &p = plan.params[m.paramIndex];
+    if (p.muon && plan.groups[p.group].muonSettings.normuon)
+      MUON_RETURN_IF_ERROR(
+          allocate(rowStates[k], m.rows * 4, "NorMuon's per-row state"));
+  }
   // The plan's, once: after the views and batches it counts.
   workingBytesBound = memoryBound();
   return okStatus();
@@ -161,6 +169,10 @@ void StepExecutor::bind(int64_t param, void *values, const void *grad,
 
 void StepExecutor::setGroup(int64_t index, const PlanGroup &group) {
   currentGroups[index] = group;
+  // Which matrices carry per-row state is the plan's (allocated at
+  // initialize); a caller may change NorMuon's beta2, not the choice.
+  currentGroups[index].muonSettings.normuon =
+      planRef.groups[index].muonSettings.normuon;
 }
 
 int64_t StepExecutor::memoryBound() const {
@@ -175,6 +187,8 @@ int64_t StepExecutor::memoryBound() const {
                                                           : 2;
     state += buffers * l.elements * 4;
   }
+  for (const auto &[k, buffer] : rowStates)
+    state += buffer.size();
   const int64_t width = dtypeBytes(wire);
   std::vector<int64_t> perRound(plan.rounds.size(), 0);
   int64_t reduce = 0;
@@ -209,7 +223,8 @@ uint64_t StepExecutor::groupsHash() const {
     const AdamWSettings &a = g.adamwSettings;
     const double values[] = {
         m.lr,    m.weightDecay, m.momentum, m.nesterov ? 1.0 : 0.0, a.lr,
-        a.beta1, a.beta2,       a.eps,      a.weightDecay};
+        a.beta1, a.beta2,       a.eps,      a.weightDecay,
+        m.normuon ? 1.0 : 0.0,  m.normuonBeta2};
     h = fnv1a(values, sizeof(values), h);
     h = fnv1a(m.adjustLr, h);
     h = fnv1a(m.weightDecayMode, h);
@@ -228,6 +243,18 @@ StepExecutor::State StepExecutor::state(int64_t param) {
   LocalParam &local = locals[param];
   return {local.momentum.floats(), local.expAvg.floats(),
           local.expAvgSq.floats(), &local.adamwStep};
+}
+
+float *StepExecutor::rowState(int64_t k) {
+  auto it = rowStates.find(k);
+  return it == rowStates.end() ? nullptr : it->second.floats();
+}
+
+std::vector<int64_t> StepExecutor::rowStateMatrices() const {
+  std::vector<int64_t> matrices;
+  for (const auto &[k, buffer] : rowStates)
+    matrices.push_back(k);
+  return matrices;
 }
 
 StepExecutor::Piece StepExecutor::piece(int64_t k) const {
@@ -507,6 +534,16 @@ Status StepExecutor::runNewtonSchulz(int64_t round) {
       // Keep the exchanges in flight moving between calls.
       comm.progress();
     }
+    // The per-matrix step after Newton-Schulz (NorMuon), on the whole
+    // matrix, before any piece of it leaves.
+    for (int64_t k : batch->matrices)
+      if (float *v = rowState(k)) {
+        const PlanMatrix &m = planRef.matrices[k];
+        device.normuon(full[k], m.rows, m.cols, v,
+                       currentGroups[planRef.params[m.paramIndex].group]
+                           .muonSettings);
+        comm.progress();
+      }
     for (int64_t k : batch->matrices) {
       const PlanMatrix &m = planRef.matrices[k];
       float *matrix = full[k];

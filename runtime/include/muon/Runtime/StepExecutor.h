@@ -124,6 +124,12 @@ public:
     int64_t *adamwStep = nullptr;
   };
   State state(int64_t param);
+  /// The per-row state of matrix `k` (NorMuon's "normuon_v", one f32 per
+  /// row of the whole matrix) where this rank orthogonalizes it: its owner,
+  /// or every holder without a distributed config; nullptr elsewhere.
+  float *rowState(int64_t k);
+  /// The matrices this rank keeps per-row state for, in plan order.
+  std::vector<int64_t> rowStateMatrices() const;
 
 private:
   struct LocalParam {
@@ -196,6 +202,9 @@ private:
     int64_t index = 0; // position in the batch
   };
   std::map<int64_t, BatchSlot> slotOf;                 // matrix -> batch
+  /// NorMuon's per-row state of the matrices this rank orthogonalizes
+  /// (groups with normuon), by matrix; zero redundancy: nowhere else.
+  std::map<int64_t, DeviceBuffer> rowStates;
   std::map<const NsBatch *, DeviceBuffer> batchBuffers; // this step's
   std::map<int64_t, float *> full; // gathered matrices, into batchBuffers
   std::map<int64_t, InFlight> inFlight;
