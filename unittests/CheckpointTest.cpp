@@ -894,3 +894,27 @@ TEST(NorMuon, StateSurvivesACheckpointAndAReshardFromFourRanksToTwo) {
   }
   removeTree(dir);
 }
+
+TEST(NorMuon, GroupOptionsChangeBeta2ButNotTheChoice) {
+  Plan plan = compileFor(normuonModel(true), 1);
+  OneRank one(plan);
+  ASSERT_TRUE(one.opt);
+  muon::MuonSettings s = one.opt->groups()[0].muonSettings;
+  s.normuon = false;
+  Status status = one.opt->setGroupOptions("muon", s);
+  EXPECT_EQ(status.message(),
+            "group 'muon' is NorMuon in the plan; normuon cannot change "
+            "between steps (it decides which matrices keep per-row state: "
+            "compile the plan with it)");
+  s.normuon = true;
+  s.normuonBeta2 = 1.0;
+  status = one.opt->setGroupOptions("muon", s);
+  EXPECT_NE(status.message().find("normuon_beta2: expected a number in [0, "
+                                  "1), got 1"),
+            std::string::npos)
+      << status.message();
+  s.normuonBeta2 = 0.5;
+  EXPECT_TRUE(one.opt->setGroupOptions("muon", s).ok());
+  EXPECT_EQ(one.opt->groups()[0].muonSettings.normuonBeta2, 0.5);
+  EXPECT_TRUE(one.opt->groups()[0].muonSettings.normuon);
+}
