@@ -918,3 +918,41 @@ TEST(NorMuon, GroupOptionsChangeBeta2ButNotTheChoice) {
   EXPECT_EQ(one.opt->groups()[0].muonSettings.normuonBeta2, 0.5);
   EXPECT_TRUE(one.opt->groups()[0].muonSettings.normuon);
 }
+
+TEST(NorMuon, ADamagedRowStateIsRefused) {
+  Model model = normuonModel(true);
+  Plan plan4 = compileFor(model, 4), plan2 = compileFor(model, 2);
+  std::string dir = scratchDir("normuon-damage");
+  RunResult four = run(plan4, {"", nullptr, 0, 1, dir});
+  expectNoErrors(four, "4 ranks");
+  if (HasFailure())
+    return;
+  std::ifstream in(dir + "/checkpoint.json");
+  nlohmann::json manifest = nlohmann::json::parse(in);
+  std::string file, what;
+  int64_t offset = -1;
+  for (const auto &f : manifest["files"])
+    if (f.contains("row_states") && offset < 0) {
+      file = dir + "/" + f["name"].get<std::string>();
+      offset = f["row_states"][0]["offset"].get<int64_t>();
+      what = f["row_states"][0]["param"].get<std::string>();
+    }
+  ASSERT_GE(offset, 0);
+  {
+    std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(offset);
+    char byte = 0;
+    io.read(&byte, 1);
+    byte ^= 0x40;
+    io.seekp(offset);
+    io.write(&byte, 1);
+  }
+  RunResult two = run(plan2, {dir, nullptr, 1, 2, ""});
+  for (const std::string &error : two.errors) {
+    EXPECT_NE(error.find("is damaged: the normuon_v state of " + what),
+              std::string::npos)
+        << error;
+    EXPECT_NE(error.find("nothing was changed"), std::string::npos) << error;
+  }
+  removeTree(dir);
+}
