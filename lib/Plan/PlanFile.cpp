@@ -71,8 +71,7 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
       if (withGroupSettings)
         j.member("normuon_beta2", g.muonSettings.normuonBeta2);
     }
-    if (withGroupSettings && g.muon) {
-    } else if (withGroupSettings) {
+    if (withGroupSettings && !g.muon) {
       const AdamWSettings &a = g.adamwSettings;
       j.member("lr", a.lr);
       j.key("betas");
