@@ -27,6 +27,8 @@
 
 #include "StateCut.h"
 
+#include "muon/Runtime/MatrixStep.h"
+
 #include "muon/Support/Fnv.h"
 #include "muon/Support/Json.h"
 #include "muon/Support/OutputFile.h"
@@ -42,6 +44,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <unordered_map>
@@ -229,6 +232,7 @@ struct Manifest {
   struct Row {
     size_t file = 0;
     int64_t param = 0, slice = 0, rows = 0;
+    int step = 0; // its per-matrix step (MatrixStep.h)
     SlotRef ref;
   };
   std::vector<Row> rows;
@@ -476,7 +480,12 @@ bool readManifest(const std::string &dir, const Plan &plan, bool withParameters,
         rd.fail(rp + ".param", "no parameter '" + name + "' in this model");
         break;
       }
-      rd.oneOf(get(*o, "state"), rp + ".state", {"normuon_v"});
+      std::string state =
+          rd.string(get(*o, "state"), rp + ".state").value_or("");
+      row.step = matrixStepOfState(state);
+      if (rd.ok() && row.step < 0)
+        rd.fail(rp + ".state", "unknown state '" + state + "' (expected " +
+                                   matrixStateNames() + ")");
       if (!rd.ok())
         break;
       row.param = it->second;
@@ -949,14 +958,16 @@ bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
     // The per-row states of the matrices this rank owns: each read whole,
     // from this rank's own file when it holds it.
     std::vector<RowStatePiece> savedRows;
-    std::map<std::pair<int64_t, int64_t>, const Manifest::Row *> rowOf;
+    std::map<std::tuple<int64_t, int64_t, int>, const Manifest::Row *> rowOf;
     for (bool own : {true, false})
       for (const Manifest::Row &row : manifest.rows)
         if ((static_cast<int64_t>(row.file) == rank) == own)
-          rowOf.emplace(std::make_pair(row.param, row.slice), &row);
-    for (int64_t k : executor->rowStateMatrices()) {
-      const PlanMatrix &m = plan.matrices[k];
-      auto it = rowOf.find({m.paramIndex, std::max<int64_t>(m.slice, 0)});
+          rowOf.emplace(std::make_tuple(row.param, row.slice, row.step), &row);
+    for (const StepExecutor::RowSlot &slot : executor->rowSlots()) {
+      const PlanMatrix &m = plan.matrices[slot.matrix];
+      const char *state = matrixSteps()[slot.step].state;
+      auto it = rowOf.find(
+          {m.paramIndex, std::max<int64_t>(m.slice, 0), slot.step});
       if (it == rowOf.end())
         continue; // cutRowStates decides
       const Manifest::Row &row = *it->second;
@@ -972,6 +983,7 @@ bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
       RowStatePiece &saved = savedRows.emplace_back();
       saved.param = m.param;
       saved.slice = row.slice;
+      saved.state = state;
       saved.values.resize(row.rows);
       ++ioCounters.slotsRead;
       bool ok = checkRankFile(fd, path, manifest, row.file,
@@ -979,7 +991,8 @@ bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
                 readChunks(fd, path, row.ref, chunk, 0,
                            chunkCount(row.ref.bytes, chunk),
                            reinterpret_cast<char *>(saved.values.data()),
-                           "the normuon_v state of " + m.label(),
+                           std::string("the ") + state + " state of " +
+                               m.label(),
                            ioCounters.rankFileBytes, mine);
       ::close(fd);
       if (!ok)

@@ -11,9 +11,11 @@
 #include "StateCut.h"
 
 #include "muon/Plan/Validate.h"
+#include "muon/Runtime/MatrixStep.h"
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 namespace muon::runtime {
@@ -95,13 +97,15 @@ bool Optimizer::stateDictImpl(bool withParameters, StateDict &dict,
         to[e] = loadAs(typed.data(), slot.dtype, e);
     }
   }
-  for (int64_t k : executor->rowStateMatrices()) {
-    const PlanMatrix &m = thePlan.matrices[k];
+  for (const StepExecutor::RowSlot &slot : executor->rowSlots()) {
+    const PlanMatrix &m = thePlan.matrices[slot.matrix];
     RowStatePiece &row = out.rowStates.emplace_back();
     row.param = m.param;
     row.slice = std::max<int64_t>(m.slice, 0);
+    row.state = matrixSteps()[slot.step].state;
     row.values.resize(m.rows);
-    device.copyToHost(row.values.data(), executor->rowState(k), m.rows * 4);
+    device.copyToHost(row.values.data(),
+                      executor->rowState(slot.matrix, slot.step), m.rows * 4);
   }
   dict = std::move(out);
   return true;
@@ -115,15 +119,17 @@ bool Optimizer::cutRowStates(const std::vector<RowStatePiece> &saved,
   const Plan &plan = thePlan;
   // Every saved row state names a matrix of this model, by parameter and
   // slice, and has its rows.
-  std::map<std::pair<std::string, int64_t>, const RowStatePiece *> bySlice;
+  std::map<std::tuple<std::string, int64_t, std::string>,
+           const RowStatePiece *>
+      bySlice;
   for (size_t r = 0; r < saved.size(); ++r) {
     const RowStatePiece &row = saved[r];
     std::string where = what + ": row state " + std::to_string(r) + " ('" +
                         row.param + "' slice " + std::to_string(row.slice) +
                         ")";
-    if (row.state != "normuon_v") {
-      error = where + ": unknown state '" + row.state +
-              "' (expected normuon_v)";
+    if (matrixStepOfState(row.state) < 0) {
+      error = where + ": unknown state '" + row.state + "' (expected " +
+              matrixStateNames() + ")";
       return false;
     }
     auto it = slotOf.find(row.param);
@@ -151,27 +157,30 @@ bool Optimizer::cutRowStates(const std::vector<RowStatePiece> &saved,
               " values; the matrix has " + std::to_string(rows) + " rows";
       return false;
     }
-    bySlice.emplace(std::make_pair(row.param, row.slice), &row);
+    bySlice.emplace(std::make_tuple(row.param, row.slice, row.state), &row);
   }
   out.clear();
-  for (int64_t k : executor->rowStateMatrices()) {
-    const PlanMatrix &m = plan.matrices[k];
+  for (const StepExecutor::RowSlot &slot : executor->rowSlots()) {
+    const PlanMatrix &m = plan.matrices[slot.matrix];
+    const MatrixStep &step = matrixSteps()[slot.step];
     RowStatePiece &row = out.emplace_back();
     row.param = m.param;
     row.slice = std::max<int64_t>(m.slice, 0);
-    auto it = bySlice.find({row.param, row.slice});
+    row.state = step.state;
+    auto it = bySlice.find({row.param, row.slice, row.state});
     if (it != bySlice.end()) {
       row.values = it->second->values;
       continue;
     }
     const std::string &group = plan.groups[plan.params[m.paramIndex].group].name;
     for (const PlanGroup &g : savedGroups)
-      if (g.name == group && g.muon && g.muonSettings.normuon) {
-        error = what + ": no normuon_v state for matrix " + m.label() +
-                ", though its group '" + group + "' was NorMuon when saved";
+      if (g.name == group && g.muon && step.enabled(g.muonSettings)) {
+        error = what + ": no " + step.state + " state for matrix " +
+                m.label() + ", though its group '" + group + "' was " +
+                step.title + " when saved";
         return false;
       }
-    row.values.assign(m.rows, 0.0f); // NorMuon starts here
+    row.values.assign(m.rows, 0.0f); // the step starts here
   }
   return true;
 }
@@ -273,9 +282,9 @@ void Optimizer::applyState(const StateDict &local, bool withParameters) {
     }
   }
   // The per-row states, as cutRowStates lined them up.
-  std::vector<int64_t> matrices = executor->rowStateMatrices();
-  for (size_t r = 0; r < matrices.size() && r < local.rowStates.size(); ++r)
-    device.copyToDevice(executor->rowState(matrices[r]),
+  std::vector<StepExecutor::RowSlot> rows = executor->rowSlots();
+  for (size_t r = 0; r < rows.size() && r < local.rowStates.size(); ++r)
+    device.copyToDevice(executor->rowState(rows[r].matrix, rows[r].step),
                         local.rowStates[r].values.data(),
                         local.rowStates[r].values.size() * 4);
   steps = local.steps;

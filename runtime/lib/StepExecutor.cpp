@@ -3,6 +3,7 @@
 
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Runtime/MatrixStep.h"
 #include "muon/Support/Fnv.h"
 
 #include <algorithm>
@@ -137,12 +138,16 @@ Status StepExecutor::initialize() {
         slotOf[b.matrices[i]] = {&b, static_cast<int64_t>(i)};
     }
   rowStates.clear();
+  const std::vector<MatrixStep> &steps = matrixSteps();
   for (const auto &[k, slot] : slotOf) {
     const PlanMatrix &m = plan.matrices[k];
     const PlanParam &p = plan.params[m.paramIndex];
-    if (p.muon && plan.groups[p.group].muonSettings.normuon)
-      MUON_RETURN_IF_ERROR(
-          allocate(rowStates[k], m.rows * 4, "NorMuon's per-row state"));
+    for (size_t s = 0; s < steps.size(); ++s)
+      if (p.muon && steps[s].enabled(plan.groups[p.group].muonSettings))
+        MUON_RETURN_IF_ERROR(
+            allocate(rowStates[{k, static_cast<int>(s)}], m.rows * 4,
+                     (std::string(steps[s].title) + "'s per-row state")
+                         .c_str()));
   }
   // The plan's, once: after the views and batches it counts.
   workingBytesBound = memoryBound();
@@ -245,16 +250,16 @@ StepExecutor::State StepExecutor::state(int64_t param) {
           local.expAvgSq.floats(), &local.adamwStep};
 }
 
-float *StepExecutor::rowState(int64_t k) {
-  auto it = rowStates.find(k);
+float *StepExecutor::rowState(int64_t k, int step) {
+  auto it = rowStates.find({k, step});
   return it == rowStates.end() ? nullptr : it->second.floats();
 }
 
-std::vector<int64_t> StepExecutor::rowStateMatrices() const {
-  std::vector<int64_t> matrices;
-  for (const auto &[k, buffer] : rowStates)
-    matrices.push_back(k);
-  return matrices;
+std::vector<StepExecutor::RowSlot> StepExecutor::rowSlots() const {
+  std::vector<RowSlot> slots;
+  for (const auto &[key, buffer] : rowStates)
+    slots.push_back({key.first, key.second});
+  return slots;
 }
 
 StepExecutor::Piece StepExecutor::piece(int64_t k) const {
@@ -534,16 +539,18 @@ Status StepExecutor::runNewtonSchulz(int64_t round) {
       // Keep the exchanges in flight moving between calls.
       comm.progress();
     }
-    // The per-matrix step after Newton-Schulz (NorMuon), on the whole
-    // matrix, before any piece of it leaves.
+    // The per-matrix steps after Newton-Schulz (MatrixStep.h: NorMuon),
+    // on the whole matrix, before any piece of it leaves.
+    const std::vector<MatrixStep> &steps = matrixSteps();
     for (int64_t k : batch->matrices)
-      if (float *v = rowState(k)) {
-        const PlanMatrix &m = planRef.matrices[k];
-        device.normuon(full[k], m.rows, m.cols, v,
+      for (size_t s = 0; s < steps.size(); ++s)
+        if (float *state = rowState(k, static_cast<int>(s))) {
+          const PlanMatrix &m = planRef.matrices[k];
+          steps[s].run(device, full[k], m.rows, m.cols, state,
                        currentGroups[planRef.params[m.paramIndex].group]
                            .muonSettings);
-        comm.progress();
-      }
+          comm.progress();
+        }
     for (int64_t k : batch->matrices) {
       const PlanMatrix &m = planRef.matrices[k];
       float *matrix = full[k];

@@ -52,8 +52,9 @@ struct MuonSettings {
   /// each row of the orthogonalized matrix by an EMA of its mean square
   /// (state "normuon_v", one f32 per row, on the owner only), then rescales
   /// the matrix to the Newton-Schulz output's Frobenius norm (normuonStep in
-  /// muon/Runtime/ElementMath.h). Fixed by the plan: it decides which matrices
-  /// have the per-row state; normuonBeta2 may change between steps.
+  /// muon/Runtime/ElementMath.h; its descriptor in MatrixStep.h). Fixed by
+  /// the plan: it decides which matrices have the per-row state;
+  /// normuonBeta2 may change between steps.
   bool normuon = false;
   double normuonBeta2 = 0.95;
 };
