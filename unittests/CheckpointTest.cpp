@@ -585,3 +585,374 @@ TEST(CheckpointFormat, RefusesOldDamagedTruncatedAndMisplacedFiles) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// NorMuon (arXiv 2510.05491): its per-matrix step against a reference
+// written from the paper's formulas, distributed runs equal to one rank,
+// and its per-row state ("normuon_v") through checkpoints, state dicts and a
+// reshard from 4 ranks to 2.
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Matrices of each shape class: wide, tall, a stack of three, split by
+/// rows, by columns, by the stack's middle dim, and replicated; an AdamW
+/// parameter beside them.
+Model normuonModel(bool normuon) {
+  Model model;
+  auto add = [&](std::string name, std::vector<int64_t> shape,
+                 std::vector<Placement> placements, Group group = Group::Auto) {
+    Param p{std::move(name), std::move(shape)};
+    p.placements = std::move(placements);
+    p.group = group;
+    model.params.push_back(std::move(p));
+  };
+  add("wide", {24, 40}, {Placement::shard(0)});
+  add("tall", {44, 20}, {Placement::shard(1)});
+  add("stack", {3, 20, 12}, {Placement::shard(1)});
+  add("rep", {12, 12}, {});
+  add("emb", {64, 8}, {Placement::shard(0)}, Group::AdamW);
+  model.muon.lr = 0.02;
+  model.muon.nsDtype = "f32";
+  model.muon.normuon = normuon;
+  model.muon.normuonBeta2 = 0.9;
+  return model;
+}
+
+/// One rank's optimizer of `plan` on explicit storage: every parameter
+/// whole, its gradient set by the caller.
+struct OneRank {
+  SingleRankCommunicator comm;
+  cpu::CpuDevice device;
+  std::unique_ptr<Optimizer> opt;
+  std::vector<std::vector<float>> values, grads;
+  explicit OneRank(const Plan &plan) {
+    std::string error = Optimizer::create(plan, comm, device, {}, opt).message();
+    EXPECT_TRUE(opt) << error;
+    for (size_t i = 0; opt && i < plan.params.size(); ++i) {
+      int64_t n = 1;
+      for (int64_t d : plan.params[i].layout.shape)
+        n *= d;
+      values.push_back(randomValues(n, 100 + i));
+      grads.emplace_back(n);
+      EXPECT_TRUE(opt->bind(plan.params[i].name, values[i].data(),
+                            grads[i].data(), DType::F32, n)
+                      .ok());
+    }
+  }
+  static std::vector<float> randomValues(int64_t n, unsigned seed) {
+    std::vector<float> x(n);
+    uint64_t s = seed * 2654435761u + 1;
+    for (float &v : x) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      v = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-53 * 2 - 1);
+    }
+    return x;
+  }
+};
+
+/// NorMuon from the paper (Algorithm 1, with dion's rescale to the
+/// orthogonalized update's norm), in double, on one rows x cols matrix O:
+/// v = beta2 v + (1 - beta2) mean_j O_ij^2; N = O / (sqrt(v) + 1e-8);
+/// returns N * ||O||_F / ||N||_F.
+std::vector<double> referenceNormuon(const std::vector<double> &o, int64_t rows,
+                                     int64_t cols, double beta2,
+                                     std::vector<double> &v) {
+  std::vector<double> n(o.size());
+  double normO = 0, normN = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    double mean = 0;
+    for (int64_t j = 0; j < cols; ++j)
+      mean += o[i * cols + j] * o[i * cols + j] / cols;
+    v[i] = beta2 * v[i] + (1 - beta2) * mean;
+    for (int64_t j = 0; j < cols; ++j) {
+      n[i * cols + j] = o[i * cols + j] / (std::sqrt(v[i]) + 1e-8);
+      normO += o[i * cols + j] * o[i * cols + j];
+      normN += n[i * cols + j] * n[i * cols + j];
+    }
+  }
+  for (double &x : n)
+    x *= std::sqrt(normO) / std::sqrt(normN);
+  return n;
+}
+
+} // namespace
+
+TEST(NorMuon, OneRankMatchesAReferenceFromThePaper) {
+  // Muon and NorMuon on the same gradients (no weight decay): their
+  // momentum and Newton-Schulz outputs O agree, so Muon's step says what O
+  // was (-delta / adjusted lr), and NorMuon's step must be the reference's
+  // normalization of it, step after step (the EMA carried).
+  Model plain = normuonModel(false), nor = normuonModel(true);
+  plain.muon.weightDecay = nor.muon.weightDecay = 0;
+  Plan planPlain = compileFor(plain, 1), planNor = compileFor(nor, 1);
+  ASSERT_TRUE(planNor.groups[0].muonSettings.normuon);
+  OneRank a(planPlain), b(planNor);
+  ASSERT_TRUE(a.opt && b.opt);
+  const muon::MuonSettings &settings = planNor.groups[0].muonSettings;
+  // The reference's state per matrix.
+  std::map<int64_t, std::vector<double>> v;
+  for (int64_t step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < planNor.params.size(); ++i) {
+      std::vector<float> g =
+          OneRank::randomValues(static_cast<int64_t>(a.grads[i].size()),
+                                1000 * (step + 1) + i);
+      a.grads[i] = g;
+      b.grads[i] = g;
+    }
+    std::vector<std::vector<float>> beforeA = a.values, beforeB = b.values;
+    StepResult result;
+    ASSERT_TRUE(a.opt->step(result).ok());
+    ASSERT_TRUE(b.opt->step(result).ok());
+    double worst = 0;
+    for (size_t k = 0; k < planNor.matrices.size(); ++k) {
+      const PlanMatrix &m = planNor.matrices[k];
+      const double alr = adjustedLr(settings, m.rows, m.cols);
+      const int64_t size = m.rows * m.cols,
+                    at = std::max<int64_t>(m.slice, 0) * size;
+      std::vector<double> o(size);
+      for (int64_t e = 0; e < size; ++e)
+        o[e] = -(static_cast<double>(a.values[m.paramIndex][at + e]) -
+                 beforeA[m.paramIndex][at + e]) /
+               alr;
+      v[k].resize(m.rows, 0.0);
+      std::vector<double> n = referenceNormuon(o, m.rows, m.cols, 0.9, v[k]);
+      double largest = 0, diff = 0, muonDiff = 0;
+      for (int64_t e = 0; e < size; ++e) {
+        double got = -(static_cast<double>(b.values[m.paramIndex][at + e]) -
+                       beforeB[m.paramIndex][at + e]) /
+                     alr;
+        largest = std::max(largest, std::abs(n[e]));
+        diff = std::max(diff, std::abs(got - n[e]));
+        muonDiff = std::max(muonDiff, std::abs(o[e] - n[e]));
+      }
+      // Within f32 rounding of the recovered updates; and NorMuon is not
+      // Muon (the rows are renormalized; least so for a wide matrix, whose
+      // orthogonalized rows have nearly equal norms already).
+      EXPECT_LT(diff, 1e-4 * largest) << m.label() << " step " << step;
+      EXPECT_GT(muonDiff, 10 * diff) << m.label() << " step " << step;
+      if (::testing::Test::HasFailure() || getenv("NORMUON_VERBOSE"))
+        std::printf("%s step %lld: reference diff %.3g, Muon diff %.3g, "
+                    "largest %.3g\n",
+                    m.label().c_str(), static_cast<long long>(step), diff,
+                    muonDiff, largest);
+      worst = std::max(worst, diff / largest);
+    }
+    EXPECT_LT(worst, 1e-4);
+  }
+  // The optimizer's own state is the reference's EMA, in f32.
+  StateDict dict;
+  ASSERT_TRUE(b.opt->stateDict(false, dict).ok());
+  ASSERT_EQ(dict.rowStates.size(), planNor.matrices.size());
+  for (size_t k = 0; k < planNor.matrices.size(); ++k) {
+    const RowStatePiece &row = dict.rowStates[k];
+    EXPECT_EQ(row.param, planNor.matrices[k].param);
+    ASSERT_EQ(row.values.size(), v[k].size());
+    for (size_t i = 0; i < row.values.size(); ++i)
+      EXPECT_NEAR(row.values[i], v[k][i], 2e-3 * v[k][i]) << k << " " << i;
+  }
+}
+
+TEST(NorMuon, FourAndTwoRanksEqualOneBitForBit) {
+  Model model = normuonModel(true);
+  for (int64_t world : {2, 4}) {
+    Plan plan = compileFor(model, world);
+    RunResult r = run(plan, {"", nullptr, 0, 3, ""});
+    expectNoErrors(r, "distributed");
+    cpu::CpuDevice device;
+    std::vector<std::vector<float>> reference, muon;
+    std::string error;
+    ASSERT_TRUE(runReference(plan, device, 31, 3, 1, {}, reference, error))
+        << error;
+    EXPECT_EQ(r.whole, reference) << world << " ranks";
+    // Zero redundancy: each matrix's rows are kept once, by its owner.
+    std::map<std::pair<std::string, int64_t>, int> kept;
+    for (int64_t rank = 0; rank < world; ++rank)
+      for (const RowStatePiece &row : r.dicts[rank].rowStates) {
+        ++kept[{row.param, row.slice}];
+        bool owner = false;
+        for (const PlanMatrix &m : plan.matrices)
+          if (m.param == row.param && std::max<int64_t>(m.slice, 0) ==
+                                          row.slice)
+            owner = m.owner == rank;
+        EXPECT_TRUE(owner) << row.param << "[" << row.slice << "] on rank "
+                           << rank;
+      }
+    EXPECT_EQ(kept.size(), plan.matrices.size());
+    for (const auto &[matrix, count] : kept)
+      EXPECT_EQ(count, 1) << matrix.first << "[" << matrix.second << "]";
+    // And the reference differs from Muon's: NorMuon ran.
+    Plan muonPlan = compileFor(normuonModel(false), world);
+    ASSERT_TRUE(runReference(muonPlan, device, 31, 3, 1, {}, muon, error));
+    EXPECT_NE(muon[0], reference[0]);
+  }
+}
+
+TEST(NorMuon, StateSurvivesACheckpointAndAReshardFromFourRanksToTwo) {
+  Model model = normuonModel(true);
+  Plan plan4 = compileFor(model, 4), plan2 = compileFor(model, 2);
+  std::string dir = scratchDir("normuon");
+  RunResult four = run(plan4, {"", nullptr, 0, 2, dir});
+  RunResult straight = run(plan2, {"", nullptr, 0, 4, ""});
+  expectNoErrors(four, "4 ranks");
+  expectNoErrors(straight, "2 ranks, uninterrupted");
+  if (HasFailure())
+    return;
+  // A reshard: some matrix changes owner.
+  int64_t moved = 0;
+  for (size_t k = 0; k < plan4.matrices.size(); ++k)
+    for (const PlanMatrix &m : plan2.matrices)
+      if (m.param == plan4.matrices[k].param &&
+          m.slice == plan4.matrices[k].slice && m.owner != plan4.matrices[k].owner)
+        ++moved;
+  EXPECT_GT(moved, 0);
+  // The manifest indexes the row states by parameter and slice.
+  std::ifstream in(dir + "/checkpoint.json");
+  nlohmann::json manifest = nlohmann::json::parse(in);
+  int64_t indexed = 0;
+  for (const auto &file : manifest["files"])
+    if (file.contains("row_states"))
+      for (const auto &row : file["row_states"]) {
+        EXPECT_EQ(row["state"], "normuon_v");
+        ++indexed;
+      }
+  EXPECT_EQ(indexed, static_cast<int64_t>(plan4.matrices.size()));
+  EXPECT_EQ(manifest["groups"][0]["normuon"], true);
+  EXPECT_EQ(manifest["groups"][0]["normuon_beta2"], 0.9);
+
+  // Resumed on 2 ranks from the files and from the 4 ranks' state dicts:
+  // both equal the uninterrupted 2-rank run bit for bit.
+  StateDict all;
+  all.steps = four.dicts[0].steps;
+  all.groups = four.dicts[0].groups;
+  for (const StateDict &d : four.dicts) {
+    all.pieces.insert(all.pieces.end(), d.pieces.begin(), d.pieces.end());
+    all.rowStates.insert(all.rowStates.end(), d.rowStates.begin(),
+                         d.rowStates.end());
+  }
+  RunResult fromFiles = run(plan2, {dir, nullptr, 2, 4, ""});
+  RunResult fromDicts = run(plan2, {"", &all, 2, 4, ""});
+  expectNoErrors(fromFiles, "2 ranks from the files");
+  expectNoErrors(fromDicts, "2 ranks from the state dicts");
+  if (HasFailure())
+    return;
+  EXPECT_EQ(fromFiles.whole, straight.whole);
+  EXPECT_EQ(fromDicts.whole, straight.whole);
+  EXPECT_TRUE(sameDicts(fromFiles.dicts, straight.dicts));
+  // The new owners took the saved rows.
+  std::map<std::pair<std::string, int64_t>, std::vector<float>> saved, loaded;
+  for (const StateDict &d : four.dicts)
+    for (const RowStatePiece &row : d.rowStates)
+      saved[{row.param, row.slice}] = row.values;
+  for (const StateDict &d : fromFiles.loaded)
+    for (const RowStatePiece &row : d.rowStates)
+      loaded[{row.param, row.slice}] = row.values;
+  EXPECT_EQ(loaded, saved);
+
+  // Without the row states the continued run is another one (the state
+  // matters), and a dict whose groups say NorMuon must carry them.
+  StateDict noRows = all;
+  noRows.rowStates.clear();
+  noRows.groups.clear();
+  RunResult fresh = run(plan2, {"", &noRows, 2, 4, ""});
+  expectNoErrors(fresh, "2 ranks without row states");
+  EXPECT_NE(fresh.whole[0], straight.whole[0]);
+  StateDict missing = all;
+  missing.rowStates.pop_back();
+  StateDict shortRows = all;
+  shortRows.rowStates[0].values.pop_back();
+  StateDict badName = all;
+  badName.rowStates[0].state = "normuon_w";
+  std::vector<std::string> errors(6);
+  onEveryRank(2, [&](int64_t r, Communicator &comm) {
+    cpu::CpuDevice device;
+    std::unique_ptr<Optimizer> opt;
+    ASSERT_TRUE(Optimizer::create(plan2, comm, device, {60.0}, opt).ok());
+    errors[3 * r] = opt->loadStateDict(missing, false).message();
+    errors[3 * r + 1] = opt->loadStateDict(shortRows, false).message();
+    errors[3 * r + 2] = opt->loadStateDict(badName, false).message();
+  });
+  const RowStatePiece &last = all.rowStates.back();
+  bool someoneMissed = false;
+  for (int64_t r = 0; r < 2; ++r)
+    someoneMissed |= errors[3 * r].find("no normuon_v state for matrix " +
+                                        last.param) != std::string::npos;
+  EXPECT_TRUE(someoneMissed) << errors[0] << " | " << errors[3];
+  for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[3 * r + 1].find(
+                  "row state 0 ('" + all.rowStates[0].param + "' slice " +
+                  std::to_string(all.rowStates[0].slice) + "): " +
+                  std::to_string(all.rowStates[0].values.size() - 1) +
+                  " values; the matrix has " +
+                  std::to_string(all.rowStates[0].values.size()) + " rows"),
+              std::string::npos)
+        << errors[3 * r + 1];
+    EXPECT_NE(errors[3 * r + 2].find(
+                  "unknown state 'normuon_w' (expected normuon_v)"),
+              std::string::npos)
+        << errors[3 * r + 2];
+  }
+  removeTree(dir);
+}
+
+TEST(NorMuon, GroupOptionsChangeBeta2ButNotTheChoice) {
+  Plan plan = compileFor(normuonModel(true), 1);
+  OneRank one(plan);
+  ASSERT_TRUE(one.opt);
+  muon::MuonSettings s = one.opt->groups()[0].muonSettings;
+  s.normuon = false;
+  Status status = one.opt->setGroupOptions("muon", s);
+  EXPECT_EQ(status.message(),
+            "group 'muon' is NorMuon in the plan; normuon cannot change "
+            "between steps (it decides which matrices keep per-row state: "
+            "compile the plan with it)");
+  s.normuon = true;
+  s.normuonBeta2 = 1.0;
+  status = one.opt->setGroupOptions("muon", s);
+  EXPECT_NE(status.message().find("normuon_beta2: expected a number in [0, "
+                                  "1), got 1"),
+            std::string::npos)
+      << status.message();
+  s.normuonBeta2 = 0.5;
+  EXPECT_TRUE(one.opt->setGroupOptions("muon", s).ok());
+  EXPECT_EQ(one.opt->groups()[0].muonSettings.normuonBeta2, 0.5);
+  EXPECT_TRUE(one.opt->groups()[0].muonSettings.normuon);
+}
+
+TEST(NorMuon, ADamagedRowStateIsRefused) {
+  Model model = normuonModel(true);
+  Plan plan4 = compileFor(model, 4), plan2 = compileFor(model, 2);
+  std::string dir = scratchDir("normuon-damage");
+  RunResult four = run(plan4, {"", nullptr, 0, 1, dir});
+  expectNoErrors(four, "4 ranks");
+  if (HasFailure())
+    return;
+  std::ifstream in(dir + "/checkpoint.json");
+  nlohmann::json manifest = nlohmann::json::parse(in);
+  std::string file, what;
+  int64_t offset = -1;
+  for (const auto &f : manifest["files"])
+    if (f.contains("row_states") && offset < 0) {
+      file = dir + "/" + f["name"].get<std::string>();
+      offset = f["row_states"][0]["offset"].get<int64_t>();
+      what = f["row_states"][0]["param"].get<std::string>();
+    }
+  ASSERT_GE(offset, 0);
+  {
+    std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(offset);
+    char byte = 0;
+    io.read(&byte, 1);
+    byte ^= 0x40;
+    io.seekp(offset);
+    io.write(&byte, 1);
+  }
+  RunResult two = run(plan2, {dir, nullptr, 1, 2, ""});
+  for (const std::string &error : two.errors) {
+    EXPECT_NE(error.find("is damaged: the normuon_v state of " + what),
+              std::string::npos)
+        << error;
+    EXPECT_NE(error.find("nothing was changed"), std::string::npos) << error;
+  }
+  removeTree(dir);
+}

@@ -98,6 +98,38 @@ TEST(PlanBinary, WholeRoundTripsToTheSamePlan) {
   EXPECT_EQ(renderPlanBinary(fromJson), bytes);
 }
 
+TEST(PlanBinary, NorMuonIsAFlagBitAndItsBeta2) {
+  // NorMuon on group 0: flag bit 3 and beta2 after adjust_lr, nothing else
+  // changes; a plan without it is unchanged (bit 3 clear, no beta2); bits
+  // above 3 are refused.
+  Plan off = planModel(), on = planModel();
+  ASSERT_FALSE(off.groups[0].muonSettings.normuon);
+  on.groups[0].muonSettings.normuon = true;
+  on.groups[0].muonSettings.normuonBeta2 = 0.9;
+  std::string a = renderPlanBinary(off), b = renderPlanBinary(on);
+  Plan back;
+  std::string error;
+  ASSERT_TRUE(parsePlanBinary(b, back, error)) << error;
+  EXPECT_TRUE(back.groups[0].muonSettings.normuon);
+  EXPECT_EQ(back.groups[0].muonSettings.normuonBeta2, 0.9);
+  EXPECT_EQ(renderPlan(back), renderPlan(on));
+  EXPECT_EQ(b.size(), a.size() + 8);
+  // The flags byte precedes adjust_lr ("original", length 8).
+  const std::string adjust = std::string(1, '\x08') + "original";
+  size_t atA = a.find(adjust), at = b.find(adjust);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_GT(at, 0u);
+  --at;
+  --atA;
+  EXPECT_EQ(static_cast<uint8_t>(a[atA]), 1); // nesterov, decoupled
+  EXPECT_EQ(static_cast<uint8_t>(b[at]), 1 | 8);
+  b[at] = static_cast<char>(static_cast<uint8_t>(b[at]) | 16);
+  resealPlanBinary(b);
+  EXPECT_FALSE(parsePlanBinary(b, back, error));
+  EXPECT_NE(error.find("bits above 3 are not defined"), std::string::npos)
+      << error;
+}
+
 namespace {
 /// A writer fed every transfer of `plan`, as renderPlanBinary feeds one.
 std::unique_ptr<PlanBinaryWriter> fedWriter(const Plan &plan) {

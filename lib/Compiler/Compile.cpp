@@ -90,6 +90,10 @@ Json specOf(const Model &model, const DistributedConfig *config,
               {"weight_decay_mode", m.weightDecayMode}};
     if (!m.nsDtype.empty())
       o["ns_dtype"] = m.nsDtype;
+    if (m.normuon) {
+      o["normuon"] = true;
+      o["normuon_beta2"] = m.normuonBeta2;
+    }
     if (!m.nsCoefficients.empty())
       o["ns_coefficients"] = m.nsCoefficients;
     else

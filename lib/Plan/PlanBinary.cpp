@@ -138,10 +138,15 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
       o.f64(m.weightDecay);
       o.f64(m.momentum);
       // Bit 0 nesterov, bits 1-2 the weight-decay mode (0: decoupled, so
-      // plans written before the modes read the same).
+      // plans written before the modes read the same), bit 3 NorMuon (its
+      // beta2 follows adjust_lr only then: other plans stay byte-identical,
+      // and a reader without NorMuon refuses the flag instead of misreading).
       int mode = std::max(0, weightDecayModeIndex(m.weightDecayMode));
-      o.u8(static_cast<uint8_t>((m.nesterov ? 1 : 0) | mode << 1));
+      o.u8(static_cast<uint8_t>((m.nesterov ? 1 : 0) | mode << 1 |
+                                (m.normuon ? 8 : 0)));
       o.str(m.adjustLr);
+      if (m.normuon)
+        o.f64(m.normuonBeta2);
     } else {
       const AdamWSettings &a = g.adamwSettings;
       o.f64(a.lr);
@@ -971,13 +976,21 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices) {
       m.weightDecay = in.f64();
       m.momentum = in.f64();
       uint8_t flags = in.u8();
-      if (in.ok() && (flags >> 1) >= kWeightDecayModes.size())
+      if (in.ok() && (flags >> 4) != 0)
         return in.fail("Muon flags " + num(flags) +
-                       ": weight-decay mode " + num(flags >> 1) +
+                       ": bits above 3 are not defined (bit 0 nesterov, "
+                       "bits 1-2 the weight-decay mode, bit 3 NorMuon)");
+      if (in.ok() && ((flags >> 1) & 3) >= kWeightDecayModes.size())
+        return in.fail("Muon flags " + num(flags) +
+                       ": weight-decay mode " + num((flags >> 1) & 3) +
                        " is not 0 (decoupled), 1 (cautious) or 2 (none)");
       m.nesterov = flags & 1;
-      m.weightDecayMode = std::string(kWeightDecayModes[(flags >> 1) % 3]);
+      m.weightDecayMode =
+          std::string(kWeightDecayModes[((flags >> 1) & 3) % 3]);
+      m.normuon = (flags & 8) != 0;
       m.adjustLr = in.str("bytes of adjust_lr");
+      if (m.normuon)
+        m.normuonBeta2 = in.f64();
     } else {
       AdamWSettings &a = g.adamwSettings;
       a.lr = in.f64();

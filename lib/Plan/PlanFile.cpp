@@ -63,7 +63,15 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
       // Only when not the default: plans without it stay byte-identical.
       if (m.weightDecayMode != "decoupled")
         j.member("weight_decay_mode", m.weightDecayMode);
-    } else if (withGroupSettings) {
+    }
+    // NorMuon decides which matrices carry per-row state, so ranks agree on
+    // it (planHash renders without settings); both keys only when on.
+    if (g.muon && g.muonSettings.normuon) {
+      j.member("normuon", true);
+      if (withGroupSettings)
+        j.member("normuon_beta2", g.muonSettings.normuonBeta2);
+    }
+    if (withGroupSettings && !g.muon) {
       const AdamWSettings &a = g.adamwSettings;
       j.member("lr", a.lr);
       j.key("betas");
@@ -357,6 +365,15 @@ bool PlanReader::read(const Value &root, Plan &plan,
                    {kWeightDecayModes[0], kWeightDecayModes[1],
                     kWeightDecayModes[2]})
               .value_or("decoupled");
+    if (const Value *v = get(o, "normuon"))
+      m.normuon = rd.boolean(v, key(p, "normuon")).value_or(false);
+    if (get(o, "normuon_beta2")) {
+      if (rd.ok() && !m.normuon)
+        rd.fail(key(p, "normuon_beta2"),
+                "only with \"normuon\": true (NorMuon's setting)");
+      else
+        m.normuonBeta2 = number(o, p, "normuon_beta2");
+    }
   };
   auto readAdamW = [&](const Value &o, const std::string &p, AdamWSettings &a) {
     a.lr = number(o, p, "lr");
@@ -376,7 +393,7 @@ bool PlanReader::read(const Value &root, Plan &plan,
             object(root, "", "optimizer",
                    {"lr", "weight_decay", "momentum", "nesterov", "ns_steps",
                     "ns_coefficients", "eps", "adjust_lr", "ns_dtype",
-                    "weight_decay_mode"})) {
+                    "weight_decay_mode", "normuon", "normuon_beta2"})) {
       readNewtonSchulz(*o, "optimizer");
       readMuon(*o, "optimizer", plan.groups[0].muonSettings);
     }
@@ -390,7 +407,8 @@ bool PlanReader::read(const Value &root, Plan &plan,
       readNewtonSchulz(*o, "newton_schulz");
     objects(root, "", "groups",
             {"name", "algorithm", "lr", "weight_decay", "momentum", "nesterov",
-             "adjust_lr", "weight_decay_mode", "betas", "eps"},
+             "adjust_lr", "weight_decay_mode", "normuon", "normuon_beta2",
+             "betas", "eps"},
             [&](const Value &o, const std::string &path) {
               PlanGroup g;
               g.name =
@@ -403,7 +421,8 @@ bool PlanReader::read(const Value &root, Plan &plan,
               // Only the keys of the group's own algorithm.
               static constexpr std::string_view kAdamWOnly[] = {"betas", "eps"};
               static constexpr std::string_view kMuonOnly[] = {
-                  "momentum", "nesterov", "adjust_lr", "weight_decay_mode"};
+                  "momentum", "nesterov", "adjust_lr", "weight_decay_mode",
+                  "normuon", "normuon_beta2"};
               for (std::string_view k :
                    g.muon ? std::vector<std::string_view>(
                                 std::begin(kAdamWOnly), std::end(kAdamWOnly))

@@ -884,6 +884,9 @@ json::Error checkGroupSettings(const PlanGroup &group) {
       return {"weight_decay_mode",
               "unknown value \"" + m.weightDecayMode + "\"; expected " +
                   nameList(kWeightDecayModes.data(), kWeightDecayModes.size())};
+    if (!(m.normuonBeta2 >= 0 && m.normuonBeta2 < 1))
+      return {"normuon_beta2", "expected a number in [0, 1), got " +
+                                   shortNumber(m.normuonBeta2)};
     return {};
   }
   const AdamWSettings &a = group.adamwSettings;

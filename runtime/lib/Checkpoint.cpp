@@ -27,6 +27,8 @@
 
 #include "StateCut.h"
 
+#include "muon/Runtime/MatrixStep.h"
+
 #include "muon/Support/Fnv.h"
 #include "muon/Support/Json.h"
 #include "muon/Support/OutputFile.h"
@@ -42,6 +44,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <unordered_map>
@@ -225,6 +228,14 @@ struct Manifest {
     std::array<SlotRef, kSlots> slots;
   };
   std::vector<Piece> pieces;
+  /// Every saved per-row state (NorMuon's), with its file and place.
+  struct Row {
+    size_t file = 0;
+    int64_t param = 0, slice = 0, rows = 0;
+    int step = 0; // its per-matrix step (MatrixStep.h)
+    SlotRef ref;
+  };
+  std::vector<Row> rows;
   /// The groups' hyper-parameters at the save.
   std::vector<PlanGroup> groups;
 };
@@ -330,6 +341,11 @@ bool readManifest(const std::string &dir, const Plan &plan, bool withParameters,
           m.weightDecayMode =
               rd.string(get(*o, "weight_decay_mode"), gp + ".weight_decay_mode")
                   .value_or("decoupled");
+        if (get(*o, "normuon"))
+          m.normuon =
+              rd.boolean(get(*o, "normuon"), gp + ".normuon").value_or(false);
+        if (get(*o, "normuon_beta2"))
+          m.normuonBeta2 = number("normuon_beta2");
       } else {
         AdamWSettings &a = group.adamwSettings;
         a.lr = number("lr");
@@ -443,6 +459,65 @@ bool readManifest(const std::string &dir, const Plan &plan, bool withParameters,
           rd.fail(json::key(pp + ".states", slotName(slot)),
                   "its data or chunk hashes do not fit its box or its file");
       }
+    }
+    // Per-row states (NorMuon's), by parameter and slice; absent in
+    // checkpoints without them.
+    const json::Value *rows = get(*file, "row_states")
+                                  ? rd.array(get(*file, "row_states"),
+                                             fp + ".row_states")
+                                  : nullptr;
+    for (size_t k = 0; rows && k < rows->size() && rd.ok(); ++k) {
+      std::string rp = json::index(fp + ".row_states", k);
+      const json::Value *o = rd.object(&(*rows)[k], rp);
+      if (!o)
+        break;
+      Manifest::Row &row = out.rows.emplace_back();
+      row.file = f;
+      std::string name =
+          rd.string(get(*o, "param"), rp + ".param").value_or("");
+      auto it = paramIndex.find(name);
+      if (rd.ok() && it == paramIndex.end()) {
+        rd.fail(rp + ".param", "no parameter '" + name + "' in this model");
+        break;
+      }
+      std::string state =
+          rd.string(get(*o, "state"), rp + ".state").value_or("");
+      row.step = matrixStepOfState(state);
+      if (rd.ok() && row.step < 0)
+        rd.fail(rp + ".state", "unknown state '" + state + "' (expected " +
+                                   matrixStateNames() + ")");
+      if (!rd.ok())
+        break;
+      row.param = it->second;
+      const std::vector<int64_t> &shape = plan.params[row.param].layout.shape;
+      int64_t slices = 1;
+      for (size_t d = 0; d + 2 < shape.size(); ++d)
+        slices *= shape[d];
+      if (shape.size() < 2 || !plan.params[row.param].muon) {
+        rd.fail(rp + ".param", "'" + name + "' is not a Muon matrix");
+        break;
+      }
+      row.slice = rd.integer(get(*o, "slice"), rp + ".slice", 0, slices - 1)
+                      .value_or(0);
+      row.rows = shape[shape.size() - 2];
+      rd.integer(get(*o, "rows"), rp + ".rows", row.rows, row.rows);
+      row.ref.offset =
+          rd.integer(get(*o, "offset"), rp + ".offset", 0).value_or(0);
+      row.ref.bytes =
+          rd.integer(get(*o, "bytes"), rp + ".bytes", 0).value_or(0);
+      row.ref.table =
+          rd.integer(get(*o, "chunk_hashes"), rp + ".chunk_hashes", 0)
+              .value_or(0);
+      std::optional<std::string> h = rd.string(get(*o, "hash"), rp + ".hash");
+      if (h && (h->size() != 16 || h->find_first_not_of("0123456789abcdef") !=
+                                       std::string::npos))
+        rd.fail(rp + ".hash", "expected 16 hex digits");
+      row.ref.hash = h ? std::strtoull(h->c_str(), nullptr, 16) : 0;
+      const int64_t bytes = row.rows * 4;
+      if (rd.ok() &&
+          (row.ref.bytes != bytes || row.ref.offset > mf.bytes - bytes ||
+           row.ref.table > mf.bytes - 8 * chunkCount(bytes, out.chunkBytes)))
+        rd.fail(rp, "its data or chunk hashes do not fit its rows or its file");
     }
   }
   if (!rd.ok()) {
@@ -560,6 +635,8 @@ bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
     for (const StatePiece &piece : local.pieces)
       for (const auto &[name, values] : piece.states)
         dataEnd += static_cast<int64_t>(values.size()) * 4;
+    for (const RowStatePiece &row : local.rowStates)
+      dataEnd += static_cast<int64_t>(row.values.size()) * 4;
     int64_t offset = static_cast<int64_t>(head.size()), tableAt = dataEnd;
     Ordered pieces = Ordered::array();
     for (const StatePiece &piece : local.pieces) {
@@ -587,11 +664,34 @@ bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
                         {"step", piece.step},
                         {"states", states}});
     }
-    index = Ordered({{"name", fileName(id, rank)},
+    // The per-row states after the pieces' (by parameter and slice: the
+    // owner under another layout takes a matrix's rows whole).
+    Ordered rows = Ordered::array();
+    for (const RowStatePiece &row : local.rowStates) {
+      int64_t bytes = static_cast<int64_t>(row.values.size()) * 4;
+      const char *at = reinterpret_cast<const char *>(row.values.data());
+      std::vector<uint64_t> &table =
+          tables.emplace_back(chunkCount(bytes, kChunkBytes));
+      fnv1aChunks(at, bytes, kChunkBytes, table.data());
+      rows.push_back({{"param", row.param},
+                      {"slice", row.slice},
+                      {"state", row.state},
+                      {"rows", static_cast<int64_t>(row.values.size())},
+                      {"offset", offset},
+                      {"bytes", bytes},
+                      {"chunk_hashes", tableAt},
+                      {"hash", hex(fnv1a(table.data(), table.size() * 8))}});
+      data.push_back(&row.values);
+      offset += bytes;
+      tableAt += static_cast<int64_t>(table.size()) * 8;
+    }
+    Ordered entry = {{"name", fileName(id, rank)},
                      {"rank", rank},
                      {"bytes", tableAt},
-                     {"pieces", pieces}})
-                .dump();
+                     {"pieces", pieces}};
+    if (!rows.empty())
+      entry["row_states"] = rows;
+    index = entry.dump();
     // Written straight from the state dict: a large state is not copied
     // into one buffer first.
     StreamedOutput file{
@@ -669,6 +769,10 @@ bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
         o["adjust_lr"] = m.adjustLr;
         if (m.weightDecayMode != "decoupled")
           o["weight_decay_mode"] = m.weightDecayMode;
+        if (m.normuon) {
+          o["normuon"] = true;
+          o["normuon_beta2"] = m.normuonBeta2;
+        }
       } else {
         const AdamWSettings &a = group.adamwSettings;
         o["lr"] = a.lr;
@@ -850,6 +954,52 @@ bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
         read.push_back(std::move(readOf[k]));
     if (!cut(plan, rank, slots, read, splits, withParameters, what, &local,
              nullptr, mine))
+      return;
+    // The per-row states of the matrices this rank owns: each read whole,
+    // from this rank's own file when it holds it.
+    std::vector<RowStatePiece> savedRows;
+    std::map<std::tuple<int64_t, int64_t, int>, const Manifest::Row *> rowOf;
+    for (bool own : {true, false})
+      for (const Manifest::Row &row : manifest.rows)
+        if ((static_cast<int64_t>(row.file) == rank) == own)
+          rowOf.emplace(std::make_tuple(row.param, row.slice, row.step), &row);
+    for (const StepExecutor::RowSlot &slot : executor->rowSlots()) {
+      const PlanMatrix &m = plan.matrices[slot.matrix];
+      const char *state = matrixSteps()[slot.step].state;
+      auto it = rowOf.find(
+          {m.paramIndex, std::max<int64_t>(m.slice, 0), slot.step});
+      if (it == rowOf.end())
+        continue; // cutRowStates decides
+      const Manifest::Row &row = *it->second;
+      std::string path = dir + "/" + manifest.files[row.file].name;
+      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        mine = errno == ENOENT ? "checkpoint file '" + path + "' is missing"
+                               : "cannot read checkpoint file '" + path +
+                                     "': " + std::strerror(errno);
+        return;
+      }
+      ++ioCounters.filesOpened;
+      RowStatePiece &saved = savedRows.emplace_back();
+      saved.param = m.param;
+      saved.slice = row.slice;
+      saved.state = state;
+      saved.values.resize(row.rows);
+      ++ioCounters.slotsRead;
+      bool ok = checkRankFile(fd, path, manifest, row.file,
+                              ioCounters.rankFileBytes, mine) &&
+                readChunks(fd, path, row.ref, chunk, 0,
+                           chunkCount(row.ref.bytes, chunk),
+                           reinterpret_cast<char *>(saved.values.data()),
+                           std::string("the ") + state + " state of " +
+                               m.label(),
+                           ioCounters.rankFileBytes, mine);
+      ::close(fd);
+      if (!ok)
+        return;
+    }
+    if (!cutRowStates(savedRows, manifest.groups, what, local.rowStates,
+                      mine))
       return;
     local.steps = manifest.steps;
     local.groups = manifest.groups;

@@ -1,5 +1,6 @@
 //===- Device.cpp - What the runtime needs from the hardware --------------===//
 #include "muon/Runtime/Device.h"
+#include "muon/Runtime/ElementMath.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +10,17 @@ namespace muon::runtime {
 double adjustedLr(const MuonSettings &s, int64_t rows, int64_t cols) {
   // The plan's reader and setGroupOptions accept only known names.
   return s.lr * adjustLrFactor(s.adjustLr, rows, cols);
+}
+
+void Device::normuon(float *x, int64_t rows, int64_t cols, float *v,
+                     const MuonSettings &settings) {
+  std::vector<float> matrix(rows * cols), state(rows);
+  copyToHost(matrix.data(), x, rows * cols * 4);
+  copyToHost(state.data(), v, rows * 4);
+  normuonStep(matrix.data(), rows, cols, state.data(),
+              normuonScalars(settings));
+  copyToDevice(x, matrix.data(), rows * cols * 4);
+  copyToDevice(v, state.data(), rows * 4);
 }
 
 } // namespace muon::runtime

@@ -1,5 +1,6 @@
 //===- Optimizer.cpp - Distributed Muon for a C++ trainer -----------------===//
 #include "muon/Runtime/Optimizer.h"
+#include "muon/Runtime/MatrixStep.h"
 
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
@@ -147,6 +148,15 @@ Status Optimizer::setGroup(const std::string &name, bool muon,
                            algorithmName(current.muon) + ", not " +
                            algorithmName(muon) + "; give it " +
                            algorithmName(current.muon) + " settings");
+  for (const MatrixStep &step : matrixSteps())
+    if (muon && step.enabled(group.muonSettings) !=
+                    step.enabled(current.muonSettings))
+      return invalidArgument(
+          "group '" + name + "' is " +
+          (step.enabled(current.muonSettings) ? "" : "not ") + step.title +
+          " in the plan; " + step.setting +
+          " cannot change between steps (it decides which matrices keep "
+          "per-row state: compile the plan with it)");
   PlanGroup updated = current;
   updated.muonSettings = group.muonSettings;
   updated.adamwSettings = group.adamwSettings;

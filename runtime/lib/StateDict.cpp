@@ -11,7 +11,11 @@
 #include "StateCut.h"
 
 #include "muon/Plan/Validate.h"
+#include "muon/Runtime/MatrixStep.h"
 
+#include <algorithm>
+#include <map>
+#include <tuple>
 #include <unordered_map>
 
 namespace muon::runtime {
@@ -93,7 +97,91 @@ bool Optimizer::stateDictImpl(bool withParameters, StateDict &dict,
         to[e] = loadAs(typed.data(), slot.dtype, e);
     }
   }
+  for (const StepExecutor::RowSlot &slot : executor->rowSlots()) {
+    const PlanMatrix &m = thePlan.matrices[slot.matrix];
+    RowStatePiece &row = out.rowStates.emplace_back();
+    row.param = m.param;
+    row.slice = std::max<int64_t>(m.slice, 0);
+    row.state = matrixSteps()[slot.step].state;
+    row.values.resize(m.rows);
+    device.copyToHost(row.values.data(),
+                      executor->rowState(slot.matrix, slot.step), m.rows * 4);
+  }
   dict = std::move(out);
+  return true;
+}
+
+bool Optimizer::cutRowStates(const std::vector<RowStatePiece> &saved,
+                             const std::vector<PlanGroup> &savedGroups,
+                             const std::string &what,
+                             std::vector<RowStatePiece> &out,
+                             std::string &error) const {
+  const Plan &plan = thePlan;
+  // Every saved row state names a matrix of this model, by parameter and
+  // slice, and has its rows.
+  std::map<std::tuple<std::string, int64_t, std::string>,
+           const RowStatePiece *>
+      bySlice;
+  for (size_t r = 0; r < saved.size(); ++r) {
+    const RowStatePiece &row = saved[r];
+    std::string where = what + ": row state " + std::to_string(r) + " ('" +
+                        row.param + "' slice " + std::to_string(row.slice) +
+                        ")";
+    if (matrixStepOfState(row.state) < 0) {
+      error = where + ": unknown state '" + row.state + "' (expected " +
+              matrixStateNames() + ")";
+      return false;
+    }
+    auto it = slotOf.find(row.param);
+    if (it == slotOf.end()) {
+      error = where + ": no parameter '" + row.param + "' in this model";
+      return false;
+    }
+    const PlanParam &p = plan.params[it->second];
+    const std::vector<int64_t> &shape = p.layout.shape;
+    int64_t slices = 1;
+    for (size_t d = 0; d + 2 < shape.size(); ++d)
+      slices *= shape[d];
+    if (!p.muon || shape.size() < 2) {
+      error = where + ": '" + row.param + "' is not a Muon matrix";
+      return false;
+    }
+    if (row.slice < 0 || row.slice >= slices) {
+      error = where + ": slice out of range; '" + row.param + "' has " +
+              std::to_string(slices) + " matrices";
+      return false;
+    }
+    int64_t rows = shape[shape.size() - 2];
+    if (static_cast<int64_t>(row.values.size()) != rows) {
+      error = where + ": " + std::to_string(row.values.size()) +
+              " values; the matrix has " + std::to_string(rows) + " rows";
+      return false;
+    }
+    bySlice.emplace(std::make_tuple(row.param, row.slice, row.state), &row);
+  }
+  out.clear();
+  for (const StepExecutor::RowSlot &slot : executor->rowSlots()) {
+    const PlanMatrix &m = plan.matrices[slot.matrix];
+    const MatrixStep &step = matrixSteps()[slot.step];
+    RowStatePiece &row = out.emplace_back();
+    row.param = m.param;
+    row.slice = std::max<int64_t>(m.slice, 0);
+    row.state = step.state;
+    auto it = bySlice.find({row.param, row.slice, row.state});
+    if (it != bySlice.end()) {
+      row.values = it->second->values;
+      continue;
+    }
+    const std::string &group = plan.groups[plan.params[m.paramIndex].group].name;
+    for (const PlanGroup &g : savedGroups)
+      if (g.name == group && g.muon && step.enabled(g.muonSettings)) {
+        error = what + ": no " + step.state + " state for matrix " +
+                m.label() + ", though its group '" + group + "' was " +
+                step.title + " when saved";
+        return false;
+      }
+    row.values.assign(m.rows, 0.0f); // the step starts here
+  }
   return true;
 }
 
@@ -156,7 +244,9 @@ bool Optimizer::loadStateDictImpl(const StateDict &dict, bool withParameters,
   std::string why;
   if (!checkSplits(plan, sources, "the state dict", splits, why) ||
       !cut(plan, comm.rank(), slots, sources, splits, withParameters,
-           "the state dict", &local, nullptr, why))
+           "the state dict", &local, nullptr, why) ||
+      !cutRowStates(dict.rowStates, dict.groups, "the state dict",
+                    local.rowStates, why))
     return fail(why);
   local.steps = dict.steps;
   local.groups = dict.groups;
@@ -191,6 +281,12 @@ void Optimizer::applyState(const StateDict &local, bool withParameters) {
       device.copyToDevice(values[i], typed.data(), typed.size());
     }
   }
+  // The per-row states, as cutRowStates lined them up.
+  std::vector<StepExecutor::RowSlot> rows = executor->rowSlots();
+  for (size_t r = 0; r < rows.size() && r < local.rowStates.size(); ++r)
+    device.copyToDevice(executor->rowState(rows[r].matrix, rows[r].step),
+                        local.rowStates[r].values.data(),
+                        local.rowStates[r].values.size() * 4);
   steps = local.steps;
   applySavedGroups(local.groups);
 }

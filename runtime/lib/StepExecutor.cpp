@@ -3,6 +3,7 @@
 
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Runtime/MatrixStep.h"
 #include "muon/Support/Fnv.h"
 
 #include <algorithm>
@@ -136,6 +137,18 @@ Status StepExecutor::initialize() {
       for (size_t i = 0; i < b.matrices.size(); ++i)
         slotOf[b.matrices[i]] = {&b, static_cast<int64_t>(i)};
     }
+  rowStates.clear();
+  const std::vector<MatrixStep> &steps = matrixSteps();
+  for (const auto &[k, slot] : slotOf) {
+    const PlanMatrix &m = plan.matrices[k];
+    const PlanParam &p = plan.params[m.paramIndex];
+    for (size_t s = 0; s < steps.size(); ++s)
+      if (p.muon && steps[s].enabled(plan.groups[p.group].muonSettings))
+        MUON_RETURN_IF_ERROR(
+            allocate(rowStates[{k, static_cast<int>(s)}], m.rows * 4,
+                     (std::string(steps[s].title) + "'s per-row state")
+                         .c_str()));
+  }
   // The plan's, once: after the views and batches it counts.
   workingBytesBound = memoryBound();
   return okStatus();
@@ -161,6 +174,10 @@ void StepExecutor::bind(int64_t param, void *values, const void *grad,
 
 void StepExecutor::setGroup(int64_t index, const PlanGroup &group) {
   currentGroups[index] = group;
+  // Which matrices carry per-row state is the plan's (allocated at
+  // initialize); a caller may change NorMuon's beta2, not the choice.
+  currentGroups[index].muonSettings.normuon =
+      planRef.groups[index].muonSettings.normuon;
 }
 
 int64_t StepExecutor::memoryBound() const {
@@ -175,6 +192,8 @@ int64_t StepExecutor::memoryBound() const {
                                                           : 2;
     state += buffers * l.elements * 4;
   }
+  for (const auto &[k, buffer] : rowStates)
+    state += buffer.size();
   const int64_t width = dtypeBytes(wire);
   std::vector<int64_t> perRound(plan.rounds.size(), 0);
   int64_t reduce = 0;
@@ -209,7 +228,8 @@ uint64_t StepExecutor::groupsHash() const {
     const AdamWSettings &a = g.adamwSettings;
     const double values[] = {
         m.lr,    m.weightDecay, m.momentum, m.nesterov ? 1.0 : 0.0, a.lr,
-        a.beta1, a.beta2,       a.eps,      a.weightDecay};
+        a.beta1, a.beta2,       a.eps,      a.weightDecay,
+        m.normuon ? 1.0 : 0.0,  m.normuonBeta2};
     h = fnv1a(values, sizeof(values), h);
     h = fnv1a(m.adjustLr, h);
     h = fnv1a(m.weightDecayMode, h);
@@ -228,6 +248,18 @@ StepExecutor::State StepExecutor::state(int64_t param) {
   LocalParam &local = locals[param];
   return {local.momentum.floats(), local.expAvg.floats(),
           local.expAvgSq.floats(), &local.adamwStep};
+}
+
+float *StepExecutor::rowState(int64_t k, int step) {
+  auto it = rowStates.find({k, step});
+  return it == rowStates.end() ? nullptr : it->second.floats();
+}
+
+std::vector<StepExecutor::RowSlot> StepExecutor::rowSlots() const {
+  std::vector<RowSlot> slots;
+  for (const auto &[key, buffer] : rowStates)
+    slots.push_back({key.first, key.second});
+  return slots;
 }
 
 StepExecutor::Piece StepExecutor::piece(int64_t k) const {
@@ -507,6 +539,18 @@ Status StepExecutor::runNewtonSchulz(int64_t round) {
       // Keep the exchanges in flight moving between calls.
       comm.progress();
     }
+    // The per-matrix steps after Newton-Schulz (MatrixStep.h: NorMuon),
+    // on the whole matrix, before any piece of it leaves.
+    const std::vector<MatrixStep> &steps = matrixSteps();
+    for (int64_t k : batch->matrices)
+      for (size_t s = 0; s < steps.size(); ++s)
+        if (float *state = rowState(k, static_cast<int>(s))) {
+          const PlanMatrix &m = planRef.matrices[k];
+          steps[s].run(device, full[k], m.rows, m.cols, state,
+                       currentGroups[planRef.params[m.paramIndex].group]
+                           .muonSettings);
+          comm.progress();
+        }
     for (int64_t k : batch->matrices) {
       const PlanMatrix &m = planRef.matrices[k];
       float *matrix = full[k];

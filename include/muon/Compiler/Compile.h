@@ -92,6 +92,10 @@ struct MuonSettings {
   std::string adjustLr = "original";
   /// "decoupled", "cautious" or "none".
   std::string weightDecayMode = "decoupled";
+  /// NorMuon (docs/spec-format.md 1.3): rows normalized by an EMA (beta2)
+  /// of their mean square after Newton-Schulz, rescaled to Muon's RMS.
+  bool normuon = false;
+  double normuonBeta2 = 0.95;
   /// "f32" or "bf16"; empty: the device that runs the plan chooses.
   std::string nsDtype;
 };

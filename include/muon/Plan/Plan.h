@@ -48,7 +48,20 @@ struct MuonSettings {
   /// "cautious" (only where the update and the parameter agree in sign) or
   /// "none".
   std::string weightDecayMode = "decoupled";
+  /// NorMuon (arXiv 2510.05491): after Newton-Schulz the owner normalizes
+  /// each row of the orthogonalized matrix by an EMA of its mean square
+  /// (state "normuon_v", one f32 per row, on the owner only), then rescales
+  /// the matrix to the Newton-Schulz output's Frobenius norm (normuonStep in
+  /// muon/Runtime/ElementMath.h; its descriptor in MatrixStep.h). Fixed by
+  /// the plan: it decides which matrices have the per-row state;
+  /// normuonBeta2 may change between steps.
+  bool normuon = false;
+  double normuonBeta2 = 0.95;
 };
+
+/// NorMuon's epsilon in the row normalization (sqrt(v) + eps) and the floor
+/// of the normalized matrix's norm, as microsoft/dion's normuon.py.
+inline constexpr double kNormuonEps = 1e-8;
 
 /// The values of a Muon group's `weight_decay_mode`, in the dialect's order.
 inline constexpr std::array<std::string_view, 3> kWeightDecayModes = {

@@ -360,11 +360,13 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
                                                         "ns_coefficients",
                                                         "eps", "adjust_lr",
                                                         "ns_dtype",
-                                                        "weight_decay_mode"}
+                                                        "weight_decay_mode",
+                                                        "normuon",
+                                                        "normuon_beta2"}
               : std::initializer_list<std::string_view>{
                     "lr", "momentum", "nesterov", "weight_decay", "ns_steps",
                     "ns_coefficients", "eps", "adjust_lr", "ns_dtype",
-                    "weight_decay_mode"})))
+                    "weight_decay_mode", "normuon", "normuon_beta2"})))
     return failure();
   OperationState state(at(path), OptimizerOp::getOperationName());
   if (inParamGroups)
@@ -382,6 +384,27 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
     if (!b)
       return failure();
     state.addAttribute("nesterov", builder.getBoolAttr(*b));
+  }
+  bool normuon = false;
+  if (const JsonValue *x = get(*o, "normuon")) {
+    std::optional<bool> b = getBool(*x, key(path, "normuon"));
+    if (!b)
+      return failure();
+    normuon = *b;
+    state.addAttribute("normuon", builder.getBoolAttr(*b));
+  }
+  if (const JsonValue *x = get(*o, "normuon_beta2")) {
+    std::optional<double> d = getNumber(*x, key(path, "normuon_beta2"));
+    if (!d)
+      return failure();
+    if (!normuon)
+      return fail(key(path, "normuon_beta2"),
+                  "normuon_beta2 is NorMuon's; set \"normuon\": true in this "
+                  "group or leave it out");
+    if (!(*d >= 0 && *d < 1))
+      return fail(key(path, "normuon_beta2"),
+                  "expected a number in [0, 1), got " + x->dump());
+    state.addAttribute("normuon_beta2", builder.getF64FloatAttr(*d));
   }
   if (const JsonValue *x = get(*o, "ns_steps")) {
     // The verifier names the range; any integer is carried to it.

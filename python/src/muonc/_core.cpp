@@ -262,6 +262,8 @@ mc::ParamGroup groupOf(nb::dict d) {
     g.muon.adjustLr = get<std::string>(d, "adjust_lr", "original");
     g.muon.weightDecayMode =
         get<std::string>(d, "weight_decay_mode", "decoupled");
+    g.muon.normuon = get<bool>(d, "normuon", false);
+    g.muon.normuonBeta2 = get<double>(d, "normuon_beta2", 0.95);
     g.muon.nsDtype = get<std::string>(d, "ns_dtype", "");
     if (d.contains("ns_coefficients") && !d["ns_coefficients"].is_none()) {
       auto c = nb::cast<std::vector<double>>(d["ns_coefficients"]);
@@ -346,6 +348,8 @@ nb::dict groupDict(const muon::PlanGroup &g) {
     d["nesterov"] = g.muonSettings.nesterov;
     d["adjust_lr"] = g.muonSettings.adjustLr;
     d["weight_decay_mode"] = g.muonSettings.weightDecayMode;
+    d["normuon"] = g.muonSettings.normuon;
+    d["normuon_beta2"] = g.muonSettings.normuonBeta2;
   } else {
     d["lr"] = g.adamwSettings.lr;
     d["betas"] = nb::make_tuple(g.adamwSettings.beta1, g.adamwSettings.beta2);
@@ -367,6 +371,8 @@ muon::PlanGroup planGroupOf(nb::dict d) {
     g.muonSettings.adjustLr = get<std::string>(d, "adjust_lr", "original");
     g.muonSettings.weightDecayMode =
         get<std::string>(d, "weight_decay_mode", "decoupled");
+    g.muonSettings.normuon = get<bool>(d, "normuon", false);
+    g.muonSettings.normuonBeta2 = get<double>(d, "normuon_beta2", 0.95);
   } else {
     g.adamwSettings.lr = get<double>(d, "lr", 1e-3);
     g.adamwSettings.weightDecay = get<double>(d, "weight_decay", 0.01);
@@ -508,8 +514,14 @@ public:
 
   void setMuon(const std::string &name, double lr, double weightDecay,
                double momentum, bool nesterov, const std::string &adjustLr,
-               const std::string &weightDecayMode) {
+               const std::string &weightDecayMode, nb::object normuonBeta2) {
     muon::MuonSettings s;
+    // NorMuon is the plan's choice: kept from the group as it is.
+    for (const muon::PlanGroup &g : opt->groups())
+      if (g.name == name && g.muon)
+        s = g.muonSettings;
+    if (!normuonBeta2.is_none())
+      s.normuonBeta2 = nb::cast<double>(normuonBeta2);
     s.weightDecayMode = weightDecayMode;
     s.lr = lr;
     s.weightDecay = weightDecay;
@@ -579,6 +591,23 @@ public:
       pieces.append(d);
     }
     out["pieces"] = pieces;
+    // NorMuon's per-row states of the matrices this rank owns.
+    nb::list rows;
+    for (rt::RowStatePiece &r : dict.rowStates) {
+      nb::dict d;
+      d["param"] = r.param;
+      d["slice"] = r.slice;
+      d["state"] = r.state;
+      auto *copy = new std::vector<float>(std::move(r.values));
+      nb::capsule owner(copy, [](void *q) noexcept {
+        delete static_cast<std::vector<float> *>(q);
+      });
+      size_t shape[1] = {copy->size()};
+      d["values"] = nb::ndarray<float, nb::numpy, nb::ndim<1>>(copy->data(), 1,
+                                                               shape, owner);
+      rows.append(d);
+    }
+    out["row_states"] = rows;
     nb::list groups;
     for (const muon::PlanGroup &g : dict.groups)
       groups.append(groupDict(g));
@@ -609,6 +638,19 @@ public:
       }
       dict.pieces.push_back(std::move(p));
     }
+    if (in.contains("row_states"))
+      for (nb::handle item : nb::cast<nb::list>(in["row_states"])) {
+        nb::dict d = nb::cast<nb::dict>(item);
+        rt::RowStatePiece r;
+        r.param = nb::cast<std::string>(d["param"]);
+        r.slice = get<int64_t>(d, "slice", 0);
+        r.state = get<std::string>(d, "state", "normuon_v");
+        auto a = nb::cast<nb::ndarray<float, nb::device::cpu, nb::c_contig>>(
+            d["values"]);
+        const float *data = static_cast<const float *>(a.data());
+        r.values.assign(data, data + a.size());
+        dict.rowStates.push_back(std::move(r));
+      }
     if (in.contains("groups"))
       for (nb::handle g : nb::cast<nb::list>(in["groups"]))
         dict.groups.push_back(planGroupOf(nb::cast<nb::dict>(g)));
@@ -721,7 +763,8 @@ NB_MODULE(_core, m) {
       .def("bind", &PyOptimizer::bind, "name"_a, "values"_a, "grad"_a)
       .def("set_muon_group", &PyOptimizer::setMuon, "name"_a, "lr"_a,
            "weight_decay"_a, "momentum"_a, "nesterov"_a, "adjust_lr"_a,
-           "weight_decay_mode"_a = "decoupled")
+           "weight_decay_mode"_a = "decoupled",
+           "normuon_beta2"_a = nb::none())
       .def("set_adamw_group", &PyOptimizer::setAdamW, "name"_a, "lr"_a,
            "beta1"_a, "beta2"_a, "eps"_a, "weight_decay"_a)
       .def("set_group_lr",

@@ -40,9 +40,9 @@ DEFAULT_NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)
 # What a step reads from a group, per algorithm (the rest is compiled into
 # the plan and may not change after construction).
 _MUON_KEYS = ("lr", "weight_decay", "momentum", "nesterov", "adjust_lr_fn",
-              "weight_decay_mode")
+              "weight_decay_mode", "normuon_beta2")
 _ADAMW_KEYS = ("lr", "betas", "eps", "weight_decay")
-_PLAN_KEYS = ("ns_coefficients", "eps", "ns_steps")
+_PLAN_KEYS = ("ns_coefficients", "eps", "ns_steps", "normuon")
 
 
 class TorchCommunicator:
@@ -336,7 +336,8 @@ class Muon(torch.optim.Optimizer):
                  ns_steps: int = 5, adjust_lr_fn: str | None = None, *,
                  distributed_config: dict | None = None, process_group=None,
                  ns_dtype: str = "f32", timeout: float = 120.0,
-                 weight_decay_mode: str = "decoupled",
+                 weight_decay_mode: str = "decoupled", normuon: bool = False,
+                 normuon_beta2: float = 0.95,
                  communicator: str | None = None):
         if not 0.0 <= lr:
             raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
@@ -346,11 +347,13 @@ class Muon(torch.optim.Optimizer):
             raise ValueError(f"weight decay should be >= 0 but is: {weight_decay}")
         _check_adjust(adjust_lr_fn)
         _check_decay_mode(weight_decay_mode)
+        _check_normuon(normuon, normuon_beta2)
         defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum,
                         nesterov=nesterov,
                         ns_coefficients=tuple(ns_coefficients), eps=eps,
                         ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn,
-                        weight_decay_mode=weight_decay_mode)
+                        weight_decay_mode=weight_decay_mode, normuon=normuon,
+                        normuon_beta2=normuon_beta2)
         super().__init__(params, defaults)
         self._ns_dtype = ns_dtype
         if communicator is None:
@@ -411,6 +414,8 @@ class Muon(torch.optim.Optimizer):
                         "a Muon group (put it in a group with use_muon=False)")
             _check_adjust(group.get("adjust_lr_fn"))
             _check_decay_mode(group.get("weight_decay_mode", "decoupled"))
+            _check_normuon(group.get("normuon", False),
+                           group.get("normuon_beta2", 0.95))
         super().add_param_group(group)
 
     def _build(self, config, process_group, timeout):
@@ -513,6 +518,9 @@ class Muon(torch.optim.Optimizer):
                          adjust_lr=group["adjust_lr_fn"] or "original",
                          weight_decay_mode=group["weight_decay_mode"],
                          ns_dtype=self._ns_dtype)
+                if group["normuon"]:
+                    g.update(normuon=True,
+                             normuon_beta2=float(group["normuon_beta2"]))
             else:
                 g.update(betas=list(group["betas"]), eps=group["eps"])
             plan_groups.append(g)
@@ -595,14 +603,16 @@ class Muon(torch.optim.Optimizer):
                 if now != self._plan_settings[name]:
                     raise MuonError(
                         f"invalid argument: group '{name}': ns_coefficients, "
-                        "eps and ns_steps are compiled into the plan and "
-                        "cannot change after construction")
+                        "eps, ns_steps and normuon are compiled into the "
+                        "plan and cannot change after construction")
                 _check_adjust(group["adjust_lr_fn"])
                 _check_decay_mode(group["weight_decay_mode"])
+                _check_normuon(group["normuon"], group["normuon_beta2"])
                 values = (float(group["lr"]), float(group["weight_decay"]),
                           float(group["momentum"]), bool(group["nesterov"]),
                           group["adjust_lr_fn"] or "original",
-                          group["weight_decay_mode"])
+                          group["weight_decay_mode"],
+                          float(group["normuon_beta2"]))
                 if self._pushed.get(name) != values:
                     self._engine.set_muon_group(name, *values)
             else:
@@ -708,8 +718,16 @@ class Muon(torch.optim.Optimizer):
         groups = super().state_dict()["param_groups"]
         for g in groups:
             g["muonc_steps"] = raw["steps"]
-        return {"state": state, "param_groups": groups,
-                "muonc": {"steps": raw["steps"]}}
+        muonc = {"steps": raw["steps"]}
+        if any(g["use_muon"] and g["normuon"] for g in self.param_groups):
+            if self._engine.world_size > 1:
+                raise MuonError(
+                    "unimplemented: NorMuon's per-row state lives on each "
+                    "matrix's owner and has no torch-format (DTensor) form "
+                    "yet; save local_state_dict() of every rank instead (it "
+                    "loads under any world size)")
+            muonc["row_states"] = _row_states(raw)
+        return {"state": state, "param_groups": groups, "muonc": muonc}
 
     def local_state_dict(self):
         """This rank's state as pieces by global box (plain tensors, no
@@ -733,7 +751,8 @@ class Muon(torch.optim.Optimizer):
             g["muonc_steps"] = raw["steps"]
         return {"state": state, "param_groups": groups,
                 "muonc": {"steps": raw["steps"],
-                          "names": self.param_names}}
+                          "names": self.param_names,
+                          "row_states": _row_states(raw)}}
 
     def load_state_dict(self, state_dict):
         """Loads state_dict() of this layout (state by index, or by
@@ -788,12 +807,28 @@ class Muon(torch.optim.Optimizer):
                 out.update(momentum=g["momentum"], nesterov=g["nesterov"],
                            adjust_lr=g.get("adjust_lr_fn") or "original",
                            weight_decay_mode=g.get("weight_decay_mode",
-                                                   "decoupled"))
+                                                   "decoupled"),
+                           normuon=bool(g.get("normuon", False)),
+                           normuon_beta2=float(g.get("normuon_beta2", 0.95)))
             else:
                 out.update(betas=list(g["betas"]), eps=g["eps"])
             groups.append(out)
+        # NorMuon's per-row states, each matrix once (every rank's owned
+        # matrices: the new owners take theirs).
+        rows, seen_rows = [], set()
+        for d in dicts:
+            for r in d.get("muonc", {}).get("row_states", []):
+                key = (r["param"], int(r["slice"]))
+                if key not in seen_rows:
+                    seen_rows.add(key)
+                    rows.append({"param": r["param"], "slice": int(r["slice"]),
+                                 "state": r["state"],
+                                 "values": np.ascontiguousarray(
+                                     torch.as_tensor(r["values"]).float()
+                                     .numpy().reshape(-1))})
         self._engine.load_state_dict(
-            {"steps": int(steps), "pieces": pieces, "groups": groups}, False)
+            {"steps": int(steps), "pieces": pieces, "groups": groups,
+             "row_states": rows}, False)
         for group, g in zip(self.param_groups, saved):
             for k, v in g.items():
                 if k not in ("params", "param_names", "name", "muonc_steps"):
@@ -893,6 +928,22 @@ _ADJUST_LR = ("original", "match_rms_adamw", "spectral", "unit_rms_norm",
 
 
 _DECAY_MODES = ("decoupled", "cautious", "none")
+
+
+def _row_states(raw):
+    """NorMuon's per-row states of a raw state dict, as plain tensors."""
+    return [{"param": r["param"], "slice": r["slice"], "state": r["state"],
+             "values": torch.from_numpy(r["values"])}
+            for r in raw.get("row_states", [])]
+
+
+def _check_normuon(normuon, beta2):
+    if not isinstance(normuon, bool):
+        raise MuonError(f"invalid argument: normuon {normuon!r} is not True "
+                        "or False")
+    if not (isinstance(beta2, (int, float)) and 0.0 <= beta2 < 1.0):
+        raise MuonError(f"invalid argument: normuon_beta2 {beta2!r} is not a "
+                        "number in [0, 1)")
 
 
 def _check_decay_mode(mode):

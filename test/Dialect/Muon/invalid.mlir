@@ -451,3 +451,12 @@ muon.model @m {
     %x = "builtin.unrealized_conversion_cast"() : () -> i32
   }
 }
+
+// -----
+
+// NorMuon's EMA weight: the plan validator's range, refused at the op.
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{optimizer 'normuon_beta2' must be in [0, 1), got 1}}
+  muon.optimizer {normuon = true, normuon_beta2 = 1.0 : f64}
+}

@@ -17,6 +17,10 @@ muon.model @dtensor {
   muon.optimizer {group_name = "cautious", ns_steps = 1 : i64, adjust_lr = #muon.adjust_lr<spectral>,
                   weight_decay_mode = #muon.weight_decay_mode<cautious>,
                   ns_coefficients = [array<f64: 3.4445, -4.775, 2.0315>], ns_dtype = #muon.ns_dtype<bf16>}
+  // NorMuon (a group of its own).
+  // CHECK: muon.optimizer {group_name = "normuon", normuon = true, normuon_beta2 = 9.000000e-01 : f64, ns_coefficients = [array<f64: 3.444500e+00, -4.775000e+00, 2.031500e+00>], ns_dtype = #muon.ns_dtype<bf16>, ns_steps = 1 : i64}
+  muon.optimizer {group_name = "normuon", ns_steps = 1 : i64, normuon = true, normuon_beta2 = 0.9 : f64,
+                  ns_coefficients = [array<f64: 3.4445, -4.775, 2.0315>], ns_dtype = #muon.ns_dtype<bf16>}
   // CHECK: muon.distributed {async = false, prefetch_count = 2 : i64, wire_dtype = #muon.wire_dtype<bf16>}
   muon.distributed {prefetch_count = 2 : i64, async = false, wire_dtype = #muon.wire_dtype<bf16>}
   // TP major, then FSDP, on dim 0 (the strided TP-then-FSDP layout).

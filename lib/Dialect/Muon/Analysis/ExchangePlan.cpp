@@ -100,6 +100,8 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
       g.muonSettings.adjustLr = stringifyAdjustLr(opt.getAdjustLr()).str();
       g.muonSettings.weightDecayMode =
           stringifyWeightDecayMode(opt.getWeightDecayMode()).str();
+      g.muonSettings.normuon = opt.getNormuon();
+      g.muonSettings.normuonBeta2 = opt.getNormuonBeta2().convertToDouble();
       // Every Muon group has the same Newton-Schulz settings (verified).
       plan.ns.eps = opt.getEps().convertToDouble();
       plan.ns.nsSteps = static_cast<int64_t>(opt.getNsSteps());

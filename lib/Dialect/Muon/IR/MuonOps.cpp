@@ -778,6 +778,10 @@ LogicalResult OptimizerOp::verify() {
   if (getMomentum().convertToDouble() >= 1)
     return emitError() << "optimizer 'momentum' must be in [0, 1), got "
                        << getMomentum().convertToDouble();
+  double beta2 = getNormuonBeta2().convertToDouble();
+  if (!(beta2 >= 0 && beta2 < 1))
+    return emitError() << "optimizer 'normuon_beta2' must be in [0, 1), got "
+                       << beta2;
   int64_t steps = static_cast<int64_t>(getNsSteps());
   if (steps >= 100)
     return emitError() << "optimizer 'ns_steps' must be less than 100, got "

@@ -125,6 +125,11 @@ void CpuDevice::momentum(const void *grad, DType gradType, float *buf,
     update[i] = momentumStep(loadAs(grad, gradType, i), buf[i], scalars);
 }
 
+void CpuDevice::normuon(float *x, int64_t rows, int64_t cols, float *v,
+                        const MuonSettings &settings) {
+  normuonStep(x, rows, cols, v, normuonScalars(settings));
+}
+
 void CpuDevice::applyUpdate(void *values, DType type, const float *orth,
                             int64_t n, const MuonSettings &s, double alr) {
   const UpdateScalars scalars = updateScalars(s, alr);

@@ -78,6 +78,11 @@ public:
                      int64_t n, const AdamWSettings &settings,
                      int64_t step) = 0;
   virtual void copyBox(const BoxCopy &copy) = 0;
+  /// NorMuon's per-matrix step (normuonStep in ElementMath.h) on one
+  /// rows x cols f32 matrix `x` with its per-row state `v`. The default
+  /// runs it on a host copy of both (copyToHost, copyToDevice).
+  virtual void normuon(float *x, int64_t rows, int64_t cols, float *v,
+                       const MuonSettings &settings);
   /// Newton-Schulz in place on `count` rows x cols f32 matrices stored one
   /// after another from `x` (row-major, stride rows * cols elements), one
   /// iteration per coefficient triple. Returns the contract's dense count,

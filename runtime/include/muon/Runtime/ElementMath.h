@@ -13,6 +13,7 @@
 #include "muon/Plan/Plan.h"
 #include "muon/Runtime/HostDevice.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -106,6 +107,49 @@ MUON_HOST_DEVICE inline float adamwStep(float value, float grad, float &expAvg,
   expAvgSq = expAvgSq * s.beta2 + s.oneMinusBeta2 * grad * grad;
   const float denom = sqrtf(expAvgSq) / s.bc2Sqrt + s.eps;
   return decayed - s.stepSize * (expAvg / denom);
+}
+
+/// NorMuon's per-matrix step (arXiv 2510.05491; microsoft/dion's
+/// normuon.py), on the owner after Newton-Schulz, in place on one row-major
+/// rows x cols f32 matrix `x` (the orthogonalized update O) with its per-row
+/// state `v` (rows values):
+///   m_i = mean_j O_ij^2                       (summed in double)
+///   v_i = lerp(v_i, m_i, 1 - beta2)           (f32, torch.lerp)
+///   N_ij = O_ij / (sqrt(v_i) + eps)
+///   x = N * (||O||_F / max(||N||_F, eps))     (norms in double)
+/// so the update keeps the Newton-Schulz output's Frobenius norm, and with
+/// it Muon's RMS. eps is kNormuonEps. Host code: a device runs it where its
+/// memory is readable from the host, or on a host copy (Device::normuon).
+struct NormuonScalars {
+  float oneMinusBeta2 = 0.05f, eps = 1e-8f;
+};
+
+inline NormuonScalars normuonScalars(const MuonSettings &s) {
+  return {static_cast<float>(1.0 - s.normuonBeta2),
+          static_cast<float>(kNormuonEps)};
+}
+
+inline void normuonStep(float *x, int64_t rows, int64_t cols, float *v,
+                        const NormuonScalars &s) {
+  double before = 0, after = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    float *row = x + i * cols;
+    double squares = 0;
+    for (int64_t j = 0; j < cols; ++j)
+      squares += static_cast<double>(row[j]) * row[j];
+    before += squares;
+    const float mean = static_cast<float>(squares / static_cast<double>(cols));
+    v[i] = lerp(v[i], mean, s.oneMinusBeta2);
+    const float denom = sqrtf(v[i]) + s.eps;
+    for (int64_t j = 0; j < cols; ++j) {
+      row[j] = row[j] / denom;
+      after += static_cast<double>(row[j]) * row[j];
+    }
+  }
+  const float scale = static_cast<float>(
+      std::sqrt(before) / std::max(std::sqrt(after), static_cast<double>(s.eps)));
+  for (int64_t e = 0; e < rows * cols; ++e)
+    x[e] *= scale;
 }
 
 } // namespace muon::runtime

@@ -94,11 +94,29 @@ struct StatePiece {
   int64_t step = 0;
 };
 
+/// A per-row state of one whole matrix (NorMuon's "normuon_v"): kept only
+/// by the rank that orthogonalizes the matrix (its owner), saved by global
+/// row, so that whichever rank owns the matrix under another layout or
+/// world size takes it whole.
+struct RowStatePiece {
+  std::string param;
+  /// The matrix's index over the parameter's batch dims (row-major), 0 for
+  /// a 2-D parameter.
+  int64_t slice = 0;
+  std::string state = "normuon_v";
+  std::vector<float> values; // one per row of the matrix, row 0 first
+};
+
 /// A rank's optimizer state in memory, or any collection of pieces (every
 /// rank's stateDict of another world size, concatenated).
 struct StateDict {
   int64_t steps = 0; // the optimizer's step count (stepsTaken())
   std::vector<StatePiece> pieces;
+  /// The per-row states of the matrices this rank orthogonalizes (NorMuon
+  /// groups). A load takes each matrix it owns from here; a matrix with
+  /// none starts from zeros unless the saved group was NorMuon (then its
+  /// absence is an error).
+  std::vector<RowStatePiece> rowStates;
   /// The groups' hyper-parameters as they were (torch's param_groups in
   /// its optimizer state_dict); a load leaves groups not listed as they
   /// are.
@@ -285,6 +303,14 @@ private:
   // to this rank's pieces (one piece per parameter it holds, in order)
   // into the optimizer state and the bound values.
   void applyState(const StateDict &local, bool withParameters);
+  /// The row states this rank needs (one per matrix it keeps per-row state
+  /// for, in rowStateMatrices order) from `saved`, checked: each names a
+  /// known parameter, matrix and state and has the matrix's rows; a matrix
+  /// without one gets zeros unless `savedGroups` has its group as NorMuon.
+  bool cutRowStates(const std::vector<RowStatePiece> &saved,
+                    const std::vector<PlanGroup> &savedGroups,
+                    const std::string &what, std::vector<RowStatePiece> &out,
+                    std::string &error) const;
 };
 
 } // namespace muon::runtime

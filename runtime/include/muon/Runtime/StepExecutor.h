@@ -124,6 +124,18 @@ public:
     int64_t *adamwStep = nullptr;
   };
   State state(int64_t param);
+  /// One per-row state slot (MatrixStep.h) this rank keeps: matrix `k`'s
+  /// slot of per-matrix step `step` (an index into matrixSteps()), one f32
+  /// per row of the whole matrix, where this rank orthogonalizes it (its
+  /// owner, or every holder without a distributed config).
+  struct RowSlot {
+    int64_t matrix = 0;
+    int step = 0;
+  };
+  /// Every slot this rank keeps, by matrix (plan order), then step.
+  std::vector<RowSlot> rowSlots() const;
+  /// The slot's rows in device memory; nullptr where this rank keeps none.
+  float *rowState(int64_t k, int step);
 
 private:
   struct LocalParam {
@@ -196,6 +208,10 @@ private:
     int64_t index = 0; // position in the batch
   };
   std::map<int64_t, BatchSlot> slotOf;                 // matrix -> batch
+  /// The per-row state slots of the matrices this rank orthogonalizes, by
+  /// (matrix, step) for each enabled per-matrix step; zero redundancy:
+  /// nowhere else.
+  std::map<std::pair<int64_t, int>, DeviceBuffer> rowStates;
   std::map<const NsBatch *, DeviceBuffer> batchBuffers; // this step's
   std::map<int64_t, float *> full; // gathered matrices, into batchBuffers
   std::map<int64_t, InFlight> inFlight;

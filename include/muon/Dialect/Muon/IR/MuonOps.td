@@ -145,7 +145,11 @@ def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
     update and the parameter agree in sign, arXiv 2510.12402) or `none`.
     `ns_dtype` is the
     element type Newton-Schulz runs in: `f32`, `bf16` (torch.optim.Muon's
-    choice) or `auto` (the running device's default).
+    choice) or `auto` (the running device's default). `normuon` makes the
+    group NorMuon (arXiv 2510.05491): after Newton-Schulz each row of the
+    orthogonalized matrix is divided by sqrt(v) + 1e-8, v an EMA (weight
+    `normuon_beta2`, in [0, 1)) of the row's mean square, kept on the
+    matrix's owner, and the matrix is rescaled to its Newton-Schulz norm.
 
     ```mlir
     muon.optimizer {lr = 2.0e-02 : f64, ns_steps = 5 : i64,
@@ -167,7 +171,9 @@ def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
     DefaultValuedAttr<Muon_NsDtypeAttr,
                       "::mlir::muon::NsDtype::Auto">:$ns_dtype,
     DefaultValuedAttr<Muon_WeightDecayModeAttr,
-                      "::mlir::muon::WeightDecayMode::Decoupled">:$weight_decay_mode);
+                      "::mlir::muon::WeightDecayMode::Decoupled">:$weight_decay_mode,
+    DefaultValuedAttr<BoolAttr, "false">:$normuon,
+    DefaultValuedAttr<F64Attr, "0.95">:$normuon_beta2);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{

@@ -76,6 +76,9 @@ public:
              float *expAvg, float *expAvgSq, int64_t n,
              const AdamWSettings &settings, int64_t step) override;
   void copyBox(const BoxCopy &copy) override;
+  /// In place: host memory is the device's.
+  void normuon(float *x, int64_t rows, int64_t cols, float *v,
+               const MuonSettings &settings) override;
   int64_t newtonSchulz(float *x, int64_t count, int64_t rows, int64_t cols,
                        const std::vector<std::array<double, 3>> &abc,
                        double eps, DType precision) override;

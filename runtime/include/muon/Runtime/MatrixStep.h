@@ -1,0 +1,49 @@
+//===- MatrixStep.h - Per-matrix steps and their per-row state --*- C++ -*-===//
+//
+// The extension point for steps that run on a matrix's owner between
+// Newton-Schulz and the scatter (docs/architecture.md, "How a variant is
+// added"): each is described once, with the group setting that turns it on
+// and its per-row state slot (one f32 per row of the whole matrix, kept
+// only on the owner). The executor runs every enabled step on each gathered
+// matrix, in registry order, and allocates the slots; state dicts and
+// checkpoints carry the slots by their names; the optimizer refuses to
+// switch a step on or off after the plan is compiled. NorMuon is the first.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MUON_RUNTIME_MATRIXSTEP_H
+#define MUON_RUNTIME_MATRIXSTEP_H
+
+#include "muon/Plan/Plan.h"
+#include "muon/Runtime/Device.h"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace muon::runtime {
+
+struct MatrixStep {
+  /// The group setting's name ("normuon") and the variant's in messages.
+  const char *setting, *title;
+  /// The per-row state slot's name in state dicts and checkpoints.
+  const char *state;
+  /// Whether a Muon group's settings enable the step (fixed by the plan:
+  /// it decides which matrices carry the state).
+  bool (*enabled)(const MuonSettings &settings);
+  /// Runs on one gathered rows x cols f32 matrix (device memory, after
+  /// Newton-Schulz) with its rows' state.
+  void (*run)(Device &device, float *matrix, int64_t rows, int64_t cols,
+              float *state, const MuonSettings &settings);
+};
+
+/// Every per-matrix step, in the order they run on a matrix.
+const std::vector<MatrixStep> &matrixSteps();
+/// The index in matrixSteps() of the step whose state slot is `state`, or
+/// -1.
+int matrixStepOfState(std::string_view state);
+/// The state slots' names, for messages: `normuon_v`, ...
+std::string matrixStateNames();
+
+} // namespace muon::runtime
+
+#endif // MUON_RUNTIME_MATRIXSTEP_H
