@@ -335,9 +335,9 @@ TEST(PlanBinary, DamagedHeadersAreRefused) {
   EXPECT_FALSE(parsePlanSlice(bytes.substr(0, bytes.size() - 1), 0, out, error));
   EXPECT_CONTAINS(error, "truncated or appended to");
   std::string other = bytes;
-  other[8] = 3; // version 3
+  other[8] = 4; // version 4: after QK-clip's 3
   EXPECT_FALSE(parsePlanSlice(other, 0, out, error));
-  EXPECT_CONTAINS(error, "format version 3 is not supported");
+  EXPECT_CONTAINS(error, "format version 4 is not supported");
   other = bytes;
   other[20] = 1; // world size, under the header checksum
   EXPECT_FALSE(parsePlanSlice(other, 0, out, error));

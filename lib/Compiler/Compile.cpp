@@ -129,6 +129,19 @@ Json specOf(const Model &model, const DistributedConfig *config,
     }
     spec["distributed"] = d;
   }
+  // Only with layers: a model without them compiles to the plan it did.
+  if (!model.qkClip.empty()) {
+    Json layers = Json::array();
+    for (const ::muon::QkClipLayer &l : model.qkClip)
+      layers.push_back(
+          {{"name", l.name},
+           {"query", l.query},
+           {"key", l.key},
+           {"num_heads", l.numHeads},
+           {"num_kv_heads", l.numKvHeads ? l.numKvHeads : l.numHeads},
+           {"threshold", l.threshold}});
+    spec["qk_clip"] = {{"layers", layers}};
+  }
   spec["params"] = Json::array();
   for (const Param &p : model.params) {
     Json param = {{"name", p.name}, {"shape", p.shape}, {"dtype", p.dtype}};

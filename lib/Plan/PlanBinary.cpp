@@ -172,6 +172,20 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
       o.svarint(coord);
     }
   }
+  // Only in version 3 files (kPlanBinaryQkClipVersion): plans without
+  // QK-clip stay version 2, byte for byte, and older readers refuse the
+  // version instead of misreading the section.
+  if (!plan.qkClip.empty()) {
+    o.varint(plan.qkClip.size());
+    for (const QkClipLayer &l : plan.qkClip) {
+      o.str(l.name);
+      o.str(l.query);
+      o.str(l.key);
+      o.svarint(l.numHeads);
+      o.svarint(l.numKvHeads);
+      o.f64(l.threshold);
+    }
+  }
   o.varint(totalMatrices);
   o.varint(plan.rounds.size());
   o.varint(plan.exchanges.size());
@@ -662,7 +676,7 @@ bool PlanBinaryWriter::encode(const Plan &plan, FileOutput &out) {
   std::string head;
   head.append(kPlanBinaryMagic);
   Out o(head);
-  o.u32(kPlanBinaryVersion);
+  o.u32(plan.qkClip.empty() ? kPlanBinaryVersion : kPlanBinaryQkClipVersion);
   o.u32(kHeaderSize);
   o.u64(world);
   o.u64(out.position());
@@ -848,6 +862,7 @@ private:
 
 /// The file's header, checked: every section inside the file, in order.
 struct Header {
+  uint32_t version = 0;
   uint64_t world = 0, fileSize = 0;
   uint64_t sharedOffset = 0, sharedSize = 0, globalOffset = 0, globalSize = 0;
   uint64_t indexOffset = 0, sharedSum = 0, globalSum = 0, headerSum = 0;
@@ -884,15 +899,17 @@ bool readHeader(std::string_view bytes, uint64_t actualSize, Header &h,
   }
   const char *p = bytes.data();
   uint32_t version = getU32(p + 8), headerSize = getU32(p + 12);
-  if (version != kPlanBinaryVersion) {
+  if (version != kPlanBinaryVersion && version != kPlanBinaryQkClipVersion) {
     error = "header: format version " + std::to_string(version) +
             " is not supported (this reader reads muon-plan-bin/" +
-            std::to_string(kPlanBinaryVersion) +
+            std::to_string(kPlanBinaryVersion) + " and " +
+            std::to_string(kPlanBinaryQkClipVersion) +
             (version == 1 ? "; version 1 predates parameter groups: write "
                             "the plan again from its model or JSON plan)"
                           : ")");
     return false;
   }
+  h.version = version;
   h.world = getU64(p + 16);
   h.fileSize = getU64(p + 24);
   h.sharedOffset = getU64(p + 32);
@@ -938,7 +955,7 @@ bool readHeader(std::string_view bytes, uint64_t actualSize, Header &h,
 /// Decodes the shared section into `plan` (settings, mesh, params, the
 /// exchanges' phases and rounds, the schedule), sizes rounds and exchanges,
 /// and returns the whole plan's matrix count.
-bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices) {
+bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices, bool withQkClip) {
   in.item = "settings";
   plan.wireDtype = in.str("bytes of wire dtype");
   plan.wireBytes = wireDtypeBytes(plan.wireDtype);
@@ -1030,6 +1047,24 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices) {
       p.layout.only.push_back({axis, in.svarint()});
     }
     plan.params.push_back(std::move(p));
+  }
+  if (withQkClip) {
+    in.item = "qk_clip";
+    size_t layers = in.count("qk_clip layers", 5);
+    if (in.ok() && static_cast<int64_t>(layers) > limits::kMaxParams)
+      return in.fail(num(layers) + " QK-clip layers, above the limit of " +
+                     limits::describe(limits::kMaxParams));
+    for (size_t i = 0; i < layers && in.ok(); ++i) {
+      in.item = json::index("qk_clip", i);
+      QkClipLayer l;
+      l.name = in.str("bytes of name");
+      l.query = in.str("bytes of query");
+      l.key = in.str("bytes of key");
+      l.numHeads = in.svarint();
+      l.numKvHeads = in.svarint();
+      l.threshold = in.f64();
+      plan.qkClip.push_back(std::move(l));
+    }
   }
   in.item = "counts";
   uint64_t matrices = in.varint();
@@ -1348,7 +1383,8 @@ bool loadSlice(Source &src, int64_t rank, Plan &slice, std::string &error,
   int64_t totalMatrices = 0;
   {
     In in(shared, h.sharedOffset, "shared section");
-    if (!decodeShared(in, slice, totalMatrices)) {
+    if (!decodeShared(in, slice, totalMatrices,
+                      h.version == kPlanBinaryQkClipVersion)) {
       error = in.error;
       return false;
     }
@@ -1444,7 +1480,8 @@ bool parsePlanBinary(std::string_view bytes, Plan &plan, std::string &error) {
   int64_t totalMatrices = 0;
   {
     In in(shared, h.sharedOffset, "shared section");
-    if (!decodeShared(in, plan, totalMatrices)) {
+    if (!decodeShared(in, plan, totalMatrices,
+                      h.version == kPlanBinaryQkClipVersion)) {
       error = in.error;
       return false;
     }
@@ -1656,6 +1693,7 @@ Plan slicePlan(const Plan &plan, int64_t rank) {
   slice.params = plan.params;
   slice.ns = plan.ns;
   slice.groups = plan.groups;
+  slice.qkClip = plan.qkClip;
   slice.schedule = plan.schedule;
   slice.prefetchCount = plan.prefetchCount;
   slice.inflightLimit = plan.inflightLimit;

@@ -109,6 +109,23 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     j.endObject();
   }
   j.endArray();
+  // Only with layers: plans without QK-clip stay byte-identical. The
+  // threshold is part of it (ranks agree on it at start-up).
+  if (!plan.qkClip.empty()) {
+    j.key("qk_clip");
+    j.beginArray();
+    for (const QkClipLayer &l : plan.qkClip) {
+      j.beginObject();
+      j.member("name", l.name);
+      j.member("query", l.query);
+      j.member("key", l.key);
+      j.member("num_heads", l.numHeads);
+      j.member("num_kv_heads", l.numKvHeads);
+      j.member("threshold", l.threshold);
+      j.endObject();
+    }
+    j.endArray();
+  }
   j.key("matrices");
   j.beginArray();
   for (const PlanMatrix &m : plan.matrices) {
@@ -287,8 +304,8 @@ bool PlanReader::read(const Value &root, Plan &plan,
                     {"format", "world_size", "wire_dtype", "distributed",
                      "async", "prefetch_count", "inflight_limit",
                      "gather_budget_bytes", "mesh", "optimizer", "adamw",
-                     "newton_schulz", "groups", "params", "matrices", "rounds",
-                     "exchanges", "schedule", "ranks"}))
+                     "newton_schulz", "groups", "params", "qk_clip",
+                     "matrices", "rounds", "exchanges", "schedule", "ranks"}))
     return false;
   std::optional<std::string> format = rd.string(get(root, "format"), "format");
   if (format && *format != "muon-plan/1")
@@ -471,6 +488,21 @@ bool PlanReader::read(const Value &root, Plan &plan,
               p.layout.only.push_back({pair[0], pair[1]});
             plan.params.push_back(std::move(p));
           });
+  if (get(root, "qk_clip"))
+    objects(root, "", "qk_clip",
+            {"name", "query", "key", "num_heads", "num_kv_heads", "threshold"},
+            [&](const Value &o, const std::string &path) {
+              QkClipLayer l;
+              l.name =
+                  rd.string(get(o, "name"), key(path, "name")).value_or("");
+              l.query =
+                  rd.string(get(o, "query"), key(path, "query")).value_or("");
+              l.key = rd.string(get(o, "key"), key(path, "key")).value_or("");
+              l.numHeads = integer(o, path, "num_heads", 1);
+              l.numKvHeads = integer(o, path, "num_kv_heads", 1);
+              l.threshold = number(o, path, "threshold");
+              plan.qkClip.push_back(std::move(l));
+            });
   int64_t numParams = plan.params.size();
   objects(root, "", "matrices",
           {"param", "slice", "rows", "cols", "owner", "ns_flops"},

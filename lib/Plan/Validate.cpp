@@ -36,15 +36,15 @@ public:
   explicit Checker(const Plan &plan) : plan(plan) {}
 
   json::Error run() {
-    if (settings() && mesh() && params() &&
+    if (settings() && mesh() && params() && qkClip() &&
         (plan.isSlice() ? sliceMatrices() : matrices()) && rounds() &&
         batches() && exchanges() && transfers() && reductions())
       schedule();
     return err;
   }
   json::Error header() {
-    if (settings() && mesh())
-      params();
+    if (settings() && mesh() && params())
+      qkClip();
     return err;
   }
 
@@ -71,6 +71,7 @@ private:
   bool settings();
   bool mesh();
   bool params();
+  bool qkClip();
   bool matrices();
   bool sliceMatrices();
   bool rounds();
@@ -183,6 +184,32 @@ bool Checker::settings() {
                                          index("groups", it->second));
     if (json::Error bad = checkGroupSettings(g); !bad.empty())
       return fail(bad.path.empty() ? path : key(path, bad.path), bad.message);
+  }
+  return true;
+}
+
+bool Checker::qkClip() {
+  if (!withinLimit("qk_clip", plan.qkClip.size(), "layers", limits::kMaxParams))
+    return false;
+  std::map<std::string, const PlanParam *> byName;
+  for (const PlanParam &p : plan.params)
+    byName[p.name] = &p;
+  auto shapeOf = [&](const std::string &name) -> const std::vector<int64_t> * {
+    auto it = byName.find(name);
+    return it == byName.end() ? nullptr : &it->second->layout.shape;
+  };
+  std::map<std::string, size_t> names;
+  for (size_t i = 0; i < plan.qkClip.size(); ++i) {
+    const QkClipLayer &l = plan.qkClip[i];
+    std::string path = index("qk_clip", i);
+    if (l.name.empty())
+      return fail(key(path, "name"), "layer names must not be empty");
+    if (auto [it, inserted] = names.try_emplace(l.name, i); !inserted)
+      return fail(key(path, "name"), "'" + l.name + "' is also the name of " +
+                                         index("qk_clip", it->second));
+    if (json::Error bad = checkQkClipLayer(l, shapeOf(l.query), shapeOf(l.key));
+        !bad.empty())
+      return fail(key(path, bad.path), bad.message);
   }
   return true;
 }
@@ -858,6 +885,37 @@ json::Error validatePlanSlice(const Plan &plan) {
 namespace {
 std::string shortNumber(double v) { return format("%g", v); }
 } // namespace
+
+json::Error checkQkClipLayer(const QkClipLayer &layer,
+                             const std::vector<int64_t> *queryShape,
+                             const std::vector<int64_t> *keyShape) {
+  if (!std::isfinite(layer.threshold) || layer.threshold <= 0)
+    return {"threshold", "expected a finite number > 0, got " +
+                             shortNumber(layer.threshold)};
+  if (layer.numHeads < 1)
+    return {"num_heads", "expected at least 1, got " + num(layer.numHeads)};
+  if (layer.numKvHeads < 1 || layer.numHeads % layer.numKvHeads)
+    return {"num_kv_heads", "expected a divisor of num_heads (" +
+                                num(layer.numHeads) + "), got " +
+                                num(layer.numKvHeads)};
+  for (auto [field, name, shape, heads] :
+       {std::tuple{"query", &layer.query, queryShape, layer.numHeads},
+        std::tuple{"key", &layer.key, keyShape, layer.numKvHeads}}) {
+    if (!shape)
+      return {field, "no parameter named '" + *name + "'"};
+    if (shape->size() != 2)
+      return {field, "parameter '" + *name + "' has " + num(shape->size()) +
+                         " dims; QK-clip scales the rows of a 2-D [out, in] "
+                         "weight"};
+    if ((*shape)[0] % heads)
+      return {field, "parameter '" + *name + "' has " + num((*shape)[0]) +
+                         " rows, not a multiple of its " + num(heads) +
+                         " heads"};
+  }
+  if (layer.query == layer.key)
+    return {"key", "the same parameter as the query ('" + layer.key + "')"};
+  return {};
+}
 
 json::Error checkGroupSettings(const PlanGroup &group) {
   auto bad = [](const char *field, double v) {

@@ -23,4 +23,19 @@ void Device::normuon(float *x, int64_t rows, int64_t cols, float *v,
   copyToDevice(v, state.data(), rows * 4);
 }
 
+void Device::scaleRows(void *values, DType type, int64_t rows, int64_t cols,
+                       const float *factors) {
+  const int64_t bytes = rows * cols * dtypeBytes(type);
+  std::vector<char> host(bytes);
+  copyToHost(host.data(), values, bytes);
+  for (int64_t i = 0; i < rows; ++i) {
+    if (factors[i] == 1.0f)
+      continue;
+    for (int64_t j = i * cols; j < (i + 1) * cols; ++j)
+      storeAs(host.data(), type, j,
+              qkClipped(loadAs(host.data(), type, j), factors[i]));
+  }
+  copyToDevice(values, host.data(), bytes);
+}
+
 } // namespace muon::runtime

@@ -6,6 +6,7 @@
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Validate.h"
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -308,6 +309,39 @@ Status Optimizer::gatherParameter(const std::string &name, float *whole,
       }
     }
   }
+  return okStatus();
+}
+
+Status Optimizer::setQkMaxLogits(const std::string &layer, const float *logits,
+                                 int64_t count) {
+  const std::vector<QkClipLayer> &layers = thePlan.qkClip;
+  size_t l = 0;
+  while (l < layers.size() && layers[l].name != layer)
+    ++l;
+  if (l == layers.size()) {
+    std::string known;
+    for (const QkClipLayer &q : layers)
+      known += (known.empty() ? "'" : ", '") + q.name + "'";
+    return invalidArgument(
+        "QK-clip: no layer named '" + layer + "'" +
+        (known.empty() ? std::string("; the plan has no qk_clip layers")
+                       : "; the plan's layers are " + known));
+  }
+  if (count != layers[l].numHeads)
+    return invalidArgument("QK-clip: layer '" + layer + "' has " +
+                           std::to_string(layers[l].numHeads) +
+                           " query heads but " + std::to_string(count) +
+                           " logits were given");
+  if (count && !logits)
+    return invalidArgument("QK-clip: layer '" + layer + "': no logits");
+  for (int64_t h = 0; h < count; ++h)
+    if (!std::isfinite(logits[h]))
+      return invalidArgument("QK-clip: layer '" + layer +
+                             "': the logit of "
+                             "head " +
+                             std::to_string(h) + " is not finite");
+  executor->setQkMaxLogits(static_cast<int64_t>(l),
+                           std::vector<float>(logits, logits + count));
   return okStatus();
 }
 

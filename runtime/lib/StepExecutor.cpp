@@ -137,6 +137,21 @@ Status StepExecutor::initialize() {
       for (size_t i = 0; i < b.matrices.size(); ++i)
         slotOf[b.matrices[i]] = {&b, static_cast<int64_t>(i)};
     }
+  // QK-clip's parameters by index (the validator checked that they exist).
+  qkLogits.assign(plan.qkClip.size(), {});
+  qkParams.clear();
+  for (const QkClipLayer &layer : plan.qkClip) {
+    auto find = [&](const std::string &name) {
+      for (size_t i = 0; i < plan.params.size(); ++i)
+        if (plan.params[i].name == name)
+          return static_cast<int64_t>(i);
+      return int64_t(-1);
+    };
+    qkParams.push_back({find(layer.query), find(layer.key)});
+    if (qkParams.back().first < 0 || qkParams.back().second < 0)
+      return invalidArgument("qk_clip layer '" + layer.name +
+                             "' names a parameter the plan does not have");
+  }
   rowStates.clear();
   const std::vector<MatrixStep> &steps = matrixSteps();
   for (const auto &[k, slot] : slotOf) {
@@ -720,10 +735,16 @@ Status StepExecutor::step(StepResult &result) {
                               " has not bound every parameter it holds; "
                               "nothing was changed");
   if (firstBad >= 0) {
+    // The skipped step's forward pass made the logits: they go with it.
+    for (std::vector<float> &logits : qkLogits)
+      logits.clear();
     result.nonFiniteParam = firstBad;
     result.nonFiniteRank = badRank;
     return okStatus();
   }
+  std::vector<std::vector<float>> qkMaxima;
+  if (!planRef.qkClip.empty())
+    MUON_RETURN_IF_ERROR(agreeOnQkLogits(qkMaxima));
   // A failed step leaves its exchanges in flight as they are: a transport
   // may still write into their buffers.
   Status status = runSchedule();
@@ -731,6 +752,9 @@ Status StepExecutor::step(StepResult &result) {
   batchBuffers.clear();
   if (!status.ok())
     return status;
+  // After the update (K2's order), before the device errors are agreed on.
+  if (!planRef.qkClip.empty())
+    result.qkClippedHeads = applyQkClip(qkMaxima);
   device.synchronize();
   lastCounters.peakWorkingBytes = peakBytes;
   MUON_RETURN_IF_ERROR(agreeOnDeviceErrors());

@@ -123,6 +123,11 @@ struct Model {
   /// Any number of groups instead of `muon` and `adamw` (the spec's
   /// param_groups); then those two are unused.
   std::vector<ParamGroup> groups;
+  /// QK-clip (MuonClip, docs/spec-format.md 1.6): the attention layers
+  /// whose W_q and W_k rows are rescaled after each step, by head, from the
+  /// per-step max logits (Optimizer::setQkMaxLogits). numKvHeads 0: as many
+  /// as numHeads. Empty: off, and the plan is what it was without.
+  std::vector<::muon::QkClipLayer> qkClip;
 };
 
 /// A Muon matrix as an assign callback sees it.

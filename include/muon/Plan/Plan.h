@@ -138,6 +138,22 @@ std::vector<PlanGroup> defaultGroups();
 /// The index of the group named `name`, or -1.
 int64_t findGroup(const std::vector<PlanGroup> &groups, std::string_view name);
 
+/// One attention layer under QK-clip (MuonClip, Kimi K2, arXiv 2507.20534):
+/// after each step's update, every query head h whose largest attention
+/// logit S_h of that step (a step input, Optimizer::setQkMaxLogits) exceeds
+/// `threshold` has its rows of `query` scaled by sqrt(threshold / S_h), and
+/// its key head's rows of `key` by sqrt(threshold / max S) over the query
+/// heads sharing that key head (grouped-query attention; with as many key
+/// heads as query heads, K2's rule exactly). Both parameters are 2-D
+/// [out, in] weights whose rows are the heads' blocks, head after head.
+/// Fixed by the plan (written in the hashed text: ranks agree on it).
+struct QkClipLayer {
+  std::string name;
+  std::string query, key; // parameter names
+  int64_t numHeads = 0, numKvHeads = 0;
+  double threshold = 100.0;
+};
+
 /// One Muon matrix: a 2-D parameter or one slice of a batched one.
 struct PlanMatrix {
   std::string param;
@@ -227,6 +243,8 @@ struct Plan {
   /// Every group, in declaration order; a plan without groups of its own
   /// has "muon" and "adamw" (defaultGroups).
   std::vector<PlanGroup> groups = defaultGroups();
+  /// The attention layers QK-clip rescales after each step; empty: off.
+  std::vector<QkClipLayer> qkClip;
   std::vector<PlanMatrix> matrices;
   std::vector<Exchange> exchanges;
   /// Matrices each rank orthogonalizes; with no distributed config, every

@@ -36,6 +36,10 @@ namespace muon {
 /// The first 8 bytes of a binary plan file.
 inline constexpr std::string_view kPlanBinaryMagic = "MUONPLAN";
 inline constexpr uint32_t kPlanBinaryVersion = 2;
+/// The version of a plan with QK-clip layers (Plan::qkClip): version 2 plus
+/// the layers after the parameters in the shared section. Plans without
+/// layers are still written as version 2.
+inline constexpr uint32_t kPlanBinaryQkClipVersion = 3;
 
 /// Whether `prefix` (the first bytes of a file) starts a binary plan.
 bool isPlanBinary(std::string_view prefix);

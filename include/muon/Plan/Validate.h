@@ -41,6 +41,16 @@ json::Error validatePlan(const Plan &plan);
 /// every group, and what a trainer's new settings must pass.
 json::Error checkGroupSettings(const PlanGroup &group);
 
+/// A QK-clip layer against its parameters' shapes (null: no such
+/// parameter): both exist and are 2-D, num_heads >= 1 divides the query's
+/// rows, num_kv_heads >= 1 divides num_heads and the key's rows, the
+/// threshold is finite and > 0. The path is the field inside the layer
+/// ("key", "num_heads"); empty when sound. validatePlan and the dialect's
+/// verifier both ask it.
+json::Error checkQkClipLayer(const QkClipLayer &layer,
+                             const std::vector<int64_t> *queryShape,
+                             const std::vector<int64_t> *keyShape);
+
 /// The checks of the parts every rank reads whole (settings, mesh,
 /// parameters): what must hold before anything indexes with them.
 json::Error validatePlanHeader(const Plan &plan);

@@ -2,6 +2,7 @@
 #include "muon/Target/Spec/SpecImport.h"
 #include "muon/Dialect/Muon/IR/MuonOps.h"
 #include "muon/Dialect/Muon/IR/ShardAdapter.h"
+#include "muon/Plan/Validate.h"
 #include "muon/Support/Json.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/ModelLimits.h"
@@ -98,6 +99,9 @@ private:
   std::optional<int64_t> resolveAxisValue(const JsonValue &v,
                                           const std::string &path);
   LogicalResult importAssignments(const JsonValue &v, const std::string &path);
+  /// `qk_clip`: the attention layers QK-clip rescales, each checked against
+  /// the spec's parameters (checkQkClipLayer), one muon.qk_clip op each.
+  LogicalResult importQkClip(const JsonValue &v, const JsonValue &params);
 
   MLIRContext *ctx;
   OpBuilder builder;
@@ -633,6 +637,103 @@ LogicalResult SpecImporter::importDistributed(const JsonValue &v) {
   return success();
 }
 
+LogicalResult SpecImporter::importQkClip(const JsonValue &v,
+                                         const JsonValue &params) {
+  const JsonValue *o = getObject(v, "qk_clip");
+  if (!o || failed(checkKeys(*o, "qk_clip", {"threshold", "layers"})))
+    return failure();
+  std::optional<double> threshold;
+  if (const JsonValue *t = get(*o, "threshold"))
+    if (!(threshold = getNumber(*t, "qk_clip.threshold")))
+      return failure();
+  const JsonValue *layersV = get(*o, "layers");
+  if (!layersV)
+    return fail("qk_clip", "missing key 'layers'");
+  const JsonValue *layers = getArray(*layersV, "qk_clip.layers");
+  if (!layers)
+    return failure();
+  if (layers->empty())
+    return fail("qk_clip.layers", "expected at least one layer");
+  // The parameters' shapes, as importParams read them.
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const JsonValue &p : params) {
+    const JsonValue *name = get(p, "name"), *shape = get(p, "shape");
+    if (name && name->is_string() && shape && shape->is_array()) {
+      std::vector<int64_t> dims;
+      for (const JsonValue &d : *shape)
+        dims.push_back(d.is_number_integer() ? d.get<int64_t>() : 0);
+      shapes[name->get<std::string>()] = dims;
+    }
+  }
+  std::map<std::string, size_t> seen;
+  for (size_t i = 0; i < layers->size(); ++i) {
+    std::string path = index("qk_clip.layers", i);
+    const JsonValue *l = getObject((*layers)[i], path);
+    if (!l || failed(checkKeys(*l, path,
+                               {"name", "query", "key", "num_heads",
+                                "num_kv_heads", "threshold"})))
+      return failure();
+    ::muon::QkClipLayer layer;
+    for (auto [k, out] :
+         {std::pair{"name", &layer.name}, std::pair{"query", &layer.query},
+          std::pair{"key", &layer.key}}) {
+      const JsonValue *x = get(*l, k);
+      if (!x)
+        return fail(path, std::string("missing key '") + k + "'");
+      std::optional<std::string> s = getString(*x, key(path, k));
+      if (!s)
+        return failure();
+      *out = *s;
+    }
+    if (layer.name.empty())
+      return fail(key(path, "name"), "layer names must not be empty");
+    if (auto [it, inserted] = seen.try_emplace(layer.name, i); !inserted)
+      return fail(key(path, "name"), "'" + layer.name +
+                                         "' is also the name of " +
+                                         index("qk_clip.layers", it->second));
+    const JsonValue *heads = get(*l, "num_heads");
+    if (!heads)
+      return fail(path, "missing key 'num_heads'");
+    std::optional<int64_t> n = getInt(*heads, key(path, "num_heads"), 1);
+    if (!n)
+      return failure();
+    layer.numHeads = layer.numKvHeads = *n;
+    if (const JsonValue *kv = get(*l, "num_kv_heads")) {
+      std::optional<int64_t> m = getInt(*kv, key(path, "num_kv_heads"), 1);
+      if (!m)
+        return failure();
+      layer.numKvHeads = *m;
+    }
+    std::optional<double> t = threshold;
+    if (const JsonValue *x = get(*l, "threshold"))
+      if (!(t = getNumber(*x, key(path, "threshold"))))
+        return failure();
+    if (!t)
+      return fail(path, "missing key 'threshold' (here or in qk_clip)");
+    layer.threshold = *t;
+    auto shapeOf = [&](const std::string &name) {
+      auto it = shapes.find(name);
+      return it == shapes.end() ? nullptr : &it->second;
+    };
+    ::muon::json::Error bad = ::muon::checkQkClipLayer(
+        layer, shapeOf(layer.query), shapeOf(layer.key));
+    if (!bad.empty()) {
+      // The threshold inherited from qk_clip is reported there.
+      std::string at = bad.path == "threshold" && !get(*l, "threshold")
+                           ? std::string("qk_clip.threshold")
+                           : key(path, bad.path);
+      return fail(at, bad.message);
+    }
+    QkClipOp::create(builder, at(path), builder.getStringAttr(layer.name),
+                     FlatSymbolRefAttr::get(ctx, layer.query),
+                     FlatSymbolRefAttr::get(ctx, layer.key),
+                     builder.getI64IntegerAttr(layer.numHeads),
+                     builder.getI64IntegerAttr(layer.numKvHeads),
+                     builder.getF64FloatAttr(layer.threshold));
+  }
+  return success();
+}
+
 LogicalResult SpecImporter::importAssignments(const JsonValue &v,
                                               const std::string &path) {
   const JsonValue *o = getObject(v, path);
@@ -1057,11 +1158,11 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
   const JsonValue *root = getObject(parsed, "");
   if (!root)
     return nullptr;
-  if (failed(
-          checkKeys(*root, "",
-                    {"format", "mesh", "world_size", "groups",
-                     "tp_dim_per_param", "fsdp_dim", "num_experts", "optimizer",
-                     "adamw", "param_groups", "distributed", "params"})))
+  if (failed(checkKeys(*root, "",
+                       {"format", "mesh", "world_size", "groups",
+                        "tp_dim_per_param", "fsdp_dim", "num_experts",
+                        "optimizer", "adamw", "param_groups", "distributed",
+                        "params", "qk_clip"})))
     return nullptr;
   const JsonValue *format = get(*root, "format");
   if (!format) {
@@ -1150,6 +1251,9 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
   }
   if (failed(importParams(*params, *root)))
     return nullptr;
+  if (const JsonValue *q = get(*root, "qk_clip"))
+    if (failed(importQkClip(*q, *params)))
+      return nullptr;
   if (const JsonValue *d = get(*root, "distributed"))
     if (d->is_object())
       if (const JsonValue *a = get(*d, "assignments"))

@@ -148,6 +148,16 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     pp.layout = layout.layouts[i];
     plan.params.push_back(std::move(pp));
   }
+  for (QkClipOp clip : model.getBodyBlock().getOps<QkClipOp>()) {
+    ::muon::QkClipLayer l;
+    l.name = clip.getLayer().str();
+    l.query = clip.getQuery().str();
+    l.key = clip.getKey().str();
+    l.numHeads = static_cast<int64_t>(clip.getNumHeads());
+    l.numKvHeads = static_cast<int64_t>(clip.getNumKvHeads());
+    l.threshold = clip.getThreshold().convertToDouble();
+    plan.qkClip.push_back(std::move(l));
+  }
 
   std::vector<MuonMatrix> matrices = collectMuonMatrices(model, layout);
   std::vector<int64_t> owners = ownersFromAssignments(model, layout, matrices);

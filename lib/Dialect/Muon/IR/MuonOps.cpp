@@ -2,6 +2,7 @@
 #include "muon/Dialect/Muon/IR/MuonOps.h"
 #include "muon/Dialect/Muon/IR/ModelLayout.h"
 #include "muon/Dialect/Muon/IR/ShardAdapter.h"
+#include "muon/Plan/Validate.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/ModelLimits.h"
 
@@ -342,6 +343,8 @@ LogicalResult ModelOp::verifyRegions() {
     } else if (isa<ScheduleOp>(op)) {
       if (failed(once(schedule, op)))
         return failure();
+    } else if (isa<QkClipOp>(op)) {
+      // Checked by its own verifier (parameters, heads, threshold).
     } else {
       return op.emitError()
              << "'" << op.getName() << "' is not allowed in a muon.model";
@@ -926,6 +929,43 @@ void AssignOp::print(OpAsmPrinter &p) {
 LogicalResult AssignOp::verify() {
   return verifyMatrixRefs(*this, static_cast<int64_t>(getRank()),
                           "assignment rank", getParams(), getSlices());
+}
+
+//===----------------------------------------------------------------------===//
+// QkClipOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult QkClipOp::verify() {
+  auto model = (*this)->getParentOfType<ModelOp>();
+  std::optional<std::vector<int64_t>> queryShape, keyShape;
+  for (Operation &op : model.getBodyBlock()) {
+    if (auto p = dyn_cast<ParamOp>(op)) {
+      ArrayRef<int64_t> shape = p.getTensorType().getShape();
+      if (p.getSymName() == getQuery())
+        queryShape.emplace(shape.begin(), shape.end());
+      if (p.getSymName() == getKey())
+        keyShape.emplace(shape.begin(), shape.end());
+    } else if (auto other = dyn_cast<QkClipOp>(op)) {
+      if (other != *this && other.getLayer() == getLayer() &&
+          other->isBeforeInBlock(*this))
+        return emitOpError()
+               << "layer '" << getLayer() << "' is declared twice";
+    }
+  }
+  ::muon::QkClipLayer layer;
+  layer.name = getLayer().str();
+  layer.query = getQuery().str();
+  layer.key = getKey().str();
+  layer.numHeads = static_cast<int64_t>(getNumHeads());
+  layer.numKvHeads = static_cast<int64_t>(getNumKvHeads());
+  layer.threshold = getThreshold().convertToDouble();
+  ::muon::json::Error bad =
+      ::muon::checkQkClipLayer(layer, queryShape ? &*queryShape : nullptr,
+                               keyShape ? &*keyShape : nullptr);
+  if (!bad.empty())
+    return emitOpError() << "layer '" << getLayer() << "': " << bad.path << ": "
+                         << bad.message;
+  return success();
 }
 
 //===----------------------------------------------------------------------===//

@@ -83,6 +83,12 @@ public:
   /// runs it on a host copy of both (copyToHost, copyToDevice).
   virtual void normuon(float *x, int64_t rows, int64_t cols, float *v,
                        const MuonSettings &settings);
+  /// QK-clip's rescale of a stored rows x cols piece (row-major, `type`):
+  /// row i's values times `factors[i]` (host memory, one per row; a factor
+  /// of 1 leaves the row's bits as they are), each product rounded to
+  /// `type` (qkClipped in ElementMath.h). The default runs on a host copy.
+  virtual void scaleRows(void *values, DType type, int64_t rows, int64_t cols,
+                         const float *factors);
   /// Newton-Schulz in place on `count` rows x cols f32 matrices stored one
   /// after another from `x` (row-major, stride rows * cols elements), one
   /// iteration per coefficient triple. Returns the contract's dense count,

@@ -152,6 +152,23 @@ inline void normuonStep(float *x, int64_t rows, int64_t cols, float *v,
     x[e] *= scale;
 }
 
+/// QK-clip (MuonClip, Kimi K2, arXiv 2507.20534): the factor on a head's
+/// rows of W_q or W_k after the update, sqrt(threshold / maxLogit) where the
+/// head's largest logit of the step exceeds the threshold, else 1 (the head
+/// is left alone). In double, rounded once to f32, so every rank and device
+/// scales by the same f32.
+inline float qkClipFactor(double threshold, double maxLogit) {
+  return maxLogit > threshold
+             ? static_cast<float>(std::sqrt(threshold / maxLogit))
+             : 1.0f;
+}
+
+/// One stored value scaled by a QK-clip factor: f32 product, rounded to
+/// the storage type by the store (storeAs).
+MUON_HOST_DEVICE inline float qkClipped(float value, float factor) {
+  return value * factor;
+}
+
 } // namespace muon::runtime
 
 #endif // MUON_RUNTIME_ELEMENTMATH_H

@@ -198,6 +198,25 @@ public:
   /// usual change).
   Status setGroupLr(const std::string &name, double lr);
 
+  /// QK-clip's step input (MuonClip, Kimi K2; the plan's `qk_clip` layers):
+  /// the largest attention logit (q.k / sqrt(d), before the softmax) of
+  /// each query head of layer `layer` in this step's forward pass, `count`
+  /// values (the layer's num_heads). After the next step's update, each
+  /// head whose logit exceeds the layer's threshold has its rows of W_q and
+  /// W_k scaled by sqrt(threshold / logit) (a key head shared by several
+  /// query heads by the largest of theirs). Valid for the next step only
+  /// (kept by a refused step, dropped by a skipped one). The step takes the
+  /// largest value per head over the ranks, so each data-parallel rank may
+  /// pass what it measured on its part of the batch; a layer no rank set is
+  /// not clipped. An unknown layer, a wrong count or a non-finite value is
+  /// refused with nothing changed. Not collective.
+  Status setQkMaxLogits(const std::string &layer, const float *logits,
+                        int64_t count);
+  /// The plan's QK-clip layers (empty: QK-clip is off).
+  const std::vector<QkClipLayer> &qkClipLayers() const {
+    return thePlan.qkClip;
+  }
+
   /// Assembles parameter `name` whole (row-major over its shape, as f32)
   /// from the ranks' pieces, for evaluation or export: into `whole` on rank
   /// `root`, or on every rank when `root` is -1; `whole` is left alone on

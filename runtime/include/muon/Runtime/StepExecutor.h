@@ -48,6 +48,10 @@ struct StepResult {
   /// NaN or Inf on some rank, and the lowest such rank.
   int64_t nonFiniteParam = -1;
   int64_t nonFiniteRank = -1;
+  /// QK-clip (Plan::qkClip): the query heads, over every layer, whose
+  /// largest logit exceeded the threshold, so that the step rescaled them
+  /// (the same on every rank).
+  int64_t qkClippedHeads = 0;
 };
 
 struct ExecutorOptions {
@@ -93,6 +97,15 @@ public:
   /// algorithm stay). Every rank must set the same values before its next
   /// step, which checks that they did.
   void setGroup(int64_t index, const PlanGroup &group);
+
+  /// QK-clip's step input: the largest logit of each query head of layer
+  /// `layer` (an index into Plan::qkClip) in this step's forward pass, one
+  /// finite value per head (checked by the caller). It holds for the next
+  /// step that runs or skips (non-finite gradients), then is dropped; a
+  /// refused step keeps it. The step takes, per head, the largest value
+  /// any rank set (each data-parallel rank sees its own part of the batch);
+  /// a layer no rank set is not clipped.
+  void setQkMaxLogits(int64_t layer, std::vector<float> logits);
 
   /// One optimizer step. Fails on a problem that changes nothing, found in
   /// the agreement every rank makes before any state changes (a rank with
@@ -175,6 +188,12 @@ private:
   /// After the work: a device error on any rank fails the step on every
   /// rank, with the first failing rank's message.
   Status agreeOnDeviceErrors();
+  /// QK-clip (QkClip.cpp): every rank's logits of this step, the largest
+  /// per head into `maxima` (empty for a layer no rank set). Collective.
+  Status agreeOnQkLogits(std::vector<std::vector<float>> &maxima);
+  /// Rescales this rank's rows of each layer's W_q and W_k by their heads'
+  /// factors; returns the query heads clipped.
+  int64_t applyQkClip(const std::vector<std::vector<float>> &maxima);
   std::string describeExchange(int64_t index) const;
   Status allocate(DeviceBuffer &buffer, int64_t bytes, const char *what);
   /// FNV-1a of every group's settings: what ranks compare before a step.
@@ -215,6 +234,10 @@ private:
   std::map<const NsBatch *, DeviceBuffer> batchBuffers; // this step's
   std::map<int64_t, float *> full; // gathered matrices, into batchBuffers
   std::map<int64_t, InFlight> inFlight;
+  /// Per Plan::qkClip layer: this step's logits as set here (empty: none),
+  /// and its query and key parameters' indices.
+  std::vector<std::vector<float>> qkLogits;
+  std::vector<std::pair<int64_t, int64_t>> qkParams;
   StepCounters lastCounters;
   // Tracing (options.trace): the step's zero, each exchange's start-call
   // time and lane, and the events so far.

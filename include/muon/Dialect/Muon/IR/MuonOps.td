@@ -246,6 +246,31 @@ def Muon_AssignOp : Muon_Op<"assign", [HasParent<"ModelOp">]> {
   let hasVerifier = 1;
 }
 
+def Muon_QkClipOp : Muon_Op<"qk_clip", [HasParent<"ModelOp">]> {
+  let summary = "An attention layer whose W_q and W_k QK-clip rescales";
+  let description = [{
+    MuonClip (Kimi K2, arXiv 2507.20534): after each step's update, query
+    head h whose largest logit of the step S_h (a step input) exceeds
+    `threshold` has its rows of `query` scaled by sqrt(threshold / S_h); key
+    head j's rows of `key` are scaled by sqrt(threshold / max S_h) over the
+    num_heads / num_kv_heads query heads sharing it. Both parameters are
+    2-D [out, in] weights whose rows are the heads' blocks. Nothing in the
+    exchange plan changes; the plan carries the layer to the runtime.
+
+    ```mlir
+    muon.qk_clip "layer0.attn" query @wq key @wk heads 8 kv_heads 2 threshold 1.000000e+02
+    ```
+  }];
+  let arguments = (ins StrAttr:$layer, FlatSymbolRefAttr:$query,
+                       FlatSymbolRefAttr:$key, I64Attr:$num_heads,
+                       I64Attr:$num_kv_heads, F64Attr:$threshold);
+  let assemblyFormat = [{
+    $layer `query` $query `key` $key `heads` $num_heads `kv_heads`
+    $num_kv_heads `threshold` $threshold attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
 def Muon_GroupOp : Muon_Op<"group", [HasParent<"ModelOp">]> {
   let summary = "One process-group kind: a partition of the world";
   let description = [{
