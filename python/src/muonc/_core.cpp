@@ -292,9 +292,25 @@ mc::ParamGroup groupOf(nb::dict d) {
 /// names, major first]}, the spec's `split`). `groups`: dicts with name,
 /// algorithm and settings. `mesh`: None (no distributed config: every
 /// holder runs the single-device algorithm) or a dict with shape, names
-/// and optionally assignments {rank: [matrix names]}.
-std::string compileModel(nb::list params, nb::list groups, nb::object mesh) {
+/// and optionally assignments {rank: [matrix names]}. `qk_clip`: None or
+/// the QK-clip layers, dicts with name, query, key (parameter names),
+/// num_heads, num_kv_heads (optional) and threshold (the spec's
+/// qk_clip.layers).
+std::string compileModel(nb::list params, nb::list groups, nb::object mesh,
+                         nb::object qkClip) {
   mc::Model model;
+  if (!qkClip.is_none())
+    for (nb::handle item : nb::cast<nb::list>(qkClip)) {
+      nb::dict d = nb::cast<nb::dict>(item);
+      muon::QkClipLayer l;
+      l.name = nb::cast<std::string>(d["name"]);
+      l.query = nb::cast<std::string>(d["query"]);
+      l.key = nb::cast<std::string>(d["key"]);
+      l.numHeads = nb::cast<int64_t>(d["num_heads"]);
+      l.numKvHeads = get<int64_t>(d, "num_kv_heads", 0);
+      l.threshold = nb::cast<double>(d["threshold"]);
+      model.qkClip.push_back(std::move(l));
+    }
   for (nb::handle g : groups)
     model.groups.push_back(groupOf(nb::cast<nb::dict>(g)));
   for (nb::handle item : params) {
@@ -558,7 +574,29 @@ public:
             ? nb::cast(opt->plan().params[result.nonFiniteParam].name)
             : nb::none();
     d["non_finite_rank"] = result.nonFiniteRank;
+    d["qk_clipped_heads"] = result.qkClippedHeads;
     return d;
+  }
+
+  void setQkMaxLogits(const std::string &layer,
+                      const std::vector<float> &logits) {
+    check(opt->setQkMaxLogits(layer, logits.data(),
+                              static_cast<int64_t>(logits.size())));
+  }
+
+  nb::list qkClipLayers() const {
+    nb::list out;
+    for (const muon::QkClipLayer &l : opt->qkClipLayers()) {
+      nb::dict d;
+      d["name"] = l.name;
+      d["query"] = l.query;
+      d["key"] = l.key;
+      d["num_heads"] = l.numHeads;
+      d["num_kv_heads"] = l.numKvHeads;
+      d["threshold"] = l.threshold;
+      out.append(d);
+    }
+    return out;
   }
 
   nb::dict stateDict(bool withParameters) const {
@@ -712,7 +750,7 @@ NB_MODULE(_core, m) {
   nb::exception<StatusError>(m, "MuonError", PyExc_RuntimeError);
 
   m.def("compile_model", &compileModel, "params"_a, "groups"_a,
-        "mesh"_a = nb::none(),
+        "mesh"_a = nb::none(), "qk_clip"_a = nb::none(),
         "Compiles a model (parameters, groups, mesh) into a plan (JSON).");
   m.def(
       "compile_spec",
@@ -734,9 +772,8 @@ NB_MODULE(_core, m) {
   });
 
   nb::class_<PyOptimizer>(m, "Optimizer")
-      .def(nb::init<const std::string &, nb::object, double, bool>(),
-           "plan"_a, "comm"_a = nb::none(), "timeout"_a = 120.0,
-           "plan_is_file"_a = false,
+      .def(nb::init<const std::string &, nb::object, double, bool>(), "plan"_a,
+           "comm"_a = nb::none(), "timeout"_a = 120.0, "plan_is_file"_a = false,
            "An optimizer over a plan (JSON text, or a plan file's path with "
            "plan_is_file); comm: None for one process, else a Python "
            "communicator (muonc.torch.TorchCommunicator).")
@@ -763,8 +800,7 @@ NB_MODULE(_core, m) {
       .def("bind", &PyOptimizer::bind, "name"_a, "values"_a, "grad"_a)
       .def("set_muon_group", &PyOptimizer::setMuon, "name"_a, "lr"_a,
            "weight_decay"_a, "momentum"_a, "nesterov"_a, "adjust_lr"_a,
-           "weight_decay_mode"_a = "decoupled",
-           "normuon_beta2"_a = nb::none())
+           "weight_decay_mode"_a = "decoupled", "normuon_beta2"_a = nb::none())
       .def("set_adamw_group", &PyOptimizer::setAdamW, "name"_a, "lr"_a,
            "beta1"_a, "beta2"_a, "eps"_a, "weight_decay"_a)
       .def("set_group_lr",
@@ -772,11 +808,16 @@ NB_MODULE(_core, m) {
              check(o.opt->setGroupLr(name, lr));
            })
       .def("step", &PyOptimizer::step)
+      .def("set_qk_max_logits", &PyOptimizer::setQkMaxLogits, "layer"_a,
+           "logits"_a,
+           "QK-clip's step input: layer's per-query-head max logits for the "
+           "next step (the largest over ranks is used).")
+      .def("qk_clip_layers", &PyOptimizer::qkClipLayers,
+           "The plan's QK-clip layers (dicts as compile_model takes).")
       .def("all_gather_bytes", &PyOptimizer::allGatherBytes, "mine"_a,
            "Every rank's bytes (a list, in rank order) over the optimizer's "
            "communicator; collective.")
-      .def("state_dict", &PyOptimizer::stateDict,
-           "with_parameters"_a = false)
+      .def("state_dict", &PyOptimizer::stateDict, "with_parameters"_a = false)
       .def("load_state_dict", &PyOptimizer::loadStateDict, "state"_a,
            "with_parameters"_a = false)
       .def("gather_parameter", &PyOptimizer::gather, "name"_a,

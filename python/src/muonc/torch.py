@@ -328,6 +328,18 @@ class Muon(torch.optim.Optimizer):
     (that process group), "mpi" (MPI_COMM_WORLD: processes started by
     mpirun, torch.distributed initialized or not), or None: "mpi" when this
     process was started by mpirun, else "torch".
+
+    QK-clip (MuonClip, Kimi K2): ``qk_clip_layers``, a list of dicts, one
+    per attention layer: ``name``, ``query`` and ``key`` (the W_q and W_k
+    parameters, or their names), ``num_heads``, optionally ``num_kv_heads``
+    (grouped-query attention) and ``threshold`` (else
+    ``qk_clip_threshold``). Each step then takes the layers' per-head max
+    logits of that step's forward pass, ``step(qk_max_logits={name:
+    tensor of num_heads})`` or ``set_qk_max_logits`` before ``step()``;
+    after the update, heads above the threshold have their rows of W_q and
+    W_k scaled by sqrt(threshold / max logit). Each rank may pass what it
+    measured on its part of the batch: the step takes the largest per head
+    over the ranks.
     """
 
     def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.1,
@@ -338,7 +350,9 @@ class Muon(torch.optim.Optimizer):
                  ns_dtype: str = "f32", timeout: float = 120.0,
                  weight_decay_mode: str = "decoupled", normuon: bool = False,
                  normuon_beta2: float = 0.95,
-                 communicator: str | None = None):
+                 communicator: str | None = None,
+                 qk_clip_threshold: float | None = None,
+                 qk_clip_layers: list | None = None):
         if not 0.0 <= lr:
             raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
         if not 0.0 <= momentum:
@@ -366,6 +380,13 @@ class Muon(torch.optim.Optimizer):
                             "'torch' communicator; 'mpi' runs over "
                             "MPI_COMM_WORLD")
         self._communicator = communicator
+        if qk_clip_threshold is not None and not qk_clip_layers:
+            raise MuonError("invalid argument: qk_clip_threshold without "
+                            "qk_clip_layers: name the attention layers to "
+                            "clip")
+        self._qk_clip_args = (qk_clip_threshold, list(qk_clip_layers or []))
+        self._qk_pending = {}
+        self._qk_clipped = 0
         self._build(distributed_config, process_group, timeout)
 
     # --- construction ----------------------------------------------------
@@ -529,7 +550,10 @@ class Muon(torch.optim.Optimizer):
             mesh = {k: config[k] for k in ("shape", "names", "async")}
             if "assignments" in config:
                 mesh["assignments"] = config["assignments"]
-        plan = _core.compile_model(plan_params, plan_groups, mesh)
+        qk_clip = self._qk_clip_layers()
+        plan = _core.compile_model(plan_params, plan_groups, mesh,
+                                   qk_clip or None)
+        self._qk_heads = {l["name"]: l["num_heads"] for l in qk_clip}
         comm = None
         if config is not None and mpi:
             if mpi_size != math.prod(config["shape"]):
@@ -574,6 +598,85 @@ class Muon(torch.optim.Optimizer):
         # "initializing" it with a step of zero gradients.
         for p, _, _ in self._params:
             self.state[p] = {}
+
+    def _qk_clip_layers(self):
+        """qk_clip_layers as the compiler takes them: parameters by name,
+        the threshold in every layer."""
+        threshold, layers = self._qk_clip_args
+        names = {id(p): name for p, name, _ in self._params}
+        out = []
+        for i, layer in enumerate(layers):
+            where = f"qk_clip_layers[{i}]"
+            if not isinstance(layer, dict):
+                raise MuonError(f"invalid argument: {where}: expected a dict "
+                                f"with name, query, key and num_heads")
+            unknown = set(layer) - {"name", "query", "key", "num_heads",
+                                    "num_kv_heads", "threshold"}
+            if unknown:
+                raise MuonError(f"invalid argument: {where}: unknown keys "
+                                f"{sorted(unknown)}")
+            for k in ("name", "query", "key", "num_heads"):
+                if k not in layer:
+                    raise MuonError(f"invalid argument: {where}: missing "
+                                    f"'{k}'")
+            entry = {"name": layer["name"]}
+            for k in ("query", "key"):
+                v = layer[k]
+                if isinstance(v, str):
+                    entry[k] = v
+                elif id(v) in names:
+                    entry[k] = names[id(v)]
+                else:
+                    raise MuonError(f"invalid argument: {where}.{k}: not a "
+                                    "parameter of this optimizer (give the "
+                                    "parameter or its name)")
+            entry["num_heads"] = layer["num_heads"]
+            if "num_kv_heads" in layer:
+                entry["num_kv_heads"] = layer["num_kv_heads"]
+            t = layer.get("threshold", threshold)
+            if t is None:
+                raise MuonError(f"invalid argument: {where}: no threshold "
+                                "(give qk_clip_threshold or the layer's "
+                                "'threshold')")
+            entry["threshold"] = float(t)
+            out.append(entry)
+        return out
+
+    def set_qk_max_logits(self, layer, logits=None):
+        """QK-clip's input for the next step: ``layer``'s max attention
+        logit per query head in this step's forward pass (a tensor, array or
+        list of num_heads numbers), or a dict {layer: logits}. Checked here
+        (known layers, one finite value per head); the next step() passes
+        them and forgets them."""
+        given = layer if isinstance(layer, dict) else {layer: logits}
+        checked = {name: self._qk_logits(name, v) for name, v in given.items()}
+        self._qk_pending.update(checked)
+
+    def _qk_logits(self, name, value):
+        if name not in self._qk_heads:
+            known = ", ".join(f"'{n}'" for n in self._qk_heads) or "none"
+            raise MuonError(f"invalid argument: QK-clip: no layer named "
+                            f"{name!r} (the layers: {known})")
+        heads = self._qk_heads[name]
+        if isinstance(value, torch.Tensor):
+            t = value.detach().to(device="cpu", dtype=torch.float64)
+        else:
+            t = torch.as_tensor(np.asarray(value, dtype=np.float64))
+        if tuple(t.shape) != (heads,):
+            raise MuonError(f"invalid argument: QK-clip: layer '{name}' has "
+                            f"{heads} query heads: expected logits of shape "
+                            f"[{heads}], got {list(t.shape)}")
+        if not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).nonzero()[0])
+            raise MuonError(f"invalid argument: QK-clip: layer '{name}': the "
+                            f"logit of head {bad} is not finite")
+        return [float(x) for x in t.tolist()]
+
+    @property
+    def qk_clipped_heads(self):
+        """How many query heads the last step's QK-clip rescaled (the same
+        on every rank)."""
+        return self._qk_clipped
 
     @property
     def param_names(self):
@@ -628,7 +731,13 @@ class Muon(torch.optim.Optimizer):
         return t.detach()
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure=None, qk_max_logits=None):
+        """One step; ``qk_max_logits``: {layer: per-head max logits} for
+        QK-clip (as set_qk_max_logits), for this step only."""
+        if qk_max_logits is not None:
+            checked = {n: self._qk_logits(n, v)
+                       for n, v in qk_max_logits.items()}
+            self._qk_pending.update(checked)
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -646,6 +755,7 @@ class Muon(torch.optim.Optimizer):
                             f"gradient on ranks {holders} only (None on the "
                             "others); every rank must have the same gradients")
         if not any(has):
+            self._qk_pending = {}  # no step: its logits go with it
             return loss
         if not all(has):
             missing = [n for (p, n, _), h in zip(self._params, has) if not h][:5]
@@ -662,7 +772,11 @@ class Muon(torch.optim.Optimizer):
                 raise MuonError(f"invalid argument: parameter '{name}': values "
                                 "and gradient must be contiguous")
             self._engine.bind(name, values, grad)
+        for name, logits in self._qk_pending.items():
+            self._engine.set_qk_max_logits(name, logits)
+        self._qk_pending = {}
         result = self._engine.step()
+        self._qk_clipped = result["qk_clipped_heads"]
         if not result["applied"]:
             import warnings
             warnings.warn(f"muonc: step skipped: gradient of "
