@@ -373,7 +373,12 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
     if (lead && !flags.quiet)
       printLines(format("step %lld/%lld: %.2f ms (rank 0)",
                         static_cast<long long>(s + 1),
-                        static_cast<long long>(flags.steps), seconds * 1e3));
+                        static_cast<long long>(flags.steps), seconds * 1e3) +
+                 // Only with QK-clip layers: other runs print as before.
+                 (plan.qkClip.empty()
+                      ? std::string()
+                      : format(", QK-clip: %lld head(s) clipped",
+                               static_cast<long long>(result.qkClippedHeads))));
   }
   RankFigures plannedMine = computeRankFigures(plan)[rank];
   run.plannedSent = static_cast<double>(plannedMine.bytesSent);

@@ -147,6 +147,31 @@ void SyntheticModel::makeGradients(
     }
     store(i, grads[i], g);
   }
+  // QK-clip's step input comes from the same forward pass.
+  for (const QkClipLayer &layer : optimizer.qkClipLayers()) {
+    std::vector<float> logits = syntheticQkLogits(
+        seed, layer, step, optimizer.currentRank(), optimizer.worldSize());
+    // One finite value per head: cannot be refused.
+    (void)optimizer.setQkMaxLogits(layer.name, logits.data(),
+                                   static_cast<int64_t>(logits.size()));
+  }
+}
+
+std::vector<float> syntheticQkLogits(uint64_t seed, const QkClipLayer &layer,
+                                     int64_t step, int64_t rank,
+                                     int64_t world) {
+  std::vector<float> logits(layer.numHeads);
+  for (int64_t h = 0; h < layer.numHeads; ++h) {
+    // Up to twice the threshold: about a quarter of the heads above it.
+    const double value =
+        layer.threshold *
+        (1.0 + syntheticValue(seed, "qk_clip:" + layer.name, step, h, 0));
+    // Lower on every rank but one, by whole units of the threshold's
+    // scale: the maximum over ranks is `value` itself.
+    const double below = rank == h % world ? 0 : 0.25 * (1 + rank);
+    logits[h] = static_cast<float>(value - below * layer.threshold);
+  }
+  return logits;
 }
 
 std::vector<int64_t> summandCounts(const Plan &plan) {
@@ -179,6 +204,7 @@ Plan referencePlan(const Plan &plan) {
   }
   ref.ns = plan.ns;
   ref.groups = plan.groups;
+  ref.qkClip = plan.qkClip;
   ref.nsMatrices.assign(1, {});
   // From the parameters, not plan.matrices: a rank's part of a plan lists
   // only its own matrices, and the reference runs them all.

@@ -74,7 +74,8 @@ public:
   /// Fills the gradients of `step` (0-based) accumulated over
   /// `microBatches` micro-batches: each micro-batch's gradient is added in
   /// order (in f32, then stored in the parameter's type), as a training
-  /// loop accumulates them before the step.
+  /// loop accumulates them before the step. With QK-clip layers in the
+  /// plan, also sets the step's logits (syntheticQkLogits).
   void makeGradients(int64_t step, int64_t microBatches,
                      const std::vector<NonFiniteInjection> &faults);
 
@@ -97,6 +98,15 @@ private:
   std::vector<int64_t> summands;
   std::vector<DeviceBuffer> params, grads;
 };
+
+/// QK-clip's synthetic logits of `layer` at `step` (SyntheticModel's
+/// makeGradients passes them): what rank `rank` of `world` measured. Each
+/// head's largest value is on one rank and in [0, 2) x the threshold (about
+/// a quarter of the heads clipped); the others' are lower, so the maximum
+/// the step takes is the same whatever the world size.
+std::vector<float> syntheticQkLogits(uint64_t seed, const QkClipLayer &layer,
+                                     int64_t step, int64_t rank,
+                                     int64_t world);
 
 /// Per parameter, a zero tensor of its whole (unsharded) size.
 std::vector<std::vector<float>> wholeTensors(const Plan &plan);
