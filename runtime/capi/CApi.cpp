@@ -250,6 +250,42 @@ muon_status muon_optimizer_step(muon_optimizer *opt, int *applied) {
   return MUON_OK;
 }
 
+int64_t muon_optimizer_qk_clip_count(const muon_optimizer *opt) {
+  return checked(opt)
+             ? static_cast<int64_t>(opt->optimizer->qkClipLayers().size())
+             : -1;
+}
+
+muon_status muon_optimizer_qk_clip(const muon_optimizer *opt, int64_t index,
+                                   muon_qk_clip_info *out) {
+  if (!checked(opt))
+    return MUON_INVALID;
+  const std::vector<muon::QkClipLayer> &layers = opt->optimizer->qkClipLayers();
+  if (!out || index < 0 || index >= static_cast<int64_t>(layers.size()))
+    return fail(MUON_INVALID, "QK-clip layer index " + std::to_string(index) +
+                                  " is out of range [0, " +
+                                  std::to_string(layers.size()) + ")");
+  const muon::QkClipLayer &l = layers[index];
+  out->name = l.name.c_str();
+  out->query = l.query.c_str();
+  out->key = l.key.c_str();
+  out->num_heads = l.numHeads;
+  out->num_kv_heads = l.numKvHeads;
+  out->threshold = l.threshold;
+  return MUON_OK;
+}
+
+muon_status muon_optimizer_set_qk_max_logits(muon_optimizer *opt,
+                                             const char *layer,
+                                             const float *logits,
+                                             int64_t count) {
+  if (!checked(opt))
+    return MUON_INVALID;
+  if (!layer)
+    return fail(MUON_INVALID, "a QK-clip layer name is needed");
+  return report(opt->optimizer->setQkMaxLogits(layer, logits, count));
+}
+
 int64_t muon_optimizer_group_count(const muon_optimizer *opt) {
   return checked(opt) ? static_cast<int64_t>(opt->optimizer->groups().size())
                       : -1;

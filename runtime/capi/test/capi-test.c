@@ -164,7 +164,34 @@ int main(int argc, char **argv) {
   group.momentum = 0.9;
   EXPECT(muon_optimizer_set_group(opt, "muon", &group) == MUON_OK);
 
+  /* QK-clip: logits only for the plan's layers, one finite value per
+   * head; with layers, every head above the threshold each step. */
+  float logits[64];
+  EXPECT(muon_optimizer_set_qk_max_logits(opt, "no.such.layer", logits, 1) ==
+         MUON_INVALID);
+  EXPECT(strstr(muon_last_error(), "no layer named 'no.such.layer'") != NULL);
+  int64_t layers = muon_optimizer_qk_clip_count(opt);
+  muon_qk_clip_info clip;
+  EXPECT(muon_optimizer_qk_clip(opt, layers, &clip) == MUON_INVALID);
+  for (int64_t l = 0; l < layers; ++l) {
+    EXPECT(muon_optimizer_qk_clip(opt, l, &clip) == MUON_OK);
+    EXPECT(clip.num_heads <= 64);
+    logits[0] = NAN;
+    EXPECT(muon_optimizer_set_qk_max_logits(opt, clip.name, logits,
+                                            clip.num_heads) == MUON_INVALID);
+    EXPECT(strstr(muon_last_error(), "is not finite") != NULL);
+    EXPECT(muon_optimizer_set_qk_max_logits(
+               opt, clip.name, logits, clip.num_heads + 1) == MUON_INVALID);
+    EXPECT(strstr(muon_last_error(), "logits were given") != NULL);
+  }
   for (int s = 0; s < 3; ++s) {
+    for (int64_t l = 0; l < layers; ++l) {
+      EXPECT(muon_optimizer_qk_clip(opt, l, &clip) == MUON_OK);
+      for (int64_t h = 0; h < clip.num_heads && h < 64; ++h)
+        logits[h] = (float)(2 * clip.threshold);
+      EXPECT(muon_optimizer_set_qk_max_logits(opt, clip.name, logits,
+                                              clip.num_heads) == MUON_OK);
+    }
     /* A schedule: every rank sets the same rates before the step. */
     for (int64_t g = 0; g < groups && g < 2; ++g) {
       muon_group_info info_g;

@@ -145,6 +145,28 @@ muon_status muon_optimizer_set_group(muon_optimizer *opt, const char *name,
 /* Only the learning rate (a schedule's usual change). */
 muon_status muon_optimizer_set_group_lr(muon_optimizer *opt, const char *name,
                                         double lr);
+/* QK-clip (MuonClip, Kimi K2; the plan's qk_clip layers): a layer's
+ * declaration. */
+typedef struct muon_qk_clip_info {
+  const char *name; /* valid while the optimizer lives */
+  const char *query, *key; /* the W_q and W_k parameters' names */
+  int64_t num_heads, num_kv_heads;
+  double threshold;
+} muon_qk_clip_info;
+int64_t muon_optimizer_qk_clip_count(const muon_optimizer *opt);
+muon_status muon_optimizer_qk_clip(const muon_optimizer *opt, int64_t index,
+                                   muon_qk_clip_info *out);
+/* The step input of layer `layer`: the largest attention logit of each of
+ * its `count` (num_heads) query heads in this step's forward pass. After
+ * the next step's update, heads above the threshold have their rows of W_q
+ * and W_k scaled by sqrt(threshold / logit). For the next step only; the
+ * step takes the largest value per head over the ranks (a layer no rank
+ * set is not clipped). An unknown layer, a wrong count or a non-finite
+ * value is refused with nothing changed. Not collective. */
+muon_status muon_optimizer_set_qk_max_logits(muon_optimizer *opt,
+                                             const char *layer,
+                                             const float *logits,
+                                             int64_t count);
 /* One step; `*applied` is 0 when a NaN/Inf gradient on some rank skipped
  * it (nothing changed). Collective. */
 muon_status muon_optimizer_step(muon_optimizer *opt, int *applied);
