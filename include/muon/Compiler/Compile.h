@@ -123,7 +123,7 @@ struct Model {
   /// Any number of groups instead of `muon` and `adamw` (the spec's
   /// param_groups); then those two are unused.
   std::vector<ParamGroup> groups;
-  /// QK-clip (MuonClip, docs/spec-format.md 1.6): the attention layers
+  /// QK-clip (MuonClip, docs/spec-format.md 1.3): the attention layers
   /// whose W_q and W_k rows are rescaled after each step, by head, from the
   /// per-step max logits (Optimizer::setQkMaxLogits). numKvHeads 0: as many
   /// as numHeads. Empty: off, and the plan is what it was without.
