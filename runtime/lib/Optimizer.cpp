@@ -336,10 +336,8 @@ Status Optimizer::setQkMaxLogits(const std::string &layer, const float *logits,
     return invalidArgument("QK-clip: layer '" + layer + "': no logits");
   for (int64_t h = 0; h < count; ++h)
     if (!std::isfinite(logits[h]))
-      return invalidArgument("QK-clip: layer '" + layer +
-                             "': the logit of "
-                             "head " +
-                             std::to_string(h) + " is not finite");
+      return invalidArgument("QK-clip: layer '" + layer + "': the logit of " +
+                             "head " + std::to_string(h) + " is not finite");
   executor->setQkMaxLogits(static_cast<int64_t>(l),
                            std::vector<float>(logits, logits + count));
   return okStatus();
