@@ -14,6 +14,7 @@
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Runtime/ElementMath.h"
 #include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
 
@@ -22,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -524,4 +526,35 @@ TEST(QkClip, PlansCarryTheLayersAndTheValidatorChecksThem) {
   EXPECT_NE(error.find("24 rows, not a multiple of its 5 heads"),
             std::string::npos)
       << error;
+}
+
+TEST(QkClip, RowsOfEveryStorageTypeAreScaledAndRounded) {
+  // A piece stored as bf16, f16 or f32: a clipped row is each value times
+  // the factor in f32, rounded to the storage type; a row with factor 1
+  // keeps its bits.
+  cpu::CpuDevice device;
+  const int64_t rows = 3, cols = 5;
+  const float factors[rows] = {qkClipFactor(kTau, 4 * kTau), 1.0f,
+                               qkClipFactor(kTau, 1.7 * kTau)};
+  EXPECT_EQ(factors[0], 0.5f);
+  EXPECT_EQ(qkClipFactor(kTau, kTau), 1.0f); // at the threshold: untouched
+  for (DType type : {DType::BF16, DType::F16, DType::F32}) {
+    std::vector<float> start = randomValues(rows * cols, 5);
+    std::vector<char> stored(rows * cols * dtypeBytes(type));
+    for (int64_t e = 0; e < rows * cols; ++e)
+      storeAs(stored.data(), type, e, start[e]);
+    const std::vector<char> before = stored;
+    device.scaleRows(stored.data(), type, rows, cols, factors);
+    for (int64_t e = 0; e < rows * cols; ++e) {
+      const float was = loadAs(before.data(), type, e);
+      const float want = roundTo(type, was * factors[e / cols]);
+      EXPECT_EQ(loadAs(stored.data(), type, e), want)
+          << dtypeName(type) << " " << e;
+    }
+    const size_t rowBytes = cols * dtypeBytes(type);
+    EXPECT_EQ(std::memcmp(stored.data() + rowBytes, before.data() + rowBytes,
+                          rowBytes),
+              0)
+        << dtypeName(type);
+  }
 }

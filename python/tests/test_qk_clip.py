@@ -174,6 +174,32 @@ def test_no_layers_no_change_and_the_plan_without_qk_clip():
         assert torch.equal(p, q), n
 
 
+def test_a_state_saved_without_qk_clip_resumes_with_it():
+    # QK-clip has no state: switching it on at a resume loads the state a
+    # run without it saved, and continues as that run would until a head
+    # passes the threshold.
+    torch.manual_seed(0)
+    a = Attn()
+    opt_a = Muon(a.parameters(), lr=LR)
+    train(a, opt_a, 2, clip=False)
+    saved = opt_a.state_dict()
+    b = Attn()
+    b.load_state_dict(a.state_dict())
+    opt_b = Muon(b.parameters(), lr=LR, qk_clip_threshold=1e9,
+                 qk_clip_layers=layers(b))
+    opt_b.load_state_dict(saved)
+    for s in range(2, 4):
+        x = inputs(s)
+        for model, opt, clip in ((a, opt_a, False), (b, opt_b, True)):
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step(qk_max_logits={"attn": model.max_logits(x)}
+                     if clip else None)
+    for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        assert torch.equal(p, q), n
+    assert opt_b.engine.steps_taken == 4
+
+
 def test_bad_logits_and_layers_are_refused_with_nothing_changed():
     torch.manual_seed(0)
     model = Attn()
