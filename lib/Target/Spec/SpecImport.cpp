@@ -1070,10 +1070,14 @@ LogicalResult SpecImporter::importHeads(const JsonValue &p,
     if (!heads)
       return fail(key(path, "head_split_dim"),
                   "only with num_heads (the dim it cuts into heads)");
-    dim = getLimited(*v, key(path, "head_split_dim"), 0, 1,
-                     "for a dim of the matrix (0: rows, 1: columns)");
+    dim = getLimited(*v, key(path, "head_split_dim"), 0,
+                     limits::kMaxTensorDims, "for a dim");
     if (!dim)
       return failure();
+    if (*dim > 1)
+      return fail(key(path, "head_split_dim"),
+                  "expected 0 (the rows) or 1 (the columns) of the matrix, "
+                  "got " + std::to_string(*dim));
   }
   if (!heads)
     return success();
