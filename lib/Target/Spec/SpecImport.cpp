@@ -1084,8 +1084,7 @@ LogicalResult SpecImporter::importHeads(const JsonValue &p,
   std::vector<int64_t> dims(shape.begin(), shape.end());
   if (std::string bad = ::muon::headsError(dims, muon, *heads, dim.value_or(0));
       !bad.empty())
-    return fail(key(path, "num_heads"),
-                "parameter '" + name + "': " + bad);
+    return fail(key(path, "num_heads"), bad); // the path names the parameter
   state.addAttribute("num_heads", builder.getI64IntegerAttr(*heads));
   if (dim)
     state.addAttribute("head_split_dim", builder.getI64IntegerAttr(*dim));
