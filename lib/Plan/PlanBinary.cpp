@@ -263,7 +263,8 @@ struct Geometry {
       return false;
     size_t dims = layout.shape.size();
     // In the matrix's coordinates: a head's block of the box.
-    Range headRows = layout.headRowsOf(slice), headCols = layout.headColsOf(slice);
+    Range headRows = layout.headRowsOf(slice),
+          headCols = layout.headColsOf(slice);
     rows = {std::max(box[dims - 2].begin, headRows.begin) - headRows.begin,
             std::min(box[dims - 2].end, headRows.end) - headRows.begin};
     cols = {std::max(box[dims - 1].begin, headCols.begin) - headCols.begin,

@@ -426,11 +426,11 @@ bool Checker::sliceMatrices() {
           continue;
         if (!std::binary_search(plan.matrixIds.begin(), plan.matrixIds.end(),
                                 first[i] + id))
-          return fail("matrices",
-                      "rank " + num(me) + " holds a piece of '" + p.name +
-                          (p.layout.slicedMatrices() ? "[" + num(id) + "]"
-                                                     : "") +
-                          "' but its part does not list it");
+          return fail(
+              "matrices",
+              "rank " + num(me) + " holds a piece of '" + p.name +
+                  (p.layout.slicedMatrices() ? "[" + num(id) + "]" : "") +
+                  "' but its part does not list it");
       }
       size_t d = batch;
       while (d > 0 && ++at[d - 1] == box[d - 1].end) {

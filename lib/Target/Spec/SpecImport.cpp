@@ -92,8 +92,8 @@ private:
   LogicalResult importDistributed(const JsonValue &v);
   LogicalResult importParams(const JsonValue &v, const JsonValue &root);
   LogicalResult importHeads(const JsonValue &p, const std::string &path,
-                            const std::string &name, ArrayRef<int64_t> shape,
-                            bool muon, OperationState &state);
+                            ArrayRef<int64_t> shape, bool muon,
+                            OperationState &state);
   LogicalResult importParamLayout(const JsonValue &p, const std::string &path,
                                   int64_t rank, OperationState &state);
   /// Resolves a mesh axis given by name or index.
@@ -1018,7 +1018,7 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
             std::vector<int64_t>(shape.begin(), shape.end()), muon);
         !bad.empty())
       return fail(shapePath, "parameter '" + paramNames[i] + "' " + bad);
-    if (failed(importHeads(p, path, paramNames[i], shape, muon, state)))
+    if (failed(importHeads(p, path, shape, muon, state)))
       return failure();
     if (processGroups) {
       std::optional<int64_t> tp = tpDim[i];
@@ -1056,7 +1056,6 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
 /// Per-head Newton-Schulz (`num_heads`, `head_split_dim`) of one parameter.
 LogicalResult SpecImporter::importHeads(const JsonValue &p,
                                         const std::string &path,
-                                        const std::string &name,
                                         ArrayRef<int64_t> shape, bool muon,
                                         OperationState &state) {
   std::optional<int64_t> heads, dim;
@@ -1070,14 +1069,15 @@ LogicalResult SpecImporter::importHeads(const JsonValue &p,
     if (!heads)
       return fail(key(path, "head_split_dim"),
                   "only with num_heads (the dim it cuts into heads)");
-    dim = getLimited(*v, key(path, "head_split_dim"), 0,
-                     limits::kMaxTensorDims, "for a dim");
+    dim = getLimited(*v, key(path, "head_split_dim"), 0, limits::kMaxTensorDims,
+                     "for a dim");
     if (!dim)
       return failure();
     if (*dim > 1)
       return fail(key(path, "head_split_dim"),
                   "expected 0 (the rows) or 1 (the columns) of the matrix, "
-                  "got " + std::to_string(*dim));
+                  "got " +
+                      std::to_string(*dim));
   }
   if (!heads)
     return success();

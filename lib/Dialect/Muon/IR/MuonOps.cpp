@@ -83,9 +83,10 @@ bool ModelOp::usesProcessGroups() {
 }
 
 /// Names a Muon matrix in messages: the parameter, plus the slice for
-/// batched tensors.
+/// batched or per-head tensors.
 static std::string matrixLabel(ParamOp param, int64_t matrix) {
-  if (param.getTensorType().getRank() > 2)
+  if (param.getTensorType().getRank() > 2 ||
+      param.getNumHeads().value_or(1) > 1)
     return "matrix '" + param.getSymName().str() + "[" +
            std::to_string(matrix) + "]'";
   return "parameter '" + param.getSymName().str() + "'";
