@@ -625,11 +625,17 @@ class Muon(torch.optim.Optimizer):
             name = group["name"]
             if group["use_muon"]:
                 now = tuple(repr(group.get(k)) for k in _PLAN_KEYS + _HEAD_KEYS)
-                if now != self._plan_settings[name]:
+                was = self._plan_settings[name]
+                if now[:len(_PLAN_KEYS)] != was[:len(_PLAN_KEYS)]:
                     raise MuonError(
                         f"invalid argument: group '{name}': ns_coefficients, "
-                        "eps, ns_steps, normuon, num_heads and head_split_dim "
-                        "are compiled into the plan and cannot change after "
+                        "eps, ns_steps and normuon are compiled into the "
+                        "plan and cannot change after construction")
+                if now != was:
+                    raise MuonError(
+                        f"invalid argument: group '{name}': num_heads and "
+                        "head_split_dim are compiled into the plan (they "
+                        "decide the matrices) and cannot change after "
                         "construction")
                 _check_adjust(group["adjust_lr_fn"])
                 _check_decay_mode(group["weight_decay_mode"])
