@@ -186,6 +186,8 @@ def test_plan_keys_cannot_change():
     ({"num_heads": 3}, r"parameter 'attn.wqkv' \(num_heads\): num_heads 3 does "
                        r"not divide the rows \(16\) of the 16 x 8 matrix"),
     ({"num_heads": 0}, "num_heads 0 is not an integer >= 1"),
+    ({"num_heads": 2.0}, "num_heads 2.0 is not an integer >= 1"),
+    ({"num_heads": True}, "num_heads True is not an integer >= 1"),
     ({"num_heads": 2, "head_split_dim": 2}, "head_split_dim 2 is not 0"),
     ({"num_heads": {"attn.wk": 2}}, "num_heads names 'attn.wk', which is not "
                                     "a parameter of the optimizer"),
@@ -194,6 +196,13 @@ def test_errors(kw, message):
     w = torch.nn.Parameter(torch.zeros(16, 8))
     with pytest.raises(MuonError, match=message):
         Muon([("attn.wqkv", w)], **kw)
+
+
+def test_numpy_integers_are_integers():
+    w = torch.nn.Parameter(torch.zeros(16, 8))
+    opt = Muon([("attn.wqkv", w)], num_heads=np.int64(4))
+    assert sorted(m for ms in opt.assignments.values() for m in ms) == [
+        f"attn.wqkv[{h}]" for h in range(4)]
 
 
 def test_adamw_group_refuses_heads():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import gc
 import math
+import numbers
 import os
 import pickle
 import weakref
@@ -999,15 +1000,18 @@ def _heads_by_name(params):
                           for v in given.values())
             heads = 1 if heads is None else heads
             dim = 0 if dim is None else dim
-            if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+            # Integers of any kind (numpy's too), not bools.
+            integral = [isinstance(v, numbers.Integral) and
+                        not isinstance(v, bool) for v in (heads, dim)]
+            if not integral[0] or heads < 1:
                 raise MuonError(f"invalid argument: parameter '{name}': "
                                 f"num_heads {heads!r} is not an integer >= 1")
-            if isinstance(dim, bool) or dim not in (0, 1):
+            if not integral[1] or dim not in (0, 1):
                 raise MuonError(f"invalid argument: parameter '{name}': "
                                 f"head_split_dim {dim!r} is not 0 (rows) or "
                                 "1 (columns)")
             if heads != 1 or dim != 0:
-                out[name] = (heads, dim)
+                out[name] = (int(heads), int(dim))
     return out
 
 
