@@ -40,6 +40,7 @@ config.substitutions.append(("edit-bytes", "python3 " + os.path.join(config.test
 config.substitutions.append(("edit-json", "python3 " + os.path.join(config.test_source_root, "Utils", "edit-json.py")))
 config.substitutions.append(("check-trace", "python3 " + os.path.join(config.test_source_root, "Utils", "check-trace.py")))
 config.substitutions.append(("check-report", "python3 " + os.path.join(config.test_source_root, "Utils", "check-report.py")))
+config.substitutions.append(("check-heads", "python3 " + os.path.join(config.test_source_root, "Utils", "check-heads.py")))
 
 # The CUDA backend's self-check (runtime/backends/cuda): `cuda-backend` where
 # it is built, `cuda-gpu` where it also finds a usable GPU.

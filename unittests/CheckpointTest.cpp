@@ -895,6 +895,38 @@ TEST(NorMuon, StateSurvivesACheckpointAndAReshardFromFourRanksToTwo) {
   removeTree(dir);
 }
 
+TEST(NorMuon, PerHeadStateSurvivesAReshardFromFourRanksToTwo) {
+  // Per-head Newton-Schulz under NorMuon: each head's block is a matrix
+  // with its own rows of state (heads of rows and of columns, a stack of
+  // heads); a 4-rank checkpoint resumed on 2 ranks equals the uninterrupted
+  // 2-rank run bit for bit, and every head's rows are in the files.
+  Model model = normuonModel(true);
+  model.params[0].numHeads = 4; // wide: 4 heads of 6 rows
+  model.params[1].numHeads = 2; // tall: 2 heads of 10 columns
+  model.params[1].headSplitDim = 1;
+  model.params[2].numHeads = 2; // stack: 2 heads of 10 rows per slice
+  Plan plan4 = compileFor(model, 4), plan2 = compileFor(model, 2);
+  ASSERT_EQ(plan4.matrices.size(), 4u + 2u + 6u + 1u);
+  std::string dir = scratchDir("normuon-heads");
+  RunResult four = run(plan4, {"", nullptr, 0, 2, dir});
+  RunResult straight = run(plan2, {"", nullptr, 0, 4, ""});
+  RunResult fromFiles = run(plan2, {dir, nullptr, 2, 4, ""});
+  expectNoErrors(four, "4 ranks");
+  expectNoErrors(straight, "2 ranks, uninterrupted");
+  expectNoErrors(fromFiles, "2 ranks from the files");
+  if (HasFailure())
+    return;
+  EXPECT_EQ(fromFiles.whole, straight.whole);
+  std::map<std::pair<std::string, int64_t>, size_t> rows;
+  for (const StateDict &d : four.dicts)
+    for (const RowStatePiece &row : d.rowStates)
+      rows[{row.param, row.slice}] = row.values.size();
+  EXPECT_EQ(rows.size(), plan4.matrices.size());
+  EXPECT_EQ((rows[{"wide", 3}]), 6u);
+  EXPECT_EQ((rows[{"tall", 1}]), 44u);
+  EXPECT_EQ((rows[{"stack", 5}]), 10u);
+}
+
 TEST(NorMuon, GroupOptionsChangeBeta2ButNotTheChoice) {
   Plan plan = compileFor(normuonModel(true), 1);
   OneRank one(plan);

@@ -9,6 +9,7 @@
 #include "muon/Compiler/Compile.h"
 #include "muon/Support/NsCoefficients.h"
 #include "muon/Plan/Validate.h"
+#include "muon/Planner/Bounds.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
@@ -16,7 +17,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <mutex>
+#include <set>
 #include <thread>
 
 using namespace muon;
@@ -251,6 +254,73 @@ TEST(CompilerApi, ErrorsNameTheParameter) {
   // The same model as a spec: what muon-run reads.
   EXPECT_NE(toSpec(model, &config).find("\"placements\": [\n        \"S(2)\""),
             std::string::npos);
+}
+
+TEST(CompilerApi, PerHeadMatricesSpreadAndRunLikeOneDevice) {
+  // A fused QKV projection in 6 heads of rows and an output projection in 3
+  // heads of columns, each sharded against its heads (so every head is
+  // gathered), on 2 x 2 ranks: each head a matrix of its own.
+  Model model;
+  model.params = {{"wqkv", {48, 16}}, {"wo", {16, 48}}, {"norm", {16}}};
+  model.params[0].numHeads = 6;
+  model.params[0].placements = {Placement::replicate(), Placement::shard(1)};
+  model.params[1].numHeads = 3;
+  model.params[1].headSplitDim = 1;
+  model.params[1].placements = {Placement::replicate(), Placement::shard(0)};
+  model.muon.lr = 0.02;
+  DistributedConfig config = createDTensorConfig({{2, 2}, {"dp", "fsdp"}});
+  std::vector<std::string> names;
+  Plan plan;
+  std::string error;
+  ASSERT_TRUE(compile(model, &config, plan, error)) << error;
+  EXPECT_TRUE(validatePlan(plan).empty());
+  ASSERT_EQ(plan.matrices.size(), 9u);
+  std::set<int64_t> qkvOwners, woOwners;
+  for (const PlanMatrix &m : plan.matrices) {
+    names.push_back(m.label());
+    if (m.param == "wqkv") {
+      EXPECT_EQ(m.rows, 8);
+      EXPECT_EQ(m.cols, 16);
+      qkvOwners.insert(m.owner);
+    } else {
+      EXPECT_EQ(m.rows, 16);
+      EXPECT_EQ(m.cols, 16);
+      woOwners.insert(m.owner);
+    }
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "wqkv[0]", "wqkv[1]", "wqkv[2]", "wqkv[3]", "wqkv[4]",
+                       "wqkv[5]", "wo[0]", "wo[1]", "wo[2]"}));
+  // The heads of each parameter spread over the ranks, every rank
+  // orthogonalizes some, and the busiest rank is within LPT's guarantee
+  // (the makespan bound plus one head) and below the bound of the same
+  // model without heads (two whole matrices on four ranks).
+  EXPECT_GT(qkvOwners.size(), 1u);
+  EXPECT_GT(woOwners.size(), 1u);
+  std::set<int64_t> owners(qkvOwners);
+  owners.insert(woOwners.begin(), woOwners.end());
+  EXPECT_EQ(owners.size(), 4u);
+  int64_t busiest = 0, largest = 0;
+  for (const RankFigures &f : computeRankFigures(plan))
+    busiest = std::max(busiest, f.nsFlops);
+  for (const PlanMatrix &m : plan.matrices)
+    largest = std::max(largest, m.nsFlops);
+  LowerBounds bounds = planLowerBounds(plan);
+  EXPECT_LE(busiest, bounds.makespanFlops + largest);
+  Model whole = model;
+  for (Param &p : whole.params)
+    p.numHeads = 1, p.headSplitDim = 0;
+  Plan wholePlan;
+  ASSERT_TRUE(compile(whole, &config, wholePlan, error)) << error;
+  EXPECT_LT(busiest, planLowerBounds(wholePlan).makespanFlops);
+  int64_t received = runLikeOneDevice(plan);
+  EXPECT_EQ(received, 3 * bounds.bytesReceived); // 3 steps at the bound
+
+  // A count that does not divide the dim names the parameter and the key.
+  model.params[1].numHeads = 5;
+  EXPECT_FALSE(compile(model, &config, plan, error));
+  EXPECT_EQ(error, "parameter 'wo' (num_heads): num_heads 5 does not divide "
+                   "the columns (48) of the 16 x 48 matrix");
 }
 
 TEST(CompilerApi, NewtonSchulzCoefficientPresets) {

@@ -36,6 +36,9 @@ namespace {
 
 struct RandomSpec {
   std::mt19937 rng;
+  /// Per-head Newton-Schulz on some Muon parameters of the DTensor style
+  /// (off: the specs, and so the random sequence, of the original test).
+  bool heads = false;
   explicit RandomSpec(unsigned seed) : rng(seed) {}
   int64_t pick(int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
@@ -99,8 +102,19 @@ struct RandomSpec {
       }
       os << (i ? ", " : "") << R"({"name": "p)" << i << R"(", "shape": )"
          << list(shape);
-      if (pick(0, 3) == 0)
+      bool adamw = pick(0, 3) == 0;
+      if (adamw)
         os << R"(, "optimizer": "adamw")";
+      if (heads && !adamw && pick(0, 2)) {
+        // A divisor of the dim, so heads cut sharded pieces in every way.
+        int64_t dim = pick(0, 1), size = shape[rank - 2 + dim];
+        std::vector<int64_t> divisors;
+        for (int64_t h = 1; h <= size; ++h)
+          if (size % h == 0)
+            divisors.push_back(h);
+        int64_t h = divisors[pick(0, divisors.size() - 1)];
+        os << R"(, "num_heads": )" << h << R"(, "head_split_dim": )" << dim;
+      }
       bool strided = pick(0, 1) && !split.empty();
       if (strided) {
         // Explicit major-to-minor orders, reversed from the DTensor default.
@@ -297,6 +311,48 @@ void checkPlan(const Plan &plan, const mlir::muon::ModelLayout &layout,
   }
 }
 
+/// Per-head pieces against the whole matrix's: for every 2-D slice, each
+/// rank's head pieces, moved back to the slice's coordinates, lie inside
+/// its piece of the whole slice and add up to it (the heads tile it).
+void checkHeadPieces(const mlir::muon::ModelLayout &layout,
+                     const std::string &spec) {
+  SCOPED_TRACE(spec);
+  for (const ::muon::ParamLayout &pl : layout.layouts) {
+    if (pl.numHeads == 1)
+      continue;
+    ::muon::ParamLayout whole = pl;
+    whole.numHeads = 1;
+    whole.headSplitDim = 0;
+    for (int64_t s = 0; s < whole.numMatrices(); ++s) {
+      std::map<std::pair<int64_t, int64_t>, int64_t> left; // rank, summand
+      std::map<std::pair<int64_t, int64_t>, ::muon::MatrixPiece> box;
+      for (const auto &p : ::muon::matrixPieces(layout.mesh, whole, s)) {
+        left[{p.rank, p.summand}] = p.elements();
+        box[{p.rank, p.summand}] = p;
+      }
+      for (int64_t h = 0; h < pl.numHeads; ++h) {
+        int64_t m = s * pl.numHeads + h;
+        ::muon::Range hr = pl.headRowsOf(m), hc = pl.headColsOf(m);
+        EXPECT_EQ(hr.size(), pl.matrixRows());
+        EXPECT_EQ(hc.size(), pl.matrixCols());
+        for (const auto &p : ::muon::matrixPieces(layout.mesh, pl, m)) {
+          auto it = box.find({p.rank, p.summand});
+          ASSERT_TRUE(it != box.end()) << "rank " << p.rank << " head " << h;
+          const ::muon::MatrixPiece &w = it->second;
+          EXPECT_TRUE(w.rows.begin <= p.rows.begin + hr.begin &&
+                      p.rows.end + hr.begin <= w.rows.end &&
+                      w.cols.begin <= p.cols.begin + hc.begin &&
+                      p.cols.end + hc.begin <= w.cols.end)
+              << "rank " << p.rank << " head " << h;
+          left[{p.rank, p.summand}] -= p.elements();
+        }
+      }
+      for (const auto &[key, n] : left)
+        EXPECT_EQ(n, 0) << "rank " << key.first << " slice " << s;
+    }
+  }
+}
+
 /// AdamW reductions: every holder of a piece of an AdamW parameter with
 /// partial axes receives each other summand of its box exactly once, from a
 /// rank that holds that summand of the same box; nobody else receives any.
@@ -369,12 +425,13 @@ bool samePlan(const Plan &a, const Plan &b) {
 
 } // namespace
 
-TEST(PlanProperties, RandomSpecsGiveZeroRedundancyPlans) {
+static void checkRandomSpecs(bool heads) {
   DialectRegistry registry;
   mlir::muon::registerAllDialects(registry);
   int compiled = 0;
   for (unsigned seed = 0; seed < 300; ++seed) {
     RandomSpec gen(seed);
+    gen.heads = heads;
     std::string spec = gen.pick(0, 2) ? gen.dtensor() : gen.processGroups();
     MLIRContext ctx(registry);
     // Random specs may be invalid (e.g. a matrix empty everywhere cannot
@@ -388,6 +445,7 @@ TEST(PlanProperties, RandomSpecsGiveZeroRedundancyPlans) {
     ++compiled;
     checkPlan(*plan, layout, bound, spec);
     checkReductions(*plan, spec);
+    checkHeadPieces(layout, spec);
 
     // Every schedule passes the verifier, for prefetch 0/1/2, the debug
     // order, with and without a gather budget, and moves the same bytes.
@@ -476,4 +534,14 @@ TEST(PlanProperties, RandomSpecsGiveZeroRedundancyPlans) {
     EXPECT_TRUE(samePlan(*plan, *again)) << spec;
   }
   EXPECT_EQ(compiled, 300);
+}
+
+TEST(PlanProperties, RandomSpecsGiveZeroRedundancyPlans) {
+  checkRandomSpecs(/*heads=*/false);
+}
+
+// The same properties with per-head Newton-Schulz on random parameters:
+// each head's block a matrix of its own, cut from pieces sharded every way.
+TEST(PlanProperties, RandomSpecsWithHeadsGiveZeroRedundancyPlans) {
+  checkRandomSpecs(/*heads=*/true);
 }

@@ -149,6 +149,11 @@ Json specOf(const Model &model, const DistributedConfig *config,
       param["optimizer"] = p.group == Group::Muon ? "muon" : "adamw";
     if (!p.groupName.empty())
       param["group"] = p.groupName;
+    // Only when on, so that other models give the same spec and plan.
+    if (p.numHeads != 1 || p.headSplitDim != 0) {
+      param["num_heads"] = p.numHeads;
+      param["head_split_dim"] = p.headSplitDim;
+    }
     if (groupsStyle) {
       if (p.stage)
         param["stage"] = *p.stage;

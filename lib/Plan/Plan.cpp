@@ -213,15 +213,14 @@ std::vector<PlanMatrix> muonMatrices(const std::vector<PlanParam> &params,
     const PlanParam &p = params[i];
     if (!p.muon || p.layout.shape.size() < 2)
       continue;
-    const std::vector<int64_t> &shape = p.layout.shape;
-    int64_t count = numMatrices(shape);
+    int64_t count = p.layout.numMatrices();
     for (int64_t s = 0; s < count; ++s) {
       PlanMatrix m;
       m.param = p.name;
       m.paramIndex = static_cast<int64_t>(i);
-      m.slice = shape.size() > 2 ? s : -1;
-      m.rows = shape[shape.size() - 2];
-      m.cols = shape.back();
+      m.slice = p.layout.slicedMatrices() ? s : -1;
+      m.rows = p.layout.matrixRows();
+      m.cols = p.layout.matrixCols();
       m.nsFlops = nsFlops(m.rows, m.cols, nsSteps);
       out.push_back(std::move(m));
     }

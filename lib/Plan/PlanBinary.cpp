@@ -42,6 +42,8 @@ constexpr size_t kIndexEntrySize = 24;
 constexpr uint8_t kToMe = 1;        // this section's rank is the destination
 constexpr uint8_t kExplicitBox = 2; // rows and cols follow
 constexpr uint8_t kExplicitSummand = 4;
+// A parameter's `only` count with this bit: per-head values follow.
+constexpr uint64_t kHeadsFlag = uint64_t(1) << 32;
 
 std::string num(int64_t v) { return std::to_string(v); }
 
@@ -166,10 +168,18 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
     for (const auto &axes : p.layout.splitAxes)
       o.ints(axes);
     o.ints(p.layout.partialAxes);
-    o.varint(p.layout.only.size());
+    // Per-head Newton-Schulz rides on a flag bit of the `only` count, and
+    // its two values follow the pairs only when set: plans without heads
+    // keep their bytes, and older readers refuse the bit as a count.
+    bool heads = p.layout.numHeads > 1;
+    o.varint(p.layout.only.size() | (heads ? kHeadsFlag : 0));
     for (auto [axis, coord] : p.layout.only) {
       o.svarint(axis);
       o.svarint(coord);
+    }
+    if (heads) {
+      o.varint(p.layout.numHeads);
+      o.varint(p.layout.headSplitDim);
     }
   }
   // Only in version 3 files (kPlanBinaryQkClipVersion): plans without
@@ -222,7 +232,7 @@ struct Geometry {
     firstMatrix.push_back(0);
     for (const PlanParam &p : plan.params)
       firstMatrix.push_back(firstMatrix.back() +
-                            (p.muon ? numMatrices(p.layout.shape) : 0));
+                            (p.muon ? p.layout.numMatrices() : 0));
   }
   int64_t totalMatrices() const { return firstMatrix.back(); }
   std::vector<int64_t> coordsOf(int64_t rank) const {
@@ -266,17 +276,22 @@ struct Geometry {
     if (!mine.in)
       return false;
     size_t dims = layout.shape.size();
-    if (box[dims - 2].size() == 0 || box[dims - 1].size() == 0)
+    // In the matrix's coordinates: a head's block of the box.
+    Range headRows = layout.headRowsOf(slice),
+          headCols = layout.headColsOf(slice);
+    rows = {std::max(box[dims - 2].begin, headRows.begin) - headRows.begin,
+            std::min(box[dims - 2].end, headRows.end) - headRows.begin};
+    cols = {std::max(box[dims - 1].begin, headCols.begin) - headCols.begin,
+            std::min(box[dims - 1].end, headCols.end) - headCols.begin};
+    if (rows.size() <= 0 || cols.size() <= 0)
       return false;
-    int64_t m = slice;
+    int64_t m = layout.batchSliceOf(slice);
     for (size_t d = dims - 2; d-- > 0;) {
       int64_t index = m % layout.shape[d];
       m /= layout.shape[d];
       if (index < box[d].begin || index >= box[d].end)
         return false;
     }
-    rows = box[dims - 2];
-    cols = box[dims - 1];
     summand = mine.summand;
     return true;
   }
@@ -410,8 +425,16 @@ void PlanBinaryWriter::begin(const Plan &plan) {
         int64_t slice = 0;
         for (size_t d = 0; d < batch; ++d)
           slice = slice * p.layout.shape[d] + at[d];
-        s->ranks[piece.rank].local.push_back(
-            static_cast<int32_t>(first + slice));
+        // The heads whose block meets the piece (all of them without heads).
+        const Range &rows = piece.box[batch], &cols = piece.box[batch + 1];
+        for (int64_t h = 0; h < p.layout.numHeads; ++h) {
+          int64_t m = slice * p.layout.numHeads + h;
+          Range hr = p.layout.headRowsOf(m), hc = p.layout.headColsOf(m);
+          if (std::max(rows.begin, hr.begin) < std::min(rows.end, hr.end) &&
+              std::max(cols.begin, hc.begin) < std::min(cols.end, hc.end))
+            s->ranks[piece.rank].local.push_back(
+                static_cast<int32_t>(first + m));
+        }
         size_t d = batch;
         while (d > 0 && ++at[d - 1] == piece.box[d - 1].end) {
           at[d - 1] = piece.box[d - 1].begin;
@@ -808,7 +831,10 @@ public:
   }
   /// A count of items of at least `minBytes` bytes each.
   size_t count(const char *what, size_t minBytes = 1) {
-    uint64_t v = varint();
+    return counted(varint(), what, minBytes);
+  }
+  /// count() of an already read value.
+  size_t counted(uint64_t v, const char *what, size_t minBytes = 1) {
     if (ok() && v > (data.size() - at) / minBytes) {
       fail(std::string("says ") + std::to_string(v) + " " + what +
            " but only " + num(static_cast<int64_t>(data.size() - at)) +
@@ -1041,10 +1067,17 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices, bool withQkClip) {
     for (size_t d = 0; d < dims && in.ok(); ++d)
       p.layout.splitAxes.push_back(in.ints("split axes"));
     p.layout.partialAxes = in.ints("partial axes");
-    size_t only = in.count("only pairs", 2);
+    uint64_t onlyWord = in.varint();
+    bool heads = onlyWord & kHeadsFlag;
+    size_t only = in.counted(onlyWord & ~kHeadsFlag, "only pairs", 2);
     for (size_t k = 0; k < only && in.ok(); ++k) {
       int64_t axis = in.svarint();
       p.layout.only.push_back({axis, in.svarint()});
+    }
+    if (heads) {
+      // Checked against the shape by the validator (Validate.cpp).
+      p.layout.numHeads = in.below(limits::kMaxMatrices + 1, "num_heads");
+      p.layout.headSplitDim = in.below(2, "head_split_dim");
     }
     plan.params.push_back(std::move(p));
   }
@@ -1140,9 +1173,9 @@ bool decodeSection(In &in, const Geometry &geo, int64_t rank, Plan &slice,
     PlanMatrix m;
     m.param = p.name;
     m.paramIndex = param;
-    m.slice = p.layout.shape.size() > 2 ? s : -1;
-    m.rows = p.layout.shape[p.layout.shape.size() - 2];
-    m.cols = p.layout.shape.back();
+    m.slice = p.layout.slicedMatrices() ? s : -1;
+    m.rows = p.layout.matrixRows();
+    m.cols = p.layout.matrixCols();
     m.nsFlops = nsFlops(m.rows, m.cols, plan.ns.nsSteps);
     m.owner = in.svarint();
     slice.matrixIds.push_back(id);

@@ -106,6 +106,12 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     for (auto [axis, coord] : p.layout.only)
       j.integers({axis, coord});
     j.endArray();
+    // Per-head Newton-Schulz changes the matrices, so it is in the hashed
+    // text; written only when on, so other plans keep their bytes.
+    if (p.layout.numHeads > 1) {
+      j.member("num_heads", p.layout.numHeads);
+      j.member("head_split_dim", p.layout.headSplitDim);
+    }
     j.endObject();
   }
   j.endArray();
@@ -461,7 +467,8 @@ bool PlanReader::read(const Value &root, Plan &plan,
     return false;
 
   objects(root, "", "params",
-          {"name", "shape", "dtype", "group", "split", "partial", "only"},
+          {"name", "shape", "dtype", "group", "split", "partial", "only",
+           "num_heads", "head_split_dim"},
           [&](const Value &o, const std::string &path) {
             PlanParam p;
             p.name = rd.string(get(o, "name"), key(path, "name")).value_or("");
@@ -486,6 +493,14 @@ bool PlanReader::read(const Value &root, Plan &plan,
             for (const auto &pair : rows(get(o, "only"), key(path, "only"), 2,
                                          "[axis, coordinate]", 0))
               p.layout.only.push_back({pair[0], pair[1]});
+            // Checked against the shape by the validator (Validate.cpp).
+            if (const Value *v = get(o, "num_heads"))
+              p.layout.numHeads =
+                  rd.integer(v, key(path, "num_heads"), 1, limits::kMaxMatrices)
+                      .value_or(1);
+            if (const Value *v = get(o, "head_split_dim"))
+              p.layout.headSplitDim =
+                  rd.integer(v, key(path, "head_split_dim"), 0, 1).value_or(0);
             plan.params.push_back(std::move(p));
           });
   if (get(root, "qk_clip"))

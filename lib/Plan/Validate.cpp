@@ -106,8 +106,15 @@ private:
     if (!layout.holdsMatrix(plan.mesh, coords[rank], sliceOf(m)))
       return false;
     std::vector<Range> box = layout.localBox(plan.mesh, coords[rank]);
+    // In the matrix's coordinates: a head's block of the local box.
+    Range headRows = layout.headRowsOf(sliceOf(m)),
+          headCols = layout.headColsOf(sliceOf(m));
     rows = box[box.size() - 2];
     cols = box.back();
+    rows = {std::max(rows.begin, headRows.begin) - headRows.begin,
+            std::min(rows.end, headRows.end) - headRows.begin};
+    cols = {std::max(cols.begin, headCols.begin) - headCols.begin,
+            std::min(cols.end, headCols.end) - headCols.begin};
     summand = 0;
     for (int64_t axis : layout.partialAxes)
       summand = summand * plan.mesh.shape[axis] + coords[rank][axis];
@@ -260,6 +267,10 @@ bool Checker::params() {
     if (pl.splitAxes.size() != pl.shape.size())
       return fail(key(path, "split"), "expected one entry per dim (" +
                                           num(pl.shape.size()) + ")");
+    if (std::string bad =
+            headsError(pl.shape, p.muon, pl.numHeads, pl.headSplitDim);
+        !bad.empty())
+      return fail(key(path, "num_heads"), "parameter '" + p.name + "': " + bad);
     // Each mesh axis plays at most one role.
     std::vector<std::string> role(meshRank);
     auto claim = [&](int64_t axis, const std::string &at,
@@ -324,9 +335,8 @@ bool Checker::matrices() {
     const PlanParam &p = plan.params[i];
     if (!p.muon)
       continue;
-    const std::vector<int64_t> &shape = p.layout.shape;
-    int64_t rows = shape[shape.size() - 2], cols = shape.back();
-    int64_t count = numMatrices(shape);
+    int64_t rows = p.layout.matrixRows(), cols = p.layout.matrixCols();
+    int64_t count = p.layout.numMatrices();
     for (int64_t s = 0; s < count; ++s, ++k) {
       std::string path = index("matrices", k);
       if (k >= plan.matrices.size())
@@ -334,7 +344,7 @@ bool Checker::matrices() {
                                     " entries; the Muon parameters have "
                                     "more matrices");
       const PlanMatrix &m = plan.matrices[k];
-      int64_t slice = shape.size() > 2 ? s : -1;
+      int64_t slice = p.layout.slicedMatrices() ? s : -1;
       int64_t flops = nsFlops(rows, cols, plan.ns.nsSteps);
       if (m.paramIndex != static_cast<int64_t>(i) || m.slice != slice ||
           m.rows != rows || m.cols != cols || m.nsFlops != flops ||
@@ -372,7 +382,7 @@ bool Checker::sliceMatrices() {
     return fail("matrices", "expected one whole-plan index per matrix");
   std::vector<int64_t> first = {0};
   for (const PlanParam &p : plan.params)
-    first.push_back(first.back() + (p.muon ? numMatrices(p.layout.shape) : 0));
+    first.push_back(first.back() + (p.muon ? p.layout.numMatrices() : 0));
   if (plan.totalMatrices != first.back())
     return fail("matrices", "the plan has " + num(plan.totalMatrices) +
                                 " matrices but its Muon parameters have " +
@@ -389,11 +399,10 @@ bool Checker::sliceMatrices() {
     int64_t i =
         std::upper_bound(first.begin(), first.end(), id) - first.begin() - 1;
     const PlanParam &p = plan.params[i];
-    const std::vector<int64_t> &shape = p.layout.shape;
     const PlanMatrix &m = plan.matrices[k];
     int64_t s = id - first[i];
-    int64_t slice = shape.size() > 2 ? s : -1;
-    int64_t rows = shape[shape.size() - 2], cols = shape.back();
+    int64_t slice = p.layout.slicedMatrices() ? s : -1;
+    int64_t rows = p.layout.matrixRows(), cols = p.layout.matrixCols();
     int64_t flops = nsFlops(rows, cols, plan.ns.nsSteps);
     if (m.paramIndex != i || m.slice != slice || m.rows != rows ||
         m.cols != cols || m.nsFlops != flops || m.param != p.name)
@@ -438,12 +447,18 @@ bool Checker::sliceMatrices() {
       int64_t s = 0;
       for (size_t d = 0; d < batch; ++d)
         s = s * p.layout.shape[d] + at[d];
-      if (!std::binary_search(plan.matrixIds.begin(), plan.matrixIds.end(),
-                              first[i] + s))
-        return fail("matrices", "rank " + num(me) + " holds a piece of '" +
-                                    p.name +
-                                    (batch ? "[" + num(s) + "]" : "") +
-                                    "' but its part does not list it");
+      for (int64_t h = 0; h < p.layout.numHeads; ++h) {
+        int64_t id = s * p.layout.numHeads + h;
+        if (!p.layout.holdsMatrix(plan.mesh, coords[me], id))
+          continue;
+        if (!std::binary_search(plan.matrixIds.begin(), plan.matrixIds.end(),
+                                first[i] + id))
+          return fail(
+              "matrices",
+              "rank " + num(me) + " holds a piece of '" + p.name +
+                  (p.layout.slicedMatrices() ? "[" + num(id) + "]" : "") +
+                  "' but its part does not list it");
+      }
       size_t d = batch;
       while (d > 0 && ++at[d - 1] == box[d - 1].end) {
         at[d - 1] = box[d - 1].begin;

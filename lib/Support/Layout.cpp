@@ -84,8 +84,13 @@ bool ParamLayout::holdsMatrix(const Mesh &mesh,
     return false;
   std::vector<Range> box = localBox(mesh, coords);
   size_t rank = shape.size();
-  if (box[rank - 2].size() == 0 || box[rank - 1].size() == 0)
+  Range rows = headRowsOf(matrix), cols = headColsOf(matrix);
+  if (std::min(box[rank - 2].end, rows.end) <=
+          std::max(box[rank - 2].begin, rows.begin) ||
+      std::min(box[rank - 1].end, cols.end) <=
+          std::max(box[rank - 1].begin, cols.begin))
     return false;
+  matrix = batchSliceOf(matrix);
   for (size_t d = rank - 2; d-- > 0;) {
     int64_t index = matrix % shape[d];
     matrix /= shape[d];
@@ -93,6 +98,36 @@ bool ParamLayout::holdsMatrix(const Mesh &mesh,
       return false;
   }
   return true;
+}
+
+int64_t ParamLayout::numMatrices() const {
+  return muon::numMatrices(shape) * numHeads;
+}
+
+int64_t ParamLayout::matrixRows() const {
+  int64_t rows = shape[shape.size() - 2];
+  return headSplitDim == 0 ? rows / numHeads : rows;
+}
+
+int64_t ParamLayout::matrixCols() const {
+  int64_t cols = shape.back();
+  return headSplitDim == 1 ? cols / numHeads : cols;
+}
+
+Range ParamLayout::headRowsOf(int64_t m) const {
+  int64_t rows = matrixRows();
+  if (headSplitDim != 0)
+    return {0, rows};
+  int64_t head = m % numHeads;
+  return {head * rows, (head + 1) * rows};
+}
+
+Range ParamLayout::headColsOf(int64_t m) const {
+  int64_t cols = matrixCols();
+  if (headSplitDim != 1)
+    return {0, cols};
+  int64_t head = m % numHeads;
+  return {head * cols, (head + 1) * cols};
 }
 
 bool ParamLayout::isSharded() const {
@@ -224,6 +259,11 @@ std::vector<MatrixPiece>
 matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix) {
   size_t rank = layout.shape.size();
   assert(rank >= 2 && "a matrix needs two dims");
+  // A head's block: the pieces of the whole trailing matrix cut to the
+  // block, in the block's coordinates; holders of none of it drop out.
+  Range headRows = layout.headRowsOf(matrix),
+        headCols = layout.headColsOf(matrix);
+  matrix = layout.batchSliceOf(matrix);
   std::vector<int64_t> batch(rank - 2);
   for (size_t d = batch.size(); d-- > 0;) {
     batch[d] = matrix % layout.shape[d];
@@ -233,8 +273,13 @@ matrixPieces(const Mesh &mesh, const ParamLayout &layout, int64_t matrix) {
   forEachPiece(mesh, layout, &batch,
                [&](int64_t r, const std::vector<const DimChoice *> &box,
                    int64_t summand) {
-                 pieces.push_back({r, box[rank - 2]->range,
-                                   box[rank - 1]->range, summand});
+                 Range rows = box[rank - 2]->range, cols = box[rank - 1]->range;
+                 rows = {std::max(rows.begin, headRows.begin) - headRows.begin,
+                         std::min(rows.end, headRows.end) - headRows.begin};
+                 cols = {std::max(cols.begin, headCols.begin) - headCols.begin,
+                         std::min(cols.end, headCols.end) - headCols.begin};
+                 if (rows.size() > 0 && cols.size() > 0)
+                   pieces.push_back({r, rows, cols, summand});
                });
   std::sort(pieces.begin(), pieces.end(),
             [](const MatrixPiece &x, const MatrixPiece &y) {
@@ -249,7 +294,8 @@ MatrixPieceCache::pieces(const ParamLayout &layout, int64_t matrix) {
   // The chunk holding the matrix on each batch dim, split as localBox
   // splits it: major axis first, each chunking what the previous left.
   chunk.assign(batchDims, 0);
-  int64_t m = matrix;
+  int64_t m = layout.batchSliceOf(matrix);
+  int64_t head = matrix % layout.numHeads;
   for (size_t d = batchDims; d-- > 0;) {
     int64_t index = m % layout.shape[d];
     m /= layout.shape[d];
@@ -263,10 +309,11 @@ MatrixPieceCache::pieces(const ParamLayout &layout, int64_t matrix) {
       }
     chunk[d] = r.begin;
   }
-  if (lastLayout != &layout || chunk != lastChunk) {
+  if (lastLayout != &layout || chunk != lastChunk || head != lastHead) {
     list = matrixPieces(mesh, layout, matrix);
     lastLayout = &layout;
     lastChunk = chunk;
+    lastHead = head;
     ++computed;
   }
   return list;
@@ -302,6 +349,28 @@ int64_t numMatrices(const std::vector<int64_t> &shape) {
   for (size_t d = 0; d + 2 < shape.size(); ++d)
     n *= shape[d];
   return n;
+}
+
+std::string headsError(const std::vector<int64_t> &shape, bool muon,
+                       int64_t numHeads, int64_t headSplitDim) {
+  if (numHeads < 1)
+    return "num_heads must be at least 1, got " + std::to_string(numHeads);
+  if (headSplitDim != 0 && headSplitDim != 1)
+    return "head_split_dim must be 0 (rows) or 1 (columns) of the matrix, "
+           "got " +
+           std::to_string(headSplitDim);
+  if (numHeads == 1 && headSplitDim == 0)
+    return "";
+  if (!muon || shape.size() < 2)
+    return "per-head Newton-Schulz needs a Muon parameter of 2 or more dims";
+  int64_t size = shape[shape.size() - 2 + headSplitDim];
+  if (size % numHeads != 0)
+    return "num_heads " + std::to_string(numHeads) + " does not divide " +
+           (headSplitDim == 0 ? "the rows" : "the columns") + " (" +
+           std::to_string(size) + ") of the " +
+           std::to_string(shape[shape.size() - 2]) + " x " +
+           std::to_string(shape.back()) + " matrix";
+  return "";
 }
 
 int64_t nsFlops(int64_t m, int64_t n, int64_t nsSteps) {

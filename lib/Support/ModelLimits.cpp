@@ -178,7 +178,7 @@ bool checkModelLimits(const Mesh &mesh, const std::vector<ParamLayout> &layouts,
                          " elements with this one");
     std::vector<std::vector<int64_t>> ch = chains(mesh, pl);
     if (muon[i]) {
-      int64_t count = numMatrices(pl.shape);
+      int64_t count = pl.numMatrices();
       matrices += count;
       if (matrices > kMaxMatrices)
         return fail(i, "the model has more than " + describe(kMaxMatrices) +
@@ -189,7 +189,7 @@ bool checkModelLimits(const Mesh &mesh, const std::vector<ParamLayout> &layouts,
         return fail(i, "the model's matrices have more than " +
                            describe(kMaxPieces) +
                            " pieces across ranks with this parameter");
-      int64_t rows = pl.shape[pl.shape.size() - 2], cols = pl.shape.back();
+      int64_t rows = pl.matrixRows(), cols = pl.matrixCols();
       // Gathers move at most every summand of every copy, scatters every
       // copy: (summands + copies) x elements per matrix.
       if (!addBytes(i, checkedMul(summands(mesh, pl) + copies(mesh, pl),

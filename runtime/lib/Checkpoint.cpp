@@ -489,17 +489,16 @@ bool readManifest(const std::string &dir, const Plan &plan, bool withParameters,
       if (!rd.ok())
         break;
       row.param = it->second;
-      const std::vector<int64_t> &shape = plan.params[row.param].layout.shape;
-      int64_t slices = 1;
-      for (size_t d = 0; d + 2 < shape.size(); ++d)
-        slices *= shape[d];
+      const ParamLayout &layout = plan.params[row.param].layout;
+      const std::vector<int64_t> &shape = layout.shape;
       if (shape.size() < 2 || !plan.params[row.param].muon) {
         rd.fail(rp + ".param", "'" + name + "' is not a Muon matrix");
         break;
       }
-      row.slice = rd.integer(get(*o, "slice"), rp + ".slice", 0, slices - 1)
+      row.slice = rd.integer(get(*o, "slice"), rp + ".slice", 0,
+                             layout.numMatrices() - 1)
                       .value_or(0);
-      row.rows = shape[shape.size() - 2];
+      row.rows = layout.matrixRows();
       rd.integer(get(*o, "rows"), rp + ".rows", row.rows, row.rows);
       row.ref.offset =
           rd.integer(get(*o, "offset"), rp + ".offset", 0).value_or(0);

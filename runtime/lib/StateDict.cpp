@@ -139,19 +139,18 @@ bool Optimizer::cutRowStates(const std::vector<RowStatePiece> &saved,
     }
     const PlanParam &p = plan.params[it->second];
     const std::vector<int64_t> &shape = p.layout.shape;
-    int64_t slices = 1;
-    for (size_t d = 0; d + 2 < shape.size(); ++d)
-      slices *= shape[d];
     if (!p.muon || shape.size() < 2) {
       error = where + ": '" + row.param + "' is not a Muon matrix";
       return false;
     }
+    // Matrices by index: batch slices times heads (ParamLayout::numMatrices).
+    int64_t slices = p.layout.numMatrices();
     if (row.slice < 0 || row.slice >= slices) {
       error = where + ": slice out of range; '" + row.param + "' has " +
               std::to_string(slices) + " matrices";
       return false;
     }
-    int64_t rows = shape[shape.size() - 2];
+    int64_t rows = p.layout.matrixRows();
     if (static_cast<int64_t>(row.values.size()) != rows) {
       error = where + ": " + std::to_string(row.values.size()) +
               " values; the matrix has " + std::to_string(rows) + " rows";

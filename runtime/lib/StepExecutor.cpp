@@ -287,7 +287,9 @@ StepExecutor::Piece StepExecutor::piece(int64_t k) const {
   size_t batchDims = shape.size() - 2;
   // The slice's coordinates over the batch dims, then its place among the
   // local slices (row-major over the local box).
-  int64_t slice = std::max<int64_t>(m.slice, 0), localSlice = 0;
+  int64_t slice = planRef.params[m.paramIndex].layout.batchSliceOf(
+              std::max<int64_t>(m.slice, 0)),
+          localSlice = 0;
   std::vector<int64_t> coord(batchDims);
   for (size_t d = batchDims; d-- > 0;) {
     coord[d] = slice % shape[d];
@@ -299,9 +301,23 @@ StepExecutor::Piece StepExecutor::piece(int64_t k) const {
       return piece;
     localSlice = localSlice * r.size() + (coord[d] - r.begin);
   }
-  piece.rows = local.box[batchDims];
-  piece.cols = local.box[batchDims + 1];
-  piece.offset = localSlice * piece.elements();
+  // A head's block: the local box cut to it, in the block's coordinates.
+  const ParamLayout &layout = planRef.params[m.paramIndex].layout;
+  const Range &rows = local.box[batchDims], &cols = local.box[batchDims + 1];
+  Range headRows = layout.headRowsOf(std::max<int64_t>(m.slice, 0)),
+        headCols = layout.headColsOf(std::max<int64_t>(m.slice, 0));
+  int64_t rowBegin = std::max(rows.begin, headRows.begin),
+          colBegin = std::max(cols.begin, headCols.begin);
+  piece.rows = {rowBegin - headRows.begin,
+                std::min(rows.end, headRows.end) - headRows.begin};
+  piece.cols = {colBegin - headCols.begin,
+                std::min(cols.end, headCols.end) - headCols.begin};
+  if (piece.rows.size() <= 0 || piece.cols.size() <= 0)
+    return Piece();
+  piece.stride = cols.size();
+  piece.offset = localSlice * rows.size() * cols.size() +
+                 (rowBegin - rows.begin) * cols.size() +
+                 (colBegin - cols.begin);
   return piece;
 }
 
@@ -337,7 +353,7 @@ Status StepExecutor::fullMatrix(int64_t k, float *&matrix) {
   if (own.offset >= 0) {
     BoxCopy c;
     c.src = locals[m.paramIndex].update.floats() + own.offset;
-    c.srcStride = own.cols.size();
+    c.srcStride = own.stride;
     c.dst = matrix + own.rows.begin * m.cols + own.cols.begin;
     c.dstStride = m.cols;
     c.rows = own.rows.size();
@@ -395,9 +411,9 @@ Status StepExecutor::startExchange(int64_t index) {
         // A box of this rank's momentum-updated piece, for the owner.
         Piece from = piece(t.matrix);
         c.src = locals[m.paramIndex].update.floats() + from.offset +
-                (t.rows.begin - from.rows.begin) * from.cols.size() +
+                (t.rows.begin - from.rows.begin) * from.stride +
                 (t.cols.begin - from.cols.begin);
-        c.srcStride = from.cols.size();
+        c.srcStride = from.stride;
       } else {
         // A holder's new piece, cut from the orthogonalized matrix.
         c.src = full.at(t.matrix) + t.rows.begin * m.cols +
@@ -515,9 +531,9 @@ Status StepExecutor::finishExchange(int64_t index) {
         } else {
           Piece to = piece(t.matrix);
           c.dst = locals[m.paramIndex].orthogonalized.floats() + to.offset +
-                  (t.rows.begin - to.rows.begin) * to.cols.size() +
+                  (t.rows.begin - to.rows.begin) * to.stride +
                   (t.cols.begin - to.cols.begin);
-          c.dstStride = to.cols.size();
+          c.dstStride = to.stride;
         }
         device.copyBox(c);
         at += t.elements();
@@ -577,7 +593,7 @@ Status StepExecutor::runNewtonSchulz(int64_t round) {
       c.src = matrix + own.rows.begin * m.cols + own.cols.begin;
       c.srcStride = m.cols;
       c.dst = locals[m.paramIndex].orthogonalized.floats() + own.offset;
-      c.dstStride = own.cols.size();
+      c.dstStride = own.stride;
       c.rows = own.rows.size();
       c.cols = own.cols.size();
       c.through = wire;
@@ -612,11 +628,19 @@ void StepExecutor::applyRound(int64_t round) {
     LocalParam &local = locals[m.paramIndex];
     const MuonSettings &settings =
         currentGroups[planRef.params[m.paramIndex].group].muonSettings;
-    device.applyUpdate(static_cast<char *>(local.values) +
-                           own.offset * dtypeBytes(local.dtype),
-                       local.dtype, local.orthogonalized.floats() + own.offset,
-                       own.elements(), settings,
-                       adjustedLr(settings, m.rows, m.cols));
+    // adjust_lr takes the matrix's shape: a head's block for per-head
+    // Newton-Schulz, as dion and torchtitan scale each head's update.
+    double lr = adjustedLr(settings, m.rows, m.cols);
+    // A head's block of columns is one run per row; anything else one run.
+    int64_t runs = own.contiguous() ? 1 : own.rows.size();
+    int64_t length = own.contiguous() ? own.elements() : own.cols.size();
+    for (int64_t r = 0; r < runs; ++r) {
+      int64_t at = own.offset + r * own.stride;
+      device.applyUpdate(static_cast<char *>(local.values) +
+                             at * dtypeBytes(local.dtype),
+                         local.dtype, local.orthogonalized.floats() + at,
+                         length, settings, lr);
+    }
   }
 }
 

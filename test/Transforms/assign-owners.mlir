@@ -81,3 +81,21 @@ muon.model @single {
   shard.grid @mesh(shape = 2)
   muon.param @a : tensor<64x64xf32> on @mesh split [[], []]
 }
+
+// -----
+
+// Per-head Newton-Schulz: each head's block is a matrix with its own
+// candidates. @v's two heads of columns (8 x 6, the costlier) span both row
+// shards: a tie, to rank 0 then the less loaded rank 1. @w's heads of 4 rows
+// lie in rank 0's rows (head 0), across both (head 1: 2 rows each, to the
+// less loaded rank 1) and in rank 1's rows (head 2).
+// CHECK-LABEL: muon.model @heads
+// CHECK:         muon.assign 0 [@w[0], @v[0]]
+// CHECK-NEXT:    muon.assign 1 [@w[1], @w[2], @v[1]]
+// CHECK-NEXT:  }
+muon.model @heads {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  muon.param @w : tensor<12x8xf32> on @mesh split [[0], []] num_heads 3
+  muon.param @v : tensor<8x12xf32> on @mesh split [[0], []] num_heads 2 head_split_dim 1
+}

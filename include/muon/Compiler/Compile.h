@@ -74,6 +74,12 @@ struct Param {
   std::map<int64_t, std::vector<std::string>> split;
   // Process-group style: the pipeline stage and the expert id.
   std::optional<int64_t> stage, expert;
+  /// Per-head Newton-Schulz (docs/spec-format.md 1.3): dim `headSplitDim`
+  /// of each matrix (0: rows, 1: columns) cut into `numHeads` blocks, each
+  /// orthogonalized, owned and balanced as a matrix of its own ("w[h]").
+  /// 1: the whole matrix.
+  int64_t numHeads = 1;
+  int64_t headSplitDim = 0;
 };
 
 struct MuonSettings {
@@ -132,7 +138,8 @@ struct Model {
 
 /// A Muon matrix as an assign callback sees it.
 struct MatrixInfo {
-  std::string name; // "w", or "w[3]" for one matrix of a batched parameter
+  /// "w", or "w[3]" for one matrix of a batched or per-head parameter.
+  std::string name;
   int64_t rows = 0, cols = 0;
   int64_t nsFlops = 0;
   std::vector<int64_t> holders; // ranks holding a piece of it

@@ -54,6 +54,12 @@ struct ParamLayout {
   std::vector<std::vector<int64_t>> splitAxes; // one entry per tensor dim
   std::vector<int64_t> partialAxes;
   std::vector<std::pair<int64_t, int64_t>> only; // (axis, coordinate)
+  /// Per-head Newton-Schulz: dim `headSplitDim` of the trailing 2-D matrix
+  /// (0: rows, 1: columns) is cut into `numHeads` equal blocks, and each
+  /// block is a matrix of its own (orthogonalized, owned and balanced on its
+  /// own). 1: the whole trailing matrix is one matrix.
+  int64_t numHeads = 1;
+  int64_t headSplitDim = 0;
 
   bool inSubmesh(const std::vector<int64_t> &coords) const;
   /// The box of the global tensor held at mesh coordinates `coords` (one
@@ -62,14 +68,30 @@ struct ParamLayout {
                               const std::vector<int64_t> &coords) const;
   bool isSharded() const;
   /// Whether the rank at `coords` holds a non-empty piece of matrix
-  /// `matrix` (row-major over the batch dims). O(dims).
+  /// `matrix` (see numMatrices for the numbering). O(dims).
   bool holdsMatrix(const Mesh &mesh, const std::vector<int64_t> &coords,
                    int64_t matrix) const;
   bool isPartial() const { return !partialAxes.empty(); }
+
+  /// The number of Muon matrices: the product of the batch dims times
+  /// numHeads. Matrix `m` is head `m % numHeads` of batch slice
+  /// `m / numHeads` (row-major over the batch dims).
+  int64_t numMatrices() const;
+  /// Whether the matrices are named by index (`p[i]`): batched or per-head.
+  bool slicedMatrices() const { return shape.size() > 2 || numHeads > 1; }
+  /// Every matrix's shape: the trailing two dims, with the head's share of
+  /// dim headSplitDim.
+  int64_t matrixRows() const;
+  int64_t matrixCols() const;
+  /// Where matrix `m` lies: its batch slice and its box of the trailing
+  /// 2-D matrix.
+  int64_t batchSliceOf(int64_t m) const { return m / numHeads; }
+  Range headRowsOf(int64_t m) const;
+  Range headColsOf(int64_t m) const;
 };
 
-/// One rank's non-empty piece of one matrix (the trailing two dims) of a
-/// parameter.
+/// One rank's non-empty piece of one matrix (the trailing two dims of a
+/// parameter, or one head's block of them), in the matrix's coordinates.
 struct MatrixPiece {
   int64_t rank;
   Range rows, cols;
@@ -79,7 +101,7 @@ struct MatrixPiece {
   int64_t elements() const { return rows.size() * cols.size(); }
 };
 
-/// The pieces of matrix `matrix` (row-major over the batch dims) of a
+/// The pieces of matrix `matrix` (ParamLayout::numMatrices' numbering) of a
 /// parameter, one per rank holding a non-empty piece, sorted by rank.
 /// Replicas and partial summands count as pieces of their own. The cost is
 /// proportional to the number of pieces, not to the size of the mesh.
@@ -107,6 +129,7 @@ private:
   const Mesh &mesh;
   const ParamLayout *lastLayout = nullptr;
   std::vector<int64_t> lastChunk, chunk; // per batch dim, the chunk's begin
+  int64_t lastHead = -1;
   std::vector<MatrixPiece> list;
   uint64_t computed = 0;
 };
@@ -129,6 +152,12 @@ std::string formatRanks(const std::vector<int64_t> &ranks);
 /// Number of independent matrices in a tensor of this shape: the product of
 /// the leading (batch) dims; 1 for a 2-D tensor.
 int64_t numMatrices(const std::vector<int64_t> &shape);
+
+/// Why per-head Newton-Schulz (`numHeads` blocks along dim `headSplitDim` of
+/// the trailing matrix) does not fit a parameter of this shape and
+/// algorithm; "" when it does (and always for numHeads 1 with dim 0).
+std::string headsError(const std::vector<int64_t> &shape, bool muon,
+                       int64_t numHeads, int64_t headSplitDim);
 
 /// Newton-Schulz flops for one m x n matrix, as the report counts them:
 /// ns_steps * (4*a*a*b + 2*a*a*a) with a = min(m, n), b = max(m, n).

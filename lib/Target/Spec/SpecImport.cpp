@@ -92,6 +92,9 @@ private:
   bool hasParamGroups = false;
   LogicalResult importDistributed(const JsonValue &v);
   LogicalResult importParams(const JsonValue &v, const JsonValue &root);
+  LogicalResult importHeads(const JsonValue &p, const std::string &path,
+                            ArrayRef<int64_t> shape, bool muon,
+                            OperationState &state);
   LogicalResult importParamLayout(const JsonValue &p, const std::string &path,
                                   int64_t rank, OperationState &state);
   /// Resolves a mesh axis given by name or index.
@@ -1006,10 +1009,12 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
                 ? std::initializer_list<std::string_view>{"name", "shape",
                                                           "dtype", "optimizer",
                                                           "group", "stage",
-                                                          "expert"}
+                                                          "expert", "num_heads",
+                                                          "head_split_dim"}
                 : std::initializer_list<std::string_view>{
                       "name", "shape", "dtype", "optimizer", "group",
-                      "placements", "split", "only"})))
+                      "placements", "split", "only", "num_heads",
+                      "head_split_dim"})))
       return failure();
     const JsonValue *s = get(p, "shape");
     if (!s)
@@ -1114,6 +1119,8 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
             std::vector<int64_t>(shape.begin(), shape.end()), muon);
         !bad.empty())
       return fail(shapePath, "parameter '" + paramNames[i] + "' " + bad);
+    if (failed(importHeads(p, path, shape, muon, state)))
+      return failure();
     if (processGroups) {
       std::optional<int64_t> tp = tpDim[i];
       if (!tp && tpAll && rank >= 2)
@@ -1144,6 +1151,44 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
     }
     builder.create(state);
   }
+  return success();
+}
+
+/// Per-head Newton-Schulz (`num_heads`, `head_split_dim`) of one parameter.
+LogicalResult SpecImporter::importHeads(const JsonValue &p,
+                                        const std::string &path,
+                                        ArrayRef<int64_t> shape, bool muon,
+                                        OperationState &state) {
+  std::optional<int64_t> heads, dim;
+  if (const JsonValue *v = get(p, "num_heads")) {
+    heads = getLimited(*v, key(path, "num_heads"), 1, limits::kMaxMatrices,
+                       "heads");
+    if (!heads)
+      return failure();
+  }
+  if (const JsonValue *v = get(p, "head_split_dim")) {
+    if (!heads)
+      return fail(key(path, "head_split_dim"),
+                  "only with num_heads (the dim it cuts into heads)");
+    dim = getLimited(*v, key(path, "head_split_dim"), 0, limits::kMaxTensorDims,
+                     "for a dim");
+    if (!dim)
+      return failure();
+    if (*dim > 1)
+      return fail(key(path, "head_split_dim"),
+                  "expected 0 (the rows) or 1 (the columns) of the matrix, "
+                  "got " +
+                      std::to_string(*dim));
+  }
+  if (!heads)
+    return success();
+  std::vector<int64_t> dims(shape.begin(), shape.end());
+  if (std::string bad = ::muon::headsError(dims, muon, *heads, dim.value_or(0));
+      !bad.empty())
+    return fail(key(path, "num_heads"), bad); // the path names the parameter
+  state.addAttribute("num_heads", builder.getI64IntegerAttr(*heads));
+  if (dim)
+    state.addAttribute("head_split_dim", builder.getI64IntegerAttr(*dim));
   return success();
 }
 

@@ -330,6 +330,9 @@ std::string compileModel(nb::list params, nb::list groups, nb::object mesh,
       for (auto [dim, axes] : nb::cast<nb::dict>(d["split"]))
         p.split[nb::cast<int64_t>(nb::int_(dim))] =
             nb::cast<std::vector<std::string>>(axes);
+    // Per-head Newton-Schulz (muonc.torch checked the values' types).
+    p.numHeads = get<int64_t>(d, "num_heads", 1);
+    p.headSplitDim = get<int64_t>(d, "head_split_dim", 0);
     model.params.push_back(std::move(p));
   }
   std::string error;

@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import gc
 import math
+import numbers
 import os
 import pickle
 import weakref
@@ -43,6 +44,9 @@ _MUON_KEYS = ("lr", "weight_decay", "momentum", "nesterov", "adjust_lr_fn",
               "weight_decay_mode", "normuon_beta2")
 _ADAMW_KEYS = ("lr", "betas", "eps", "weight_decay")
 _PLAN_KEYS = ("ns_coefficients", "eps", "ns_steps", "normuon")
+# Per-head Newton-Schulz: compiled into the plan too (it decides the
+# matrices), but free to differ between groups.
+_HEAD_KEYS = ("num_heads", "head_split_dim")
 
 
 class TorchCommunicator:
@@ -329,6 +333,16 @@ class Muon(torch.optim.Optimizer):
     mpirun, torch.distributed initialized or not), or None: "mpi" when this
     process was started by mpirun, else "torch".
 
+    Per-head Newton-Schulz (attention projections, as torchtitan and dion
+    do): ``num_heads`` cuts each matrix of a Muon group into that many
+    blocks along ``head_split_dim`` (0: rows, the output features of a
+    torch ``[out, in]`` weight, e.g. a fused QKV; 1: columns, e.g. an
+    output projection), and each block is orthogonalized (and its lr scaled
+    by ``adjust_lr_fn``) as a matrix of its own. Either is an int for every
+    parameter of the group or a dict from parameter name to value (names as
+    in ``param_names``); None or a name not in the dict: 1 head (dim 0).
+    Both are compiled into the plan and cannot change afterwards.
+
     QK-clip (MuonClip, Kimi K2): ``qk_clip_layers``, a list of dicts, one
     per attention layer: ``name``, ``query`` and ``key`` (the W_q and W_k
     parameters, or their names), ``num_heads``, optionally ``num_kv_heads``
@@ -350,6 +364,8 @@ class Muon(torch.optim.Optimizer):
                  ns_dtype: str = "f32", timeout: float = 120.0,
                  weight_decay_mode: str = "decoupled", normuon: bool = False,
                  normuon_beta2: float = 0.95,
+                 num_heads: int | dict | None = None,
+                 head_split_dim: int | dict = 0,
                  communicator: str | None = None,
                  qk_clip_threshold: float | None = None,
                  qk_clip_layers: list | None = None):
@@ -367,7 +383,8 @@ class Muon(torch.optim.Optimizer):
                         ns_coefficients=tuple(ns_coefficients), eps=eps,
                         ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn,
                         weight_decay_mode=weight_decay_mode, normuon=normuon,
-                        normuon_beta2=normuon_beta2)
+                        normuon_beta2=normuon_beta2, num_heads=num_heads,
+                        head_split_dim=head_split_dim)
         super().__init__(params, defaults)
         self._ns_dtype = ns_dtype
         if communicator is None:
@@ -423,6 +440,11 @@ class Muon(torch.optim.Optimizer):
                             f"or 'adamw', not {group['algorithm']!r}")
         group["use_muon"] = group["algorithm"] == "muon"
         if group["algorithm"] == "adamw":
+            for key in _HEAD_KEYS:
+                if key in group:
+                    raise MuonError(
+                        f"invalid argument: {key} is a Muon setting "
+                        "(per-head Newton-Schulz); this group is AdamW")
             group.setdefault("betas", (0.9, 0.999))
             group.setdefault("eps", 1e-8)
             group.setdefault("weight_decay", 0.01)
@@ -520,9 +542,12 @@ class Muon(torch.optim.Optimizer):
                 [p for p, _, _ in self._params]))
         self._config = config
         plan_params, plan_groups = [], []
+        heads = _heads_by_name(self._params)
         for p, name, group in self._params:
             entry = {"name": name, "shape": list(p.shape),
                      "dtype": _dtype_name(p), "group": group["name"]}
+            if name in heads:
+                entry["num_heads"], entry["head_split_dim"] = heads[name]
             if config is not None:
                 entry["placements"], split = _layout_of(p, name, config)
                 if split:
@@ -591,7 +616,8 @@ class Muon(torch.optim.Optimizer):
                     f"of shape {have}, the plan expects {want} (box "
                     f"{slot and slot['box']}); muonc splits as torch.chunk")
         self._pushed = {}
-        self._plan_settings = {g["name"]: tuple(repr(g[k]) for k in _PLAN_KEYS)
+        self._plan_settings = {g["name"]: tuple(repr(g.get(k)) for k in
+                                                _PLAN_KEYS + _HEAD_KEYS)
                                for g in muon_groups}
         # torch's state stays empty (the state lives in the engine); a
         # marker per parameter keeps torch.distributed.checkpoint from
@@ -702,12 +728,19 @@ class Muon(torch.optim.Optimizer):
         for group in self.param_groups:
             name = group["name"]
             if group["use_muon"]:
-                now = tuple(repr(group[k]) for k in _PLAN_KEYS)
-                if now != self._plan_settings[name]:
+                now = tuple(repr(group.get(k)) for k in _PLAN_KEYS + _HEAD_KEYS)
+                was = self._plan_settings[name]
+                if now[:len(_PLAN_KEYS)] != was[:len(_PLAN_KEYS)]:
                     raise MuonError(
                         f"invalid argument: group '{name}': ns_coefficients, "
                         "eps, ns_steps and normuon are compiled into the "
                         "plan and cannot change after construction")
+                if now != was:
+                    raise MuonError(
+                        f"invalid argument: group '{name}': num_heads and "
+                        "head_split_dim are compiled into the plan (they "
+                        "decide the matrices) and cannot change after "
+                        "construction")
                 _check_adjust(group["adjust_lr_fn"])
                 _check_decay_mode(group["weight_decay_mode"])
                 _check_normuon(group["normuon"], group["normuon_beta2"])
@@ -1049,6 +1082,51 @@ def _row_states(raw):
     return [{"param": r["param"], "slice": r["slice"], "state": r["state"],
              "values": torch.from_numpy(r["values"])}
             for r in raw.get("row_states", [])]
+
+
+def _heads_by_name(params):
+    """{name: (num_heads, head_split_dim)} of every parameter that asks for
+    per-head Newton-Schulz through its group's num_heads / head_split_dim
+    (an int for the whole group, or a dict by parameter name). Whether the
+    heads divide the dim the compiler checks, naming the parameter."""
+    out = {}
+    by_group = {}
+    for _, name, group in params:
+        by_group.setdefault(id(group), (group, []))[1].append(name)
+    every = {name for _, name, _ in params}
+    for group, names in by_group.values():
+        if not group["use_muon"]:
+            continue  # add_param_group refused the keys on AdamW groups
+        given = {k: group.get(k) for k in _HEAD_KEYS}
+        for key, value in given.items():
+            # A dict may be the constructor's, shared by every group: its
+            # names must be the optimizer's (a typo must not pass).
+            if isinstance(value, dict):
+                strangers = sorted(set(value) - every)
+                if strangers:
+                    raise MuonError(
+                        f"invalid argument: {key} names '{strangers[0]}', "
+                        "which is not a parameter of the optimizer (names "
+                        "as in param_names, e.g. " +
+                        ", ".join(f"'{n}'" for n in sorted(every)[:3]) + ")")
+        for name in names:
+            heads, dim = (v.get(name) if isinstance(v, dict) else v
+                          for v in given.values())
+            heads = 1 if heads is None else heads
+            dim = 0 if dim is None else dim
+            # Integers of any kind (numpy's too), not bools.
+            integral = [isinstance(v, numbers.Integral) and
+                        not isinstance(v, bool) for v in (heads, dim)]
+            if not integral[0] or heads < 1:
+                raise MuonError(f"invalid argument: parameter '{name}': "
+                                f"num_heads {heads!r} is not an integer >= 1")
+            if not integral[1] or dim not in (0, 1):
+                raise MuonError(f"invalid argument: parameter '{name}': "
+                                f"head_split_dim {dim!r} is not 0 (rows) or "
+                                "1 (columns)")
+            if heads != 1 or dim != 0:
+                out[name] = (int(heads), int(dim))
+    return out
 
 
 def _check_normuon(normuon, beta2):

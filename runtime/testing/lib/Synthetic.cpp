@@ -200,6 +200,8 @@ Plan referencePlan(const Plan &plan) {
     q.group = p.group;
     q.layout.shape = p.layout.shape;
     q.layout.splitAxes.assign(p.layout.shape.size(), {});
+    q.layout.numHeads = p.layout.numHeads;
+    q.layout.headSplitDim = p.layout.headSplitDim;
     ref.params.push_back(std::move(q));
   }
   ref.ns = plan.ns;

@@ -460,3 +460,42 @@ muon.model @m {
   // expected-error @+1 {{optimizer 'normuon_beta2' must be in [0, 1), got 1}}
   muon.optimizer {normuon = true, normuon_beta2 = 1.0 : f64}
 }
+
+// -----
+
+muon.model @m {
+  // expected-error @+1 {{parameter 'w' num_heads 3 does not divide the rows (16) of the 16 x 8 matrix}}
+  muon.param @w : tensor<16x8xf32> num_heads 3
+}
+
+// -----
+
+muon.model @m {
+  // expected-error @+1 {{parameter 'w' num_heads must be at least 1, got 0}}
+  muon.param @w : tensor<16x8xf32> num_heads 0
+}
+
+// -----
+
+muon.model @m {
+  // expected-error @+1 {{parameter 'w' head_split_dim must be 0 (rows) or 1 (columns) of the matrix, got 2}}
+  muon.param @w : tensor<16x8xf32> num_heads 2 head_split_dim 2
+}
+
+// -----
+
+muon.model @m {
+  // expected-error @+1 {{parameter 'b' per-head Newton-Schulz needs a Muon parameter of 2 or more dims}}
+  muon.param @b : tensor<16x8xf32> num_heads 2 group adamw
+}
+
+// -----
+
+// A matrix index names a head: 4 matrices (2 slices x 2 heads).
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  muon.distributed
+  muon.param @e : tensor<2x8x8xf32> on @mesh split [[], [], []] num_heads 2
+  // expected-error @+1 {{assignment to rank 0 names matrix 'e[4]', but the parameter has 4 matrices}}
+  muon.assign 0 [@e[4]]
+}

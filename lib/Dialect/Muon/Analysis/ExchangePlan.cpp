@@ -197,11 +197,10 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
   };
   for (size_t k = 0; k < matrices.size(); ++k) {
     const MuonMatrix &mm = matrices[k];
-    const std::vector<int64_t> &shape = layout.layouts[mm.param].shape;
     PlanMatrix pm;
     pm.param = ParamOp(layout.params[mm.param]).getSymName().str();
     pm.paramIndex = mm.param;
-    pm.slice = shape.size() > 2 ? mm.matrix : -1;
+    pm.slice = layout.layouts[mm.param].slicedMatrices() ? mm.matrix : -1;
     pm.rows = mm.rows;
     pm.cols = mm.cols;
     pm.nsFlops = mm.nsFlops;
@@ -310,7 +309,7 @@ FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
   std::map<std::pair<std::string, int64_t>, int64_t> indexOf;
   for (size_t k = 0; k < muonMatrices.size(); ++k) {
     const MuonMatrix &mm = muonMatrices[k];
-    bool batched = layout.layouts[mm.param].shape.size() > 2;
+    bool batched = layout.layouts[mm.param].slicedMatrices();
     indexOf[{ParamOp(layout.params[mm.param]).getSymName().str(),
              batched ? mm.matrix : 0}] = k;
   }

@@ -22,10 +22,10 @@ mlir::muon::collectMuonMatrices(ModelOp model, const ModelLayout &layout) {
     ParamOp param = layout.params[i];
     if (!param.isMuon())
       continue;
-    const std::vector<int64_t> &shape = layout.layouts[i].shape;
-    int64_t rows = shape[shape.size() - 2], cols = shape.back();
-    int64_t count = numMatrices(shape);
-    bool batched = shape.size() > 2;
+    const ParamLayout &pl = layout.layouts[i];
+    int64_t rows = pl.matrixRows(), cols = pl.matrixCols();
+    int64_t count = pl.numMatrices();
+    bool batched = pl.slicedMatrices();
     for (int64_t m = 0; m < count; ++m) {
       std::string label = param.getSymName().str();
       if (batched)
@@ -63,7 +63,7 @@ mlir::muon::ownersFromAssignments(ModelOp model, const ModelLayout &layout,
       auto it = indexOf.find(cast<FlatSymbolRefAttr>(ref).getAttr());
       if (it == indexOf.end())
         continue;
-      int64_t count = numMatrices(layout.layouts[it->second].shape);
+      int64_t count = layout.layouts[it->second].numMatrices();
       for (int64_t m = slice < 0 ? 0 : slice;
            m < (slice < 0 ? count : slice + 1); ++m)
         owner[{it->second, m}] = assign.getRank();

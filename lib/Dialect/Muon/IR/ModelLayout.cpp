@@ -65,6 +65,8 @@ static FailureOr<ModelLayout> layoutFromGrid(ModelOp model, Operation *grid) {
     if (std::optional<ArrayRef<int64_t>> partial = param.getPartialAxes())
       pl.partialAxes.assign(partial->begin(), partial->end());
     pl.only = param.getOnlyPairs();
+    pl.numHeads = param.getNumHeads().value_or(1);
+    pl.headSplitDim = param.getHeadSplitDim().value_or(0);
     layout.params.push_back(param);
     layout.layouts.push_back(std::move(pl));
   }
@@ -174,6 +176,8 @@ static FailureOr<ModelLayout> layoutFromGroups(ModelOp model) {
       pl.only.push_back({epAxis, *expert * g / numExperts});
     }
     std::sort(pl.only.begin(), pl.only.end());
+    pl.numHeads = param.getNumHeads().value_or(1);
+    pl.headSplitDim = param.getHeadSplitDim().value_or(0);
     layout.params.push_back(param);
     layout.layouts.push_back(std::move(pl));
   }

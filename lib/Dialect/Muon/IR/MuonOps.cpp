@@ -84,9 +84,10 @@ bool ModelOp::usesProcessGroups() {
 }
 
 /// Names a Muon matrix in messages: the parameter, plus the slice for
-/// batched tensors.
+/// batched or per-head tensors.
 static std::string matrixLabel(ParamOp param, int64_t matrix) {
-  if (param.getTensorType().getRank() > 2)
+  if (param.getTensorType().getRank() > 2 ||
+      param.getNumHeads().value_or(1) > 1)
     return "matrix '" + param.getSymName().str() + "[" +
            std::to_string(matrix) + "]'";
   return "parameter '" + param.getSymName().str() + "'";
@@ -111,7 +112,7 @@ forEachMatrixRef(Operation *op, const ModelLayout &layout,
     if (!param.isMuon())
       return op->emitError() << who << " names parameter '" << sym.getValue()
                              << "', which is in the adamw group; " << onlyMuon;
-    int64_t count = numMatrices(layout.layouts[i].shape);
+    int64_t count = layout.layouts[i].numMatrices();
     if (slice >= count)
       return op->emitError()
              << who << " names matrix '" << sym.getValue() << "[" << slice
@@ -137,7 +138,7 @@ paramIndex(const ModelLayout &layout) {
 static std::vector<int64_t> firstMatrix(const ModelLayout &layout) {
   std::vector<int64_t> first(layout.params.size() + 1, 0);
   for (size_t i = 0; i < layout.params.size(); ++i)
-    first[i + 1] = first[i] + numMatrices(layout.layouts[i].shape);
+    first[i + 1] = first[i] + layout.layouts[i].numMatrices();
   return first;
 }
 
@@ -546,7 +547,8 @@ ParseResult ParamOp::parse(OpAsmParser &parser, OperationState &result) {
       result.addAttribute("only", DenseI64ArrayAttr::get(ctx, pairs));
     }
   }
-  for (StringRef key : {"tp_dim", "stage", "expert"}) {
+  for (StringRef key :
+       {"tp_dim", "stage", "expert", "num_heads", "head_split_dim"}) {
     if (failed(parser.parseOptionalKeyword(key)))
       continue;
     int64_t v;
@@ -603,6 +605,10 @@ void ParamOp::print(OpAsmPrinter &p) {
     p << " stage " << *v;
   if (std::optional<int64_t> v = getExpert())
     p << " expert " << *v;
+  if (std::optional<int64_t> v = getNumHeads())
+    p << " num_heads " << *v;
+  if (std::optional<int64_t> v = getHeadSplitDim())
+    p << " head_split_dim " << *v;
   if (std::optional<ParamGroup> g = getGroup())
     p << " group " << stringifyParamGroup(*g);
   if (std::optional<StringRef> name = getParamGroup()) {
@@ -612,8 +618,8 @@ void ParamOp::print(OpAsmPrinter &p) {
   p.printOptionalAttrDict((*this)->getAttrs(),
                           {SymbolTable::getSymbolAttrName(), "tensor_type",
                            "grid", "split_axes", "partial_axes", "only",
-                           "tp_dim", "stage", "expert", "group",
-                           "param_group"});
+                           "tp_dim", "stage", "expert", "num_heads",
+                           "head_split_dim", "group", "param_group"});
 }
 
 LogicalResult ParamOp::verify() {
@@ -644,6 +650,12 @@ LogicalResult ParamOp::verify() {
                    << " dim(s) but Muon orthogonalizes matrices (2 or more "
                       "dims, leading dims being batch dims); use the adamw "
                       "group";
+
+  if (std::string bad = ::muon::headsError(
+          std::vector<int64_t>(type.getShape().begin(), type.getShape().end()),
+          isMuon(), getNumHeads().value_or(1), getHeadSplitDim().value_or(0));
+      !bad.empty())
+    return error() << bad;
 
   bool hasLayout = getSplitAxesAttr() || getPartialAxesAttr() || getOnlyAttr();
   if (hasLayout && !getGridAttr())

@@ -172,9 +172,14 @@ private:
   /// Where matrix `k`'s piece sits in its parameter's local buffers: the
   /// element offset of its (row-major, rows x cols) block, and its global
   /// rows and cols. `offset` is -1 when this rank holds none of it.
+  /// This rank's piece of a matrix: `rows` x `cols` in the matrix's
+  /// coordinates, starting at element `offset` of the local parameter, its
+  /// rows `stride` apart (wider than `cols` for a head's block of columns).
   struct Piece {
     int64_t offset = -1;
     Range rows, cols;
+    int64_t stride = 0;
+    bool contiguous() const { return stride == cols.size(); }
     int64_t elements() const { return rows.size() * cols.size(); }
   };
   Piece piece(int64_t k) const;

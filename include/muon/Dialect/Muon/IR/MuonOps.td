@@ -87,6 +87,11 @@ def Muon_ParamOp : Muon_Op<"param", [
     In the process-group style a parameter has no `on` clause; instead
     `tp_dim`, `stage` and `expert` say what the groups do with it.
 
+    `num_heads N` (per-head Newton-Schulz, either style) cuts dim
+    `head_split_dim` (0: rows, the default; 1: columns) of every trailing
+    matrix into N equal blocks, each a Muon matrix of its own: `@p[i]` is
+    head `i % N` of batch slice `i / N`.
+
     ```mlir
     // TP splits dim 0 first (major), then FSDP splits each TP chunk.
     muon.param @wq : tensor<8192x8192xbf16> on @mesh split [[1, 0], []]
@@ -95,6 +100,7 @@ def Muon_ParamOp : Muon_Op<"param", [
     muon.param @head : tensor<4x4xf32> on @mesh split [[], []] only [0 = 3] group adamw
     muon.param @wte : tensor<96x32xf32> on @mesh split [[0], []] group adamw param_group "embeddings"
     muon.param @w0 : tensor<1024x4096xf32> tp_dim 0 stage 1
+    muon.param @wqkv : tensor<96x32xf32> on @mesh split [[0], []] num_heads 12
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
@@ -107,7 +113,9 @@ def Muon_ParamOp : Muon_Op<"param", [
                        OptionalAttr<StrAttr>:$param_group,
                        OptionalAttr<I64Attr>:$tp_dim,
                        OptionalAttr<I64Attr>:$stage,
-                       OptionalAttr<I64Attr>:$expert);
+                       OptionalAttr<I64Attr>:$expert,
+                       OptionalAttr<I64Attr>:$num_heads,
+                       OptionalAttr<I64Attr>:$head_split_dim);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
   let extraClassDeclaration = [{
