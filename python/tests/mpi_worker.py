@@ -1,8 +1,10 @@
 """One rank of test_torch_mpi.py, started by mpirun: muonc.torch.Muon with
 its exchanges over MPI_COMM_WORLD. MODE "plain": no torch.distributed, the
 same model on every rank (replicated, as DDP leaves it), each rank the whole
-batch's gradient; MODE "fsdp": torch.distributed (gloo) started from MPI's
+batch's gradient; MODE "bf16": the same with Newton-Schulz and the
+exchanges in bf16; MODE "fsdp": torch.distributed (gloo) started from MPI's
 ranks, the model under FSDP2. Rank 0 writes OUT (torch.save)."""
+import json
 import os
 import sys
 
@@ -34,7 +36,11 @@ def main(mode, out):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
         fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
-    opt = Muon(groups(model), lr=0.02)  # communicator: MPI (mpirun)
+    # communicator: MPI (mpirun). "bf16": Newton-Schulz and the wire in bf16.
+    extra = (dict(ns_dtype="bf16", wire_dtype="bf16") if mode == "bf16"
+             else {})
+    opt = Muon(groups(model), lr=0.02, **extra)
+    result["wire_dtype"] = json.loads(opt.engine.plan_json())["wire_dtype"]
     result["communicator"] = opt._communicator
     result["world_size"] = opt.engine.world_size
     result["assignments"] = opt.assignments

@@ -20,7 +20,7 @@ def mpirun(mode, world, tmp_path):
     out = str(tmp_path / f"{mode}{world}.pt")
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(_free_port()))
-    session = tmp_path / f"mpi{world}"
+    session = tmp_path / f"mpi-{mode}{world}"
     session.mkdir()
     cmd = [MPIRUN, "-q", "--allow-run-as-root", "--oversubscribe",
            "--bind-to", "none", "--mca", "btl_vader_single_copy_mechanism",
@@ -73,6 +73,21 @@ def test_mpirun_plain_tensors_equal_one_process(tmp_path):
         assert torch.equal(p, want["params"][n]), n  # same gradients: bit for bit
 
 
+def test_mpirun_bf16_wire_equals_one_rank(tmp_path):
+    # A bf16 wire under a bf16 Newton-Schulz loses nothing: the matrices
+    # are rounded to bf16 on the way in and come out in bf16, so 2 ranks
+    # exchanging bf16 equal 1 rank exchanging nothing, bit for bit.
+    got = mpirun("bf16", 2, tmp_path)
+    assert got["wire_dtype"] == "bf16" and got["world_size"] == 2
+    want = mpirun("bf16", 1, tmp_path)
+    plain = mpirun("plain", 1, tmp_path)
+    differs = 0
+    for n, p in got["params"].items():
+        assert torch.equal(p, want["params"][n]), n
+        differs += not torch.equal(p, plain["params"][n])
+    assert differs > 0  # bf16 Newton-Schulz is not the f32 one
+
+
 def test_mpirun_fsdp2_equals_one_process(tmp_path):
     got = mpirun("fsdp", 2, tmp_path)
     assert got["communicator"] == "mpi" and got["world_size"] == 2
@@ -91,3 +106,5 @@ def test_communicator_argument_errors():
         Muon([w], communicator="gloo")
     with pytest.raises(MuonError, match="process_group is for the 'torch'"):
         Muon([w], communicator="mpi", process_group=object())
+    with pytest.raises(MuonError, match="wire_dtype 'f16'"):
+        Muon([w], wire_dtype="f16")

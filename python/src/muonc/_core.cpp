@@ -292,7 +292,8 @@ mc::ParamGroup groupOf(nb::dict d) {
 /// names, major first]}, the spec's `split`). `groups`: dicts with name,
 /// algorithm and settings. `mesh`: None (no distributed config: every
 /// holder runs the single-device algorithm) or a dict with shape, names
-/// and optionally assignments {rank: [matrix names]}. `qk_clip`: None or
+/// and optionally assignments {rank: [matrix names]} and wire_dtype ("f32",
+/// the default, or "bf16": the exchanges' element type). `qk_clip`: None or
 /// the QK-clip layers, dicts with name, query, key (parameter names),
 /// num_heads, num_kv_heads (optional) and threshold (the spec's
 /// qk_clip.layers).
@@ -348,6 +349,7 @@ std::string compileModel(nb::list params, nb::list groups, nb::object mesh,
       config->assignments =
           nb::cast<std::map<int64_t, std::vector<std::string>>>(
               m["assignments"]);
+    config->wireDtype = get<std::string>(m, "wire_dtype", "f32");
   }
   if (!mc::compile(model, config ? &*config : nullptr, plan, error))
     throw StatusError("invalid argument: " + error);
