@@ -147,6 +147,17 @@ bool readFully(int fd, void *to, int64_t bytes, int64_t offset) {
   return true;
 }
 
+/// Opens a rank file for reading: its descriptor, or -1 with `error`
+/// saying whether it is missing or unreadable.
+int openRankFile(const std::string &path, std::string &error) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    error = errno == ENOENT ? "checkpoint file '" + path + "' is missing"
+                            : "cannot read checkpoint file '" + path +
+                                  "': " + std::strerror(errno);
+  return fd;
+}
+
 /// Every rank's outcome of its local part (`mine`, empty for success):
 /// true when every rank succeeded. Otherwise `error` is this rank's own
 /// problem or, on a rank that had none, the first failing rank's, so that
@@ -873,13 +884,9 @@ bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
     const int64_t chunk = manifest.chunkBytes;
     for (const auto &[file, list] : byFile) {
       std::string path = dir + "/" + manifest.files[file].name;
-      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) {
-        mine = errno == ENOENT ? "checkpoint file '" + path + "' is missing"
-                               : "cannot read checkpoint file '" + path +
-                                     "': " + std::strerror(errno);
+      int fd = openRankFile(path, mine);
+      if (fd < 0)
         return;
-      }
       ++ioCounters.filesOpened;
       bool ok = checkRankFile(fd, path, manifest, file,
                               ioCounters.rankFileBytes, mine);
@@ -971,13 +978,9 @@ bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
         continue; // cutRowStates decides
       const Manifest::Row &row = *it->second;
       std::string path = dir + "/" + manifest.files[row.file].name;
-      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) {
-        mine = errno == ENOENT ? "checkpoint file '" + path + "' is missing"
-                               : "cannot read checkpoint file '" + path +
-                                     "': " + std::strerror(errno);
+      int fd = openRankFile(path, mine);
+      if (fd < 0)
         return;
-      }
       ++ioCounters.filesOpened;
       RowStatePiece &saved = savedRows.emplace_back();
       saved.param = m.param;
