@@ -7,6 +7,7 @@
 #include "muon/Runtime/Cpu/MpiCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -339,6 +340,157 @@ muon_status muon_optimizer_set_group(muon_optimizer *opt, const char *name,
   a.beta2 = options->beta2;
   a.eps = options->eps;
   return report(opt->optimizer->setGroupOptions(name, a));
+}
+
+namespace {
+
+/// One group setting reachable by name: a number (a double or a bool) or
+/// a text (a closed set of names) of one algorithm's settings. Get and set
+/// go through this one table, so a new setting is one row.
+struct GroupSetting {
+  const char *name;
+  bool muon; // a MuonSettings field, else an AdamWSettings one
+  double muon::MuonSettings::*muonNumber = nullptr;
+  bool muon::MuonSettings::*muonFlag = nullptr;
+  std::string muon::MuonSettings::*muonText = nullptr;
+  double muon::AdamWSettings::*adamwNumber = nullptr;
+};
+
+const std::vector<GroupSetting> &groupSettings() {
+  using M = muon::MuonSettings;
+  using A = muon::AdamWSettings;
+  static const std::vector<GroupSetting> table = {
+      {"lr", true, &M::lr},
+      {"weight_decay", true, &M::weightDecay},
+      {"momentum", true, &M::momentum},
+      {"nesterov", true, nullptr, &M::nesterov},
+      {"normuon", true, nullptr, &M::normuon},
+      {"normuon_beta2", true, &M::normuonBeta2},
+      {"adjust_lr", true, nullptr, nullptr, &M::adjustLr},
+      {"weight_decay_mode", true, nullptr, nullptr, &M::weightDecayMode},
+      {"lr", false, nullptr, nullptr, nullptr, &A::lr},
+      {"weight_decay", false, nullptr, nullptr, nullptr, &A::weightDecay},
+      {"beta1", false, nullptr, nullptr, nullptr, &A::beta1},
+      {"beta2", false, nullptr, nullptr, nullptr, &A::beta2},
+      {"eps", false, nullptr, nullptr, nullptr, &A::eps},
+  };
+  return table;
+}
+
+/// The group `group` and its setting `name` of the kind asked for (text or
+/// number), or null with the error set.
+const GroupSetting *findSetting(const muon_optimizer *opt, const char *group,
+                                const char *name, bool text,
+                                const muon::PlanGroup *&found) {
+  if (!group || !name) {
+    fail(MUON_INVALID, "a group name and a setting name are needed");
+    return nullptr;
+  }
+  found = opt->optimizer->group(group);
+  if (!found) {
+    std::string names;
+    for (const muon::PlanGroup &g : opt->optimizer->groups())
+      names += std::string(names.empty() ? "" : ", ") + "'" + g.name + "'";
+    fail(MUON_INVALID, std::string("no group named '") + group +
+                           "' (the plan's groups: " + names + ")");
+    return nullptr;
+  }
+  std::string mine;
+  for (const GroupSetting &s : groupSettings()) {
+    if (s.muon != found->muon)
+      continue;
+    const bool isText = s.muonText != nullptr;
+    if (std::strcmp(s.name, name) == 0 && isText == text)
+      return &s;
+    mine += std::string(mine.empty() ? "" : ", ") + s.name +
+            (isText ? " (text)" : "");
+  }
+  fail(MUON_INVALID, std::string("group '") + group + "' (" +
+                         (found->muon ? "muon" : "adamw") +
+                         ") has no " + (text ? "text" : "number") +
+                         " setting '" + name + "'; its settings: " + mine);
+  return nullptr;
+}
+
+} // namespace
+
+muon_status muon_optimizer_group_setting(const muon_optimizer *opt,
+                                         const char *group, const char *name,
+                                         double *value) {
+  if (!checked(opt))
+    return MUON_INVALID;
+  const muon::PlanGroup *g = nullptr;
+  const GroupSetting *s = findSetting(opt, group, name, false, g);
+  if (!s)
+    return MUON_INVALID;
+  if (!value)
+    return fail(MUON_INVALID, "a place for the value is needed");
+  if (s->muonNumber)
+    *value = g->muonSettings.*(s->muonNumber);
+  else if (s->muonFlag)
+    *value = g->muonSettings.*(s->muonFlag) ? 1.0 : 0.0;
+  else
+    *value = g->adamwSettings.*(s->adamwNumber);
+  return MUON_OK;
+}
+
+muon_status muon_optimizer_set_group_setting(muon_optimizer *opt,
+                                             const char *group,
+                                             const char *name, double value) {
+  if (!checked(opt))
+    return MUON_INVALID;
+  const muon::PlanGroup *g = nullptr;
+  const GroupSetting *s = findSetting(opt, group, name, false, g);
+  if (!s)
+    return MUON_INVALID;
+  if (s->muonFlag && value != 0.0 && value != 1.0)
+    return fail(MUON_INVALID, std::string("group '") + group + "': " + name +
+                                  " is a boolean: 0 or 1, not " +
+                                  std::to_string(value));
+  if (!s->muon) {
+    muon::AdamWSettings a = g->adamwSettings;
+    a.*(s->adamwNumber) = value;
+    return report(opt->optimizer->setGroupOptions(group, a));
+  }
+  muon::MuonSettings m = g->muonSettings;
+  if (s->muonFlag)
+    m.*(s->muonFlag) = value != 0.0;
+  else
+    m.*(s->muonNumber) = value;
+  return report(opt->optimizer->setGroupOptions(group, m));
+}
+
+muon_status muon_optimizer_group_setting_text(const muon_optimizer *opt,
+                                              const char *group,
+                                              const char *name,
+                                              const char **value) {
+  if (!checked(opt))
+    return MUON_INVALID;
+  const muon::PlanGroup *g = nullptr;
+  const GroupSetting *s = findSetting(opt, group, name, true, g);
+  if (!s)
+    return MUON_INVALID;
+  if (!value)
+    return fail(MUON_INVALID, "a place for the value is needed");
+  *value = (g->muonSettings.*(s->muonText)).c_str();
+  return MUON_OK;
+}
+
+muon_status muon_optimizer_set_group_setting_text(muon_optimizer *opt,
+                                                  const char *group,
+                                                  const char *name,
+                                                  const char *value) {
+  if (!checked(opt))
+    return MUON_INVALID;
+  const muon::PlanGroup *g = nullptr;
+  const GroupSetting *s = findSetting(opt, group, name, true, g);
+  if (!s)
+    return MUON_INVALID;
+  if (!value)
+    return fail(MUON_INVALID, "a value is needed");
+  muon::MuonSettings m = g->muonSettings;
+  m.*(s->muonText) = value;
+  return report(opt->optimizer->setGroupOptions(group, m));
 }
 
 muon_status muon_optimizer_set_group_lr(muon_optimizer *opt, const char *name,

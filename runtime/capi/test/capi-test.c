@@ -164,6 +164,67 @@ int main(int argc, char **argv) {
   group.momentum = 0.9;
   EXPECT(muon_optimizer_set_group(opt, "muon", &group) == MUON_OK);
 
+  /* Settings by name: every field of each algorithm, checked as
+   * muon_optimizer_set_group checks them, refusals changing nothing. */
+  double number = -1;
+  const char *text = NULL;
+  EXPECT(muon_optimizer_group_setting(opt, "muon", "momentum", &number) ==
+             MUON_OK &&
+         number == 0.9);
+  EXPECT(muon_optimizer_set_group_setting(opt, "muon", "normuon_beta2",
+                                          0.9) == MUON_OK);
+  EXPECT(muon_optimizer_group_setting(opt, "muon", "normuon_beta2",
+                                      &number) == MUON_OK &&
+         number == 0.9);
+  EXPECT(muon_optimizer_group_setting(opt, "muon", "nesterov", &number) ==
+             MUON_OK &&
+         number == 1.0);
+  EXPECT(muon_optimizer_set_group_setting(opt, "muon", "nesterov", 0.5) ==
+         MUON_INVALID);
+  EXPECT(strstr(muon_last_error(), "is a boolean") != NULL);
+  EXPECT(muon_optimizer_set_group_setting(opt, "muon", "normuon", 1.0) ==
+         MUON_INVALID);
+  EXPECT(muon_optimizer_group_setting(opt, "muon", "normuon", &number) ==
+             MUON_OK &&
+         number == 0.0);
+  EXPECT(muon_optimizer_set_group_setting(opt, "muon", "momentum", -0.5) ==
+         MUON_INVALID);
+  EXPECT(muon_optimizer_group_setting(opt, "muon", "momentum", &number) ==
+             MUON_OK &&
+         number == 0.9);
+  EXPECT(muon_optimizer_group_setting(opt, "muon", "beta1", &number) ==
+         MUON_INVALID);
+  EXPECT(strstr(muon_last_error(), "has no number setting 'beta1'") != NULL);
+  EXPECT(strstr(muon_last_error(), "adjust_lr (text)") != NULL);
+  EXPECT(muon_optimizer_group_setting(opt, "muon", "adjust_lr", &number) ==
+         MUON_INVALID);
+  EXPECT(muon_optimizer_group_setting(opt, "nope", "lr", &number) ==
+         MUON_INVALID);
+  EXPECT(strstr(muon_last_error(), "no group named 'nope'") != NULL);
+  EXPECT(muon_optimizer_group_setting_text(opt, "muon", "adjust_lr",
+                                           &text) == MUON_OK &&
+         strcmp(text, "original") == 0);
+  EXPECT(muon_optimizer_set_group_setting_text(opt, "muon", "adjust_lr",
+                                               "sideways") == MUON_INVALID);
+  EXPECT(muon_optimizer_set_group_setting_text(
+             opt, "muon", "weight_decay_mode", "cautious") == MUON_OK);
+  EXPECT(muon_optimizer_group_setting_text(opt, "muon", "weight_decay_mode",
+                                           &text) == MUON_OK &&
+         strcmp(text, "cautious") == 0);
+  EXPECT(muon_optimizer_set_group_setting_text(
+             opt, "muon", "weight_decay_mode", "decoupled") == MUON_OK);
+  {
+    muon_group_info other;
+    EXPECT(muon_optimizer_group(opt, 1, &other) == MUON_OK &&
+           other.is_muon == 0);
+    EXPECT(muon_optimizer_set_group_setting(opt, other.name, "beta2",
+                                            0.99) == MUON_OK);
+    EXPECT(muon_optimizer_group(opt, 1, &other) == MUON_OK &&
+           other.beta2 == 0.99);
+    EXPECT(muon_optimizer_group_setting(opt, other.name, "momentum",
+                                        &number) == MUON_INVALID);
+  }
+
   /* QK-clip: logits only for the plan's layers, one finite value per
    * head; with layers, every head above the threshold each step. */
   float logits[64];

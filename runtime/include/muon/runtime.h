@@ -142,6 +142,31 @@ muon_status muon_optimizer_group(const muon_optimizer *opt, int64_t index,
  * bad value is refused with nothing changed. */
 muon_status muon_optimizer_set_group(muon_optimizer *opt, const char *name,
                                      const muon_group_info *options);
+/* A group's settings by name, for every setting of its algorithm
+ * (muon_group_info has only the first ones). As numbers (booleans 0 or
+ * 1): "lr", "weight_decay" (both algorithms); "momentum", "nesterov",
+ * "normuon", "normuon_beta2" (Muon); "beta1", "beta2", "eps" (AdamW). As
+ * text: "adjust_lr", "weight_decay_mode" (Muon). A setting the group's
+ * algorithm does not have, or one of the other kind, is refused and the
+ * message lists the group's settings. Setting one is muon_optimizer_set_group
+ * for that field: checked, nothing changed on a refusal, every rank must set
+ * the same before the next step; "normuon" is fixed by the plan. A text
+ * value stays valid until the setting changes or the optimizer is
+ * destroyed. */
+muon_status muon_optimizer_group_setting(const muon_optimizer *opt,
+                                         const char *group, const char *name,
+                                         double *value);
+muon_status muon_optimizer_set_group_setting(muon_optimizer *opt,
+                                             const char *group,
+                                             const char *name, double value);
+muon_status muon_optimizer_group_setting_text(const muon_optimizer *opt,
+                                              const char *group,
+                                              const char *name,
+                                              const char **value);
+muon_status muon_optimizer_set_group_setting_text(muon_optimizer *opt,
+                                                  const char *group,
+                                                  const char *name,
+                                                  const char *value);
 /* Only the learning rate (a schedule's usual change). */
 muon_status muon_optimizer_set_group_lr(muon_optimizer *opt, const char *name,
                                         double lr);
