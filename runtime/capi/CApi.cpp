@@ -377,11 +377,13 @@ const std::vector<GroupSetting> &groupSettings() {
   return table;
 }
 
-/// The group `group` and its setting `name` of the kind asked for (text or
-/// number), or null with the error set.
+/// The group `group` of a valid `opt` and its setting `name` of the kind
+/// asked for (text or number), or null with the error set.
 const GroupSetting *findSetting(const muon_optimizer *opt, const char *group,
                                 const char *name, bool text,
                                 const muon::PlanGroup *&found) {
+  if (!checked(opt))
+    return nullptr;
   if (!group || !name) {
     fail(MUON_INVALID, "a group name and a setting name are needed");
     return nullptr;
@@ -417,8 +419,6 @@ const GroupSetting *findSetting(const muon_optimizer *opt, const char *group,
 muon_status muon_optimizer_group_setting(const muon_optimizer *opt,
                                          const char *group, const char *name,
                                          double *value) {
-  if (!checked(opt))
-    return MUON_INVALID;
   const muon::PlanGroup *g = nullptr;
   const GroupSetting *s = findSetting(opt, group, name, false, g);
   if (!s)
@@ -437,8 +437,6 @@ muon_status muon_optimizer_group_setting(const muon_optimizer *opt,
 muon_status muon_optimizer_set_group_setting(muon_optimizer *opt,
                                              const char *group,
                                              const char *name, double value) {
-  if (!checked(opt))
-    return MUON_INVALID;
   const muon::PlanGroup *g = nullptr;
   const GroupSetting *s = findSetting(opt, group, name, false, g);
   if (!s)
@@ -464,8 +462,6 @@ muon_status muon_optimizer_group_setting_text(const muon_optimizer *opt,
                                               const char *group,
                                               const char *name,
                                               const char **value) {
-  if (!checked(opt))
-    return MUON_INVALID;
   const muon::PlanGroup *g = nullptr;
   const GroupSetting *s = findSetting(opt, group, name, true, g);
   if (!s)
@@ -480,8 +476,6 @@ muon_status muon_optimizer_set_group_setting_text(muon_optimizer *opt,
                                                   const char *group,
                                                   const char *name,
                                                   const char *value) {
-  if (!checked(opt))
-    return MUON_INVALID;
   const muon::PlanGroup *g = nullptr;
   const GroupSetting *s = findSetting(opt, group, name, true, g);
   if (!s)
