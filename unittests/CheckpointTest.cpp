@@ -13,6 +13,7 @@
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/OutputFile.h"
+#include "OneRankOptimizer.h"
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +33,8 @@
 using namespace muon;
 using namespace muon::compiler;
 using namespace muon::runtime;
+using muon::testing::OneRank;
+using muon::testing::randomValues;
 
 namespace {
 
@@ -619,38 +622,6 @@ Model normuonModel(bool normuon) {
   return model;
 }
 
-/// One rank's optimizer of `plan` on explicit storage: every parameter
-/// whole, its gradient set by the caller.
-struct OneRank {
-  SingleRankCommunicator comm;
-  cpu::CpuDevice device;
-  std::unique_ptr<Optimizer> opt;
-  std::vector<std::vector<float>> values, grads;
-  explicit OneRank(const Plan &plan) {
-    std::string error = Optimizer::create(plan, comm, device, {}, opt).message();
-    EXPECT_TRUE(opt) << error;
-    for (size_t i = 0; opt && i < plan.params.size(); ++i) {
-      int64_t n = 1;
-      for (int64_t d : plan.params[i].layout.shape)
-        n *= d;
-      values.push_back(randomValues(n, 100 + i));
-      grads.emplace_back(n);
-      EXPECT_TRUE(opt->bind(plan.params[i].name, values[i].data(),
-                            grads[i].data(), DType::F32, n)
-                      .ok());
-    }
-  }
-  static std::vector<float> randomValues(int64_t n, unsigned seed) {
-    std::vector<float> x(n);
-    uint64_t s = seed * 2654435761u + 1;
-    for (float &v : x) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      v = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-53 * 2 - 1);
-    }
-    return x;
-  }
-};
-
 /// NorMuon from the paper (Algorithm 1, with dion's rescale to the
 /// orthogonalized update's norm), in double, on one rows x cols matrix O:
 /// v = beta2 v + (1 - beta2) mean_j O_ij^2; N = O / (sqrt(v) + 1e-8);
@@ -695,7 +666,7 @@ TEST(NorMuon, OneRankMatchesAReferenceFromThePaper) {
   for (int64_t step = 0; step < 3; ++step) {
     for (size_t i = 0; i < planNor.params.size(); ++i) {
       std::vector<float> g =
-          OneRank::randomValues(static_cast<int64_t>(a.grads[i].size()),
+          randomValues(static_cast<int64_t>(a.grads[i].size()),
                                 1000 * (step + 1) + i);
       a.grads[i] = g;
       b.grads[i] = g;

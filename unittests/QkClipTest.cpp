@@ -17,6 +17,7 @@
 #include "muon/Runtime/ElementMath.h"
 #include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
+#include "OneRankOptimizer.h"
 
 #include <gtest/gtest.h>
 
@@ -32,6 +33,9 @@
 using namespace muon;
 using namespace muon::compiler;
 using namespace muon::runtime;
+using muon::testing::elementsOf;
+using muon::testing::OneRank;
+using muon::testing::randomValues;
 
 namespace {
 
@@ -68,23 +72,6 @@ Plan compileFor(const Model &model, int64_t world) {
   std::string error;
   EXPECT_TRUE(compile(model, &config, plan, error)) << error;
   return plan;
-}
-
-std::vector<float> randomValues(int64_t n, unsigned seed) {
-  std::vector<float> x(n);
-  uint64_t s = seed * 2654435761u + 1;
-  for (float &v : x) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    v = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-53 * 2 - 1);
-  }
-  return x;
-}
-
-int64_t elementsOf(const std::vector<int64_t> &shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
 }
 
 /// Head h's largest logit in step `step`: some heads above tau, some
@@ -203,33 +190,6 @@ WorldRun runWorld(const Plan &plan, int64_t steps) {
     t.join();
   return out;
 }
-
-/// One rank's optimizer on explicit whole storage.
-struct OneRank {
-  SingleRankCommunicator comm;
-  cpu::CpuDevice device;
-  std::unique_ptr<Optimizer> opt;
-  std::vector<std::vector<float>> values, grads;
-  explicit OneRank(const Plan &plan) {
-    Status s = Optimizer::create(plan, comm, device, {}, opt);
-    EXPECT_TRUE(opt) << s.message();
-    for (size_t i = 0; opt && i < plan.params.size(); ++i) {
-      int64_t n = elementsOf(plan.params[i].layout.shape);
-      values.push_back(randomValues(n, 100 + i));
-      grads.emplace_back(n);
-      EXPECT_TRUE(opt->bind(plan.params[i].name, values[i].data(),
-                            grads[i].data(), DType::F32, n)
-                      .ok());
-    }
-  }
-  void setGrads(const Plan &plan, int64_t step) {
-    for (size_t i = 0; i < plan.params.size(); ++i) {
-      std::vector<float> g = randomValues(static_cast<int64_t>(grads[i].size()),
-                                          1000 * (step + 1) + i);
-      std::copy(g.begin(), g.end(), grads[i].begin()); // the bound storage
-    }
-  }
-};
 
 /// The paper's rule on one whole weight, in double: row r of head
 /// r / (rows / heads) times sqrt(tau / S) where S > tau, S the head's

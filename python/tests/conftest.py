@@ -1,3 +1,6 @@
+import os
+import socket
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -67,3 +70,28 @@ def loss_of(model, x, y):
 
 def rel(a, b):
     return ((a.detach() - b.detach()).norm() / b.detach().norm().clamp(min=1e-30)).item()
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (for MASTER_PORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(fn, world, *args):
+    """Runs fn(rank, world, *args) on `world` spawned processes, each in a
+    gloo process group over them."""
+    import torch.multiprocessing as mp
+    mp.start_processes(_entry, args=(fn, world, free_port()) + args,
+                       nprocs=world, join=True, start_method="spawn")
+
+
+def _entry(rank, fn, world, port, *args):
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        fn(rank, world, *args)
+    finally:
+        dist.destroy_process_group()

@@ -10,7 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from muonc.torch import Muon, create_dtensor_config  # noqa: E402
-from test_torch_fsdp import (Net, build, named_groups, run_ranks,  # noqa: E402
+from conftest import run_ranks  # noqa: E402
+from test_torch_fsdp import (Net, build, named_groups,  # noqa: E402
                              train_steps, whole)
 
 STEPS = 3

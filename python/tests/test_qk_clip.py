@@ -292,7 +292,7 @@ def _four_ranks(rank, world, out):
 
 
 def test_fsdp2_four_ranks_equal_one_process_bit_for_bit(tmp_path):
-    from test_torch_fsdp import run_ranks
+    from conftest import run_ranks
     run_ranks(_four_ranks, 4, str(tmp_path))
     four = [torch.load(tmp_path / f"four.{r}", weights_only=False)
             for r in range(4)]

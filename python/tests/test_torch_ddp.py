@@ -1,23 +1,16 @@
 """muonc.torch.Muon under DDP: 2 processes (gloo, CPU) against one."""
 import copy
-import os
-import socket
 
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 from muonc.torch import Muon, MuonError, create_dtensor_config  # noqa: E402
-from conftest import TinyTransformer, batch, loss_of, split_params  # noqa: E402
+from conftest import (TinyTransformer, batch, loss_of, run_ranks,  # noqa: E402
+                      split_params)
 
 STEPS = 5
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_opt(model):
@@ -26,19 +19,8 @@ def make_opt(model):
                                     "lr": 3e-3}], lr=0.02)
 
 
-def run_ranks(fn, world, *args):
-    port = free_port()
-    mp.start_processes(_entry, args=(fn, world, port) + args, nprocs=world,
-                       join=True, start_method="spawn")
 
 
-def _entry(rank, fn, world, port, *args):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        fn(rank, world, *args)
-    finally:
-        dist.destroy_process_group()
 
 
 def _ddp_train(rank, world, out):

@@ -16,15 +16,12 @@ run. The tests then compare, in this process:
   the data-parallel gradients in another order than one process does).
 """
 import os
-import socket
 
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 from muonc.torch import Muon, MuonError, create_dtensor_config  # noqa: E402
-from conftest import batch, loss_of  # noqa: E402
+from conftest import batch, loss_of, run_ranks  # noqa: E402
 
 VOCAB, D, FF = 30, 16, 32
 STEPS, SAVE_AT = 4, 2
@@ -252,24 +249,10 @@ def _two_ranks(rank, world, out):
         torch.save(result, os.path.join(out, "two.pt"))
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def run_ranks(fn, world, *args):
-    mp.start_processes(_entry, args=(fn, world, free_port()) + args,
-                       nprocs=world, join=True, start_method="spawn")
 
 
-def _entry(rank, fn, world, port, *args):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        fn(rank, world, *args)
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from muonc.torch import Muon  # noqa: E402
-from conftest import TinyTransformer, batch, loss_of, split_params  # noqa: E402
+from conftest import (TinyTransformer, batch, free_port, loss_of,  # noqa: E402
+                      split_params)
 
 MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="no mpirun")
@@ -19,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def mpirun(mode, world, tmp_path):
     out = str(tmp_path / f"{mode}{world}.pt")
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(_free_port()))
+               MASTER_PORT=str(free_port()))
     session = tmp_path / f"mpi-{mode}{world}"
     session.mkdir()
     cmd = [MPIRUN, "-q", "--allow-run-as-root", "--oversubscribe",
@@ -35,11 +36,6 @@ def mpirun(mode, world, tmp_path):
     return torch.load(out)
 
 
-def _free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def one_process(steps=4):
