@@ -91,6 +91,51 @@ def test_state_survives_state_dicts():
         resumed.load_state_dict(bad)
 
 
+def test_normuon_v_in_state_dict():
+    # state_dict() carries the per-row state as each parameter's normuon_v
+    # (matrices x rows, here one matrix), not under "muonc"; a normuon_v
+    # of the wrong shape, or on an AdamW parameter, is refused naming the
+    # parameter, and nothing changes.
+    torch.manual_seed(3)
+    w = torch.nn.Parameter(torch.randn(12, 20))
+    b = torch.nn.Parameter(torch.randn(20))
+    opt = Muon([{"params": [("w", w)]},
+                {"params": [("b", b)], "use_muon": False}], lr=LR,
+               normuon=True)
+    for _ in range(2):
+        w.grad, b.grad = torch.randn_like(w), torch.randn_like(b)
+        opt.step()
+    saved = opt.state_dict()
+    assert set(saved["muonc"]) == {"steps"}
+    assert set(saved["state"][0]) == {"momentum_buffer", "normuon_v"}
+    assert set(saved["state"][1]) == {"exp_avg", "exp_avg_sq", "step"}
+    v = saved["state"][0]["normuon_v"]
+    assert v.dtype == torch.float32 and tuple(v.shape) == (1, 12)
+    rows = opt.local_state_dict()["muonc"]["row_states"]
+    assert torch.equal(v[0], rows[0]["values"]) and v.abs().max() > 0
+    bad = copy.deepcopy(saved)
+    bad["state"][0]["normuon_v"] = torch.ones(12)
+    before = copy.deepcopy(saved)
+    with pytest.raises(MuonError, match=r"parameter 'w': state 'normuon_v' "
+                       r"has shape \(12,\), expected \(1, 12\)"):
+        opt.load_state_dict(bad)
+    bad = copy.deepcopy(saved)
+    bad["state"][1]["normuon_v"] = torch.ones(1, 20)
+    with pytest.raises(MuonError, match="parameter 'b': the state has "
+                       "'normuon_v'.*AdamW"):
+        opt.load_state_dict(bad)
+    after = opt.state_dict()
+    assert opt.engine.steps_taken == 2
+    for i, entry in before["state"].items():
+        for k, t in entry.items():
+            assert torch.equal(after["state"][i][k], t), (i, k)
+    # A state_dict() without normuon_v (a NorMuon group's) is refused too.
+    del bad["state"][1]["normuon_v"]
+    del bad["state"][0]["normuon_v"]
+    with pytest.raises(MuonError, match="no normuon_v state for matrix"):
+        opt.load_state_dict(bad)
+
+
 def test_beta2_is_a_step_input_and_normuon_is_not():
     torch.manual_seed(2)
     grads = [torch.randn(8, 12) for _ in range(2)]

@@ -170,6 +170,11 @@ def test_normuon_per_head():
         ("attn.wqkv", h) for h in range(heads)]
     for r in rows:
         assert np.allclose(r["values"].numpy(), v[r["slice"]], rtol=1e-3)
+    # state_dict(): the heads' rows as one (heads, rows per head) tensor.
+    normuon_v = opt.state_dict()["state"][0]["normuon_v"]
+    assert tuple(normuon_v.shape) == (heads, shape[0] // heads)
+    for r in rows:
+        assert torch.equal(normuon_v[r["slice"]], r["values"])
 
 
 def test_plan_keys_cannot_change():

@@ -551,6 +551,7 @@ class Muon(torch.optim.Optimizer):
         self._config = config
         plan_params, plan_groups = [], []
         heads = _heads_by_name(self._params)
+        self._heads = heads
         for p, name, group in self._params:
             entry = {"name": name, "shape": list(p.shape),
                      "dtype": _dtype_name(p), "group": group["name"]}
@@ -853,8 +854,13 @@ class Muon(torch.optim.Optimizer):
         placements for a DTensor parameter (FSDP2, TP), the whole tensor
         for a plain one. So torch.distributed.checkpoint saves and reshards
         it (get_state_dict / set_optimizer_state_dict, dcp.save / load).
-        Collective where the parameters are. For state dicts to move as
-        files between layouts without DCP, see local_state_dict()."""
+        A parameter of a NorMuon group also has 'normuon_v', its per-row
+        second moment: a plain float32 tensor of shape (matrices, rows),
+        row s the state of its matrix s (batch slices times heads, in slice
+        order; (1, rows) for a whole 2-D matrix), gathered from the
+        matrices' owners so that every rank holds all of it. Collective
+        where the parameters are. For state dicts to move as files between
+        layouts without DCP, see local_state_dict()."""
         raw = self._engine.state_dict(False)
         by_name = {}
         for piece in raw["pieces"]:
@@ -875,15 +881,85 @@ class Muon(torch.optim.Optimizer):
         for g in groups:
             g["muonc_steps"] = raw["steps"]
         muonc = {"steps": raw["steps"]}
-        if any(g["use_muon"] and g["normuon"] for g in self.param_groups):
-            if self._engine.world_size > 1:
-                raise MuonError(
-                    "unimplemented: NorMuon's per-row state lives on each "
-                    "matrix's owner and has no torch-format (DTensor) form "
-                    "yet; save local_state_dict() of every rank instead (it "
-                    "loads under any world size)")
-            muonc["row_states"] = _row_states(raw)
+        normuon = [i for i, (_, _, g) in enumerate(self._params)
+                   if g["use_muon"] and g["normuon"]]
+        if normuon:
+            rows = self._every_row_state(raw)
+            for i in normuon:
+                p, name, _ = self._params[i]
+                state[i]["normuon_v"] = self._normuon_v(name, p, rows)
         return {"state": state, "param_groups": groups, "muonc": muonc}
+
+    def _every_row_state(self, raw):
+        """Every rank's NorMuon per-row states, {(param, slice): values}
+        (float32 numpy), from this rank's raw state dict; collective when
+        there are several ranks (each matrix's rows are on its owner)."""
+        mine = [(r["param"], int(r["slice"]), r["state"],
+                 np.ascontiguousarray(r["values"], dtype=np.float32))
+                for r in raw.get("row_states", [])]
+        every = [mine]
+        if self._comm is not None:
+            every = [pickle.loads(b) for b in
+                     self._engine.all_gather_bytes(pickle.dumps(mine))]
+        rows = {}
+        for rank_rows in every:
+            for param, piece, state, values in rank_rows:
+                if state == "normuon_v":
+                    rows.setdefault((param, piece), values)
+        return rows
+
+    def _row_shape(self, name, p):
+        """The shape of a Muon parameter's normuon_v: (matrices, rows), its
+        matrices the batch slices times the heads (slice index order), each
+        with one value per row of the matrix (per head when the heads split
+        the rows)."""
+        heads, dim = self._heads.get(name, (1, 0))
+        shape = tuple(p.shape)
+        rows = shape[-2] // heads if dim == 0 else shape[-2]
+        return (math.prod(shape[:-2]) * heads, rows)
+
+    def _normuon_v(self, name, p, rows):
+        """A NorMuon parameter's normuon_v: a plain float32 tensor of
+        _row_shape, row i the per-row state of its matrix (slice) i."""
+        slices, length = self._row_shape(name, p)
+        out = torch.zeros((slices, length), dtype=torch.float32)
+        for s in range(slices):
+            values = rows.get((name, s))
+            if values is None or values.size != length:
+                raise MuonError(
+                    f"internal: parameter '{name}': no rank holds NorMuon's "
+                    f"per-row state of its matrix {s} with {length} rows"
+                    + ("" if values is None else f" (one holds {values.size})"))
+            out[s] = torch.from_numpy(values)
+        return out
+
+    def _rows_of(self, p, name, group, v):
+        """The runtime's row states of a saved normuon_v (checked)."""
+        if not group["use_muon"]:
+            raise MuonError(
+                f"invalid argument: parameter '{name}': the state has "
+                "'normuon_v' (NorMuon's per-row state), but the parameter is "
+                f"in AdamW group '{group['name']}'")
+        if _is_dtensor(v):
+            from torch.distributed.tensor import Replicate
+            if not all(isinstance(pl, Replicate) for pl in v.placements):
+                raise MuonError(
+                    f"invalid argument: parameter '{name}': state "
+                    f"'normuon_v' is a DTensor laid out as "
+                    f"{list(v.placements)}; it must be whole (a plain or "
+                    "replicated tensor)")
+            v = v._local_tensor
+        v = torch.as_tensor(v)
+        want = self._row_shape(name, p)
+        if tuple(v.shape) != want:
+            raise MuonError(
+                f"invalid argument: parameter '{name}': state 'normuon_v' "
+                f"has shape {tuple(v.shape)}, expected {want} ({want[0]} "
+                f"matrices of {want[1]} rows)")
+        v = v.detach().cpu().float()
+        return [{"param": name, "slice": s, "state": "normuon_v",
+                 "values": np.ascontiguousarray(v[s].numpy())}
+                for s in range(want[0])]
 
     def local_state_dict(self):
         """This rank's state as pieces by global box (plain tensors, no
@@ -932,7 +1008,11 @@ class Muon(torch.optim.Optimizer):
                     f"{len(g['params'])} parameters, the optimizer "
                     f"{len(mine['params'])}")
         pieces, seen = [], set()
+        # NorMuon's per-row states: muonc.row_states (local_state_dict()),
+        # and each parameter's normuon_v (state_dict()).
+        saved_rows = []
         for d in dicts:
+            saved_rows.extend(d.get("muonc", {}).get("row_states", []))
             keys = [k for g in d["param_groups"] for k in g["params"]]
             where = {k: i for i, k in enumerate(keys)}
             for k, entry in d["state"].items():
@@ -941,6 +1021,9 @@ class Muon(torch.optim.Optimizer):
                                     f"parameter {k!r}, which its param_groups "
                                     "do not list")
                 p, name, group = self._params[where[k]]
+                if "normuon_v" in entry:
+                    saved_rows.extend(self._rows_of(p, name, group,
+                                                    entry["normuon_v"]))
                 for piece in self._pieces_of(p, name, group, entry,
                                              len(dicts) > 1):
                     key = (name, tuple(piece["box"]), piece["summand"])
@@ -969,19 +1052,18 @@ class Muon(torch.optim.Optimizer):
             else:
                 out.update(betas=list(g["betas"]), eps=g["eps"])
             groups.append(out)
-        # NorMuon's per-row states, each matrix once (every rank's owned
-        # matrices: the new owners take theirs).
+        # NorMuon's per-row states, each matrix once (all of them, every
+        # rank's owned matrices: the new owners take theirs).
         rows, seen_rows = [], set()
-        for d in dicts:
-            for r in d.get("muonc", {}).get("row_states", []):
-                key = (r["param"], int(r["slice"]))
-                if key not in seen_rows:
-                    seen_rows.add(key)
-                    rows.append({"param": r["param"], "slice": int(r["slice"]),
-                                 "state": r["state"],
-                                 "values": np.ascontiguousarray(
-                                     torch.as_tensor(r["values"]).float()
-                                     .numpy().reshape(-1))})
+        for r in saved_rows:
+            key = (r["param"], int(r["slice"]), r["state"])
+            if key not in seen_rows:
+                seen_rows.add(key)
+                rows.append({"param": r["param"], "slice": int(r["slice"]),
+                             "state": r["state"],
+                             "values": np.ascontiguousarray(
+                                 torch.as_tensor(r["values"]).float()
+                                 .numpy().reshape(-1))})
         self._engine.load_state_dict(
             {"steps": int(steps), "pieces": pieces, "groups": groups,
              "row_states": rows}, False)
