@@ -1,6 +1,7 @@
 //===- CpuDevice.cpp - The CPU backend's device ---------------------------===//
 #include "muon/Runtime/Cpu/CpuDevice.h"
 
+#include "GramNewtonSchulz.h"
 #include "muon/Runtime/ElementMath.h"
 
 #ifdef MUON_HAVE_ONEDNN
@@ -62,7 +63,10 @@ std::string describeNewtonSchulz(DType precision) {
 #endif
   }
   if (precision != DType::BF16)
-    return "f32 products (" + blas + ")";
+    return "f32 products (" + blas + ")" +
+           (CpuDeviceOptions().gramNewtonSchulz
+                ? "; Gram form on wide and tall matrices"
+                : "");
 #ifdef MUON_HAVE_ONEDNN
   return "f32 products rounded to bf16 (" + blas +
          "; this CPU has no bf16 products: oneDNN " + oneDnnCpu().version +
@@ -71,6 +75,18 @@ std::string describeNewtonSchulz(DType precision) {
   return "f32 products rounded to bf16 (" + blas +
          "; built without oneDNN, MUON_ONEDNN=OFF)";
 #endif
+}
+
+bool CpuDeviceOptions::gramNewtonSchulzFromEnvironment() {
+  const char *value = std::getenv("MUON_CPU_GRAM_NS");
+  return !value || std::strcmp(value, "0") != 0;
+}
+
+bool usesGramNewtonSchulz(const CpuDeviceOptions &options, int64_t rows,
+                          int64_t cols, int64_t steps) {
+  return options.gramNewtonSchulz &&
+         GramNewtonSchulz::pays(std::min(rows, cols), std::max(rows, cols),
+                                steps);
 }
 
 CpuDevice::CpuDevice(CpuDeviceOptions options) : options(options) {}
@@ -265,6 +281,14 @@ int64_t CpuDevice::newtonSchulzOne(
   for (int64_t i = 0; i < elements; ++i) {
     float v = x[i] / norm;
     x[i] = toBf16 ? bf16(v) : v;
+  }
+  const int64_t steps = static_cast<int64_t>(abc.size());
+  if (!toBf16 && usesGramNewtonSchulz(options, rows, cols, steps)) {
+    if (!gramForm)
+      gramForm = std::make_unique<GramNewtonSchulz>();
+    gramForm->run(x, rows, cols, abc);
+    const int64_t m = std::min(rows, cols), n = std::max(rows, cols);
+    return steps * (4 * m * m * n + 2 * m * m * m); // the contract's count
   }
 
   // X is m x n with m <= n; a tall matrix is the transpose of one, read

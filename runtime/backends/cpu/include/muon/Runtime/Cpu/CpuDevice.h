@@ -7,7 +7,8 @@
 // operands and f32 accumulation over the Gram matrix's lower block columns
 // (OneDnnNewtonSchulz.cpp); elsewhere the f32 BLAS products, each result
 // rounded to bf16. ns_dtype "auto" is bf16 where the CPU has the bf16
-// products, else f32. Bit-exact across ranks when every process runs with
+// products, else f32. f32 on wide or tall matrices runs in the Gram form
+// (GramNewtonSchulz.h; MUON_CPU_GRAM_NS=0 turns it off). Bit-exact across ranks when every process runs with
 // the same thread count (setBlasThreads) on the same kind of CPU.
 //
 //===----------------------------------------------------------------------===//
@@ -21,6 +22,7 @@
 
 namespace muon::runtime::cpu {
 
+class GramNewtonSchulz;
 class OneDnnNewtonSchulz;
 
 /// How Newton-Schulz runs its products on the CPU.
@@ -55,7 +57,18 @@ struct CpuDeviceOptions {
   bool oneDnn = true;
   /// Width of the Gram matrix's block columns on oneDNN.
   int64_t bf16Tile = 64;
+  /// f32: run Newton-Schulz in its Gram form (GramNewtonSchulz.h) on the
+  /// shapes where it does clearly fewer flops (wide or tall, 1:2 and
+  /// beyond). On unless the environment sets MUON_CPU_GRAM_NS=0.
+  bool gramNewtonSchulz = gramNewtonSchulzFromEnvironment();
+
+  static bool gramNewtonSchulzFromEnvironment();
 };
+
+/// Whether f32 Newton-Schulz on a rows x cols matrix, `steps` steps, runs in
+/// the Gram form under `options` (for tests and summaries).
+bool usesGramNewtonSchulz(const CpuDeviceOptions &options, int64_t rows,
+                          int64_t cols, int64_t steps);
 
 class CpuDevice final : public Device {
 public:
@@ -95,6 +108,7 @@ private:
   std::vector<float> gram, poly, next; // Newton-Schulz workspace
   CpuDeviceOptions options;
   std::unique_ptr<OneDnnNewtonSchulz> oneDnn; // made on first use
+  std::unique_ptr<GramNewtonSchulz> gramForm; // made on first use
   Status error;
 };
 

@@ -1,0 +1,134 @@
+//===- GramNewtonSchulz.cpp - f32 Newton-Schulz on the Gram matrix --------===//
+#include "GramNewtonSchulz.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace muon::runtime::cpu {
+namespace {
+
+/// Rows of a block of the lower products below: wide enough for sgemm to
+/// run at its rate, narrow enough that the upper triangle it also computes
+/// (block / m of the work) stays small.
+constexpr int64_t kBlockRows = 64;
+
+/// Copies the lower triangle of the m x m `s` into its upper one (square
+/// tiles keep both walks in cache).
+void mirrorLower(float *s, int64_t m) {
+  constexpr int64_t kTile = 64;
+  for (int64_t i0 = 0; i0 < m; i0 += kTile) {
+    const int64_t i1 = std::min(m, i0 + kTile);
+    for (int64_t j0 = 0; j0 <= i0; j0 += kTile)
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t jEnd = std::min(std::min(m, j0 + kTile), i);
+        for (int64_t j = j0; j < jEnd; ++j)
+          s[j * m + i] = s[i * m + j];
+      }
+  }
+}
+
+/// c = a b for m x m a and b whose product is known to be symmetric (both
+/// are polynomials in the same R, so they commute): only the lower block
+/// triangle is multiplied (about m^3 flops instead of 2 m^3), then
+/// mirrored, so c is exactly symmetric.
+void symmetricProduct(const float *a, const float *b, float *c, int64_t m) {
+  const int M = static_cast<int>(m);
+  for (int64_t i0 = 0; i0 < m; i0 += kBlockRows) {
+    const int64_t i1 = std::min(m, i0 + kBlockRows);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+                static_cast<int>(i1 - i0), static_cast<int>(i1), M, 1.0f,
+                a + i0 * m, M, b, M, 0.0f, c + i0 * m, M);
+  }
+  mirrorLower(c, m);
+}
+
+} // namespace
+
+int64_t GramNewtonSchulz::phaseEnd(int64_t start, int64_t steps) {
+  return std::min(steps, start + (start == 0 ? kFirstPhaseSteps : kPhaseSteps));
+}
+
+bool GramNewtonSchulz::pays(int64_t m, int64_t n, int64_t steps) {
+  if (steps < 2 || m <= 0)
+    return false;
+  // Flops in units of m^2 (so in m and n), the run's, not the contract's.
+  const double standard = static_cast<double>(steps) * (3.0 * n + m);
+  double gram = 0;
+  for (int64_t start = 0; start < steps; start = phaseEnd(start, steps)) {
+    const int64_t length = phaseEnd(start, steps) - start;
+    // R = X X^T (syrk) and X <- Q X (symm): 3 m^2 n. Each step: R^2 (syrk,
+    // m^3); Q <- H Q but on the first; R <- H (H R) but on the last.
+    gram += 3.0 * n +
+            m * static_cast<double>(length + (length - 1) * 3);
+  }
+  // The lower products do (1 + block / m) times their flops, at a lower
+  // rate than one large product: ask for a clear margin.
+  return gram <= 0.8 * standard;
+}
+
+void GramNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
+                           const std::vector<std::array<double, 3>> &abc) {
+  // X is m x n with m <= n; a tall matrix is the transpose of one, read
+  // through the BLAS side and transpose flags, as the standard form does.
+  const bool tall = rows > cols;
+  const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
+  const int64_t elements = rows * cols;
+  const int R = static_cast<int>(rows), C = static_cast<int>(cols);
+  const int M = static_cast<int>(m), N = static_cast<int>(n);
+  gram.resize(m * m);
+  poly.resize(m * m);
+  product.resize(m * m);
+  scratch.resize(m * m);
+  next.resize(elements);
+  float *r = gram.data(), *h = poly.data(), *q = product.data(),
+        *t = scratch.data();
+  float *cur = x, *out = next.data();
+  const int64_t steps = static_cast<int64_t>(abc.size());
+  for (int64_t start = 0; start < steps; start = phaseEnd(start, steps)) {
+    const int64_t end = phaseEnd(start, steps);
+    // R = X X^T from the current X: the restart that drops R's errors.
+    cblas_ssyrk(CblasRowMajor, CblasLower, tall ? CblasTrans : CblasNoTrans,
+                M, N, 1.0f, cur, C, 0.0f, r, M);
+    mirrorLower(r, m);
+    for (int64_t step = start; step < end; ++step) {
+      const float a = static_cast<float>(abc[step][0]),
+                  b = static_cast<float>(abc[step][1]),
+                  c = static_cast<float>(abc[step][2]);
+      // H = a I + b R + c R^2 (R^2 = R R^T: syrk, lower triangle, with
+      // b R through its beta term).
+      std::memcpy(t, r, static_cast<size_t>(m * m) * sizeof(float));
+      cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, M, M, c, r, M, b,
+                  t, M);
+      for (int64_t i = 0; i < m; ++i) {
+        t[i * m + i] += a;
+        for (int64_t j = 0; j <= i; ++j)
+          h[i * m + j] = t[i * m + j];
+      }
+      mirrorLower(h, m);
+      // Q <- H Q (Q = H on a phase's first step).
+      if (step == start) {
+        std::memcpy(q, h, static_cast<size_t>(m * m) * sizeof(float));
+      } else {
+        symmetricProduct(h, q, t, m);
+        std::swap(q, t);
+      }
+      // R <- H R H, the next step's Gram matrix (not after the phase's
+      // last step: the restart recomputes it from X).
+      if (step + 1 < end) {
+        symmetricProduct(h, r, t, m);
+        symmetricProduct(h, t, r, m);
+      }
+    }
+    // X <- Q X (X Q for tall): ssymm reads Q's lower triangle.
+    cblas_ssymm(CblasRowMajor, tall ? CblasRight : CblasLeft, CblasLower, R,
+                C, 1.0f, q, M, cur, C, 0.0f, out, C);
+    std::swap(cur, out);
+  }
+  if (cur != x)
+    std::memcpy(x, cur, static_cast<size_t>(elements) * sizeof(float));
+}
+
+} // namespace muon::runtime::cpu
