@@ -13,6 +13,8 @@ GPT-2-small layers, FSDP over 2 ranks). Each round runs, one after another:
                 Newton-Schulz where the CPU has bf16 products, the wire
                 following it);
   - `ours f32`: the same with --ns-dtype f32 (f32 Newton-Schulz, f32 wire);
+  - `ours f32 gram`: and with --ns-form gram (f32 Newton-Schulz in its
+                Gram form on wide and tall matrices);
   - `torch DDP`: torch.optim.Muon as it runs under DDP (every rank
                 orthogonalizes every matrix, bf16; bench/torch_muon_ddp.py),
                 when --python has torch;
@@ -27,7 +29,8 @@ GPT-2-small layers, FSDP over 2 ranks). Each round runs, one after another:
                 muon-run --ns-dtype bf16 --wire-dtype f32, also added);
                 and `muonc.torch mpi`: the f32 run with its exchanges
                 through MPI under mpirun, as muon-run's: against `ours
-                f32`, the Python layer's overhead;
+                f32`, the Python layer's overhead; `muonc.torch gram`: the
+                f32 run with ns_form="gram";
   - every --extra NAME=COMMAND: any command that prints, last, a JSON line
                 with `step_seconds` (its median step) and `bytes_received`
                 (bytes all ranks receive in a step), such as another
@@ -76,7 +79,8 @@ def muon_run(flags):
             return {"step_seconds": r["step_seconds"]["median"],
                     "step_seconds_min": r["step_seconds"]["min"],
                     "bytes_received": r["total"]["bytes_received"],
-                    "note": f"ns {r['ns_dtype']}, wire {r['wire_dtype']}"}
+                    "note": f"ns {r['ns_dtype']}, wire {r['wire_dtype']}"
+                            + (", gram form" if "gram" in flags else "")}
     return run
 
 
@@ -91,7 +95,8 @@ def command(argv):
     return run
 
 
-configs = [("ours", muon_run([])), ("ours f32", muon_run(["--ns-dtype", "f32"]))]
+configs = [("ours", muon_run([])), ("ours f32", muon_run(["--ns-dtype", "f32"])),
+           ("ours f32 gram", muon_run(["--ns-dtype", "f32", "--ns-form", "gram"]))]
 if args.python:
     configs.append(("torch DDP", command(
         [args.python, os.path.join(here, "torch_muon_ddp.py"), args.spec,
@@ -101,13 +106,15 @@ if args.muonc_python:
     # settings, for the bf16 pair.
     configs.append(("ours bf16 f32w", muon_run(["--ns-dtype", "bf16",
                                                 "--wire-dtype", "f32"])))
-    for name, dtype, comm in (("muonc.torch", "f32", "torch"),
-                              ("muonc.torch bf16", "bf16", "torch"),
-                              ("muonc.torch mpi", "f32", "mpi")):
+    for name, dtype, comm, form in (
+            ("muonc.torch", "f32", "torch", "standard"),
+            ("muonc.torch gram", "f32", "torch", "gram"),
+            ("muonc.torch bf16", "bf16", "torch", "standard"),
+            ("muonc.torch mpi", "f32", "mpi", "standard")):
         configs.append((name, command(
             [args.muonc_python, os.path.join(here, "muonc_torch_fsdp2.py"),
              args.spec, "--ranks", str(args.ranks), "--steps", str(args.steps),
-             "--ns-dtype", dtype, "--communicator", comm])))
+             "--ns-dtype", dtype, "--communicator", comm, "--ns-form", form])))
 for extra in args.extra:
     name, _, cmd = extra.partition("=")
     configs.append((name, command(shlex.split(cmd))))

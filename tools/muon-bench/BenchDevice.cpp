@@ -44,7 +44,8 @@ public:
            (threads == 1 ? "" : "s") + ")";
   }
   std::string nsProducts(runtime::DType dtype) const override {
-    return runtime::cpu::describeNewtonSchulz(dtype);
+    return runtime::cpu::describeNewtonSchulz(
+        dtype, runtime::cpu::CpuDeviceOptions().gramNewtonSchulz);
   }
   double gemmSeconds(int64_t m, int64_t n, int64_t k, runtime::DType dtype,
                      int repeats) override {

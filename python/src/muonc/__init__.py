@@ -23,10 +23,10 @@ __all__ = ["MuonError", "Optimizer", "compile_model", "compile_spec",
 __version__ = "0.1.0"
 
 
-def load_plan(path, comm=None, timeout=120.0):
+def load_plan(path, comm=None, timeout=120.0, ns_form=""):
     """An Optimizer over a plan file compiled ahead of time (JSON or
-    binary, `muon-run --plan`)."""
-    return Optimizer(str(path), comm, timeout, True)
+    binary, `muon-run --plan`); ns_form as Optimizer's."""
+    return Optimizer(str(path), comm, timeout, True, ns_form)
 
 
 def compile_spec(spec, wire_dtype=None):

@@ -466,7 +466,8 @@ public:
   /// `comm`: None for one process, "mpi" for MPI_COMM_WORLD (a duplicate),
   /// else a Python communicator object.
   PyOptimizer(const std::string &planText, nb::object comm, double timeout,
-              bool isFile) {
+              bool isFile, const std::string &nsForm)
+      : device(deviceOptions(nsForm)) {
     if (comm.is_none()) {
       communicator = std::make_unique<rt::SingleRankCommunicator>();
     } else if (nb::isinstance<nb::str>(comm)) {
@@ -719,6 +720,17 @@ public:
     check(opt->gatherParameter(name, whole, root));
   }
 
+  /// The device's options: `nsForm` "standard" or "gram" (f32
+  /// Newton-Schulz's form), or "" for MUON_CPU_NS_FORM's (standard unset).
+  static rt::cpu::CpuDeviceOptions deviceOptions(const std::string &nsForm) {
+    rt::cpu::CpuDeviceOptions options;
+    if (!nsForm.empty() &&
+        !rt::cpu::parseNsForm(nsForm, options.gramNewtonSchulz))
+      throw StatusError("invalid argument: ns_form '" + nsForm +
+                        "': expected 'standard' or 'gram'");
+    return options;
+  }
+
   rt::cpu::CpuDevice device;
   /// Every rank's bytes, in rank order, over the optimizer's own
   /// communicator (the bridge's control messages when it runs over MPI).
@@ -777,11 +789,15 @@ NB_MODULE(_core, m) {
   });
 
   nb::class_<PyOptimizer>(m, "Optimizer")
-      .def(nb::init<const std::string &, nb::object, double, bool>(), "plan"_a,
-           "comm"_a = nb::none(), "timeout"_a = 120.0, "plan_is_file"_a = false,
+      .def(nb::init<const std::string &, nb::object, double, bool,
+                    const std::string &>(),
+           "plan"_a, "comm"_a = nb::none(), "timeout"_a = 120.0,
+           "plan_is_file"_a = false, "ns_form"_a = "",
            "An optimizer over a plan (JSON text, or a plan file's path with "
            "plan_is_file); comm: None for one process, else a Python "
-           "communicator (muonc.torch.TorchCommunicator).")
+           "communicator (muonc.torch.TorchCommunicator); ns_form: f32 "
+           "Newton-Schulz's form on the CPU, 'standard' or 'gram' (default: "
+           "MUON_CPU_NS_FORM, else standard).")
       .def_prop_ro("rank", [](PyOptimizer &o) { return o.opt->currentRank(); })
       .def_prop_ro("world_size",
                    [](PyOptimizer &o) { return o.opt->worldSize(); })

@@ -334,7 +334,13 @@ class Muon(torch.optim.Optimizer):
     process was started by mpirun, else "torch". ``wire_dtype``: the
     element type of the exchanges, "f32" (default) or "bf16" (half the
     bytes; with ``ns_dtype="bf16"`` it loses nothing, since Newton-Schulz
-    rounds its input and output to bf16 anyway).
+    rounds its input and output to bf16 anyway). ``ns_form``: how f32
+    Newton-Schulz runs on the CPU, "standard" (default: torch's iteration,
+    within 1e-6 of torch.optim.Muon's f32 after 10 steps) or "gram" (on
+    wide and tall matrices the same polynomials applied through the Gram
+    matrix X X^T, restarted from X after steps 2 and 5: 0.6-0.7x the time
+    at 1:3-1:4, about twice the standard form's rounding error;
+    docs/performance.md). Every rank should use the same form.
 
     Per-head Newton-Schulz (attention projections, as torchtitan and dion
     do): ``num_heads`` cuts each matrix of a Muon group into that many
@@ -372,7 +378,8 @@ class Muon(torch.optim.Optimizer):
                  communicator: str | None = None,
                  wire_dtype: str = "f32",
                  qk_clip_threshold: float | None = None,
-                 qk_clip_layers: list | None = None):
+                 qk_clip_layers: list | None = None,
+                 ns_form: str = "standard"):
         if not 0.0 <= lr:
             raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
         if not 0.0 <= momentum:
@@ -395,6 +402,10 @@ class Muon(torch.optim.Optimizer):
             raise MuonError(f"invalid argument: wire_dtype {wire_dtype!r}: "
                             "expected 'f32' or 'bf16'")
         self._wire_dtype = wire_dtype
+        if ns_form not in ("standard", "gram"):
+            raise MuonError(f"invalid argument: ns_form {ns_form!r}: "
+                            "expected 'standard' or 'gram'")
+        self._ns_form = ns_form
         if communicator is None:
             communicator = "mpi" if launched_by_mpirun() else "torch"
         if communicator not in ("torch", "mpi"):
@@ -614,7 +625,8 @@ class Muon(torch.optim.Optimizer):
             comm = (TorchCommunicator(group) if group is not None
                     else TorchCommunicator.owned())
         self._comm = comm
-        self._engine = _core.Optimizer(plan, comm, timeout)
+        self._engine = _core.Optimizer(plan, comm, timeout, False,
+                                       self._ns_form)
         self._slots = {s["name"]: s for s in self._engine.params()}
         for p, name, _ in self._params:
             have = tuple(self._local(p).shape)

@@ -52,7 +52,7 @@ bool cpuHasBf16Products() {
 #endif
 }
 
-std::string describeNewtonSchulz(DType precision) {
+std::string describeNewtonSchulz(DType precision, bool gram) {
   const std::string blas = blasName();
   if (chooseNsKernel(precision, oneDnnBuilt(), cpuHasBf16Products()) ==
       CpuNsKernel::OneDnnBf16) {
@@ -64,9 +64,7 @@ std::string describeNewtonSchulz(DType precision) {
   }
   if (precision != DType::BF16)
     return "f32 products (" + blas + ")" +
-           (CpuDeviceOptions().gramNewtonSchulz
-                ? "; Gram form on wide and tall matrices"
-                : "");
+           (gram ? "; Gram form on wide and tall matrices" : "");
 #ifdef MUON_HAVE_ONEDNN
   return "f32 products rounded to bf16 (" + blas +
          "; this CPU has no bf16 products: oneDNN " + oneDnnCpu().version +
@@ -77,9 +75,19 @@ std::string describeNewtonSchulz(DType precision) {
 #endif
 }
 
-bool CpuDeviceOptions::gramNewtonSchulzFromEnvironment() {
-  const char *value = std::getenv("MUON_CPU_GRAM_NS");
-  return !value || std::strcmp(value, "0") != 0;
+bool parseNsForm(const std::string &name, bool &gram) {
+  if (name != "standard" && name != "gram")
+    return false;
+  gram = name == "gram";
+  return true;
+}
+
+bool CpuDeviceOptions::gramFromEnvironment() {
+  // An unknown value keeps the standard form; the tools refuse it first
+  // (muon-run names the variable and its values).
+  const char *value = std::getenv(kNsFormVariable);
+  bool gram = false;
+  return value && parseNsForm(value, gram) && gram;
 }
 
 bool usesGramNewtonSchulz(const CpuDeviceOptions &options, int64_t rows,

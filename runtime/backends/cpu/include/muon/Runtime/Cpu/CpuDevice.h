@@ -7,8 +7,9 @@
 // operands and f32 accumulation over the Gram matrix's lower block columns
 // (OneDnnNewtonSchulz.cpp); elsewhere the f32 BLAS products, each result
 // rounded to bf16. ns_dtype "auto" is bf16 where the CPU has the bf16
-// products, else f32. f32 on wide or tall matrices runs in the Gram form
-// (GramNewtonSchulz.h; MUON_CPU_GRAM_NS=0 turns it off). Bit-exact across ranks when every process runs with
+// products, else f32. f32 on wide or tall matrices can run in the Gram
+// form (GramNewtonSchulz.h; CpuDeviceOptions::gramNewtonSchulz, or
+// MUON_CPU_NS_FORM=gram). Bit-exact across ranks when every process runs with
 // the same thread count (setBlasThreads) on the same kind of CPU.
 //
 //===----------------------------------------------------------------------===//
@@ -48,8 +49,9 @@ bool cpuHasBf16Products();
 
 /// What Newton-Schulz in `precision` runs on here, for summaries: "bf16
 /// products, f32 accumulation (oneDNN 2.6.3, avx512_core_bf16)", "f32
-/// products (OpenBLAS)", ...
-std::string describeNewtonSchulz(DType precision);
+/// products (OpenBLAS)", "f32 products (OpenBLAS); Gram form on wide and
+/// tall matrices" (`gram`: CpuDeviceOptions::gramNewtonSchulz), ...
+std::string describeNewtonSchulz(DType precision, bool gram = false);
 
 /// Settings of a CpuDevice (tests and measurements change them).
 struct CpuDeviceOptions {
@@ -58,12 +60,22 @@ struct CpuDeviceOptions {
   /// Width of the Gram matrix's block columns on oneDNN.
   int64_t bf16Tile = 64;
   /// f32: run Newton-Schulz in its Gram form (GramNewtonSchulz.h) on the
-  /// shapes where it does clearly fewer flops (wide or tall, 1:2 and
-  /// beyond). On unless the environment sets MUON_CPU_GRAM_NS=0.
-  bool gramNewtonSchulz = gramNewtonSchulzFromEnvironment();
+  /// shapes where it does clearly fewer flops (wide or tall, 3:5 and
+  /// beyond at 5 steps). Off by default: the standard form is the
+  /// reference (and matches torch.optim.Muon's f32 to 1e-6 after 10
+  /// steps, which the Gram form's 2x larger rounding error does not).
+  /// Default from the environment: MUON_CPU_NS_FORM=gram (kNsFormVariable).
+  bool gramNewtonSchulz = gramFromEnvironment();
 
-  static bool gramNewtonSchulzFromEnvironment();
+  static bool gramFromEnvironment();
 };
+
+/// The environment variable that picks the CPU's f32 Newton-Schulz form for
+/// every CpuDevice made with default options: "standard" (or unset) or
+/// "gram" (muon-run's --ns-form sets it for its ranks).
+inline constexpr const char *kNsFormVariable = "MUON_CPU_NS_FORM";
+/// Parses a form's name: true with `gram` set for "standard" or "gram".
+bool parseNsForm(const std::string &name, bool &gram);
 
 /// Whether f32 Newton-Schulz on a rows x cols matrix, `steps` steps, runs in
 /// the Gram form under `options` (for tests and summaries).
