@@ -413,6 +413,74 @@ TEST_F(FakeGpuTest, ElementwiseKernelsMatchCpuBeyondOneGrid) {
   EXPECT_EQ(std::memcmp(gotUpdate.data(), update.data(), n * 4), 0);
 }
 
+/// NorMuon's kernels against normuonStep, the CPU's loop: rows longer than
+/// a block (the threads' strides wrap) and more rows than one pass of the
+/// blocks would take are not needed for the indexing, but short rows (fewer
+/// columns than threads) and a single row are. The rows' sums of squares
+/// add in another order (a tree, not a loop), so the results agree to a
+/// few f32 roundings, not bit for bit: within 1e-6 relative per value of
+/// the state and 2e-6 of the update (measured: at most a few ulps).
+TEST_F(FakeGpuTest, NormuonKernelsMatchCpu) {
+  std::mt19937 rng(3);
+  MuonSettings s;
+  s.normuonBeta2 = 0.9;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 7},
+                            {5, 300},
+                            {37, 600},
+                            {300, 24}}) {
+    std::vector<float> x = randomFloats(rows * cols, rng);
+    std::vector<float> v = randomFloats(rows, rng);
+    for (float &e : v)
+      e = std::fabs(e) * 1e-3f; // a second moment: non-negative
+    float *dx = device(x), *dv = device(v);
+    std::vector<double> sums(2 * rows, std::nan(""));
+    std::vector<float> scale(1, std::nanf(""));
+    double *ds = device(sums);
+    float *dscale = device(scale);
+    runtime::cuda::launchNormuon(stream, dx, rows, cols, dv,
+                                 normuonScalars(s), ds, dscale);
+    std::vector<float> gotX = download(dx, x.size()), gotV = download(dv, rows);
+    normuonStep(x.data(), rows, cols, v.data(), normuonScalars(s));
+    for (int64_t i = 0; i < rows; ++i)
+      ASSERT_NEAR(gotV[i], v[i], 1e-6 * std::fabs(v[i])) << rows << "x" << cols;
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(gotX[i]));
+      diff = std::max(diff, std::fabs(double(gotX[i]) - x[i]));
+      norm = std::max(norm, std::fabs(double(x[i])));
+    }
+    EXPECT_LE(diff, 2e-6 * norm) << rows << "x" << cols;
+  }
+}
+
+/// QK-clip's rescale: rows with a factor of 1 keep their bits, the others
+/// equal the CPU's (Device::scaleRows on a host copy) bit for bit, in f32
+/// and bf16 storage.
+TEST_F(FakeGpuTest, ScaleRowsMatchesCpu) {
+  std::mt19937 rng(4);
+  const int64_t rows = 9, cols = 70;
+  const std::vector<float> factors = {1.0f, 0.5f, 0.73f, 1.0f, 0.999f,
+                                      0.1f, 1.0f, 0.25f, 0.6f};
+  for (DType type : {DType::F32, DType::BF16}) {
+    std::vector<float> values = randomFloats(rows * cols, rng);
+    const int64_t width = dtypeBytes(type);
+    std::vector<uint8_t> bytes(values.size() * width);
+    for (size_t i = 0; i < values.size(); ++i)
+      storeAs(bytes.data(), type, static_cast<int64_t>(i), values[i]);
+    uint8_t *d = device(bytes);
+    float *df = device(factors);
+    runtime::cuda::launchScaleRows(stream, d, type, rows, cols, df);
+    std::vector<uint8_t> got = download(d, bytes.size());
+    cpu::CpuDevice cpu;
+    std::vector<uint8_t> want = bytes;
+    cpu.scaleRows(want.data(), type, rows, cols, factors.data());
+    EXPECT_EQ(got, want) << dtypeName(type);
+    for (int64_t c = 0; c < cols; ++c) // a factor of 1: untouched
+      EXPECT_EQ(std::memcmp(&got[c * width], &bytes[c * width], width), 0);
+    EXPECT_NE(got, bytes);
+  }
+}
+
 /// The mirror of symmetric matrices at every side up to three tiles of 32
 /// (short last tiles included), several matrices apart with padding: the
 /// upper triangle becomes the lower one's transpose, nothing else changes.

@@ -170,4 +170,17 @@ void launchMirrorLower(cudaStream_t stream, void *matrices, int64_t count,
   kernels::mirrorLower(launch, matrices, count, m, stride, type);
 }
 
+void launchNormuon(cudaStream_t stream, float *x, int64_t rows, int64_t cols,
+                   float *v, const NormuonScalars &scalars, double *sums,
+                   float *scale) {
+  HostLaunch launch{stream};
+  kernels::normuon(launch, x, rows, cols, v, scalars, sums, scale);
+}
+
+void launchScaleRows(cudaStream_t stream, void *values, DType type,
+                     int64_t rows, int64_t cols, const float *factors) {
+  HostLaunch launch{stream};
+  kernels::scaleRows(launch, values, type, rows, cols, factors);
+}
+
 } // namespace muon::runtime::cuda

@@ -265,6 +265,45 @@ void CudaDevice::adamw(void *values, DType type, const void *grad,
               adamwScalars(s, step));
 }
 
+void CudaDevice::normuon(float *x, int64_t rows, int64_t cols, float *v,
+                         const MuonSettings &s) {
+  if (rows <= 0 || cols <= 0)
+    return;
+  CurrentDevice current(gpu);
+  // The rows' sums before and after, then the factor; released in stream
+  // order, after the kernels that use it.
+  const int64_t sumBytes = 2 * rows * static_cast<int64_t>(sizeof(double));
+  void *scratch = allocate(sumBytes + static_cast<int64_t>(sizeof(float)));
+  if (!scratch) {
+    recordFailure("allocating NorMuon's scratch", "out of GPU memory", __FILE__,
+                  __LINE__);
+    return;
+  }
+  launchNormuon(computeStream, x, rows, cols, v, normuonScalars(s),
+                static_cast<double *>(scratch),
+                reinterpret_cast<float *>(static_cast<char *>(scratch) +
+                                          sumBytes));
+  release(scratch);
+}
+
+void CudaDevice::scaleRows(void *values, DType type, int64_t rows,
+                           int64_t cols, const float *factors) {
+  if (rows <= 0 || cols <= 0)
+    return;
+  CurrentDevice current(gpu);
+  const int64_t bytes = rows * static_cast<int64_t>(sizeof(float));
+  void *onDevice = allocate(bytes);
+  if (!onDevice) {
+    recordFailure("allocating QK-clip's factors", "out of GPU memory", __FILE__,
+                  __LINE__);
+    return;
+  }
+  copyToDevice(onDevice, factors, bytes);
+  launchScaleRows(computeStream, values, type, rows, cols,
+                  static_cast<const float *>(onDevice));
+  release(onDevice);
+}
+
 void CudaDevice::copyBox(const BoxCopy &c) {
   if (c.rows <= 0 || c.cols <= 0)
     return;

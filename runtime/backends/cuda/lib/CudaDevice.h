@@ -45,6 +45,12 @@ public:
              float *expAvg, float *expAvgSq, int64_t n,
              const AdamWSettings &settings, int64_t step) override;
   void copyBox(const BoxCopy &copy) override;
+  /// On the GPU (launchNormuon), with scratch from the pool.
+  void normuon(float *x, int64_t rows, int64_t cols, float *v,
+               const MuonSettings &settings) override;
+  /// On the GPU (launchScaleRows), the factors copied in first.
+  void scaleRows(void *values, DType type, int64_t rows, int64_t cols,
+                 const float *factors) override;
   int64_t newtonSchulz(float *x, int64_t count, int64_t rows, int64_t cols,
                        const std::vector<std::array<double, 3>> &abc,
                        double eps, DType precision) override;

@@ -343,6 +343,116 @@ template <typename T> struct MirrorLower {
 };
 
 /// Whether `K` is written per block (kCooperative) rather than per thread.
+/// NorMuon's rows (normuonStep, ElementMath.h): one block per row (grid-
+/// strided beyond 65536). The row's sum of squares by a fixed tree, its
+/// state and divisor (normuonRowDivisor) by thread 0, the division, and
+/// the sum of squares after it; both sums go to `before` and `after` for
+/// NormuonFinish.
+struct NormuonRows {
+  static constexpr bool kCooperative = true;
+  struct Shared {
+    double sums[kThreads];
+    float divisor;
+  };
+  float *x;
+  int64_t rows, cols;
+  float *v;
+  NormuonScalars s;
+  double *before, *after;
+
+  template <typename Block>
+  MUON_HOST_DEVICE static void reduce(Block &block, Shared &shared) {
+    for (uint32_t half = kThreads / 2; half > 0; half /= 2)
+      block.eachThread([&](const ThreadIndex &t) {
+        if (t.thread.x < half)
+          shared.sums[t.thread.x] += shared.sums[t.thread.x + half];
+      });
+  }
+
+  template <typename Block>
+  MUON_HOST_DEVICE void operator()(Block &block, Shared &shared) const {
+    for (int64_t r = block.index().x; r < rows; r += block.count().x) {
+      float *row = x + r * cols;
+      block.eachThread([&](const ThreadIndex &t) {
+        double sum = 0;
+        for (int64_t j = t.thread.x; j < cols; j += t.blockDim.x)
+          sum += static_cast<double>(row[j]) * static_cast<double>(row[j]);
+        shared.sums[t.thread.x] = sum;
+      });
+      reduce(block, shared);
+      block.eachThread([&](const ThreadIndex &t) {
+        if (t.thread.x == 0) {
+          before[r] = shared.sums[0];
+          shared.divisor = normuonRowDivisor(v[r], shared.sums[0], cols, s);
+        }
+      });
+      block.eachThread([&](const ThreadIndex &t) {
+        double sum = 0;
+        for (int64_t j = t.thread.x; j < cols; j += t.blockDim.x) {
+          const float q = row[j] / shared.divisor;
+          row[j] = q;
+          sum += static_cast<double>(q) * static_cast<double>(q);
+        }
+        shared.sums[t.thread.x] = sum;
+      });
+      reduce(block, shared);
+      // The barrier after it: `sums` is rewritten by the block's next row.
+      block.eachThread([&](const ThreadIndex &t) {
+        if (t.thread.x == 0)
+          after[r] = shared.sums[0];
+      });
+    }
+  }
+};
+
+/// The whole matrix's factor (normuonRescale) from the rows' sums, added
+/// in row order as normuonStep adds them: one thread.
+struct NormuonFinish {
+  const double *before, *after;
+  int64_t rows;
+  float eps;
+  float *scale;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    if (t.first() != 0)
+      return;
+    double b = 0, a = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      b += before[r];
+      a += after[r];
+    }
+    *scale = normuonRescale(b, a, eps);
+  }
+};
+
+/// x *= *scale, element by element.
+struct ScaleBy {
+  float *x;
+  int64_t n;
+  const float *scale;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const float factor = *scale;
+    for (int64_t i = t.first(); i < n; i += t.stride())
+      x[i] *= factor;
+  }
+};
+
+/// QK-clip's rescale (Device::scaleRows): row i's stored values times
+/// factors[i] (qkClipped), rows whose factor is 1 left as they are.
+template <DType T> struct ScaleRows {
+  void *values;
+  int64_t rows, cols;
+  const float *factors;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const int64_t n = rows * cols;
+    for (int64_t i = t.first(); i < n; i += t.stride()) {
+      const float factor = factors[i / cols];
+      if (factor != 1.0f)
+        storeElement<T>(values, i,
+                        qkClipped(loadElement<T>(values, i), factor));
+    }
+  }
+};
+
 template <typename K, typename = void> struct Cooperative : std::false_type {};
 template <typename K>
 struct Cooperative<K, std::void_t<decltype(K::kCooperative)>>
@@ -559,6 +669,48 @@ void mirrorLower(Launch &launch, void *matrices, int64_t count, int64_t m,
            MirrorLower<uint16_t>{static_cast<uint16_t *>(matrices), count, m,
                                  stride},
            "mirrorLowerKernel", spans);
+}
+
+/// NorMuon's step on one rows x cols matrix: `sums` holds 2 * rows
+/// doubles (the rows' sums of squares before and after), `scale` one float.
+template <typename Launch>
+void normuon(Launch &launch, float *x, int64_t rows, int64_t cols, float *v,
+             const NormuonScalars &s, double *sums, float *scale) {
+  if (rows <= 0 || cols <= 0)
+    return;
+  const int64_t sumBytes = 2 * rows * static_cast<int64_t>(sizeof(double));
+  Geometry rowsGeometry;
+  rowsGeometry.grid.x = static_cast<uint32_t>(clampTo(rows, 1, 65536));
+  rowsGeometry.block.x = kThreads;
+  launch(rowsGeometry, NormuonRows{x, rows, cols, v, s, sums, sums + rows},
+         "normuonRowsKernel",
+         {{x, bytesOf(rows * cols, DType::F32)},
+          {v, bytesOf(rows, DType::F32)},
+          {sums, sumBytes}});
+  launch(elementwiseGeometry(1),
+         NormuonFinish{sums, sums + rows, rows, s.eps, scale},
+         "normuonFinishKernel",
+         {{sums, sumBytes}, {scale, bytesOf(1, DType::F32)}});
+  launch(elementwiseGeometry(rows * cols), ScaleBy{x, rows * cols, scale},
+         "scaleByKernel",
+         {{x, bytesOf(rows * cols, DType::F32)},
+          {scale, bytesOf(1, DType::F32)}});
+}
+
+/// QK-clip's rescale of a rows x cols piece, `factors` (rows floats) in
+/// device memory.
+template <typename Launch>
+void scaleRows(Launch &launch, void *values, DType type, int64_t rows,
+               int64_t cols, const float *factors) {
+  if (rows <= 0 || cols <= 0)
+    return;
+  withType(type, [&](auto t) {
+    launch(elementwiseGeometry(rows * cols),
+           ScaleRows<decltype(t)::value>{values, rows, cols, factors},
+           "scaleRowsKernel",
+           {{values, bytesOf(rows * cols, type)},
+            {factors, bytesOf(rows, DType::F32)}});
+  });
 }
 
 } // namespace muon::runtime::cuda::kernels

@@ -84,6 +84,18 @@ void launchCopyOut(cudaStream_t stream, const void *in, int64_t inStride,
 void launchMirrorLower(cudaStream_t stream, void *matrices, int64_t count,
                        int64_t m, int64_t stride, DType type);
 
+/// normuonStep (ElementMath.h) on one rows x cols f32 matrix with its
+/// per-row state `v`, each row's sum of squares by a fixed tree (so the
+/// same on every run, not the CPU's order): `sums` is 2 * rows doubles and
+/// `scale` one float of device scratch.
+void launchNormuon(cudaStream_t stream, float *x, int64_t rows, int64_t cols,
+                   float *v, const NormuonScalars &scalars, double *sums,
+                   float *scale);
+/// Row i of a stored rows x cols piece times factors[i] (device memory),
+/// as qkClipped rounds it; rows with a factor of 1 keep their bits.
+void launchScaleRows(cudaStream_t stream, void *values, DType type,
+                     int64_t rows, int64_t cols, const float *factors);
+
 } // namespace muon::runtime::cuda
 
 #endif // MUON_RUNTIME_CUDA_KERNELS_H

@@ -118,8 +118,10 @@ MUON_HOST_DEVICE inline float adamwStep(float value, float grad, float &expAvg,
 ///   N_ij = O_ij / (sqrt(v_i) + eps)
 ///   x = N * (||O||_F / max(||N||_F, eps))     (norms in double)
 /// so the update keeps the Newton-Schulz output's Frobenius norm, and with
-/// it Muon's RMS. eps is kNormuonEps. Host code: a device runs it where its
-/// memory is readable from the host, or on a host copy (Device::normuon).
+/// it Muon's RMS. eps is kNormuonEps. normuonStep is the CPU's loop; the
+/// per-row and the final arithmetic (normuonRowDivisor, normuonRescale) are
+/// shared with the CUDA kernels, which sum each row's squares in another
+/// order (a fixed tree).
 struct NormuonScalars {
   float oneMinusBeta2 = 0.05f, eps = 1e-8f;
 };
@@ -127,6 +129,25 @@ struct NormuonScalars {
 inline NormuonScalars normuonScalars(const MuonSettings &s) {
   return {static_cast<float>(1.0 - s.normuonBeta2),
           static_cast<float>(kNormuonEps)};
+}
+
+/// A row's state update from its sum of squares, and its divisor:
+/// v = lerp(v, mean square, 1 - beta2), sqrt(v) + eps.
+MUON_HOST_DEVICE inline float normuonRowDivisor(float &v, double squares,
+                                                int64_t cols,
+                                                const NormuonScalars &s) {
+  const float mean = static_cast<float>(squares / static_cast<double>(cols));
+  v = lerp(v, mean, s.oneMinusBeta2);
+  return sqrtf(v) + s.eps;
+}
+
+/// The factor back to the Newton-Schulz output's norm, from the sums of
+/// squares before and after the rows' division.
+MUON_HOST_DEVICE inline float normuonRescale(double before, double after,
+                                             float eps) {
+  const double normAfter = sqrt(after), floor = static_cast<double>(eps);
+  return static_cast<float>(sqrt(before) /
+                            (normAfter > floor ? normAfter : floor));
 }
 
 inline void normuonStep(float *x, int64_t rows, int64_t cols, float *v,
@@ -138,16 +159,13 @@ inline void normuonStep(float *x, int64_t rows, int64_t cols, float *v,
     for (int64_t j = 0; j < cols; ++j)
       squares += static_cast<double>(row[j]) * row[j];
     before += squares;
-    const float mean = static_cast<float>(squares / static_cast<double>(cols));
-    v[i] = lerp(v[i], mean, s.oneMinusBeta2);
-    const float denom = sqrtf(v[i]) + s.eps;
+    const float divisor = normuonRowDivisor(v[i], squares, cols, s);
     for (int64_t j = 0; j < cols; ++j) {
-      row[j] = row[j] / denom;
+      row[j] = row[j] / divisor;
       after += static_cast<double>(row[j]) * row[j];
     }
   }
-  const float scale = static_cast<float>(
-      std::sqrt(before) / std::max(std::sqrt(after), static_cast<double>(s.eps)));
+  const float scale = normuonRescale(before, after, s.eps);
   for (int64_t e = 0; e < rows * cols; ++e)
     x[e] *= scale;
 }
