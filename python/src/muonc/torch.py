@@ -338,7 +338,7 @@ class Muon(torch.optim.Optimizer):
     Newton-Schulz runs on the CPU, "standard" (default: torch's iteration,
     within 1e-6 of torch.optim.Muon's f32 after 10 steps) or "gram" (on
     wide and tall matrices the same polynomials applied through the Gram
-    matrix X X^T, restarted from X after steps 2 and 5: 0.6-0.7x the time
+    matrix X X^T, restarted from X after steps 2 and 5: 0.62-0.68x the time
     at 1:3-1:4, about twice the standard form's rounding error;
     docs/performance.md). Every rank should use the same form.
 
