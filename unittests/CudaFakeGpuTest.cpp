@@ -55,6 +55,14 @@ template <typename T> std::vector<T> download(const T *memory, size_t n) {
   return host;
 }
 
+/// `values` as `type` stores them (f32, or bf16 bits).
+std::vector<uint8_t> storedAs(const std::vector<float> &values, DType type) {
+  std::vector<uint8_t> bytes(values.size() * dtypeBytes(type));
+  for (size_t i = 0; i < values.size(); ++i)
+    storeAs(bytes.data(), type, static_cast<int64_t>(i), values[i]);
+  return bytes;
+}
+
 std::vector<float> randomFloats(size_t n, std::mt19937 &rng) {
   std::uniform_real_distribution<float> u(-1, 1);
   std::vector<float> v(n);
@@ -462,11 +470,8 @@ TEST_F(FakeGpuTest, ScaleRowsMatchesCpu) {
   const std::vector<float> factors = {1.0f, 0.5f, 0.73f, 1.0f, 0.999f,
                                       0.1f, 1.0f, 0.25f, 0.6f};
   for (DType type : {DType::F32, DType::BF16}) {
-    std::vector<float> values = randomFloats(rows * cols, rng);
     const int64_t width = dtypeBytes(type);
-    std::vector<uint8_t> bytes(values.size() * width);
-    for (size_t i = 0; i < values.size(); ++i)
-      storeAs(bytes.data(), type, static_cast<int64_t>(i), values[i]);
+    std::vector<uint8_t> bytes = storedAs(randomFloats(rows * cols, rng), type);
     uint8_t *d = device(bytes);
     float *df = device(factors);
     runtime::cuda::launchScaleRows(stream, d, type, rows, cols, df);
@@ -489,11 +494,9 @@ TEST_F(FakeGpuTest, MirrorLowerAtEverySide) {
   for (DType type : {DType::F32, DType::BF16})
     for (int64_t m = 1; m <= 97; ++m) {
       const int64_t count = 3, stride = m * m + 8;
-      std::vector<float> values = randomFloats(count * stride, rng);
       const int64_t width = dtypeBytes(type);
-      std::vector<uint8_t> bytes(values.size() * width);
-      for (size_t i = 0; i < values.size(); ++i)
-        storeAs(bytes.data(), type, static_cast<int64_t>(i), values[i]);
+      std::vector<uint8_t> bytes =
+          storedAs(randomFloats(count * stride, rng), type);
       uint8_t *d = device(bytes);
       runtime::cuda::launchMirrorLower(stream, d, count, m, stride, type);
       std::vector<uint8_t> got = download(d, bytes.size());

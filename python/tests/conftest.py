@@ -95,3 +95,15 @@ def _entry(rank, fn, world, port, *args):
         fn(rank, world, *args)
     finally:
         dist.destroy_process_group()
+
+
+def dcp_load(model, opt, checkpoint_id):
+    """Loads a torch.distributed.checkpoint of {"model": ..., "optim": ...}
+    (get_state_dict's dicts, as the tests save them) into `model` and
+    `opt`, resharded to their layout."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_state_dict, set_state_dict)
+    msd, osd = get_state_dict(model, opt)
+    dcp.load({"model": msd, "optim": osd}, checkpoint_id=checkpoint_id)
+    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)

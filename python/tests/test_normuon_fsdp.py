@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from muonc.torch import Muon, MuonError, create_dtensor_config  # noqa: E402
-from conftest import run_ranks  # noqa: E402
+from conftest import dcp_load, run_ranks  # noqa: E402
 from test_torch_fsdp import (Net, build, named_groups,  # noqa: E402
                              train_steps, whole, whole_state)
 
@@ -80,9 +80,6 @@ def _four_ranks(rank, world, out):
 
 
 def _two_ranks(rank, world, out):
-    from torch.distributed.checkpoint.state_dict import (
-        get_state_dict, set_state_dict)
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.tensor import DTensor, distribute_tensor
     result = {}
     # From the 4 ranks' local_state_dict() files.
@@ -109,10 +106,7 @@ def _two_ranks(rank, world, out):
     # From the DCP checkpoint of state_dict() (model and optimizer).
     model, dp_rank, dp = build("fsdp", rank, world)
     opt = make_opt(model)
-    msd, osd = get_state_dict(model, opt)
-    dcp.load({"model": msd, "optim": osd},
-             checkpoint_id=os.path.join(out, "dcp"))
-    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+    dcp_load(model, opt, os.path.join(out, "dcp"))
     result["dcp_steps_taken"] = opt.engine.steps_taken
     result["dcp_state"] = whole_state(opt)
     result["dcp_params"] = {n: whole(p) for n, p in model.named_parameters()}
@@ -288,17 +282,11 @@ def test_dcp_checkpoint_loads_in_one_process(runs):
     # The 4 ranks' checkpoint in one process (no process group): DCP
     # assembles the momentum, normuon_v comes whole; the run continues as
     # the 2 ranks' did, fed their gradients.
-    from torch.distributed.checkpoint.state_dict import (
-        get_state_dict, set_state_dict)
-    import torch.distributed.checkpoint as dcp
     four, _, two, out = runs
     torch.manual_seed(0)
     model = Net()
     opt = Muon(named_groups(model), lr=0.02, normuon=True, normuon_beta2=BETA2)
-    msd, osd = get_state_dict(model, opt)
-    dcp.load({"model": msd, "optim": osd},
-             checkpoint_id=os.path.join(out, "dcp"))
-    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+    dcp_load(model, opt, os.path.join(out, "dcp"))
     assert opt.engine.steps_taken == SAVE_AT
     loaded = whole_state(opt)
     for n, entry in four[0]["saved_state"].items():

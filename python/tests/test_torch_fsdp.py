@@ -21,7 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from muonc.torch import Muon, MuonError, create_dtensor_config  # noqa: E402
-from conftest import batch, loss_of, run_ranks  # noqa: E402
+from conftest import batch, dcp_load, loss_of, run_ranks  # noqa: E402
 
 VOCAB, D, FF = 30, 16, 32
 STEPS, SAVE_AT = 4, 2
@@ -220,15 +220,9 @@ def _errors(rank, model, opt):
 
 
 def _two_ranks(rank, world, out):
-    from torch.distributed.checkpoint.state_dict import (
-        get_state_dict, set_state_dict)
-    import torch.distributed.checkpoint as dcp
     model, dp_rank, dp = build("fsdp", rank, world)
     opt = make_opt(model)
-    msd, osd = get_state_dict(model, opt)
-    dcp.load({"model": msd, "optim": osd},
-             checkpoint_id=os.path.join(out, "dcp"))
-    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+    dcp_load(model, opt, os.path.join(out, "dcp"))
     result = {"steps_taken": opt.engine.steps_taken,
               "loaded_state": whole_state(opt),
               "loaded_params": {n: whole(p) for n, p in
