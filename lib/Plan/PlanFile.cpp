@@ -1,5 +1,7 @@
 //===- PlanFile.cpp - The plan file (muon-plan/1) -------------------------===//
 #include "muon/Plan/PlanFile.h"
+
+#include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Support/Json.h"
 #include "muon/Support/JsonWriter.h"
@@ -53,34 +55,33 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     j.beginObject();
     j.member("name", g.name);
     j.member("algorithm", algorithmName(g.muon));
-    if (withGroupSettings && g.muon) {
-      const MuonSettings &m = g.muonSettings;
-      j.member("lr", m.lr);
-      j.member("weight_decay", m.weightDecay);
-      j.member("momentum", m.momentum);
-      j.member("nesterov", m.nesterov);
-      j.member("adjust_lr", m.adjustLr);
-      // Only when not the default: plans without it stay byte-identical.
-      if (m.weightDecayMode != "decoupled")
-        j.member("weight_decay_mode", m.weightDecayMode);
-    }
-    // NorMuon decides which matrices carry per-row state, so ranks agree on
-    // it (planHash renders without settings); both keys only when on.
-    if (g.muon && g.muonSettings.normuon) {
-      j.member("normuon", true);
-      if (withGroupSettings)
-        j.member("normuon_beta2", g.muonSettings.normuonBeta2);
-    }
-    if (withGroupSettings && !g.muon) {
-      const AdamWSettings &a = g.adamwSettings;
-      j.member("lr", a.lr);
-      j.key("betas");
-      j.beginArray();
-      j.value(a.beta1);
-      j.value(a.beta2);
-      j.endArray();
-      j.member("eps", a.eps);
-      j.member("weight_decay", a.weightDecay);
+    // Every setting of the group's algorithm (GroupSettings.h) that files
+    // hold; without group settings (planHash: ranks must agree on the plan
+    // proper) only the fixed ones. Settings sharing a JSON key ("betas")
+    // go together as an array there.
+    const std::vector<GroupSetting> &settings = groupSettings();
+    for (size_t i = 0; i < settings.size(); ++i) {
+      const GroupSetting &s = settings[i];
+      if (s.muon != g.muon || !(withGroupSettings || s.fixed) ||
+          !settingWritten(s, g))
+        continue;
+      if (std::string_view(s.jsonKey) != s.name) {
+        if (i > 0 && std::string_view(settings[i - 1].jsonKey) == s.jsonKey)
+          continue; // written with the first of its key
+        j.key(s.jsonKey);
+        j.beginArray();
+        for (size_t k = i; k < settings.size() &&
+                           std::string_view(settings[k].jsonKey) == s.jsonKey;
+             ++k)
+          j.value(settingValue(settings[k], g));
+        j.endArray();
+      } else if (s.kind == GroupSetting::Kind::Name) {
+        j.member(s.name, settingName(s, g));
+      } else if (s.kind == GroupSetting::Kind::Flag) {
+        j.member(s.name, settingValue(s, g) != 0);
+      } else {
+        j.member(s.name, settingValue(s, g));
+      }
     }
     j.endObject();
   }

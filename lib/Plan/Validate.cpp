@@ -1,6 +1,7 @@
 //===- Validate.cpp - A plan checked against itself -----------------------===//
 #include "muon/Plan/Validate.h"
 
+#include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/ScheduleVerifier.h"
 #include "muon/Support/Format.h"
 #include "muon/Support/Limits.h"
@@ -933,45 +934,11 @@ json::Error checkQkClipLayer(const QkClipLayer &layer,
 }
 
 json::Error checkGroupSettings(const PlanGroup &group) {
-  auto bad = [](const char *field, double v) {
-    return !std::isfinite(v) || v < 0
-               ? json::Error{field, "expected a finite number >= 0, got " +
-                                        shortNumber(v)}
-               : json::Error{};
-  };
-  json::Error e;
-  if (group.muon) {
-    const MuonSettings &m = group.muonSettings;
-    for (auto [field, v] : {std::pair<const char *, double>{"lr", m.lr},
-                            {"weight_decay", m.weightDecay},
-                            {"momentum", m.momentum}})
-      if (e = bad(field, v); !e.empty())
-        return e;
-    if (m.momentum >= 1)
-      return {"momentum",
-              "expected a number in [0, 1), got " + shortNumber(m.momentum)};
-    if (!isAdjustLrName(m.adjustLr))
-      return {"adjust_lr", "unknown value \"" + m.adjustLr +
-                               "\"; expected " + adjustLrList()};
-    if (weightDecayModeIndex(m.weightDecayMode) < 0)
-      return {"weight_decay_mode",
-              "unknown value \"" + m.weightDecayMode + "\"; expected " +
-                  nameList(kWeightDecayModes.data(), kWeightDecayModes.size())};
-    if (!(m.normuonBeta2 >= 0 && m.normuonBeta2 < 1))
-      return {"normuon_beta2", "expected a number in [0, 1), got " +
-                                   shortNumber(m.normuonBeta2)};
-    return {};
-  }
-  const AdamWSettings &a = group.adamwSettings;
-  for (auto [field, v] : {std::pair<const char *, double>{"lr", a.lr},
-                          {"eps", a.eps},
-                          {"weight_decay", a.weightDecay}})
-    if (e = bad(field, v); !e.empty())
-      return e;
-  for (auto [i, b] : {std::pair<int, double>{0, a.beta1}, {1, a.beta2}})
-    if (!(b >= 0 && b < 1))
-      return {index("betas", i),
-              "expected a number in [0, 1), got " + shortNumber(b)};
+  // The rules are the settings' own (GroupSettings.h), in its order.
+  for (const GroupSetting &setting : groupSettings())
+    if (setting.muon == group.muon)
+      if (std::string why = checkSetting(setting, group); !why.empty())
+        return {setting.errorField, why};
   return {};
 }
 

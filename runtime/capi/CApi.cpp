@@ -1,6 +1,7 @@
 //===- CApi.cpp - The runtime's C API -------------------------------------===//
 #include "muon/runtime.h"
 
+#include "muon/Plan/GroupSettings.h"
 #include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
@@ -344,38 +345,7 @@ muon_status muon_optimizer_set_group(muon_optimizer *opt, const char *name,
 
 namespace {
 
-/// One group setting reachable by name: a number (a double or a bool) or
-/// a text (a closed set of names) of one algorithm's settings. Get and set
-/// go through this one table, so a new setting is one row.
-struct GroupSetting {
-  const char *name;
-  bool muon; // a MuonSettings field, else an AdamWSettings one
-  double muon::MuonSettings::*muonNumber = nullptr;
-  bool muon::MuonSettings::*muonFlag = nullptr;
-  std::string muon::MuonSettings::*muonText = nullptr;
-  double muon::AdamWSettings::*adamwNumber = nullptr;
-};
-
-const std::vector<GroupSetting> &groupSettings() {
-  using M = muon::MuonSettings;
-  using A = muon::AdamWSettings;
-  static const std::vector<GroupSetting> table = {
-      {"lr", true, &M::lr},
-      {"weight_decay", true, &M::weightDecay},
-      {"momentum", true, &M::momentum},
-      {"nesterov", true, nullptr, &M::nesterov},
-      {"normuon", true, nullptr, &M::normuon},
-      {"normuon_beta2", true, &M::normuonBeta2},
-      {"adjust_lr", true, nullptr, nullptr, &M::adjustLr},
-      {"weight_decay_mode", true, nullptr, nullptr, &M::weightDecayMode},
-      {"lr", false, nullptr, nullptr, nullptr, &A::lr},
-      {"weight_decay", false, nullptr, nullptr, nullptr, &A::weightDecay},
-      {"beta1", false, nullptr, nullptr, nullptr, &A::beta1},
-      {"beta2", false, nullptr, nullptr, nullptr, &A::beta2},
-      {"eps", false, nullptr, nullptr, nullptr, &A::eps},
-  };
-  return table;
-}
+using muon::GroupSetting;
 
 /// The group `group` of a valid `opt` and its setting `name` of the kind
 /// asked for (text or number), or null with the error set.
@@ -397,11 +367,12 @@ const GroupSetting *findSetting(const muon_optimizer *opt, const char *group,
                            "' (the plan's groups: " + names + ")");
     return nullptr;
   }
+  // The settings described once (muon/Plan/GroupSettings.h).
   std::string mine;
-  for (const GroupSetting &s : groupSettings()) {
+  for (const GroupSetting &s : muon::groupSettings()) {
     if (s.muon != found->muon)
       continue;
-    const bool isText = s.muonText != nullptr;
+    const bool isText = s.kind == GroupSetting::Kind::Name;
     if (std::strcmp(s.name, name) == 0 && isText == text)
       return &s;
     mine += std::string(mine.empty() ? "" : ", ") + s.name +
@@ -425,12 +396,7 @@ muon_status muon_optimizer_group_setting(const muon_optimizer *opt,
     return MUON_INVALID;
   if (!value)
     return fail(MUON_INVALID, "a place for the value is needed");
-  if (s->muonNumber)
-    *value = g->muonSettings.*(s->muonNumber);
-  else if (s->muonFlag)
-    *value = g->muonSettings.*(s->muonFlag) ? 1.0 : 0.0;
-  else
-    *value = g->adamwSettings.*(s->adamwNumber);
+  *value = muon::settingValue(*s, *g);
   return MUON_OK;
 }
 
@@ -441,21 +407,17 @@ muon_status muon_optimizer_set_group_setting(muon_optimizer *opt,
   const GroupSetting *s = findSetting(opt, group, name, false, g);
   if (!s)
     return MUON_INVALID;
-  if (s->muonFlag && value != 0.0 && value != 1.0)
+  if (s->kind == GroupSetting::Kind::Flag && value != 0.0 && value != 1.0)
     return fail(MUON_INVALID, std::string("group '") + group + "': " + name +
                                   " is a boolean: 0 or 1, not " +
                                   std::to_string(value));
-  if (!s->muon) {
-    muon::AdamWSettings a = g->adamwSettings;
-    a.*(s->adamwNumber) = value;
-    return report(opt->optimizer->setGroupOptions(group, a));
-  }
-  muon::MuonSettings m = g->muonSettings;
-  if (s->muonFlag)
-    m.*(s->muonFlag) = value != 0.0;
-  else
-    m.*(s->muonNumber) = value;
-  return report(opt->optimizer->setGroupOptions(group, m));
+  muon::PlanGroup updated = *g;
+  muon::setSettingValue(*s, updated, value);
+  return s->muon
+             ? report(opt->optimizer->setGroupOptions(group,
+                                                      updated.muonSettings))
+             : report(opt->optimizer->setGroupOptions(group,
+                                                      updated.adamwSettings));
 }
 
 muon_status muon_optimizer_group_setting_text(const muon_optimizer *opt,
@@ -468,7 +430,7 @@ muon_status muon_optimizer_group_setting_text(const muon_optimizer *opt,
     return MUON_INVALID;
   if (!value)
     return fail(MUON_INVALID, "a place for the value is needed");
-  *value = (g->muonSettings.*(s->muonText)).c_str();
+  *value = muon::settingName(*s, *g).c_str();
   return MUON_OK;
 }
 
@@ -482,9 +444,9 @@ muon_status muon_optimizer_set_group_setting_text(muon_optimizer *opt,
     return MUON_INVALID;
   if (!value)
     return fail(MUON_INVALID, "a value is needed");
-  muon::MuonSettings m = g->muonSettings;
-  m.*(s->muonText) = value;
-  return report(opt->optimizer->setGroupOptions(group, m));
+  muon::PlanGroup updated = *g;
+  muon::setSettingName(*s, updated, value);
+  return report(opt->optimizer->setGroupOptions(group, updated.muonSettings));
 }
 
 muon_status muon_optimizer_set_group_lr(muon_optimizer *opt, const char *name,

@@ -27,6 +27,7 @@
 
 #include "StateCut.h"
 
+#include "muon/Plan/GroupSettings.h"
 #include "muon/Runtime/MatrixStep.h"
 
 #include "muon/Support/Fnv.h"
@@ -336,34 +337,22 @@ bool readManifest(const std::string &dir, const Plan &plan, bool withParameters,
       group.muon =
           rd.oneOf(get(*o, "algorithm"), gp + ".algorithm", {"muon", "adamw"})
               .value_or("muon") == "muon";
-      auto number = [&](const char *k) {
-        return rd.number(get(*o, k), gp + "." + k).value_or(0);
-      };
-      if (group.muon) {
-        MuonSettings &m = group.muonSettings;
-        m.lr = number("lr");
-        m.weightDecay = number("weight_decay");
-        m.momentum = number("momentum");
-        m.nesterov =
-            rd.boolean(get(*o, "nesterov"), gp + ".nesterov").value_or(true);
-        m.adjustLr = rd.string(get(*o, "adjust_lr"), gp + ".adjust_lr")
-                         .value_or("original");
-        if (get(*o, "weight_decay_mode"))
-          m.weightDecayMode =
-              rd.string(get(*o, "weight_decay_mode"), gp + ".weight_decay_mode")
-                  .value_or("decoupled");
-        if (get(*o, "normuon"))
-          m.normuon =
-              rd.boolean(get(*o, "normuon"), gp + ".normuon").value_or(false);
-        if (get(*o, "normuon_beta2"))
-          m.normuonBeta2 = number("normuon_beta2");
-      } else {
-        AdamWSettings &a = group.adamwSettings;
-        a.lr = number("lr");
-        a.beta1 = number("beta1");
-        a.beta2 = number("beta2");
-        a.eps = number("eps");
-        a.weightDecay = number("weight_decay");
+      // Every setting of its algorithm by its name (GroupSettings.h): the
+      // optional ones only where present (they keep their defaults).
+      for (const GroupSetting &setting : groupSettings()) {
+        const json::Value *v = get(*o, setting.name);
+        if (setting.muon != group.muon || (!v && settingOptional(setting)))
+          continue;
+        const std::string path = gp + "." + setting.name;
+        if (setting.kind == GroupSetting::Kind::Name) {
+          if (std::optional<std::string> text = rd.string(v, path))
+            setSettingName(setting, group, *text);
+        } else if (setting.kind == GroupSetting::Kind::Flag) {
+          if (std::optional<bool> flag = rd.boolean(v, path))
+            setSettingValue(setting, group, *flag ? 1.0 : 0.0);
+        } else if (std::optional<double> number = rd.number(v, path)) {
+          setSettingValue(setting, group, *number);
+        }
       }
     }
   }
@@ -770,26 +759,16 @@ bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
       const PlanGroup &group = groups[g];
       Ordered o = {{"name", group.name},
                    {"algorithm", algorithmName(group.muon)}};
-      if (group.muon) {
-        const MuonSettings &m = group.muonSettings;
-        o["lr"] = m.lr;
-        o["weight_decay"] = m.weightDecay;
-        o["momentum"] = m.momentum;
-        o["nesterov"] = m.nesterov;
-        o["adjust_lr"] = m.adjustLr;
-        if (m.weightDecayMode != "decoupled")
-          o["weight_decay_mode"] = m.weightDecayMode;
-        if (m.normuon) {
-          o["normuon"] = true;
-          o["normuon_beta2"] = m.normuonBeta2;
-        }
-      } else {
-        const AdamWSettings &a = group.adamwSettings;
-        o["lr"] = a.lr;
-        o["beta1"] = a.beta1;
-        o["beta2"] = a.beta2;
-        o["eps"] = a.eps;
-        o["weight_decay"] = a.weightDecay;
+      // Every setting of the group's algorithm by its name (GroupSettings.h).
+      for (const GroupSetting &setting : groupSettings()) {
+        if (setting.muon != group.muon || !settingWritten(setting, group))
+          continue;
+        if (setting.kind == GroupSetting::Kind::Name)
+          o[setting.name] = settingName(setting, group);
+        else if (setting.kind == GroupSetting::Kind::Flag)
+          o[setting.name] = settingValue(setting, group) != 0;
+        else
+          o[setting.name] = settingValue(setting, group);
       }
       text += (g ? ",\n    " : "\n    ") + o.dump();
     }

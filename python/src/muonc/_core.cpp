@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Compiler/Compile.h"
+#include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
@@ -30,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -358,50 +360,57 @@ std::string compileModel(nb::list params, nb::list groups, nb::object mesh,
 
 // --- The optimizer ------------------------------------------------------
 
+/// A plan group as a dict: its name, algorithm and every setting of its
+/// algorithm (muon/Plan/GroupSettings.h) by name, except settings that share
+/// a JSON key, which go together as a tuple under it (AdamW's "betas", as
+/// torch names them).
 nb::dict groupDict(const muon::PlanGroup &g) {
+  using muon::GroupSetting;
   nb::dict d;
   d["name"] = g.name;
   d["algorithm"] = g.muon ? "muon" : "adamw";
-  if (g.muon) {
-    d["lr"] = g.muonSettings.lr;
-    d["weight_decay"] = g.muonSettings.weightDecay;
-    d["momentum"] = g.muonSettings.momentum;
-    d["nesterov"] = g.muonSettings.nesterov;
-    d["adjust_lr"] = g.muonSettings.adjustLr;
-    d["weight_decay_mode"] = g.muonSettings.weightDecayMode;
-    d["normuon"] = g.muonSettings.normuon;
-    d["normuon_beta2"] = g.muonSettings.normuonBeta2;
-  } else {
-    d["lr"] = g.adamwSettings.lr;
-    d["betas"] = nb::make_tuple(g.adamwSettings.beta1, g.adamwSettings.beta2);
-    d["eps"] = g.adamwSettings.eps;
-    d["weight_decay"] = g.adamwSettings.weightDecay;
+  std::map<std::string, std::vector<double>> tuples;
+  for (const GroupSetting &s : muon::groupSettings()) {
+    if (s.muon != g.muon)
+      continue;
+    if (std::string_view(s.jsonKey) != s.name)
+      tuples[s.jsonKey].push_back(muon::settingValue(s, g));
+    else if (s.kind == GroupSetting::Kind::Name)
+      d[s.name] = muon::settingName(s, g);
+    else if (s.kind == GroupSetting::Kind::Flag)
+      d[s.name] = muon::settingValue(s, g) != 0;
+    else
+      d[s.name] = muon::settingValue(s, g);
   }
+  for (const auto &[key, values] : tuples)
+    d[key.c_str()] =
+        nb::steal<nb::tuple>(PySequence_Tuple(nb::cast(values).ptr()));
   return d;
 }
 
+/// The inverse of groupDict; a setting the dict lacks keeps its default.
 muon::PlanGroup planGroupOf(nb::dict d) {
+  using muon::GroupSetting;
   muon::PlanGroup g;
   g.name = nb::cast<std::string>(d["name"]);
   g.muon = get<std::string>(d, "algorithm", "muon") == "muon";
-  if (g.muon) {
-    g.muonSettings.lr = get<double>(d, "lr", 1e-3);
-    g.muonSettings.weightDecay = get<double>(d, "weight_decay", 0.1);
-    g.muonSettings.momentum = get<double>(d, "momentum", 0.95);
-    g.muonSettings.nesterov = get<bool>(d, "nesterov", true);
-    g.muonSettings.adjustLr = get<std::string>(d, "adjust_lr", "original");
-    g.muonSettings.weightDecayMode =
-        get<std::string>(d, "weight_decay_mode", "decoupled");
-    g.muonSettings.normuon = get<bool>(d, "normuon", false);
-    g.muonSettings.normuonBeta2 = get<double>(d, "normuon_beta2", 0.95);
-  } else {
-    g.adamwSettings.lr = get<double>(d, "lr", 1e-3);
-    g.adamwSettings.weightDecay = get<double>(d, "weight_decay", 0.01);
-    g.adamwSettings.eps = get<double>(d, "eps", 1e-8);
-    if (d.contains("betas")) {
-      auto b = nb::cast<std::vector<double>>(d["betas"]);
-      g.adamwSettings.beta1 = b.at(0);
-      g.adamwSettings.beta2 = b.at(1);
+  std::map<std::string, size_t> position; // within a shared JSON key
+  for (const GroupSetting &s : muon::groupSettings()) {
+    if (s.muon != g.muon)
+      continue;
+    if (std::string_view(s.jsonKey) != s.name) {
+      const size_t i = position[s.jsonKey]++;
+      if (d.contains(s.jsonKey))
+        muon::setSettingValue(
+            s, g, nb::cast<std::vector<double>>(d[s.jsonKey]).at(i));
+    } else if (!d.contains(s.name)) {
+      continue;
+    } else if (s.kind == GroupSetting::Kind::Name) {
+      muon::setSettingName(s, g, nb::cast<std::string>(d[s.name]));
+    } else if (s.kind == GroupSetting::Kind::Flag) {
+      muon::setSettingValue(s, g, nb::cast<bool>(d[s.name]) ? 1.0 : 0.0);
+    } else {
+      muon::setSettingValue(s, g, nb::cast<double>(d[s.name]));
     }
   }
   return g;
