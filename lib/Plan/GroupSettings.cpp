@@ -62,6 +62,7 @@ const std::vector<GroupSetting> &groupSettings() {
     t[6].fixed = true;
     t[6].omitDefault = true;
     t[7].onlyWith = "normuon";
+    t[7].onlyWithNote = "NorMuon's setting";
     return t;
   }();
   return table;

@@ -258,6 +258,11 @@ private:
   template <typename Fn>
   bool objects(const Value &parent, const std::string &path, std::string_view k,
                std::initializer_list<std::string_view> keys, Fn fn) {
+    return objects(parent, path, k, std::vector<std::string_view>(keys), fn);
+  }
+  template <typename Fn>
+  bool objects(const Value &parent, const std::string &path, std::string_view k,
+               const std::vector<std::string_view> &keys, Fn fn) {
     std::string apath = key(path, k);
     const Value *a = rd.array(get(parent, k), apath);
     if (!a)
@@ -277,6 +282,70 @@ private:
   }
   double number(const Value &o, const std::string &path, std::string_view k) {
     return rd.number(get(o, k), key(path, k)).value_or(0);
+  }
+  /// The JSON keys of one algorithm's settings (GroupSettings.h), each
+  /// once, in the table's order.
+  static std::vector<std::string_view> settingKeys(bool muon) {
+    std::vector<std::string_view> keys;
+    for (const GroupSetting &s : groupSettings())
+      if (s.muon == muon &&
+          std::find(keys.begin(), keys.end(), s.jsonKey) == keys.end())
+        keys.push_back(s.jsonKey);
+    return keys;
+  }
+  /// The settings of g's algorithm from `o` (GroupSettings.h): each
+  /// required unless optional (then it keeps its default), a setting of a
+  /// flag only with the flag on, the settings sharing a JSON key as one
+  /// array ("betas": [beta1, beta2]).
+  void readSettings(const Value &o, const std::string &p, PlanGroup &g) {
+    const std::vector<GroupSetting> &settings = groupSettings();
+    for (size_t i = 0; i < settings.size() && rd.ok(); ++i) {
+      const GroupSetting &s = settings[i];
+      if (s.muon != g.muon)
+        continue;
+      const Value *v = get(o, s.jsonKey);
+      const std::string path = key(p, s.jsonKey);
+      if (!v && settingOptional(s))
+        continue;
+      if (s.onlyWith &&
+          settingValue(*findGroupSetting(s.muon, s.onlyWith), g) == 0) {
+        rd.fail(path, std::string("only with \"") + s.onlyWith +
+                          "\": true (" + s.onlyWithNote + ")");
+        return;
+      }
+      if (std::string_view(s.jsonKey) != s.name) {
+        if (i > 0 && std::string_view(settings[i - 1].jsonKey) == s.jsonKey)
+          continue; // read with the first of its key
+        size_t n = 0;
+        std::string names;
+        for (; i + n < settings.size() &&
+               std::string_view(settings[i + n].jsonKey) == s.jsonKey;
+             ++n)
+          names += (n ? ", " : "") + std::string(settings[i + n].name);
+        const Value *a = rd.array(v, path);
+        if (a && a->size() != n)
+          rd.fail(path, "expected [" + names + "]");
+        for (size_t k = 0; a && k < n && rd.ok(); ++k)
+          setSettingValue(settings[i + k], g,
+                          rd.number(&(*a)[k], index(path, k)).value_or(0));
+        continue;
+      }
+      switch (s.kind) {
+      case GroupSetting::Kind::Number:
+        setSettingValue(s, g, rd.number(v, path).value_or(0));
+        break;
+      case GroupSetting::Kind::Flag:
+        if (std::optional<bool> flag = rd.boolean(v, path))
+          setSettingValue(s, g, *flag ? 1.0 : 0.0);
+        break;
+      case GroupSetting::Kind::Name:
+        if (std::optional<std::string> name = rd.oneOf(
+                v, path,
+                std::vector<std::string_view>(s.names, s.names + s.nameCount)))
+          setSettingName(s, g, *name);
+        break;
+      }
+    }
   }
   std::vector<int64_t> ints(const Value *v, const std::string &path,
                             int64_t min = json::Reader::kMin) {
@@ -372,46 +441,6 @@ bool PlanReader::read(const Value &root, Plan &plan,
       plan.ns.coefficients.push_back(abc);
     }
   };
-  auto readMuon = [&](const Value &o, const std::string &p, MuonSettings &m) {
-    m.lr = number(o, p, "lr");
-    m.weightDecay = number(o, p, "weight_decay");
-    m.momentum = number(o, p, "momentum");
-    m.nesterov =
-        rd.boolean(get(o, "nesterov"), key(p, "nesterov")).value_or(true);
-    m.adjustLr = rd.oneOf(get(o, "adjust_lr"), key(p, "adjust_lr"),
-                          {kAdjustLrNames[0], kAdjustLrNames[1],
-                           kAdjustLrNames[2], kAdjustLrNames[3],
-                           kAdjustLrNames[4]})
-                     .value_or("original");
-    if (const Value *v = get(o, "weight_decay_mode"))
-      m.weightDecayMode =
-          rd.oneOf(v, key(p, "weight_decay_mode"),
-                   {kWeightDecayModes[0], kWeightDecayModes[1],
-                    kWeightDecayModes[2]})
-              .value_or("decoupled");
-    if (const Value *v = get(o, "normuon"))
-      m.normuon = rd.boolean(v, key(p, "normuon")).value_or(false);
-    if (get(o, "normuon_beta2")) {
-      if (rd.ok() && !m.normuon)
-        rd.fail(key(p, "normuon_beta2"),
-                "only with \"normuon\": true (NorMuon's setting)");
-      else
-        m.normuonBeta2 = number(o, p, "normuon_beta2");
-    }
-  };
-  auto readAdamW = [&](const Value &o, const std::string &p, AdamWSettings &a) {
-    a.lr = number(o, p, "lr");
-    a.eps = number(o, p, "eps");
-    a.weightDecay = number(o, p, "weight_decay");
-    if (const Value *b = rd.array(get(o, "betas"), key(p, "betas"))) {
-      if (b->size() != 2) {
-        rd.fail(key(p, "betas"), "expected [beta1, beta2]");
-      } else {
-        a.beta1 = rd.number(&(*b)[0], index(key(p, "betas"), 0)).value_or(0);
-        a.beta2 = rd.number(&(*b)[1], index(key(p, "betas"), 1)).value_or(0);
-      }
-    }
-  };
   if (legacy) {
     if (const Value *o =
             object(root, "", "optimizer",
@@ -419,20 +448,25 @@ bool PlanReader::read(const Value &root, Plan &plan,
                     "ns_coefficients", "eps", "adjust_lr", "ns_dtype",
                     "weight_decay_mode", "normuon", "normuon_beta2"})) {
       readNewtonSchulz(*o, "optimizer");
-      readMuon(*o, "optimizer", plan.groups[0].muonSettings);
+      readSettings(*o, "optimizer", plan.groups[0]);
     }
     if (const Value *o =
             object(root, "", "adamw", {"lr", "betas", "eps", "weight_decay"}))
-      readAdamW(*o, "adamw", plan.groups[1].adamwSettings);
+      readSettings(*o, "adamw", plan.groups[1]);
   } else {
     if (const Value *o =
             object(root, "", "newton_schulz",
                    {"ns_steps", "ns_coefficients", "eps", "ns_dtype"}))
       readNewtonSchulz(*o, "newton_schulz");
-    objects(root, "", "groups",
-            {"name", "algorithm", "lr", "weight_decay", "momentum", "nesterov",
-             "adjust_lr", "weight_decay_mode", "normuon", "normuon_beta2",
-             "betas", "eps"},
+    // A group's keys: its name, its algorithm and the settings' JSON keys
+    // (GroupSettings.h), Muon's then AdamW's own.
+    std::vector<std::string_view> groupKeys = {"name", "algorithm"};
+    for (bool muon : {true, false})
+      for (std::string_view k : settingKeys(muon))
+        if (std::find(groupKeys.begin(), groupKeys.end(), k) ==
+            groupKeys.end())
+          groupKeys.push_back(k);
+    objects(root, "", "groups", groupKeys,
             [&](const Value &o, const std::string &path) {
               PlanGroup g;
               g.name =
@@ -443,24 +477,15 @@ bool PlanReader::read(const Value &root, Plan &plan,
               if (!rd.ok())
                 return;
               // Only the keys of the group's own algorithm.
-              static constexpr std::string_view kAdamWOnly[] = {"betas", "eps"};
-              static constexpr std::string_view kMuonOnly[] = {
-                  "momentum", "nesterov", "adjust_lr", "weight_decay_mode",
-                  "normuon", "normuon_beta2"};
-              for (std::string_view k :
-                   g.muon ? std::vector<std::string_view>(
-                                std::begin(kAdamWOnly), std::end(kAdamWOnly))
-                          : std::vector<std::string_view>(std::begin(kMuonOnly),
-                                                          std::end(kMuonOnly)))
-                if (get(o, k))
+              const std::vector<std::string_view> mine = settingKeys(g.muon);
+              for (std::string_view k : settingKeys(!g.muon))
+                if (std::find(mine.begin(), mine.end(), k) == mine.end() &&
+                    get(o, k))
                   rd.fail(key(path, k), std::string("not a setting of ") +
                                             algorithmName(g.muon) + " groups");
               if (!rd.ok())
                 return;
-              if (g.muon)
-                readMuon(o, path, g.muonSettings);
-              else
-                readAdamW(o, path, g.adamwSettings);
+              readSettings(o, path, g);
               plan.groups.push_back(std::move(g));
             });
   }

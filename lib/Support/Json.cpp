@@ -408,7 +408,7 @@ std::optional<std::string> Reader::string(const Value *v,
 
 std::optional<std::string>
 Reader::oneOf(const Value *v, const std::string &path,
-              std::initializer_list<std::string_view> choices) {
+              const std::vector<std::string_view> &choices) {
   std::optional<std::string> s = string(v, path);
   if (!s)
     return std::nullopt;
@@ -451,7 +451,7 @@ const Value *Reader::get(const Value &object, std::string_view k) {
 }
 
 bool Reader::knownKeys(const Value &object, const std::string &path,
-                       std::initializer_list<std::string_view> allowed) {
+                       const std::vector<std::string_view> &allowed) {
   // nlohmann::json keeps keys sorted: the first unknown one is stable.
   for (auto it = object.begin(); it != object.end(); ++it) {
     if (std::find(allowed.begin(), allowed.end(), it.key()) != allowed.end())

@@ -53,6 +53,8 @@ struct GroupSetting {
   /// A flag of the same group this setting belongs to (normuon_beta2:
   /// normuon); files hold the setting only where the flag is on.
   const char *onlyWith = nullptr;
+  /// What the flag is, for errors: "NorMuon's setting".
+  const char *onlyWithNote = nullptr;
   /// Files leave the setting out at its default (settings added after the
   /// formats were fixed: older files keep their bytes and still load).
   bool omitDefault = false;

@@ -83,7 +83,11 @@ public:
   /// One of `choices`.
   std::optional<std::string> oneOf(const Value *v, const std::string &path,
                                    std::initializer_list<std::string_view>
-                                       choices);
+                                       choices) {
+    return oneOf(v, path, std::vector<std::string_view>(choices));
+  }
+  std::optional<std::string> oneOf(const Value *v, const std::string &path,
+                                   const std::vector<std::string_view> &choices);
   /// An array of integers in [min, max].
   std::optional<std::vector<int64_t>> integers(const Value *v,
                                                const std::string &path,
@@ -95,7 +99,11 @@ public:
   /// Fails at the first key of `object` (in sorted order) not in
   /// `allowed`: "unknown key 'x'; expected one of a, b".
   bool knownKeys(const Value &object, const std::string &path,
-                 std::initializer_list<std::string_view> allowed);
+                 std::initializer_list<std::string_view> allowed) {
+    return knownKeys(object, path, std::vector<std::string_view>(allowed));
+  }
+  bool knownKeys(const Value &object, const std::string &path,
+                 const std::vector<std::string_view> &allowed);
 
 private:
   Error err;
