@@ -1,4 +1,5 @@
 //===- RuntimeTest.cpp - Runtime kernels and the one-rank executor --------===//
+#include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Planner/Schedule.h"
 #include "muon/Runtime/Backends.h"
@@ -6,6 +7,7 @@
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/HostStagedCommunicator.h"
 #include "muon/Runtime/LocalCommunicator.h"
+#include "muon/Runtime/MatrixStep.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/StepExecutor.h"
 #include "muon/Runtime/Testing/Synthetic.h"
@@ -37,6 +39,25 @@ std::vector<float> randomMatrix(int64_t rows, int64_t cols, unsigned seed) {
   for (float &v : x)
     v = u(rng);
   return x;
+}
+
+/// Every per-matrix step is turned on by a flag of the settings table that
+/// the plan fixes (it decides which matrices carry the step's state), and
+/// follows that flag.
+TEST(MatrixStep, EachStepFollowsAFixedFlagOfTheSettingsTable) {
+  ASSERT_FALSE(matrixSteps().empty());
+  for (const MatrixStep &step : matrixSteps()) {
+    const GroupSetting *flag = findGroupSetting(true, step.setting);
+    ASSERT_NE(flag, nullptr) << step.setting;
+    EXPECT_EQ(flag->kind, GroupSetting::Kind::Flag) << step.setting;
+    EXPECT_TRUE(flag->fixed) << step.setting;
+    PlanGroup group;
+    EXPECT_FALSE(step.enabled(group.muonSettings)) << step.setting;
+    setSettingValue(*flag, group, 1.0);
+    EXPECT_TRUE(step.enabled(group.muonSettings)) << step.setting;
+    EXPECT_EQ(matrixStepOfState(step.state),
+              &step - matrixSteps().data());
+  }
 }
 
 TEST(NewtonSchulz, ConvergesToOrthogonalRows) {

@@ -23,17 +23,20 @@
 namespace muon::runtime {
 
 struct MatrixStep {
-  /// The group setting's name ("normuon") and the variant's in messages.
+  /// The group setting that turns the step on ("normuon": a fixed flag of
+  /// the settings table, muon/Plan/GroupSettings.h) and the variant's name
+  /// in messages.
   const char *setting, *title;
   /// The per-row state slot's name in state dicts and checkpoints.
   const char *state;
-  /// Whether a Muon group's settings enable the step (fixed by the plan:
-  /// it decides which matrices carry the state).
-  bool (*enabled)(const MuonSettings &settings);
   /// Runs on one gathered rows x cols f32 matrix (device memory, after
   /// Newton-Schulz) with its rows' state.
   void (*run)(Device &device, float *matrix, int64_t rows, int64_t cols,
               float *state, const MuonSettings &settings);
+
+  /// Whether a Muon group's settings turn the step on: its setting's flag
+  /// (fixed by the plan: it decides which matrices carry the state).
+  bool enabled(const MuonSettings &settings) const;
 };
 
 /// Every per-matrix step, in the order they run on a matrix.
