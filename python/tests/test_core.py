@@ -128,3 +128,20 @@ def test_compile_spec_errors(tmp_path):
         muonc.compile_spec(3)
     with pytest.raises(muonc.MuonError):
         muonc.compile_spec("{ not json")
+
+
+def test_group_settings_table_is_what_the_group_dicts_hold():
+    # The runtime's table of group settings (GroupSettings.h) is the one
+    # the engine's group dicts are written from: each algorithm's dict
+    # holds exactly its settings' keys (beta1 and beta2 as "betas").
+    table = muonc._core.group_settings()
+    opt = muonc.Optimizer(muonc.compile_model(*model()))
+    for group in opt.groups():
+        keys = {s["json_key"] for s in table
+                if s["algorithm"] == group["algorithm"]}
+        assert set(group) == keys | {"name", "algorithm"}, group
+    muon = {s["name"]: s for s in table if s["algorithm"] == "muon"}
+    assert muon["normuon"]["fixed"] and muon["normuon"]["kind"] == "flag"
+    assert muon["normuon_beta2"]["only_with"] == "normuon"
+    assert muon["weight_decay_mode"]["names"] == ["decoupled", "cautious",
+                                                  "none"]

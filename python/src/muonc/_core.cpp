@@ -789,6 +789,32 @@ NB_MODULE(_core, m) {
       },
       "spec"_a, "wire_dtype"_a = "",
       "Compiles a spec (muon-spec/1 JSON text) into a plan (JSON).");
+  m.def(
+      "group_settings",
+      [] {
+        nb::list out;
+        for (const muon::GroupSetting &s : muon::groupSettings()) {
+          nb::dict d;
+          d["name"] = s.name;
+          d["json_key"] = s.jsonKey;
+          d["algorithm"] = s.muon ? "muon" : "adamw";
+          d["kind"] = s.kind == muon::GroupSetting::Kind::Number ? "number"
+                      : s.kind == muon::GroupSetting::Kind::Flag ? "flag"
+                                                                 : "name";
+          nb::list names;
+          for (size_t i = 0; i < s.nameCount; ++i)
+            names.append(std::string(s.names[i]));
+          d["names"] = names;
+          d["fixed"] = s.fixed;
+          d["only_with"] =
+              s.onlyWith ? nb::object(nb::str(s.onlyWith)) : nb::none();
+          out.append(d);
+        }
+        return out;
+      },
+      "The group settings table (muon/Plan/GroupSettings.h), one dict per "
+      "setting: name, json_key, algorithm, kind (number, flag, name), "
+      "names, fixed, only_with.");
   m.def("mpi_world", &mpiWorld,
         "(rank, size) of MPI_COMM_WORLD, initializing MPI if needed.");
   m.def("mpi_finalize", &mpiFinalize,

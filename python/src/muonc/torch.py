@@ -38,12 +38,30 @@ __all__ = ["Muon", "MuonError", "TorchCommunicator", "create_dtensor_config"]
 
 DEFAULT_NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)
 
-# What a step reads from a group, per algorithm (the rest is compiled into
-# the plan and may not change after construction).
-_MUON_KEYS = ("lr", "weight_decay", "momentum", "nesterov", "adjust_lr_fn",
-              "weight_decay_mode", "normuon_beta2")
-_ADAMW_KEYS = ("lr", "betas", "eps", "weight_decay")
-_PLAN_KEYS = ("ns_coefficients", "eps", "ns_steps", "normuon")
+# The group settings, described once in the runtime's table
+# (muon/Plan/GroupSettings.h; _core.group_settings()); torch.optim.Muon's
+# names where they differ from ours.
+_SETTINGS = _core.group_settings()
+_TORCH_NAMES = {"adjust_lr": "adjust_lr_fn"}
+
+
+def _setting_names(name):
+    """The values a Muon setting of closed names takes."""
+    return tuple(next(s["names"] for s in _SETTINGS
+                      if s["algorithm"] == "muon" and s["name"] == name))
+
+
+# What a step reads from a group, per algorithm: the settings the plan does
+# not fix, under torch's keys. The rest is compiled into the plan (Newton-
+# Schulz's settings, and the fixed settings: NorMuon decides which
+# matrices carry state) and may not change after construction.
+_MUON_KEYS = tuple(_TORCH_NAMES.get(s["json_key"], s["json_key"])
+                   for s in _SETTINGS
+                   if s["algorithm"] == "muon" and not s["fixed"])
+_ADAMW_KEYS = tuple(dict.fromkeys(s["json_key"] for s in _SETTINGS
+                                  if s["algorithm"] == "adamw"))
+_PLAN_KEYS = ("ns_coefficients", "eps", "ns_steps") + tuple(
+    s["name"] for s in _SETTINGS if s["algorithm"] == "muon" and s["fixed"])
 # Per-head Newton-Schulz: compiled into the plan too (it decides the
 # matrices), but free to differ between groups.
 _HEAD_KEYS = ("num_heads", "head_split_dim")
@@ -1172,12 +1190,10 @@ def _dtype_name(p):
                     "supported (float32, bfloat16, float16 are)")
 
 
-# adjust_lr's values (muon::kAdjustLrNames; docs/spec-format.md 1.3).
-_ADJUST_LR = ("original", "match_rms_adamw", "spectral", "unit_rms_norm",
-              "spectral_unclamped")
-
-
-_DECAY_MODES = ("decoupled", "cautious", "none")
+# adjust_lr's and weight_decay_mode's values (the settings table;
+# docs/spec-format.md 1.3).
+_ADJUST_LR = _setting_names("adjust_lr")
+_DECAY_MODES = _setting_names("weight_decay_mode")
 
 
 def _row_states(raw):
