@@ -33,6 +33,7 @@
 using namespace muon;
 using namespace muon::compiler;
 using namespace muon::runtime;
+using muon::testing::addParam;
 using muon::testing::OneRank;
 using muon::testing::randomValues;
 
@@ -188,21 +189,14 @@ WholeStates assemble(const Plan &plan, const std::vector<StateDict> &dicts) {
 /// read by.
 Model scaleModel() {
   Model model;
-  auto add = [&](std::string name, std::vector<int64_t> shape,
-                 std::vector<Placement> placements, Group group = Group::Auto) {
-    Param p{std::move(name), std::move(shape)};
-    p.placements = std::move(placements);
-    p.group = group;
-    model.params.push_back(std::move(p));
-  };
-  add("w_in", {200, 96}, {Placement::shard(0)});
-  add("w_out", {96, 130}, {Placement::shard(0)});
-  add("stack", {3, 40, 24}, {Placement::shard(1)});
-  add("w_col", {64, 100}, {Placement::shard(1)});
-  add("emb", {160000, 32}, {Placement::shard(0)}, Group::AdamW);
-  add("bias", {130}, {Placement::shard(0)});
-  add("norm", {96}, {});
-  add("w_rep", {24, 24}, {});
+  addParam(model, "w_in", {200, 96}, {Placement::shard(0)});
+  addParam(model, "w_out", {96, 130}, {Placement::shard(0)});
+  addParam(model, "stack", {3, 40, 24}, {Placement::shard(1)});
+  addParam(model, "w_col", {64, 100}, {Placement::shard(1)});
+  addParam(model, "emb", {160000, 32}, {Placement::shard(0)}, Group::AdamW);
+  addParam(model, "bias", {130}, {Placement::shard(0)});
+  addParam(model, "norm", {96}, {});
+  addParam(model, "w_rep", {24, 24}, {});
   model.muon.lr = 0.02;
   return model;
 }
@@ -333,16 +327,10 @@ TEST(CheckpointScale, SavedOn64RanksLoadsOn48ReadingOnlyWhatEachNeeds) {
 /// FSDP-split ones.
 Model partialModel() {
   Model model;
-  auto add = [&](std::string name, std::vector<int64_t> shape,
-                 std::vector<Placement> placements) {
-    Param p{std::move(name), std::move(shape)};
-    p.placements = std::move(placements);
-    model.params.push_back(std::move(p));
-  };
-  add("w", {12, 8}, {Placement::shard(0)});
-  add("p", {6, 10}, {Placement::partial()});
-  add("b", {10}, {Placement::shard(0)});
-  add("g", {7}, {Placement::partial()});
+  addParam(model, "w", {12, 8}, {Placement::shard(0)});
+  addParam(model, "p", {6, 10}, {Placement::partial()});
+  addParam(model, "b", {10}, {Placement::shard(0)});
+  addParam(model, "g", {7}, {Placement::partial()});
   model.muon.lr = 0.02;
   return model;
 }
@@ -603,18 +591,11 @@ namespace {
 /// parameter beside them.
 Model normuonModel(bool normuon) {
   Model model;
-  auto add = [&](std::string name, std::vector<int64_t> shape,
-                 std::vector<Placement> placements, Group group = Group::Auto) {
-    Param p{std::move(name), std::move(shape)};
-    p.placements = std::move(placements);
-    p.group = group;
-    model.params.push_back(std::move(p));
-  };
-  add("wide", {24, 40}, {Placement::shard(0)});
-  add("tall", {44, 20}, {Placement::shard(1)});
-  add("stack", {3, 20, 12}, {Placement::shard(1)});
-  add("rep", {12, 12}, {});
-  add("emb", {64, 8}, {Placement::shard(0)}, Group::AdamW);
+  addParam(model, "wide", {24, 40}, {Placement::shard(0)});
+  addParam(model, "tall", {44, 20}, {Placement::shard(1)});
+  addParam(model, "stack", {3, 20, 12}, {Placement::shard(1)});
+  addParam(model, "rep", {12, 12}, {});
+  addParam(model, "emb", {64, 8}, {Placement::shard(0)}, Group::AdamW);
   model.muon.lr = 0.02;
   model.muon.nsDtype = "f32";
   model.muon.normuon = normuon;

@@ -2,12 +2,14 @@
 //
 // What the checkpoint and QK-clip tests both run as their reference: a
 // plan's optimizer on one rank, every parameter whole in its own storage,
-// values and gradients from one seeded generator.
+// values and gradients from one seeded generator; and the models they
+// build (addParam).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_UNITTESTS_ONERANKOPTIMIZER_H
 #define MUON_UNITTESTS_ONERANKOPTIMIZER_H
 
+#include "muon/Compiler/Compile.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
@@ -17,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace muon::testing {
@@ -31,6 +34,17 @@ inline std::vector<float> randomValues(int64_t n, unsigned seed) {
     v = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-53 * 2 - 1);
   }
   return x;
+}
+
+/// Adds a parameter to a test model.
+inline void addParam(compiler::Model &model, std::string name,
+                     std::vector<int64_t> shape,
+                     std::vector<compiler::Placement> placements,
+                     compiler::Group group = compiler::Group::Auto) {
+  compiler::Param p{std::move(name), std::move(shape)};
+  p.placements = std::move(placements);
+  p.group = group;
+  model.params.push_back(std::move(p));
 }
 
 inline int64_t elementsOf(const std::vector<int64_t> &shape) {

@@ -34,6 +34,7 @@ using namespace muon;
 using namespace muon::compiler;
 using namespace muon::runtime;
 using muon::testing::elementsOf;
+using muon::testing::addParam;
 using muon::testing::OneRank;
 using muon::testing::randomValues;
 
@@ -47,18 +48,12 @@ constexpr double kTau = 50;
 /// a Muon matrix and an AdamW vector QK-clip leaves alone.
 Model attentionModel() {
   Model model;
-  auto add = [&](std::string name, std::vector<int64_t> shape,
-                 std::vector<Placement> placements) {
-    Param p{std::move(name), std::move(shape)};
-    p.placements = std::move(placements);
-    model.params.push_back(std::move(p));
-  };
-  add("wq", {32, 16}, {Placement::shard(0)});
-  add("wk", {8, 16}, {Placement::shard(1)});
-  add("wq2", {24, 12}, {Placement::shard(0)});
-  add("wk2", {24, 12}, {});
-  add("mlp", {20, 12}, {Placement::shard(0)});
-  add("norm", {16}, {Placement::shard(0)});
+  addParam(model, "wq", {32, 16}, {Placement::shard(0)});
+  addParam(model, "wk", {8, 16}, {Placement::shard(1)});
+  addParam(model, "wq2", {24, 12}, {Placement::shard(0)});
+  addParam(model, "wk2", {24, 12}, {});
+  addParam(model, "mlp", {20, 12}, {Placement::shard(0)});
+  addParam(model, "norm", {16}, {Placement::shard(0)});
   model.muon.lr = 0.02;
   model.muon.nsDtype = "f32";
   model.qkClip = {{"gqa", "wq", "wk", 8, 2, kTau},
