@@ -6,6 +6,8 @@
 // rank ends bit for bit where one device ends.
 //
 //===----------------------------------------------------------------------===//
+#include "GroupSettingValues.h"
+
 #include "muon/Compiler/Compile.h"
 #include "muon/Support/NsCoefficients.h"
 #include "muon/Plan/Validate.h"
@@ -353,6 +355,37 @@ TEST(CompilerApi, NewtonSchulzCoefficientPresets) {
                        "'polar_express')"),
             std::string::npos)
       << error;
+}
+
+TEST(CompilerApi, EveryGroupSettingReachesThePlan) {
+  // Each row of the settings table, set on the model to a valid value other
+  // than its default, goes through the spec the API writes, the importer,
+  // the IR (a declared attribute or one the table alone describes) and the
+  // plan, and comes out with that value.
+  DistributedConfig config = createDTensorConfig({{2}});
+  int walked = 0;
+  for (const GroupSetting &s : groupSettings()) {
+    Model model = smallTransformer();
+    PlanGroup g;
+    g.muon = s.muon;
+    g.muonSettings = model.muon;
+    g.adamwSettings = model.adamw;
+    if (s.onlyWith)
+      setSettingValue(*findGroupSetting(s.muon, s.onlyWith), g, 1.0);
+    setOtherValidValue(s, g);
+    const std::string want = valueOf(s, g);
+    static_cast<::muon::MuonSettings &>(model.muon) = g.muonSettings;
+    model.adamw = g.adamwSettings;
+    Plan plan;
+    std::string error;
+    ASSERT_TRUE(compile(model, &config, plan, error)) << s.name << ": " << error;
+    auto group = std::find_if(plan.groups.begin(), plan.groups.end(),
+                              [&](const PlanGroup &p) { return p.muon == s.muon; });
+    ASSERT_NE(group, plan.groups.end()) << s.name;
+    EXPECT_EQ(valueOf(s, *group), want) << s.name;
+    ++walked;
+  }
+  EXPECT_EQ(walked, static_cast<int>(groupSettings().size()));
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 // A setting added to the table but forgotten by a format fails here.
 //
 //===----------------------------------------------------------------------===//
+#include "GroupSettingValues.h"
 #include "PlanModel.h"
 
 #include "muon/Plan/GroupSettings.h"
@@ -20,33 +21,6 @@
 using namespace muon;
 
 namespace {
-
-/// A valid value of `s` that is not `g`'s current one.
-void setOtherValidValue(const GroupSetting &s, PlanGroup &g) {
-  switch (s.kind) {
-  case GroupSetting::Kind::Flag:
-    setSettingValue(s, g, settingValue(s, g) != 0 ? 0.0 : 1.0);
-    return;
-  case GroupSetting::Kind::Name:
-    ASSERT_GE(s.nameCount, 2u) << s.name;
-    setSettingName(s, g,
-                   std::string(settingName(s, g) == s.names[0] ? s.names[1]
-                                                               : s.names[0]));
-    return;
-  case GroupSetting::Kind::Number: {
-    const double now = settingValue(s, g);
-    setSettingValue(s, g, now == 0.375 ? 0.625 : 0.375);
-    return;
-  }
-  }
-}
-
-/// g's value of `s`, as text, for comparisons.
-std::string valueOf(const GroupSetting &s, const PlanGroup &g) {
-  return s.kind == GroupSetting::Kind::Name
-             ? settingName(s, g)
-             : std::to_string(settingValue(s, g));
-}
 
 TEST(GroupSettings, EverySettingSurvivesBothPlanFormats) {
   int muonSettings = 0, adamwSettings = 0;

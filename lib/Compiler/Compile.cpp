@@ -6,6 +6,7 @@
 #include "muon/Dialect/Muon/IR/ModelLayout.h"
 #include "muon/Dialect/Muon/IR/MuonDialect.h"
 #include "muon/Dialect/Muon/Transforms/Pipelines.h"
+#include "muon/Plan/GroupSettings.h"
 #include "muon/Target/Spec/SpecImport.h"
 
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -79,32 +80,42 @@ Json specOf(const Model &model, const DistributedConfig *config,
     if (config->numExperts)
       spec["num_experts"] = *config->numExperts;
   }
-  auto muonJson = [](const MuonSettings &m) {
-    Json o = {{"lr", m.lr},
-              {"momentum", m.momentum},
-              {"nesterov", m.nesterov},
-              {"weight_decay", m.weightDecay},
-              {"ns_steps", m.nsSteps},
-              {"eps", m.eps},
-              {"adjust_lr", m.adjustLr},
-              {"weight_decay_mode", m.weightDecayMode}};
+  // A group's settings as the spec writes them: the table's
+  // (GroupSettings.h), then Newton-Schulz's for a Muon group.
+  auto settingsJson = [](const PlanGroup &g) {
+    Json o = Json::object();
+    for (const SettingEntry &e : settingEntries(g)) {
+      const GroupSetting &s = *e.setting;
+      if (std::string_view(s.jsonKey) != s.name)
+        o[s.jsonKey] = e.numbers; // "betas"
+      else if (s.kind == GroupSetting::Kind::Name)
+        o[s.jsonKey] = e.name;
+      else if (s.kind == GroupSetting::Kind::Flag)
+        o[s.jsonKey] = e.numbers[0] != 0;
+      else
+        o[s.jsonKey] = e.numbers[0];
+    }
+    return o;
+  };
+  auto muonJson = [&](const MuonSettings &m) {
+    PlanGroup g;
+    g.muonSettings = m;
+    Json o = settingsJson(g);
+    o["ns_steps"] = m.nsSteps;
+    o["eps"] = m.eps;
     if (!m.nsDtype.empty())
       o["ns_dtype"] = m.nsDtype;
-    if (m.normuon) {
-      o["normuon"] = true;
-      o["normuon_beta2"] = m.normuonBeta2;
-    }
     if (!m.nsCoefficients.empty())
       o["ns_coefficients"] = m.nsCoefficients;
     else
       o["ns_coefficients"] = m.nsPreset;
     return o;
   };
-  auto adamwJson = [](const AdamWSettings &a) {
-    return Json{{"lr", a.lr},
-                {"betas", {a.beta1, a.beta2}},
-                {"eps", a.eps},
-                {"weight_decay", a.weightDecay}};
+  auto adamwJson = [&](const AdamWSettings &a) {
+    PlanGroup g;
+    g.muon = false;
+    g.adamwSettings = a;
+    return settingsJson(g);
   };
   if (model.groups.empty()) {
     spec["optimizer"] = muonJson(model.muon);

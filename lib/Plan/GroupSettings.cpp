@@ -117,6 +117,28 @@ bool settingWritten(const GroupSetting &s, const PlanGroup &g) {
              : settingValue(s, g) != settingValue(s, defaults);
 }
 
+std::vector<SettingEntry> settingEntries(const PlanGroup &g, bool fixedOnly) {
+  std::vector<SettingEntry> entries;
+  const std::vector<GroupSetting> &settings = groupSettings();
+  for (size_t i = 0; i < settings.size(); ++i) {
+    const GroupSetting &s = settings[i];
+    if (s.muon != g.muon || (fixedOnly && !s.fixed) || !settingWritten(s, g))
+      continue;
+    if (i > 0 && std::string_view(settings[i - 1].jsonKey) == s.jsonKey &&
+        settings[i - 1].muon == s.muon) {
+      entries.back().numbers.push_back(settingValue(s, g)); // "betas"
+      continue;
+    }
+    SettingEntry e{&s, {}, {}};
+    if (s.kind == GroupSetting::Kind::Name)
+      e.name = settingName(s, g);
+    else
+      e.numbers.push_back(settingValue(s, g));
+    entries.push_back(std::move(e));
+  }
+  return entries;
+}
+
 std::string checkSetting(const GroupSetting &s, const PlanGroup &g) {
   if (s.kind == GroupSetting::Kind::Name) {
     const std::string &v = settingName(s, g);

@@ -18,6 +18,7 @@
 #include "muon/Plan/PlanBinary.h"
 
 #include "muon/Support/Fnv.h"
+#include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/OutputFile.h"
@@ -44,6 +45,31 @@ constexpr uint8_t kExplicitBox = 2; // rows and cols follow
 constexpr uint8_t kExplicitSummand = 4;
 // A parameter's `only` count with this bit: per-head values follow.
 constexpr uint64_t kHeadsFlag = uint64_t(1) << 32;
+// A group's algorithm byte with this bit: its settings tail follows.
+constexpr uint8_t kSettingsTail = 0x80;
+
+/// The group settings (GroupSettings.h) that have a slot of their own in a
+/// group's record, as the format had them before the settings tail. Every
+/// other setting travels in the tail, by name, so that a setting added to
+/// the table needs no change here.
+bool hasFixedSlot(const GroupSetting &s) {
+  static constexpr std::string_view kMuonSlots[] = {
+      "lr",        "weight_decay",      "momentum", "nesterov",
+      "adjust_lr", "weight_decay_mode", "normuon",  "normuon_beta2"};
+  if (!s.muon)
+    return true; // lr, betas, eps, weight_decay
+  return std::find(std::begin(kMuonSlots), std::end(kMuonSlots),
+                   std::string_view(s.name)) != std::end(kMuonSlots);
+}
+
+/// The settings of g's tail: those without a slot that files hold.
+std::vector<const GroupSetting *> tailSettings(const PlanGroup &g) {
+  std::vector<const GroupSetting *> tail;
+  for (const GroupSetting &s : groupSettings())
+    if (s.muon == g.muon && !hasFixedSlot(s) && settingWritten(s, g))
+      tail.push_back(&s);
+  return tail;
+}
 
 std::string num(int64_t v) { return std::to_string(v); }
 
@@ -133,7 +159,10 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
   o.varint(plan.groups.size());
   for (const PlanGroup &g : plan.groups) {
     o.str(g.name);
-    o.u8(g.muon);
+    const std::vector<const GroupSetting *> tail = tailSettings(g);
+    // The tail's bit: plans without one keep their bytes, and a reader
+    // that predates it refuses the algorithm instead of misreading.
+    o.u8(static_cast<uint8_t>(g.muon | (tail.empty() ? 0 : kSettingsTail)));
     if (g.muon) {
       const MuonSettings &m = g.muonSettings;
       o.f64(m.lr);
@@ -156,6 +185,20 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
       o.f64(a.beta2);
       o.f64(a.eps);
       o.f64(a.weightDecay);
+    }
+    // The tail: a count, then each setting's name and value (a Number an
+    // f64, a Flag a byte, a Name a string).
+    if (!tail.empty()) {
+      o.varint(tail.size());
+      for (const GroupSetting *s : tail) {
+        o.str(s->name);
+        if (s->kind == GroupSetting::Kind::Name)
+          o.str(settingName(*s, g));
+        else if (s->kind == GroupSetting::Kind::Flag)
+          o.u8(settingValue(*s, g) != 0);
+        else
+          o.f64(settingValue(*s, g));
+      }
     }
   }
   o.varint(plan.params.size());
@@ -978,6 +1021,42 @@ bool readHeader(std::string_view bytes, uint64_t actualSize, Header &h,
   return true;
 }
 
+/// Decodes a group's settings tail (encodeShared) into g: each name a
+/// setting of g's algorithm without a slot of its own, at most once.
+bool decodeSettingsTail(In &in, PlanGroup &g) {
+  const size_t n = in.count("tail settings", 2);
+  std::vector<const GroupSetting *> seen;
+  for (size_t i = 0; i < n && in.ok(); ++i) {
+    const std::string name = in.str("bytes of a setting's name");
+    if (!in.ok())
+      return false;
+    const GroupSetting *s = findGroupSetting(g.muon, name);
+    if (!s || hasFixedSlot(*s))
+      return in.fail("setting '" + name + "' in the tail is not a " +
+                     (g.muon ? "Muon" : "AdamW") +
+                     " group's setting without a slot of its own (a plan "
+                     "from a newer muonc?)");
+    if (std::find(seen.begin(), seen.end(), s) != seen.end())
+      return in.fail("setting '" + name + "' appears twice in the tail");
+    seen.push_back(s);
+    if (s->kind == GroupSetting::Kind::Name) {
+      setSettingName(*s, g, in.str("bytes of a setting's value"));
+    } else if (s->kind == GroupSetting::Kind::Flag) {
+      const uint8_t flag = in.u8();
+      if (in.ok() && flag > 1)
+        return in.fail("setting '" + name + "' is " + num(flag) +
+                       "; a flag is 0 or 1");
+      setSettingValue(*s, g, flag);
+    } else {
+      setSettingValue(*s, g, in.f64());
+    }
+  }
+  if (in.ok() && n == 0)
+    return in.fail("an empty settings tail (the algorithm's tail bit is set "
+                   "only when settings follow)");
+  return in.ok();
+}
+
 /// Decodes the shared section into `plan` (settings, mesh, params, the
 /// exchanges' phases and rounds, the schedule), sizes rounds and exchanges,
 /// and returns the whole plan's matrix count.
@@ -1008,7 +1087,8 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices, bool withQkClip) {
     in.item = json::index("groups", i);
     PlanGroup g;
     g.name = in.str("bytes of name");
-    uint8_t algorithm = in.u8();
+    const uint8_t algorithmByte = in.u8();
+    const uint8_t algorithm = algorithmByte & ~kSettingsTail;
     if (in.ok() && algorithm > 1)
       return in.fail("algorithm " + num(algorithm) +
                      " is neither 0 (adamw) nor 1 (muon)");
@@ -1042,6 +1122,8 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices, bool withQkClip) {
       a.eps = in.f64();
       a.weightDecay = in.f64();
     }
+    if ((algorithmByte & kSettingsTail) && !decodeSettingsTail(in, g))
+      return false;
     plan.groups.push_back(std::move(g));
   }
   in.item = "params";

@@ -57,30 +57,21 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     j.member("algorithm", algorithmName(g.muon));
     // Every setting of the group's algorithm (GroupSettings.h) that files
     // hold; without group settings (planHash: ranks must agree on the plan
-    // proper) only the fixed ones. Settings sharing a JSON key ("betas")
-    // go together as an array there.
-    const std::vector<GroupSetting> &settings = groupSettings();
-    for (size_t i = 0; i < settings.size(); ++i) {
-      const GroupSetting &s = settings[i];
-      if (s.muon != g.muon || !(withGroupSettings || s.fixed) ||
-          !settingWritten(s, g))
-        continue;
+    // proper) only the fixed ones.
+    for (const SettingEntry &e : settingEntries(g, !withGroupSettings)) {
+      const GroupSetting &s = *e.setting;
       if (std::string_view(s.jsonKey) != s.name) {
-        if (i > 0 && std::string_view(settings[i - 1].jsonKey) == s.jsonKey)
-          continue; // written with the first of its key
-        j.key(s.jsonKey);
+        j.key(s.jsonKey); // settings sharing the key ("betas")
         j.beginArray();
-        for (size_t k = i; k < settings.size() &&
-                           std::string_view(settings[k].jsonKey) == s.jsonKey;
-             ++k)
-          j.value(settingValue(settings[k], g));
+        for (double x : e.numbers)
+          j.value(x);
         j.endArray();
       } else if (s.kind == GroupSetting::Kind::Name) {
-        j.member(s.name, settingName(s, g));
+        j.member(s.name, e.name);
       } else if (s.kind == GroupSetting::Kind::Flag) {
-        j.member(s.name, settingValue(s, g) != 0);
+        j.member(s.name, e.numbers[0] != 0);
       } else {
-        j.member(s.name, settingValue(s, g));
+        j.member(s.name, e.numbers[0]);
       }
     }
     j.endObject();

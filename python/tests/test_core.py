@@ -60,8 +60,18 @@ def test_group_settings_and_errors():
     assert opt.groups()[0]["lr"] == 0.5
     with pytest.raises(muonc.MuonError, match="no parameter group"):
         opt.set_group_lr("nope", 0.1)
-    with pytest.raises(muonc.MuonError):
-        opt.set_adamw_group("hidden", 0.1, 0.9, 0.99, 1e-8, 0.0)
+    # Settings by name; one of the other algorithm is refused, unchanged.
+    opt.set_group("hidden", {"momentum": 0.9, "weight_decay_mode": "none"})
+    assert opt.groups()[0]["momentum"] == 0.9
+    assert opt.groups()[0]["weight_decay_mode"] == "none"
+    assert opt.groups()[0]["lr"] == 0.5
+    with pytest.raises(muonc.MuonError, match="'betas' is not a Muon group"):
+        opt.set_group("hidden", {"betas": (0.9, 0.99), "momentum": 0.5})
+    assert opt.groups()[0]["momentum"] == 0.9
+    with pytest.raises(muonc.MuonError, match="weight_decay_mode"):
+        opt.set_group("hidden", {"weight_decay_mode": "sometimes"})
+    with pytest.raises(muonc.MuonError, match="no parameter group"):
+        opt.set_group("nope", {"lr": 0.1})
 
 
 # --- compile_spec: a spec file compiled in process ---------------------------

@@ -82,9 +82,13 @@ struct Param {
   int64_t headSplitDim = 0;
 };
 
-struct MuonSettings {
-  double lr = 1e-3, momentum = 0.95, weightDecay = 0.1, eps = 1e-7;
-  bool nesterov = true;
+/// A Muon group's settings: the step settings of every API and format
+/// (::muon::MuonSettings, whose fields the settings table describes:
+/// muon/Plan/GroupSettings.h) and Newton-Schulz's, which the compiler
+/// turns into the plan's shared NS settings. A setting added to the table
+/// reaches the spec this API writes without a change here.
+struct MuonSettings : ::muon::MuonSettings {
+  double eps = 1e-7;
   int64_t nsSteps = 5;
   /// Newton-Schulz coefficients by preset name: "jordan" (one triple for
   /// every step, torch.optim.Muon's) or "polar_express" (one triple per
@@ -93,23 +97,11 @@ struct MuonSettings {
   /// An explicit table instead of the preset when not empty: one (a, b, c)
   /// triple for every step, or one per step.
   std::vector<std::array<double, 3>> nsCoefficients;
-  /// "original", "match_rms_adamw", "spectral", "unit_rms_norm" or
-  /// "spectral_unclamped" (docs/spec-format.md 1.3).
-  std::string adjustLr = "original";
-  /// "decoupled", "cautious" or "none".
-  std::string weightDecayMode = "decoupled";
-  /// NorMuon (docs/spec-format.md 1.3): rows normalized by an EMA (beta2)
-  /// of their mean square after Newton-Schulz, rescaled to Muon's RMS.
-  bool normuon = false;
-  double normuonBeta2 = 0.95;
   /// "f32" or "bf16"; empty: the device that runs the plan chooses.
   std::string nsDtype;
 };
 
-struct AdamWSettings {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8,
-         weightDecay = 0.01;
-};
+using AdamWSettings = ::muon::AdamWSettings;
 
 /// One of torch.optim's param_groups: a name, an algorithm and its
 /// settings (the other algorithm's are unused). Every Muon group must have

@@ -85,6 +85,19 @@ inline bool settingOptional(const GroupSetting &s) {
   return s.omitDefault || s.onlyWith;
 }
 
+/// One key of a group's JSON object (the plan's, the spec's): the first
+/// setting under it, and its value: `numbers` for a Number or Flag (one),
+/// or for settings sharing the key ("betas": each), else `name`.
+struct SettingEntry {
+  const GroupSetting *setting;
+  std::vector<double> numbers;
+  std::string name;
+};
+/// g's settings as files hold them (settingWritten), each JSON key once,
+/// in the table's order; with `fixedOnly`, only the plan-fixed ones.
+std::vector<SettingEntry> settingEntries(const PlanGroup &g,
+                                         bool fixedOnly = false);
+
 /// "" or what is wrong with g's value of `s`: "expected a finite number
 /// >= 0, got -1", "unknown value \"x\"; expected \"a\" or \"b\"".
 std::string checkSetting(const GroupSetting &s, const PlanGroup &g);

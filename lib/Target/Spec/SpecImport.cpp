@@ -1,5 +1,6 @@
 //===- SpecImport.cpp - muon-spec/1 JSON to the muon dialect --------------===//
 #include "muon/Target/Spec/SpecImport.h"
+#include "muon/Dialect/Muon/IR/GroupSettingAttrs.h"
 #include "muon/Dialect/Muon/IR/MuonOps.h"
 #include "muon/Dialect/Muon/IR/ShardAdapter.h"
 #include "muon/Plan/Validate.h"
@@ -74,6 +75,17 @@ private:
   std::optional<bool> getBool(const JsonValue &v, const std::string &path);
   LogicalResult checkKeys(const JsonValue &obj, const std::string &path,
                           std::initializer_list<std::string_view> allowed);
+  /// checkKeys with `allowed` and the JSON keys of the group settings the
+  /// op `opName` does not declare (GroupSettingAttrs.h).
+  LogicalResult checkGroupKeys(const JsonValue &obj, const std::string &path,
+                               std::initializer_list<std::string_view> allowed,
+                               StringRef opName, bool muon);
+  /// The group settings `opName` does not declare, from the group's object
+  /// `o` into attributes of `state`: each of its kind, valid
+  /// (checkSetting), and only with its flag on (onlyWith).
+  LogicalResult importTableSettings(const JsonValue &o,
+                                    const std::string &path, bool muon,
+                                    OperationState &state);
 
   LogicalResult importMesh(const JsonValue &v);
   LogicalResult importGroups(const JsonValue &root);
@@ -188,6 +200,84 @@ LogicalResult SpecImporter::checkKeys(const JsonValue &obj,
     return success();
   report();
   return failure();
+}
+
+LogicalResult SpecImporter::checkGroupKeys(
+    const JsonValue &obj, const std::string &path,
+    std::initializer_list<std::string_view> allowed, StringRef opName,
+    bool muon) {
+  std::vector<std::string_view> keys(allowed);
+  OperationName op(opName, builder.getContext());
+  for (const ::muon::GroupSetting &s : ::muon::groupSettings())
+    if (s.muon == muon && !declaresSetting(op, s))
+      keys.push_back(s.jsonKey);
+  if (rd.knownKeys(obj, path, keys))
+    return success();
+  report();
+  return failure();
+}
+
+LogicalResult SpecImporter::importTableSettings(const JsonValue &o,
+                                                const std::string &path,
+                                                bool muon,
+                                                OperationState &state) {
+  using ::muon::GroupSetting;
+  ::muon::PlanGroup g;
+  g.muon = muon;
+  std::vector<const GroupSetting *> given;
+  for (const GroupSetting &s : ::muon::groupSettings()) {
+    if (s.muon != muon || declaresSetting(state.name, s))
+      continue;
+    const JsonValue *x = get(o, s.jsonKey);
+    if (!x)
+      continue;
+    const std::string at = key(path, s.jsonKey);
+    switch (s.kind) {
+    case GroupSetting::Kind::Number: {
+      std::optional<double> d = getNumber(*x, at);
+      if (!d)
+        return failure();
+      ::muon::setSettingValue(s, g, *d);
+      break;
+    }
+    case GroupSetting::Kind::Flag: {
+      std::optional<bool> b = getBool(*x, at);
+      if (!b)
+        return failure();
+      ::muon::setSettingValue(s, g, *b ? 1.0 : 0.0);
+      break;
+    }
+    case GroupSetting::Kind::Name: {
+      std::optional<std::string> name = getString(*x, at);
+      if (!name)
+        return failure();
+      ::muon::setSettingName(s, g, *name);
+      break;
+    }
+    }
+    if (std::string why = ::muon::checkSetting(s, g); !why.empty())
+      return fail(at, why);
+    given.push_back(&s);
+  }
+  // A flag the op declares is not in g: read it from the object.
+  auto flagOn = [&](const GroupSetting &flag) {
+    if (!declaresSetting(state.name, flag))
+      return ::muon::settingValue(flag, g) != 0;
+    const JsonValue *x = get(o, flag.jsonKey);
+    ::muon::PlanGroup defaults;
+    defaults.muon = muon;
+    return x && x->is_boolean() ? x->get<bool>()
+                                : ::muon::settingValue(flag, defaults) != 0;
+  };
+  for (const GroupSetting *s : given) {
+    if (s->onlyWith && !flagOn(*::muon::findGroupSetting(muon, s->onlyWith)))
+      return fail(key(path, s->jsonKey),
+                  std::string(s->name) + " is " + s->onlyWithNote +
+                      "; set \"" + s->onlyWith +
+                      "\": true in this group or leave it out");
+    state.addAttribute(s->name, settingAttr(builder, *s, g));
+  }
+  return success();
 }
 
 std::optional<int64_t> SpecImporter::resolveAxis(StringRef text,
@@ -355,8 +445,9 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
                                             const std::string &path,
                                             bool inParamGroups) {
   const JsonValue *o = getObject(v, path);
+  const StringRef opName = OptimizerOp::getOperationName();
   if (!o ||
-      failed(checkKeys(
+      failed(checkGroupKeys(
           *o, path,
           inParamGroups
               ? std::initializer_list<std::string_view>{"name", "algorithm",
@@ -367,15 +458,14 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
                                                         "ns_coefficients",
                                                         "eps", "adjust_lr",
                                                         "ns_dtype",
-                                                        "weight_decay_mode",
-                                                        "normuon",
-                                                        "normuon_beta2"}
+                                                        "weight_decay_mode"}
               : std::initializer_list<std::string_view>{
                     "lr", "momentum", "nesterov", "weight_decay", "ns_steps",
                     "ns_coefficients", "eps", "adjust_lr", "ns_dtype",
-                    "weight_decay_mode", "normuon", "normuon_beta2"})))
+                    "weight_decay_mode"},
+          opName, /*muon=*/true)))
     return failure();
-  OperationState state(at(path), OptimizerOp::getOperationName());
+  OperationState state(at(path), opName);
   if (inParamGroups)
     state.addAttribute("group_name", builder.getStringAttr(
                                          get(*o, "name")->get<std::string>()));
@@ -392,27 +482,8 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
       return failure();
     state.addAttribute("nesterov", builder.getBoolAttr(*b));
   }
-  bool normuon = false;
-  if (const JsonValue *x = get(*o, "normuon")) {
-    std::optional<bool> b = getBool(*x, key(path, "normuon"));
-    if (!b)
-      return failure();
-    normuon = *b;
-    state.addAttribute("normuon", builder.getBoolAttr(*b));
-  }
-  if (const JsonValue *x = get(*o, "normuon_beta2")) {
-    std::optional<double> d = getNumber(*x, key(path, "normuon_beta2"));
-    if (!d)
-      return failure();
-    if (!normuon)
-      return fail(key(path, "normuon_beta2"),
-                  "normuon_beta2 is NorMuon's; set \"normuon\": true in this "
-                  "group or leave it out");
-    if (!(*d >= 0 && *d < 1))
-      return fail(key(path, "normuon_beta2"),
-                  "expected a number in [0, 1), got " + x->dump());
-    state.addAttribute("normuon_beta2", builder.getF64FloatAttr(*d));
-  }
+  if (failed(importTableSettings(*o, path, /*muon=*/true, state)))
+    return failure();
   if (const JsonValue *x = get(*o, "ns_steps")) {
     // The verifier names the range; any integer is carried to it.
     std::optional<int64_t> n =
@@ -573,17 +644,21 @@ LogicalResult SpecImporter::importAdamW(const JsonValue &v,
                                         const std::string &path,
                                         bool inParamGroups) {
   const JsonValue *o = getObject(v, path);
+  const StringRef opName = AdamWOp::getOperationName();
   if (!o ||
-      failed(checkKeys(
+      failed(checkGroupKeys(
           *o, path,
           inParamGroups
               ? std::initializer_list<std::string_view>{"name", "algorithm",
                                                         "lr", "betas", "eps",
                                                         "weight_decay"}
               : std::initializer_list<std::string_view>{"lr", "betas", "eps",
-                                                        "weight_decay"})))
+                                                        "weight_decay"},
+          opName, /*muon=*/false)))
     return failure();
-  OperationState state(at(path), AdamWOp::getOperationName());
+  OperationState state(at(path), opName);
+  if (failed(importTableSettings(*o, path, /*muon=*/false, state)))
+    return failure();
   if (inParamGroups)
     state.addAttribute("group_name", builder.getStringAttr(
                                          get(*o, "name")->get<std::string>()));

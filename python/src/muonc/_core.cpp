@@ -248,24 +248,69 @@ mc::Group algorithmOf(const std::string &name) {
                             .c_str());
 }
 
+/// Sets g's settings (muon/Plan/GroupSettings.h) from the dict's entries
+/// of the same names, as groupDict writes them (settings that share a JSON
+/// key as one sequence under it: "betas"); the others keep their values.
+/// With `strict`, a key that is no setting of g's algorithm is refused.
+void applyGroupDict(nb::dict d, muon::PlanGroup &g, bool strict) {
+  using muon::GroupSetting;
+  if (strict)
+    for (auto [k, v] : d) {
+      const std::string key = nb::cast<std::string>(k);
+      bool known = key == "name" || key == "algorithm";
+      for (const GroupSetting &s : muon::groupSettings())
+        known = known || (s.muon == g.muon && key == s.jsonKey);
+      if (!known)
+        throw StatusError("invalid argument: '" + key + "' is not a " +
+                          (g.muon ? "Muon" : "AdamW") + " group setting");
+    }
+  std::map<std::string, size_t> position; // within a shared JSON key
+  for (const GroupSetting &s : muon::groupSettings()) {
+    if (s.muon != g.muon)
+      continue;
+    if (std::string_view(s.jsonKey) != s.name) {
+      const size_t i = position[s.jsonKey]++;
+      if (d.contains(s.jsonKey) && !d[s.jsonKey].is_none()) {
+        auto values = nb::cast<std::vector<double>>(d[s.jsonKey]);
+        if (i >= values.size())
+          throw nb::value_error(("'" + std::string(s.jsonKey) +
+                                 "' has too few values")
+                                    .c_str());
+        muon::setSettingValue(s, g, values[i]);
+      }
+    } else if (!d.contains(s.name) || d[s.name].is_none()) {
+      continue;
+    } else if (s.kind == GroupSetting::Kind::Name) {
+      muon::setSettingName(s, g, nb::cast<std::string>(d[s.name]));
+    } else if (s.kind == GroupSetting::Kind::Flag) {
+      muon::setSettingValue(s, g, nb::cast<bool>(d[s.name]) ? 1.0 : 0.0);
+    } else {
+      muon::setSettingValue(s, g, nb::cast<double>(d[s.name]));
+    }
+  }
+}
+
+/// The inverse of groupDict; a setting the dict lacks keeps its default.
+muon::PlanGroup planGroupOf(nb::dict d) {
+  muon::PlanGroup g;
+  g.name = nb::cast<std::string>(d["name"]);
+  g.muon = get<std::string>(d, "algorithm", "muon") == "muon";
+  applyGroupDict(d, g, /*strict=*/false);
+  return g;
+}
+
 mc::ParamGroup groupOf(nb::dict d) {
   mc::ParamGroup g;
   g.name = nb::cast<std::string>(d["name"]);
   g.algorithm = algorithmOf(get<std::string>(d, "algorithm", "muon"));
   if (g.algorithm == mc::Group::Auto)
     throw nb::value_error("a group's algorithm is \"muon\" or \"adamw\"");
+  // The table's settings (GroupSettings.h) by name, then Newton-Schulz's.
+  const muon::PlanGroup settings = planGroupOf(d);
   if (g.algorithm == mc::Group::Muon) {
-    g.muon.lr = get<double>(d, "lr", 1e-3);
-    g.muon.weightDecay = get<double>(d, "weight_decay", 0.1);
-    g.muon.momentum = get<double>(d, "momentum", 0.95);
-    g.muon.nesterov = get<bool>(d, "nesterov", true);
+    static_cast<muon::MuonSettings &>(g.muon) = settings.muonSettings;
     g.muon.eps = get<double>(d, "eps", 1e-7);
     g.muon.nsSteps = get<int64_t>(d, "ns_steps", 5);
-    g.muon.adjustLr = get<std::string>(d, "adjust_lr", "original");
-    g.muon.weightDecayMode =
-        get<std::string>(d, "weight_decay_mode", "decoupled");
-    g.muon.normuon = get<bool>(d, "normuon", false);
-    g.muon.normuonBeta2 = get<double>(d, "normuon_beta2", 0.95);
     g.muon.nsDtype = get<std::string>(d, "ns_dtype", "");
     if (d.contains("ns_coefficients") && !d["ns_coefficients"].is_none()) {
       auto c = nb::cast<std::vector<double>>(d["ns_coefficients"]);
@@ -274,16 +319,7 @@ mc::ParamGroup groupOf(nb::dict d) {
       g.muon.nsCoefficients = {{c[0], c[1], c[2]}};
     }
   } else {
-    g.adamw.lr = get<double>(d, "lr", 1e-3);
-    g.adamw.weightDecay = get<double>(d, "weight_decay", 0.01);
-    g.adamw.eps = get<double>(d, "eps", 1e-8);
-    if (d.contains("betas") && !d["betas"].is_none()) {
-      auto b = nb::cast<std::vector<double>>(d["betas"]);
-      if (b.size() != 2)
-        throw nb::value_error("betas must be (beta1, beta2)");
-      g.adamw.beta1 = b[0];
-      g.adamw.beta2 = b[1];
-    }
+    g.adamw = settings.adamwSettings;
   }
   return g;
 }
@@ -386,34 +422,6 @@ nb::dict groupDict(const muon::PlanGroup &g) {
     d[key.c_str()] =
         nb::steal<nb::tuple>(PySequence_Tuple(nb::cast(values).ptr()));
   return d;
-}
-
-/// The inverse of groupDict; a setting the dict lacks keeps its default.
-muon::PlanGroup planGroupOf(nb::dict d) {
-  using muon::GroupSetting;
-  muon::PlanGroup g;
-  g.name = nb::cast<std::string>(d["name"]);
-  g.muon = get<std::string>(d, "algorithm", "muon") == "muon";
-  std::map<std::string, size_t> position; // within a shared JSON key
-  for (const GroupSetting &s : muon::groupSettings()) {
-    if (s.muon != g.muon)
-      continue;
-    if (std::string_view(s.jsonKey) != s.name) {
-      const size_t i = position[s.jsonKey]++;
-      if (d.contains(s.jsonKey))
-        muon::setSettingValue(
-            s, g, nb::cast<std::vector<double>>(d[s.jsonKey]).at(i));
-    } else if (!d.contains(s.name)) {
-      continue;
-    } else if (s.kind == GroupSetting::Kind::Name) {
-      muon::setSettingName(s, g, nb::cast<std::string>(d[s.name]));
-    } else if (s.kind == GroupSetting::Kind::Flag) {
-      muon::setSettingValue(s, g, nb::cast<bool>(d[s.name]) ? 1.0 : 0.0);
-    } else {
-      muon::setSettingValue(s, g, nb::cast<double>(d[s.name]));
-    }
-  }
-  return g;
 }
 
 using Array = nb::ndarray<nb::device::cpu, nb::c_contig>;
@@ -543,33 +551,21 @@ public:
     keep[name] = nb::make_tuple(values, grad);
   }
 
-  void setMuon(const std::string &name, double lr, double weightDecay,
-               double momentum, bool nesterov, const std::string &adjustLr,
-               const std::string &weightDecayMode, nb::object normuonBeta2) {
-    muon::MuonSettings s;
-    // NorMuon is the plan's choice: kept from the group as it is.
-    for (const muon::PlanGroup &g : opt->groups())
-      if (g.name == name && g.muon)
-        s = g.muonSettings;
-    if (!normuonBeta2.is_none())
-      s.normuonBeta2 = nb::cast<double>(normuonBeta2);
-    s.weightDecayMode = weightDecayMode;
-    s.lr = lr;
-    s.weightDecay = weightDecay;
-    s.momentum = momentum;
-    s.nesterov = nesterov;
-    s.adjustLr = adjustLr;
-    check(opt->setGroupOptions(name, s));
-  }
-  void setAdamW(const std::string &name, double lr, double beta1,
-                double beta2, double eps, double weightDecay) {
-    muon::AdamWSettings s;
-    s.lr = lr;
-    s.beta1 = beta1;
-    s.beta2 = beta2;
-    s.eps = eps;
-    s.weightDecay = weightDecay;
-    check(opt->setGroupOptions(name, s));
+  /// The group's settings from a dict of them by name (groupDict's
+  /// keys); the ones it lacks, and those the plan fixes, stay as they are.
+  void setGroup(const std::string &name, nb::dict settings) {
+    for (const muon::PlanGroup &g : opt->groups()) {
+      if (g.name != name)
+        continue;
+      muon::PlanGroup next = g;
+      applyGroupDict(settings, next, /*strict=*/true);
+      if (g.muon)
+        check(opt->setGroupOptions(name, next.muonSettings));
+      else
+        check(opt->setGroupOptions(name, next.adamwSettings));
+      return;
+    }
+    check(opt->setGroupOptions(name, muon::AdamWSettings()));
   }
 
   nb::dict step() {
@@ -805,6 +801,14 @@ NB_MODULE(_core, m) {
           for (size_t i = 0; i < s.nameCount; ++i)
             names.append(std::string(s.names[i]));
           d["names"] = names;
+          muon::PlanGroup defaults;
+          defaults.muon = s.muon;
+          if (s.kind == muon::GroupSetting::Kind::Name)
+            d["default"] = muon::settingName(s, defaults);
+          else if (s.kind == muon::GroupSetting::Kind::Flag)
+            d["default"] = muon::settingValue(s, defaults) != 0;
+          else
+            d["default"] = muon::settingValue(s, defaults);
           d["fixed"] = s.fixed;
           d["only_with"] =
               s.onlyWith ? nb::object(nb::str(s.onlyWith)) : nb::none();
@@ -814,7 +818,7 @@ NB_MODULE(_core, m) {
       },
       "The group settings table (muon/Plan/GroupSettings.h), one dict per "
       "setting: name, json_key, algorithm, kind (number, flag, name), "
-      "names, fixed, only_with.");
+      "names, default, fixed, only_with.");
   m.def("mpi_world", &mpiWorld,
         "(rank, size) of MPI_COMM_WORLD, initializing MPI if needed.");
   m.def("mpi_finalize", &mpiFinalize,
@@ -854,11 +858,10 @@ NB_MODULE(_core, m) {
       .def("plan_json",
            [](PyOptimizer &o) { return muon::renderPlan(o.opt->plan()); })
       .def("bind", &PyOptimizer::bind, "name"_a, "values"_a, "grad"_a)
-      .def("set_muon_group", &PyOptimizer::setMuon, "name"_a, "lr"_a,
-           "weight_decay"_a, "momentum"_a, "nesterov"_a, "adjust_lr"_a,
-           "weight_decay_mode"_a = "decoupled", "normuon_beta2"_a = nb::none())
-      .def("set_adamw_group", &PyOptimizer::setAdamW, "name"_a, "lr"_a,
-           "beta1"_a, "beta2"_a, "eps"_a, "weight_decay"_a)
+      .def("set_group", &PyOptimizer::setGroup, "name"_a, "settings"_a,
+           "Sets a group's settings from a dict by name (as groups() "
+           "gives them); those the dict lacks and those the plan fixes "
+           "stay.")
       .def("set_group_lr",
            [](PyOptimizer &o, const std::string &name, double lr) {
              check(o.opt->setGroupLr(name, lr));

@@ -60,8 +60,40 @@ _MUON_KEYS = tuple(_TORCH_NAMES.get(s["json_key"], s["json_key"])
                    if s["algorithm"] == "muon" and not s["fixed"])
 _ADAMW_KEYS = tuple(dict.fromkeys(s["json_key"] for s in _SETTINGS
                                   if s["algorithm"] == "adamw"))
-_PLAN_KEYS = ("ns_coefficients", "eps", "ns_steps") + tuple(
+_NS_KEYS = ("ns_coefficients", "eps", "ns_steps")
+_PLAN_KEYS = _NS_KEYS + tuple(
     s["name"] for s in _SETTINGS if s["algorithm"] == "muon" and s["fixed"])
+
+
+def _torch_key(setting):
+    """A setting's key in torch's param_groups."""
+    return _TORCH_NAMES.get(setting["json_key"], setting["json_key"])
+
+
+def _table_value(setting, group):
+    """group's value of a table setting, as the runtime takes it (torch's
+    adjust_lr_fn None is "original"; a shared key's values as a list)."""
+    value = group[_torch_key(setting)]
+    if value is None:
+        return setting["default"]
+    cast = {"number": float, "flag": bool, "name": str}[setting["kind"]]
+    if isinstance(value, (tuple, list)):
+        return [cast(v) for v in value]
+    return cast(value)
+
+
+def _table_settings(group, algorithm, *, fixed=True):
+    """The table's settings of `algorithm` from a param group, by the
+    runtime's names: what compile_model and Optimizer.set_group take. A
+    setting of a flag that is off is left out (the plan refuses it)."""
+    out = {}
+    for x in (x for x in _SETTINGS if x["algorithm"] == algorithm):
+        if not fixed and x["fixed"]:
+            continue
+        if x["only_with"] and not group.get(x["only_with"]):
+            continue
+        out[x["json_key"]] = _table_value(x, group)
+    return out
 # Per-head Newton-Schulz: compiled into the plan too (it decides the
 # matrices), but free to differ between groups.
 _HEAD_KEYS = ("num_heads", "head_split_dim")
@@ -397,7 +429,7 @@ class Muon(torch.optim.Optimizer):
                  wire_dtype: str = "f32",
                  qk_clip_threshold: float | None = None,
                  qk_clip_layers: list | None = None,
-                 ns_form: str = "standard"):
+                 ns_form: str = "standard", **settings):
         if not 0.0 <= lr:
             raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
         if not 0.0 <= momentum:
@@ -414,6 +446,16 @@ class Muon(torch.optim.Optimizer):
                         weight_decay_mode=weight_decay_mode, normuon=normuon,
                         normuon_beta2=normuon_beta2, num_heads=num_heads,
                         head_split_dim=head_split_dim)
+        # The table's other Muon settings (muon/Plan/GroupSettings.h) by
+        # keyword, with the table's defaults: a setting added there is a
+        # keyword here without a change to this class.
+        for x in _SETTINGS:
+            if x["algorithm"] == "muon" and _torch_key(x) not in defaults:
+                defaults[_torch_key(x)] = settings.pop(_torch_key(x),
+                                                       x["default"])
+        if settings:
+            raise TypeError("Muon.__init__() got an unexpected keyword "
+                            f"argument {next(iter(settings))!r}")
         super().__init__(params, defaults)
         self._ns_dtype = ns_dtype
         if wire_dtype not in ("f32", "bf16"):
@@ -482,9 +524,11 @@ class Muon(torch.optim.Optimizer):
                     raise MuonError(
                         f"invalid argument: {key} is a Muon setting "
                         "(per-head Newton-Schulz); this group is AdamW")
-            group.setdefault("betas", (0.9, 0.999))
-            group.setdefault("eps", 1e-8)
-            group.setdefault("weight_decay", 0.01)
+            adamw = [x for x in _SETTINGS if x["algorithm"] == "adamw"]
+            for key in dict.fromkeys(x["json_key"] for x in adamw):
+                values = [x["default"] for x in adamw if x["json_key"] == key]
+                group.setdefault(key, tuple(values) if len(values) > 1
+                                 else values[0])
         else:
             for p in params:
                 if p.ndim < 2:
@@ -565,7 +609,7 @@ class Muon(torch.optim.Optimizer):
                     "parameter of the model the distributed config was made "
                     "from")
         muon_groups = [g for g in self.param_groups if g["use_muon"]]
-        for key in _PLAN_KEYS:
+        for key in _NS_KEYS:
             values = {repr(g[key]) for g in muon_groups}
             if len(values) > 1:
                 raise MuonError(f"invalid argument: every Muon group must "
@@ -595,18 +639,11 @@ class Muon(torch.optim.Optimizer):
             g = {"name": group["name"], "algorithm": group["algorithm"],
                  "lr": float(group["lr"]),
                  "weight_decay": float(group["weight_decay"])}
+            g.update(_table_settings(group, group["algorithm"]))
             if group["use_muon"]:
-                g.update(momentum=group["momentum"], nesterov=group["nesterov"],
-                         eps=group["eps"], ns_steps=group["ns_steps"],
+                g.update(eps=group["eps"], ns_steps=group["ns_steps"],
                          ns_coefficients=list(group["ns_coefficients"]),
-                         adjust_lr=group["adjust_lr_fn"] or "original",
-                         weight_decay_mode=group["weight_decay_mode"],
                          ns_dtype=self._ns_dtype)
-                if group["normuon"]:
-                    g.update(normuon=True,
-                             normuon_beta2=float(group["normuon_beta2"]))
-            else:
-                g.update(betas=list(group["betas"]), eps=group["eps"])
             plan_groups.append(g)
         mesh = None
         if config is not None:
@@ -784,19 +821,9 @@ class Muon(torch.optim.Optimizer):
                 _check_adjust(group["adjust_lr_fn"])
                 _check_decay_mode(group["weight_decay_mode"])
                 _check_normuon(group["normuon"], group["normuon_beta2"])
-                values = (float(group["lr"]), float(group["weight_decay"]),
-                          float(group["momentum"]), bool(group["nesterov"]),
-                          group["adjust_lr_fn"] or "original",
-                          group["weight_decay_mode"],
-                          float(group["normuon_beta2"]))
-                if self._pushed.get(name) != values:
-                    self._engine.set_muon_group(name, *values)
-            else:
-                b1, b2 = group["betas"]
-                values = (float(group["lr"]), float(b1), float(b2),
-                          float(group["eps"]), float(group["weight_decay"]))
-                if self._pushed.get(name) != values:
-                    self._engine.set_adamw_group(name, *values)
+            values = _table_settings(group, group["algorithm"], fixed=False)
+            if self._pushed.get(name) != values:
+                self._engine.set_group(name, values)
             self._pushed[name] = values
 
     def _local(self, t):

@@ -457,8 +457,43 @@ muon.model @m {
 // NorMuon's EMA weight: the plan validator's range, refused at the op.
 muon.model @m {
   shard.grid @mesh(shape = 2)
-  // expected-error @+1 {{optimizer 'normuon_beta2' must be in [0, 1), got 1}}
+  // expected-error @+1 {{optimizer 'normuon_beta2': expected a number in [0, 1), got 1}}
   muon.optimizer {normuon = true, normuon_beta2 = 1.0 : f64}
+}
+
+// -----
+
+// The settings the op does not declare come from the settings table
+// (GroupSettingAttrs.h): a name outside it is refused, as is a value of the
+// wrong kind or a flag's setting without the flag.
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{optimizer has no setting 'nromuon'}}
+  muon.optimizer {nromuon = true}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{optimizer 'normuon' must be true or false}}
+  muon.optimizer {normuon = 1.0 : f64}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{optimizer 'normuon_beta2' is NorMuon's setting; it needs normuon = true}}
+  muon.optimizer {normuon_beta2 = 0.5 : f64}
+}
+
+// -----
+
+muon.model @m {
+  shard.grid @mesh(shape = 2)
+  // expected-error @+1 {{adamw has no setting 'normuon'}}
+  muon.adamw {normuon = true}
 }
 
 // -----

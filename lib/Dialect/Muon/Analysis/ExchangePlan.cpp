@@ -1,6 +1,7 @@
 //===- ExchangePlan.cpp - The exchanges of a zero-redundancy step ---------===//
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
 #include "muon/Dialect/Muon/Analysis/Figures.h"
+#include "muon/Dialect/Muon/IR/GroupSettingAttrs.h"
 
 #include <algorithm>
 #include <cassert>
@@ -100,8 +101,7 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
       g.muonSettings.adjustLr = stringifyAdjustLr(opt.getAdjustLr()).str();
       g.muonSettings.weightDecayMode =
           stringifyWeightDecayMode(opt.getWeightDecayMode()).str();
-      g.muonSettings.normuon = opt.getNormuon();
-      g.muonSettings.normuonBeta2 = opt.getNormuonBeta2().convertToDouble();
+      readSettingAttrs(opt, g); // the settings the op does not declare
       // Every Muon group has the same Newton-Schulz settings (verified).
       plan.ns.eps = opt.getEps().convertToDouble();
       plan.ns.nsSteps = static_cast<int64_t>(opt.getNsSteps());
@@ -121,6 +121,7 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
         a.beta1 = (*betas)[0];
         a.beta2 = (*betas)[1];
       }
+      readSettingAttrs(adamw, g);
     } else {
       continue;
     }

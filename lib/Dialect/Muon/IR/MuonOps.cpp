@@ -1,5 +1,6 @@
 //===- MuonOps.cpp - muon dialect operations ------------------------------===//
 #include "muon/Dialect/Muon/IR/MuonOps.h"
+#include "muon/Dialect/Muon/IR/GroupSettingAttrs.h"
 #include "muon/Dialect/Muon/IR/ModelLayout.h"
 #include "muon/Dialect/Muon/IR/ShardAdapter.h"
 #include "muon/Plan/Validate.h"
@@ -793,10 +794,8 @@ LogicalResult OptimizerOp::verify() {
   if (getMomentum().convertToDouble() >= 1)
     return emitError() << "optimizer 'momentum' must be in [0, 1), got "
                        << getMomentum().convertToDouble();
-  double beta2 = getNormuonBeta2().convertToDouble();
-  if (!(beta2 >= 0 && beta2 < 1))
-    return emitError() << "optimizer 'normuon_beta2' must be in [0, 1), got "
-                       << beta2;
+  if (failed(verifySettingAttrs(*this, /*muon=*/true, "optimizer")))
+    return failure();
   int64_t steps = static_cast<int64_t>(getNsSteps());
   if (steps >= 100)
     return emitError() << "optimizer 'ns_steps' must be less than 100, got "
@@ -836,7 +835,7 @@ LogicalResult AdamWOp::verify() {
       if (!(b >= 0 && b < 1))
         return emitError() << "adamw 'betas' must be in [0, 1), got " << b;
   }
-  return success();
+  return verifySettingAttrs(*this, /*muon=*/false, "adamw");
 }
 
 LogicalResult DistributedOp::verify() {

@@ -153,16 +153,26 @@ def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
     update and the parameter agree in sign, arXiv 2510.12402) or `none`.
     `ns_dtype` is the
     element type Newton-Schulz runs in: `f32`, `bf16` (torch.optim.Muon's
-    choice) or `auto` (the running device's default). `normuon` makes the
-    group NorMuon (arXiv 2510.05491): after Newton-Schulz each row of the
-    orthogonalized matrix is divided by sqrt(v) + 1e-8, v an EMA (weight
-    `normuon_beta2`, in [0, 1)) of the row's mean square, kept on the
-    matrix's owner, and the matrix is rescaled to its Newton-Schulz norm.
+    choice) or `auto` (the running device's default).
+
+    The settings added since (`normuon`, `normuon_beta2`, ...) are not
+    declared here: each row of the settings table
+    (muon/Plan/GroupSettings.h) that the op does not declare is an
+    attribute of the row's name (f64, bool or string), verified and read by
+    the table (GroupSettingAttrs.h), so a new setting changes no op. An
+    attribute that is neither declared nor in the table is refused.
+    `normuon` makes the group NorMuon (arXiv 2510.05491): after
+    Newton-Schulz each row of the orthogonalized matrix is divided by
+    sqrt(v) + 1e-8, v an EMA (weight `normuon_beta2`, in [0, 1)) of the
+    row's mean square, kept on the matrix's owner, and the matrix is
+    rescaled to its Newton-Schulz norm.
 
     ```mlir
     muon.optimizer {lr = 2.0e-02 : f64, ns_steps = 5 : i64,
                     ns_coefficients = [array<f64: 3.4445, -4.775, 2.0315>]}
     muon.optimizer {group_name = "attention", lr = 1.0e-02 : f64}
+    muon.optimizer {group_name = "rows", normuon = true,
+                    normuon_beta2 = 9.0e-01 : f64}
     ```
   }];
   let arguments = (ins
@@ -179,9 +189,7 @@ def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
     DefaultValuedAttr<Muon_NsDtypeAttr,
                       "::mlir::muon::NsDtype::Auto">:$ns_dtype,
     DefaultValuedAttr<Muon_WeightDecayModeAttr,
-                      "::mlir::muon::WeightDecayMode::Decoupled">:$weight_decay_mode,
-    DefaultValuedAttr<BoolAttr, "false">:$normuon,
-    DefaultValuedAttr<F64Attr, "0.95">:$normuon_beta2);
+                      "::mlir::muon::WeightDecayMode::Decoupled">:$weight_decay_mode);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
