@@ -38,33 +38,41 @@ const std::vector<GroupSetting> &groupSettings() {
     s.range = range;
     return s;
   };
-  static const std::vector<GroupSetting> table = [&] {
-    std::vector<GroupSetting> t = {
-        muonNumber("lr", &M::lr, R::NonNegative),
-        muonNumber("weight_decay", &M::weightDecay, R::NonNegative),
-        muonNumber("momentum", &M::momentum, R::NonNegativeBelowOne),
-        muonFlag("nesterov", &M::nesterov),
-        muonName("adjust_lr", &M::adjustLr, kAdjustLrNames.data(),
-                 kAdjustLrNames.size()),
-        muonName("weight_decay_mode", &M::weightDecayMode,
-                 kWeightDecayModes.data(), kWeightDecayModes.size()),
-        muonFlag("normuon", &M::normuon),
-        muonNumber("normuon_beta2", &M::normuonBeta2, R::UnitInterval),
-        adamwNumber("lr", "lr", "lr", &A::lr, R::NonNegative),
-        adamwNumber("beta1", "betas", "betas[0]", &A::beta1, R::UnitInterval),
-        adamwNumber("beta2", "betas", "betas[1]", &A::beta2, R::UnitInterval),
-        adamwNumber("eps", "eps", "eps", &A::eps, R::NonNegative),
-        adamwNumber("weight_decay", "weight_decay", "weight_decay",
-                    &A::weightDecay, R::NonNegative),
-    };
-    t[5].omitDefault = true; // weight_decay_mode
-    // NorMuon decides which matrices carry per-row state.
-    t[6].fixed = true;
-    t[6].omitDefault = true;
-    t[7].onlyWith = "normuon";
-    t[7].onlyWithNote = "NorMuon's setting";
-    return t;
-  }();
+  // A row's extras, written where the row is.
+  auto omittedAtDefault = [](GroupSetting s) {
+    s.omitDefault = true;
+    return s;
+  };
+  auto fixedByPlan = [](GroupSetting s) {
+    s.fixed = true;
+    return s;
+  };
+  auto onlyWith = [](GroupSetting s, const char *flag, const char *note) {
+    s.onlyWith = flag;
+    s.onlyWithNote = note;
+    return s;
+  };
+  static const std::vector<GroupSetting> table = {
+      muonNumber("lr", &M::lr, R::NonNegative),
+      muonNumber("weight_decay", &M::weightDecay, R::NonNegative),
+      muonNumber("momentum", &M::momentum, R::NonNegativeBelowOne),
+      muonFlag("nesterov", &M::nesterov),
+      muonName("adjust_lr", &M::adjustLr, kAdjustLrNames.data(),
+               kAdjustLrNames.size()),
+      omittedAtDefault(muonName("weight_decay_mode", &M::weightDecayMode,
+                                kWeightDecayModes.data(),
+                                kWeightDecayModes.size())),
+      // NorMuon decides which matrices carry per-row state.
+      fixedByPlan(omittedAtDefault(muonFlag("normuon", &M::normuon))),
+      onlyWith(muonNumber("normuon_beta2", &M::normuonBeta2, R::UnitInterval),
+               "normuon", "NorMuon's setting"),
+      adamwNumber("lr", "lr", "lr", &A::lr, R::NonNegative),
+      adamwNumber("beta1", "betas", "betas[0]", &A::beta1, R::UnitInterval),
+      adamwNumber("beta2", "betas", "betas[1]", &A::beta2, R::UnitInterval),
+      adamwNumber("eps", "eps", "eps", &A::eps, R::NonNegative),
+      adamwNumber("weight_decay", "weight_decay", "weight_decay",
+                  &A::weightDecay, R::NonNegative),
+  };
   return table;
 }
 
