@@ -1,6 +1,7 @@
 //===- StepExecutor.cpp - One rank's side of a compiled step --------------===//
 #include "muon/Runtime/StepExecutor.h"
 
+#include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Runtime/MatrixStep.h"
@@ -189,10 +190,12 @@ void StepExecutor::bind(int64_t param, void *values, const void *grad,
 
 void StepExecutor::setGroup(int64_t index, const PlanGroup &group) {
   currentGroups[index] = group;
-  // Which matrices carry per-row state is the plan's (allocated at
-  // initialize); a caller may change NorMuon's beta2, not the choice.
-  currentGroups[index].muonSettings.normuon =
-      planRef.groups[index].muonSettings.normuon;
+  // The settings the plan fixes stay the plan's (NorMuon: which matrices
+  // carry per-row state, allocated at initialize).
+  for (const GroupSetting &s : groupSettings())
+    if (s.fixed && s.muon == group.muon)
+      setSettingValue(s, currentGroups[index],
+                      settingValue(s, planRef.groups[index]));
 }
 
 int64_t StepExecutor::memoryBound() const {
@@ -238,17 +241,17 @@ int64_t StepExecutor::memoryBound() const {
 
 uint64_t StepExecutor::groupsHash() const {
   uint64_t h = kFnvOffsetBasis;
-  for (const PlanGroup &g : currentGroups) {
-    const MuonSettings &m = g.muonSettings;
-    const AdamWSettings &a = g.adamwSettings;
-    const double values[] = {
-        m.lr,    m.weightDecay, m.momentum, m.nesterov ? 1.0 : 0.0, a.lr,
-        a.beta1, a.beta2,       a.eps,      a.weightDecay,
-        m.normuon ? 1.0 : 0.0,  m.normuonBeta2};
-    h = fnv1a(values, sizeof(values), h);
-    h = fnv1a(m.adjustLr, h);
-    h = fnv1a(m.weightDecayMode, h);
-  }
+  // Every setting of the table, of both algorithms (a group's other
+  // algorithm's settings stay at their defaults on every rank).
+  for (const PlanGroup &g : currentGroups)
+    for (const GroupSetting &s : groupSettings()) {
+      if (s.kind == GroupSetting::Kind::Name) {
+        h = fnv1a(settingName(s, g), h);
+      } else {
+        const double value = settingValue(s, g);
+        h = fnv1a(&value, sizeof(value), h);
+      }
+    }
   return h;
 }
 
