@@ -52,7 +52,7 @@ TEST(GroupSettings, EverySettingSurvivesBothPlanFormats) {
         << s.name << " (binary)";
   }
   // Both algorithms are described (a table that lost one would pass above).
-  EXPECT_EQ(muonSettings, 8);
+  EXPECT_EQ(muonSettings, 9);
   EXPECT_EQ(adamwSettings, 5);
 }
 

@@ -98,6 +98,50 @@ TEST(PlanBinary, NorMuonIsAFlagBitAndItsBeta2) {
       << error;
 }
 
+TEST(PlanBinary, TableOnlySettingsTravelInTheTailByName) {
+  // A setting without a slot of its own (extra_scale_factor) is written in
+  // the group's settings tail, by name, only when not at its default, and
+  // flagged by bit 7 of the algorithm byte; an unknown name and an empty
+  // tail are refused, naming the group.
+  Plan off = planModel(), on = planModel();
+  on.groups[0].muonSettings.extraScaleFactor = 0.25;
+  const std::string name = "extra_scale_factor";
+  std::string a = renderPlanBinary(off), b = renderPlanBinary(on);
+  EXPECT_EQ(a.find(name), std::string::npos);
+  const size_t at = b.find(std::string(1, static_cast<char>(name.size())) + name);
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(b.size(), a.size() + 1 + 1 + name.size() + 8); // count, str, f64
+  Plan back;
+  std::string error;
+  ASSERT_TRUE(parsePlanBinary(b, back, error)) << error;
+  EXPECT_EQ(back.groups[0].muonSettings.extraScaleFactor, 0.25);
+  EXPECT_EQ(renderPlan(back), renderPlan(on));
+  EXPECT_EQ(renderPlanBinary(back), b);
+  // The group's algorithm byte follows its name.
+  const std::string group = std::string(1, static_cast<char>(
+                                               on.groups[0].name.size())) +
+                            on.groups[0].name;
+  const size_t algorithm = b.find(group) + group.size();
+  EXPECT_EQ(static_cast<uint8_t>(b[algorithm]), 0x81);
+  EXPECT_EQ(static_cast<uint8_t>(a[a.find(group) + group.size()]), 0x01);
+
+  std::string unknown = b;
+  unknown[at + name.size()] = 'q'; // "extra_scale_factoq"
+  resealPlanBinary(unknown);
+  EXPECT_FALSE(parsePlanBinary(unknown, back, error));
+  EXPECT_NE(error.find("groups[0]"), std::string::npos) << error;
+  EXPECT_NE(error.find("setting 'extra_scale_factoq' in the tail is not a "
+                       "Muon group's setting"),
+            std::string::npos)
+      << error;
+  std::string empty = b;
+  ASSERT_EQ(empty[at - 1], '\x01'); // the tail's count
+  empty[at - 1] = '\x00';
+  resealPlanBinary(empty);
+  EXPECT_FALSE(parsePlanBinary(empty, back, error));
+  EXPECT_NE(error.find("an empty settings tail"), std::string::npos) << error;
+}
+
 namespace {
 /// A writer fed every transfer of `plan`, as renderPlanBinary feeds one.
 std::unique_ptr<PlanBinaryWriter> fedWriter(const Plan &plan) {

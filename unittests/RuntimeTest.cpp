@@ -220,6 +220,16 @@ TEST(Kernels, AdjustedLrAndUpdate) {
   CpuDevice device;
   device.applyUpdate(&p, DType::F32, &x, 1, s, 0.1);
   EXPECT_NEAR(p, 1.0f * (1 - 0.002f) - 0.05f, 1e-7);
+  // extra_scale_factor multiplies the update's lr after the mode's factor
+  // (Megatron-LM: lr * scale_factor * extra_scale_factor), and not the
+  // decay's: 1 * (1 - lr wd) - lr * 2.5 * orth.
+  s.extraScaleFactor = 2.5;
+  EXPECT_DOUBLE_EQ(adjustedLr(s, 64, 32), 0.02 * std::sqrt(2.0) * 2.5);
+  s.adjustLr = "spectral";
+  EXPECT_DOUBLE_EQ(adjustedLr(s, 32, 64), 0.02 * 8 * 2.5);
+  p = 1.0f;
+  device.applyUpdate(&p, DType::F32, &x, 1, s, adjustedLr(s, 1, 1));
+  EXPECT_NEAR(p, 1.0f * (1 - 0.002f) - 0.5f * 0.02f * 2.5f, 1e-7);
 }
 
 TEST(Kernels, WeightDecayModes) {

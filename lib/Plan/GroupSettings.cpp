@@ -66,6 +66,8 @@ const std::vector<GroupSetting> &groupSettings() {
       fixedByPlan(omittedAtDefault(muonFlag("normuon", &M::normuon))),
       onlyWith(muonNumber("normuon_beta2", &M::normuonBeta2, R::UnitInterval),
                "normuon", "NorMuon's setting"),
+      omittedAtDefault(muonNumber("extra_scale_factor", &M::extraScaleFactor,
+                                  R::NonNegative)),
       adamwNumber("lr", "lr", "lr", &A::lr, R::NonNegative),
       adamwNumber("beta1", "betas", "betas[0]", &A::beta1, R::UnitInterval),
       adamwNumber("beta2", "betas", "betas[1]", &A::beta2, R::UnitInterval),

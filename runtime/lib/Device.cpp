@@ -9,7 +9,7 @@ namespace muon::runtime {
 
 double adjustedLr(const MuonSettings &s, int64_t rows, int64_t cols) {
   // The plan's reader and setGroupOptions accept only known names.
-  return s.lr * adjustLrFactor(s.adjustLr, rows, cols);
+  return s.lr * adjustLrFactor(s.adjustLr, rows, cols) * s.extraScaleFactor;
 }
 
 void Device::normuon(float *x, int64_t rows, int64_t cols, float *v,

@@ -57,6 +57,10 @@ struct MuonSettings {
   /// normuonBeta2 may change between steps.
   bool normuon = false;
   double normuonBeta2 = 0.95;
+  /// A factor on the update's learning rate after adjust_lr's
+  /// (adjustedLr), not on weight decay's: Megatron-LM's
+  /// --muon-extra-scale-factor, Emerging-Optimizers' extra_scale_factor.
+  double extraScaleFactor = 1.0;
 };
 
 /// NorMuon's epsilon in the row normalization (sqrt(v) + eps) and the floor

@@ -176,6 +176,21 @@ int main(int argc, char **argv) {
   EXPECT(muon_optimizer_group_setting(opt, "muon", "normuon_beta2",
                                       &number) == MUON_OK &&
          number == 0.9);
+  /* A setting only the settings table names (no C field of its own), and
+   * muon_optimizer_set_group keeps it. */
+  EXPECT(muon_optimizer_group_setting(opt, "muon", "extra_scale_factor",
+                                      &number) == MUON_OK &&
+         number == 1.0);
+  EXPECT(muon_optimizer_set_group_setting(opt, "muon", "extra_scale_factor",
+                                          0.5) == MUON_OK);
+  EXPECT(muon_optimizer_set_group(opt, "muon", &group) == MUON_OK);
+  EXPECT(muon_optimizer_group_setting(opt, "muon", "extra_scale_factor",
+                                      &number) == MUON_OK &&
+         number == 0.5);
+  EXPECT(muon_optimizer_set_group_setting(opt, "muon", "extra_scale_factor",
+                                          -1.0) == MUON_INVALID);
+  EXPECT(muon_optimizer_set_group_setting(opt, "muon", "extra_scale_factor",
+                                          1.0) == MUON_OK);
   EXPECT(muon_optimizer_group_setting(opt, "muon", "nesterov", &number) ==
              MUON_OK &&
          number == 1.0);
