@@ -413,11 +413,7 @@ muon_status muon_optimizer_set_group_setting(muon_optimizer *opt,
                                   std::to_string(value));
   muon::PlanGroup updated = *g;
   muon::setSettingValue(*s, updated, value);
-  return s->muon
-             ? report(opt->optimizer->setGroupOptions(group,
-                                                      updated.muonSettings))
-             : report(opt->optimizer->setGroupOptions(group,
-                                                      updated.adamwSettings));
+  return report(opt->optimizer->setGroupSettings(group, updated));
 }
 
 muon_status muon_optimizer_group_setting_text(const muon_optimizer *opt,
@@ -446,7 +442,7 @@ muon_status muon_optimizer_set_group_setting_text(muon_optimizer *opt,
     return fail(MUON_INVALID, "a value is needed");
   muon::PlanGroup updated = *g;
   muon::setSettingName(*s, updated, value);
-  return report(opt->optimizer->setGroupOptions(group, updated.muonSettings));
+  return report(opt->optimizer->setGroupSettings(group, updated));
 }
 
 muon_status muon_optimizer_set_group_lr(muon_optimizer *opt, const char *name,

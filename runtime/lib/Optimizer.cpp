@@ -186,6 +186,11 @@ Status Optimizer::setGroupOptions(const std::string &name,
   return setGroup(name, false, g);
 }
 
+Status Optimizer::setGroupSettings(const std::string &name,
+                                   const PlanGroup &settings) {
+  return setGroup(name, settings.muon, settings);
+}
+
 Status Optimizer::setGroupLr(const std::string &name, double lr) {
   const PlanGroup *current = group(name);
   if (!current)

@@ -554,18 +554,14 @@ public:
   /// The group's settings from a dict of them by name (groupDict's
   /// keys); the ones it lacks, and those the plan fixes, stay as they are.
   void setGroup(const std::string &name, nb::dict settings) {
-    for (const muon::PlanGroup &g : opt->groups()) {
-      if (g.name != name)
-        continue;
-      muon::PlanGroup next = g;
-      applyGroupDict(settings, next, /*strict=*/true);
-      if (g.muon)
-        check(opt->setGroupOptions(name, next.muonSettings));
-      else
-        check(opt->setGroupOptions(name, next.adamwSettings));
+    const muon::PlanGroup *current = opt->group(name);
+    if (!current) { // the runtime's error names the groups
+      check(opt->setGroupLr(name, 0.0));
       return;
     }
-    check(opt->setGroupOptions(name, muon::AdamWSettings()));
+    muon::PlanGroup next = *current;
+    applyGroupDict(settings, next, /*strict=*/true);
+    check(opt->setGroupSettings(name, next));
   }
 
   nb::dict step() {

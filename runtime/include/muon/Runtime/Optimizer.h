@@ -194,6 +194,10 @@ public:
   /// differ.
   Status setGroupOptions(const std::string &name, const MuonSettings &muon);
   Status setGroupOptions(const std::string &name, const AdamWSettings &adamw);
+  /// Every setting of a group at once, of its algorithm (`settings.muon`
+  /// must be the group's): what the by-name setters (the C API's, Python's)
+  /// build from the group's current settings. Checked as above.
+  Status setGroupSettings(const std::string &name, const PlanGroup &settings);
   /// Only the learning rate, of a group of either algorithm (a scheduler's
   /// usual change).
   Status setGroupLr(const std::string &name, double lr);
