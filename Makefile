@@ -70,6 +70,12 @@ python: build venv
 	  -Ccmake.define.CMAKE_PREFIX_PATH=$(abspath $(BUILD_DIR))/install \
 	  -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(shell command -v ccache) \
 	  -Cbuild.tool-args=-j$(JOBS)
+	@# The extension over the fake GPU too (python/tests/test_fake_gpu.py),
+	@# built in $(BUILD_DIR) with the venv's nanobind where CUDA is.
+	@grep -q '^MUON_TEST_PYTHON:FILEPATH=$(abspath $(VENV))/bin/python$$' \
+	  $(BUILD_DIR)/CMakeCache.txt || cmake -S . -B $(BUILD_DIR) \
+	  -DMUON_TEST_PYTHON=$(abspath $(VENV))/bin/python >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # The Python tests alone (test/run-all.sh runs them too).
 check-python: python

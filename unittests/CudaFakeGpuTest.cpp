@@ -10,6 +10,7 @@
 // muon-cuda-check runs over the fake are in test/Runtime/*fake-gpu*.test.
 //
 //===----------------------------------------------------------------------===//
+#include "CudaDevice.h"
 #include "FakeGpu/FakeGpu.h"
 #include "KernelBodies.h"
 #include "Kernels.h"
@@ -566,6 +567,46 @@ TEST_F(FakeGpuTest, AllocationBeyondTheMemoryFails) {
   EXPECT_NE(fits, nullptr);
   gpu->release(fits);
   gpu->synchronize();
+}
+
+/// A step ordered with the caller's stream (a framework's current stream):
+/// the device's work waits for what the caller queued before (a gradient
+/// still being written), and what the caller queues after waits for the
+/// device's work (reading the new parameters). Each held stream would run
+/// the other's write last without the order.
+TEST_F(FakeGpuTest, DeviceOrdersWithTheCallersStream) {
+  std::string error;
+  std::unique_ptr<Device> gpu = runtime::cuda::createDevice(0, error);
+  ASSERT_TRUE(gpu) << error;
+  cudaStream_t deviceStream =
+      static_cast<runtime::cuda::CudaDevice &>(*gpu).stream();
+  uint8_t *buf = device(std::vector<uint8_t>(64, 7));
+
+  fake::holdStream(stream, true); // the caller's write, still queued
+  ASSERT_EQ(cudaMemsetAsync(buf, 0x3f, 64, stream), cudaSuccess);
+  ASSERT_TRUE(runtime::cuda::waitForStream(*gpu, stream, error)) << error;
+  gpu->zero(buf, 64);
+  fake::holdStream(stream, false);
+  gpu->synchronize();
+  EXPECT_EQ(download(buf, 64), std::vector<uint8_t>(64, 0));
+
+  fake::holdStream(deviceStream, true); // the device's write, still queued
+  gpu->zero(buf, 64);
+  ASSERT_TRUE(runtime::cuda::streamWaitsForDevice(*gpu, stream, error))
+      << error;
+  ASSERT_EQ(cudaMemsetAsync(buf, 0x3f, 64, stream), cudaSuccess);
+  fake::holdStream(deviceStream, false);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(download(buf, 64), std::vector<uint8_t>(64, 0x3f));
+  EXPECT_EQ(gpu->takeError().code(), StatusCode::Ok);
+
+  cpu::CpuDevice host;
+  EXPECT_FALSE(runtime::cuda::waitForStream(host, stream, error));
+  EXPECT_NE(error.find("cuda::createDevice, not the cpu device"),
+            std::string::npos)
+      << error;
+  gpu.reset();
+  EXPECT_EQ(fake::counters().liveEvents, 0);
 }
 
 } // namespace

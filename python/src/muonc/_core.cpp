@@ -10,14 +10,28 @@
 // step included: its callbacks run on the calling thread. With MPI
 // (comm="mpi", for processes started by mpirun) a step releases it.
 //
+// Built against the CUDA backend (Muon::Cuda, MUONC_HAVE_CUDA), an optimizer
+// may run on a GPU (device="cuda:N"): arrays are then device memory (torch
+// CUDA tensors through DLPack), a step is ordered with the caller's stream,
+// and exchanges go through NCCL under MPI, else host-staged through the
+// Python communicator. MUONC_FAKE_GPU builds the same module as
+// _core_fakegpu over the tests' stand-in for CUDA (unittests/FakeGpu), whose
+// device memory is host memory.
+//
 //===----------------------------------------------------------------------===//
 #include "muon/Compiler/Compile.h"
 #include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Cpu/MpiCommunicator.h"
+#include "muon/Runtime/HostStagedCommunicator.h"
+#include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
+#if MUONC_HAVE_CUDA
+#include "muon/Runtime/Cuda/CudaBackend.h"
+#endif
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -425,8 +439,10 @@ nb::dict groupDict(const muon::PlanGroup &g) {
 }
 
 using Array = nb::ndarray<nb::device::cpu, nb::c_contig>;
+/// An array on any device (a bound parameter of a GPU optimizer).
+using AnyArray = nb::ndarray<nb::c_contig>;
 
-rt::DType dtypeOf(const Array &a, const std::string &what) {
+template <typename A> rt::DType dtypeOf(const A &a, const std::string &what) {
   nb::dlpack::dtype t = a.dtype();
   if (t == nb::dtype<float>())
     return rt::DType::F32;
@@ -483,34 +499,52 @@ public:
   /// `comm`: None for one process, "mpi" for MPI_COMM_WORLD (a duplicate),
   /// else a Python communicator object.
   PyOptimizer(const std::string &planText, nb::object comm, double timeout,
-              bool isFile, const std::string &nsForm)
-      : device(deviceOptions(nsForm)) {
+              bool isFile, const std::string &nsForm,
+              const std::string &deviceName) {
+    createDevice(deviceName, nsForm);
     if (comm.is_none()) {
-      communicator = std::make_unique<rt::SingleRankCommunicator>();
+      base = std::make_unique<rt::SingleRankCommunicator>();
     } else if (nb::isinstance<nb::str>(comm)) {
       if (nb::cast<std::string>(comm) != "mpi")
         throw StatusError("invalid argument: comm '" +
                           nb::cast<std::string>(comm) +
                           "': expected None, \"mpi\" or a communicator");
       ensureMpi();
-      communicator = std::make_unique<rt::MpiCommunicator>(MPI_COMM_WORLD);
+      base = std::make_unique<rt::MpiCommunicator>(MPI_COMM_WORLD);
       releaseGil = true;
     } else {
-      communicator = std::make_unique<PyCommunicator>(comm);
+      base = std::make_unique<PyCommunicator>(comm);
+    }
+    rt::Communicator *communicator = base.get();
+    if (onGpu) {
+      // Device memory: NCCL between MPI's processes (one GPU each), else
+      // through host memory (a Python communicator moves host bytes).
+      std::string kind = releaseGil ? "nccl" : "host";
+      if (const char *forced = std::getenv("MUONC_GPU_TRANSPORT"))
+        kind = forced;
+      check(rt::createCommunicator(kind, *base, *device, transport));
+      communicator = transport.get();
     }
     timeoutSeconds = timeout;
     rt::OptimizerOptions options;
     options.timeoutSeconds = timeout;
     if (isFile) {
-      check(rt::Optimizer::load(planText, *communicator, device, options, opt));
+      check(rt::Optimizer::load(planText, *communicator, *device, options,
+                                opt));
       return;
     }
     muon::Plan plan;
     std::string error;
     if (!muon::parsePlan(planText, plan, error))
       throw StatusError("invalid argument: plan: " + error);
-    check(rt::Optimizer::create(std::move(plan), *communicator, device,
+    check(rt::Optimizer::create(std::move(plan), *communicator, *device,
                                 options, opt));
+  }
+
+  ~PyOptimizer() {
+    // The optimizer's buffers go back to the device before it closes.
+    opt.reset();
+    transport.reset();
   }
 
   nb::list params() const {
@@ -534,10 +568,12 @@ public:
     return out;
   }
 
-  /// Binds arrays (numpy, or anything with __dlpack__ such as a CPU torch
-  /// tensor) zero-copy; the optimizer keeps them alive until rebound.
+  /// Binds arrays (numpy, or anything with __dlpack__ such as a torch
+  /// tensor: on the CPU, or on the optimizer's GPU) zero-copy; the
+  /// optimizer keeps them alive until rebound.
   void bind(const std::string &name, nb::object values, nb::object grad) {
-    Array v = nb::cast<Array>(values), g = nb::cast<Array>(grad);
+    AnyArray v = bindable(name, "values", values);
+    AnyArray g = bindable(name, "grad", grad);
     if (v.size() != g.size())
       throw nb::value_error(("parameter '" + name + "': values hold " +
                              std::to_string(v.size()) + " elements, grad " +
@@ -564,15 +600,25 @@ public:
     check(opt->setGroupSettings(name, next));
   }
 
-  nb::dict step() {
+  /// `stream`: on a GPU, the caller's stream (torch's current stream, as
+  /// its cuda_stream integer) that the step is ordered after and that
+  /// waits for the step; None for the legacy default stream's implicit
+  /// order.
+  nb::dict step(std::optional<uintptr_t> stream) {
     rt::StepResult result;
     rt::Status status;
+    if (stream && !onGpu)
+      throw StatusError("invalid argument: a stream is for an optimizer on a "
+                        "GPU; this one runs on the " +
+                        std::string(device->name()));
+    orderWithStream(stream, /*before=*/true);
     if (releaseGil) {
       nb::gil_scoped_release unlocked;
       status = opt->step(result);
     } else {
       status = opt->step(result);
     }
+    orderWithStream(stream, /*before=*/false);
     check(status);
     nb::dict d;
     d["applied"] = result.applied;
@@ -721,18 +767,91 @@ public:
     check(opt->gatherParameter(name, whole, root));
   }
 
-  /// The device's options: `nsForm` "standard" or "gram" (f32
-  /// Newton-Schulz's form), or "" for MUON_CPU_NS_FORM's (standard unset).
-  static rt::cpu::CpuDeviceOptions deviceOptions(const std::string &nsForm) {
-    rt::cpu::CpuDeviceOptions options;
-    if (!nsForm.empty() &&
-        !rt::cpu::parseNsForm(nsForm, options.gramNewtonSchulz))
+  /// The CPU device, with `nsForm` "standard" or "gram" (f32
+  /// Newton-Schulz's form) or "" for MUON_CPU_NS_FORM's (standard unset);
+  /// or a GPU, "cuda" or "cuda:N", where the CUDA backend is built.
+  void createDevice(const std::string &name, const std::string &nsForm) {
+    if (name == "cpu") {
+      rt::cpu::CpuDeviceOptions options;
+      if (!nsForm.empty() &&
+          !rt::cpu::parseNsForm(nsForm, options.gramNewtonSchulz))
+        throw StatusError("invalid argument: ns_form '" + nsForm +
+                          "': expected 'standard' or 'gram'");
+      device = std::make_unique<rt::cpu::CpuDevice>(options);
+      return;
+    }
+    if (name != "cuda" && name.rfind("cuda:", 0) != 0)
+      throw StatusError("invalid argument: device '" + name +
+                        "': expected 'cpu', 'cuda' or 'cuda:N'");
+    if (!cudaBuilt())
+      throw StatusError("unavailable: device '" + name +
+                        "': muonc was built without the CUDA backend "
+                        "(Muon::Cuda); GPU tensors need a build where CMake "
+                        "found nvcc and cuBLAS");
+    if (!nsForm.empty() && nsForm != "standard")
       throw StatusError("invalid argument: ns_form '" + nsForm +
-                        "': expected 'standard' or 'gram'");
-    return options;
+                        "' is the CPU's; on a GPU Newton-Schulz runs in its "
+                        "standard form");
+    check(rt::createDevice(name, device));
+    onGpu = true;
+    ordinal = name == "cuda" ? 0 : std::atoi(name.c_str() + 5);
   }
 
-  rt::cpu::CpuDevice device;
+  static bool cudaBuilt() {
+#if MUONC_HAVE_CUDA
+    static bool registered = (rt::cuda::registerBackend(), true);
+    return registered;
+#else
+    return false;
+#endif
+  }
+
+  /// `object` as an array this optimizer can bind: on the CPU for the CPU
+  /// device, on its GPU for a GPU (host memory for the fake GPU).
+  AnyArray bindable(const std::string &name, const char *which,
+                    nb::handle object) const {
+    AnyArray a;
+    if (!nb::try_cast(object, a))
+      throw nb::type_error(("parameter '" + name + "' " + which +
+                            ": expected a C-contiguous array or tensor")
+                               .c_str());
+    const int type = a.device_type();
+    bool ok = type == nb::device::cpu::value;
+    if (onGpu) {
+#if !MUONC_FAKE_GPU // the fake GPU's device memory is host memory
+      ok = false;
+#endif
+      ok = ok || (type == nb::device::cuda::value && a.device_id() == ordinal);
+    }
+    if (!ok)
+      throw StatusError(
+          "invalid argument: parameter '" + name + "' " + which +
+          ": on the wrong device (DLPack device type " + std::to_string(type) +
+          ", id " + std::to_string(a.device_id()) + "); this optimizer runs " +
+          (onGpu ? "on cuda:" + std::to_string(ordinal) : "on the CPU"));
+    return a;
+  }
+
+  /// Orders the device with the caller's stream (CudaBackend.h).
+  void orderWithStream(std::optional<uintptr_t> stream, bool before) {
+#if MUONC_HAVE_CUDA
+    if (!stream || !onGpu)
+      return;
+    std::string error;
+    void *handle = reinterpret_cast<void *>(*stream);
+    bool ok = before ? rt::cuda::waitForStream(*device, handle, error)
+                     : rt::cuda::streamWaitsForDevice(*device, handle, error);
+    if (!ok)
+      throw StatusError("invalid argument: stream: " + error);
+#else
+    (void)stream;
+    (void)before;
+#endif
+  }
+
+  std::unique_ptr<rt::Device> device;
+  bool onGpu = false;
+  int ordinal = -1;
   /// Every rank's bytes, in rank order, over the optimizer's own
   /// communicator (the bridge's control messages when it runs over MPI).
   nb::list allGatherBytes(nb::bytes mine) {
@@ -742,9 +861,9 @@ public:
     bool ok;
     if (releaseGil) {
       nb::gil_scoped_release release;
-      ok = communicator->allGatherBytes(bytes, all, timeoutSeconds, error);
+      ok = base->allGatherBytes(bytes, all, timeoutSeconds, error);
     } else {
-      ok = communicator->allGatherBytes(bytes, all, timeoutSeconds, error);
+      ok = base->allGatherBytes(bytes, all, timeoutSeconds, error);
     }
     if (!ok)
       throw StatusError("unavailable: " + error);
@@ -754,7 +873,9 @@ public:
     return out;
   }
 
-  std::unique_ptr<rt::Communicator> communicator;
+  /// The ranks' transport: `base` (MPI, the Python communicator), or on a
+  /// GPU `transport` over it.
+  std::unique_ptr<rt::Communicator> base, transport;
   std::unique_ptr<rt::Optimizer> opt;
   double timeoutSeconds = 120.0;
   std::map<std::string, nb::object> keep;
@@ -763,7 +884,7 @@ public:
 
 } // namespace
 
-NB_MODULE(_core, m) {
+static void defineModule(nb::module_ &m) {
   m.doc() = "muonc's extension: the distributed Muon compiler and runtime";
   nb::exception<StatusError>(m, "MuonError", PyExc_RuntimeError);
 
@@ -823,16 +944,33 @@ NB_MODULE(_core, m) {
     return std::string(rt::dtypeName(dtypeOf(nb::cast<Array>(a), "array")));
   });
 
+  m.def("cuda_built", &PyOptimizer::cudaBuilt,
+        "Whether this build has the CUDA backend (Optimizer(device='cuda:N')).");
+  m.def(
+      "cuda_device_count",
+      [] {
+        std::string why;
+#if MUONC_HAVE_CUDA
+        int count = rt::cuda::deviceCount(why);
+#else
+        int count = 0;
+        why = "muonc was built without the CUDA backend";
+#endif
+        return nb::make_tuple(count, why);
+      },
+      "(GPUs the CUDA backend sees, why none) -- (0, reason) without them.");
+
   nb::class_<PyOptimizer>(m, "Optimizer")
       .def(nb::init<const std::string &, nb::object, double, bool,
-                    const std::string &>(),
+                    const std::string &, const std::string &>(),
            "plan"_a, "comm"_a = nb::none(), "timeout"_a = 120.0,
-           "plan_is_file"_a = false, "ns_form"_a = "",
+           "plan_is_file"_a = false, "ns_form"_a = "", "device"_a = "cpu",
            "An optimizer over a plan (JSON text, or a plan file's path with "
            "plan_is_file); comm: None for one process, else a Python "
            "communicator (muonc.torch.TorchCommunicator); ns_form: f32 "
            "Newton-Schulz's form on the CPU, 'standard' or 'gram' (default: "
-           "MUON_CPU_NS_FORM, else standard).")
+           "MUON_CPU_NS_FORM, else standard); device: 'cpu', or 'cuda:N' "
+           "where the CUDA backend is built (cuda_built()).")
       .def_prop_ro("rank", [](PyOptimizer &o) { return o.opt->currentRank(); })
       .def_prop_ro("world_size",
                    [](PyOptimizer &o) { return o.opt->worldSize(); })
@@ -862,7 +1000,12 @@ NB_MODULE(_core, m) {
            [](PyOptimizer &o, const std::string &name, double lr) {
              check(o.opt->setGroupLr(name, lr));
            })
-      .def("step", &PyOptimizer::step)
+      .def_prop_ro("device",
+                   [](PyOptimizer &o) {
+                     return o.onGpu ? "cuda:" + std::to_string(o.ordinal)
+                                    : std::string("cpu");
+                   })
+      .def("step", &PyOptimizer::step, "stream"_a = nb::none())
       .def("set_qk_max_logits", &PyOptimizer::setQkMaxLogits, "layer"_a,
            "logits"_a,
            "QK-clip's step input: layer's per-query-head max logits for the "
@@ -878,3 +1021,13 @@ NB_MODULE(_core, m) {
       .def("gather_parameter", &PyOptimizer::gather, "name"_a,
            "out"_a = nb::none(), "root"_a = -1);
 }
+
+#if MUONC_FAKE_GPU
+void defineFakeGpuHooks(nb::module_ &m); // unittests/FakeGpu/PythonHooks.cpp
+NB_MODULE(_core_fakegpu, m) {
+  defineModule(m);
+  defineFakeGpuHooks(m);
+}
+#else
+NB_MODULE(_core, m) { defineModule(m); }
+#endif

@@ -102,12 +102,18 @@ _HEAD_KEYS = ("num_heads", "head_split_dim")
 class TorchCommunicator:
     """The runtime's communicator over a torch.distributed process group:
     the plan's packed exchanges as all_to_all_single with split sizes, the
-    control collectives as all_gather. Works with gloo (CPU tensors)."""
+    control collectives as all_gather. The runtime hands it host memory (a
+    GPU optimizer stages its device buffers through the host): a gloo group
+    takes it as it is; an NCCL group gets it copied to and from the current
+    GPU."""
 
     def __init__(self, group=None):
         self.group = group
         self._rank = dist.get_rank(group)
         self._size = dist.get_world_size(group)
+        self._device = None  # where the group's collectives need tensors
+        if dist.get_backend(group) == "nccl":
+            self._device = torch.device("cuda", torch.cuda.current_device())
 
     @classmethod
     def owned(cls, ranks=None):
@@ -158,9 +164,19 @@ class TorchCommunicator:
                              zip(send_offsets, send_counts)])
         out = (recv_t[: sum(recv_counts)] if packed_recv
                else torch.empty(sum(recv_counts), dtype=torch.uint8))
-        dist.all_to_all_single(out, inp, output_split_sizes=list(recv_counts),
-                               input_split_sizes=list(send_counts),
-                               group=self.group)
+        if self._device is None:
+            dist.all_to_all_single(out, inp,
+                                   output_split_sizes=list(recv_counts),
+                                   input_split_sizes=list(send_counts),
+                                   group=self.group)
+        else:
+            out_d = torch.empty(out.numel(), dtype=torch.uint8,
+                                device=self._device)
+            dist.all_to_all_single(out_d, inp.to(self._device),
+                                   output_split_sizes=list(recv_counts),
+                                   input_split_sizes=list(send_counts),
+                                   group=self.group)
+            out.copy_(out_d)  # waits for the collective
         if not packed_recv:
             at = 0
             for o, c in zip(recv_offsets, recv_counts):
@@ -169,7 +185,7 @@ class TorchCommunicator:
 
     def all_gather_int(self, value):
         signed = value - (1 << 64) if value >= (1 << 63) else value
-        mine = torch.tensor([signed], dtype=torch.int64)
+        mine = torch.tensor([signed], dtype=torch.int64, device=self._device)
         every = [torch.empty_like(mine) for _ in range(self._size)]
         dist.all_gather(every, mine, group=self.group)
         return [int(t.item()) & ((1 << 64) - 1) for t in every]
@@ -580,11 +596,7 @@ class Muon(torch.optim.Optimizer):
                 taken[name] = p
                 self._params.append((p, name, group))
                 devices.setdefault(str(p.device), name)
-        if set(d.split(":")[0] for d in devices) - {"cpu"} or len(devices) > 1:
-            where = ", ".join(f"'{n}' on {d}" for d, n in devices.items())
-            raise MuonError("invalid argument: muonc.torch runs on CPU "
-                            "tensors, all on one device, for now; parameters "
-                            f"are on {len(devices)} devices ({where})")
+        self._device = self._engine_device(devices)
         if config is not None and config.get("named_parameters"):
             mine = {id(p) for p, _, _ in self._params}
             missing = [n for n, p in config["named_parameters"]
@@ -681,7 +693,8 @@ class Muon(torch.optim.Optimizer):
                     else TorchCommunicator.owned())
         self._comm = comm
         self._engine = _core.Optimizer(plan, comm, timeout, False,
-                                       self._ns_form)
+                                       self._ns_form,
+                                       _engine_device_name(self._device))
         self._slots = {s["name"]: s for s in self._engine.params()}
         for p, name, _ in self._params:
             have = tuple(self._local(p).shape)
@@ -701,6 +714,27 @@ class Muon(torch.optim.Optimizer):
         # "initializing" it with a step of zero gradients.
         for p, _, _ in self._params:
             self.state[p] = {}
+
+    @staticmethod
+    def _engine_device(devices):
+        """The one device of the parameters ({str(device): a parameter's
+        name}): the CPU, or a GPU where muonc has the CUDA backend."""
+        where = ", ".join(f"'{n}' on {d}" for d, n in devices.items())
+        if len(devices) > 1:
+            raise MuonError("invalid argument: muonc.torch steps parameters "
+                            "on one device; they are on "
+                            f"{len(devices)} devices ({where})")
+        device = torch.device(next(iter(devices), "cpu"))
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if device.type == "cuda" and not _core.cuda_built():
+            raise MuonError(f"unavailable: parameters on {device} ({where}), "
+                            "but muonc was built without the CUDA backend "
+                            "(build it where CMake finds nvcc and cuBLAS)")
+        if device.type not in ("cpu", "cuda"):
+            raise MuonError(f"invalid argument: parameters on {device} "
+                            f"({where}): muonc runs on CPU and CUDA tensors")
+        return device
 
     def _qk_clip_layers(self):
         """qk_clip_layers as the compiler takes them: parameters by name,
@@ -875,7 +909,7 @@ class Muon(torch.optim.Optimizer):
         for name, logits in self._qk_pending.items():
             self._engine.set_qk_max_logits(name, logits)
         self._qk_pending = {}
-        result = self._engine.step()
+        result = self._engine.step(stream=_current_stream(self._device))
         self._qk_clipped = result["qk_clipped_heads"]
         if not result["applied"]:
             import warnings
@@ -1196,8 +1230,23 @@ def _assemble(name, pieces, box, key):
     return out
 
 
+def _engine_device_name(device):
+    """The runtime's name of a torch device: "cpu", "cuda:N"."""
+    return "cpu" if device.type == "cpu" else f"cuda:{device.index}"
+
+
+def _current_stream(device):
+    """torch's current stream on a GPU (its cudaStream_t as an integer),
+    which a step is ordered with; None on the CPU."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.current_stream(device).cuda_stream
+
+
 def _like(p, local):
-    """`local` (this rank's piece) with the parameter's layout."""
+    """`local` (this rank's piece) with the parameter's layout, on its
+    device."""
+    local = local.to(p.device)
     if not _is_dtensor(p):
         return local
     from torch.distributed.tensor import DTensor

@@ -62,6 +62,25 @@ std::string describeDevice(const Device &device) {
   return device.name();
 }
 
+static CudaDevice *cudaDevice(Device &device, std::string &error) {
+  auto *gpu = dynamic_cast<CudaDevice *>(&device);
+  if (!gpu)
+    error = std::string("stream order needs a device from "
+                        "cuda::createDevice, not the ") +
+            device.name() + " device";
+  return gpu;
+}
+
+bool waitForStream(Device &device, void *stream, std::string &error) {
+  CudaDevice *gpu = cudaDevice(device, error);
+  return gpu && gpu->orderAfter(static_cast<cudaStream_t>(stream), error);
+}
+
+bool streamWaitsForDevice(Device &device, void *stream, std::string &error) {
+  CudaDevice *gpu = cudaDevice(device, error);
+  return gpu && gpu->orderBefore(static_cast<cudaStream_t>(stream), error);
+}
+
 std::unique_ptr<Communicator> createNcclCommunicator(Communicator &bootstrap,
                                                      Device &device,
                                                      std::string &error) {

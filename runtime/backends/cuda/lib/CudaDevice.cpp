@@ -181,6 +181,8 @@ CudaDevice::~CudaDevice() {
     checkTeardown(cudaFree(nonFinite), "cudaFree");
   if (nonFiniteHost)
     checkTeardown(cudaFreeHost(nonFiniteHost), "cudaFreeHost");
+  if (orderEvent)
+    checkTeardown(cudaEventDestroy(orderEvent), "cudaEventDestroy");
   // Buffers still out are freed with the pool once released.
   if (pool)
     checkTeardown(cudaMemPoolDestroy(pool), "cudaMemPoolDestroy");
@@ -349,6 +351,38 @@ Status CudaDevice::takeError() {
   if (failure.empty())
     return okStatus();
   return Status(StatusCode::Internal, std::move(failure));
+}
+
+/// `wait` waits for what `record` holds now, through the device's event.
+static bool orderStreams(int gpu, cudaEvent_t &event, cudaStream_t record,
+                         cudaStream_t wait, std::string &error) {
+  CurrentDevice current(gpu);
+  cudaError_t status = cudaSuccess;
+  const char *what = "cudaEventCreateWithFlags";
+  if (!event)
+    status = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (status == cudaSuccess) {
+    what = "cudaEventRecord";
+    status = cudaEventRecord(event, record);
+  }
+  if (status == cudaSuccess) {
+    what = "cudaStreamWaitEvent";
+    status = cudaStreamWaitEvent(wait, event, 0);
+  }
+  if (status == cudaSuccess)
+    return true;
+  (void)cudaGetLastError(); // not sticky: the device stays usable
+  error = "GPU " + std::to_string(gpu) + ": ordering with the caller's "
+          "stream: " + what + ": " + describe(status);
+  return false;
+}
+
+bool CudaDevice::orderAfter(cudaStream_t other, std::string &error) {
+  return orderStreams(gpu, orderEvent, other, computeStream, error);
+}
+
+bool CudaDevice::orderBefore(cudaStream_t other, std::string &error) {
+  return orderStreams(gpu, orderEvent, computeStream, other, error);
 }
 
 void CudaDevice::synchronize() {

@@ -61,6 +61,15 @@ public:
   /// The first CUDA or cuBLAS failure since the last call (CudaSupport.h).
   Status takeError() override;
 
+  /// Cross-stream order with a stream of the caller's on this GPU (a
+  /// framework's current stream; 0 is the legacy default stream), through
+  /// an event, without a host wait: orderAfter(s) makes the device's work
+  /// queued from now on start after what `s` holds now; orderBefore(s)
+  /// makes work queued on `s` from now on start after the device's so far.
+  /// False with `error` when CUDA refuses (a stream of another GPU, ...).
+  bool orderAfter(cudaStream_t other, std::string &error);
+  bool orderBefore(cudaStream_t other, std::string &error);
+
   int ordinal() const { return gpu; }
   cudaStream_t stream() const { return computeStream; }
   /// The cuBLAS handle, bound to the compute stream.
@@ -81,6 +90,7 @@ private:
   int64_t maxPitch = 0;         // cudaMemcpy2D's limit
   int *nonFinite = nullptr;     // device flag of allFinite
   int *nonFiniteHost = nullptr; // pinned
+  cudaEvent_t orderEvent = nullptr; // orderAfter / orderBefore, made on use
   std::unique_ptr<NewtonSchulzRunner> ns;
 };
 

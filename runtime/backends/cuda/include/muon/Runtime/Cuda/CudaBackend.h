@@ -8,10 +8,11 @@
 //
 // A device owns one compute stream on its GPU (ordered with the legacy
 // default stream, so a trainer's work there is done before the optimizer's
-// starts) and one cuBLAS handle. Every CUDA or cuBLAS failure inside a
-// Device operation is fatal (a message on stderr, then abort), as a fault
-// of the CPU device would be; the interface has no error path there. Only
-// allocate() reports running out of memory, with nullptr.
+// starts; another stream of the trainer's is ordered with waitForStream /
+// streamWaitsForDevice) and one cuBLAS handle. A CUDA or cuBLAS failure
+// inside a Device operation is recorded, and the step that made it fails
+// on every rank with its text (Device::takeError); allocate() reports
+// running out of memory with nullptr.
 //
 // Environment, read when a device is created:
 //   MUON_CUDA_SYMMETRIC_MIN   Gram side m from which Newton-Schulz computes
@@ -47,6 +48,18 @@ int deviceCount(std::string &error);
 /// A device on GPU `ordinal` with its own compute stream and cuBLAS handle;
 /// nullptr with `error`.
 std::unique_ptr<Device> createDevice(int ordinal, std::string &error);
+
+/// Orders a device from createDevice with a stream of the caller's on its
+/// GPU (a `cudaStream_t` as `void *`; torch's
+/// `torch.cuda.current_stream().cuda_stream`; 0 is the legacy default
+/// stream), through an event and without a host wait. Before a step,
+/// `waitForStream(device, s)`: the step's work starts after what `s` holds
+/// now (the gradients). After it, `streamWaitsForDevice(device, s)`: what is
+/// queued on `s` from then on starts after the step's work (the new
+/// parameters, a gradient's memory handed back to a caching allocator).
+/// False with `error` for another device or a stream CUDA refuses.
+bool waitForStream(Device &device, void *stream, std::string &error);
+bool streamWaitsForDevice(Device &device, void *stream, std::string &error);
 
 /// "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB)" for a device
 /// from createDevice; its name() for any other.
