@@ -41,8 +41,9 @@ if [ -x "$venv_python" ]; then
   # (make python): its tests must run, not skip.
   fakegpu=0
   [ -x "$build/bin/muon-run-fakegpu" ] && fakegpu=1
+  fakegpu_dir=$(cd "$build" && pwd)/python-fakegpu
   (cd "$(dirname "$0")/../python" &&
-   MUONC_FAKEGPU_DIR=$(cd "$build" && pwd)/python-fakegpu \
+   MUONC_FAKEGPU_DIR=$fakegpu_dir \
    MUONC_REQUIRE_FAKEGPU=$fakegpu \
    "$venv_python" -m pytest -q -p no:cacheprovider tests) 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
