@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Compiler/Compile.h"
+#include "muon/Plan/ElementState.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
@@ -26,6 +27,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -474,7 +476,7 @@ TEST(StateDict, LoadingIsAllOrNothing) {
         << error;
     EXPECT_FALSE(
         (error = opt->loadStateDict(wrongGroup, true).message()).empty());
-    EXPECT_NE(error.find("a momentum state for 'b', an AdamW parameter"),
+    EXPECT_NE(error.find("state 'momentum' for 'b', an AdamW parameter"),
               std::string::npos)
         << error;
   });
@@ -482,6 +484,78 @@ TEST(StateDict, LoadingIsAllOrNothing) {
             "loading a state dict: the state dict does not cover the "
             "momentum of rank 1's piece [6:12, 0:8] of 'w'; nothing was "
             "changed");
+}
+
+// The per-element slots come from one table (ElementState.h): every piece
+// carries exactly its algorithm's slots, and a load refuses, by the slot's
+// name, a piece without one of them or with another algorithm's. A slot
+// added to the table is checked here without a line of this test changing.
+TEST(StateDict, EveryPieceCarriesItsAlgorithmsSlotsOfTheTable) {
+  Model model = partialModel();
+  Plan plan = compileFor(model, 2);
+  RunResult two = run(plan, {"", nullptr, 0, 2, ""});
+  expectNoErrors(two, "2 ranks");
+  if (HasFailure())
+    return;
+  StateDict all;
+  all.steps = two.dicts[0].steps;
+  for (const StateDict &d : two.dicts)
+    all.pieces.insert(all.pieces.end(), d.pieces.begin(), d.pieces.end());
+  std::map<std::string, bool> muonParam;
+  for (const PlanParam &p : plan.params)
+    muonParam[p.name] = p.muon;
+  for (const StatePiece &piece : all.pieces) {
+    std::set<std::string> names, expected = {"values"};
+    for (const auto &[name, data] : piece.states)
+      names.insert(name);
+    for (const ElementSlot &slot : kElementSlots)
+      if (slot.muon == muonParam.at(piece.param))
+        expected.insert(slot.name);
+    EXPECT_EQ(names, expected) << piece.param;
+    // AdamW pieces count their steps; Muon's take none.
+    EXPECT_EQ(piece.step, muonParam.at(piece.param) ? 0 : 2) << piece.param;
+  }
+  // One broken dict per slot: the slot missing from every piece of one
+  // parameter of its algorithm, and the slot given to one of the other's.
+  struct Broken {
+    StateDict dict;
+    std::string expected;
+  };
+  std::vector<Broken> broken;
+  for (const ElementSlot &slot : kElementSlots) {
+    const char *own = slot.muon ? "p" : "g", *other = slot.muon ? "g" : "p";
+    Broken &missing = broken.emplace_back(Broken{all, ""});
+    for (StatePiece &piece : missing.dict.pieces)
+      if (piece.param == own)
+        piece.states.erase(slot.name);
+    missing.expected =
+        slot.perSummand
+            ? std::string("has no ") + slot.name + " for '" + own + "'"
+            : std::string("does not cover the ") + slot.name;
+    Broken &foreign = broken.emplace_back(Broken{all, ""});
+    for (StatePiece &piece : foreign.dict.pieces)
+      if (piece.param == other)
+        piece.states[slot.name] = piece.states.at("values");
+    foreign.expected = std::string("state '") + slot.name + "' for '" + other +
+                       "', " + (slot.muon ? "an AdamW" : "a Muon") +
+                       " parameter";
+  }
+  onEveryRank(2, [&](int64_t r, Communicator &comm) {
+    cpu::CpuDevice device;
+    std::unique_ptr<Optimizer> opt;
+    std::string error =
+        Optimizer::create(plan, comm, device, {60.0}, opt).message();
+    ASSERT_TRUE(opt) << error;
+    SyntheticModel synthetic(*opt, device, 31, summandCounts(plan));
+    ASSERT_TRUE((error = opt->loadStateDict(all, true).message()).empty())
+        << error;
+    for (const Broken &b : broken) {
+      error = opt->loadStateDict(b.dict, true).message();
+      EXPECT_NE(error.find(b.expected), std::string::npos)
+          << "rank " << r << ": expected '" << b.expected << "' in '" << error
+          << "'";
+    }
+  });
 }
 
 TEST(CheckpointFormat, RefusesOldDamagedTruncatedAndMisplacedFiles) {

@@ -1,6 +1,8 @@
 //===- Simulate.cpp - Predicted step time of a plan -----------------------===//
 #include "muon/Simulate/Simulate.h"
 
+#include "muon/Plan/ElementState.h"
+
 #include <algorithm>
 #include <array>
 
@@ -8,12 +10,23 @@ namespace muon::sim {
 
 namespace {
 
+/// The bytes of an algorithm's per-element slots (ElementState.h), each
+/// read and written once by its elementwise step.
+constexpr double slotBytes(bool muon) {
+  double bytes = 0;
+  for (const ElementSlot &slot : kElementSlots)
+    bytes += slot.muon == muon ? 8 : 0;
+  return bytes;
+}
+
 // Bytes the elementwise kernels move per element (f32 state; the storage
 // type's width is close enough for a model): momentum reads the gradient,
-// reads and writes the momentum and writes the update; an update reads and
+// reads and writes Muon's slots and writes the update; an update reads and
 // writes the parameter and reads the orthogonalized values; AdamW reads and
-// writes the parameter and both moments and reads the gradient.
-constexpr double kMomentumBytes = 16, kApplyBytes = 12, kAdamWBytes = 28;
+// writes the parameter and its slots and reads the gradient.
+constexpr double kMomentumBytes = 4 + slotBytes(/*muon=*/true) + 4,
+                 kApplyBytes = 12,
+                 kAdamWBytes = 8 + slotBytes(/*muon=*/false) + 4;
 
 enum Dir { IntraSend, IntraRecv, InterSend, InterRecv, kDirs };
 

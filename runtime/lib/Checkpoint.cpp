@@ -419,8 +419,7 @@ bool readManifest(const std::string &dir, const Plan &plan, bool withParameters,
         std::string sp = json::key(pp + ".states", st.key());
         int slot = slotNamed(st.key());
         if (slot < 0) {
-          rd.fail(sp, "unknown state (expected momentum, exp_avg, "
-                      "exp_avg_sq or values)");
+          rd.fail(sp, "unknown state (expected " + slotNames() + ")");
           break;
         }
         const json::Value *ref = rd.object(&st.value(), sp);

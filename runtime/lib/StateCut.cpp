@@ -9,9 +9,6 @@ namespace muon::runtime::statecut {
 
 namespace {
 
-constexpr const char *kSlotNames[kSlots] = {"momentum", "exp_avg", "exp_avg_sq",
-                                            "values"};
-
 /// Copies the overlap of `srcBox` (data `src`, row-major) into `dstBox`
 /// (data `dst`), skipping elements `covered` marks, and marks what it
 /// covers; returns how many elements it newly covered. With `add`, values
@@ -58,7 +55,11 @@ bool contains(const std::vector<Range> &outer,
 
 } // namespace
 
-const char *slotName(int slot) { return kSlotNames[slot]; }
+const char *slotName(int slot) {
+  return slot == Values ? "values" : kElementSlots[slot].name;
+}
+
+std::string slotNames() { return elementSlotNames() + " or values"; }
 
 bool intersect(const std::vector<Range> &a, const std::vector<Range> &b,
                std::vector<Range> &out) {
@@ -72,10 +73,7 @@ bool intersect(const std::vector<Range> &a, const std::vector<Range> &b,
 }
 
 int slotNamed(std::string_view name) {
-  for (int s = 0; s < kSlots; ++s)
-    if (name == kSlotNames[s])
-      return s;
-  return -1;
+  return name == "values" ? Values : elementSlotNamed(name);
 }
 
 int64_t summandCount(const Plan &plan, int64_t param) {
@@ -113,10 +111,10 @@ bool checkSource(const Plan &plan, const Source &source,
       source.summand >= source.summands)
     return bad("summand " + std::to_string(source.summand) + " of " +
                std::to_string(source.summands));
-  for (int s = 0; s < kSlots; ++s)
-    if (source.has[s] && s != Values && (s == Momentum) != param.muon)
-      return bad(std::string("a ") + kSlotNames[s] + " state for '" +
-                 param.name + "', an " + (param.muon ? "Muon" : "AdamW") +
+  for (int s = 0; s < kElementSlotCount; ++s)
+    if (source.has[s] && kElementSlots[s].muon != param.muon)
+      return bad(std::string("state '") + kElementSlots[s].name + "' for '" +
+                 param.name + "', " + (param.muon ? "a Muon" : "an AdamW") +
                  " parameter");
   return true;
 }
@@ -125,19 +123,20 @@ bool checkSplits(const Plan &plan, const std::vector<Source> &sources,
                  const std::string &what, std::vector<int64_t> &splits,
                  std::string &error) {
   splits.assign(plan.params.size(), 0);
-  for (const Source &s : sources) {
-    if (!s.has[Momentum])
-      continue;
-    int64_t &split = splits[s.param];
-    if (split && split != s.summands) {
-      error = what + " has inconsistent momentum for '" +
-              plan.params[s.param].name + "': split into " +
-              std::to_string(split) + " and " + std::to_string(s.summands) +
-              " summands";
-      return false;
+  for (const Source &s : sources)
+    for (int slot = 0; slot < kElementSlotCount; ++slot) {
+      if (!s.has[slot] || !kElementSlots[slot].perSummand)
+        continue;
+      int64_t &split = splits[s.param];
+      if (split && split != s.summands) {
+        error = what + " has inconsistent " + kElementSlots[slot].name +
+                " for '" + plan.params[s.param].name + "': split into " +
+                std::to_string(split) + " and " + std::to_string(s.summands) +
+                " summands";
+        return false;
+      }
+      split = s.summands;
     }
-    split = s.summands;
-  }
   return true;
 }
 
@@ -194,7 +193,8 @@ bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
           continue;
         if (used)
           (*used)[k][state] = true;
-        if (piece && got == 0 && state == ExpAvg)
+        if (piece && got == 0 && state != Values &&
+            kElementSlots[state].carriesStep)
           piece->step = src.step;
         got += fresh;
         if (got == slot.elements)
@@ -206,12 +206,12 @@ bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
     auto output = [&](int state) -> float * {
       if (!piece)
         return nullptr;
-      std::vector<float> &data = piece->states[kSlotNames[state]];
+      std::vector<float> &data = piece->states[slotName(state)];
       data.assign(slot.elements, 0.0f);
       return data.data();
     };
     auto uncovered = [&](int state, const std::string &note) {
-      error = what + " does not cover the " + kSlotNames[state] + " of rank " +
+      error = what + " does not cover the " + slotName(state) + " of rank " +
               std::to_string(rank) + "'s piece " + boxText(slot.box) + " of '" +
               slot.name + "'" + note;
       return false;
@@ -227,38 +227,41 @@ bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
           continue;
         if (!src.own[state] || !(src.box == slot.box))
           break;
-        piece->states[kSlotNames[state]] = std::move(*src.own[state]);
+        piece->states[slotName(state)] = std::move(*src.own[state]);
         if (used)
           (*used)[k][state] = true;
-        if (state == ExpAvg)
+        if (state != Values && kElementSlots[state].carriesStep)
           piece->step = src.step;
         return true;
       }
       return fill(state, summand, output(state), false) == slot.elements;
     };
-    if (slot.muon) {
+    for (int state = 0; state < kElementSlotCount; ++state) {
+      const ElementSlot &kind = kElementSlots[state];
+      if (kind.muon != slot.muon)
+        continue;
+      if (!kind.perSummand) {
+        if (!take(state, -1))
+          return uncovered(state, "");
+        continue;
+      }
       int64_t saved = splits[i];
       if (!saved) {
-        error = what + " has no momentum for '" + slot.name + "'";
+        error = what + " has no " + kind.name + " for '" + slot.name + "'";
         return false;
       }
       if (saved == summandCount(plan, i)) {
-        if (!take(Momentum, slot.summand))
-          return uncovered(Momentum, "");
-      } else {
-        // Momentum is linear in the gradient, so only the summands' total
-        // matters: summand 0 takes it all (each saved summand added once),
-        // the others start from zero.
-        float *out = output(Momentum);
-        for (int64_t k = 0; slot.summand == 0 && k < saved; ++k)
-          if (fill(Momentum, k, out, true) != slot.elements)
-            return uncovered(Momentum,
-                             " (saved summand " + std::to_string(k) + ")");
-      }
-    } else {
-      for (int state : {ExpAvg, ExpAvgSq})
-        if (!take(state, -1))
+        if (!take(state, slot.summand))
           return uncovered(state, "");
+        continue;
+      }
+      // The slot is linear in the gradient, so only the summands' total
+      // matters: summand 0 takes it all (each saved summand added once),
+      // the others start from zero.
+      float *out = output(state);
+      for (int64_t k = 0; slot.summand == 0 && k < saved; ++k)
+        if (fill(state, k, out, true) != slot.elements)
+          return uncovered(state, " (saved summand " + std::to_string(k) + ")");
     }
     if (withParameters && !take(Values, -1))
       return uncovered(Values, "");

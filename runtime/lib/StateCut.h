@@ -11,6 +11,7 @@
 #ifndef MUON_RUNTIME_LIB_STATECUT_H
 #define MUON_RUNTIME_LIB_STATECUT_H
 
+#include "muon/Plan/ElementState.h"
 #include "muon/Runtime/Optimizer.h"
 
 #include <array>
@@ -21,10 +22,14 @@
 
 namespace muon::runtime::statecut {
 
-/// The state slots a piece can hold.
-enum Slot : int { Momentum, ExpAvg, ExpAvgSq, Values, kSlots };
-/// "momentum", "exp_avg", "exp_avg_sq", "values".
+/// The states a piece can hold: the element slots (kElementSlots, by
+/// index), then the parameter's values.
+inline constexpr int Values = kElementSlotCount;
+inline constexpr int kSlots = kElementSlotCount + 1;
+/// kElementSlots' names, then "values".
 const char *slotName(int slot);
+/// "momentum, exp_avg, exp_avg_sq or values", for messages.
+std::string slotNames();
 /// The slot called `name`, or -1.
 int slotNamed(std::string_view name);
 
@@ -33,7 +38,7 @@ struct Source {
   int64_t param = -1; // index into Plan::params
   std::vector<Range> box;
   int64_t summand = 0, summands = 1;
-  int64_t step = 0;               // AdamW's step count
+  int64_t step = 0;               // the piece's step count (AdamW's)
   std::array<bool, kSlots> has{}; // the states the piece holds
   /// The states' data, row-major over `box`; null when not read (the cut
   /// then only chooses).
@@ -98,9 +103,10 @@ std::string boxText(const std::vector<Range> &box);
 /// `where` names the piece in `error`.
 bool checkSource(const Plan &plan, const Source &source,
                  const std::string &where, std::string &error);
-/// Checks what only the whole set shows: every parameter's momentum is
-/// split into one number of summands, which `splits` gets per parameter
-/// (0: no momentum). `what` names the set.
+/// Checks what only the whole set shows: every parameter's per-summand
+/// slots (ElementSlot::perSummand: momentum) are split into one number of
+/// summands, which `splits` gets per parameter (0: none saved). `what`
+/// names the set.
 bool checkSplits(const Plan &plan, const std::vector<Source> &sources,
                  const std::string &what, std::vector<int64_t> &splits,
                  std::string &error);
@@ -108,10 +114,10 @@ bool checkSplits(const Plan &plan, const std::vector<Source> &sources,
 /// Cuts the state of every local piece (`slots`, a rank's parameters) out
 /// of `sources`, tried in order: an element an earlier source covered is
 /// not taken from a later one, and a source is used only if it covers
-/// something new. Muon momentum: with as many summands as saved, each
-/// piece takes its own summand's; otherwise summand 0 takes the saved
-/// summands' total and the others zeros. AdamW moments and values: any
-/// summand. `splits` is checkSplits' result for the whole set the sources
+/// something new. A per-summand slot (momentum): with as many summands as
+/// saved, each piece takes its own summand's; otherwise summand 0 takes the
+/// saved summands' total and the others zeros. Other slots (AdamW's
+/// moments) and values: any summand. `splits` is checkSplits' result for the whole set the sources
 /// were chosen from. Every element of every state must be covered; `what`
 /// names the sources in `error` ("the checkpoint in 'dir'").
 ///

@@ -75,19 +75,14 @@ bool Optimizer::stateDictImpl(bool withParameters, StateDict &dict,
     piece.box = slot.box;
     piece.summand = slot.summand;
     piece.summands = summandCount(thePlan, i);
-    StepExecutor::State state = executor->state(i);
-    auto copy = [&](int s, const float *from) {
-      std::vector<float> &to = piece.states[slotName(s)];
-      to.resize(slot.elements);
-      device.copyToHost(to.data(), from, slot.elements * 4);
-    };
-    if (slot.muon) {
-      copy(Momentum, state.momentum);
-    } else {
-      copy(ExpAvg, state.expAvg);
-      copy(ExpAvgSq, state.expAvgSq);
-      piece.step = *state.adamwStep;
-    }
+    for (int s = 0; s < kElementSlotCount; ++s)
+      if (kElementSlots[s].muon == slot.muon) {
+        std::vector<float> &to = piece.states[slotName(s)];
+        to.resize(slot.elements);
+        device.copyToHost(to.data(), executor->elementState(i, s),
+                          slot.elements * 4);
+      }
+    piece.step = executor->stepCount(i);
     if (withParameters) {
       std::vector<char> typed(slot.elements * dtypeBytes(slot.dtype));
       device.copyToHost(typed.data(), values[i], typed.size());
@@ -214,8 +209,8 @@ bool Optimizer::loadStateDictImpl(const StateDict &dict, bool withParameters,
     for (const auto &[name, data] : piece.states) {
       int slot = slotNamed(name);
       if (slot < 0)
-        return fail(where + ": unknown state '" + name +
-                    "' (expected momentum, exp_avg, exp_avg_sq or values)");
+        return fail(where + ": unknown state '" + name + "' (expected " +
+                    slotNames() + ")");
       s.has[slot] = true;
       s.data[slot] = data.data();
     }
@@ -260,18 +255,12 @@ void Optimizer::applyState(const StateDict &local, bool withParameters) {
     if (!slot.elements)
       continue;
     const StatePiece &piece = local.pieces[next++];
-    StepExecutor::State state = executor->state(i);
-    int64_t bytes = slot.elements * 4;
-    if (slot.muon) {
-      device.copyToDevice(state.momentum,
-                          piece.states.at(slotName(Momentum)).data(), bytes);
-    } else {
-      device.copyToDevice(state.expAvg,
-                          piece.states.at(slotName(ExpAvg)).data(), bytes);
-      device.copyToDevice(state.expAvgSq,
-                          piece.states.at(slotName(ExpAvgSq)).data(), bytes);
-      *state.adamwStep = piece.step;
-    }
+    for (int s = 0; s < kElementSlotCount; ++s)
+      if (kElementSlots[s].muon == slot.muon)
+        device.copyToDevice(executor->elementState(i, s),
+                            piece.states.at(slotName(s)).data(),
+                            slot.elements * 4);
+    executor->stepCount(i) = piece.step;
     if (withParameters) {
       const std::vector<float> &from = piece.states.at(slotName(Values));
       std::vector<char> typed(slot.elements * dtypeBytes(slot.dtype));

@@ -114,13 +114,15 @@ Status StepExecutor::initialize() {
       continue;
     local.gradType = local.dtype;
     int64_t bytes = local.elements * 4;
+    for (int s = 0; s < kElementSlotCount; ++s)
+      if (kElementSlots[s].muon == p.muon)
+        MUON_RETURN_IF_ERROR(
+            allocate(local.state[s], bytes,
+                     (std::string(kElementSlots[s].name) + " state").c_str()));
     if (p.muon) {
-      MUON_RETURN_IF_ERROR(allocate(local.momentum, bytes, "momentum"));
       MUON_RETURN_IF_ERROR(allocate(local.update, bytes, "updates"));
       MUON_RETURN_IF_ERROR(allocate(local.orthogonalized, bytes, "updates"));
     } else {
-      MUON_RETURN_IF_ERROR(allocate(local.expAvg, bytes, "AdamW moments"));
-      MUON_RETURN_IF_ERROR(allocate(local.expAvgSq, bytes, "AdamW moments"));
       if (p.layout.isPartial())
         MUON_RETURN_IF_ERROR(
             allocate(local.summedGrad, bytes, "summed gradients"));
@@ -205,9 +207,13 @@ int64_t StepExecutor::memoryBound() const {
     const LocalParam &l = locals[i];
     if (!l.elements)
       continue;
-    int64_t buffers = plan.params[i].muon                 ? 3
-                      : plan.params[i].layout.isPartial() ? 3
-                                                          : 2;
+    // The element slots, and the update buffers (Muon) or the summed
+    // gradient (AdamW of a partial gradient).
+    int64_t buffers = plan.params[i].muon                 ? 2
+                      : plan.params[i].layout.isPartial() ? 1
+                                                          : 0;
+    for (const ElementSlot &slot : kElementSlots)
+      buffers += slot.muon == plan.params[i].muon;
     state += buffers * l.elements * 4;
   }
   for (const auto &[k, buffer] : rowStates)
@@ -262,10 +268,8 @@ bool StepExecutor::allBound() const {
   return true;
 }
 
-StepExecutor::State StepExecutor::state(int64_t param) {
-  LocalParam &local = locals[param];
-  return {local.momentum.floats(), local.expAvg.floats(),
-          local.expAvgSq.floats(), &local.adamwStep};
+float *StepExecutor::elementState(int64_t param, int slot) {
+  return locals[param].state[slot].floats();
 }
 
 float *StepExecutor::rowState(int64_t k, int step) {
@@ -655,11 +659,12 @@ void StepExecutor::runAdamW() {
     // Summed by this step's reduce when the gradient has several summands.
     const void *grad = local.summed ? local.summedGrad.data() : local.grad;
     DType gradType = local.summed ? DType::F32 : local.gradType;
-    ++local.adamwStep;
+    ++local.steps;
     device.adamw(local.values, local.dtype, grad, gradType,
-                 local.expAvg.floats(), local.expAvgSq.floats(), local.elements,
+                 local.state[kExpAvgSlot].floats(),
+                 local.state[kExpAvgSqSlot].floats(), local.elements,
                  currentGroups[planRef.params[i].group].adamwSettings,
-                 local.adamwStep);
+                 local.steps);
   }
 }
 
@@ -823,7 +828,7 @@ Status StepExecutor::runSchedule() {
       for (size_t i = 0; i < locals.size(); ++i)
         if (planRef.params[i].muon && locals[i].elements)
           device.momentum(locals[i].grad, locals[i].gradType,
-                          locals[i].momentum.floats(),
+                          locals[i].state[kMomentumSlot].floats(),
                           locals[i].update.floats(), locals[i].elements,
                           currentGroups[planRef.params[i].group].muonSettings);
       break;

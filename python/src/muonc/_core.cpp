@@ -26,8 +26,10 @@
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Cpu/MpiCommunicator.h"
+#include "muon/Plan/ElementState.h"
 #include "muon/Runtime/HostStagedCommunicator.h"
 #include "muon/Runtime/LocalCommunicator.h"
+#include "muon/Runtime/MatrixStep.h"
 #include "muon/Runtime/Optimizer.h"
 #if MUONC_HAVE_CUDA
 #include "muon/Runtime/Cuda/CudaBackend.h"
@@ -936,6 +938,37 @@ static void defineModule(nb::module_ &m) {
       "The group settings table (muon/Plan/GroupSettings.h), one dict per "
       "setting: name, json_key, algorithm, kind (number, flag, name), "
       "names, default, fixed, only_with.");
+  m.def(
+      "element_slots",
+      [] {
+        nb::list out;
+        for (const muon::ElementSlot &s : muon::kElementSlots) {
+          nb::dict d;
+          d["name"] = s.name;
+          d["algorithm"] = s.muon ? "muon" : "adamw";
+          d["per_summand"] = s.perSummand;
+          out.append(d);
+        }
+        return out;
+      },
+      "The per-element state slots (muon/Plan/ElementState.h), one dict "
+      "per slot: name, algorithm (whose parameters keep it), per_summand.");
+  m.def(
+      "matrix_steps",
+      [] {
+        nb::list out;
+        for (const rt::MatrixStep &s : rt::matrixSteps()) {
+          nb::dict d;
+          d["setting"] = s.setting;
+          d["title"] = s.title;
+          d["state"] = s.state;
+          out.append(d);
+        }
+        return out;
+      },
+      "The per-matrix steps (muon/Runtime/MatrixStep.h), one dict per step: "
+      "setting (the Muon group flag that turns it on), title, state (its "
+      "per-row state slot's name).");
   m.def("mpi_world", &mpiWorld,
         "(rank, size) of MPI_COMM_WORLD, initializing MPI if needed.");
   m.def("mpi_finalize", &mpiFinalize,

@@ -44,6 +44,14 @@ DEFAULT_NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)
 _SETTINGS = _core.group_settings()
 _TORCH_NAMES = {"adjust_lr": "adjust_lr_fn"}
 
+# The optimizer state, described once in the runtime too: the per-element
+# slots of each algorithm (muon/Plan/ElementState.h), under torch's
+# names where they differ, and the per-matrix steps with their per-row
+# state (muon/Runtime/MatrixStep.h: NorMuon's normuon_v).
+_ELEMENT_SLOTS = _core.element_slots()
+_TORCH_STATE_NAMES = {"momentum": "momentum_buffer"}
+_MATRIX_STEPS = _core.matrix_steps()
+
 
 def _setting_names(name):
     """The values a Muon setting of closed names takes."""
@@ -920,11 +928,16 @@ class Muon(torch.optim.Optimizer):
 
     # --- state -----------------------------------------------------------
 
-    _TORCH_KEYS = {"momentum": "momentum_buffer", "exp_avg": "exp_avg",
-                   "exp_avg_sq": "exp_avg_sq"}
-
     def _state_keys(self, group):
-        return ("momentum",) if group["use_muon"] else ("exp_avg", "exp_avg_sq")
+        """The runtime's per-element state slots of a group's algorithm."""
+        algorithm = "muon" if group["use_muon"] else "adamw"
+        return tuple(s["name"] for s in _ELEMENT_SLOTS
+                     if s["algorithm"] == algorithm)
+
+    def _matrix_steps(self, group):
+        """The per-matrix steps a group turns on (NorMuon)."""
+        return [st for st in _MATRIX_STEPS
+                if group["use_muon"] and group.get(st["setting"])]
 
     def _box(self, name, p):
         """This rank's piece of a parameter as a global box."""
@@ -963,7 +976,7 @@ class Muon(torch.optim.Optimizer):
             entry = {}
             for key in self._state_keys(group):
                 local = _assemble(name, pieces, box, key)
-                entry[self._TORCH_KEYS[key]] = _like(p, local)
+                entry[_TORCH_STATE_NAMES.get(key, key)] = _like(p, local)
             if not group["use_muon"]:
                 step = max([pc["step"] for pc in pieces], default=raw["steps"])
                 entry["step"] = torch.tensor(float(step))
@@ -972,17 +985,17 @@ class Muon(torch.optim.Optimizer):
         for g in groups:
             g["muonc_steps"] = raw["steps"]
         muonc = {"steps": raw["steps"]}
-        normuon = [i for i, (_, _, g) in enumerate(self._params)
-                   if g["use_muon"] and g["normuon"]]
-        if normuon:
+        with_steps = [(i, st) for i, (_, _, g) in enumerate(self._params)
+                      for st in self._matrix_steps(g)]
+        if with_steps:
             rows = self._every_row_state(raw)
-            for i in normuon:
+            for i, st in with_steps:
                 p, name, _ = self._params[i]
-                state[i]["normuon_v"] = self._normuon_v(name, p, rows)
+                state[i][st["state"]] = self._matrix_state(name, p, rows, st)
         return {"state": state, "param_groups": groups, "muonc": muonc}
 
     def _every_row_state(self, raw):
-        """Every rank's NorMuon per-row states, {(param, slice): values}
+        """Every rank's per-row states, {(param, slice, state): values}
         (float32 numpy), from this rank's raw state dict; collective when
         there are several ranks (each matrix's rows are on its owner)."""
         mine = [(r["param"], int(r["slice"]), r["state"],
@@ -995,12 +1008,12 @@ class Muon(torch.optim.Optimizer):
         rows = {}
         for rank_rows in every:
             for param, piece, state, values in rank_rows:
-                if state == "normuon_v":
-                    rows.setdefault((param, piece), values)
+                rows.setdefault((param, piece, state), values)
         return rows
 
     def _row_shape(self, name, p):
-        """The shape of a Muon parameter's normuon_v: (matrices, rows), its
+        """The shape of a Muon parameter's per-row state (normuon_v):
+        (matrices, rows), its
         matrices the batch slices times the heads (slice index order), each
         with one value per row of the matrix (per head when the heads split
         the rows)."""
@@ -1009,34 +1022,38 @@ class Muon(torch.optim.Optimizer):
         rows = shape[-2] // heads if dim == 0 else shape[-2]
         return (math.prod(shape[:-2]) * heads, rows)
 
-    def _normuon_v(self, name, p, rows):
-        """A NorMuon parameter's normuon_v: a plain float32 tensor of
-        _row_shape, row i the per-row state of its matrix (slice) i."""
+    def _matrix_state(self, name, p, rows, step):
+        """A parameter's per-row state of per-matrix step `step` (NorMuon's
+        normuon_v): a plain float32 tensor of _row_shape, row i the state of
+        its matrix (slice) i."""
         slices, length = self._row_shape(name, p)
         out = torch.zeros((slices, length), dtype=torch.float32)
         for s in range(slices):
-            values = rows.get((name, s))
+            values = rows.get((name, s, step["state"]))
             if values is None or values.size != length:
                 raise MuonError(
-                    f"internal: parameter '{name}': no rank holds NorMuon's "
-                    f"per-row state of its matrix {s} with {length} rows"
+                    f"internal: parameter '{name}': no rank holds "
+                    f"{step['title']}'s per-row state of its matrix {s} with "
+                    f"{length} rows"
                     + ("" if values is None else f" (one holds {values.size})"))
             out[s] = torch.from_numpy(values)
         return out
 
-    def _rows_of(self, p, name, group, v):
-        """The runtime's row states of a saved normuon_v (checked)."""
+    def _rows_of(self, p, name, group, step, v):
+        """The runtime's row states of a saved per-row state of per-matrix
+        step `step` (normuon_v), checked."""
+        key = step["state"]
         if not group["use_muon"]:
             raise MuonError(
                 f"invalid argument: parameter '{name}': the state has "
-                "'normuon_v' (NorMuon's per-row state), but the parameter is "
-                f"in AdamW group '{group['name']}'")
+                f"'{key}' ({step['title']}'s per-row state), but the "
+                f"parameter is in AdamW group '{group['name']}'")
         if _is_dtensor(v):
             from torch.distributed.tensor import Replicate
             if not all(isinstance(pl, Replicate) for pl in v.placements):
                 raise MuonError(
                     f"invalid argument: parameter '{name}': state "
-                    f"'normuon_v' is a DTensor laid out as "
+                    f"'{key}' is a DTensor laid out as "
                     f"{list(v.placements)}; it must be whole (a plain or "
                     "replicated tensor)")
             v = v._local_tensor
@@ -1044,11 +1061,11 @@ class Muon(torch.optim.Optimizer):
         want = self._row_shape(name, p)
         if tuple(v.shape) != want:
             raise MuonError(
-                f"invalid argument: parameter '{name}': state 'normuon_v' "
+                f"invalid argument: parameter '{name}': state '{key}' "
                 f"has shape {tuple(v.shape)}, expected {want} ({want[0]} "
                 f"matrices of {want[1]} rows)")
         v = v.detach().cpu().float()
-        return [{"param": name, "slice": s, "state": "normuon_v",
+        return [{"param": name, "slice": s, "state": key,
                  "values": np.ascontiguousarray(v[s].numpy())}
                 for s in range(want[0])]
 
@@ -1099,8 +1116,9 @@ class Muon(torch.optim.Optimizer):
                     f"{len(g['params'])} parameters, the optimizer "
                     f"{len(mine['params'])}")
         pieces, seen = [], set()
-        # NorMuon's per-row states: muonc.row_states (local_state_dict()),
-        # and each parameter's normuon_v (state_dict()).
+        # The per-row states (NorMuon's): muonc.row_states
+        # (local_state_dict()), and each parameter's normuon_v
+        # (state_dict()).
         saved_rows = []
         for d in dicts:
             saved_rows.extend(d.get("muonc", {}).get("row_states", []))
@@ -1112,9 +1130,10 @@ class Muon(torch.optim.Optimizer):
                                     f"parameter {k!r}, which its param_groups "
                                     "do not list")
                 p, name, group = self._params[where[k]]
-                if "normuon_v" in entry:
-                    saved_rows.extend(self._rows_of(p, name, group,
-                                                    entry["normuon_v"]))
+                for st in _MATRIX_STEPS:
+                    if st["state"] in entry:
+                        saved_rows.extend(self._rows_of(
+                            p, name, group, st, entry[st["state"]]))
                 for piece in self._pieces_of(p, name, group, entry,
                                              len(dicts) > 1):
                     key = (name, tuple(piece["box"]), piece["summand"])
@@ -1131,19 +1150,12 @@ class Muon(torch.optim.Optimizer):
         groups = []
         for g, mine in zip(saved, self.param_groups):
             algorithm = g.get("algorithm", mine["algorithm"])
-            out = {"name": mine["name"], "algorithm": algorithm,
-                   "lr": float(g["lr"]), "weight_decay": float(g["weight_decay"])}
-            if algorithm == "muon":
-                out.update(momentum=g["momentum"], nesterov=g["nesterov"],
-                           adjust_lr=g.get("adjust_lr_fn") or "original",
-                           weight_decay_mode=g.get("weight_decay_mode",
-                                                   "decoupled"),
-                           normuon=bool(g.get("normuon", False)),
-                           normuon_beta2=float(g.get("normuon_beta2", 0.95)))
-            else:
-                out.update(betas=list(g["betas"]), eps=g["eps"])
+            # The table's settings as the group will hold them: the saved
+            # ones, and this group's where the state has none.
+            out = {"name": mine["name"], "algorithm": algorithm}
+            out.update(_table_settings({**mine, **g}, algorithm))
             groups.append(out)
-        # NorMuon's per-row states, each matrix once (all of them, every
+        # The per-row states, each matrix once (all of them, every
         # rank's owned matrices: the new owners take theirs).
         rows, seen_rows = [], set()
         for r in saved_rows:
@@ -1178,7 +1190,7 @@ class Muon(torch.optim.Optimizer):
                     for pc in entry["pieces"]]
         states, box = {}, None
         for key in self._state_keys(group):
-            torch_key = self._TORCH_KEYS[key]
+            torch_key = _TORCH_STATE_NAMES.get(key, key)
             if torch_key not in entry:
                 raise MuonError(f"invalid argument: parameter '{name}': the "
                                 f"state has no '{torch_key}'")

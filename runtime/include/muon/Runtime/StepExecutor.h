@@ -20,8 +20,10 @@
 #include "muon/Plan/Trace.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Device.h"
+#include "muon/Plan/ElementState.h"
 #include "muon/Runtime/Status.h"
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -129,14 +131,13 @@ public:
   const Plan &plan() const { return planRef; }
   int64_t rank() const { return myRank; }
 
-  /// The optimizer state of parameter `param`'s piece, for checkpoints:
-  /// Muon momentum, or the AdamW moments and step count.
-  struct State {
-    float *momentum = nullptr;              // Muon
-    float *expAvg = nullptr, *expAvgSq = nullptr; // AdamW
-    int64_t *adamwStep = nullptr;
-  };
-  State state(int64_t param);
+  /// The optimizer state of parameter `param`'s piece, for state dicts and
+  /// checkpoints: slot `slot` (an index into kElementSlots), one f32 per
+  /// element in device memory, nullptr where the parameter's algorithm
+  /// keeps no such slot or this rank holds none of it.
+  float *elementState(int64_t param, int slot);
+  /// The steps the piece has taken (AdamW's bias correction).
+  int64_t &stepCount(int64_t param) { return locals[param].steps; }
   /// One per-row state slot (MatrixStep.h) this rank keeps: matrix `k`'s
   /// slot of per-matrix step `step` (an index into matrixSteps()), one f32
   /// per row of the whole matrix, where this rank orthogonalizes it (its
@@ -159,10 +160,12 @@ private:
     void *values = nullptr;
     const void *grad = nullptr;
     DType gradType = DType::F32;
-    DeviceBuffer momentum, update, orthogonalized; // Muon
-    DeviceBuffer expAvg, expAvgSq, summedGrad;     // AdamW
+    /// The slots of kElementSlots the parameter's algorithm keeps.
+    std::array<DeviceBuffer, kElementSlotCount> state;
+    DeviceBuffer update, orthogonalized; // Muon
+    DeviceBuffer summedGrad;             // AdamW
     bool summed = false; // summedGrad holds this step's reduced gradient
-    int64_t adamwStep = 0;
+    int64_t steps = 0;
   };
   struct InFlight {
     DeviceBuffer send, recv;
