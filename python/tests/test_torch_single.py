@@ -299,6 +299,34 @@ def test_load_state_dict_keyword_and_torch_format():
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
 
+def test_state_keys_follow_the_runtime_slot_table():
+    """Each parameter's torch state holds exactly its algorithm's
+    per-element slots of the runtime's table (_core.element_slots(); Muon's
+    momentum under torch's name momentum_buffer), plus AdamW's step."""
+    from muonc import _core
+    torch.manual_seed(3)
+    model = TinyTransformer()
+    opt = ours(model)
+    train(model, [opt], 1)
+    saved = opt.state_dict()
+    slots = {"muon": set(), "adamw": set()}
+    for s in _core.element_slots():
+        slots[s["algorithm"]].add(
+            {"momentum": "momentum_buffer"}.get(s["name"], s["name"]))
+    assert "momentum_buffer" in slots["muon"]
+    assert {"exp_avg", "exp_avg_sq"} <= slots["adamw"]
+    index = 0
+    for group in opt.param_groups:
+        want = (slots["muon"] if group["use_muon"]
+                else slots["adamw"] | {"step"})
+        for p in group["params"]:
+            assert set(saved["state"][index]) == want, (index, group["name"])
+            for key in want - {"step"}:
+                assert saved["state"][index][key].shape == p.shape
+            index += 1
+    assert index == len(saved["state"])
+
+
 def train_from(model, opt, start, stop):
     for s in range(start, stop):
         x, y = batch(s)
