@@ -44,6 +44,11 @@ int64_t cutOverlap(const float *src, const std::vector<Range> &srcBox,
   return fresh;
 }
 
+/// Whether the piece's step count comes from where `state` comes from.
+bool carriesStep(int state) {
+  return state != Values && kElementSlots[state].carriesStep;
+}
+
 /// Whether box `outer` holds all of box `inner`.
 bool contains(const std::vector<Range> &outer,
               const std::vector<Range> &inner) {
@@ -193,8 +198,7 @@ bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
           continue;
         if (used)
           (*used)[k][state] = true;
-        if (piece && got == 0 && state != Values &&
-            kElementSlots[state].carriesStep)
+        if (piece && got == 0 && carriesStep(state))
           piece->step = src.step;
         got += fresh;
         if (got == slot.elements)
@@ -230,7 +234,7 @@ bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
         piece->states[slotName(state)] = std::move(*src.own[state]);
         if (used)
           (*used)[k][state] = true;
-        if (state != Values && kElementSlots[state].carriesStep)
+        if (carriesStep(state))
           piece->step = src.step;
         return true;
       }

@@ -20,13 +20,13 @@
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Compiler/Compile.h"
+#include "muon/Plan/ElementState.h"
 #include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Cpu/MpiCommunicator.h"
-#include "muon/Plan/ElementState.h"
 #include "muon/Runtime/HostStagedCommunicator.h"
 #include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/MatrixStep.h"

@@ -1013,10 +1013,9 @@ class Muon(torch.optim.Optimizer):
 
     def _row_shape(self, name, p):
         """The shape of a Muon parameter's per-row state (normuon_v):
-        (matrices, rows), its
-        matrices the batch slices times the heads (slice index order), each
-        with one value per row of the matrix (per head when the heads split
-        the rows)."""
+        (matrices, rows), its matrices the batch slices times the heads
+        (slice index order), each with one value per row of the matrix (per
+        head when the heads split the rows)."""
         heads, dim = self._heads.get(name, (1, 0))
         shape = tuple(p.shape)
         rows = shape[-2] // heads if dim == 0 else shape[-2]
