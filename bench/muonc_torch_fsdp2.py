@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """muonc_torch_fsdp2.py SPEC [--ranks 2] [--steps 4] [--threads 1]
-[--ns-dtype f32|bf16] [--ns-form standard|gram]: times muonc.torch.Muon's step under FSDP2 on the CPU
+[--ns-dtype f32|bf16] [--ns-form auto|standard|gram]: times muonc.torch.Muon's step under FSDP2 on the CPU
 (gloo), for bench/step-compare.py. Run it with an interpreter that has
 torch and muonc (`make python`: build/venv/bin/python). SPEC gives the
 Muon matrices (a muon-spec/1 file's params of 2 or more dims), each sharded
 on dim 0 over the ranks with fully_shard, as bench/dion_muon_fsdp2.py does;
 muonc reads the placements (create_dtensor_config) and compiles the plan
 at construction, outside the timed steps. --ns-dtype: muonc.torch's
-default is f32; --ns-form gram: its f32 Newton-Schulz in the Gram form
-(ns_form="gram"). --communicator mpi: the ranks run under mpirun (started
+default is f32; --ns-form: muonc.torch's ns_form (auto: bf16 on wide and
+tall matrices in the Gram form, f32 standard; gram: f32 too). --communicator mpi: the ranks run under mpirun (started
 here) and the exchanges go through MPI, as muon-run's do, which leaves the
 Python layer as the only difference from muon-run on the same plan. Prints one JSON line: the median and minimum step seconds
 after one warm-up step (a barrier before each step; a step lasts until the
@@ -67,7 +67,7 @@ def rank_main(rank, shapes, out):
     dist.all_gather_object(every, received[0] // args.steps)
     report(args, times, out,
            note=f"muonc.torch.Muon, FSDP2, ns {ns_dtype}"
-                f"{', gram form' if args.ns_form == 'gram' else ''}, "
+                f", form {args.ns_form}, "
                 f"{args.communicator} exchanges",
            matrices=len(shapes),
            # MPI's bytes are not counted here (muon-run counts the plan's).

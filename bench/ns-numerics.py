@@ -13,8 +13,11 @@ the update U = G.lerp(0.05 G, 0.95), O = NewtonSchulz(U), P' = P (1 - lr wd)
 - lr' O. The step is taken four ways:
   - f32:        our CPU Newton-Schulz in f32 (`muon-bench orthogonalize`),
                 the reference;
-  - ours bf16:  our CPU Newton-Schulz in bf16 (oneDNN's bf16 products where
-                the CPU has them: the `products` column);
+  - ours bf16:  our CPU Newton-Schulz in bf16 as it runs by default (oneDNN's
+                bf16 products where the CPU has them, ns_form auto: the Gram
+                form on wide and tall matrices; the `products` column);
+  - ours bf16 standard: the same with ns_form standard (MUON_CPU_NS_FORM),
+                every step as torch.optim.Muon runs it;
   - torch bf16: torch.optim.Muon.step() itself (its bf16 Newton-Schulz,
                 torch's bf16 matmuls on the CPU);
   - ours bf16, f32 products: the bf16 semantics on f32 BLAS products (what
@@ -89,9 +92,11 @@ for shape in args.shapes.split(","):
 
     o32, _ = ours(update, "f32")
     o16, products = ours(update, "bf16")
+    o16s, _ = ours(update, "bf16", {"MUON_CPU_NS_FORM": "standard"})
     o16e, products_e = ours(update, "bf16", {"DNNL_MAX_CPU_ISA": "AVX512_CORE"})
     d32 = step_with(p, o32) - p
     d16 = step_with(p, o16) - p
+    d16s = step_with(p, o16s) - p
     d16e = step_with(p, o16e) - p
     # torch.optim.Muon's own step on the same parameter and gradient.
     param = torch.nn.Parameter(p.clone())
@@ -102,6 +107,8 @@ for shape in args.shapes.split(","):
     dtorch = param.detach() - p
     row = {"shape": shape, "torch": torch.__version__, "products": products,
            "ours_bf16_vs_f32": rel(d16, d32),
+           "ours_bf16_standard_vs_f32": rel(d16s, d32),
+           "ours_bf16_standard_vs_torch_bf16": rel(d16s, dtorch),
            "torch_bf16_vs_f32": rel(dtorch, d32),
            "ours_bf16_vs_torch_bf16": rel(d16, dtorch),
            "ours_bf16_f32_products_vs_f32": rel(d16e, d32),
@@ -112,10 +119,13 @@ for shape in args.shapes.split(","):
     else:
         if len(rows) == 1:
             print(f"torch {torch.__version__}; ours bf16: {products}")
-            print(f"{'shape':<11} {'ours bf16':>10} {'torch bf16':>11} "
-                  f"{'ours vs torch':>14} {'bf16 on f32 products':>21}")
+            print(f"{'shape':<11} {'ours bf16':>10} {'standard':>10} "
+                  f"{'torch bf16':>11} {'ours vs torch':>14} "
+                  f"{'standard vs torch':>18} {'bf16 on f32 products':>21}")
         print(f"{shape:<11} {row['ours_bf16_vs_f32']:10.3e} "
+              f"{row['ours_bf16_standard_vs_f32']:10.3e} "
               f"{row['torch_bf16_vs_f32']:11.3e} "
               f"{row['ours_bf16_vs_torch_bf16']:14.3e} "
+              f"{row['ours_bf16_standard_vs_torch_bf16']:18.3e} "
               f"{row['ours_bf16_f32_products_vs_f32']:21.3e}")
     sys.stdout.flush()

@@ -11,7 +11,10 @@ SPEC defaults to bench/specs/gpt2-small-4layer-fsdp2.json (issue 11's 4
 GPT-2-small layers, FSDP over 2 ranks). Each round runs, one after another:
   - `ours`:     muon-run SPEC as it runs by default (ns_dtype auto: bf16
                 Newton-Schulz where the CPU has bf16 products, the wire
-                following it);
+                following it; ns_form auto: bf16 on wide and tall matrices
+                in its Gram form);
+  - `ours standard`: the same with --ns-form standard (every bf16 step as
+                torch.optim.Muon runs it);
   - `ours f32`: the same with --ns-dtype f32 (f32 Newton-Schulz, f32 wire);
   - `ours f32 gram`: and with --ns-form gram (f32 Newton-Schulz in its
                 Gram form on wide and tall matrices);
@@ -79,8 +82,9 @@ def muon_run(flags):
             return {"step_seconds": r["step_seconds"]["median"],
                     "step_seconds_min": r["step_seconds"]["min"],
                     "bytes_received": r["total"]["bytes_received"],
-                    "note": f"ns {r['ns_dtype']}, wire {r['wire_dtype']}"
-                            + (", gram form" if "gram" in flags else "")}
+                    "note": f"ns {r['ns_dtype']}, wire {r['wire_dtype']}, form "
+                            + (flags[flags.index("--ns-form") + 1]
+                               if "--ns-form" in flags else "auto")}
     return run
 
 
@@ -95,7 +99,9 @@ def command(argv):
     return run
 
 
-configs = [("ours", muon_run([])), ("ours f32", muon_run(["--ns-dtype", "f32"])),
+configs = [("ours", muon_run([])),
+           ("ours standard", muon_run(["--ns-form", "standard"])),
+           ("ours f32", muon_run(["--ns-dtype", "f32"])),
            ("ours f32 gram", muon_run(["--ns-dtype", "f32", "--ns-form", "gram"]))]
 if args.python:
     configs.append(("torch DDP", command(
@@ -107,10 +113,10 @@ if args.muonc_python:
     configs.append(("ours bf16 f32w", muon_run(["--ns-dtype", "bf16",
                                                 "--wire-dtype", "f32"])))
     for name, dtype, comm, form in (
-            ("muonc.torch", "f32", "torch", "standard"),
+            ("muonc.torch", "f32", "torch", "auto"),
             ("muonc.torch gram", "f32", "torch", "gram"),
-            ("muonc.torch bf16", "bf16", "torch", "standard"),
-            ("muonc.torch mpi", "f32", "mpi", "standard")):
+            ("muonc.torch bf16", "bf16", "torch", "auto"),
+            ("muonc.torch mpi", "f32", "mpi", "auto")):
         configs.append((name, command(
             [args.muonc_python, os.path.join(here, "muonc_torch_fsdp2.py"),
              args.spec, "--ranks", str(args.ranks), "--steps", str(args.steps),

@@ -19,9 +19,9 @@ def parse_args(default_port, default_ns_dtype="bf16"):
     parser.add_argument("--port", type=int, default=default_port)
     parser.add_argument("--ns-dtype", default=default_ns_dtype,
                         choices=["f32", "bf16"])
-    parser.add_argument("--ns-form", default="standard",
-                        choices=["standard", "gram"],
-                        help="muonc.torch's f32 Newton-Schulz form (ns_form)")
+    parser.add_argument("--ns-form", default="auto",
+                        choices=["auto", "standard", "gram"],
+                        help="muonc.torch's Newton-Schulz form (ns_form)")
     parser.add_argument("--communicator", default="torch",
                         choices=["torch", "mpi"],
                         help="mpi: the ranks are started by mpirun (this "

@@ -1,8 +1,10 @@
-//===- GramNewtonSchulzTest.cpp - Gram-form f32 Newton-Schulz vs f64 -----===//
+//===- GramNewtonSchulzTest.cpp - Gram-form Newton-Schulz vs f64 ---------===//
 //
-// The CPU backend runs f32 Newton-Schulz on wide and tall matrices in its
-// Gram form (GramNewtonSchulz.h): the same polynomials, applied through
-// the m x m Gram matrix and restarted from X every 3 steps. This checks it
+// The CPU backend can run Newton-Schulz on wide and tall matrices in its
+// Gram form: the same polynomials, applied through the m x m Gram matrix
+// and restarted from X every few steps; f32 in GramNewtonSchulz.h (phases
+// of 2 and 3 steps), bf16 on oneDNN (OneDnnNewtonSchulz.h, phases of 2;
+// its bounds are kBf16Bound and the ratios below). For f32 this checks it
 // and the standard form against the standard iteration in double, on a
 // Gaussian matrix and on a skewed spectrum (rank 8 with singular values
 // from 100 to 0.5, plus 5% noise: the case where R's rounding errors grow
@@ -20,6 +22,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Runtime/DType.h"
 #include "muon/Support/NsCoefficients.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +34,7 @@ using namespace muon;
 using namespace muon::runtime;
 using muon::runtime::cpu::CpuDevice;
 using muon::runtime::cpu::CpuDeviceOptions;
+using muon::runtime::cpu::NsForm;
 
 namespace {
 
@@ -130,6 +134,22 @@ double relativeError(const std::vector<float> &x,
   return std::sqrt(diff / norm);
 }
 
+/// bf16 bounds for the Gram form against double: absolute (the standard
+/// bf16 form's own error is 1.2-1.4e-2 on the Gaussian inputs and
+/// 5.1-5.5e-2 on the skewed ones), and against the standard bf16 form's
+/// error on the same input. Measured on the cases below: with Jordan's
+/// coefficients (what auto runs in the Gram form) 0.80-0.99x Gaussian,
+/// 0.96-0.97x skewed (1.03-1.15x Gaussian while H's a was added after its
+/// rounding); with Polar Express's 1.7-2.8x Gaussian, 1.08-1.12x skewed
+/// (why auto keeps the standard form for them). Phases of 3 steps
+/// diverged on skewed inputs (docs/performance.md): the bounds catch that.
+constexpr double kBf16Bound = 8e-2, kBf16JordanRatio = 1.2, kBf16Ratio = 3.0;
+
+/// `steps` steps of Jordan's coefficients.
+std::vector<std::array<double, 3>> jordanSteps(int64_t steps) {
+  return std::vector<std::array<double, 3>>(steps, {3.4445, -4.775, 2.0315});
+}
+
 struct Case {
   int64_t rows, cols;
   const char *preset;
@@ -149,10 +169,12 @@ TEST_P(GramNewtonSchulz, MatchesDoubleLikeTheStandardForm) {
       referenceNewtonSchulz(input, c.rows, c.cols, abc);
 
   CpuDeviceOptions gramOptions, standardOptions;
-  gramOptions.gramNewtonSchulz = true;
-  standardOptions.gramNewtonSchulz = false;
-  ASSERT_TRUE(cpu::usesGramNewtonSchulz(gramOptions, c.rows, c.cols, 5));
-  ASSERT_FALSE(cpu::usesGramNewtonSchulz(standardOptions, c.rows, c.cols, 5));
+  gramOptions.nsForm = NsForm::Gram;
+  standardOptions.nsForm = NsForm::Standard;
+  ASSERT_TRUE(
+      cpu::usesGramNewtonSchulz(gramOptions, DType::F32, c.rows, c.cols, abc));
+  ASSERT_FALSE(cpu::usesGramNewtonSchulz(standardOptions, DType::F32, c.rows,
+                                         c.cols, abc));
   CpuDevice gramDevice(gramOptions), standardDevice(standardOptions);
   std::vector<float> gram = input, standard = input;
   const int64_t m = std::min(c.rows, c.cols), n = std::max(c.rows, c.cols);
@@ -179,42 +201,183 @@ TEST_P(GramNewtonSchulz, MatchesDoubleLikeTheStandardForm) {
   EXPECT_EQ(again, gram);
 }
 
-std::vector<Case> cases() {
+/// Both presets, Gaussian and skewed, on each shape.
+std::vector<Case> casesOf(std::vector<std::pair<int64_t, int64_t>> shapes) {
   std::vector<Case> all;
-  // 1:3 and 1:2.5 with 64-row blocks: 2 full and a partial one (160), and
-  // 3 full (192); wide and tall.
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{160, 480},
-                            {480, 160},
-                            {192, 480}})
+  for (auto [rows, cols] : shapes)
     for (const char *preset : {"jordan", "polar_express"})
       for (bool skewed : {false, true})
         all.push_back({rows, cols, preset, skewed});
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, GramNewtonSchulz, ::testing::ValuesIn(cases()),
-    [](const ::testing::TestParamInfo<Case> &info) {
-      const Case &c = info.param;
-      return std::to_string(c.rows) + "x" + std::to_string(c.cols) + "_" +
-             c.preset + (c.skewed ? "_skewed" : "_gaussian");
-    });
+std::string caseName(const ::testing::TestParamInfo<Case> &info) {
+  const Case &c = info.param;
+  return std::to_string(c.rows) + "x" + std::to_string(c.cols) + "_" +
+         c.preset + (c.skewed ? "_skewed" : "_gaussian");
+}
 
-/// Where the Gram form runs: 5 steps from 3:5 on (it does at most 0.8 of
-/// the standard form's flops there), never on square matrices or a single
-/// step, and nowhere when turned off.
+// 1:3 and 1:2.5 with 64-row blocks: 2 full and a partial one (160), and 3
+// full (192); wide and tall.
+INSTANTIATE_TEST_SUITE_P(Shapes, GramNewtonSchulz,
+                         ::testing::ValuesIn(casesOf(
+                             {{160, 480}, {480, 160}, {192, 480}})),
+                         caseName);
+
+/// bf16 on oneDNN: the Gram form in phases of 2 steps (the default, auto)
+/// against the standard form, both against the iteration in double.
+class GramNewtonSchulzBf16 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GramNewtonSchulzBf16, AgainstDoubleAndTheStandardForm) {
+  const Case c = GetParam();
+  if (!cpu::oneDnnBuilt() || !cpu::cpuHasBf16Products())
+    GTEST_SKIP() << "UNSUPPORTED: no bf16 products here ("
+                 << cpu::describeNewtonSchulz(DType::BF16) << ")";
+  std::optional<std::vector<NsTriple>> table = nsPreset(c.preset, 5);
+  ASSERT_TRUE(table);
+  std::vector<std::array<double, 3>> abc = *table;
+  abc.resize(5, abc.back());
+  const bool jordan = std::string(c.preset) == "jordan";
+  const std::vector<float> input = testMatrix(c.rows, c.cols, c.skewed, 7);
+  const std::vector<double> reference =
+      referenceNewtonSchulz(input, c.rows, c.cols, abc);
+
+  CpuDeviceOptions autoOptions, gramOptions, standardOptions;
+  autoOptions.nsForm = NsForm::Auto;
+  gramOptions.nsForm = NsForm::Gram;
+  standardOptions.nsForm = NsForm::Standard;
+  // auto: the Gram form with Jordan's coefficients, not Polar Express's.
+  ASSERT_EQ(
+      cpu::usesGramNewtonSchulz(autoOptions, DType::BF16, c.rows, c.cols, abc),
+      jordan);
+  ASSERT_TRUE(
+      cpu::usesGramNewtonSchulz(gramOptions, DType::BF16, c.rows, c.cols, abc));
+  ASSERT_FALSE(cpu::usesGramNewtonSchulz(standardOptions, DType::BF16, c.rows,
+                                         c.cols, abc));
+  CpuDevice autoDevice(autoOptions), gramDevice(gramOptions),
+      standardDevice(standardOptions);
+  std::vector<float> automatic = input, gram = input, standard = input;
+  const int64_t m = std::min(c.rows, c.cols), n = std::max(c.rows, c.cols);
+  EXPECT_EQ(gramDevice.newtonSchulz(gram.data(), 1, c.rows, c.cols, abc,
+                                    1e-7, DType::BF16),
+            5 * (4 * m * m * n + 2 * m * m * m));
+  standardDevice.newtonSchulz(standard.data(), 1, c.rows, c.cols, abc, 1e-7,
+                              DType::BF16);
+  autoDevice.newtonSchulz(automatic.data(), 1, c.rows, c.cols, abc, 1e-7,
+                          DType::BF16);
+  ASSERT_TRUE(gramDevice.takeError().ok());
+  ASSERT_TRUE(standardDevice.takeError().ok());
+  ASSERT_TRUE(autoDevice.takeError().ok());
+  for (size_t i = 0; i < gram.size(); ++i)
+    ASSERT_EQ(gram[i], roundToBf16(gram[i])) << i;
+  EXPECT_NE(gram, standard); // the Gram form ran
+  EXPECT_EQ(automatic, jordan ? gram : standard);
+
+  const double gramError = relativeError(gram, reference);
+  const double standardError = relativeError(standard, reference);
+  EXPECT_LT(gramError, kBf16Bound) << "standard " << standardError;
+  EXPECT_LT(gramError, (jordan ? kBf16JordanRatio : kBf16Ratio) *
+                           standardError)
+      << "standard " << standardError;
+  // Deterministic, on this device and on another one.
+  std::vector<float> again = input, elsewhere = input;
+  gramDevice.newtonSchulz(again.data(), 1, c.rows, c.cols, abc, 1e-7,
+                          DType::BF16);
+  CpuDevice(gramOptions)
+      .newtonSchulz(elsewhere.data(), 1, c.rows, c.cols, abc, 1e-7,
+                    DType::BF16);
+  EXPECT_EQ(again, gram);
+  EXPECT_EQ(elsewhere, gram);
+}
+
+// 1:3 and 1:2.5 with 64-wide block columns (2 full and a partial one, and
+// 3 full), wide and tall, and 1:3 with 128 rows (2 full).
+INSTANTIATE_TEST_SUITE_P(Shapes, GramNewtonSchulzBf16,
+                         ::testing::ValuesIn(casesOf({{160, 480},
+                                                      {480, 160},
+                                                      {192, 480},
+                                                      {128, 384}})),
+                         caseName);
+
+/// Where the bf16 Gram form runs: by default (auto, with coefficients
+/// whose every a is at most 4) and with gram, on wide and tall matrices
+/// from 2:3 on at 5 steps (the run's flops at most 0.92 of the standard
+/// form's), never square, never a single step, never with the standard
+/// form; only where bf16 runs on oneDNN.
+TEST(GramNewtonSchulzBf16, Choice) {
+  CpuDeviceOptions automatic, gram, standard, blas;
+  automatic.nsForm = NsForm::Auto;
+  gram.nsForm = NsForm::Gram;
+  standard.nsForm = NsForm::Standard;
+  blas.oneDnn = false;
+  auto uses = [](const CpuDeviceOptions &o, int64_t rows, int64_t cols,
+                 int64_t steps) {
+    return cpu::usesGramNewtonSchulz(o, DType::BF16, rows, cols,
+                                     jordanSteps(steps));
+  };
+  EXPECT_FALSE(uses(blas, 768, 3072, 5));
+  EXPECT_FALSE(uses(standard, 768, 3072, 5));
+  if (!cpu::oneDnnBuilt() || !cpu::cpuHasBf16Products()) {
+    EXPECT_FALSE(uses(automatic, 768, 3072, 5));
+    GTEST_SKIP() << "UNSUPPORTED: no bf16 products here";
+  }
+  for (const CpuDeviceOptions &on : {automatic, gram}) {
+    EXPECT_TRUE(uses(on, 768, 3072, 5));
+    EXPECT_TRUE(uses(on, 3072, 768, 5));
+    EXPECT_TRUE(uses(on, 768, 2304, 5));
+    EXPECT_TRUE(uses(on, 768, 1536, 5));
+    EXPECT_TRUE(uses(on, 1024, 1536, 5));
+    EXPECT_TRUE(uses(on, 768, 3072, 2));
+    EXPECT_FALSE(uses(on, 768, 768, 5));
+    EXPECT_FALSE(uses(on, 2048, 2048, 5));
+    EXPECT_FALSE(uses(on, 1024, 1280, 5));
+    EXPECT_FALSE(uses(on, 768, 3072, 1));
+  }
+  // Coefficients with an a above 4 (Polar Express's first step, 8.2):
+  // auto keeps the standard form; gram runs as asked.
+  const std::vector<std::array<double, 3>> polar = *nsPreset("polar_express", 5);
+  EXPECT_FALSE(cpu::usesGramNewtonSchulz(automatic, DType::BF16, 768, 3072,
+                                         polar));
+  EXPECT_TRUE(
+      cpu::usesGramNewtonSchulz(gram, DType::BF16, 768, 3072, polar));
+}
+
+/// Where the f32 Gram form runs: 5 steps from 3:5 on (it does at most 0.8
+/// of the standard form's flops there), never on square matrices or a
+/// single step, and only when asked for (auto is the standard form in f32).
 TEST(GramNewtonSchulz, Choice) {
-  CpuDeviceOptions on, off;
-  on.gramNewtonSchulz = true;
-  off.gramNewtonSchulz = false;
-  EXPECT_TRUE(cpu::usesGramNewtonSchulz(on, 768, 3072, 5));
-  EXPECT_TRUE(cpu::usesGramNewtonSchulz(on, 3072, 768, 5));
-  EXPECT_TRUE(cpu::usesGramNewtonSchulz(on, 768, 1536, 5));
-  EXPECT_TRUE(cpu::usesGramNewtonSchulz(on, 600, 1000, 5));
-  EXPECT_FALSE(cpu::usesGramNewtonSchulz(on, 600, 990, 5));
-  EXPECT_FALSE(cpu::usesGramNewtonSchulz(on, 768, 768, 5));
-  EXPECT_FALSE(cpu::usesGramNewtonSchulz(on, 768, 3072, 1));
-  EXPECT_FALSE(cpu::usesGramNewtonSchulz(off, 768, 3072, 5));
+  CpuDeviceOptions on, off, automatic;
+  on.nsForm = NsForm::Gram;
+  off.nsForm = NsForm::Standard;
+  automatic.nsForm = NsForm::Auto;
+  auto uses = [](const CpuDeviceOptions &o, int64_t rows, int64_t cols,
+                 int64_t steps) {
+    return cpu::usesGramNewtonSchulz(o, DType::F32, rows, cols,
+                                     jordanSteps(steps));
+  };
+  EXPECT_TRUE(uses(on, 768, 3072, 5));
+  EXPECT_TRUE(uses(on, 3072, 768, 5));
+  EXPECT_TRUE(uses(on, 768, 1536, 5));
+  EXPECT_TRUE(uses(on, 600, 1000, 5));
+  EXPECT_FALSE(uses(on, 600, 990, 5));
+  EXPECT_FALSE(uses(on, 768, 768, 5));
+  EXPECT_FALSE(uses(on, 768, 3072, 1));
+  EXPECT_FALSE(uses(off, 768, 3072, 5));
+  EXPECT_FALSE(uses(automatic, 768, 3072, 5));
+}
+
+/// The forms' names, as muon-run's --ns-form, muonc's ns_form and
+/// MUON_CPU_NS_FORM spell them.
+TEST(GramNewtonSchulz, FormNames) {
+  for (NsForm f : {NsForm::Auto, NsForm::Standard, NsForm::Gram}) {
+    NsForm parsed = f == NsForm::Auto ? NsForm::Gram : NsForm::Auto;
+    EXPECT_TRUE(cpu::parseNsForm(cpu::nsFormName(f), parsed));
+    EXPECT_EQ(parsed, f);
+  }
+  NsForm untouched = NsForm::Standard;
+  EXPECT_FALSE(cpu::parseNsForm("Gram", untouched));
+  EXPECT_FALSE(cpu::parseNsForm("", untouched));
+  EXPECT_EQ(untouched, NsForm::Standard);
 }
 
 } // namespace

@@ -144,6 +144,7 @@ TEST_P(SymmetricNewtonSchulz, MatchesDense) {
   CpuDeviceOptions options;
   options.oneDnn = c.oneDnn;
   options.bf16Tile = c.tile;
+  options.nsForm = cpu::NsForm::Standard; // the Gram form: GramNewtonSchulzTest
   CpuDevice device(options);
   ASSERT_EQ(device.nsKernel(c.bf16 ? DType::BF16 : DType::F32),
             c.oneDnn ? CpuNsKernel::OneDnnBf16 : CpuNsKernel::Blas);
@@ -275,7 +276,7 @@ TEST(CpuNsKernel, Choice) {
       << bf16;
   EXPECT_EQ(cpu::describeNewtonSchulz(DType::F32),
             std::string("f32 products (") + cpu::blasName() + ")");
-  EXPECT_EQ(cpu::describeNewtonSchulz(DType::F32, true),
+  EXPECT_EQ(cpu::describeNewtonSchulz(DType::F32, cpu::NsForm::Gram),
             std::string("f32 products (") + cpu::blasName() +
                 "); Gram form on wide and tall matrices");
 }

@@ -43,9 +43,11 @@ public:
            std::to_string(threads) + " thread" +
            (threads == 1 ? "" : "s") + ")";
   }
-  std::string nsProducts(runtime::DType dtype) const override {
+  std::string
+  nsProducts(runtime::DType dtype,
+             const std::vector<std::array<double, 3>> &abc) const override {
     return runtime::cpu::describeNewtonSchulz(
-        dtype, runtime::cpu::CpuDeviceOptions().gramNewtonSchulz);
+        dtype, runtime::cpu::CpuDeviceOptions().nsForm, abc);
   }
   double gemmSeconds(int64_t m, int64_t n, int64_t k, runtime::DType dtype,
                      int repeats) override {

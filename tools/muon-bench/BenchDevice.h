@@ -5,8 +5,10 @@
 #include "muon/Runtime/Device.h"
 #include "muon/Support/Statistics.h"
 
+#include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace muon::bench {
 
@@ -19,8 +21,13 @@ public:
   /// "cpu (OpenBLAS, 1 thread)", "cuda:0 (NVIDIA H100 ...)".
   virtual std::string describe() const = 0;
   /// What Newton-Schulz in `dtype` runs its products on ("bf16 products,
-  /// f32 accumulation (oneDNN ...)"); empty where the device says nothing.
-  virtual std::string nsProducts(runtime::DType dtype) const { return {}; }
+  /// f32 accumulation (oneDNN ...)") with the steps `abc`; empty where
+  /// the device says nothing.
+  virtual std::string
+  nsProducts(runtime::DType dtype,
+             const std::vector<std::array<double, 3>> &abc = {}) const {
+    return {};
+  }
   /// Median seconds of one (m x k) x (k x n) product in `dtype` (f32 or
   /// bf16 operands, f32 accumulation; no TF32), after a warm-up, on
   /// random data. On the CPU, bf16 is the bf16 products Newton-Schulz

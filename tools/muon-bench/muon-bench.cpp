@@ -142,7 +142,7 @@ int runNs(int argc, char **argv) {
   std::vector<std::array<double, 3>> abc = *table;
   abc.resize(static_cast<size_t>(nsSteps), abc.back());
 
-  const std::string products = bench->nsProducts(dtype);
+  const std::string products = bench->nsProducts(dtype, abc);
   if (!json)
     std::printf("Newton-Schulz on %s, %s, %lld step(s), batch %lld%s%s\n"
                 "%-11s %10s %10s %10s %10s %8s %8s\n",
@@ -470,7 +470,7 @@ int runOrthogonalize(int argc, char **argv) {
   std::printf("{\"rows\": %lld, \"cols\": %lld, \"ns_dtype\": \"%s\", "
               "\"products\": \"%s\"}\n",
               static_cast<long long>(rows), static_cast<long long>(cols),
-              nsDtype.c_str(), bench->nsProducts(dtype).c_str());
+              nsDtype.c_str(), bench->nsProducts(dtype, abc).c_str());
   return 0;
 }
 

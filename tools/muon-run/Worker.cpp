@@ -521,7 +521,11 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
     // ranks used (a plan's "auto" means the ranks' device's default).
     Plan referenced = plan;
     referenced.ns.nsDtype = dtypeName(optimizer->nsDtype());
-    cpu::CpuDevice cpuDevice;
+    // A GPU runs every step in the standard form: so does its reference.
+    cpu::CpuDeviceOptions referenceOptions;
+    if (flags.backend == "cuda")
+      referenceOptions.nsForm = cpu::NsForm::Standard;
+    cpu::CpuDevice cpuDevice(referenceOptions);
     std::vector<std::vector<float>> reference, initial;
     if (!runReference(referenced, cpuDevice, flags.seed, flags.steps,
                       flags.microBatches, nonFinite, reference, error) ||

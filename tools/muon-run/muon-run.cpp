@@ -72,8 +72,8 @@ std::string cpuNewtonSchulz(const ::muon::Plan &plan) {
                           ? cpu::CpuDevice().defaultNsDtype()
                           : parseDType(plan.ns.nsDtype).value_or(DType::F32);
   return "\n  Newton-Schulz: " +
-         cpu::describeNewtonSchulz(dtype,
-                                   cpu::CpuDeviceOptions().gramNewtonSchulz) +
+         cpu::describeNewtonSchulz(dtype, cpu::CpuDeviceOptions().nsForm,
+                                   plan.ns.coefficients) +
          (plan.ns.nsDtype == "auto" ? " (ns_dtype auto)" : "");
 }
 
@@ -96,11 +96,13 @@ void declare(::muon::cli::Parser &p, Flags &f) {
            "Element type Newton-Schulz runs in (default: the model's "
            "setting, else the backend's: on cpu bf16 where the CPU has "
            "bf16 products (AVX512_BF16, AMX), else f32; bf16 on cuda)");
-  p.option("ns-form", f.nsForm, "standard|gram",
-           "Form of f32 Newton-Schulz on cpu: standard (default), or gram "
-           "(on wide and tall matrices, the steps on the Gram matrix X X^T: "
-           "0.6-0.7x the time at 1:3-1:4, about 2x the rounding error; "
-           "sets MUON_CPU_NS_FORM for the ranks and the reference)");
+  p.option("ns-form", f.nsForm, "auto|standard|gram",
+           "Form of Newton-Schulz on cpu: auto (default: bf16 on wide and "
+           "tall matrices in the Gram form, the steps on the Gram matrix "
+           "X X^T, 0.7-0.9x the time from 2:3 to 1:4; f32 standard), "
+           "standard (every step as torch.optim.Muon runs it), or gram (f32 "
+           "too: 0.6-0.7x the time at 1:3-1:4, about 2x the rounding error); "
+           "sets MUON_CPU_NS_FORM for the ranks and the reference");
   p.flag("quiet", f.quiet, "No summary on the terminal");
   p.flag("print-schedule", f.printSchedule,
          "Print the step's sequence: exchanges, NS batches and the "
@@ -331,13 +333,13 @@ int main(int argc, char **argv) {
     const char *inherited = std::getenv(cpu::kNsFormVariable);
     const std::string form =
         parser.given("ns-form") ? flags.nsForm : inherited ? inherited : "";
-    bool gram = false;
-    if (!form.empty() && !cpu::parseNsForm(form, gram))
+    cpu::NsForm parsed = cpu::NsForm::Auto;
+    if (!form.empty() && !cpu::parseNsForm(form, parsed))
       return fail((parser.given("ns-form")
                        ? "unknown --ns-form '"
                        : std::string("unknown ") + cpu::kNsFormVariable +
                              " '") +
-                  form + "'; expected standard or gram");
+                  form + "'; expected auto, standard or gram");
     if (parser.given("ns-form"))
       setenv(cpu::kNsFormVariable, form.c_str(), 1);
   }

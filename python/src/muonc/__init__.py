@@ -14,12 +14,12 @@ import gc as _gc
 import json as _json
 import os as _os
 
-from ._core import MuonError, Optimizer, compile_model
+from ._core import MuonError, Optimizer, compile_model, cpu_newton_schulz
 from . import _core
 from ._core import compile_spec as _compile_spec
 
 __all__ = ["MuonError", "Optimizer", "compile_model", "compile_spec",
-           "load_plan"]
+           "cpu_newton_schulz", "load_plan"]
 __version__ = "0.1.0"
 
 

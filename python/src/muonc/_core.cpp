@@ -769,16 +769,17 @@ public:
     check(opt->gatherParameter(name, whole, root));
   }
 
-  /// The CPU device, with `nsForm` "standard" or "gram" (f32
-  /// Newton-Schulz's form) or "" for MUON_CPU_NS_FORM's (standard unset);
-  /// or a GPU, "cuda" or "cuda:N", where the CUDA backend is built.
+  /// The CPU device, with `nsForm` "auto", "standard" or "gram"
+  /// (Newton-Schulz's form, rt::cpu::NsForm) or "" for MUON_CPU_NS_FORM's
+  /// (auto unset); or a GPU, "cuda" or "cuda:N", where the CUDA backend is
+  /// built.
   void createDevice(const std::string &name, const std::string &nsForm) {
     if (name == "cpu") {
       rt::cpu::CpuDeviceOptions options;
       if (!nsForm.empty() &&
-          !rt::cpu::parseNsForm(nsForm, options.gramNewtonSchulz))
+          !rt::cpu::parseNsForm(nsForm, options.nsForm))
         throw StatusError("invalid argument: ns_form '" + nsForm +
-                          "': expected 'standard' or 'gram'");
+                          "': expected 'auto', 'standard' or 'gram'");
       device = std::make_unique<rt::cpu::CpuDevice>(options);
       return;
     }
@@ -790,7 +791,7 @@ public:
                         "': muonc was built without the CUDA backend "
                         "(Muon::Cuda); GPU tensors need a build where CMake "
                         "found nvcc and cuBLAS");
-    if (!nsForm.empty() && nsForm != "standard")
+    if (nsForm == "gram")
       throw StatusError("invalid argument: ns_form '" + nsForm +
                         "' is the CPU's; on a GPU Newton-Schulz runs in its "
                         "standard form");
@@ -977,6 +978,30 @@ static void defineModule(nb::module_ &m) {
     return std::string(rt::dtypeName(dtypeOf(nb::cast<Array>(a), "array")));
   });
 
+  m.def(
+      "cpu_newton_schulz",
+      [](const std::string &nsDtype, const std::string &nsForm) {
+        rt::cpu::NsForm form = rt::cpu::NsForm::Auto;
+        if (!nsForm.empty() && !rt::cpu::parseNsForm(nsForm, form))
+          throw StatusError("invalid argument: ns_form '" + nsForm +
+                            "': expected 'auto', 'standard' or 'gram'");
+        rt::DType dtype;
+        if (nsDtype == "auto")
+          dtype = rt::cpu::CpuDevice().defaultNsDtype();
+        else if (std::optional<rt::DType> d = rt::parseDType(nsDtype);
+                 d && (*d == rt::DType::F32 || *d == rt::DType::BF16))
+          dtype = *d;
+        else
+          throw StatusError("invalid argument: ns_dtype '" + nsDtype +
+                            "': expected 'auto', 'f32' or 'bf16'");
+        return rt::cpu::describeNewtonSchulz(dtype, form);
+      },
+      "ns_dtype"_a, "ns_form"_a = "auto",
+      "What the CPU's Newton-Schulz in ns_dtype ('auto', 'f32', 'bf16') "
+      "runs on with ns_form, as muon-run's summary says it: 'bf16 products, "
+      "f32 accumulation (oneDNN ...); Gram form on wide and tall "
+      "matrices', 'f32 products (OpenBLAS)', ...");
+
   m.def("cuda_built", &PyOptimizer::cudaBuilt,
         "Whether this build has the CUDA backend (Optimizer(device='cuda:N')).");
   m.def(
@@ -1000,9 +1025,9 @@ static void defineModule(nb::module_ &m) {
            "plan_is_file"_a = false, "ns_form"_a = "", "device"_a = "cpu",
            "An optimizer over a plan (JSON text, or a plan file's path with "
            "plan_is_file); comm: None for one process, else a Python "
-           "communicator (muonc.torch.TorchCommunicator); ns_form: f32 "
-           "Newton-Schulz's form on the CPU, 'standard' or 'gram' (default: "
-           "MUON_CPU_NS_FORM, else standard); device: 'cpu', or 'cuda:N' "
+           "communicator (muonc.torch.TorchCommunicator); ns_form: "
+           "Newton-Schulz's form on the CPU, 'auto', 'standard' or 'gram' "
+           "(default: MUON_CPU_NS_FORM, else auto); device: 'cpu', or 'cuda:N' "
            "where the CUDA backend is built (cuda_built()).")
       .def_prop_ro("rank", [](PyOptimizer &o) { return o.opt->currentRank(); })
       .def_prop_ro("world_size",

@@ -408,12 +408,16 @@ class Muon(torch.optim.Optimizer):
     process was started by mpirun, else "torch". ``wire_dtype``: the
     element type of the exchanges, "f32" (default) or "bf16" (half the
     bytes; with ``ns_dtype="bf16"`` it loses nothing, since Newton-Schulz
-    rounds its input and output to bf16 anyway). ``ns_form``: how f32
-    Newton-Schulz runs on the CPU, "standard" (default: torch's iteration,
-    within 1e-6 of torch.optim.Muon's f32 after 10 steps) or "gram" (on
-    wide and tall matrices the same polynomials applied through the Gram
-    matrix X X^T, restarted from X after steps 2 and 5: 0.62-0.68x the time
-    at 1:3-1:4, about twice the standard form's rounding error;
+    rounds its input and output to bf16 anyway). ``ns_form``: the form
+    Newton-Schulz's steps run in on the CPU: "auto" (default: bf16 on wide
+    and tall matrices in the Gram form below, 0.7-0.9x the time from 2:3
+    to 1:4 with a relative error of 1.1-1.2e-2 from f32 against the
+    standard form's 1.0-1.1e-2; f32 in the standard form), "standard"
+    (torch's iteration: in f32 within 1e-6 of torch.optim.Muon's after 10
+    steps, in bf16 torch's bits on square and wide matrices) or "gram" (f32
+    too: on wide and tall matrices the same polynomials applied through
+    the Gram matrix X X^T, restarted from X after steps 2 and 5: 0.62-0.68x
+    the time at 1:3-1:4, about twice the standard form's rounding error;
     docs/performance.md). Every rank should use the same form.
 
     Per-head Newton-Schulz (attention projections, as torchtitan and dion
@@ -453,7 +457,7 @@ class Muon(torch.optim.Optimizer):
                  wire_dtype: str = "f32",
                  qk_clip_threshold: float | None = None,
                  qk_clip_layers: list | None = None,
-                 ns_form: str = "standard", **settings):
+                 ns_form: str = "auto", **settings):
         if not 0.0 <= lr:
             raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
         if not 0.0 <= momentum:
@@ -486,9 +490,9 @@ class Muon(torch.optim.Optimizer):
             raise MuonError(f"invalid argument: wire_dtype {wire_dtype!r}: "
                             "expected 'f32' or 'bf16'")
         self._wire_dtype = wire_dtype
-        if ns_form not in ("standard", "gram"):
+        if ns_form not in ("auto", "standard", "gram"):
             raise MuonError(f"invalid argument: ns_form {ns_form!r}: "
-                            "expected 'standard' or 'gram'")
+                            "expected 'auto', 'standard' or 'gram'")
         self._ns_form = ns_form
         if communicator is None:
             communicator = "mpi" if launched_by_mpirun() else "torch"

@@ -52,19 +52,24 @@ bool cpuHasBf16Products() {
 #endif
 }
 
-std::string describeNewtonSchulz(DType precision, bool gram) {
+std::string describeNewtonSchulz(DType precision, NsForm form,
+                                 const std::vector<std::array<double, 3>> &abc) {
   const std::string blas = blasName();
+  const char *gramNote = "; Gram form on wide and tall matrices";
   if (chooseNsKernel(precision, oneDnnBuilt(), cpuHasBf16Products()) ==
       CpuNsKernel::OneDnnBf16) {
 #ifdef MUON_HAVE_ONEDNN
     OneDnnCpu cpu = oneDnnCpu();
+    const bool gram = form == NsForm::Gram ||
+                      (form == NsForm::Auto &&
+                       OneDnnNewtonSchulz::gramKeepsAccuracy(abc));
     return "bf16 products, f32 accumulation (oneDNN " + cpu.version + ", " +
-           cpu.isa + ")";
+           cpu.isa + ")" + (gram ? gramNote : "");
 #endif
   }
   if (precision != DType::BF16)
     return "f32 products (" + blas + ")" +
-           (gram ? "; Gram form on wide and tall matrices" : "");
+           (form == NsForm::Gram ? gramNote : "");
 #ifdef MUON_HAVE_ONEDNN
   return "f32 products rounded to bf16 (" + blas +
          "; this CPU has no bf16 products: oneDNN " + oneDnnCpu().version +
@@ -75,26 +80,57 @@ std::string describeNewtonSchulz(DType precision, bool gram) {
 #endif
 }
 
-bool parseNsForm(const std::string &name, bool &gram) {
-  if (name != "standard" && name != "gram")
-    return false;
-  gram = name == "gram";
-  return true;
+bool parseNsForm(const std::string &name, NsForm &form) {
+  for (NsForm f : {NsForm::Auto, NsForm::Standard, NsForm::Gram})
+    if (name == nsFormName(f)) {
+      form = f;
+      return true;
+    }
+  return false;
 }
 
-bool CpuDeviceOptions::gramFromEnvironment() {
-  // An unknown value keeps the standard form; the tools refuse it first
+const char *nsFormName(NsForm form) {
+  switch (form) {
+  case NsForm::Auto:
+    return "auto";
+  case NsForm::Standard:
+    return "standard";
+  case NsForm::Gram:
+    return "gram";
+  }
+  return "auto";
+}
+
+NsForm CpuDeviceOptions::nsFormFromEnvironment() {
+  // An unknown value keeps the default; the tools refuse it first
   // (muon-run names the variable and its values).
   const char *value = std::getenv(kNsFormVariable);
-  bool gram = false;
-  return value && parseNsForm(value, gram) && gram;
+  NsForm form = NsForm::Auto;
+  if (value)
+    parseNsForm(value, form);
+  return form;
 }
 
-bool usesGramNewtonSchulz(const CpuDeviceOptions &options, int64_t rows,
-                          int64_t cols, int64_t steps) {
-  return options.gramNewtonSchulz &&
-         GramNewtonSchulz::pays(std::min(rows, cols), std::max(rows, cols),
-                                steps);
+bool usesGramNewtonSchulz(const CpuDeviceOptions &options, DType precision,
+                          int64_t rows, int64_t cols,
+                          const std::vector<std::array<double, 3>> &abc) {
+  const int64_t m = std::min(rows, cols), n = std::max(rows, cols);
+  const int64_t steps = static_cast<int64_t>(abc.size());
+  if (precision != DType::BF16)
+    return options.nsForm == NsForm::Gram &&
+           GramNewtonSchulz::pays(m, n, steps);
+#ifdef MUON_HAVE_ONEDNN
+  // Auto only where the Gram phases keep the standard form's accuracy;
+  // gram as asked.
+  return (options.nsForm == NsForm::Gram ||
+          (options.nsForm == NsForm::Auto &&
+           OneDnnNewtonSchulz::gramKeepsAccuracy(abc))) &&
+         chooseNsKernel(precision, oneDnnBuilt() && options.oneDnn,
+                        cpuHasBf16Products()) == CpuNsKernel::OneDnnBf16 &&
+         OneDnnNewtonSchulz::gramPays(m, n, steps, options.bf16Tile);
+#else
+  return false; // bf16 on f32 products has only the standard form
+#endif
 }
 
 CpuDevice::CpuDevice(CpuDeviceOptions options) : options(options) {}
@@ -204,9 +240,12 @@ int64_t CpuDevice::newtonSchulz(float *x, int64_t count, int64_t rows,
       oneDnn->setTile(options.bf16Tile);
     }
     const int64_t m = std::min(rows, cols), n = std::max(rows, cols);
+    const bool gram =
+        usesGramNewtonSchulz(options, DType::BF16, rows, cols, abc);
     for (int64_t i = 0; i < count; ++i) {
       std::string message;
-      if (!oneDnn->run(x + i * rows * cols, rows, cols, abc, eps, message) &&
+      if (!oneDnn->run(x + i * rows * cols, rows, cols, abc, eps, gram,
+                       message) &&
           error.ok())
         error = Status(StatusCode::Internal,
                        "cpu Newton-Schulz (bf16): " + message);
@@ -291,7 +330,8 @@ int64_t CpuDevice::newtonSchulzOne(
     x[i] = toBf16 ? bf16(v) : v;
   }
   const int64_t steps = static_cast<int64_t>(abc.size());
-  if (!toBf16 && usesGramNewtonSchulz(options, rows, cols, steps)) {
+  if (!toBf16 &&
+      usesGramNewtonSchulz(options, DType::F32, rows, cols, abc)) {
     if (!gramForm)
       gramForm = std::make_unique<GramNewtonSchulz>();
     gramForm->run(x, rows, cols, abc);

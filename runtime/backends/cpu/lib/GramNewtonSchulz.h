@@ -8,8 +8,10 @@
 // Phases restart from X every few steps (kPhaseSteps): R's rounding errors grow
 // with each step's a^2 (docs/performance.md, "Gram Newton-Schulz").
 //
-// f32 only: in bf16 R's errors are 2^16 times larger and the iteration
-// diverges on skewed spectra (measured; docs/performance.md).
+// f32. bf16 runs its own Gram form on oneDNN (OneDnnNewtonSchulz.cpp) in
+// phases of 2 steps: with this one's 3-step phase R's 2^16 times larger
+// bf16 errors grow by a^2 per step and skewed spectra diverge (measured;
+// docs/performance.md).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_CPU_GRAMNEWTONSCHULZ_H

@@ -22,6 +22,22 @@
 // is a dense (m - j0) x w matrix in S, copied into the triangle and its
 // mirror from there (O(m^2) per product, 16 x 16 AVX2 transposes).
 //
+// The Gram form (wide and tall matrices, where gramPays): steps in phases
+// of two, every m x m product over the same lower block columns:
+//   R = bf16(X X^T)
+//   H1 = bf16(a1 I + b1 R + c1 R R)    the product in f32 on top of b R +
+//                                      a I, rounded once (polynomialInto)
+//   T = bf16(H1 R), R = bf16(H1 T)     the second step's Gram matrix
+//   H2 = bf16(a2 I + b2 R + c2 R R), Q = bf16(H2 H1)
+//   X = bf16(Q X)
+// With h = (1 + T/m) / 2 for a product over block columns, a phase costs
+// h (2 m^2 n + 10 m^3) + 2 m^2 n flops against two standard steps'
+// 2 (h (2 m^2 n + 2 m^3) + 2 m^2 n): measured 0.72-0.77x the time at
+// 1:3-1:4, 0.85-0.9x at 1:2 and 2:3 (5 steps: 2 phases and a standard
+// step). R's rounding enters once per phase; with longer phases
+// each step multiplies its errors by a^2 and skewed spectra diverge
+// (docs/performance.md).
+//
 // Determinism: oneDNN's CPU matmul is run-to-run deterministic for a fixed
 // ISA, library and thread count (its documentation's reproducibility
 // note); every rank and muon-run's reference run this code on the same
@@ -102,16 +118,18 @@ namespace {
 using dnnl::memory;
 
 /// One matmul: dst (M x N) = scale * src (M x K) op(wei) + sum * dst, all
-/// bf16 and dense; op(wei) is wei (K x N) or, with `transposed`, the
-/// transpose of an N x K matrix.
+/// dense, src and wei bf16, dst bf16 or (f32Dst) f32; op(wei) is wei
+/// (K x N) or, with `transposed`, the transpose of an N x K matrix.
 struct MatmulKey {
   int64_t m, n, k;
   bool transposed;
   float scale, sum;
   int threads;
+  bool f32Dst = false;
   bool operator<(const MatmulKey &o) const {
-    return std::tie(m, n, k, transposed, scale, sum, threads) <
-           std::tie(o.m, o.n, o.k, o.transposed, o.scale, o.sum, o.threads);
+    return std::tie(m, n, k, transposed, scale, sum, threads, f32Dst) <
+           std::tie(o.m, o.n, o.k, o.transposed, o.scale, o.sum, o.threads,
+                    o.f32Dst);
   }
 };
 
@@ -129,8 +147,10 @@ struct OneDnnNewtonSchulz::Impl {
   std::map<MatmulKey, Matmul> cache;
   std::vector<uint8_t> scratchpad;
   // Workspace kept across calls: X and the next X (m x n), A and B
-  // (m x m), S (every block column's result, one after another).
-  std::vector<uint16_t> x, next, gram, poly, block;
+  // (m x m), S (every block column's result, one after another); for the
+  // Gram form Q and T (m x m) and one block column's f32 result.
+  std::vector<uint16_t> x, next, gram, poly, product, scratch, block;
+  std::vector<float> blockF32;
 
   Matmul &matmul(const MatmulKey &key) {
     auto found = cache.find(key);
@@ -142,7 +162,10 @@ struct OneDnnNewtonSchulz::Impl {
     mm.wei = memory::desc({K, N}, memory::data_type::bf16,
                           key.transposed ? memory::dims{1, K}
                                          : memory::dims{N, 1});
-    mm.dst = memory::desc({M, N}, memory::data_type::bf16, {N, 1});
+    mm.dst = memory::desc(
+        {M, N},
+        key.f32Dst ? memory::data_type::f32 : memory::data_type::bf16,
+        {N, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (key.scale != 1.0f)
@@ -160,7 +183,7 @@ struct OneDnnNewtonSchulz::Impl {
   }
 
   void run(const MatmulKey &key, const uint16_t *src, const uint16_t *wei,
-           uint16_t *dst) {
+           void *dst) {
     Matmul &mm = matmul(key);
     if (scratchpad.size() < mm.scratchpadBytes)
       scratchpad.resize(mm.scratchpadBytes);
@@ -260,9 +283,39 @@ static void transposeBf16(const uint16_t *in, uint16_t *out, int64_t rows,
       out[c * rows + r] = in[r * cols + c];
 }
 
+bool OneDnnNewtonSchulz::gramPays(int64_t m, int64_t n, int64_t steps,
+                                  int64_t tile) {
+  if (steps < kGramPhaseSteps || m <= 0)
+    return false;
+  // Flops in units of m^2, the run's: a symmetric product over block
+  // columns of width T does (1 + T / m) / 2 of a full one; X <- Q X and
+  // X <- a X + B X are full products.
+  const double half = (1.0 + static_cast<double>(std::min(tile, m)) / m) / 2;
+  const double standardStep = half * (2.0 * n + 2.0 * m) + 2.0 * n;
+  const double phases = static_cast<double>(steps / kGramPhaseSteps);
+  const double odd = static_cast<double>(steps % kGramPhaseSteps);
+  // A phase of L steps: R = X X^T, L times R R, L - 1 times Q <- H Q and
+  // R <- H (H R) (two products), X <- Q X.
+  const double phase =
+      half * (2.0 * n + 2.0 * m *
+                            (kGramPhaseSteps + 3.0 * (kGramPhaseSteps - 1))) +
+      2.0 * n;
+  const double gramFlops = phases * phase + odd * standardStep;
+  // The m x m products run below a large product's rate: ask for a clear
+  // margin (square models 1.01; 2:3 models 0.90 and measures 0.89).
+  return gramFlops <= 0.92 * static_cast<double>(steps) * standardStep;
+}
+
+bool OneDnnNewtonSchulz::gramKeepsAccuracy(
+    const std::vector<std::array<double, 3>> &abc) {
+  return std::all_of(abc.begin(), abc.end(), [](const std::array<double, 3> &k) {
+    return std::abs(k[0]) <= kGramMaxA;
+  });
+}
+
 bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
                              const std::vector<std::array<double, 3>> &abc,
-                             double eps, std::string &error) {
+                             double eps, bool gram, std::string &error) {
   const int64_t elements = rows * cols;
   if (elements == 0)
     return true;
@@ -274,6 +327,11 @@ bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
   s.gram.resize(m * m);
   s.poly.resize(m * m);
   const int64_t t = std::max<int64_t>(1, std::min(tile, m));
+  if (gram) {
+    s.product.resize(m * m);
+    s.scratch.resize(m * m);
+    s.blockF32.resize(m * t);
+  }
   // Block column j0 (width w) takes (m - j0) x w values of S.
   int64_t packed = 0;
   for (int64_t j0 = 0; j0 < m; j0 += t)
@@ -311,36 +369,93 @@ bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
 
   applyThreads();
   const int threads = oneDnnThreads.load();
-  uint16_t *X = s.x.data(), *next = s.next.data(), *A = s.gram.data(),
-           *B = s.poly.data(), *S = s.block.data();
+  uint16_t *X = s.x.data(), *next = s.next.data(), *S = s.block.data();
+  // G = bf16(scale * P Q^T + sum * G) over the lower block columns of the
+  // symmetric m x m G, for P and Q (m x k, row-major) whose product is
+  // symmetric (Q = P, or two commuting symmetric matrices). Each block's
+  // result stays in S: with sum != 0, S must hold G's blocks on entry (the
+  // last symmetricInto's output), which is how the sum epilogue reads G.
+  auto symmetricInto = [&](const uint16_t *P, const uint16_t *Q, int64_t k,
+                           float scale, float sum, uint16_t *G) {
+    uint16_t *block = S;
+    for (int64_t j0 = 0; j0 < m; j0 += t) {
+      const int64_t w = std::min(t, m - j0);
+      s.run({m - j0, w, k, true, scale, sum, threads}, P + j0 * k,
+            Q + j0 * k, block);
+      scatterBlock(block, G, m, j0, w);
+      block += (m - j0) * w;
+    }
+  };
+  // H = bf16(a I + b R + c R R) for the symmetric m x m R, rounded once:
+  // each block column's product lands in f32 on top of b R + a I, also
+  // f32. Rounding c R R + b R first and adding a after loses H's low bits
+  // where a and c R R + b R cancel (H near 1, a near 3.4: measured 1.12x
+  // the standard form's error at 768x3072 instead of 1.0x).
+  auto polynomialInto = [&](const uint16_t *R, float a, float b, float c,
+                            uint16_t *H) {
+    float *F = s.blockF32.data();
+    uint16_t *block = S;
+    for (int64_t j0 = 0; j0 < m; j0 += t) {
+      const int64_t w = std::min(t, m - j0), rows = m - j0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint16_t *in = R + (j0 + r) * m + j0;
+        for (int64_t col = 0; col < w; ++col)
+          F[r * w + col] = b * fromBf16Bits(in[col]) + (r == col ? a : 0.0f);
+      }
+      s.run({rows, w, m, true, c, 1.0f, threads, /*f32Dst=*/true},
+            R + j0 * m, R + j0 * m, F);
+      for (int64_t i = 0; i < rows * w; ++i)
+        block[i] = toBf16Bits(F[i]);
+      scatterBlock(block, H, m, j0, w);
+      block += rows * w;
+    }
+  };
   try {
-    for (const std::array<double, 3> &k : abc) {
-      const float a = static_cast<float>(k[0]), b = static_cast<float>(k[1]),
-                  c = static_cast<float>(k[2]);
-      // A = X X^T, lower block columns, each kept in S.
-      uint16_t *block = S;
-      for (int64_t j0 = 0; j0 < m; j0 += t) {
-        const int64_t w = std::min(t, m - j0);
-        s.run({m - j0, w, n, true, 1.0f, 0.0f, threads}, X + j0 * n,
-              X + j0 * n, block);
-        scatterBlock(block, A, m, j0, w);
-        block += (m - j0) * w;
+    const int64_t steps = static_cast<int64_t>(abc.size());
+    for (int64_t start = 0; start < steps;) {
+      const int64_t length =
+          gram ? std::min(kGramPhaseSteps, steps - start) : 1;
+      if (length == 1) {
+        // The standard step: A = X X^T, B = c A A^T + b A (the block's A,
+        // still in S, the sum epilogue's input), X' = a X + B X.
+        const float a = static_cast<float>(abc[start][0]),
+                    b = static_cast<float>(abc[start][1]),
+                    c = static_cast<float>(abc[start][2]);
+        uint16_t *A = s.gram.data(), *B = s.poly.data();
+        symmetricInto(X, X, n, 1.0f, 0.0f, A);
+        symmetricInto(A, A, m, c, b, B);
+        if (a != 0.0f)
+          std::memcpy(next, X,
+                      static_cast<size_t>(elements) * sizeof(uint16_t));
+        s.run({m, n, m, false, 1.0f, a, threads}, B, X, next);
+        std::swap(X, next);
+        ++start;
+        continue;
       }
-      // B = c A A^T + b A, lower block columns: the block's A, still in S,
-      // is the sum epilogue's input and takes the result.
-      block = S;
-      for (int64_t j0 = 0; j0 < m; j0 += t) {
-        const int64_t w = std::min(t, m - j0);
-        s.run({m - j0, w, m, true, c, b, threads}, A + j0 * m, A + j0 * m,
-              block);
-        scatterBlock(block, B, m, j0, w);
-        block += (m - j0) * w;
+      // A Gram phase (GramNewtonSchulz.h): R = X X^T; per step H = a I +
+      // b R + c R R, Q <- H Q, R <- H (H R) but after the last; X <- Q X.
+      uint16_t *R = s.gram.data(), *H = s.poly.data(), *Q = s.product.data(),
+               *T = s.scratch.data();
+      symmetricInto(X, X, n, 1.0f, 0.0f, R);
+      for (int64_t step = start; step < start + length; ++step) {
+        const float a = static_cast<float>(abc[step][0]),
+                    b = static_cast<float>(abc[step][1]),
+                    c = static_cast<float>(abc[step][2]);
+        // H (the first straight into Q).
+        uint16_t *h = step == start ? Q : H;
+        polynomialInto(R, a, b, c, h);
+        if (step != start) {
+          symmetricInto(h, Q, m, 1.0f, 0.0f, T);
+          std::swap(Q, T);
+        }
+        if (step + 1 < start + length) {
+          symmetricInto(h, R, m, 1.0f, 0.0f, T);
+          symmetricInto(h, T, m, 1.0f, 0.0f, R);
+        }
       }
-      // X' = a X + B X.
-      if (a != 0.0f)
-        std::memcpy(next, X, static_cast<size_t>(elements) * sizeof(uint16_t));
-      s.run({m, n, m, false, 1.0f, a, threads}, B, X, next);
+      s.run({m, n, m, false, 1.0f, 0.0f, threads}, Q, X, next);
       std::swap(X, next);
+      start += length;
     }
   } catch (const dnnl::error &e) {
     error = std::string("oneDNN: ") + e.what();

@@ -37,10 +37,12 @@ public:
   OneDnnNewtonSchulz &operator=(const OneDnnNewtonSchulz &) = delete;
 
   /// Device::newtonSchulz's BF16 contract on one rows x cols matrix in
-  /// place. Returns false with `error` when oneDNN fails.
+  /// place, with `gram` in Gram phases (kGramPhaseSteps steps each, an odd
+  /// last step in the standard form). Returns false with `error` when
+  /// oneDNN fails.
   bool run(float *x, int64_t rows, int64_t cols,
            const std::vector<std::array<double, 3>> &abc, double eps,
-           std::string &error);
+           bool gram, std::string &error);
 
   /// c = a b for row-major bf16 a (m x k) and b (k x n), f32 accumulation,
   /// c bf16: the plain product the benchmarks set Newton-Schulz against.
@@ -49,6 +51,23 @@ public:
 
   /// Width of the Gram matrix's block columns (CpuDeviceOptions).
   void setTile(int64_t tile) { this->tile = tile; }
+
+  /// Steps of a Gram phase in bf16: R's rounding errors enter once per
+  /// phase and are never multiplied by a later step's a^2.
+  static constexpr int64_t kGramPhaseSteps = 2;
+  /// Whether the Gram phases do clearly fewer flops than the standard
+  /// steps: `steps` steps on an m x n matrix (m <= n), block columns
+  /// `tile` wide. Wide and tall matrices from 1:2 on; never square ones.
+  static bool gramPays(int64_t m, int64_t n, int64_t steps, int64_t tile);
+  /// Whether the Gram phases stay about as accurate as the standard steps
+  /// with these coefficients: every a at most kGramMaxA. A phase rounds
+  /// Q = H2 H1 to bf16, whose terms cancel by up to a1 a2 in X <- Q X;
+  /// the standard step's a X + B X cancels by a alone. Measured against
+  /// the iteration in double: Jordan's (a = 3.44) 0.8-1.0x the standard
+  /// form's error, Polar Express's (a = 8.2, 4.1, ...) 1.1-2.8x
+  /// (docs/performance.md).
+  static constexpr double kGramMaxA = 4.0;
+  static bool gramKeepsAccuracy(const std::vector<std::array<double, 3>> &abc);
 
 private:
   struct Impl;

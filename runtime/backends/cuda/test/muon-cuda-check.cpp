@@ -691,7 +691,11 @@ int main(int argc, char **argv) {
   std::mt19937 rng(seed);
   if (timing)
     return bench(ordinal, rng);
-  CpuDevice cpu;
+  // The GPU runs every Newton-Schulz step in the standard form: so does
+  // the CPU it is compared with.
+  muon::runtime::cpu::CpuDeviceOptions cpuOptions;
+  cpuOptions.nsForm = muon::runtime::cpu::NsForm::Standard;
+  CpuDevice cpu(cpuOptions);
   Tally tally;
   checkMemory(tally, gpu, rng);
   checkAllFinite(tally, gpu, cpu, rng);

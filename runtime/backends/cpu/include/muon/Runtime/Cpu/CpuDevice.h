@@ -7,9 +7,9 @@
 // operands and f32 accumulation over the Gram matrix's lower block columns
 // (OneDnnNewtonSchulz.cpp); elsewhere the f32 BLAS products, each result
 // rounded to bf16. ns_dtype "auto" is bf16 where the CPU has the bf16
-// products, else f32. f32 on wide or tall matrices can run in the Gram
-// form (GramNewtonSchulz.h; CpuDeviceOptions::gramNewtonSchulz, or
-// MUON_CPU_NS_FORM=gram). Bit-exact across ranks when every process runs with
+// products, else f32. Wide and tall matrices can run in the Gram form
+// (NsForm): by default bf16 on oneDNN does, f32 only when asked
+// (GramNewtonSchulz.h). Bit-exact across ranks when every process runs with
 // the same thread count (setBlasThreads) on the same kind of CPU.
 //
 //===----------------------------------------------------------------------===//
@@ -47,11 +47,31 @@ DType chooseDefaultNsDtype(bool oneDnnBuilt, bool cpuBf16);
 bool oneDnnBuilt();
 bool cpuHasBf16Products();
 
-/// What Newton-Schulz in `precision` runs on here, for summaries: "bf16
-/// products, f32 accumulation (oneDNN 2.6.3, avx512_core_bf16)", "f32
-/// products (OpenBLAS)", "f32 products (OpenBLAS); Gram form on wide and
-/// tall matrices" (`gram`: CpuDeviceOptions::gramNewtonSchulz), ...
-std::string describeNewtonSchulz(DType precision, bool gram = false);
+/// The form Newton-Schulz's steps run in on the CPU. The Gram form applies
+/// the same polynomials through the m x m Gram matrix X X^T, restarted
+/// from X every few steps: fewer flops on wide and tall matrices, more
+/// rounding error (docs/performance.md).
+enum class NsForm {
+  /// bf16 on oneDNN in the Gram form where it pays and its coefficients
+  /// keep it as accurate as the standard form (2-step phases, every a at
+  /// most 4: Jordan's, not Polar Express's), f32 in the standard form (the
+  /// reference, within 1e-6 of torch.optim.Muon's f32 after 10 steps).
+  /// The default.
+  Auto,
+  /// Every step as torch.optim.Muon runs it (in bf16, torch's bits on
+  /// square and wide matrices).
+  Standard,
+  /// The Gram form wherever it pays, f32 included (GramNewtonSchulz.h).
+  Gram,
+};
+
+/// What Newton-Schulz in `precision` with the steps `abc` runs on here, for
+/// summaries: "bf16 products, f32 accumulation (oneDNN 2.6.3,
+/// avx512_core_bf16); Gram form on wide and tall matrices", "f32 products
+/// (OpenBLAS)", ... With no steps given, as for Jordan's coefficients.
+std::string
+describeNewtonSchulz(DType precision, NsForm form = NsForm::Auto,
+                     const std::vector<std::array<double, 3>> &abc = {});
 
 /// Settings of a CpuDevice (tests and measurements change them).
 struct CpuDeviceOptions {
@@ -59,28 +79,26 @@ struct CpuDeviceOptions {
   bool oneDnn = true;
   /// Width of the Gram matrix's block columns on oneDNN.
   int64_t bf16Tile = 64;
-  /// f32: run Newton-Schulz in its Gram form (GramNewtonSchulz.h) on the
-  /// shapes where it does clearly fewer flops (wide or tall, 3:5 and
-  /// beyond at 5 steps). Off by default: the standard form is the
-  /// reference (and matches torch.optim.Muon's f32 to 1e-6 after 10
-  /// steps, which the Gram form's 2x larger rounding error does not).
-  /// Default from the environment: MUON_CPU_NS_FORM=gram (kNsFormVariable).
-  bool gramNewtonSchulz = gramFromEnvironment();
+  /// The form of Newton-Schulz's steps. Default from the environment,
+  /// MUON_CPU_NS_FORM (kNsFormVariable), else Auto.
+  NsForm nsForm = nsFormFromEnvironment();
 
-  static bool gramFromEnvironment();
+  static NsForm nsFormFromEnvironment();
 };
 
-/// The environment variable that picks the CPU's f32 Newton-Schulz form for
-/// every CpuDevice made with default options: "standard" (or unset) or
-/// "gram" (muon-run's --ns-form sets it for its ranks).
+/// The environment variable that picks the CPU's Newton-Schulz form for
+/// every CpuDevice made with default options: "auto" (or unset),
+/// "standard" or "gram" (muon-run's --ns-form sets it for its ranks).
 inline constexpr const char *kNsFormVariable = "MUON_CPU_NS_FORM";
-/// Parses a form's name: true with `gram` set for "standard" or "gram".
-bool parseNsForm(const std::string &name, bool &gram);
+/// Parses a form's name ("auto", "standard", "gram"): false if unknown.
+bool parseNsForm(const std::string &name, NsForm &form);
+const char *nsFormName(NsForm form);
 
-/// Whether f32 Newton-Schulz on a rows x cols matrix, `steps` steps, runs in
-/// the Gram form under `options` (for tests and summaries).
-bool usesGramNewtonSchulz(const CpuDeviceOptions &options, int64_t rows,
-                          int64_t cols, int64_t steps);
+/// Whether Newton-Schulz in `precision` on a rows x cols matrix with the
+/// steps `abc` runs in the Gram form under `options`.
+bool usesGramNewtonSchulz(const CpuDeviceOptions &options, DType precision,
+                          int64_t rows, int64_t cols,
+                          const std::vector<std::array<double, 3>> &abc);
 
 class CpuDevice final : public Device {
 public:
