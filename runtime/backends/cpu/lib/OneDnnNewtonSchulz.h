@@ -3,7 +3,9 @@
 // The CPU backend's bf16 Newton-Schulz where the CPU has bf16 dot-product
 // instructions: every product a oneDNN matmul with bf16 operands, f32
 // accumulation and a bf16 result (its scale and sum epilogue in f32), the
-// symmetric products only over the Gram matrix's lower block columns.
+// symmetric products only over the Gram matrix's lower block columns; wide
+// and tall matrices optionally in Gram phases of 2 steps (run's `gram`,
+// chosen by CpuDevice from NsForm, gramPays and gramKeepsAccuracy).
 // Built only with oneDNN (MUON_HAVE_ONEDNN); CpuDevice.cpp decides when it
 // runs.
 //
