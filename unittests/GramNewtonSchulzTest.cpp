@@ -150,6 +150,13 @@ std::vector<std::array<double, 3>> jordanSteps(int64_t steps) {
   return std::vector<std::array<double, 3>>(steps, {3.4445, -4.775, 2.0315});
 }
 
+/// Whether `steps` steps of Jordan's coefficients run in the Gram form.
+bool usesWithJordan(const CpuDeviceOptions &options, DType precision,
+                    int64_t rows, int64_t cols, int64_t steps) {
+  return cpu::usesGramNewtonSchulz(options, precision, rows, cols,
+                                   jordanSteps(steps));
+}
+
 struct Case {
   int64_t rows, cols;
   const char *preset;
@@ -312,8 +319,7 @@ TEST(GramNewtonSchulzBf16, Choice) {
   blas.oneDnn = false;
   auto uses = [](const CpuDeviceOptions &o, int64_t rows, int64_t cols,
                  int64_t steps) {
-    return cpu::usesGramNewtonSchulz(o, DType::BF16, rows, cols,
-                                     jordanSteps(steps));
+    return usesWithJordan(o, DType::BF16, rows, cols, steps);
   };
   EXPECT_FALSE(uses(blas, 768, 3072, 5));
   EXPECT_FALSE(uses(standard, 768, 3072, 5));
@@ -352,8 +358,7 @@ TEST(GramNewtonSchulz, Choice) {
   automatic.nsForm = NsForm::Auto;
   auto uses = [](const CpuDeviceOptions &o, int64_t rows, int64_t cols,
                  int64_t steps) {
-    return cpu::usesGramNewtonSchulz(o, DType::F32, rows, cols,
-                                     jordanSteps(steps));
+    return usesWithJordan(o, DType::F32, rows, cols, steps);
   };
   EXPECT_TRUE(uses(on, 768, 3072, 5));
   EXPECT_TRUE(uses(on, 3072, 768, 5));
