@@ -125,6 +125,10 @@ def refusals():
         "unknown_device": lambda: fake.Optimizer(plan, device="tpu"),
         "gram_on_gpu": lambda: fake.Optimizer(plan, ns_form="gram",
                                               device="cuda:0"),
+        "unknown_form_on_gpu": lambda: fake.Optimizer(plan, ns_form="fast",
+                                                      device="cuda:0"),
+        "auto_on_gpu": lambda: fake.Optimizer(plan, ns_form="auto",
+                                              device="cuda:0"),
         "stream_on_cpu": lambda: fake.Optimizer(plan).step(stream=0),
         "cpu_core_no_stream": lambda: cpu_core.Optimizer(plan).step(stream=0),
     }

@@ -75,6 +75,10 @@ def test_one_process_on_the_fake_gpu_matches_cpu(tmp_path):
     assert "device 'tpu': expected 'cpu', 'cuda' or 'cuda:N'" in \
         errors["unknown_device"], errors
     assert "ns_form 'gram' is the CPU's" in errors["gram_on_gpu"], errors
+    # An unknown form is refused on a GPU too; auto (the default) is taken.
+    assert "ns_form 'fast': expected 'auto', 'standard' or 'gram'" in \
+        errors["unknown_form_on_gpu"], errors
+    assert errors["auto_on_gpu"] is None, errors
     for case in ("stream_on_cpu", "cpu_core_no_stream"):
         assert "a stream is for an optimizer on a GPU; this one runs on the " \
             "cpu" in errors[case], errors

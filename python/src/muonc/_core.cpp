@@ -496,6 +496,16 @@ void mpiFinalize() {
     MPI_Finalize();
 }
 
+/// ns_form's value ("auto", "standard", "gram"; "" for MUON_CPU_NS_FORM's,
+/// else auto); an unknown one raises.
+rt::cpu::NsForm nsFormOrDefault(const std::string &nsForm) {
+  rt::cpu::NsForm form = rt::cpu::CpuDeviceOptions::nsFormFromEnvironment();
+  if (!nsForm.empty() && !rt::cpu::parseNsForm(nsForm, form))
+    throw StatusError("invalid argument: ns_form '" + nsForm +
+                      "': expected 'auto', 'standard' or 'gram'");
+  return form;
+}
+
 class PyOptimizer {
 public:
   /// `comm`: None for one process, "mpi" for MPI_COMM_WORLD (a duplicate),
@@ -774,12 +784,10 @@ public:
   /// (auto unset); or a GPU, "cuda" or "cuda:N", where the CUDA backend is
   /// built.
   void createDevice(const std::string &name, const std::string &nsForm) {
+    const rt::cpu::NsForm form = nsFormOrDefault(nsForm);
     if (name == "cpu") {
       rt::cpu::CpuDeviceOptions options;
-      if (!nsForm.empty() &&
-          !rt::cpu::parseNsForm(nsForm, options.nsForm))
-        throw StatusError("invalid argument: ns_form '" + nsForm +
-                          "': expected 'auto', 'standard' or 'gram'");
+      options.nsForm = form;
       device = std::make_unique<rt::cpu::CpuDevice>(options);
       return;
     }
@@ -791,7 +799,7 @@ public:
                         "': muonc was built without the CUDA backend "
                         "(Muon::Cuda); GPU tensors need a build where CMake "
                         "found nvcc and cuBLAS");
-    if (nsForm == "gram")
+    if (form == rt::cpu::NsForm::Gram)
       throw StatusError("invalid argument: ns_form '" + nsForm +
                         "' is the CPU's; on a GPU Newton-Schulz runs in its "
                         "standard form");
@@ -981,10 +989,7 @@ static void defineModule(nb::module_ &m) {
   m.def(
       "cpu_newton_schulz",
       [](const std::string &nsDtype, const std::string &nsForm) {
-        rt::cpu::NsForm form = rt::cpu::NsForm::Auto;
-        if (!nsForm.empty() && !rt::cpu::parseNsForm(nsForm, form))
-          throw StatusError("invalid argument: ns_form '" + nsForm +
-                            "': expected 'auto', 'standard' or 'gram'");
+        const rt::cpu::NsForm form = nsFormOrDefault(nsForm);
         rt::DType dtype;
         if (nsDtype == "auto")
           dtype = rt::cpu::CpuDevice().defaultNsDtype();
