@@ -2,6 +2,7 @@
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/MatrixStep.h"
 
+#include "muon/Plan/ElementState.h"
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Validate.h"
@@ -118,9 +119,9 @@ Status Optimizer::bind(const std::string &name, void *values, DType dtype,
                            std::to_string(comm.rank()) + " holds " +
                            std::to_string(slot.elements) +
                            " elements of it, not " + std::to_string(elements));
-  if (slot.elements && (!values || !grad))
+  if (slot.elements && !values)
     return invalidArgument("parameter '" + name +
-                           "': values and gradient must not be null");
+                           "': its values must not be null");
   executor->bind(it->second, values, grad, gradType);
   this->values[it->second] = values;
   slot.gradType = gradType;
@@ -384,6 +385,21 @@ Status Optimizer::loadCheckpoint(const std::string &dir, bool withParameters) {
 }
 
 DType Optimizer::nsDtype() const { return executor->nsPrecision(); }
+
+float *Optimizer::stateData(const std::string &name, std::string_view slot) {
+  auto it = slotOf.find(name);
+  const int index = elementSlotNamed(slot);
+  if (it == slotOf.end() || index < 0)
+    return nullptr;
+  return executor->elementState(static_cast<int64_t>(it->second), index);
+}
+
+int64_t *Optimizer::stepCountData(const std::string &name) {
+  auto it = slotOf.find(name);
+  if (it == slotOf.end() || slots[it->second].muon || !slots[it->second].elements)
+    return nullptr;
+  return &executor->stepCount(static_cast<int64_t>(it->second));
+}
 
 const StepCounters &Optimizer::counters() const { return executor->counters(); }
 const std::vector<TraceEvent> &Optimizer::trace() const {

@@ -95,8 +95,9 @@ StepExecutor::applyQkClip(const std::vector<std::vector<float>> &maxima) {
     }
     for (auto [param, factors] : {std::pair{qkParams[l].first, &queryFactor},
                                   std::pair{qkParams[l].second, &keyFactor}}) {
+      // A parameter the step left out (no gradient) stays as it was.
       LocalParam &local = locals[param];
-      if (!local.elements)
+      if (!local.elements || isSkipped(param))
         continue;
       const int64_t headRows = planRef.params[param].layout.shape[0] /
                                static_cast<int64_t>(factors->size());

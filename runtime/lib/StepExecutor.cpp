@@ -1,5 +1,6 @@
 //===- StepExecutor.cpp - One rank's side of a compiled step --------------===//
 #include "muon/Runtime/StepExecutor.h"
+#include "StepLayout.h"
 
 #include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/PlanBinary.h"
@@ -8,6 +9,7 @@
 #include "muon/Support/Fnv.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -27,6 +29,8 @@ StepExecutor::StepExecutor(const Plan &plan, Communicator &comm, Device &device,
                            ExecutorOptions options)
     : planRef(plan), currentGroups(plan.groups), comm(comm), device(device),
       options(options) {}
+
+StepExecutor::~StepExecutor() = default;
 
 Status StepExecutor::allocate(DeviceBuffer &buffer, int64_t bytes,
                               const char *what) {
@@ -128,18 +132,11 @@ Status StepExecutor::initialize() {
             allocate(local.summedGrad, bytes, "summed gradients"));
     }
   }
-  views.clear();
-  for (const Exchange &ex : plan.exchanges)
-    views.push_back(rankExchangeView(ex, myRank));
-  batchesByRound.assign(plan.rounds.size(), {});
-  slotOf.clear();
-  if (myRank < static_cast<int64_t>(plan.nsBatches.size()))
-    for (const NsBatch &b : plan.nsBatches[myRank]) {
-      if (b.round >= 0 && b.round < static_cast<int64_t>(plan.rounds.size()))
-        batchesByRound[b.round].push_back(&b);
-      for (size_t i = 0; i < b.matrices.size(); ++i)
-        slotOf[b.matrices[i]] = {&b, static_cast<int64_t>(i)};
-    }
+  wholeLayout = std::make_unique<StepLayout>();
+  StepLayout::derive(plan, myRank, *wholeLayout);
+  layout = wholeLayout.get();
+  partLayout.reset();
+  partSkipped.clear();
   // QK-clip's parameters by index (the validator checked that they exist).
   qkLogits.assign(plan.qkClip.size(), {});
   qkParams.clear();
@@ -157,7 +154,7 @@ Status StepExecutor::initialize() {
   }
   rowStates.clear();
   const std::vector<MatrixStep> &steps = matrixSteps();
-  for (const auto &[k, slot] : slotOf) {
+  for (const auto &[k, slot] : wholeLayout->slotOf) {
     const PlanMatrix &m = plan.matrices[k];
     const PlanParam &p = plan.params[m.paramIndex];
     for (size_t s = 0; s < steps.size(); ++s)
@@ -223,15 +220,15 @@ int64_t StepExecutor::memoryBound() const {
   int64_t reduce = 0;
   for (size_t e = 0; e < plan.exchanges.size(); ++e) {
     const Exchange &ex = plan.exchanges[e];
-    const int64_t bytes =
-        (views[e].sendElements + views[e].recvElements) * width;
+    const RankExchangeView &view = wholeLayout->views[e];
+    const int64_t bytes = (view.sendElements + view.recvElements) * width;
     if (ex.phase == Exchange::Phase::Reduce)
       reduce += bytes;
     else if (ex.round >= 0 && ex.round < static_cast<int64_t>(perRound.size()))
       perRound[ex.round] += bytes;
   }
-  for (size_t r = 0; r < batchesByRound.size(); ++r)
-    for (const NsBatch *b : batchesByRound[r])
+  for (size_t r = 0; r < wholeLayout->batchesByRound.size(); ++r)
+    for (const NsBatch *b : wholeLayout->batchesByRound[r])
       perRound[r] +=
           static_cast<int64_t>(b->matrices.size()) * b->rows * b->cols * 4;
   // The rounds alive at once: those in flight and the one being
@@ -263,7 +260,7 @@ uint64_t StepExecutor::groupsHash() const {
 
 bool StepExecutor::allBound() const {
   for (const LocalParam &local : locals)
-    if (local.elements && (!local.values || !local.grad))
+    if (local.elements && !local.values)
       return false;
   return true;
 }
@@ -335,8 +332,8 @@ Status StepExecutor::fullMatrix(int64_t k, float *&matrix) {
     return okStatus();
   }
   const PlanMatrix &m = planRef.matrices[k];
-  auto slot = slotOf.find(k);
-  if (slot == slotOf.end()) // the plan validator rules this out
+  auto slot = layout->slotOf.find(k);
+  if (slot == layout->slotOf.end()) // the plan validator rules this out
     return invalidArgument("matrix " + m.label() + " reaches rank " +
                            std::to_string(myRank) +
                            " but is in none of its Newton-Schulz batches");
@@ -383,7 +380,7 @@ std::string StepExecutor::describeExchange(int64_t index) const {
 
 Status StepExecutor::startExchange(int64_t index) {
   const Exchange &ex = planRef.exchanges[index];
-  const RankExchangeView &view = views[index];
+  const RankExchangeView &view = layout->views[index];
   const int64_t width = dtypeBytes(wire);
   InFlight &flight = inFlight[index];
   MUON_RETURN_IF_ERROR(
@@ -457,7 +454,7 @@ Status StepExecutor::startExchange(int64_t index) {
     for (int64_t k : planRef.rounds[ex.round])
       if (planRef.matrices[k].owner == myRank)
         full.erase(k);
-    for (const NsBatch *batch : batchesByRound[ex.round])
+    for (const NsBatch *batch : layout->batchesByRound[ex.round])
       batchBuffers.erase(batch);
   }
   // The packing copies are queued on the device, not necessarily done: a
@@ -477,7 +474,7 @@ Status StepExecutor::finishExchange(int64_t index) {
     return transportFailure("waiting for " + describeExchange(index) + ": ",
                             error);
   const Exchange &ex = planRef.exchanges[index];
-  const RankExchangeView &view = views[index];
+  const RankExchangeView &view = layout->views[index];
   const int64_t width = dtypeBytes(wire);
   const char *recvBytes = static_cast<const char *>(flight.recv.data());
   if (ex.phase == Exchange::Phase::Reduce) {
@@ -559,7 +556,7 @@ double StepExecutor::sinceStep() const {
 
 Status StepExecutor::runNewtonSchulz(int64_t round) {
   const int64_t limit = std::max<int64_t>(1, device.nsBatchLimit());
-  for (const NsBatch *batch : batchesByRound[round]) {
+  for (const NsBatch *batch : layout->batchesByRound[round]) {
     const double traceBegin = options.trace ? sinceStep() : 0;
     const int64_t flopsBefore = lastCounters.nsFlops;
     // Every matrix of the batch, in its place in the batch's buffer (a
@@ -624,14 +621,16 @@ Status StepExecutor::runNewtonSchulz(int64_t round) {
 }
 
 void StepExecutor::applyRound(int64_t round) {
-  for (const NsBatch *batch : batchesByRound[round])
+  for (const NsBatch *batch : layout->batchesByRound[round])
     batchBuffers.erase(batch);
   for (int64_t k : planRef.rounds[round]) {
     full.erase(k);
+    const PlanMatrix &m = planRef.matrices[k];
+    if (isSkipped(m.paramIndex))
+      continue;
     Piece own = piece(k);
     if (own.offset < 0)
       continue;
-    const PlanMatrix &m = planRef.matrices[k];
     LocalParam &local = locals[m.paramIndex];
     const MuonSettings &settings =
         currentGroups[planRef.params[m.paramIndex].group].muonSettings;
@@ -654,7 +653,7 @@ void StepExecutor::applyRound(int64_t round) {
 void StepExecutor::runAdamW() {
   for (size_t i = 0; i < locals.size(); ++i) {
     LocalParam &local = locals[i];
-    if (planRef.params[i].muon || !local.elements)
+    if (planRef.params[i].muon || !local.elements || isSkipped(i))
       continue;
     // Summed by this step's reduce when the gradient has several summands.
     const void *grad = local.summed ? local.summedGrad.data() : local.grad;
@@ -689,8 +688,8 @@ void StepExecutor::recordTrace(const ScheduleStep &s, double begin) {
     e.begin = started;
     e.lane = lane;
     traceLanes.done(s.index);
-    e.bytesSent = views[s.index].sendElements * width;
-    e.bytesReceived = views[s.index].recvElements * width;
+    e.bytesSent = layout->views[s.index].sendElements * width;
+    e.bytesReceived = layout->views[s.index].recvElements * width;
     break;
   }
   case Kind::Momentum:
@@ -710,14 +709,17 @@ void StepExecutor::recordTrace(const ScheduleStep &s, double begin) {
 namespace {
 // The agreement before a step: every rank's word, all-gathered. The top 24
 // bits say what stops the rank (0 nothing, 1 unbound storage, 2 + i a
-// non-finite gradient in parameter i), the low 40 bits carry its group
-// settings' hash. 40 bits keep the check in the one collective the step
-// already makes; two ranks with different settings collide with
-// probability 2^-40.
-constexpr int kHashBits = 40;
-constexpr uint64_t kHashMask = (uint64_t(1) << kHashBits) - 1;
+// non-finite gradient in parameter i); bit 39 says that the rank holds
+// parameters without a gradient (whose set the ranks then agree on in a
+// second exchange, which a step where every gradient is there never
+// makes); the low 39 bits carry its group settings' hash. The bits keep
+// the check in the one collective the step already makes; two ranks with
+// different settings collide with probability 2^-39.
+constexpr int kStatusShift = 40;
+constexpr uint64_t kMissingGradient = uint64_t(1) << 39;
+constexpr uint64_t kHashMask = kMissingGradient - 1;
 constexpr uint64_t kUnbound = 1, kNonFiniteBase = 2;
-constexpr uint64_t kMaxWord = (uint64_t(1) << (64 - kHashBits)) - 1;
+constexpr uint64_t kMaxStatus = (uint64_t(1) << (64 - kStatusShift)) - 1;
 } // namespace
 
 Status StepExecutor::step(StepResult &result) {
@@ -725,29 +727,40 @@ Status StepExecutor::step(StepResult &result) {
   lastCounters.workingBytesBound = workingBytesBound;
   peakBytes = liveBytes;
   result = {};
+  skipped.clear();
+  layout = wholeLayout.get();
   for (LocalParam &local : locals)
     local.summed = false;
   // One agreement before any state changes: every rank bound its storage,
   // set the same group settings, and no gradient holds NaN or Inf.
-  uint64_t word = 0;
+  uint64_t stop = 0;
+  bool missing = false;
   if (!allBound())
-    word = kUnbound;
-  for (size_t i = 0; i < locals.size() && word == 0; ++i)
-    if (locals[i].elements &&
-        !device.allFinite(locals[i].grad, locals[i].gradType,
-                          locals[i].elements))
-      word = std::min<uint64_t>(kNonFiniteBase + i, kMaxWord);
+    stop = kUnbound;
+  for (size_t i = 0; i < locals.size() && stop == 0; ++i) {
+    const LocalParam &local = locals[i];
+    if (!local.elements)
+      continue;
+    if (!local.grad)
+      missing = true;
+    else if (!device.allFinite(local.grad, local.gradType, local.elements))
+      stop = std::min<uint64_t>(kNonFiniteBase + i, kMaxStatus);
+  }
   std::vector<uint64_t> words;
   std::string error;
-  if (!comm.allGather((word << kHashBits) | (groupsHash() & kHashMask), words,
-                      options.timeoutSeconds, error))
+  if (!comm.allGather((stop << kStatusShift) |
+                          (missing ? kMissingGradient : 0) |
+                          (groupsHash() & kHashMask),
+                      words, options.timeoutSeconds, error))
     return transportFailure("checking gradients for NaN/Inf: ", error);
   std::vector<int64_t> unbound, otherSettings;
   int64_t firstBad = -1, badRank = -1;
+  bool anyMissing = false;
   for (size_t r = 0; r < words.size(); ++r) {
-    uint64_t w = words[r] >> kHashBits;
+    uint64_t w = words[r] >> kStatusShift;
     if ((words[r] & kHashMask) != (words[0] & kHashMask))
       otherSettings.push_back(static_cast<int64_t>(r));
+    anyMissing = anyMissing || (words[r] & kMissingGradient);
     if (w == kUnbound)
       unbound.push_back(static_cast<int64_t>(r));
     else if (w >= kNonFiniteBase &&
@@ -766,6 +779,8 @@ Status StepExecutor::step(StepResult &result) {
     return failedPrecondition("rank " + std::to_string(unbound[0]) +
                               " has not bound every parameter it holds; "
                               "nothing was changed");
+  if (anyMissing)
+    MUON_RETURN_IF_ERROR(agreeOnMissingGradients());
   if (firstBad >= 0) {
     // The skipped step's forward pass made the logits: they go with it.
     for (std::vector<float> &logits : qkLogits)
@@ -774,6 +789,7 @@ Status StepExecutor::step(StepResult &result) {
     result.nonFiniteRank = badRank;
     return okStatus();
   }
+  layout = &layoutFor(skipped);
   std::vector<std::vector<float>> qkMaxima;
   if (!planRef.qkClip.empty())
     MUON_RETURN_IF_ERROR(agreeOnQkLogits(qkMaxima));
@@ -792,6 +808,86 @@ Status StepExecutor::step(StepResult &result) {
   MUON_RETURN_IF_ERROR(agreeOnDeviceErrors());
   result.applied = true;
   return okStatus();
+}
+
+Status StepExecutor::agreeOnMissingGradients() {
+  // Every rank's parameters without a gradient (of those it holds): their
+  // union is the step's set. Then each rank says the first parameter of the
+  // set it holds with a gradient, so that a parameter whose holders
+  // disagree fails the step on every rank, naming both sides.
+  std::vector<int64_t> mine;
+  for (size_t i = 0; i < locals.size(); ++i)
+    if (locals[i].elements && !locals[i].grad)
+      mine.push_back(static_cast<int64_t>(i));
+  std::vector<char> bytes(mine.size() * sizeof(int64_t));
+  if (!mine.empty())
+    std::memcpy(bytes.data(), mine.data(), bytes.size());
+  std::vector<std::vector<char>> every;
+  std::string error;
+  if (!comm.allGatherBytes(bytes, every, options.timeoutSeconds, error))
+    return transportFailure("agreeing on the parameters without a gradient: ",
+                            error);
+  const int64_t count = static_cast<int64_t>(locals.size());
+  std::vector<bool> none(locals.size(), false);
+  std::vector<std::vector<int64_t>> lists(every.size());
+  for (size_t r = 0; r < every.size(); ++r) {
+    lists[r].resize(every[r].size() / sizeof(int64_t));
+    if (!lists[r].empty())
+      std::memcpy(lists[r].data(), every[r].data(),
+                  lists[r].size() * sizeof(int64_t));
+    for (int64_t i : lists[r])
+      if (i < 0 || i >= count)
+        return Status(StatusCode::Internal,
+                      "rank " + std::to_string(r) +
+                          " named parameter " + std::to_string(i) +
+                          " as without a gradient; the plan has " +
+                          std::to_string(count));
+      else
+        none[i] = true;
+  }
+  int64_t conflict = std::numeric_limits<int64_t>::max();
+  for (size_t i = 0; i < locals.size(); ++i)
+    if (none[i] && locals[i].elements && locals[i].grad) {
+      conflict = static_cast<int64_t>(i);
+      break;
+    }
+  std::vector<uint64_t> conflicts;
+  if (!comm.allGather(static_cast<uint64_t>(conflict), conflicts,
+                      options.timeoutSeconds, error))
+    return transportFailure("agreeing on the parameters without a gradient: ",
+                            error);
+  const uint64_t first =
+      *std::min_element(conflicts.begin(), conflicts.end());
+  if (first != static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    std::vector<int64_t> with, without;
+    for (size_t r = 0; r < conflicts.size(); ++r) {
+      if (conflicts[r] == first)
+        with.push_back(static_cast<int64_t>(r));
+      if (std::find(lists[r].begin(), lists[r].end(),
+                    static_cast<int64_t>(first)) != lists[r].end())
+        without.push_back(static_cast<int64_t>(r));
+    }
+    return failedPrecondition(
+        "parameter '" + planRef.params[first].name + "' has a gradient on " +
+        "ranks " + formatRanks(with) + " only, and none (grad is None) on " +
+        "ranks " + formatRanks(without) +
+        "; every rank that holds a piece of it must have a gradient, or "
+        "none (nothing was changed)");
+  }
+  skipped = std::move(none);
+  return okStatus();
+}
+
+const StepLayout &StepExecutor::layoutFor(const std::vector<bool> &skip) {
+  if (std::find(skip.begin(), skip.end(), true) == skip.end())
+    return *wholeLayout;
+  if (!partLayout || partSkipped != skip) {
+    auto layout = std::make_unique<StepLayout>();
+    StepLayout::filter(planRef, *wholeLayout, skip, *layout);
+    partLayout = std::move(layout);
+    partSkipped = skip;
+  }
+  return *partLayout;
 }
 
 Status StepExecutor::agreeOnDeviceErrors() {
@@ -826,7 +922,7 @@ Status StepExecutor::runSchedule() {
     switch (s.kind) {
     case Kind::Momentum:
       for (size_t i = 0; i < locals.size(); ++i)
-        if (planRef.params[i].muon && locals[i].elements)
+        if (planRef.params[i].muon && locals[i].elements && !isSkipped(i))
           device.momentum(locals[i].grad, locals[i].gradType,
                           locals[i].state[kMomentumSlot].floats(),
                           locals[i].update.floats(), locals[i].elements,

@@ -111,7 +111,9 @@ muon_status muon_optimizer_param(const muon_optimizer *opt, int64_t index,
                                  muon_param_info *out);
 
 /* Binds this rank's storage of parameter `name` (`elements` values of
- * `dtype`, row-major over its box). */
+ * `dtype`, row-major over its box). A NULL `grad` says the parameter has no
+ * gradient (torch's grad None): steps leave it untouched while every rank
+ * that holds it has none (muon::runtime::Optimizer::bind). */
 muon_status muon_optimizer_bind(muon_optimizer *opt, const char *name,
                                 void *values, const void *grad,
                                 muon_dtype dtype, int64_t elements);

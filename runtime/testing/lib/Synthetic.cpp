@@ -64,6 +64,13 @@ SyntheticModel::SyntheticModel(Optimizer &optimizer, Device &device,
   }
 }
 
+Status SyntheticModel::setHasGradient(int64_t param, bool has) {
+  const ParamSlot &slot = optimizer.params()[param];
+  return optimizer.bind(slot.name, params[param].data(), slot.dtype,
+                        has ? grads[param].data() : nullptr, slot.gradType,
+                        slot.elements);
+}
+
 void SyntheticModel::store(int64_t param, DeviceBuffer &buffer,
                            const std::vector<float> &host) {
   const ParamSlot &slot = optimizer.params()[param];

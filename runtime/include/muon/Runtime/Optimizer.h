@@ -42,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace muon::runtime {
@@ -169,7 +170,12 @@ public:
   /// `values` are of the plan's dtype; the gradient may be of any storage
   /// type (`gradType`: bf16 weights with f32 gradients, f32 master weights
   /// with bf16 gradients). `elements` must be the slot's. A parameter this
-  /// rank does not hold needs no binding.
+  /// rank does not hold needs no binding. A null `grad` says the parameter
+  /// has no gradient (torch's `grad is None`: a frozen weight, an expert
+  /// that got no tokens): the steps that follow, until a gradient is bound,
+  /// leave it untouched (values, state, step count) and move none of its
+  /// bytes, provided every rank that holds a piece of it has none too (see
+  /// step()).
   Status bind(const std::string &name, void *values, DType dtype,
               const void *grad, DType gradType, int64_t elements);
   /// The same with values and gradient of one type.
@@ -231,13 +237,29 @@ public:
                          int64_t root = -1);
 
   /// One optimizer step on the bound gradients, with the groups' current
-  /// settings. Collective. Fails, with nothing changed, when a rank has
-  /// unbound parameters or ranks set different group settings; fails when
+  /// settings. Collective. Parameters bound without a gradient on every
+  /// rank that holds them are left out, as torch skips a parameter whose
+  /// grad is None. Fails, with nothing changed, when a rank has unbound
+  /// parameters, ranks set different group settings, or a parameter has a
+  /// gradient on some of its holders and none on others (the message names
+  /// it and both sets of ranks); fails when
   /// a peer does not answer, the device runs out of memory or reports an
   /// error (on every rank). A gradient with NaN or Inf on any rank skips the
   /// step on every rank, changing nothing (`result.applied` false).
   Status step(StepResult &result);
   int64_t stepsTaken() const { return steps; }
+
+  /// This rank's optimizer state of parameter `name` in place, for views of
+  /// it (muonc.torch's `opt.state`): element slot `slot` (ElementState.h:
+  /// "momentum", "exp_avg", "exp_avg_sq"), one f32 per element of the
+  /// slot's box, row-major, in device memory. Null where the parameter's
+  /// algorithm keeps no such slot, where this rank holds none of it, or for
+  /// an unknown name or slot. Steps and loads write it in place, and it
+  /// lives as long as the optimizer.
+  float *stateData(const std::string &name, std::string_view slot);
+  /// The piece's step count in place (AdamW's bias correction), or null
+  /// where the parameter is not AdamW's or this rank holds none of it.
+  int64_t *stepCountData(const std::string &name);
 
   /// Saves this rank's optimizer state into `dir` (created if missing; an
   /// empty path is refused): one file per rank, holding every local

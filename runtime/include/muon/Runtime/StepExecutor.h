@@ -27,10 +27,13 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace muon::runtime {
+
+class StepLayout;
 
 /// What one step really did on this rank, counted as it happened.
 struct StepCounters {
@@ -68,6 +71,7 @@ class StepExecutor {
 public:
   StepExecutor(const Plan &plan, Communicator &comm, Device &device,
                ExecutorOptions options = {});
+  ~StepExecutor();
 
   /// Checks that the plan fits the communicator and that every rank holds
   /// the same plan (a hash exchanged at start-up; mismatching ranks are
@@ -87,9 +91,11 @@ public:
   /// Binds the piece's storage (device memory, row-major over the box): the
   /// values in `dtype(param)`, the gradient in `gradType` (any storage
   /// type: bf16 weights may have f32 gradients, f32 master weights bf16
-  /// ones); both outlive the executor's steps.
+  /// ones); both outlive the executor's steps. A null `grad` says the
+  /// parameter has no gradient for the next steps (torch's `grad is None`):
+  /// they leave it untouched (see step()).
   void bind(int64_t param, void *values, const void *grad, DType gradType);
-  /// Whether every parameter this rank holds is bound.
+  /// Whether every parameter this rank holds has its values bound.
   bool allBound() const;
 
   /// The hyper-parameters the next step uses, per plan group: the plan's
@@ -109,9 +115,15 @@ public:
   /// a layer no rank set is not clipped.
   void setQkMaxLogits(int64_t layer, std::vector<float> logits);
 
-  /// One optimizer step. Fails on a problem that changes nothing, found in
-  /// the agreement every rank makes before any state changes (a rank with
-  /// unbound parameters, ranks whose group settings differ), or on a fatal
+  /// One optimizer step. A parameter whose gradient is null on every rank
+  /// that holds a piece of it is left out, as torch skips a parameter whose
+  /// grad is None: its values, state and step count stay as they are, and
+  /// none of its bytes cross (its matrices' exchanges carry nothing of it,
+  /// no Newton-Schulz runs on them). Fails on a problem that changes
+  /// nothing, found in the agreement every rank makes before any state
+  /// changes (a rank with unbound parameters, ranks whose group settings
+  /// differ, a parameter with a gradient on some of its holders and none on
+  /// others), or on a fatal
   /// one (a peer that does not answer in time, a transport failure, memory
   /// or a device error, which fails the step on every rank after the work);
   /// a skipped step for non-finite gradients is not an error (see
@@ -193,6 +205,15 @@ private:
   void applyRound(int64_t round);
   void runAdamW();
   Status runSchedule();
+  /// The parameters without a gradient on every rank that holds them, into
+  /// `skipped`, when some rank said it has such parameters; refused when a
+  /// parameter has a gradient on some of its holders only. Collective.
+  Status agreeOnMissingGradients();
+  /// The layout of a step that leaves out `skipped` (none: the whole one).
+  const StepLayout &layoutFor(const std::vector<bool> &skipped);
+  bool isSkipped(int64_t param) const {
+    return !skipped.empty() && skipped[param];
+  }
   /// After the work: a device error on any rank fails the step on every
   /// rank, with the first failing rank's message.
   Status agreeOnDeviceErrors();
@@ -226,15 +247,15 @@ private:
   DType nsDtype = DType::F32; // the plan's ns_dtype, "auto" resolved
   int64_t myRank = 0;
   std::vector<LocalParam> locals;
-  std::vector<RankExchangeView> views; // per exchange, this rank's side
-  std::vector<std::vector<const NsBatch *>> batchesByRound;
-  /// Gathered matrices: each NS batch's matrices lie one after another in
-  /// one buffer (a GPU orthogonalizes them in one strided batched call).
-  struct BatchSlot {
-    const NsBatch *batch = nullptr;
-    int64_t index = 0; // position in the batch
-  };
-  std::map<int64_t, BatchSlot> slotOf;                 // matrix -> batch
+  /// This rank's side of the whole step, and of the last step that left
+  /// parameters out (those without a gradient: `partSkipped`, one flag per
+  /// parameter), kept while the next steps leave out the same ones;
+  /// `layout` is the one the running step uses.
+  std::unique_ptr<StepLayout> wholeLayout, partLayout;
+  std::vector<bool> partSkipped;
+  const StepLayout *layout = nullptr;
+  /// The parameters the running step leaves out (empty: none).
+  std::vector<bool> skipped;
   /// The per-row state slots of the matrices this rank orthogonalizes, by
   /// (matrix, step) for each enabled per-matrix step; zero redundancy:
   /// nowhere else.

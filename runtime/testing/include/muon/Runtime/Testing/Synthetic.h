@@ -87,6 +87,9 @@ public:
   /// Adds `delta` to the first value the rank holds (fault injection:
   /// what a lost update looks like).
   void perturb(int64_t param, float delta);
+  /// Binds parameter `param` without its gradient (torch's grad None: the
+  /// steps that follow leave it out), or with it again.
+  Status setHasGradient(int64_t param, bool has);
 
 private:
   void store(int64_t param, DeviceBuffer &buffer,

@@ -1,0 +1,214 @@
+//===- MissingGradientTest.cpp - Parameters without a gradient ------------===//
+//
+// torch skips a parameter whose grad is None: no decay, no momentum change,
+// no AdamW step. The runtime does the same when every rank that holds a
+// piece of the parameter binds no gradient: the ranks agree on the set in
+// the step's agreement, and that step's exchanges and Newton-Schulz leave
+// those matrices out. A parameter with a gradient on some of its holders
+// only is refused on every rank, naming both sides.
+//
+//===----------------------------------------------------------------------===//
+#include "muon/Compiler/Compile.h"
+#include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Runtime/LocalCommunicator.h"
+#include "muon/Runtime/Optimizer.h"
+#include "muon/Runtime/Testing/Synthetic.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <set>
+#include <thread>
+
+using namespace muon;
+using namespace muon::runtime;
+namespace mc = muon::compiler;
+
+namespace {
+
+/// Matrices split over a 2 x 2 (fsdp, tp) mesh, one of them a Partial sum
+/// over tp, and AdamW vectors, one of them with a partial gradient too.
+Plan meshPlan() {
+  mc::Model model;
+  auto param = [&](std::string name, std::vector<int64_t> shape,
+                   std::vector<mc::Placement> placements) {
+    mc::Param p;
+    p.name = std::move(name);
+    p.shape = std::move(shape);
+    p.placements = std::move(placements);
+    model.params.push_back(p);
+  };
+  using P = mc::Placement;
+  param("wq", {24, 20}, {P::shard(0), P::shard(1)});
+  param("w1", {20, 36}, {P::shard(1), P::shard(0)});
+  param("wo", {17, 20}, {P::shard(0), P::partial()});
+  param("w2", {20, 20}, {P::shard(0), P::replicate()});
+  param("norm", {20}, {P::replicate(), P::replicate()});
+  param("bias", {36}, {P::shard(0), P::partial()});
+  mc::DistributedConfig config =
+      mc::createDTensorConfig({{2, 2}, {"fsdp", "tp"}});
+  Plan plan;
+  std::string error;
+  EXPECT_TRUE(mc::compile(model, &config, plan, error)) << error;
+  return plan;
+}
+
+int64_t paramIndex(const Plan &plan, const std::string &name) {
+  for (size_t i = 0; i < plan.params.size(); ++i)
+    if (plan.params[i].name == name)
+      return static_cast<int64_t>(i);
+  ADD_FAILURE() << "no parameter " << name;
+  return 0;
+}
+
+/// Per step, the parameters without a gradient.
+using Missing = std::map<int64_t, std::set<std::string>>;
+
+/// Trains `plan`'s synthetic problem for `steps` steps on one optimizer,
+/// binding no gradient for the parameters `missing` names at each step;
+/// records the counters of every step.
+void train(const Plan &plan, Optimizer &opt, SyntheticModel &model,
+           int64_t steps, const Missing &missing,
+           std::vector<StepCounters> *counters) {
+  for (int64_t s = 0; s < steps; ++s) {
+    model.makeGradients(s, 1, {});
+    auto it = missing.find(s);
+    for (size_t i = 0; i < plan.params.size(); ++i) {
+      const bool without =
+          it != missing.end() && it->second.count(plan.params[i].name);
+      ASSERT_TRUE(model.setHasGradient(static_cast<int64_t>(i), !without).ok());
+    }
+    std::vector<std::vector<float>> before;
+    for (size_t i = 0; i < plan.params.size(); ++i)
+      before.push_back(model.values(static_cast<int64_t>(i)));
+    StepResult result;
+    Status status = opt.step(result);
+    ASSERT_TRUE(status.ok()) << status.message();
+    ASSERT_TRUE(result.applied);
+    // What was left out did not move; everything else did.
+    for (size_t i = 0; i < plan.params.size(); ++i) {
+      const bool without =
+          it != missing.end() && it->second.count(plan.params[i].name);
+      if (model.values(static_cast<int64_t>(i)).empty())
+        continue; // this rank holds none of it
+      if (without)
+        EXPECT_EQ(model.values(static_cast<int64_t>(i)), before[i])
+            << plan.params[i].name << " at step " << s;
+      else
+        EXPECT_NE(model.values(static_cast<int64_t>(i)), before[i])
+            << plan.params[i].name << " at step " << s;
+    }
+    if (counters)
+      counters->push_back(opt.counters());
+  }
+}
+
+/// Runs `body(rank, optimizer, device)` on every rank of `plan` (threads).
+void onEveryRank(
+    const Plan &plan,
+    const std::function<void(int64_t, Optimizer &, Device &)> &body) {
+  LocalWorld world(plan.worldSize);
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < plan.worldSize; ++r)
+    ranks.emplace_back([&, r] {
+      LocalCommunicator comm(world, r);
+      cpu::CpuDevice device;
+      std::unique_ptr<Optimizer> opt;
+      Status s = Optimizer::create(plan, comm, device, {20.0}, opt);
+      ASSERT_TRUE(s.ok()) << s.message();
+      body(r, *opt, device);
+    });
+  for (std::thread &t : ranks)
+    t.join();
+}
+
+TEST(MissingGradient, LeftOutOnEveryRankEqualsOneRankLeavingItOut) {
+  const Plan plan = meshPlan();
+  const int64_t steps = 4;
+  // A Muon matrix and an AdamW vector, then a Partial matrix and a partial
+  // AdamW vector, then everything but one matrix.
+  const Missing missing = {{1, {"w1", "norm"}},
+                           {2, {"wo", "bias"}},
+                           {3, {"wq", "w1", "wo", "norm", "bias"}}};
+  std::vector<std::vector<float>> distributed = wholeTensors(plan);
+  std::vector<std::vector<StepCounters>> counters(plan.worldSize);
+  onEveryRank(plan, [&](int64_t r, Optimizer &opt, Device &device) {
+    SyntheticModel model(opt, device, 7, summandCounts(plan));
+    train(plan, opt, model, steps, missing, &counters[r]);
+    EXPECT_EQ(opt.stepsTaken(), steps);
+    model.copyInto(distributed);
+  });
+
+  // One rank, the same parameters left out at the same steps.
+  const Plan reference = referencePlan(plan);
+  SingleRankCommunicator self;
+  cpu::CpuDevice device;
+  std::unique_ptr<Optimizer> one;
+  ASSERT_TRUE(Optimizer::create(reference, self, device, {}, one).ok());
+  SyntheticModel model(*one, device, 7, summandCounts(plan));
+  train(reference, *one, model, steps, missing, nullptr);
+  for (size_t i = 0; i < plan.params.size(); ++i)
+    EXPECT_EQ(distributed[i], model.values(static_cast<int64_t>(i)))
+        << plan.params[i].name;
+
+  // Left out, a parameter's matrices cost nothing: at step 3 only w2's
+  // pieces cross (to its owner and back) and only its owner runs
+  // Newton-Schulz, on it alone.
+  int64_t flops = 0, bytes = 0, allBytes = 0;
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    flops += counters[r][3].nsFlops;
+    bytes += counters[r][3].bytesSent;
+    allBytes += counters[r][0].bytesSent;
+  }
+  int64_t w2 = -1, w2Elements = 0;
+  for (size_t k = 0; k < plan.matrices.size(); ++k)
+    if (plan.matrices[k].param == "w2")
+      w2 = static_cast<int64_t>(k);
+  ASSERT_GE(w2, 0);
+  for (const Exchange &ex : plan.exchanges)
+    for (const Transfer &t : ex.transfers)
+      if (t.matrix == w2)
+        w2Elements += t.elements();
+  EXPECT_EQ(flops, plan.matrices[w2].nsFlops);
+  EXPECT_EQ(bytes, w2Elements * 4);
+  EXPECT_GT(w2Elements, 0);
+  EXPECT_LT(bytes, allBytes);
+}
+
+TEST(MissingGradient, SomeHoldersOnlyIsRefusedOnEveryRank) {
+  const Plan plan = meshPlan();
+  const int64_t wq = paramIndex(plan, "wq");
+  std::vector<Status> statuses(plan.worldSize);
+  std::vector<bool> unchanged(plan.worldSize, false);
+  onEveryRank(plan, [&](int64_t r, Optimizer &opt, Device &device) {
+    SyntheticModel model(opt, device, 9, summandCounts(plan));
+    model.makeGradients(0, 1, {});
+    std::vector<std::vector<float>> before;
+    for (size_t i = 0; i < plan.params.size(); ++i)
+      before.push_back(model.values(static_cast<int64_t>(i)));
+    if (r == 1) {
+      ASSERT_TRUE(model.setHasGradient(wq, false).ok());
+    }
+    StepResult result;
+    statuses[r] = opt.step(result);
+    bool same = opt.stepsTaken() == 0;
+    for (size_t i = 0; i < plan.params.size(); ++i)
+      same = same && model.values(static_cast<int64_t>(i)) == before[i];
+    unchanged[r] = same;
+    // The same step with rank 1's gradient back runs.
+    ASSERT_TRUE(model.setHasGradient(wq, true).ok());
+    EXPECT_TRUE(opt.step(result).ok());
+  });
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    EXPECT_EQ(statuses[r].code(), StatusCode::FailedPrecondition);
+    EXPECT_EQ(statuses[r].message(),
+              "parameter 'wq' has a gradient on ranks [0, 2, 3] only, and "
+              "none (grad is None) on ranks [1]; every rank that holds a "
+              "piece of it must have a gradient, or none (nothing was "
+              "changed)");
+    EXPECT_TRUE(unchanged[r]) << "rank " << r;
+  }
+}
+
+} // namespace
