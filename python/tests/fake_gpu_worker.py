@@ -16,6 +16,7 @@ import torch.distributed as dist  # noqa: E402
 
 import muonc._core as cpu_core  # noqa: E402
 import muonc.torch as mt  # noqa: E402
+import muonc.torch._muon as optimizer_module  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import TinyTransformer, batch, loss_of, split_params  # noqa: E402
@@ -34,10 +35,11 @@ def on_fake_gpu(t):
 def use_backend(gpu):
     """muonc.torch's engine on the fake GPU (device 'cuda:0', ordered with
     the legacy default stream) or on the CPU."""
-    mt._core = fake if gpu else cpu_core
-    mt._engine_device_name = (lambda d: "cuda:0") if gpu else \
+    optimizer_module._core = fake if gpu else cpu_core
+    optimizer_module.engine_device_name = (lambda d: "cuda:0") if gpu else \
         (lambda d: "cpu")
-    mt._current_stream = (lambda d: 0) if gpu else (lambda d: None)
+    optimizer_module.current_stream = (lambda d: 0) if gpu else \
+        (lambda d: None)
 
 
 def train(gpu, rank, world, dtype):

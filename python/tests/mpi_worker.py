@@ -41,7 +41,7 @@ def main(mode, out):
              else {})
     opt = Muon(groups(model), lr=0.02, **extra)
     result["wire_dtype"] = json.loads(opt.engine.plan_json())["wire_dtype"]
-    result["communicator"] = opt._communicator
+    result["communicator"] = opt.communicator
     result["world_size"] = opt.engine.world_size
     result["assignments"] = opt.assignments
     if mode == "plain":

@@ -152,9 +152,23 @@ def test_beta2_is_a_step_input_and_normuon_is_not():
     w.grad = grads[1].clone()
     opt.step()
     assert not torch.equal(w.detach(), b[2])
+    # normuon decides which matrices keep per-row state: turned off between
+    # steps, the plan is compiled again, the momentum carries over and the
+    # next step is plain Muon's from it.
+    plain = Muon([torch.nn.Parameter(w.detach().clone())], lr=LR,
+                 weight_decay=0.0)
+    state = copy.deepcopy(opt.state_dict())
+    del state["state"][0]["normuon_v"]
+    for g in state["param_groups"]:
+        g["normuon"] = False
+    plain.load_state_dict(state)
     opt.param_groups[0]["normuon"] = False
-    with pytest.raises(MuonError, match="normuon are compiled into the plan"):
-        opt.step()
+    w.grad = grads[1].clone()
+    plain.param_groups[0]["params"][0].grad = grads[1].clone()
+    opt.step()
+    plain.step()
+    assert torch.equal(w.detach(), plain.param_groups[0]["params"][0].detach())
+    assert "normuon_v" not in opt.state_dict()["state"][0]
 
 
 def test_bad_settings():

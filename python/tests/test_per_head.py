@@ -177,14 +177,34 @@ def test_normuon_per_head():
         assert torch.equal(normuon_v[r["slice"]], r["values"])
 
 
-def test_plan_keys_cannot_change():
+def test_plan_keys_changed_between_steps_recompile_the_plan():
+    # num_heads decides the matrices: a change between steps compiles the
+    # plan again, keeping the momentum; the next step cuts 4 heads. Against
+    # the reference run with 2 heads, then 4, from the same momentum.
     rng = np.random.default_rng(1)
     w0 = rng.standard_normal((16, 8)).astype(np.float32)
-    _, opt = run(w0, [w0], num_heads=2)
+    grads = [rng.standard_normal((16, 8)).astype(np.float32) for _ in range(2)]
+    w = torch.nn.Parameter(torch.from_numpy(w0.copy()))
+    opt = Muon([("attn.wqkv", w)], lr=LR, momentum=MOMENTUM, num_heads=2)
+    w.grad = torch.from_numpy(grads[0].copy())
+    opt.step()
+    engine = opt.engine
     opt.param_groups[0]["num_heads"] = 4
-    with pytest.raises(MuonError, match="num_heads and head_split_dim are "
-                                        "compiled into the plan"):
-        opt.step()
+    w.grad = torch.from_numpy(grads[1].copy())
+    opt.step()
+    assert opt.engine is not engine  # compiled again
+    got = w.detach().numpy().astype(np.float64)
+    first = reference(w0, grads[:1], 2, 0, 0.1)[0]
+    buf = (1 - MOMENTUM) * grads[0].astype(np.float64)
+    g = grads[1].astype(np.float64)
+    buf = buf + (1 - MOMENTUM) * (g - buf)
+    update = g + MOMENTUM * (buf - g)
+    expected = first * (1 - LR * 0.1)
+    for box in blocks(expected.shape, 4, 0):
+        o = newton_schulz(update[box])
+        expected[box] -= LR * o
+    moved = np.abs(expected - first).max()
+    assert np.abs(got - expected).max() < 1e-4 * moved
 
 
 @pytest.mark.parametrize("kw,message", [

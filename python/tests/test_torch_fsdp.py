@@ -21,6 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from muonc.torch import Muon, MuonError, create_dtensor_config  # noqa: E402
+from muonc.torch import _state as muonc_state  # noqa: E402
 from conftest import batch, dcp_load, loss_of, run_ranks  # noqa: E402
 
 VOCAB, D, FF = 30, 16, 32
@@ -123,7 +124,7 @@ def check_layout(model, opt):
     whole parameter (torch.chunk splits, uneven and empty shards) is the
     DTensor's local tensor."""
     for p, name, _ in opt._params:
-        box = opt._box(name, p)
+        box = muonc_state.box(opt, name, p)
         piece = whole(p)[tuple(slice(b, e) for b, e in box)]
         local = p._local_tensor if hasattr(p, "_local_tensor") else p
         assert torch.equal(piece, local.detach()), (name, box)

@@ -14,12 +14,20 @@ import gc as _gc
 import json as _json
 import os as _os
 
-from ._core import MuonError, Optimizer, compile_model, cpu_newton_schulz
+from ._core import (DataLossError, FailedPreconditionError, InternalError,
+                    InvalidArgumentError, MuonError, MuonTypeError,
+                    NotFoundError, Optimizer, ResourceExhaustedError,
+                    UnavailableError, compile_model, cpu_newton_schulz)
 from . import _core
 from ._core import compile_spec as _compile_spec
 
-__all__ = ["MuonError", "Optimizer", "compile_model", "compile_spec",
-           "cpu_newton_schulz", "load_plan"]
+# Errors: MuonError, and per kind a class that is also the builtin
+# exception torch raises for it (InvalidArgumentError is a ValueError,
+# FailedPreconditionError a RuntimeError, ...).
+__all__ = ["MuonError", "InvalidArgumentError", "FailedPreconditionError",
+           "NotFoundError", "DataLossError", "ResourceExhaustedError",
+           "UnavailableError", "InternalError", "MuonTypeError", "Optimizer",
+           "compile_model", "compile_spec", "cpu_newton_schulz", "load_plan"]
 __version__ = "0.1.0"
 
 
@@ -43,16 +51,16 @@ def compile_spec(spec, wire_dtype=None):
             with open(spec, encoding="utf-8") as f:
                 text = f.read()
         except OSError as e:
-            raise MuonError(f"invalid argument: {spec}: cannot read the "
-                            f"spec ({e.strerror})") from None
+            raise InvalidArgumentError(f"invalid argument: {spec}: cannot "
+                                       f"read the spec ({e.strerror})") from None
     elif isinstance(spec, str):
         text = spec
     else:
-        raise MuonError("invalid argument: compile_spec takes a path, JSON "
-                        f"text or a dict, not {type(spec).__name__}")
+        raise MuonTypeError("invalid argument: compile_spec takes a path, "
+                            f"JSON text or a dict, not {type(spec).__name__}")
     if wire_dtype not in (None, "f32", "bf16"):
-        raise MuonError(f"invalid argument: wire_dtype {wire_dtype!r}: "
-                        "expected 'f32' or 'bf16'")
+        raise InvalidArgumentError(f"invalid argument: wire_dtype "
+                                   f"{wire_dtype!r}: expected 'f32' or 'bf16'")
     return _compile_spec(text, wire_dtype or "")
 
 

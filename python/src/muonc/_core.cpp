@@ -59,17 +59,25 @@ namespace mc = muon::compiler;
 
 namespace {
 
-/// A failed Status, raised in Python as muonc.MuonError ("invalid
-/// argument: ...").
+/// A failed Status, raised in Python as the muonc exception of its code
+/// (errorClasses), with the text "invalid argument: ...".
 struct StatusError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  StatusError(rt::StatusCode code, const std::string &message)
+      : std::runtime_error(std::string(rt::statusCodeName(code)) + ": " +
+                           message),
+        code(code) {}
+  rt::StatusCode code;
 };
 
 void check(const rt::Status &status) {
   if (!status.ok())
-    throw StatusError(std::string(rt::statusCodeName(status.code())) + ": " +
-                      status.message());
+    throw StatusError(status.code(), status.message());
 }
+
+/// A type that is not what the call takes, raised as muonc.MuonTypeError.
+struct ArgumentTypeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 using Bytes = nb::ndarray<uint8_t, nb::numpy, nb::ndim<1>, nb::c_contig>;
 
@@ -248,8 +256,7 @@ mc::Placement placementOf(nb::handle item) {
     return mc::Placement::partial();
   if (text.size() > 3 && text.rfind("S(", 0) == 0 && text.back() == ')')
     return mc::Placement::shard(std::stoll(text.substr(2, text.size() - 3)));
-  throw nb::value_error(
-      ("placement '" + text + "': expected \"R\", \"P\" or \"S(dim)\"").c_str());
+  throw StatusError(rt::StatusCode::InvalidArgument, "placement '" + text + "': expected \"R\", \"P\" or \"S(dim)\"");
 }
 
 mc::Group algorithmOf(const std::string &name) {
@@ -259,9 +266,8 @@ mc::Group algorithmOf(const std::string &name) {
     return mc::Group::AdamW;
   if (name == "auto" || name.empty())
     return mc::Group::Auto;
-  throw nb::value_error(("algorithm '" + name +
-                         "': expected \"muon\", \"adamw\" or \"auto\"")
-                            .c_str());
+  throw StatusError(rt::StatusCode::InvalidArgument, "algorithm '" + name +
+                         "': expected \"muon\", \"adamw\" or \"auto\"");
 }
 
 /// Sets g's settings (muon/Plan/GroupSettings.h) from the dict's entries
@@ -277,7 +283,7 @@ void applyGroupDict(nb::dict d, muon::PlanGroup &g, bool strict) {
       for (const GroupSetting &s : muon::groupSettings())
         known = known || (s.muon == g.muon && key == s.jsonKey);
       if (!known)
-        throw StatusError("invalid argument: '" + key + "' is not a " +
+        throw StatusError(rt::StatusCode::InvalidArgument, "'" + key + "' is not a " +
                           (g.muon ? "Muon" : "AdamW") + " group setting");
     }
   std::map<std::string, size_t> position; // within a shared JSON key
@@ -289,9 +295,8 @@ void applyGroupDict(nb::dict d, muon::PlanGroup &g, bool strict) {
       if (d.contains(s.jsonKey) && !d[s.jsonKey].is_none()) {
         auto values = nb::cast<std::vector<double>>(d[s.jsonKey]);
         if (i >= values.size())
-          throw nb::value_error(("'" + std::string(s.jsonKey) +
-                                 "' has too few values")
-                                    .c_str());
+          throw StatusError(rt::StatusCode::InvalidArgument, "'" + std::string(s.jsonKey) +
+                                 "' has too few values");
         muon::setSettingValue(s, g, values[i]);
       }
     } else if (!d.contains(s.name) || d[s.name].is_none()) {
@@ -320,7 +325,7 @@ mc::ParamGroup groupOf(nb::dict d) {
   g.name = nb::cast<std::string>(d["name"]);
   g.algorithm = algorithmOf(get<std::string>(d, "algorithm", "muon"));
   if (g.algorithm == mc::Group::Auto)
-    throw nb::value_error("a group's algorithm is \"muon\" or \"adamw\"");
+    throw StatusError(rt::StatusCode::InvalidArgument, "a group's algorithm is \"muon\" or \"adamw\"");
   // The table's settings (GroupSettings.h) by name, then Newton-Schulz's.
   const muon::PlanGroup settings = planGroupOf(d);
   if (g.algorithm == mc::Group::Muon) {
@@ -331,7 +336,7 @@ mc::ParamGroup groupOf(nb::dict d) {
     if (d.contains("ns_coefficients") && !d["ns_coefficients"].is_none()) {
       auto c = nb::cast<std::vector<double>>(d["ns_coefficients"]);
       if (c.size() != 3)
-        throw nb::value_error("ns_coefficients must be (a, b, c)");
+        throw StatusError(rt::StatusCode::InvalidArgument, "ns_coefficients must be (a, b, c)");
       g.muon.nsCoefficients = {{c[0], c[1], c[2]}};
     }
   } else {
@@ -406,7 +411,7 @@ std::string compileModel(nb::list params, nb::list groups, nb::object mesh,
     config->wireDtype = get<std::string>(m, "wire_dtype", "f32");
   }
   if (!mc::compile(model, config ? &*config : nullptr, plan, error))
-    throw StatusError("invalid argument: " + error);
+    throw StatusError(rt::StatusCode::InvalidArgument, error);
   return muon::renderPlan(plan);
 }
 
@@ -454,9 +459,8 @@ template <typename A> rt::DType dtypeOf(const A &a, const std::string &what) {
   if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float) &&
       t.bits == 16)
     return rt::DType::F16;
-  throw nb::type_error((what + ": expected float32, bfloat16 or float16 "
-                               "elements")
-                           .c_str());
+  throw ArgumentTypeError(what + ": expected float32, bfloat16 or float16 "
+                               "elements");
 }
 
 /// MPI for processes started by mpirun: initialized on first use (unless
@@ -469,7 +473,7 @@ void ensureMpi() {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (finalized)
-    throw StatusError("failed precondition: MPI is already finalized");
+    throw StatusError(rt::StatusCode::FailedPrecondition, "MPI is already finalized");
   if (initialized)
     return;
   // MULTIPLE lets the communicator's progress thread run while the caller
@@ -477,7 +481,7 @@ void ensureMpi() {
   int provided = MPI_THREAD_SINGLE;
   if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) !=
       MPI_SUCCESS)
-    throw StatusError("unavailable: MPI_Init_thread failed");
+    throw StatusError(rt::StatusCode::Unavailable, "MPI_Init_thread failed");
   mpiInitializedHere = true;
 }
 
@@ -501,7 +505,7 @@ void mpiFinalize() {
 rt::cpu::NsForm nsFormOrDefault(const std::string &nsForm) {
   rt::cpu::NsForm form = rt::cpu::CpuDeviceOptions::nsFormFromEnvironment();
   if (!nsForm.empty() && !rt::cpu::parseNsForm(nsForm, form))
-    throw StatusError("invalid argument: ns_form '" + nsForm +
+    throw StatusError(rt::StatusCode::InvalidArgument, "ns_form '" + nsForm +
                       "': expected 'auto', 'standard' or 'gram'");
   return form;
 }
@@ -518,7 +522,7 @@ public:
       base = std::make_unique<rt::SingleRankCommunicator>();
     } else if (nb::isinstance<nb::str>(comm)) {
       if (nb::cast<std::string>(comm) != "mpi")
-        throw StatusError("invalid argument: comm '" +
+        throw StatusError(rt::StatusCode::InvalidArgument, "comm '" +
                           nb::cast<std::string>(comm) +
                           "': expected None, \"mpi\" or a communicator");
       ensureMpi();
@@ -548,7 +552,7 @@ public:
     muon::Plan plan;
     std::string error;
     if (!muon::parsePlan(planText, plan, error))
-      throw StatusError("invalid argument: plan: " + error);
+      throw StatusError(rt::StatusCode::InvalidArgument, "plan: " + error);
     check(rt::Optimizer::create(std::move(plan), *communicator, *device,
                                 options, opt));
   }
@@ -585,18 +589,54 @@ public:
   /// optimizer keeps them alive until rebound.
   void bind(const std::string &name, nb::object values, nb::object grad) {
     AnyArray v = bindable(name, "values", values);
-    AnyArray g = bindable(name, "grad", grad);
-    if (v.size() != g.size())
-      throw nb::value_error(("parameter '" + name + "': values hold " +
-                             std::to_string(v.size()) + " elements, grad " +
-                             std::to_string(g.size()))
-                                .c_str());
-    rt::DType vt = dtypeOf(v, "parameter '" + name + "' values");
-    rt::DType gt = dtypeOf(g, "parameter '" + name + "' grad");
-    check(opt->bind(name, v.size() ? v.data() : nullptr, vt,
-                    g.size() ? g.data() : nullptr, gt,
+    const rt::DType vt = dtypeOf(v, "parameter '" + name + "' values");
+    // None: no gradient (torch's grad None), which the step leaves out.
+    const void *gradData = nullptr;
+    rt::DType gt = vt;
+    if (!grad.is_none()) {
+      AnyArray g = bindable(name, "grad", grad);
+      if (v.size() != g.size())
+        throw StatusError(rt::StatusCode::InvalidArgument,
+                          "parameter '" + name + "': values hold " +
+                              std::to_string(v.size()) + " elements, grad " +
+                              std::to_string(g.size()));
+      gt = dtypeOf(g, "parameter '" + name + "' grad");
+      gradData = g.size() ? g.data() : nullptr;
+    }
+    check(opt->bind(name, v.size() ? v.data() : nullptr, vt, gradData, gt,
                     static_cast<int64_t>(v.size())));
     keep[name] = nb::make_tuple(values, grad);
+  }
+
+  /// Slot `slot` of parameter `name`'s state on this rank in place (no
+  /// copy): a 1-D float32 DLPack array over the optimizer's memory, which
+  /// keeps the optimizer alive; None where this rank keeps no such state.
+  nb::object stateView(const std::string &name, const std::string &slot) {
+    float *data = opt->stateData(name, slot);
+    const rt::ParamSlot *param = opt->param(name);
+    if (!data || !param)
+      return nb::none();
+    const size_t shape[1] = {static_cast<size_t>(param->elements)};
+    int deviceType = nb::device::cpu::value, deviceId = 0;
+#if !MUONC_FAKE_GPU // the fake GPU's device memory is host memory
+    if (onGpu) {
+      deviceType = nb::device::cuda::value;
+      deviceId = ordinal;
+    }
+#endif
+    return nb::cast(nb::ndarray<float, nb::ndim<1>>(
+        data, 1, shape, nb::find(this), nullptr, nb::dtype<float>(),
+        deviceType, deviceId));
+  }
+
+  /// The piece's AdamW step count in place: a 0-d int64 array on the host;
+  /// None for a Muon parameter or one this rank does not hold.
+  nb::object stepCountView(const std::string &name) {
+    int64_t *count = opt->stepCountData(name);
+    if (!count)
+      return nb::none();
+    return nb::cast(nb::ndarray<int64_t, nb::ndim<0>>(count, 0, nullptr,
+                                                      nb::find(this)));
   }
 
   /// The group's settings from a dict of them by name (groupDict's
@@ -620,7 +660,7 @@ public:
     rt::StepResult result;
     rt::Status status;
     if (stream && !onGpu)
-      throw StatusError("invalid argument: a stream is for an optimizer on a "
+      throw StatusError(rt::StatusCode::InvalidArgument, "a stream is for an optimizer on a "
                         "GPU; this one runs on the " +
                         std::string(device->name()));
     orderWithStream(stream, /*before=*/true);
@@ -770,10 +810,9 @@ public:
         for (int64_t d : slot->shape)
           n *= d;
       if (slot && static_cast<int64_t>(a.size()) != n)
-        throw nb::value_error(("gather_parameter '" + name + "': out holds " +
+        throw StatusError(rt::StatusCode::InvalidArgument, "gather_parameter '" + name + "': out holds " +
                                std::to_string(a.size()) + " elements, not " +
-                               std::to_string(n))
-                                  .c_str());
+                               std::to_string(n));
       whole = a.data();
     }
     check(opt->gatherParameter(name, whole, root));
@@ -792,15 +831,15 @@ public:
       return;
     }
     if (name != "cuda" && name.rfind("cuda:", 0) != 0)
-      throw StatusError("invalid argument: device '" + name +
+      throw StatusError(rt::StatusCode::InvalidArgument, "device '" + name +
                         "': expected 'cpu', 'cuda' or 'cuda:N'");
     if (!cudaBuilt())
-      throw StatusError("unavailable: device '" + name +
+      throw StatusError(rt::StatusCode::Unavailable, "device '" + name +
                         "': muonc was built without the CUDA backend "
                         "(Muon::Cuda); GPU tensors need a build where CMake "
                         "found nvcc and cuBLAS");
     if (form == rt::cpu::NsForm::Gram)
-      throw StatusError("invalid argument: ns_form '" + nsForm +
+      throw StatusError(rt::StatusCode::InvalidArgument, "ns_form '" + nsForm +
                         "' is the CPU's; on a GPU Newton-Schulz runs in its "
                         "standard form");
     check(rt::createDevice(name, device));
@@ -823,9 +862,8 @@ public:
                     nb::handle object) const {
     AnyArray a;
     if (!nb::try_cast(object, a))
-      throw nb::type_error(("parameter '" + name + "' " + which +
-                            ": expected a C-contiguous array or tensor")
-                               .c_str());
+      throw ArgumentTypeError("parameter '" + name + "' " + which +
+                            ": expected a C-contiguous array or tensor");
     const int type = a.device_type();
     bool ok = type == nb::device::cpu::value;
     if (onGpu) {
@@ -836,7 +874,8 @@ public:
     }
     if (!ok)
       throw StatusError(
-          "invalid argument: parameter '" + name + "' " + which +
+          rt::StatusCode::InvalidArgument,
+          "parameter '" + name + "' " + which +
           ": on the wrong device (DLPack device type " + std::to_string(type) +
           ", id " + std::to_string(a.device_id()) + "); this optimizer runs " +
           (onGpu ? "on cuda:" + std::to_string(ordinal) : "on the CPU"));
@@ -853,7 +892,7 @@ public:
     bool ok = before ? rt::cuda::waitForStream(*device, handle, error)
                      : rt::cuda::streamWaitsForDevice(*device, handle, error);
     if (!ok)
-      throw StatusError("invalid argument: stream: " + error);
+      throw StatusError(rt::StatusCode::InvalidArgument, "stream: " + error);
 #else
     (void)stream;
     (void)before;
@@ -877,7 +916,7 @@ public:
       ok = base->allGatherBytes(bytes, all, timeoutSeconds, error);
     }
     if (!ok)
-      throw StatusError("unavailable: " + error);
+      throw StatusError(rt::StatusCode::Unavailable, error);
     nb::list out;
     for (const std::vector<char> &b : all)
       out.append(nb::bytes(b.data(), b.size()));
@@ -893,11 +932,89 @@ public:
   bool releaseGil = false; // no Python callbacks during a step
 };
 
+/// muonc's exceptions: MuonError, and per status code a class that is
+/// both a MuonError and the builtin exception torch raises for that kind
+/// of failure, so that code written for torch.optim catches them.
+struct ErrorClass {
+  rt::StatusCode code;
+  const char *name;
+  PyObject *builtin;
+  const char *doc;
+};
+
+PyObject *statusErrors[8] = {};
+static_assert(static_cast<int>(rt::StatusCode::Internal) < 8,
+              "statusErrors holds a class per status code");
+PyObject *typeErrorClass = nullptr;
+
+PyObject *newErrorClass(nb::module_ &m, const char *name, PyObject *bases,
+                        const char *doc) {
+  const std::string qualified = std::string("muonc.") + name;
+  PyObject *cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases,
+                                            nullptr);
+  if (!cls)
+    throw nb::python_error();
+  m.attr(name) = nb::handle(cls); // the module holds a reference too
+  return cls;                     // and this one lives as long as the process
+}
+
+void defineErrors(nb::module_ &m) {
+  PyObject *base = newErrorClass(
+      m, "MuonError", PyExc_Exception,
+      "Every error muonc raises; each is also the builtin exception torch "
+      "raises for its kind (ValueError for bad input, ...).");
+  const ErrorClass classes[] = {
+      {rt::StatusCode::InvalidArgument, "InvalidArgumentError",
+       PyExc_ValueError, "Bad input: nothing was changed."},
+      {rt::StatusCode::FailedPrecondition, "FailedPreconditionError",
+       PyExc_RuntimeError,
+       "A call not possible in the present state: nothing was changed."},
+      {rt::StatusCode::NotFound, "NotFoundError", PyExc_LookupError,
+       "A parameter, group or file that is not there."},
+      {rt::StatusCode::DataLoss, "DataLossError", PyExc_RuntimeError,
+       "Data that fails its checks (a damaged checkpoint or plan)."},
+      {rt::StatusCode::ResourceExhausted, "ResourceExhaustedError",
+       PyExc_RuntimeError, "The device has no room."},
+      {rt::StatusCode::Unavailable, "UnavailableError", PyExc_RuntimeError,
+       "A peer, a transport or a file outside the process failed."},
+      {rt::StatusCode::Internal, "InternalError", PyExc_RuntimeError,
+       "The device reported an error."},
+  };
+  for (const ErrorClass &c : classes) {
+    nb::tuple bases = nb::make_tuple(nb::handle(base), nb::handle(c.builtin));
+    statusErrors[static_cast<int>(c.code)] =
+        newErrorClass(m, c.name, bases.ptr(), c.doc);
+  }
+  nb::tuple typeBases =
+      nb::make_tuple(nb::handle(base), nb::handle(PyExc_TypeError));
+  typeErrorClass = newErrorClass(m, "MuonTypeError", typeBases.ptr(),
+                                 "An argument of a type muonc does not take.");
+  statusErrors[0] = base;
+  nb::register_exception_translator([](const std::exception_ptr &p, void *) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const StatusError &e) {
+      const int code = static_cast<int>(e.code);
+      PyObject *cls = code > 0 && code < 8 && statusErrors[code]
+                          ? statusErrors[code]
+                          : statusErrors[0];
+      PyErr_SetString(cls, e.what());
+    } catch (const ArgumentTypeError &e) {
+      PyErr_SetString(typeErrorClass, e.what());
+    }
+  });
+}
+
 } // namespace
 
 static void defineModule(nb::module_ &m) {
   m.doc() = "muonc's extension: the distributed Muon compiler and runtime";
-  nb::exception<StatusError>(m, "MuonError", PyExc_RuntimeError);
+  // opt.state's tensors are views that keep their optimizer alive, and an
+  // optimizer in a script's globals may outlive the module's teardown at
+  // interpreter exit: nanobind would report those as leaks, which they are
+  // not.
+  nb::set_leak_warnings(false);
+  defineErrors(m);
 
   m.def("compile_model", &compileModel, "params"_a, "groups"_a,
         "mesh"_a = nb::none(), "qk_clip"_a = nb::none(),
@@ -908,7 +1025,7 @@ static void defineModule(nb::module_ &m) {
         std::string error;
         muon::Plan plan;
         if (!mc::compileSpec(spec, wireDtype, plan, error))
-          throw StatusError("invalid argument: " + error);
+          throw StatusError(rt::StatusCode::InvalidArgument, error);
         return muon::renderPlan(plan);
       },
       "spec"_a, "wire_dtype"_a = "",
@@ -997,7 +1114,7 @@ static void defineModule(nb::module_ &m) {
                  d && (*d == rt::DType::F32 || *d == rt::DType::BF16))
           dtype = *d;
         else
-          throw StatusError("invalid argument: ns_dtype '" + nsDtype +
+          throw StatusError(rt::StatusCode::InvalidArgument, "ns_dtype '" + nsDtype +
                             "': expected 'auto', 'f32' or 'bf16'");
         return rt::cpu::describeNewtonSchulz(dtype, form);
       },
@@ -1054,7 +1171,15 @@ static void defineModule(nb::module_ &m) {
       .def("assignments", [](PyOptimizer &o) { return o.opt->assignments(); })
       .def("plan_json",
            [](PyOptimizer &o) { return muon::renderPlan(o.opt->plan()); })
-      .def("bind", &PyOptimizer::bind, "name"_a, "values"_a, "grad"_a)
+      .def("bind", &PyOptimizer::bind, "name"_a, "values"_a, "grad"_a.none(),
+           "Binds a parameter's values and gradient (arrays or tensors, "
+           "zero-copy); grad None: no gradient, the step leaves it out.")
+      .def("state_view", &PyOptimizer::stateView, "name"_a, "slot"_a,
+           "A parameter's state slot ('momentum', 'exp_avg', 'exp_avg_sq') "
+           "on this rank in place: a 1-D float32 DLPack array, or None.")
+      .def("step_count_view", &PyOptimizer::stepCountView, "name"_a,
+           "An AdamW parameter's step count on this rank in place: a 0-d "
+           "int64 array, or None.")
       .def("set_group", &PyOptimizer::setGroup, "name"_a, "settings"_a,
            "Sets a group's settings from a dict by name (as groups() "
            "gives them); those the dict lacks and those the plan fixes "

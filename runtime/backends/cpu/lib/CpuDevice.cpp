@@ -62,14 +62,17 @@ std::string describeNewtonSchulz(DType precision, NsForm form,
     OneDnnCpu cpu = oneDnnCpu();
     const bool gram = form == NsForm::Gram ||
                       (form == NsForm::Auto &&
-                       OneDnnNewtonSchulz::gramKeepsAccuracy(abc));
+                       GramNewtonSchulz::keepsAccuracy(abc));
     return "bf16 products, f32 accumulation (oneDNN " + cpu.version + ", " +
            cpu.isa + ")" + (gram ? gramNote : "");
 #endif
   }
   if (precision != DType::BF16)
     return "f32 products (" + blas + ")" +
-           (form == NsForm::Gram ? gramNote : "");
+           (form == NsForm::Gram || (form == NsForm::Auto &&
+                                     GramNewtonSchulz::keepsAccuracy(abc))
+                ? gramNote
+                : "");
 #ifdef MUON_HAVE_ONEDNN
   return "f32 products rounded to bf16 (" + blas +
          "; this CPU has no bf16 products: oneDNN " + oneDnnCpu().version +
@@ -116,15 +119,15 @@ bool usesGramNewtonSchulz(const CpuDeviceOptions &options, DType precision,
                           const std::vector<std::array<double, 3>> &abc) {
   const int64_t m = std::min(rows, cols), n = std::max(rows, cols);
   const int64_t steps = static_cast<int64_t>(abc.size());
+  // Auto only where the Gram form keeps its precision's accuracy; gram as
+  // asked.
+  const bool wanted = options.nsForm == NsForm::Gram ||
+                      (options.nsForm == NsForm::Auto &&
+                       GramNewtonSchulz::keepsAccuracy(abc));
   if (precision != DType::BF16)
-    return options.nsForm == NsForm::Gram &&
-           GramNewtonSchulz::pays(m, n, steps);
+    return wanted && GramNewtonSchulz::pays(m, n, steps);
 #ifdef MUON_HAVE_ONEDNN
-  // Auto only where the Gram phases keep the standard form's accuracy;
-  // gram as asked.
-  return (options.nsForm == NsForm::Gram ||
-          (options.nsForm == NsForm::Auto &&
-           OneDnnNewtonSchulz::gramKeepsAccuracy(abc))) &&
+  return wanted &&
          chooseNsKernel(precision, oneDnnBuilt() && options.oneDnn,
                         cpuHasBf16Products()) == CpuNsKernel::OneDnnBf16 &&
          OneDnnNewtonSchulz::gramPays(m, n, steps, options.bf16Tile);

@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -67,6 +68,13 @@ bool GramNewtonSchulz::pays(int64_t m, int64_t n, int64_t steps) {
   // The lower products do (1 + block / m) times their flops, at a lower
   // rate than one large product: ask for a clear margin.
   return gram <= 0.8 * standard;
+}
+
+bool GramNewtonSchulz::keepsAccuracy(
+    const std::vector<std::array<double, 3>> &abc) {
+  return std::all_of(abc.begin(), abc.end(), [](const std::array<double, 3> &k) {
+    return std::abs(k[0]) <= kMaxA;
+  });
 }
 
 void GramNewtonSchulz::run(float *x, int64_t rows, int64_t cols,

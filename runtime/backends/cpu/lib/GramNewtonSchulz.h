@@ -36,6 +36,15 @@ public:
   /// m x n matrix, m <= n.
   static bool pays(int64_t m, int64_t n, int64_t steps);
 
+  /// Whether a Gram form stays in its precision's accuracy class with these
+  /// coefficients, so that ns_form auto may take it (in f32 here, in bf16
+  /// on oneDNN): every a at most kMaxA. A phase's product of H's cancels
+  /// by up to the product of its a's in X <- Q X, where a standard step
+  /// cancels by a alone. Jordan's (a = 3.44) pass, Polar Express's (a =
+  /// 8.2, 4.1, ...) do not (docs/performance.md).
+  static constexpr double kMaxA = 4.0;
+  static bool keepsAccuracy(const std::vector<std::array<double, 3>> &abc);
+
   /// The steps `abc` on x (rows x cols, row-major, already normalized), in
   /// place, with f32 BLAS products.
   void run(float *x, int64_t rows, int64_t cols,

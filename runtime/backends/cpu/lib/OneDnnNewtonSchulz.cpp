@@ -306,13 +306,6 @@ bool OneDnnNewtonSchulz::gramPays(int64_t m, int64_t n, int64_t steps,
   return gramFlops <= 0.92 * static_cast<double>(steps) * standardStep;
 }
 
-bool OneDnnNewtonSchulz::gramKeepsAccuracy(
-    const std::vector<std::array<double, 3>> &abc) {
-  return std::all_of(abc.begin(), abc.end(), [](const std::array<double, 3> &k) {
-    return std::abs(k[0]) <= kGramMaxA;
-  });
-}
-
 bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
                              const std::vector<std::array<double, 3>> &abc,
                              double eps, bool gram, std::string &error) {

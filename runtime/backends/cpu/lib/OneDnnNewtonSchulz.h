@@ -5,7 +5,7 @@
 // accumulation and a bf16 result (its scale and sum epilogue in f32), the
 // symmetric products only over the Gram matrix's lower block columns; wide
 // and tall matrices optionally in Gram phases of 2 steps (run's `gram`,
-// chosen by CpuDevice from NsForm, gramPays and gramKeepsAccuracy).
+// chosen by CpuDevice from NsForm, gramPays and GramNewtonSchulz::keepsAccuracy).
 // Built only with oneDNN (MUON_HAVE_ONEDNN); CpuDevice.cpp decides when it
 // runs.
 //
@@ -61,15 +61,6 @@ public:
   /// steps: `steps` steps on an m x n matrix (m <= n), block columns
   /// `tile` wide. Wide and tall matrices from 1:2 on; never square ones.
   static bool gramPays(int64_t m, int64_t n, int64_t steps, int64_t tile);
-  /// Whether the Gram phases stay about as accurate as the standard steps
-  /// with these coefficients: every a at most kGramMaxA. A phase rounds
-  /// Q = H2 H1 to bf16, whose terms cancel by up to a1 a2 in X <- Q X;
-  /// the standard step's a X + B X cancels by a alone. Measured against
-  /// the iteration in double: Jordan's (a = 3.44) 0.8-1.0x the standard
-  /// form's error, Polar Express's (a = 8.2, 4.1, ...) 1.1-2.8x
-  /// (docs/performance.md).
-  static constexpr double kGramMaxA = 4.0;
-  static bool gramKeepsAccuracy(const std::vector<std::array<double, 3>> &abc);
 
 private:
   struct Impl;

@@ -52,11 +52,13 @@ bool cpuHasBf16Products();
 /// from X every few steps: fewer flops on wide and tall matrices, more
 /// rounding error (docs/performance.md).
 enum class NsForm {
-  /// bf16 on oneDNN in the Gram form where it pays and its coefficients
-  /// keep it as accurate as the standard form (2-step phases, every a at
-  /// most 4: Jordan's, not Polar Express's), f32 in the standard form (the
-  /// reference, within 1e-6 of torch.optim.Muon's f32 after 10 steps).
-  /// The default.
+  /// The Gram form where it pays and its coefficients keep it in its
+  /// precision's accuracy class (every a at most 4: Jordan's, not Polar
+  /// Express's): bf16 on oneDNN in 2-step phases (as accurate as the
+  /// standard form), f32 in the phases of GramNewtonSchulz.h (about twice
+  /// f32's rounding error, far below bf16's; within 1e-6 of
+  /// torch.optim.Muon's f32 after 10 steps); else the standard form. The
+  /// default.
   Auto,
   /// Every step as torch.optim.Muon runs it (in bf16, torch's bits on
   /// square and wide matrices).

@@ -1,0 +1,34 @@
+"""muonc.torch: distributed Muon as a torch.optim.Optimizer.
+
+    from muonc.torch import Muon
+    opt = Muon([{"params": matrices},                     # Muon
+                {"params": others, "use_muon": False}],   # AdamW
+               lr=0.02)
+    for batch in data:
+        loss(model(batch)).backward()
+        opt.step(); opt.zero_grad()
+
+Takes torch.optim.Muon's arguments and defaults and behaves as a torch
+optimizer (param groups, opt.state, state dicts and their hooks, None
+gradients, copies, errors). With torch.distributed initialized, the
+parameters' layout decides the plan: plain tensors (DDP) are replicated over
+the process group; DTensors (FSDP2 fully_shard, TP, EP) bring their
+placements and mesh. See docs/pytorch.md.
+
+The package's modules, one job each: _settings (the group settings and
+torch's checks), _layouts (DTensor layouts), _communicator (the runtime's
+exchanges over a process group), _plan (compiling the plan), _state (the
+state between the runtime and torch's formats), _qk_clip, and _muon (the
+optimizer).
+"""
+from .._core import (DataLossError, FailedPreconditionError, InternalError,
+                     InvalidArgumentError, MuonError, MuonTypeError,
+                     NotFoundError, ResourceExhaustedError, UnavailableError)
+from ._communicator import TorchCommunicator, launched_by_mpirun
+from ._layouts import create_dtensor_config
+from ._muon import Muon
+
+__all__ = ["Muon", "MuonError", "InvalidArgumentError",
+           "FailedPreconditionError", "NotFoundError", "DataLossError",
+           "ResourceExhaustedError", "UnavailableError", "InternalError",
+           "MuonTypeError", "TorchCommunicator", "create_dtensor_config"]

@@ -1,0 +1,140 @@
+"""The runtime's communicator over a torch.distributed process group.
+
+The runtime hands it host memory (a GPU optimizer stages its device buffers
+through the host) and calls back for the plan's packed exchanges and the
+step's small control collectives.
+"""
+from __future__ import annotations
+
+import atexit
+import gc
+import os
+import weakref
+
+import torch
+import torch.distributed as dist
+
+
+class TorchCommunicator:
+    """The runtime's communicator over a torch.distributed process group:
+    the plan's packed exchanges as all_to_all_single with split sizes, the
+    control collectives as all_gather. The runtime hands it host memory (a
+    GPU optimizer stages its device buffers through the host): a gloo group
+    takes it as it is; an NCCL group gets it copied to and from the current
+    GPU."""
+
+    def __init__(self, group=None):
+        self.group = group
+        self._rank = dist.get_rank(group)
+        self._size = dist.get_world_size(group)
+        self._device = None  # where the group's collectives need tensors
+        if dist.get_backend(group) == "nccl":
+            self._device = torch.device("cuda", torch.cuda.current_device())
+
+    @classmethod
+    def owned(cls, ranks=None):
+        """A communicator over a gloo group of its own on `ranks` (default:
+        every rank), made collectively. Its own because the exchanges move
+        CPU tensors (the default group may be NCCL), and because the group
+        must be gone before the interpreter finalizes: gloo's worker threads
+        release a collective's tensors after it returns, and one doing so
+        while Python shuts down aborts the process ("terminate called
+        without an active exception"). A model's own group outlives
+        destroy_process_group() whenever FSDP2 holds it, so muonc cannot
+        rely on it; its own group it destroys at exit (atexit), which joins
+        those threads."""
+        group = dist.new_group(ranks=ranks, backend="gloo")
+        comm = cls(group)
+        _OWNED.add(comm)
+        return comm
+
+    def release(self):
+        """Destroys an owned group (joins its threads); the communicator is
+        unusable afterwards."""
+        group, self.group = self.group, None
+        if group is None:
+            return
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group(group)
+        except (AssertionError, RuntimeError, ValueError):
+            pass  # already destroyed by destroy_process_group()
+        del group
+
+    def rank(self):
+        return self._rank
+
+    def size(self):
+        return self._size
+
+    def all_to_all_v(self, send, send_counts, send_offsets, recv, recv_counts,
+                     recv_offsets):
+        send_t = torch.from_numpy(send)
+        recv_t = torch.from_numpy(recv)
+        packed_send = _packed(send_counts, send_offsets)
+        packed_recv = _packed(recv_counts, recv_offsets)
+        if packed_send:
+            inp = send_t[: sum(send_counts)]
+        else:
+            inp = torch.cat([send_t[o:o + c] for o, c in
+                             zip(send_offsets, send_counts)])
+        out = (recv_t[: sum(recv_counts)] if packed_recv
+               else torch.empty(sum(recv_counts), dtype=torch.uint8))
+        if self._device is None:
+            dist.all_to_all_single(out, inp,
+                                   output_split_sizes=list(recv_counts),
+                                   input_split_sizes=list(send_counts),
+                                   group=self.group)
+        else:
+            out_d = torch.empty(out.numel(), dtype=torch.uint8,
+                                device=self._device)
+            dist.all_to_all_single(out_d, inp.to(self._device),
+                                   output_split_sizes=list(recv_counts),
+                                   input_split_sizes=list(send_counts),
+                                   group=self.group)
+            out.copy_(out_d)  # waits for the collective
+        if not packed_recv:
+            at = 0
+            for o, c in zip(recv_offsets, recv_counts):
+                recv_t[o:o + c] = out[at:at + c]
+                at += c
+
+    def all_gather_int(self, value):
+        signed = value - (1 << 64) if value >= (1 << 63) else value
+        mine = torch.tensor([signed], dtype=torch.int64, device=self._device)
+        every = [torch.empty_like(mine) for _ in range(self._size)]
+        dist.all_gather(every, mine, group=self.group)
+        return [int(t.item()) & ((1 << 64) - 1) for t in every]
+
+    def all_gather_bytes(self, data):
+        every = [None] * self._size
+        dist.all_gather_object(every, bytes(data), group=self.group)
+        return every
+
+    def abort(self, code):
+        os._exit(code)
+
+
+_OWNED = weakref.WeakSet()
+
+
+def launched_by_mpirun():
+    """True in a process that mpirun (OpenMPI, MPICH, PMIx) started."""
+    return any(v in os.environ for v in
+               ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"))
+
+
+@atexit.register
+def _release_owned_groups():
+    for comm in list(_OWNED):
+        comm.release()
+    gc.collect()
+
+
+def _packed(counts, offsets):
+    at = 0
+    for c, o in zip(counts, offsets):
+        if c and o != at:
+            return False
+        at += c
+    return True

@@ -1,0 +1,747 @@
+"""muonc.torch.Muon: torch.optim.Muon's optimizer, distributed and compiled.
+
+The structure follows torch's optimizers: arguments are checked as torch
+checks them, param groups are torch's, ``opt.state`` holds each parameter's
+state (views of the runtime's buffers), ``state_dict()`` and
+``load_state_dict()`` are torch's own with their hooks, and a step binds
+every parameter's local tensor and gradient (None: the parameter is left
+out, as torch leaves it) and runs the compiled plan.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections import defaultdict
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .. import _core
+from .._core import (FailedPreconditionError, InvalidArgumentError,
+                     MuonTypeError)
+from . import _state
+from ._communicator import TorchCommunicator, launched_by_mpirun
+from ._layouts import (create_dtensor_config, current_stream,
+                       engine_device_name, is_dtensor, local, model_mesh,
+                       shows_expert_dim)
+from ._plan import compile_plan, engine_device
+from ._qk_clip import checked_logits, compile_layers
+from ._settings import (DEFAULT_NS_COEFFICIENTS, HEAD_KEYS, SETTINGS,
+                        STACKED_KEY, adamw_defaults, check_adjust,
+                        check_decay_mode, check_lr, check_muon_group,
+                        check_muon_numbers, check_normuon, heads_by_name,
+                        plan_settings, table_settings, torch_key)
+
+_NS_DTYPES = ("f32", "bf16", "auto")
+_NS_FORMS = ("auto", "standard", "gram")
+_WIRE_DTYPES = ("f32", "bf16")
+
+
+class Muon(torch.optim.Optimizer):
+    """torch.optim.Muon's arguments and defaults, distributed.
+
+    A group's ``use_muon`` (bool) or ``algorithm`` ("muon"/"adamw") says
+    which optimizer updates it; without either, a group of 2-D parameters
+    is Muon and one of parameters with fewer dims AdamW. AdamW groups take
+    ``lr``, ``betas`` (0.9, 0.999), ``eps`` (1e-8) and ``weight_decay``
+    (0.01). Muon groups may differ in every setting, Newton-Schulz's
+    (``ns_steps``, ``ns_coefficients``, ``eps``) included; changing one
+    that the plan fixes (those, ``normuon``, the heads) recompiles the plan
+    at the next step, keeping the state.
+
+    A Muon group takes 2-D parameters; a parameter of more dims is a stack
+    of matrices (its last two dims each matrix, e.g. torchtitan's
+    GroupedExperts ``[E, out, in]``) where the group says
+    ``stacked_matrices=True`` or its DTensor layout shards dim 0 over an
+    expert-parallel mesh axis; otherwise torch's ValueError.
+
+    ``distributed_config``: None to read the layout from the parameters
+    (plain tensors over the default process group when torch.distributed
+    is initialized, else one process), or the dict of
+    ``create_dtensor_config``. ``process_group``: the group exchanges go
+    through (default: a gloo group of its own over every rank, made at
+    construction; see TorchCommunicator.owned). ``communicator``: "torch"
+    (that process group), "mpi" (MPI_COMM_WORLD: processes started by
+    mpirun), or None: "mpi" under mpirun, else "torch". ``wire_dtype``:
+    the exchanges' element type, "f32" (default) or "bf16" (half the
+    bytes; with ``ns_dtype="bf16"`` it loses nothing); by default bf16
+    with bf16 Newton-Schulz, else f32. ``ns_dtype``: the precision of
+    Newton-Schulz's products, "f32", "bf16" (as torch.optim.Muon) or "auto"
+    (the device's choice); by default f32 on the CPU and bf16 on a GPU.
+    ``ns_form``: the form its steps run in on the CPU: "auto" (default: the
+    Gram form on wide and tall matrices where it pays and the coefficients
+    keep it accurate, in f32 about twice f32's rounding error, far below
+    bf16's), "standard" (torch's iteration) or "gram" (the Gram form
+    whatever the coefficients; docs/performance.md). Every rank should use
+    the same settings.
+
+    Per-head Newton-Schulz: ``num_heads`` cuts each matrix of a Muon group
+    into that many blocks along ``head_split_dim`` (0: rows, 1: columns),
+    each orthogonalized (and its lr adjusted) as a matrix of its own; an
+    int for the group or a dict by parameter name.
+
+    QK-clip (MuonClip, Kimi K2): ``qk_clip_layers``, one dict per attention
+    layer (``name``, ``query``, ``key``, ``num_heads``, optionally
+    ``num_kv_heads`` and ``threshold``, else ``qk_clip_threshold``); each
+    step takes that step's per-head max logits (``step(qk_max_logits=
+    {name: tensor})`` or ``set_qk_max_logits``), the largest over ranks.
+
+    Differences from torch.optim.Muon: ``opt.state[p]`` exists from
+    construction (zeros until the parameter's first step) and its tensors
+    are float32 whatever the parameter's dtype; copies (deepcopy, pickle,
+    torch.save of the optimizer) work in one process and raise in a
+    distributed run (use state_dict() or DCP).
+    """
+
+    def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.1,
+                 momentum: float = 0.95, nesterov: bool = True,
+                 ns_coefficients=DEFAULT_NS_COEFFICIENTS, eps: float = 1e-7,
+                 ns_steps: int = 5, adjust_lr_fn: str | None = None, *,
+                 distributed_config: dict | None = None, process_group=None,
+                 ns_dtype: str | None = None, timeout: float = 120.0,
+                 weight_decay_mode: str = "decoupled", normuon: bool = False,
+                 normuon_beta2: float = 0.95,
+                 num_heads: int | dict | None = None,
+                 head_split_dim: int | dict = 0,
+                 communicator: str | None = None,
+                 wire_dtype: str | None = None,
+                 qk_clip_threshold: float | None = None,
+                 qk_clip_layers: list | None = None,
+                 ns_form: str = "auto", stacked_matrices: bool = False,
+                 **settings):
+        check_lr(lr)
+        check_muon_numbers(momentum, weight_decay)
+        check_adjust(adjust_lr_fn)
+        check_decay_mode(weight_decay_mode)
+        check_normuon(normuon, normuon_beta2)
+        defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum,
+                        nesterov=nesterov,
+                        ns_coefficients=tuple(ns_coefficients), eps=eps,
+                        ns_steps=ns_steps, adjust_lr_fn=adjust_lr_fn,
+                        weight_decay_mode=weight_decay_mode, normuon=normuon,
+                        normuon_beta2=normuon_beta2, num_heads=num_heads,
+                        head_split_dim=head_split_dim,
+                        stacked_matrices=stacked_matrices)
+        # The table's other Muon settings (muon/Plan/GroupSettings.h) by
+        # keyword, with the table's defaults: a setting added there is a
+        # keyword here without a change to this class.
+        for x in SETTINGS:
+            if x["algorithm"] == "muon" and torch_key(x) not in defaults:
+                defaults[torch_key(x)] = settings.pop(torch_key(x),
+                                                      x["default"])
+        if settings:
+            raise MuonTypeError("Muon.__init__() got an unexpected keyword "
+                                f"argument {next(iter(settings))!r}")
+        self._options = _checked_options(
+            ns_dtype=ns_dtype, wire_dtype=wire_dtype, ns_form=ns_form,
+            communicator=communicator, process_group=process_group,
+            timeout=timeout, config=distributed_config,
+            qk_clip=(qk_clip_threshold, list(qk_clip_layers or [])))
+        self._engine = None
+        self._comm = None
+        self._names = {}  # id(parameter) -> its name in the plan
+        self._qk_pending = {}
+        self._qk_clipped = 0
+        super().__init__(params, defaults)
+        self._build()
+
+    # --- parameter groups --------------------------------------------------
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's add_param_group. After construction it is collective
+        where the optimizer is distributed (every rank adds the same group):
+        the plan is compiled again with every group, and the state of the
+        parameters already there carries over bit for bit."""
+        if not isinstance(param_group, dict):
+            raise MuonTypeError("param_group must be a dict, but got "
+                                f"{type(param_group).__name__}")
+        params = param_group["params"]
+        if not isinstance(params, (torch.Tensor, set, list, tuple)):
+            param_group["params"] = params = list(params)  # a generator
+        items = [params] if isinstance(params, torch.Tensor) else params
+        tensors = [x[1] if isinstance(x, tuple) and len(x) == 2 else x
+                   for x in items]
+        tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+        _resolve_algorithm(param_group, tensors)
+        _check_group({**self.defaults, **param_group}, tensors)
+        super().add_param_group(param_group)
+        if self._engine is not None:
+            try:
+                self._rebuild()
+            except BaseException:
+                self.param_groups.pop()  # all or nothing
+                raise
+
+    # --- building the plan and the engine ------------------------------------
+
+    def _build(self):
+        """Compiles the plan of the current groups and makes the engine
+        (collective where distributed); opt.state gets views of its state,
+        which starts at zero."""
+        opts = self._options
+        distributed = dist.is_available() and dist.is_initialized()
+        mpi = opts["communicator"] == "mpi"
+        mpi_size = _mpi_size(distributed) if mpi else 1
+        config = opts["config"]
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        if config is None and distributed:
+            config = create_dtensor_config(all_params)
+        elif config is None and mpi and mpi_size > 1:
+            # Plain tensors on every MPI rank: replicated (DDP-like).
+            config = {"shape": [mpi_size], "names": ["dp"], "async": True,
+                      "group": None, "dtensor": False}
+        self._params, self._unsupported = self._named_params(config)
+        self._device = engine_device(self._params)
+        _check_config_params(config, self._params)
+        if config is not None and config["shape"] == [1] and \
+                not config.get("dtensor"):
+            config = None
+        if config is not None and not config.get("dtensor") and any(
+                is_dtensor(p) for p, _, _ in self._params):
+            # A hand-written config for DTensor parameters: find the mesh.
+            config = dict(config, mesh=model_mesh(
+                [p for p, _, _ in self._params]))
+        self._config = config
+        self._heads = heads_by_name(self._params)
+        threshold, layers = opts["qk_clip"]
+        qk_clip = compile_layers(threshold, layers, self._params)
+        self._qk_heads = {l["name"]: l["num_heads"] for l in qk_clip}
+        ns_dtype, wire_dtype = _precisions(opts, self._device)
+        plan = compile_plan(self._params, self.param_groups, config,
+                            self._heads, qk_clip, ns_dtype, wire_dtype)
+        if self._comm is None and config is not None:
+            self._comm = self._communicator(config, distributed, mpi_size)
+        self._engine = _core.Optimizer(plan, self._comm, opts["timeout"],
+                                       False, opts["ns_form"],
+                                       engine_device_name(self._device))
+        self._slots = {s["name"]: s for s in self._engine.params()}
+        for p, name, _ in self._params:
+            have = tuple(local(p).shape)
+            want = tuple(e - b for b, e in _state.box(self, name, p))
+            if have != want:
+                raise FailedPreconditionError(
+                    f"internal: parameter '{name}': this rank holds a piece "
+                    f"of shape {have}, the plan expects {want}; muonc splits "
+                    "as torch.chunk")
+        self._pushed = {}
+        self._plan_settings = {g["name"]: plan_settings(g)
+                               for g in self.param_groups
+                               if g["algorithm"] == "muon"}
+        _state.attach_views(self)
+
+    def _named_params(self, config):
+        """(parameter, name, group) of every parameter the plan steps, each
+        once, and (parameter, name) of those it cannot (complex ones, which
+        a step with their gradient refuses as torch does). Names: kept from
+        an earlier build, else given (param_names, a config made from a
+        module), else "<group name>.<index>"."""
+        known = {}
+        if config is not None and config.get("named_parameters"):
+            known = {id(p): n for n, p in config["named_parameters"]}
+        params, unsupported, taken = [], [], {}
+        for gi, group in enumerate(self.param_groups):
+            group.setdefault("name", f"group{gi}")
+            given = group.get("param_names")
+            for pi, p in enumerate(group["params"]):
+                if id(p) in taken:
+                    continue  # a duplicate, which torch warned about
+                name = self._names.get(id(p)) or (
+                    given[pi] if given else
+                    known.get(id(p), f"{group['name']}.{pi}"))
+                if name in taken.values():
+                    raise InvalidArgumentError(
+                        f"invalid argument: two parameters are named "
+                        f"'{name}'")
+                taken[id(p)] = name
+                if p.is_complex():
+                    unsupported.append((p, name))
+                else:
+                    params.append((p, name, group))
+        self._names = dict(taken)
+        return params, unsupported
+
+    def _communicator(self, config, distributed, mpi_size):
+        """The runtime's communicator for a distributed plan: MPI's world,
+        or a torch process group (the given one, else one of its own)."""
+        size = math.prod(config["shape"])
+        if self._options["communicator"] == "mpi":
+            if mpi_size != size:
+                raise InvalidArgumentError(
+                    f"invalid argument: the plan is for {size} ranks, "
+                    f"MPI_COMM_WORLD has {mpi_size}")
+            return "mpi"
+        if not distributed:
+            raise InvalidArgumentError(
+                f"invalid argument: the distributed config is for {size} "
+                "ranks, but torch.distributed is not initialized")
+        group = self._options["process_group"]
+        if group is None:
+            group = config.get("group")
+        have = (dist.get_world_size(group) if group is not None
+                else dist.get_world_size())
+        if have != size:
+            raise InvalidArgumentError(
+                f"invalid argument: the plan is for {size} ranks, the "
+                f"process group has {have}")
+        return (TorchCommunicator(group) if group is not None
+                else TorchCommunicator.owned())
+
+    def _rebuild(self):
+        """Compiles the plan again for the groups as they are now (a new
+        group, a changed plan setting), carrying every parameter's state
+        over bit for bit; new parameters start from zeros. Collective where
+        distributed. On failure the optimizer is as it was."""
+        kept = {k: getattr(self, k) for k in _BUILT}
+        raw = self._engine.state_dict(False)
+        rows = _state.every_row_state(self, raw)
+        before = {name for _, name, _ in self._params}
+        try:
+            self._build()
+            pieces = list(raw["pieces"])
+            for p, name, group in self._params:
+                if name not in before:
+                    pieces.extend(_state.zero_pieces(self, p, name, group))
+            # Per-row states of the matrices that keep them now.
+            keeping = {name for _, name, g in self._params
+                       if _state.matrix_steps(g)}
+            row_states = [{"param": param, "slice": piece, "state": state,
+                           "values": values}
+                          for (param, piece, state), values in rows.items()
+                          if param in keeping]
+            self._engine.load_state_dict(
+                {"steps": raw["steps"], "pieces": pieces, "groups": [],
+                 "row_states": row_states}, False)
+        except BaseException:
+            for k, v in kept.items():
+                setattr(self, k, v)
+            _state.attach_views(self)
+            raise
+
+    # --- properties ------------------------------------------------------
+
+    @property
+    def param_names(self):
+        """The parameters' names in the plan, in the optimizer's order."""
+        return [name for _, name, _ in self._params]
+
+    @property
+    def assignments(self):
+        """Per rank, the matrices it orthogonalizes (the seeds'
+        optimizer.assignments), by parameter name: the module's (from
+        named_parameters() pairs or a config made by
+        create_dtensor_config(model)), else "<group name>.<index>"."""
+        return self._engine.assignments()
+
+    @property
+    def communicator(self):
+        """What the exchanges go through: "torch" (a process group) or
+        "mpi" (MPI_COMM_WORLD)."""
+        return self._options["communicator"]
+
+    @property
+    def engine(self):
+        """The underlying muonc.Optimizer."""
+        return self._engine
+
+    @property
+    def qk_clipped_heads(self):
+        """How many query heads the last step's QK-clip rescaled (the same
+        on every rank)."""
+        return self._qk_clipped
+
+    # --- the step --------------------------------------------------------
+
+    def set_qk_max_logits(self, layer, logits=None):
+        """QK-clip's input for the next step: ``layer``'s max attention
+        logit per query head in this step's forward pass (a tensor, array or
+        list of num_heads numbers), or a dict {layer: logits}. Checked here;
+        the next step() passes them and forgets them."""
+        given = layer if isinstance(layer, dict) else {layer: logits}
+        self._qk_pending.update(
+            {name: checked_logits(self._qk_heads, name, v)
+             for name, v in given.items()})
+
+    def _push_settings(self):
+        """Checks every group's settings as torch would, recompiles the plan
+        if a setting it fixes changed, and hands the engine the step's
+        settings that changed since the last step."""
+        for group in self.param_groups:
+            if group["algorithm"] == "muon":
+                check_muon_group(group)
+            else:
+                check_lr(group["lr"])
+        if any(plan_settings(g) != self._plan_settings.get(g["name"])
+               for g in self.param_groups if g["algorithm"] == "muon"):
+            self._rebuild()
+        for group in self.param_groups:
+            values = table_settings(group, fixed=False)
+            if self._pushed.get(group["name"]) != values:
+                self._engine.set_group(group["name"], values)
+            self._pushed[group["name"]] = values
+
+    def _bind(self):
+        """Binds every parameter's local tensor and gradient (None: no
+        gradient, which the step leaves out). A strided tensor is bound as a
+        contiguous copy; returns the (parameter, copy) pairs to write
+        back after the step."""
+        write_back = []
+        for p, name, _ in self._params:
+            values = local(p)
+            grad = p.grad
+            if grad is not None:
+                if grad.is_sparse:
+                    raise FailedPreconditionError(
+                        "Muon does not support sparse gradients (parameter "
+                        f"'{name}')")
+                grad = local(grad)
+                if not grad.is_contiguous():
+                    grad = grad.contiguous()
+            if not values.is_contiguous():
+                copy = values.contiguous()
+                write_back.append((values, copy))
+                values = copy
+            self._engine.bind(name, values, grad)
+        return write_back
+
+    @torch.no_grad()
+    def step(self, closure=None, qk_max_logits=None):
+        """One step on every parameter that has a gradient; ``qk_max_logits``:
+        {layer: per-head max logits} for QK-clip (as set_qk_max_logits), for
+        this step only. Collective where the optimizer is distributed."""
+        if qk_max_logits is not None:
+            self.set_qk_max_logits(dict(qk_max_logits))
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for p, name in self._unsupported:
+            if p.grad is not None:
+                raise FailedPreconditionError(
+                    "Muon does not support complex parameters (parameter "
+                    f"'{name}')")
+        if self._comm is None and all(p.grad is None
+                                      for p, _, _ in self._params):
+            self._qk_pending = {}  # no step: its logits go with it
+            return loss
+        self._push_settings()
+        write_back = self._bind()
+        for name, logits in self._qk_pending.items():
+            self._engine.set_qk_max_logits(name, logits)
+        self._qk_pending = {}
+        result = self._engine.step(stream=current_stream(self._device))
+        for values, copy in write_back:
+            values.copy_(copy)
+        self._qk_clipped = result["qk_clipped_heads"]
+        if not result["applied"]:
+            warnings.warn(f"muonc: step skipped: gradient of "
+                          f"{result['non_finite_param']} has NaN or Inf "
+                          f"(rank {result['non_finite_rank']})")
+        return loss
+
+    # --- state dicts -----------------------------------------------------
+
+    def state_dict(self):
+        """torch's state_dict(), with its hooks: 'state' by parameter index
+        (momentum_buffer; exp_avg, exp_avg_sq, step), 'param_groups' with
+        the hyper-parameters. Each state tensor has its parameter's layout
+        (a DTensor for a DTensor parameter), so torch.distributed.checkpoint
+        saves and reshards it. A NorMuon parameter also has 'normuon_v', its
+        per-row second moment, (matrices, rows) float32, gathered from the
+        matrices' owners (collective then). The groups carry
+        ``muonc_steps``, the optimizer's step count."""
+        _state.refresh_row_states(self)
+        saved = super().state_dict()
+        steps = self._engine.steps_taken
+        if isinstance(saved, dict) and isinstance(saved.get("param_groups"),
+                                                  list):
+            for g in saved["param_groups"]:
+                g["muonc_steps"] = steps
+            saved["muonc"] = {"steps": steps}
+        return saved
+
+    def local_state_dict(self):
+        """This rank's state as pieces by global box (plain tensors, no
+        DTensor): the list of every rank's local_state_dict() loads under
+        any other layout or world size (load_state_dict takes the list),
+        e.g. saved with torch.save on 4 ranks, loaded on 2."""
+        groups = super().state_dict()["param_groups"]
+        return _state.local_state_dict(self, groups)
+
+    def load_state_dict(self, state_dict):
+        """torch's load_state_dict() (with its hooks) of state_dict() of this
+        layout, by index or by parameter FQN as
+        torch.distributed.checkpoint's set_optimizer_state_dict passes it;
+        or local_state_dict(), or the list of every rank's
+        local_state_dict() (or state_dict() of plain parameters) of another
+        layout or world size. All or nothing."""
+        if not _state.is_piece_format(state_dict):
+            super().load_state_dict(state_dict)
+            return
+        single = not isinstance(state_dict, (list, tuple))
+        if single:
+            state_dict = state_dict.copy()
+            for hook in self._optimizer_load_state_dict_pre_hooks.values():
+                result = hook(self, state_dict)
+                if result is not None:
+                    state_dict = result
+        dicts = [state_dict] if single else list(state_dict)
+        if not dicts:
+            raise InvalidArgumentError("invalid argument: an empty list of "
+                                       "state dicts")
+        # The hyper-parameters are the first dict's, on this optimizer's
+        # groups (their parameters and names stay).
+        groups = []
+        for mine, g in zip(self.param_groups, dicts[0]["param_groups"]):
+            group = dict(mine)
+            group.update({k: v for k, v in g.items() if k not in
+                          ("params", "param_names", "name", "muonc_steps")})
+            groups.append(group)
+        self._load_all_or_nothing(
+            groups, lambda: _state.load_dicts(self, dicts, groups))
+        self.param_groups[:] = groups
+        self._pushed = {}
+        if single:
+            for hook in self._optimizer_load_state_dict_post_hooks.values():
+                hook(self)
+
+    def _load_all_or_nothing(self, groups, load):
+        """Runs `load` (which puts saved state into the engine) on an engine
+        whose plan fits `groups`, the groups the optimizer will have: the
+        current one, or one compiled again for them when a setting the plan
+        fixes differs. On failure the optimizer is as it was."""
+        kept = {k: getattr(self, k) for k in _BUILT}
+        index = {id(g): gi for gi, g in enumerate(self.param_groups)}
+        current = self.param_groups
+        replan = any(plan_settings(g) != self._plan_settings.get(g["name"])
+                     for g in groups if g["algorithm"] == "muon")
+        try:
+            if replan:
+                self.param_groups = groups
+                self._build()
+            else:
+                self._params = [(p, name, groups[index[id(g)]])
+                                for p, name, g in self._params]
+            load()
+        except BaseException:
+            for k, v in kept.items():
+                setattr(self, k, v)
+            self.param_groups = current
+            _state.attach_views(self)
+            raise
+        finally:
+            self.param_groups = current
+
+    def _install(self, state, groups):
+        """torch's load_state_dict, after its hooks, mapping and casts: the
+        state into the engine (all or nothing), then the groups."""
+        for g, mine in zip(groups, self.param_groups):
+            algorithm = g.get("algorithm", mine["algorithm"])
+            if algorithm != mine["algorithm"]:
+                raise InvalidArgumentError(
+                    f"invalid argument: group '{mine['name']}' is "
+                    f"{mine['algorithm']} in this optimizer but {algorithm} "
+                    "in the state (nothing was changed)")
+        steps = next((g["muonc_steps"] for g in groups if "muonc_steps" in g),
+                     None)
+        for g, mine in zip(groups, self.param_groups):
+            g.pop("muonc_steps", None)
+            # Keys the saved groups lack (a torch.optim.Muon state, an older
+            # muonc's) keep this optimizer's values, as torch's optimizers
+            # fill in a flag an older state lacks.
+            for k, v in mine.items():
+                g.setdefault(k, v)
+            g["name"], g["algorithm"] = mine["name"], mine["algorithm"]
+            g["use_muon"] = mine["algorithm"] == "muon"
+        self._load_all_or_nothing(groups, lambda: _state.load_torch_state(
+            self, state, groups, steps))
+        super().__setstate__({"state": state, "param_groups": groups})
+        _state.attach_views(self)
+        self._pushed = {}
+
+    # --- copies ----------------------------------------------------------
+
+    def __getstate__(self):
+        if self._comm is not None:
+            raise FailedPreconditionError(
+                "failed precondition: a distributed muonc optimizer cannot be "
+                "copied or pickled (its plan and state span the ranks); save "
+                "and load its state with state_dict() / load_state_dict() or "
+                "torch.distributed.checkpoint")
+        _state.refresh_row_states(self)
+        state = dict(super().__getstate__())
+        state["_muonc"] = {
+            "options": self._options,
+            "names": [self._names.get(id(p)) for g in self.param_groups
+                      for p in g["params"]],
+            "steps": self._engine.steps_taken,
+            "qk": (self._qk_pending, self._qk_clipped)}
+        return state
+
+    def __setstate__(self, state):
+        if "defaults" not in state:
+            # torch's load_state_dict hands over the mapped state and groups.
+            self._install(state["state"], state["param_groups"])
+            return
+        extras = state.pop("_muonc", None)
+        if extras is None:
+            raise FailedPreconditionError(
+                "failed precondition: not a muonc optimizer's pickled state")
+        saved = state["state"]
+        super().__setstate__(dict(state, state=defaultdict(dict)))
+        self._options = extras["options"]
+        self._qk_pending, self._qk_clipped = extras["qk"]
+        self._engine = self._comm = None
+        params = [p for g in self.param_groups for p in g["params"]]
+        self._names = {id(p): n for p, n in zip(params, extras["names"])
+                       if n is not None}
+        self._build()
+        _state.load_torch_state(self, saved, self.param_groups,
+                                steps=extras["steps"])
+        for k, v in saved.items():
+            if not isinstance(k, torch.Tensor):
+                self.state[k] = v  # what hooks put there, kept as torch does
+        _state.attach_views(self)
+
+
+# What _build sets, restored by a _rebuild that fails.
+_BUILT = ("_engine", "_params", "_unsupported", "_device", "_config",
+          "_heads", "_qk_heads", "_slots", "_pushed", "_plan_settings",
+          "_names")
+
+
+def _precisions(options, device):
+    """(ns_dtype, wire_dtype) of a step on `device`: as given, else the
+    device's defaults: f32 on the CPU (in the Gram form where it pays: the
+    fastest accurate choice there), bf16 on a GPU (torch.optim.Muon's
+    precision, on tensor cores); bf16 exchanges with bf16 Newton-Schulz,
+    which rounds its input and output to bf16 anyway."""
+    ns_dtype = options["ns_dtype"]
+    if ns_dtype is None:
+        ns_dtype = "bf16" if device.type == "cuda" else "f32"
+    wire_dtype = options["wire_dtype"]
+    if wire_dtype is None:
+        wire_dtype = "bf16" if ns_dtype == "bf16" else "f32"
+    return ns_dtype, wire_dtype
+
+
+def _checked_options(*, ns_dtype, wire_dtype, ns_form, communicator,
+                     process_group, timeout, config, qk_clip):
+    """The constructor's options that are not group settings, checked."""
+    if ns_dtype is not None and ns_dtype not in _NS_DTYPES:
+        raise InvalidArgumentError(f"invalid argument: ns_dtype {ns_dtype!r}: "
+                                   "expected 'f32', 'bf16' or 'auto'")
+    if wire_dtype is not None and wire_dtype not in _WIRE_DTYPES:
+        raise InvalidArgumentError(f"invalid argument: wire_dtype "
+                                   f"{wire_dtype!r}: expected 'f32' or "
+                                   "'bf16'")
+    if ns_form not in _NS_FORMS:
+        raise InvalidArgumentError(f"invalid argument: ns_form {ns_form!r}: "
+                                   "expected 'auto', 'standard' or 'gram'")
+    if communicator is None:
+        communicator = "mpi" if launched_by_mpirun() else "torch"
+    if communicator not in ("torch", "mpi"):
+        raise InvalidArgumentError(f"invalid argument: communicator "
+                                   f"{communicator!r}: expected 'torch' or "
+                                   "'mpi'")
+    if communicator == "mpi" and process_group is not None:
+        raise InvalidArgumentError(
+            "invalid argument: a process_group is for the 'torch' "
+            "communicator; 'mpi' runs over MPI_COMM_WORLD")
+    threshold, layers = qk_clip
+    if threshold is not None and not layers:
+        raise InvalidArgumentError(
+            "invalid argument: qk_clip_threshold without qk_clip_layers: "
+            "name the attention layers to clip")
+    return {"ns_dtype": ns_dtype, "wire_dtype": wire_dtype,
+            "ns_form": ns_form, "communicator": communicator,
+            "process_group": process_group, "timeout": float(timeout),
+            "config": config, "qk_clip": qk_clip}
+
+
+def _mpi_size(distributed):
+    """MPI_COMM_WORLD's size, checked against torch.distributed's ranks."""
+    mpi_rank, mpi_size = _core.mpi_world()
+    if distributed and (dist.get_rank(), dist.get_world_size()) != \
+            (mpi_rank, mpi_size):
+        raise InvalidArgumentError(
+            f"invalid argument: torch.distributed's rank {dist.get_rank()} "
+            f"of {dist.get_world_size()} is MPI's {mpi_rank} of {mpi_size}: "
+            "start torch.distributed with MPI's ranks "
+            "(OMPI_COMM_WORLD_RANK/SIZE) to exchange through MPI")
+    return mpi_size
+
+
+def _resolve_algorithm(group, tensors):
+    """Sets a new group's algorithm ("muon" or "adamw") and use_muon from
+    either key or, without them, from its parameters' dims; an AdamW group
+    gets AdamW's defaults."""
+    if "use_muon" in group and "algorithm" not in group:
+        group["algorithm"] = "muon" if group["use_muon"] else "adamw"
+    if "algorithm" not in group:
+        dims = {p.ndim >= 2 for p in tensors}
+        if len(dims) > 1:
+            raise InvalidArgumentError(
+                "invalid argument: a parameter group mixes matrices and "
+                "parameters with fewer than 2 dims; give it use_muon=True or "
+                "False (or split it)")
+        group["algorithm"] = "adamw" if dims == {False} else "muon"
+    if group["algorithm"] not in ("muon", "adamw"):
+        raise InvalidArgumentError(
+            "invalid argument: a group's algorithm is 'muon' or 'adamw', not "
+            f"{group['algorithm']!r}")
+    group["use_muon"] = group["algorithm"] == "muon"
+    if group["algorithm"] == "adamw":
+        for key in HEAD_KEYS + (STACKED_KEY,):
+            if group.get(key):
+                raise InvalidArgumentError(
+                    f"invalid argument: {key} is a Muon setting; this group "
+                    "is AdamW")
+        for key, value in adamw_defaults().items():
+            group.setdefault(key, value)
+
+
+def _check_group(group, tensors):
+    """torch's checks of a group (`group` with the defaults filled in)
+    before it is added: its settings, and a Muon group's parameters' dims."""
+    if group["algorithm"] == "adamw":
+        check_lr(group["lr"])
+        return
+    check_muon_group(group)
+    for p in tensors:
+        if p.ndim == 2:
+            continue
+        if p.ndim > 2 and (group.get(STACKED_KEY) or shows_expert_dim(p)):
+            continue
+        raise InvalidArgumentError(
+            "Muon only supports 2D parameters whereas we found a parameter "
+            f"with size: {p.size()}" +
+            (" (a stack of matrices, such as experts' [E, out, in] weights: "
+             f"give its group {STACKED_KEY}=True)" if p.ndim > 2 else
+             " (put it in a group with use_muon=False: AdamW)"))
+
+
+def _check_config_params(config, params):
+    """A config made from a module describes exactly the parameters the
+    optimizer steps (its trainable ones)."""
+    if config is None or not config.get("named_parameters"):
+        return
+    mine = {id(p) for p, _, _ in params}
+    missing = [n for n, p in config["named_parameters"]
+               if p.requires_grad and id(p) not in mine]
+    if missing:
+        raise InvalidArgumentError(
+            "invalid argument: parameter" +
+            ("s " if len(missing) > 1 else " ") +
+            ", ".join(f"'{n}'" for n in missing[:5]) +
+            (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "") +
+            " of the model the distributed config describes " +
+            ("are" if len(missing) > 1 else "is") +
+            " in no parameter group: give every trainable parameter to the "
+            "optimizer, or make the config from the parameters it steps")
+    described = {id(p) for _, p in config["named_parameters"]}
+    strangers = [n for p, n, _ in params if id(p) not in described]
+    if strangers:
+        raise InvalidArgumentError(
+            f"invalid argument: parameter '{strangers[0]}' is not a "
+            "parameter of the model the distributed config was made from")
