@@ -17,6 +17,7 @@ import torch.distributed as dist  # noqa: E402
 import muonc._core as cpu_core  # noqa: E402
 import muonc.torch as mt  # noqa: E402
 import muonc.torch._muon as optimizer_module  # noqa: E402
+import muonc.torch._plan as plan_module  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import TinyTransformer, batch, loss_of, split_params  # noqa: E402
@@ -35,7 +36,9 @@ def on_fake_gpu(t):
 def use_backend(gpu):
     """muonc.torch's engine on the fake GPU (device 'cuda:0', ordered with
     the legacy default stream) or on the CPU."""
-    optimizer_module._core = fake if gpu else cpu_core
+    # The plan is a Plan object of the module that compiles it: the same
+    # module's Optimizer takes it.
+    optimizer_module._core = plan_module._core = fake if gpu else cpu_core
     optimizer_module.engine_device_name = (lambda d: "cuda:0") if gpu else \
         (lambda d: "cpu")
     optimizer_module.current_stream = (lambda d: 0) if gpu else \
@@ -132,7 +135,9 @@ def refusals():
         "auto_on_gpu": lambda: fake.Optimizer(plan, ns_form="auto",
                                               device="cuda:0"),
         "stream_on_cpu": lambda: fake.Optimizer(plan).step(stream=0),
-        "cpu_core_no_stream": lambda: cpu_core.Optimizer(plan).step(stream=0),
+        # Another module's Plan goes as its text.
+        "cpu_core_no_stream": lambda: cpu_core.Optimizer(
+            plan.json()).step(stream=0),
     }
     out = {}
     for name, call in cases.items():

@@ -105,7 +105,7 @@ def test_compile_spec_from_dict_text_and_path_equals_compile_model(tmp_path):
     path.write_text(json.dumps(spec()))
     for source in (spec(), json.dumps(spec()), str(path), path):
         plan = muonc.compile_spec(source)
-        assert json.loads(plan)["format"].startswith("muon-plan/")
+        assert json.loads(plan.json())["format"].startswith("muon-plan/")
         got = run_plan(plan)
         assert all(np.array_equal(a, b) for a, b in zip(got, want)), source
 
@@ -116,8 +116,8 @@ def test_compile_spec_distributed_plan_and_wire_dtype():
     s["mesh"] = {"shape": [2], "names": ["dp"]}
     s["distributed"] = {"prefetch_count": 1}
     s["params"][0]["placements"] = ["S(0)"]
-    f32 = json.loads(muonc.compile_spec(s))
-    bf16 = json.loads(muonc.compile_spec(s, wire_dtype="bf16"))
+    f32 = json.loads(muonc.compile_spec(s).json())
+    bf16 = json.loads(muonc.compile_spec(s, wire_dtype="bf16").json())
     assert f32["world_size"] == 2 and bf16["world_size"] == 2
     assert f32["wire_dtype"] == "f32" and bf16["wire_dtype"] == "bf16"
     with pytest.raises(muonc.MuonError,

@@ -3,7 +3,7 @@
 Importing needs numpy only; ``muonc.torch`` (the torch.optim optimizer)
 needs torch. See docs/pytorch.md.
 
-    plan = muonc.compile_model(params, groups, mesh)   # a plan (JSON text)
+    plan = muonc.compile_model(params, groups, mesh)   # a muonc.Plan
     plan = muonc.compile_spec("model.json")             # or from a spec
     opt = muonc.Optimizer(plan)                         # one process
     opt.bind("w", values, grad)                         # zero-copy
@@ -17,7 +17,7 @@ import os as _os
 from ._core import (DataLossError, FailedPreconditionError, InternalError,
                     InvalidArgumentError, MuonError, MuonTypeError,
                     NotFoundError, Optimizer, ResourceExhaustedError,
-                    UnavailableError, compile_model, cpu_newton_schulz)
+                    Plan, UnavailableError, compile_model, cpu_newton_schulz)
 from . import _core
 from ._core import compile_spec as _compile_spec
 
@@ -26,7 +26,7 @@ from ._core import compile_spec as _compile_spec
 # FailedPreconditionError a RuntimeError, ...).
 __all__ = ["MuonError", "InvalidArgumentError", "FailedPreconditionError",
            "NotFoundError", "DataLossError", "ResourceExhaustedError",
-           "UnavailableError", "InternalError", "MuonTypeError", "Optimizer",
+           "UnavailableError", "InternalError", "MuonTypeError", "Optimizer", "Plan",
            "compile_model", "compile_spec", "cpu_newton_schulz", "load_plan"]
 __version__ = "0.1.0"
 
@@ -38,7 +38,7 @@ def load_plan(path, comm=None, timeout=120.0, ns_form=""):
 
 
 def compile_spec(spec, wire_dtype=None):
-    """A plan (JSON text) compiled in process from a model spec
+    """A Plan compiled in process from a model spec
     (docs/spec-format.md), as `muon-run SPEC` compiles it: `spec` is a
     spec file's path, its JSON text, or the parsed dict. `wire_dtype`
     ("f32", "bf16") sets the exchanges' element type (f32 by default).

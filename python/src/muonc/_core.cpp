@@ -356,8 +356,16 @@ mc::ParamGroup groupOf(nb::dict d) {
 /// the QK-clip layers, dicts with name, query, key (parameter names),
 /// num_heads, num_kv_heads (optional) and threshold (the spec's
 /// qk_clip.layers).
-std::string compileModel(nb::list params, nb::list groups, nb::object mesh,
-                         nb::object qkClip) {
+/// A compiled plan held in C++ (muon::Plan): what compile_model and
+/// compile_spec return and Optimizer takes, so that a plan goes from the
+/// compiler to the runtime as an object, with no text in between; json()
+/// writes the plan file's text when one is wanted.
+struct PyPlan {
+  muon::Plan plan;
+};
+
+PyPlan compileModel(nb::list params, nb::list groups, nb::object mesh,
+                    nb::object qkClip) {
   mc::Model model;
   if (!qkClip.is_none())
     for (nb::handle item : nb::cast<nb::list>(qkClip)) {
@@ -412,7 +420,7 @@ std::string compileModel(nb::list params, nb::list groups, nb::object mesh,
   }
   if (!mc::compile(model, config ? &*config : nullptr, plan, error))
     throw StatusError(rt::StatusCode::InvalidArgument, error);
-  return muon::renderPlan(plan);
+  return PyPlan{std::move(plan)};
 }
 
 // --- The optimizer ------------------------------------------------------
@@ -514,9 +522,10 @@ class PyOptimizer {
 public:
   /// `comm`: None for one process, "mpi" for MPI_COMM_WORLD (a duplicate),
   /// else a Python communicator object.
-  PyOptimizer(const std::string &planText, nb::object comm, double timeout,
-              bool isFile, const std::string &nsForm,
-              const std::string &deviceName) {
+  /// `plan`: a Plan (compile_model's, compile_spec's), the plan file's
+  /// JSON text, or with `isFile` a plan file's path (JSON or binary).
+  PyOptimizer(nb::object plan, nb::object comm, double timeout, bool isFile,
+              const std::string &nsForm, const std::string &deviceName) {
     createDevice(deviceName, nsForm);
     if (comm.is_none()) {
       base = std::make_unique<rt::SingleRankCommunicator>();
@@ -544,16 +553,24 @@ public:
     timeoutSeconds = timeout;
     rt::OptimizerOptions options;
     options.timeoutSeconds = timeout;
-    if (isFile) {
-      check(rt::Optimizer::load(planText, *communicator, *device, options,
-                                opt));
+    if (PyPlan *compiled = nullptr; nb::try_cast(plan, compiled) && compiled) {
+      check(rt::Optimizer::create(compiled->plan, *communicator, *device,
+                                  options, opt));
       return;
     }
-    muon::Plan plan;
+    if (!nb::isinstance<nb::str>(plan))
+      throw ArgumentTypeError("plan: expected a muonc.Plan, the plan file's "
+                              "JSON text or (plan_is_file) its path");
+    const std::string text = nb::cast<std::string>(plan);
+    if (isFile) {
+      check(rt::Optimizer::load(text, *communicator, *device, options, opt));
+      return;
+    }
+    muon::Plan parsed;
     std::string error;
-    if (!muon::parsePlan(planText, plan, error))
+    if (!muon::parsePlan(text, parsed, error))
       throw StatusError(rt::StatusCode::InvalidArgument, "plan: " + error);
-    check(rt::Optimizer::create(std::move(plan), *communicator, *device,
+    check(rt::Optimizer::create(std::move(parsed), *communicator, *device,
                                 options, opt));
   }
 
@@ -1016,20 +1033,46 @@ static void defineModule(nb::module_ &m) {
   nb::set_leak_warnings(false);
   defineErrors(m);
 
+  nb::class_<PyPlan>(m, "Plan",
+                     "A compiled plan (compile_model, compile_spec), which "
+                     "Optimizer takes as it is.")
+      .def("json", [](const PyPlan &p) { return muon::renderPlan(p.plan); },
+           "The plan file's text (muon-plan/1 JSON).")
+      .def_static(
+          "from_json",
+          [](const std::string &text) {
+            PyPlan p;
+            std::string error;
+            if (!muon::parsePlan(text, p.plan, error))
+              throw StatusError(rt::StatusCode::InvalidArgument,
+                                "plan: " + error);
+            return p;
+          },
+          "text"_a, "A plan from its file's text, checked.")
+      .def_prop_ro("world_size",
+                   [](const PyPlan &p) { return p.plan.worldSize; })
+      .def_prop_ro("wire_dtype",
+                   [](const PyPlan &p) { return p.plan.wireDtype; })
+      .def("__repr__", [](const PyPlan &p) {
+        return "<muonc.Plan: " + std::to_string(p.plan.params.size()) +
+               " parameters, " + std::to_string(p.plan.matrices.size()) +
+               " Muon matrices, " + std::to_string(p.plan.worldSize) +
+               " rank(s)>";
+      });
   m.def("compile_model", &compileModel, "params"_a, "groups"_a,
         "mesh"_a = nb::none(), "qk_clip"_a = nb::none(),
-        "Compiles a model (parameters, groups, mesh) into a plan (JSON).");
+        "Compiles a model (parameters, groups, mesh) into a Plan.");
   m.def(
       "compile_spec",
       [](const std::string &spec, const std::string &wireDtype) {
         std::string error;
-        muon::Plan plan;
-        if (!mc::compileSpec(spec, wireDtype, plan, error))
+        PyPlan p;
+        if (!mc::compileSpec(spec, wireDtype, p.plan, error))
           throw StatusError(rt::StatusCode::InvalidArgument, error);
-        return muon::renderPlan(plan);
+        return p;
       },
       "spec"_a, "wire_dtype"_a = "",
-      "Compiles a spec (muon-spec/1 JSON text) into a plan (JSON).");
+      "Compiles a spec (muon-spec/1 JSON text) into a Plan.");
   m.def(
       "group_settings",
       [] {
@@ -1141,12 +1184,12 @@ static void defineModule(nb::module_ &m) {
       "(GPUs the CUDA backend sees, why none) -- (0, reason) without them.");
 
   nb::class_<PyOptimizer>(m, "Optimizer")
-      .def(nb::init<const std::string &, nb::object, double, bool,
+      .def(nb::init<nb::object, nb::object, double, bool,
                     const std::string &, const std::string &>(),
            "plan"_a, "comm"_a = nb::none(), "timeout"_a = 120.0,
            "plan_is_file"_a = false, "ns_form"_a = "", "device"_a = "cpu",
-           "An optimizer over a plan (JSON text, or a plan file's path with "
-           "plan_is_file); comm: None for one process, else a Python "
+           "An optimizer over a plan (a Plan, its JSON text, or a plan "
+           "file's path with plan_is_file); comm: None for one process, else a Python "
            "communicator (muonc.torch.TorchCommunicator); ns_form: "
            "Newton-Schulz's form on the CPU, 'auto', 'standard' or 'gram' "
            "(default: MUON_CPU_NS_FORM, else auto); device: 'cpu', or 'cuda:N' "
