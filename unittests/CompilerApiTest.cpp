@@ -331,8 +331,9 @@ TEST(CompilerApi, NewtonSchulzCoefficientPresets) {
   std::string error;
   // Default: Jordan's triple for every step.
   ASSERT_TRUE(compile(smallTransformer(), &config, plan, error)) << error;
-  ASSERT_EQ(plan.ns.coefficients.size(), 5u);
-  EXPECT_EQ(plan.ns.coefficients[4],
+  ASSERT_EQ(plan.ns.configs.size(), 1u);
+  ASSERT_EQ(plan.ns.configs[0].coefficients.size(), 5u);
+  EXPECT_EQ(plan.ns.configs[0].coefficients[4],
             (std::array<double, 3>{3.4445, -4.775, 2.0315}));
   // Polar Express: one triple per step, the paper's schedule.
   Model model = smallTransformer();
@@ -341,12 +342,13 @@ TEST(CompilerApi, NewtonSchulzCoefficientPresets) {
   ASSERT_TRUE(compile(model, &config, plan, error)) << error;
   std::optional<std::vector<NsTriple>> polar = nsPreset("polar_express", 6);
   ASSERT_TRUE(polar);
-  EXPECT_EQ(plan.ns.coefficients, *polar);
-  EXPECT_EQ(plan.ns.coefficients[0][0], 8.28721201814563 / 1.01);
+  EXPECT_EQ(plan.ns.configs[0].coefficients, *polar);
+  EXPECT_EQ(plan.ns.configs[0].coefficients[0][0], 8.28721201814563 / 1.01);
   // An explicit table wins over the preset.
   model.muon.nsCoefficients = {{1.5, -0.5, 0.0}};
   ASSERT_TRUE(compile(model, &config, plan, error)) << error;
-  EXPECT_EQ(plan.ns.coefficients, std::vector<NsTriple>(6, {1.5, -0.5, 0.0}));
+  EXPECT_EQ(plan.ns.configs[0].coefficients,
+            std::vector<NsTriple>(6, {1.5, -0.5, 0.0}));
   // An unknown preset is the spec's error.
   model.muon.nsCoefficients.clear();
   model.muon.nsPreset = "you";

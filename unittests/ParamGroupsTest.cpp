@@ -8,16 +8,20 @@
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Compiler/Compile.h"
+#include "muon/Plan/Validate.h"
+#include "muon/Planner/Schedule.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"
+#include "muon/Support/NsCoefficients.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -171,8 +175,9 @@ TEST(ParamGroups, ScheduledStepsMatchAReferenceBitForBit) {
       const int64_t rows = p.layout.shape[0], cols = p.layout.shape[1];
       // In the precision the optimizer resolved "auto" to (bf16 on a CPU
       // with bf16 products).
-      device.newtonSchulz(update.data(), 1, rows, cols, plan.ns.coefficients,
-                          plan.ns.eps, opt->nsDtype());
+      const NewtonSchulzConfig &ns = plan.ns.configs[g.nsConfig];
+      device.newtonSchulz(update.data(), 1, rows, cols, ns.coefficients, ns.eps,
+                          opt->nsDtype());
       device.applyUpdate(refValues[i].data(), DType::F32, update.data(), count,
                          g.muonSettings,
                          adjustedLr(g.muonSettings, rows, cols));
@@ -325,7 +330,7 @@ TEST(ParamGroups, PlanHashLeavesHyperParametersOut) {
   b.groups[0].muonSettings.lr *= 3;
   b.groups[2].adamwSettings.beta1 = 0.8;
   EXPECT_EQ(planHash(a), planHash(b));
-  b.ns.eps *= 2;
+  b.ns.configs[0].eps *= 2;
   EXPECT_NE(planHash(a), planHash(b));
 }
 
@@ -543,6 +548,210 @@ TEST(ParamGroups, RanksResolvingAutoDifferentlyAreRefused) {
   start(plan, statuses);
   for (int64_t r = 0; r < 4; ++r)
     EXPECT_TRUE(statuses[r].ok()) << r << ": " << statuses[r].message();
+}
+
+/// Three Muon groups and an AdamW one: "jordan" (torch's Newton-Schulz),
+/// "polar" (6 Polar Express steps, eps 1e-6: every setting differs) and
+/// "again" (jordan's settings, its own lr), with same-shape matrices across
+/// them, so that batching by shape alone would mix the groups.
+mc::Model nsGroupsModel() {
+  mc::Model model;
+  mc::ParamGroup jordan, polar, again, embed;
+  jordan.name = "jordan";
+  jordan.muon.lr = 0.02;
+  polar.name = "polar";
+  polar.muon.lr = 0.02;
+  polar.muon.nsSteps = 6;
+  polar.muon.nsPreset = "polar_express";
+  polar.muon.eps = 1e-6;
+  again.name = "again";
+  again.muon.lr = 0.01;
+  embed.name = "embed";
+  embed.algorithm = mc::Group::AdamW;
+  model.groups = {jordan, polar, again, embed};
+  auto param = [&](std::string name, std::vector<int64_t> shape,
+                   std::string group) {
+    mc::Param p;
+    p.name = std::move(name);
+    p.shape = std::move(shape);
+    p.groupName = std::move(group);
+    p.placements = {mc::Placement::shard(0)};
+    model.params.push_back(p);
+  };
+  param("emb", {30, 12}, "embed");
+  param("a1", {12, 20}, "jordan");
+  param("p1", {12, 20}, "polar");
+  param("a2", {12, 20}, "again");
+  param("p2", {20, 12}, "polar");
+  param("a3", {20, 12}, "jordan");
+  param("norm", {12}, "embed");
+  return model;
+}
+
+/// The Newton-Schulz settings the model gives group `name`, from the
+/// model itself (not from a plan).
+NewtonSchulzConfig modelNsConfig(const mc::Model &model,
+                                 const std::string &name) {
+  for (const mc::ParamGroup &g : model.groups)
+    if (g.name == name) {
+      NewtonSchulzConfig c;
+      c.nsSteps = g.muon.nsSteps;
+      c.coefficients = *nsPreset(g.muon.nsPreset, g.muon.nsSteps);
+      c.coefficients.resize(c.nsSteps, c.coefficients.back());
+      c.eps = g.muon.eps;
+      return c;
+    }
+  ADD_FAILURE() << "no group " << name;
+  return {};
+}
+
+/// `steps` steps of `plan` on one device from seeded values and gradients,
+/// beside a reference that recomputes every parameter from the device's
+/// primitives with the Newton-Schulz settings `nsOf(param)` gives. Returns
+/// the parameters whose values differ from the reference in any bit.
+std::vector<std::string> differingFromReference(
+    const Plan &plan, int64_t steps,
+    const std::function<NewtonSchulzConfig(const PlanParam &)> &nsOf) {
+  SingleRankCommunicator comm;
+  cpu::CpuDevice device;
+  std::unique_ptr<Optimizer> opt;
+  Status created = Optimizer::create(plan, comm, device, {}, opt);
+  EXPECT_TRUE(created.ok()) << created.message();
+  if (!created.ok())
+    return {"the optimizer"};
+  const size_t n = plan.params.size();
+  std::vector<std::vector<float>> values(n), grads(n), refValues(n);
+  std::vector<std::vector<float>> momentum(n), expAvg(n), expAvgSq(n);
+  for (size_t i = 0; i < n; ++i) {
+    const ParamSlot &slot = opt->params()[i];
+    values[i] = randomVector(slot.elements, 300 + i);
+    refValues[i] = values[i];
+    grads[i].assign(slot.elements, 0.0f);
+    momentum[i].assign(slot.elements, 0.0f);
+    expAvg[i].assign(slot.elements, 0.0f);
+    expAvgSq[i].assign(slot.elements, 0.0f);
+    EXPECT_TRUE(opt->bind(slot.name, values[i].data(), grads[i].data(),
+                          DType::F32, slot.elements)
+                    .ok());
+  }
+  for (int64_t step = 0; step < steps; ++step) {
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<float> g =
+          randomVector(grads[i].size(), 2000 * (step + 1) + i);
+      std::copy(g.begin(), g.end(), grads[i].begin());
+    }
+    StepResult result;
+    Status status = opt->step(result);
+    EXPECT_TRUE(status.ok()) << status.message();
+    for (size_t i = 0; i < n; ++i) {
+      const PlanParam &p = plan.params[i];
+      const PlanGroup &g = plan.groups[p.group];
+      const int64_t count = static_cast<int64_t>(refValues[i].size());
+      if (!g.muon) {
+        device.adamw(refValues[i].data(), DType::F32, grads[i].data(),
+                     DType::F32, expAvg[i].data(), expAvgSq[i].data(), count,
+                     g.adamwSettings, step + 1);
+        continue;
+      }
+      std::vector<float> update(count);
+      device.momentum(grads[i].data(), DType::F32, momentum[i].data(),
+                      update.data(), count, g.muonSettings);
+      const int64_t rows = p.layout.shape[0], cols = p.layout.shape[1];
+      const NewtonSchulzConfig ns = nsOf(p);
+      device.newtonSchulz(update.data(), 1, rows, cols, ns.coefficients, ns.eps,
+                          opt->nsDtype());
+      device.applyUpdate(refValues[i].data(), DType::F32, update.data(), count,
+                         g.muonSettings,
+                         adjustedLr(g.muonSettings, rows, cols));
+    }
+  }
+  std::vector<std::string> differ;
+  for (size_t i = 0; i < n; ++i)
+    if (std::memcmp(values[i].data(), refValues[i].data(),
+                    values[i].size() * 4) != 0)
+      differ.push_back(plan.params[i].name);
+  return differ;
+}
+
+TEST(ParamGroups, EachGroupRunsItsOwnNewtonSchulz) {
+  // torch.optim.Muon's groups may differ in ns_steps, ns_coefficients and
+  // eps. The plan holds each distinct set once; every matrix runs its own
+  // group's, bit for bit as the device's primitives with the model's
+  // settings give it.
+  mc::Model model = nsGroupsModel();
+  // Without a distributed config (nothing sharded): one round, so that
+  // same-shape matrices of every group meet in it.
+  for (mc::Param &p : model.params)
+    p.placements.clear();
+  Plan plan;
+  std::string error;
+  ASSERT_TRUE(mc::compile(model, nullptr, plan, error)) << error;
+  ASSERT_EQ(plan.rounds.size(), 1u);
+  ASSERT_EQ(plan.ns.configs.size(), 2u);
+  EXPECT_EQ(plan.ns.configs[0], modelNsConfig(model, "jordan"));
+  EXPECT_EQ(plan.ns.configs[1], modelNsConfig(model, "polar"));
+  const int64_t polar = findGroup(plan.groups, "polar");
+  EXPECT_EQ(plan.groups[findGroup(plan.groups, "jordan")].nsConfig, 0);
+  EXPECT_EQ(plan.groups[polar].nsConfig, 1);
+  EXPECT_EQ(plan.groups[findGroup(plan.groups, "again")].nsConfig, 0);
+  // Each matrix's flops are its group's: 6 steps for "polar".
+  for (const PlanMatrix &m : plan.matrices)
+    EXPECT_EQ(m.nsFlops,
+              nsFlops(m.rows, m.cols,
+                      plan.params[m.paramIndex].group == polar ? 6 : 5))
+        << m.label();
+  // The 12 x 20 matrices: "a1" and "a2" share a batch, "p1" has its own.
+  size_t wideBatches = 0;
+  for (const NsBatch &b : plan.nsBatches[0])
+    if (b.rows == 12 && b.cols == 20) {
+      ++wideBatches;
+      EXPECT_EQ(b.matrices.size(), b.config == 0 ? 2u : 1u);
+    }
+  EXPECT_EQ(wideBatches, 2u);
+  auto ownSettings = [&](const PlanParam &p) {
+    return modelNsConfig(model, plan.groups[p.group].name);
+  };
+  EXPECT_EQ(differingFromReference(plan, 3, ownSettings),
+            std::vector<std::string>());
+
+  // Break it: "polar" pointed at configuration 0 (a valid plan whose
+  // batches run its matrices with jordan's coefficients) no longer equals
+  // the reference, in exactly polar's parameters.
+  Plan wrong = plan;
+  wrong.groups[polar].nsConfig = 0;
+  wrong.matrices = muonMatrices(wrong.params, wrong.groups, wrong.ns);
+  setRounds(wrong, wrong.rounds);
+  ASSERT_TRUE(validatePlan(wrong).empty()) << validatePlan(wrong).str();
+  EXPECT_EQ(differingFromReference(wrong, 3, ownSettings),
+            (std::vector<std::string>{"p1", "p2"}));
+}
+
+TEST(ParamGroups, NewtonSchulzGroupsOnFourRanksEqualOneDevice) {
+  const Plan four = compileOn(nsGroupsModel(), 4);
+  ASSERT_EQ(four.ns.configs.size(), 2u);
+  EXPECT_EQ(runScheduled(four, 3), runScheduled(referencePlan(four), 3));
+  // Ranks must agree on every configuration and on which group runs which.
+  Plan other = four;
+  other.ns.configs[1].coefficients[2][1] += 0.5;
+  EXPECT_NE(planHash(four), planHash(other));
+  other = four;
+  other.groups[findGroup(other.groups, "again")].nsConfig = 1;
+  EXPECT_NE(planHash(four), planHash(other));
+}
+
+TEST(ParamGroups, NewtonSchulzPrecisionIsThePlans) {
+  // Groups may differ in steps, coefficients and eps, not in ns_dtype.
+  mc::Model model = nsGroupsModel();
+  model.groups[1].muon.nsDtype = "bf16";
+  mc::DistributedConfig config = mc::createDTensorConfig({{2}, {"dp"}});
+  Plan plan;
+  std::string error;
+  EXPECT_FALSE(mc::compile(model, &config, plan, error));
+  EXPECT_NE(error.find("Muon groups 'jordan' and 'polar' differ in "
+                       "'ns_dtype'; the Newton-Schulz precision is shared by "
+                       "every Muon group"),
+            std::string::npos)
+      << error;
 }
 
 } // namespace

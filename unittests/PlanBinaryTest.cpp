@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <unistd.h>
 
@@ -347,9 +348,10 @@ TEST(PlanBinary, DamagedHeadersAreRefused) {
   EXPECT_FALSE(parsePlanSlice(bytes.substr(0, bytes.size() - 1), 0, out, error));
   EXPECT_CONTAINS(error, "truncated or appended to");
   std::string other = bytes;
-  other[8] = 4; // version 4: after QK-clip's 3
+  other[8] = 5; // version 5: after NS configurations' 4
   EXPECT_FALSE(parsePlanSlice(other, 0, out, error));
-  EXPECT_CONTAINS(error, "format version 4 is not supported");
+  EXPECT_CONTAINS(error, "format version 5 is not supported (this reader "
+                         "reads muon-plan-bin/2 to 4)");
   other = bytes;
   other[20] = 1; // world size, under the header checksum
   EXPECT_FALSE(parsePlanSlice(other, 0, out, error));
@@ -405,4 +407,74 @@ TEST(PlanBinary, SliceCheckerCatchesWrongParts) {
     for (Transfer &t : ex.transfers)
       t.rows = {0, 2};
   EXPECT_CONTAINS(validatePlanSlice(slice).str(), "does not hold rows [0, 2)");
+}
+
+TEST(PlanBinary, SeveralNewtonSchulzConfigurationsAreVersion4) {
+  // One configuration keeps version 2; two make version 4, which round-trips
+  // whole, through JSON and rank by rank.
+  EXPECT_EQ(u64At(renderPlanBinary(planModel()), 8) & 0xffffffff,
+            kPlanBinaryVersion);
+  const Plan plan = nsGroupsPlanModel();
+  const std::string bytes = renderPlanBinary(plan);
+  EXPECT_EQ(u64At(bytes, 8) & 0xffffffff, kPlanBinaryNsConfigsVersion);
+  Plan back;
+  std::string error;
+  ASSERT_TRUE(parsePlanBinary(bytes, back, error)) << error;
+  EXPECT_EQ(renderPlan(back), renderPlan(plan));
+  EXPECT_EQ(renderPlanBinary(back), bytes);
+  Plan fromJson;
+  ASSERT_TRUE(parsePlan(renderPlan(plan), fromJson, error)) << error;
+  EXPECT_EQ(renderPlanBinary(fromJson), bytes);
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    Plan slice;
+    ASSERT_TRUE(parsePlanSlice(bytes, r, slice, error)) << error;
+    expectSameSlice(slice, slicePlan(plan, r));
+  }
+  Plan rank0;
+  ASSERT_TRUE(parsePlanSlice(bytes, 0, rank0, error)) << error;
+  ASSERT_EQ(rank0.nsBatches[0].size(), 2u);
+  EXPECT_EQ(rank0.nsBatches[0][1].config, 1);
+  EXPECT_EQ(rank0.ns.configs[1], otherNsConfig());
+}
+
+TEST(PlanBinary, NewtonSchulzConfigurationIndicesAreChecked) {
+  const std::string bytes = renderPlanBinary(nsGroupsPlanModel());
+  auto refused = [&](std::string changed) {
+    resealPlanBinary(changed);
+    Plan plan;
+    std::string error;
+    EXPECT_FALSE(parsePlanBinary(changed, plan, error));
+    return error;
+  };
+  // The count: 2, then configuration 0 (5 steps, 5 triples, 3.4445 first).
+  double a = 3.4445;
+  std::string first(8, '\0');
+  std::memcpy(first.data(), &a, 8);
+  size_t count = bytes.find(std::string("\x02\x0a\x05", 3) + first);
+  ASSERT_NE(count, std::string::npos);
+  std::string one = bytes;
+  one[count] = 1;
+  EXPECT_CONTAINS(refused(one), "1 NS configuration(s) in a version 4 file");
+  // Group "b"'s index follows its adjust_lr.
+  size_t group = bytes.find(std::string("\x08original\x01", 10));
+  ASSERT_NE(group, std::string::npos);
+  std::string outside = bytes;
+  outside[group + 9] = 5;
+  EXPECT_CONTAINS(refused(outside),
+                  "NS configuration 5 is out of range [0, 2)");
+  // Rank 0's batch of "v" (round 0, 8 x 4, configuration 1, one matrix)
+  // made to run configuration 0.
+  auto [offset, size] = sectionOf(bytes, 0);
+  size_t batch = bytes.find(std::string("\x00\x10\x08\x01\x01", 5), offset);
+  ASSERT_LT(batch, offset + size);
+  std::string mixed = bytes;
+  mixed[batch + 3] = 0;
+  EXPECT_CONTAINS(refused(mixed), "matrix 'v' runs Newton-Schulz "
+                                  "configuration 1 (group 'b'), not the "
+                                  "batch's 0");
+  resealPlanBinary(mixed);
+  Plan slice;
+  std::string error;
+  EXPECT_FALSE(parsePlanSlice(mixed, 0, slice, error));
+  EXPECT_CONTAINS(error, "not the batch's 0");
 }

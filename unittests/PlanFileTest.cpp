@@ -1,4 +1,6 @@
 //===- PlanFileTest.cpp - Reading and validating plan files ---------------===//
+#include "PlanModel.h"
+
 #include "muon/Plan/PlanFile.h"
 #include "muon/Planner/Schedule.h"
 #include "muon/Plan/Validate.h"
@@ -17,7 +19,7 @@ Plan goodPlanModel() {
   plan.mesh.shape = {4};
   plan.params.push_back({"w", "f32", true, 0, {{8, 4}, {{0}, {}}, {}, {}}});
   plan.params.push_back({"b", "f32", false, 1, {{4}, {{}}, {}, {}}});
-  plan.ns.coefficients.assign(5, {3.4445, -4.775, 2.0315});
+  plan.ns.configs[0].coefficients.assign(5, {3.4445, -4.775, 2.0315});
   plan.matrices.push_back({"w", 0, -1, 8, 4, 0, nsFlops(8, 4, 5)});
   plan.nsMatrices = {{0}, {}, {}, {}};
   Exchange gather{Exchange::Phase::Gather, 0, {}, {}};
@@ -189,4 +191,80 @@ TEST(PlanFile, ValidatorAcceptsWhatTheSchedulerBuilds) {
     ASSERT_TRUE(schedulePlan(plan, options, error)) << error;
     EXPECT_TRUE(validatePlan(plan).empty()) << validatePlan(plan).str();
   }
+}
+
+TEST(PlanFile, OneNewtonSchulzConfigurationIsWrittenAsBefore) {
+  // The flat form every plan had before configurations: no "configs", no
+  // group or batch index.
+  const std::string text = goodPlan();
+  EXPECT_CONTAINS(text, "\"newton_schulz\":{\"ns_steps\":5,"
+                        "\"ns_coefficients\":[[3.4445,-4.775,2.0315],");
+  EXPECT_CONTAINS(text, "\"eps\":1e-07,\"ns_dtype\":\"auto\"}");
+  for (const char *key : {"\"configs\"", "\"ns_config\"", "\"config\""})
+    EXPECT_EQ(text.find(key), std::string::npos) << key;
+}
+
+TEST(PlanFile, SeveralNewtonSchulzConfigurationsRoundTrip) {
+  const Plan plan = nsGroupsPlanModel();
+  const std::string text = renderPlan(plan);
+  EXPECT_CONTAINS(text, "\"newton_schulz\":{\"configs\":[{\"ns_steps\":5,");
+  EXPECT_CONTAINS(text, "\"name\":\"a\",\"algorithm\":\"muon\","
+                        "\"ns_config\":0,");
+  EXPECT_CONTAINS(text, "\"name\":\"b\",\"algorithm\":\"muon\","
+                        "\"ns_config\":1,");
+  EXPECT_CONTAINS(text, "{\"round\":0,\"config\":1,\"rows\":8,\"cols\":4,"
+                        "\"matrices\":[1]}");
+  Plan back;
+  std::string error;
+  ASSERT_TRUE(parsePlan(text, back, error)) << error;
+  ASSERT_EQ(back.ns.configs.size(), 2u);
+  EXPECT_EQ(back.ns.configs[0], plan.ns.configs[0]);
+  EXPECT_EQ(back.ns.configs[1], otherNsConfig());
+  EXPECT_EQ(back.groups[1].nsConfig, 1);
+  EXPECT_EQ(back.nsBatches[0][1].config, 1);
+  EXPECT_EQ(renderPlan(back), text);
+  // The NS flops follow each matrix's group: "v" runs 3 steps, "w" 5.
+  EXPECT_EQ(back.matrices[1].nsFlops, nsFlops(8, 4, 3));
+  EXPECT_EQ(back.matrices[0].nsFlops, nsFlops(8, 4, 5));
+}
+
+TEST(PlanFile, NewtonSchulzConfigurationIndicesAreChecked) {
+  const std::string text = renderPlan(nsGroupsPlanModel());
+  EXPECT_CONTAINS(
+      readError(replace(text, "\"ns_config\":1", "\"ns_config\":2")),
+      "groups[1].ns_config: Newton-Schulz configuration 2 is out "
+      "of range (2 configurations)");
+  EXPECT_CONTAINS(
+      readError(replace(text, "\"ns_config\":1", "\"ns_config\":-1")),
+      "groups[1].ns_config: expected an integer >= 0, got -1");
+  EXPECT_CONTAINS(readError(replace(text, "\"config\":1", "\"config\":7")),
+                  "ranks[0].ns_batches[1].config: no Newton-Schulz "
+                  "configuration 7 (2 configurations)");
+  // A batch that would run 'v' with the other group's coefficients.
+  EXPECT_CONTAINS(readError(replace(text, "\"config\":1", "\"config\":0")),
+                  "ranks[0].ns_batches[1].matrices[0]: matrix 'v' runs "
+                  "Newton-Schulz configuration 1 (group 'b'), not the batch's "
+                  "0");
+  // Moving a group to the other configuration changes its matrices' flops.
+  EXPECT_CONTAINS(
+      readError(replace(text, "\"ns_config\":1", "\"ns_config\":0")),
+      "matrices[1]: expected matrix 0 of parameter 1 ('v'): "
+      "slice -1, 8 x 4, " +
+          std::to_string(nsFlops(8, 4, 5)) + " NS flops");
+  EXPECT_CONTAINS(
+      readError(replace(text, "\"name\":\"adamw\",\"algorithm\":\"adamw\"",
+                        "\"name\":\"adamw\",\"algorithm\":"
+                        "\"adamw\",\"ns_config\":0")),
+      "groups[2].ns_config: only Muon groups run Newton-Schulz");
+  // One form or the other, and each configuration checked where it is.
+  EXPECT_CONTAINS(
+      readError(replace(text, "{\"configs\":", "{\"eps\":0.1,\"configs\":")),
+      "newton_schulz.eps: not allowed with \"configs\"");
+  EXPECT_CONTAINS(
+      readError(replace(text, "{\"ns_steps\":3,", "{\"ns_steps\":4,")),
+      "newton_schulz.configs[1].ns_coefficients: expected one "
+      "[a, b, c] per NS step (4)");
+  EXPECT_CONTAINS(
+      readError(replace(text, "{\"ns_steps\":3,", "{\"ns_steps\":3,\"lr\":1,")),
+      "newton_schulz.configs[1].lr: unknown key 'lr'");
 }

@@ -322,7 +322,7 @@ Plan smallModel() {
   param("w", {8, 12}, true);
   param("stack", {2, 5, 6}, true);
   param("bias", {5}, false);
-  plan.ns.coefficients.assign(plan.ns.nsSteps, {3.4445, -4.775, 2.0315});
+  plan.ns.configs[0].coefficients.assign(5, {3.4445, -4.775, 2.0315});
   plan.matrices.push_back({"w", 0, -1, 8, 12, -1, nsFlops(8, 12, 5)});
   for (int64_t s = 0; s < 2; ++s)
     plan.matrices.push_back({"stack", 1, s, 5, 6, -1, nsFlops(5, 6, 5)});
@@ -481,7 +481,7 @@ Plan fsdpModel() {
   plan.mesh.shape = {4};
   plan.params.push_back({"w", "f32", true, 0, {{8, 4}, {{0}, {}}, {}, {}}});
   plan.params.push_back({"b", "f32", false, 1, {{4}, {{0}}, {}, {}}});
-  plan.ns.coefficients.assign(5, {3.4445, -4.775, 2.0315});
+  plan.ns.configs[0].coefficients.assign(5, {3.4445, -4.775, 2.0315});
   plan.matrices.push_back({"w", 0, -1, 8, 4, 2, nsFlops(8, 4, 5)});
   plan.nsMatrices = {{}, {}, {0}, {}};
   Exchange gather{Exchange::Phase::Gather, 0, {}, {}};

@@ -1,4 +1,6 @@
 //===- ScheduleTest.cpp - The schedule and its verifier -------------------===//
+#include "PlanModel.h"
+
 #include "muon/Planner/Schedule.h"
 
 #include <gtest/gtest.h>
@@ -18,8 +20,13 @@ Plan smallPlan() {
   Exchange scatter{Exchange::Phase::Scatter, 0, {}};
   for (int64_t m = 0; m < 4; ++m) {
     int64_t owner = m % 2;
+    PlanParam param;
+    param.name = "w" + std::to_string(m);
+    param.layout.shape = {4, 4};
+    plan.params.push_back(param);
     PlanMatrix pm;
-    pm.param = "w" + std::to_string(m);
+    pm.param = param.name;
+    pm.paramIndex = m;
     pm.rows = pm.cols = 4;
     pm.owner = owner;
     pm.nsFlops = 10;
@@ -81,6 +88,31 @@ TEST(Schedule, SameShapeMatricesFormOneBatch) {
   ASSERT_TRUE(schedulePlan(plan, {0, true, /*rounds*/ 1, 0}, error));
   ASSERT_EQ(plan.nsBatches[0].size(), 1u);
   EXPECT_EQ(plan.nsBatches[0][0].matrices, (std::vector<int64_t>{0, 2}));
+}
+
+TEST(Schedule, BatchesNeverMixNewtonSchulzConfigurations) {
+  // Rank 0 orthogonalizes three 8x4 matrices in one round: "w" and "u" of
+  // configuration 0 batch together, "v" of configuration 1 alone.
+  Plan plan = nsGroupsPlanModel();
+  ASSERT_EQ(plan.rounds.size(), 1u);
+  const std::vector<NsBatch> &batches = plan.nsBatches[0];
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].config, 0);
+  EXPECT_EQ(batches[0].matrices, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(batches[1].config, 1);
+  EXPECT_EQ(batches[1].matrices, (std::vector<int64_t>{1}));
+  for (const NsBatch &b : batches)
+    for (int64_t k : b.matrices)
+      EXPECT_EQ(nsConfigOf(plan, plan.matrices[k].paramIndex), b.config)
+          << plan.matrices[k].label();
+  // The split is the configurations': with one, the three are one batch.
+  Plan shared = nsGroupsPlanModel();
+  shared.ns.configs.pop_back();
+  shared.groups[1].nsConfig = 0;
+  setRounds(shared, shared.rounds);
+  ASSERT_EQ(shared.nsBatches[0].size(), 1u);
+  EXPECT_EQ(shared.nsBatches[0][0].matrices, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(shared.nsBatches[0][0].config, 0);
 }
 
 // The verifier on hand-broken schedules: each rule can fail.

@@ -206,13 +206,28 @@ RankExchangeView rankExchangeView(const Exchange &exchange, int64_t rank) {
   return view;
 }
 
+int64_t nsConfigOf(const std::vector<PlanParam> &params,
+                   const std::vector<PlanGroup> &groups, int64_t param) {
+  return groups[params[param].group].nsConfig;
+}
+
+int64_t maxNsSteps(const NewtonSchulzSettings &ns) {
+  int64_t steps = 0;
+  for (const NewtonSchulzConfig &c : ns.configs)
+    steps = std::max(steps, c.nsSteps);
+  return steps;
+}
+
 std::vector<PlanMatrix> muonMatrices(const std::vector<PlanParam> &params,
-                                     int64_t nsSteps) {
+                                     const std::vector<PlanGroup> &groups,
+                                     const NewtonSchulzSettings &ns) {
   std::vector<PlanMatrix> out;
   for (size_t i = 0; i < params.size(); ++i) {
     const PlanParam &p = params[i];
     if (!p.muon || p.layout.shape.size() < 2)
       continue;
+    const int64_t steps =
+        ns.configs[nsConfigOf(params, groups, static_cast<int64_t>(i))].nsSteps;
     int64_t count = p.layout.numMatrices();
     for (int64_t s = 0; s < count; ++s) {
       PlanMatrix m;
@@ -221,7 +236,7 @@ std::vector<PlanMatrix> muonMatrices(const std::vector<PlanParam> &params,
       m.slice = p.layout.slicedMatrices() ? s : -1;
       m.rows = p.layout.matrixRows();
       m.cols = p.layout.matrixCols();
-      m.nsFlops = nsFlops(m.rows, m.cols, nsSteps);
+      m.nsFlops = nsFlops(m.rows, m.cols, steps);
       out.push_back(std::move(m));
     }
   }

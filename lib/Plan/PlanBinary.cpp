@@ -135,6 +135,27 @@ uint32_t getU32(const char *p) {
   return v;
 }
 
+/// Whether the plan is written as version 4 (kPlanBinaryNsConfigsVersion).
+bool severalNsConfigs(const Plan &plan) { return plan.ns.configs.size() > 1; }
+
+/// The format version the writer gives `plan`: the oldest that holds it, so
+/// that plans without newer features keep their bytes.
+uint32_t planBinaryVersion(const Plan &plan) {
+  if (severalNsConfigs(plan))
+    return kPlanBinaryNsConfigsVersion;
+  return plan.qkClip.empty() ? kPlanBinaryVersion : kPlanBinaryQkClipVersion;
+}
+
+/// One Newton-Schulz configuration: steps, the coefficient table, eps.
+void encodeNsConfig(Out &o, const NewtonSchulzConfig &c) {
+  o.svarint(c.nsSteps);
+  o.varint(c.coefficients.size());
+  for (const auto &abc : c.coefficients)
+    for (double x : abc)
+      o.f64(x);
+  o.f64(c.eps);
+}
+
 /// Settings, mesh, parameters, the exchanges' phases and the schedule: what
 /// every rank needs whole.
 std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
@@ -148,14 +169,13 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
   o.svarint(plan.gatherBudgetBytes);
   o.ints(plan.mesh.shape);
   o.ints(plan.mesh.devices);
-  const NewtonSchulzSettings &ns = plan.ns;
-  o.svarint(ns.nsSteps);
-  o.varint(ns.coefficients.size());
-  for (const auto &abc : ns.coefficients)
-    for (double x : abc)
-      o.f64(x);
-  o.f64(ns.eps);
-  o.str(ns.nsDtype);
+  // Version 4: a count, then each configuration; before, the one alone.
+  const bool several = severalNsConfigs(plan);
+  if (several)
+    o.varint(plan.ns.configs.size());
+  for (const NewtonSchulzConfig &c : plan.ns.configs)
+    encodeNsConfig(o, c);
+  o.str(plan.ns.nsDtype);
   o.varint(plan.groups.size());
   for (const PlanGroup &g : plan.groups) {
     o.str(g.name);
@@ -178,6 +198,8 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
       o.str(m.adjustLr);
       if (m.normuon)
         o.f64(m.normuonBeta2);
+      if (several)
+        o.varint(g.nsConfig);
     } else {
       const AdamWSettings &a = g.adamwSettings;
       o.f64(a.lr);
@@ -225,10 +247,10 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
       o.varint(p.layout.headSplitDim);
     }
   }
-  // Only in version 3 files (kPlanBinaryQkClipVersion): plans without
-  // QK-clip stay version 2, byte for byte, and older readers refuse the
-  // version instead of misreading the section.
-  if (!plan.qkClip.empty()) {
+  // Only in version 3 and 4 files (kPlanBinaryQkClipVersion): plans without
+  // QK-clip or NS configurations stay version 2, byte for byte, and older
+  // readers refuse the version instead of misreading the section.
+  if (planBinaryVersion(plan) != kPlanBinaryVersion) {
     o.varint(plan.qkClip.size());
     for (const QkClipLayer &l : plan.qkClip) {
       o.str(l.name);
@@ -704,6 +726,8 @@ bool PlanBinaryWriter::encode(const Plan &plan, FileOutput &out) {
       o.svarint(b.round);
       o.svarint(b.rows);
       o.svarint(b.cols);
+      if (severalNsConfigs(plan))
+        o.varint(b.config);
       o.varint(b.matrices.size());
       for (int64_t k : b.matrices)
         o.varint(local(k));
@@ -742,7 +766,7 @@ bool PlanBinaryWriter::encode(const Plan &plan, FileOutput &out) {
   std::string head;
   head.append(kPlanBinaryMagic);
   Out o(head);
-  o.u32(plan.qkClip.empty() ? kPlanBinaryVersion : kPlanBinaryQkClipVersion);
+  o.u32(planBinaryVersion(plan));
   o.u32(kHeaderSize);
   o.u64(world);
   o.u64(out.position());
@@ -968,11 +992,12 @@ bool readHeader(std::string_view bytes, uint64_t actualSize, Header &h,
   }
   const char *p = bytes.data();
   uint32_t version = getU32(p + 8), headerSize = getU32(p + 12);
-  if (version != kPlanBinaryVersion && version != kPlanBinaryQkClipVersion) {
+  if (version != kPlanBinaryVersion && version != kPlanBinaryQkClipVersion &&
+      version != kPlanBinaryNsConfigsVersion) {
     error = "header: format version " + std::to_string(version) +
             " is not supported (this reader reads muon-plan-bin/" +
-            std::to_string(kPlanBinaryVersion) + " and " +
-            std::to_string(kPlanBinaryQkClipVersion) +
+            std::to_string(kPlanBinaryVersion) + " to " +
+            std::to_string(kPlanBinaryNsConfigsVersion) +
             (version == 1 ? "; version 1 predates parameter groups: write "
                             "the plan again from its model or JSON plan)"
                           : ")");
@@ -1057,10 +1082,24 @@ bool decodeSettingsTail(In &in, PlanGroup &g) {
   return in.ok();
 }
 
-/// Decodes the shared section into `plan` (settings, mesh, params, the
-/// exchanges' phases and rounds, the schedule), sizes rounds and exchanges,
-/// and returns the whole plan's matrix count.
-bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices, bool withQkClip) {
+/// encodeNsConfig's inverse; the validator checks the values.
+NewtonSchulzConfig decodeNsConfig(In &in) {
+  NewtonSchulzConfig c;
+  c.nsSteps = in.svarint();
+  size_t coefficients = in.count("NS coefficient triples", 24);
+  for (size_t i = 0; i < coefficients && in.ok(); ++i)
+    c.coefficients.push_back({in.f64(), in.f64(), in.f64()});
+  c.eps = in.f64();
+  return c;
+}
+
+/// Decodes the shared section of a file of format `version` into `plan`
+/// (settings, mesh, params, the exchanges' phases and rounds, the
+/// schedule), sizes rounds and exchanges, and returns the whole plan's
+/// matrix count.
+bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices,
+                  uint32_t version) {
+  const bool several = version == kPlanBinaryNsConfigsVersion;
   in.item = "settings";
   plan.wireDtype = in.str("bytes of wire dtype");
   plan.wireBytes = wireDtypeBytes(plan.wireDtype);
@@ -1074,11 +1113,15 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices, bool withQkClip) {
   plan.mesh.devices = in.ints("devices");
   in.item = "newton_schulz";
   NewtonSchulzSettings &ns = plan.ns;
-  ns.nsSteps = in.svarint();
-  size_t coefficients = in.count("NS coefficient triples", 24);
-  for (size_t i = 0; i < coefficients && in.ok(); ++i)
-    ns.coefficients.push_back({in.f64(), in.f64(), in.f64()});
-  ns.eps = in.f64();
+  ns.configs.clear();
+  // Each configuration takes at least 10 bytes (steps, count, eps).
+  size_t configs = several ? in.count("NS configurations", 10) : 1;
+  if (in.ok() && several && configs < 2)
+    return in.fail(num(configs) + " NS configuration(s) in a version " +
+                   num(kPlanBinaryNsConfigsVersion) +
+                   " file, which is written only with two or more");
+  for (size_t c = 0; c < configs && in.ok(); ++c)
+    ns.configs.push_back(decodeNsConfig(in));
   ns.nsDtype = in.str("bytes of ns_dtype");
   in.item = "groups";
   size_t groups = in.count("groups", 3);
@@ -1114,6 +1157,10 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices, bool withQkClip) {
       m.adjustLr = in.str("bytes of adjust_lr");
       if (m.normuon)
         m.normuonBeta2 = in.f64();
+      // Checked against the configurations by the validator.
+      if (several)
+        g.nsConfig = in.below(static_cast<int64_t>(ns.configs.size()),
+                              "NS configuration");
     } else {
       AdamWSettings &a = g.adamwSettings;
       a.lr = in.f64();
@@ -1163,7 +1210,7 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices, bool withQkClip) {
     }
     plan.params.push_back(std::move(p));
   }
-  if (withQkClip) {
+  if (version != kPlanBinaryVersion) {
     in.item = "qk_clip";
     size_t layers = in.count("qk_clip layers", 5);
     if (in.ok() && static_cast<int64_t>(layers) > limits::kMaxParams)
@@ -1258,7 +1305,8 @@ bool decodeSection(In &in, const Geometry &geo, int64_t rank, Plan &slice,
     m.slice = p.layout.slicedMatrices() ? s : -1;
     m.rows = p.layout.matrixRows();
     m.cols = p.layout.matrixCols();
-    m.nsFlops = nsFlops(m.rows, m.cols, plan.ns.nsSteps);
+    m.nsFlops = nsFlops(m.rows, m.cols,
+                        plan.ns.configs[nsConfigOf(plan, param)].nsSteps);
     m.owner = in.svarint();
     slice.matrixIds.push_back(id);
     slice.matrices.push_back(std::move(m));
@@ -1280,6 +1328,9 @@ bool decodeSection(In &in, const Geometry &geo, int64_t rank, Plan &slice,
     batch.round = in.svarint();
     batch.rows = in.svarint();
     batch.cols = in.svarint();
+    if (severalNsConfigs(plan))
+      batch.config = in.below(static_cast<int64_t>(plan.ns.configs.size()),
+                              "NS configuration");
     size_t count = in.count("matrices");
     for (size_t i = 0; i < count && in.ok(); ++i)
       batch.matrices.push_back(in.below(local, "local matrix"));
@@ -1498,8 +1549,7 @@ bool loadSlice(Source &src, int64_t rank, Plan &slice, std::string &error,
   int64_t totalMatrices = 0;
   {
     In in(shared, h.sharedOffset, "shared section");
-    if (!decodeShared(in, slice, totalMatrices,
-                      h.version == kPlanBinaryQkClipVersion)) {
+    if (!decodeShared(in, slice, totalMatrices, h.version)) {
       error = in.error;
       return false;
     }
@@ -1595,8 +1645,7 @@ bool parsePlanBinary(std::string_view bytes, Plan &plan, std::string &error) {
   int64_t totalMatrices = 0;
   {
     In in(shared, h.sharedOffset, "shared section");
-    if (!decodeShared(in, plan, totalMatrices,
-                      h.version == kPlanBinaryQkClipVersion)) {
+    if (!decodeShared(in, plan, totalMatrices, h.version)) {
       error = in.error;
       return false;
     }
@@ -1613,7 +1662,7 @@ bool parsePlanBinary(std::string_view bytes, Plan &plan, std::string &error) {
     return false;
   }
   // The global section: owners, rounds, each exchange's sizes.
-  plan.matrices = muonMatrices(plan.params, plan.ns.nsSteps);
+  plan.matrices = muonMatrices(plan.params, plan.groups, plan.ns);
   {
     In in(global, h.globalOffset, "global section");
     in.item = "matrices";
@@ -1870,7 +1919,9 @@ Plan slicePlan(const Plan &plan, int64_t rank) {
 int64_t planHeldBytes(const Plan &plan) {
   int64_t bytes = sizeof(Plan) + stringBytes(plan.wireDtype) +
                   vectorBytes(plan.mesh.shape) + vectorBytes(plan.mesh.devices);
-  bytes += vectorBytes(plan.ns.coefficients) + stringBytes(plan.ns.nsDtype);
+  bytes += vectorBytes(plan.ns.configs) + stringBytes(plan.ns.nsDtype);
+  for (const NewtonSchulzConfig &c : plan.ns.configs)
+    bytes += vectorBytes(c.coefficients);
   bytes += vectorBytes(plan.groups);
   for (const PlanGroup &g : plan.groups)
     bytes += stringBytes(g.name) + stringBytes(g.muonSettings.adjustLr);

@@ -34,19 +34,37 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
   j.key("devices");
   j.integers(plan.mesh.devices);
   j.endObject();
+  // One configuration is written flat, as before configurations existed,
+  // so such plans keep their bytes; several go in "configs", which the
+  // groups and the NS batches index.
+  const bool severalConfigs = plan.ns.configs.size() > 1;
+  auto writeConfig = [&](const NewtonSchulzConfig &c) {
+    j.member("ns_steps", c.nsSteps);
+    j.key("ns_coefficients");
+    j.beginArray();
+    for (const auto &abc : c.coefficients) {
+      j.beginArray();
+      for (double x : abc)
+        j.value(x);
+      j.endArray();
+    }
+    j.endArray();
+    j.member("eps", c.eps);
+  };
   j.key("newton_schulz");
   j.beginObject();
-  j.member("ns_steps", plan.ns.nsSteps);
-  j.key("ns_coefficients");
-  j.beginArray();
-  for (const auto &abc : plan.ns.coefficients) {
+  if (severalConfigs) {
+    j.key("configs");
     j.beginArray();
-    for (double x : abc)
-      j.value(x);
+    for (const NewtonSchulzConfig &c : plan.ns.configs) {
+      j.beginObject();
+      writeConfig(c);
+      j.endObject();
+    }
     j.endArray();
+  } else if (!plan.ns.configs.empty()) {
+    writeConfig(plan.ns.configs[0]);
   }
-  j.endArray();
-  j.member("eps", plan.ns.eps);
   j.member("ns_dtype", plan.ns.nsDtype);
   j.endObject();
   j.key("groups");
@@ -55,6 +73,9 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     j.beginObject();
     j.member("name", g.name);
     j.member("algorithm", algorithmName(g.muon));
+    // Fixed by the plan: in the hashed text too.
+    if (g.muon && severalConfigs)
+      j.member("ns_config", g.nsConfig);
     // Every setting of the group's algorithm (GroupSettings.h) that files
     // hold; without group settings (planHash: ranks must agree on the plan
     // proper) only the fixed ones.
@@ -185,6 +206,8 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
       for (const NsBatch &b : plan.nsBatches[r]) {
         j.beginObject();
         j.member("round", b.round);
+        if (severalConfigs)
+          j.member("config", b.config);
         j.member("rows", b.rows);
         j.member("cols", b.cols);
         j.key("matrices");
@@ -410,13 +433,10 @@ bool PlanReader::read(const Value &root, Plan &plan,
   if (!rd.ok())
     return false;
   plan.groups = legacy ? defaultGroups() : std::vector<PlanGroup>();
-  auto readNewtonSchulz = [&](const Value &o, const std::string &p) {
-    plan.ns.nsSteps = integer(o, p, "ns_steps", 1);
-    plan.ns.eps = number(o, p, "eps");
-    // Absent in plans written before ns_dtype existed: the device chooses.
-    plan.ns.nsDtype = rd.oneOf(get(o, "ns_dtype"), key(p, "ns_dtype"),
-                               {"auto", "f32", "bf16"})
-                          .value_or("auto");
+  auto readConfig = [&](const Value &o, const std::string &p) {
+    NewtonSchulzConfig c;
+    c.nsSteps = integer(o, p, "ns_steps", 1);
+    c.eps = number(o, p, "eps");
     const Value *rowsV =
         rd.array(get(o, "ns_coefficients"), key(p, "ns_coefficients"));
     for (size_t i = 0; rowsV && i < rowsV->size() && rd.ok(); ++i) {
@@ -429,8 +449,30 @@ bool PlanReader::read(const Value &root, Plan &plan,
       std::array<double, 3> abc{};
       for (size_t j = 0; j < 3; ++j)
         abc[j] = rd.number(&(*row)[j], index(path, j)).value_or(0);
-      plan.ns.coefficients.push_back(abc);
+      c.coefficients.push_back(abc);
     }
+    plan.ns.configs.push_back(std::move(c));
+  };
+  // One configuration flat, or several in "configs" (never both).
+  auto readNewtonSchulz = [&](const Value &o, const std::string &p) {
+    plan.ns.configs.clear();
+    // Absent in plans written before ns_dtype existed: the device chooses.
+    plan.ns.nsDtype = rd.oneOf(get(o, "ns_dtype"), key(p, "ns_dtype"),
+                               {"auto", "f32", "bf16"})
+                          .value_or("auto");
+    if (!get(o, "configs")) {
+      readConfig(o, p);
+      return;
+    }
+    for (std::string_view flat : {"ns_steps", "ns_coefficients", "eps"})
+      if (get(o, flat))
+        rd.fail(key(p, flat), "not allowed with \"configs\" (each "
+                              "configuration holds its own)");
+    if (rd.ok())
+      objects(o, p, "configs", {"ns_steps", "ns_coefficients", "eps"},
+              readConfig);
+    if (rd.ok() && plan.ns.configs.empty())
+      rd.fail(key(p, "configs"), "expected at least one configuration");
   };
   if (legacy) {
     if (const Value *o =
@@ -445,13 +487,14 @@ bool PlanReader::read(const Value &root, Plan &plan,
             object(root, "", "adamw", {"lr", "betas", "eps", "weight_decay"}))
       readSettings(*o, "adamw", plan.groups[1]);
   } else {
-    if (const Value *o =
-            object(root, "", "newton_schulz",
-                   {"ns_steps", "ns_coefficients", "eps", "ns_dtype"}))
+    if (const Value *o = object(
+            root, "", "newton_schulz",
+            {"ns_steps", "ns_coefficients", "eps", "ns_dtype", "configs"}))
       readNewtonSchulz(*o, "newton_schulz");
     // A group's keys: its name, its algorithm and the settings' JSON keys
     // (GroupSettings.h), Muon's then AdamW's own.
-    std::vector<std::string_view> groupKeys = {"name", "algorithm"};
+    std::vector<std::string_view> groupKeys = {"name", "algorithm",
+                                               "ns_config"};
     for (bool muon : {true, false})
       for (std::string_view k : settingKeys(muon))
         if (std::find(groupKeys.begin(), groupKeys.end(), k) ==
@@ -467,6 +510,16 @@ bool PlanReader::read(const Value &root, Plan &plan,
                            .value_or("muon") == "muon";
               if (!rd.ok())
                 return;
+              // Checked against the configurations by the validator.
+              if (const Value *v = get(o, "ns_config")) {
+                if (!g.muon) {
+                  rd.fail(key(path, "ns_config"),
+                          "only Muon groups run Newton-Schulz");
+                  return;
+                }
+                g.nsConfig =
+                    rd.integer(v, key(path, "ns_config"), 0).value_or(0);
+              }
               // Only the keys of the group's own algorithm.
               const std::vector<std::string_view> mine = settingKeys(g.muon);
               for (std::string_view k : settingKeys(!g.muon))
@@ -619,10 +672,14 @@ bool PlanReader::read(const Value &root, Plan &plan,
       root, "", "ranks", {"rank", "ns_batches", "exchanges"},
       [&](const Value &o, const std::string &path) {
         if (rd.integer(get(o, "rank"), key(path, "rank"), r, r))
-          objects(o, path, "ns_batches", {"round", "rows", "cols", "matrices"},
+          objects(o, path, "ns_batches",
+                  {"round", "config", "rows", "cols", "matrices"},
                   [&](const Value &b, const std::string &bpath) {
                     NsBatch batch;
                     batch.round = integer(b, bpath, "round", 0);
+                    // Absent with one configuration.
+                    if (get(b, "config"))
+                      batch.config = integer(b, bpath, "config", 0);
                     batch.rows = integer(b, bpath, "rows", 1);
                     batch.cols = integer(b, bpath, "cols", 1);
                     batch.matrices = ints(get(b, "matrices"),

@@ -70,6 +70,7 @@ private:
   }
 
   bool settings();
+  bool newtonSchulz();
   bool mesh();
   bool params();
   bool qkClip();
@@ -89,6 +90,11 @@ private:
         pieces.begin(), pieces.end(), rank,
         [](const MatrixPiece &p, int64_t r) { return p.rank < r; });
     return it != pieces.end() && it->rank == rank ? &*it : nullptr;
+  }
+  /// The NS steps of parameter `i`'s group (indices checked by settings()
+  /// and params()).
+  int64_t nsStepsOf(int64_t i) const {
+    return plan.ns.configs[nsConfigOf(plan, i)].nsSteps;
   }
   int64_t sliceOf(const PlanMatrix &m) const {
     return std::max<int64_t>(m.slice, 0);
@@ -156,24 +162,8 @@ bool Checker::settings() {
                 "expected prefetch_count + 1 = " + num(plan.prefetchCount + 1));
   if (plan.gatherBudgetBytes < 0)
     return fail("gather_budget_bytes", "expected a number of bytes >= 0");
-  const NewtonSchulzSettings &m = plan.ns;
-  if (!nonNegative(m.eps, "newton_schulz.eps"))
+  if (!newtonSchulz())
     return false;
-  if (m.nsSteps < 1 || m.nsSteps > limits::kMaxNsSteps)
-    return fail("newton_schulz.ns_steps", num(m.nsSteps) + " is outside [1, " +
-                                              num(limits::kMaxNsSteps) + "]");
-  if (static_cast<int64_t>(m.coefficients.size()) != m.nsSteps)
-    return fail("newton_schulz.ns_coefficients",
-                "expected one [a, b, c] per NS step (" + num(m.nsSteps) + ")");
-  for (size_t i = 0; i < m.coefficients.size(); ++i)
-    for (size_t j = 0; j < 3; ++j)
-      if (!std::isfinite(m.coefficients[i][j]))
-        return fail(index(index("newton_schulz.ns_coefficients", i), j),
-                    "expected a finite number");
-  if (m.nsDtype != "auto" && m.nsDtype != "f32" && m.nsDtype != "bf16")
-    return fail("newton_schulz.ns_dtype",
-                "unknown value \"" + m.nsDtype +
-                    "\"; expected \"auto\", \"f32\" or \"bf16\"");
   if (plan.groups.empty())
     return fail("groups", "expected at least one group");
   if (!withinLimit("groups", plan.groups.size(), "groups", limits::kMaxParams))
@@ -192,7 +182,50 @@ bool Checker::settings() {
                                          index("groups", it->second));
     if (json::Error bad = checkGroupSettings(g); !bad.empty())
       return fail(bad.path.empty() ? path : key(path, bad.path), bad.message);
+    const int64_t configs = static_cast<int64_t>(plan.ns.configs.size());
+    if (g.muon && (g.nsConfig < 0 || g.nsConfig >= configs))
+      return fail(key(path, "ns_config"),
+                  "Newton-Schulz configuration " + num(g.nsConfig) +
+                      " is out of range (" + num(configs) + " configurations)");
+    if (!g.muon && g.nsConfig != 0)
+      return fail(key(path, "ns_config"), "only Muon groups run Newton-Schulz");
   }
+  return true;
+}
+
+bool Checker::newtonSchulz() {
+  const std::vector<NewtonSchulzConfig> &configs = plan.ns.configs;
+  if (configs.empty())
+    return fail("newton_schulz", "expected at least one configuration");
+  if (!withinLimit("newton_schulz.configs", configs.size(), "configurations",
+                   limits::kMaxParams))
+    return false;
+  for (size_t c = 0; c < configs.size(); ++c) {
+    const NewtonSchulzConfig &m = configs[c];
+    // Where the file holds it: flat when alone (PlanFile.cpp).
+    const std::string path = configs.size() == 1
+                                 ? "newton_schulz"
+                                 : index("newton_schulz.configs", c);
+    if (!nonNegative(m.eps, key(path, "eps")))
+      return false;
+    if (m.nsSteps < 1 || m.nsSteps > limits::kMaxNsSteps)
+      return fail(key(path, "ns_steps"), num(m.nsSteps) + " is outside [1, " +
+                                             num(limits::kMaxNsSteps) + "]");
+    if (static_cast<int64_t>(m.coefficients.size()) != m.nsSteps)
+      return fail(key(path, "ns_coefficients"),
+                  "expected one [a, b, c] per NS step (" + num(m.nsSteps) +
+                      ")");
+    for (size_t i = 0; i < m.coefficients.size(); ++i)
+      for (size_t j = 0; j < 3; ++j)
+        if (!std::isfinite(m.coefficients[i][j]))
+          return fail(index(index(key(path, "ns_coefficients"), i), j),
+                      "expected a finite number");
+  }
+  const std::string &dtype = plan.ns.nsDtype;
+  if (dtype != "auto" && dtype != "f32" && dtype != "bf16")
+    return fail("newton_schulz.ns_dtype",
+                "unknown value \"" + dtype +
+                    "\"; expected \"auto\", \"f32\" or \"bf16\"");
   return true;
 }
 
@@ -324,7 +357,7 @@ bool Checker::params() {
     muon.push_back(p.muon);
   }
   ModelLimitError limit;
-  if (!checkModelLimits(plan.mesh, layouts, muon, plan.ns.nsSteps, limit))
+  if (!checkModelLimits(plan.mesh, layouts, muon, maxNsSteps(plan.ns), limit))
     return fail(limit.param < 0 ? "params" : index("params", limit.param),
                 limit.message);
   return true;
@@ -346,7 +379,7 @@ bool Checker::matrices() {
                                     "more matrices");
       const PlanMatrix &m = plan.matrices[k];
       int64_t slice = p.layout.slicedMatrices() ? s : -1;
-      int64_t flops = nsFlops(rows, cols, plan.ns.nsSteps);
+      int64_t flops = nsFlops(rows, cols, nsStepsOf(i));
       if (m.paramIndex != static_cast<int64_t>(i) || m.slice != slice ||
           m.rows != rows || m.cols != cols || m.nsFlops != flops ||
           m.param != p.name)
@@ -404,7 +437,7 @@ bool Checker::sliceMatrices() {
     int64_t s = id - first[i];
     int64_t slice = p.layout.slicedMatrices() ? s : -1;
     int64_t rows = p.layout.matrixRows(), cols = p.layout.matrixCols();
-    int64_t flops = nsFlops(rows, cols, plan.ns.nsSteps);
+    int64_t flops = nsFlops(rows, cols, nsStepsOf(i));
     if (m.paramIndex != i || m.slice != slice || m.rows != rows ||
         m.cols != cols || m.nsFlops != flops || m.param != p.name)
       return fail(path, "expected matrix " + num(s) + " of parameter " +
@@ -533,6 +566,12 @@ bool Checker::batches() {
       if (batch.round < 0 ||
           batch.round >= static_cast<int64_t>(plan.rounds.size()))
         return fail(key(bpath, "round"), "no round " + num(batch.round));
+      if (batch.config < 0 ||
+          batch.config >= static_cast<int64_t>(plan.ns.configs.size()))
+        return fail(key(bpath, "config"), "no Newton-Schulz configuration " +
+                                              num(batch.config) + " (" +
+                                              num(plan.ns.configs.size()) +
+                                              " configurations)");
       for (size_t i = 0; i < batch.matrices.size(); ++i) {
         int64_t k = batch.matrices[i];
         std::string mpath = index(key(bpath, "matrices"), i);
@@ -547,6 +586,13 @@ bool Checker::batches() {
           return fail(mpath, "matrix " + label(k) + " is in round " +
                                  num(roundOf[k]) + ", not " +
                                  num(batch.round));
+        // A batch runs one iteration: its matrices' groups must share it.
+        const PlanGroup &g = plan.groups[plan.params[m.paramIndex].group];
+        if (g.nsConfig != batch.config)
+          return fail(mpath, "matrix " + label(k) +
+                                 " runs Newton-Schulz configuration " +
+                                 num(g.nsConfig) + " (group '" + g.name +
+                                 "'), not the batch's " + num(batch.config));
         listed.push_back(k);
       }
     }

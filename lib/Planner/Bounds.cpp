@@ -64,7 +64,7 @@ LowerBounds planLowerBounds(const Plan &plan) {
   // A rank's part of a plan lists only its matrices; the bounds need all.
   std::vector<PlanMatrix> all;
   if (plan.isSlice())
-    all = muonMatrices(plan.params, plan.ns.nsSteps);
+    all = muonMatrices(plan.params, plan.groups, plan.ns);
   for (const PlanMatrix &m : plan.isSlice() ? all : plan.matrices)
     matrices.push_back({m.paramIndex, std::max<int64_t>(m.slice, 0), m.rows,
                         m.cols, m.nsFlops});

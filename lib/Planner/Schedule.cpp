@@ -229,7 +229,8 @@ void setRounds(Plan &plan, std::vector<std::vector<int64_t>> rounds) {
       exchanges.push_back(std::move(*reduce));
     plan.exchanges = std::move(exchanges);
   }
-  // NS batches: per rank and round, same-shape matrices together (each
+  // NS batches: per rank and round, same-shape matrices of one
+  // Newton-Schulz configuration together (a batch runs one iteration; each
   // rank walks only its own matrices).
   std::vector<int64_t> roundOf(plan.matrices.size(), 0);
   for (size_t r = 0; r < plan.rounds.size(); ++r)
@@ -237,13 +238,15 @@ void setRounds(Plan &plan, std::vector<std::vector<int64_t>> rounds) {
       roundOf[m] = r;
   plan.nsBatches.assign(plan.worldSize, {});
   for (int64_t rank = 0; rank < plan.worldSize; ++rank) {
-    std::map<std::tuple<int64_t, int64_t, int64_t>, NsBatch> batches;
+    std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, NsBatch> batches;
     std::vector<int64_t> mine = plan.nsMatrices[rank];
     std::sort(mine.begin(), mine.end());
     for (int64_t m : mine) {
       const PlanMatrix &pm = plan.matrices[m];
-      NsBatch &b = batches[{roundOf[m], pm.rows, pm.cols}];
+      const int64_t config = nsConfigOf(plan, pm.paramIndex);
+      NsBatch &b = batches[{roundOf[m], pm.rows, pm.cols, config}];
       b.round = roundOf[m];
+      b.config = config;
       b.rows = pm.rows;
       b.cols = pm.cols;
       b.matrices.push_back(m);

@@ -565,12 +565,13 @@ Status StepExecutor::runNewtonSchulz(int64_t round) {
       float *matrix = nullptr;
       MUON_RETURN_IF_ERROR(fullMatrix(k, matrix));
     }
+    // The batch's own configuration: its matrices' groups all run it.
+    const NewtonSchulzConfig &config = planRef.ns.configs[batch->config];
     const int64_t count = static_cast<int64_t>(batch->matrices.size());
     for (int64_t first = 0; first < count; first += limit) {
       lastCounters.nsFlops += device.newtonSchulz(
           full[batch->matrices[first]], std::min(limit, count - first),
-          batch->rows, batch->cols, planRef.ns.coefficients, planRef.ns.eps,
-          nsDtype);
+          batch->rows, batch->cols, config.coefficients, config.eps, nsDtype);
       // Keep the exchanges in flight moving between calls.
       comm.progress();
     }

@@ -131,7 +131,8 @@ int runCheckpointIo(int argc, char **argv) {
       plan.params.push_back(*q);
     }
   }
-  plan.ns.coefficients.assign(plan.ns.nsSteps, {3.4445, -4.775, 2.0315});
+  NewtonSchulzConfig &ns = plan.ns.configs[0];
+  ns.coefficients.assign(ns.nsSteps, {3.4445, -4.775, 2.0315});
   plan = runtime::referencePlan(plan);
   runtime::SingleRankCommunicator comm;
   runtime::cpu::CpuDevice device;

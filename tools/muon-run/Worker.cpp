@@ -289,7 +289,7 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
     // A rank with a different plan: what a stale plan file on one node
     // looks like.
     if (f.kind == Fault::Kind::PlanMismatch && f.rank == rank)
-      plan.ns.eps *= 2;
+      plan.ns.configs[0].eps *= 2;
   }
 
   OptimizerOptions options;

@@ -31,6 +31,7 @@
 #include "muon/Support/Limits.h"
 #include "muon/Support/OutputFile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -65,15 +66,26 @@ struct Flags {
 
 /// "\n  Newton-Schulz: bf16 products, f32 accumulation (oneDNN ...)": what
 /// the ranks' Newton-Schulz runs on, the plan's ns_dtype ("auto" as the
-/// CPU backend means it here).
+/// CPU backend means it here). The form may depend on a configuration's
+/// coefficients: where the configurations differ in it, each is named.
 std::string cpuNewtonSchulz(const ::muon::Plan &plan) {
   using namespace ::muon::runtime;
   const DType dtype = plan.ns.nsDtype == "auto"
                           ? cpu::CpuDevice().defaultNsDtype()
                           : parseDType(plan.ns.nsDtype).value_or(DType::F32);
-  return "\n  Newton-Schulz: " +
-         cpu::describeNewtonSchulz(dtype, cpu::CpuDeviceOptions().nsForm,
-                                   plan.ns.coefficients) +
+  std::vector<std::string> products;
+  for (const ::muon::NewtonSchulzConfig &c : plan.ns.configs)
+    products.push_back(cpu::describeNewtonSchulz(
+        dtype, cpu::CpuDeviceOptions().nsForm, c.coefficients));
+  std::string described = products[0];
+  if (std::count(products.begin(), products.end(), products[0]) !=
+      static_cast<std::ptrdiff_t>(products.size())) {
+    described.clear();
+    for (size_t c = 0; c < products.size(); ++c)
+      described += (c ? "; configuration " : "configuration ") +
+                   std::to_string(c) + ": " + products[c];
+  }
+  return "\n  Newton-Schulz: " + described +
          (plan.ns.nsDtype == "auto" ? " (ns_dtype auto)" : "");
 }
 

@@ -85,8 +85,9 @@ struct Param {
 /// A Muon group's settings: the step settings of every API and format
 /// (::muon::MuonSettings, whose fields the settings table describes:
 /// muon/Plan/GroupSettings.h) and Newton-Schulz's, which the compiler
-/// turns into the plan's shared NS settings. A setting added to the table
-/// reaches the spec this API writes without a change here.
+/// turns into the group's NS configuration in the plan (groups with the
+/// same ones share it). A setting added to the table reaches the spec this
+/// API writes without a change here.
 struct MuonSettings : ::muon::MuonSettings {
   double eps = 1e-7;
   int64_t nsSteps = 5;
@@ -104,8 +105,9 @@ struct MuonSettings : ::muon::MuonSettings {
 using AdamWSettings = ::muon::AdamWSettings;
 
 /// One of torch.optim's param_groups: a name, an algorithm and its
-/// settings (the other algorithm's are unused). Every Muon group must have
-/// the same Newton-Schulz settings (ns_steps, coefficients, eps, ns_dtype).
+/// settings (the other algorithm's are unused). Muon groups may differ in
+/// ns_steps, coefficients and eps, as torch.optim.Muon's; they must agree on
+/// nsDtype (the plan's one precision).
 struct ParamGroup {
   std::string name;
   Group algorithm = Group::Muon; // Muon or AdamW

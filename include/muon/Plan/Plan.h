@@ -109,15 +109,30 @@ struct AdamWSettings {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0.01;
 };
 
-/// How Newton-Schulz runs, shared by every Muon group: it decides each
-/// matrix's flops, which matrices batch together and the precision of the
-/// products, so it is part of the plan proper. `coefficients` has one
-/// (a, b, c) per NS step.
-struct NewtonSchulzSettings {
+/// One Newton-Schulz configuration: the iteration a Muon group's matrices
+/// run. It decides each matrix's flops and which matrices batch together,
+/// so it is part of the plan proper. `coefficients` has one (a, b, c) per
+/// NS step.
+struct NewtonSchulzConfig {
   int64_t nsSteps = 5;
   std::vector<std::array<double, 3>> coefficients;
   /// The normalization's floor: X / max(||X||_F, eps).
   double eps = 1e-7;
+  bool operator==(const NewtonSchulzConfig &o) const {
+    return nsSteps == o.nsSteps && coefficients == o.coefficients &&
+           eps == o.eps;
+  }
+  bool operator!=(const NewtonSchulzConfig &o) const { return !(*this == o); }
+};
+
+/// How Newton-Schulz runs: the distinct configurations of the model's Muon
+/// groups (each group names one, PlanGroup::nsConfig; as torch.optim.Muon,
+/// groups may differ in ns_steps, coefficients and eps) and the precision,
+/// which is the plan's: every device resolves "auto" once and the ranks
+/// agree on it at start-up.
+struct NewtonSchulzSettings {
+  /// At least one; a plan whose groups all agree has exactly one.
+  std::vector<NewtonSchulzConfig> configs = {NewtonSchulzConfig()};
   /// The element type Newton-Schulz runs in: "f32", "bf16", or "auto" (the
   /// device's default: f32 on the CPU, bf16 on CUDA).
   std::string nsDtype = "auto";
@@ -128,6 +143,10 @@ struct NewtonSchulzSettings {
 struct PlanGroup {
   std::string name;
   bool muon = true; // else AdamW
+  /// A Muon group's Newton-Schulz configuration: an index into
+  /// Plan::ns.configs (0 for AdamW groups). Fixed by the plan, unlike the
+  /// settings below.
+  int64_t nsConfig = 0;
   MuonSettings muonSettings;
   AdamWSettings adamwSettings;
 };
@@ -226,11 +245,14 @@ std::optional<Exchange::Phase> parsePhase(std::string_view name);
 const char *stepName(ScheduleStep::Kind kind);
 std::optional<ScheduleStep::Kind> parseStepName(std::string_view name);
 
-/// Same-shape matrices a rank orthogonalizes together in one round.
+/// Same-shape matrices of one Newton-Schulz configuration that a rank
+/// orthogonalizes together in one round.
 struct NsBatch {
   int64_t round = 0;
   int64_t rows = 0, cols = 0;
   std::vector<int64_t> matrices;
+  /// Index into Plan::ns.configs: every matrix's group runs it.
+  int64_t config = 0;
 };
 
 struct Plan {
@@ -286,10 +308,25 @@ struct Plan {
   bool isSlice() const { return sliceRank >= 0; }
 };
 
+/// The Newton-Schulz configuration (index into ns.configs) of parameter
+/// `param`'s group; the groups' indices must be in range.
+int64_t nsConfigOf(const std::vector<PlanParam> &params,
+                   const std::vector<PlanGroup> &groups, int64_t param);
+inline int64_t nsConfigOf(const Plan &plan, int64_t param) {
+  return nsConfigOf(plan.params, plan.groups, param);
+}
+
+/// The most Newton-Schulz steps of any configuration (what bounds a step's
+/// flops).
+int64_t maxNsSteps(const NewtonSchulzSettings &ns);
+
 /// The Muon matrices of `params`, in plan order (what `Plan::matrices` must
-/// be, owners -1): one per 2-D parameter, one per slice of a batched one.
+/// be, owners -1): one per 2-D parameter, one per slice of a batched one,
+/// each with its group's NS flops. Group and configuration indices must be
+/// in range.
 std::vector<PlanMatrix> muonMatrices(const std::vector<PlanParam> &params,
-                                     int64_t nsSteps);
+                                     const std::vector<PlanGroup> &groups,
+                                     const NewtonSchulzSettings &ns);
 
 /// Per-rank figures of the run report, counted from the plan's transfers.
 struct RankFigures {

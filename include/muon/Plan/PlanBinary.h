@@ -40,6 +40,11 @@ inline constexpr uint32_t kPlanBinaryVersion = 2;
 /// the layers after the parameters in the shared section. Plans without
 /// layers are still written as version 2.
 inline constexpr uint32_t kPlanBinaryQkClipVersion = 3;
+/// The version of a plan with several Newton-Schulz configurations
+/// (Plan::ns.configs): version 3 (its QK-clip count always present) plus the
+/// configurations, each Muon group's index and each NS batch's. Plans with
+/// one configuration are still written as version 2 or 3.
+inline constexpr uint32_t kPlanBinaryNsConfigsVersion = 4;
 
 /// Whether `prefix` (the first bytes of a file) starts a binary plan.
 bool isPlanBinary(std::string_view prefix);

@@ -54,7 +54,8 @@ bool useRounds(Plan &plan, const ScheduleOptions &options,
                std::vector<std::vector<int64_t>> rounds, std::string &error);
 
 /// Uses the given rounds (each matrix in exactly one): re-buckets the
-/// transfers into exchanges 2r / 2r+1 and forms each rank's NS batches.
+/// transfers into exchanges 2r / 2r+1 and forms each rank's NS batches
+/// (per round, same-shape matrices of one Newton-Schulz configuration).
 void setRounds(Plan &plan, std::vector<std::vector<int64_t>> rounds);
 
 /// Builds the sequence of starts, dones and NS batches for the plan's rounds

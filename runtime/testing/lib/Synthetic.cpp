@@ -217,7 +217,7 @@ Plan referencePlan(const Plan &plan) {
   ref.nsMatrices.assign(1, {});
   // From the parameters, not plan.matrices: a rank's part of a plan lists
   // only its own matrices, and the reference runs them all.
-  ref.matrices = muonMatrices(ref.params, ref.ns.nsSteps);
+  ref.matrices = muonMatrices(ref.params, ref.groups, ref.ns);
   for (size_t k = 0; k < ref.matrices.size(); ++k)
     ref.nsMatrices[0].push_back(static_cast<int64_t>(k));
   ScheduleOptions options;

@@ -71,6 +71,27 @@ static Exchange adamwReductions(const Plan &plan, std::vector<int64_t> &sent) {
   return reduce;
 }
 
+/// The Newton-Schulz configuration a Muon group runs.
+static ::muon::NewtonSchulzConfig nsConfigOf(OptimizerOp opt) {
+  ::muon::NewtonSchulzConfig c;
+  c.nsSteps = static_cast<int64_t>(opt.getNsSteps());
+  c.eps = opt.getEps().convertToDouble();
+  for (int64_t step = 0; step < c.nsSteps; ++step)
+    c.coefficients.push_back(opt.getCoefficients(step));
+  return c;
+}
+
+/// The index of `config` in `ns.configs`, appended when new: groups with
+/// the same settings share one configuration (and its NS batches).
+static int64_t nsConfigIndex(::muon::NewtonSchulzSettings &ns,
+                             const ::muon::NewtonSchulzConfig &config) {
+  auto it = std::find(ns.configs.begin(), ns.configs.end(), config);
+  if (it != ns.configs.end())
+    return it - ns.configs.begin();
+  ns.configs.push_back(config);
+  return static_cast<int64_t>(ns.configs.size()) - 1;
+}
+
 FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
                                       StringRef wireDtype, bool withTransfers,
                                       const std::vector<int64_t> *roundOf,
@@ -88,6 +109,7 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
   // Groups in declaration order; an algorithm no op declares gets its
   // default group, so that every parameter has one.
   plan.groups.clear();
+  plan.ns.configs.clear();
   bool hasMuon = false, hasAdamW = false;
   for (Operation &op : model.getBodyBlock()) {
     ::muon::PlanGroup g;
@@ -102,13 +124,9 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
       g.muonSettings.weightDecayMode =
           stringifyWeightDecayMode(opt.getWeightDecayMode()).str();
       readSettingAttrs(opt, g); // the settings the op does not declare
-      // Every Muon group has the same Newton-Schulz settings (verified).
-      plan.ns.eps = opt.getEps().convertToDouble();
-      plan.ns.nsSteps = static_cast<int64_t>(opt.getNsSteps());
+      g.nsConfig = nsConfigIndex(plan.ns, nsConfigOf(opt));
+      // Every Muon group has the same precision (verified).
       plan.ns.nsDtype = stringifyNsDtype(opt.getNsDtype()).str();
-      plan.ns.coefficients.clear();
-      for (int64_t step = 0; step < plan.ns.nsSteps; ++step)
-        plan.ns.coefficients.push_back(opt.getCoefficients(step));
     } else if (auto adamw = dyn_cast<AdamWOp>(op)) {
       hasAdamW = true;
       g.name = adamw.groupName().str();
@@ -130,8 +148,12 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
   for (const ::muon::PlanGroup &g : ::muon::defaultGroups())
     if (g.muon ? !hasMuon : !hasAdamW)
       plan.groups.push_back(g);
-  if (plan.ns.coefficients.empty())
-    plan.ns.coefficients.assign(plan.ns.nsSteps, {3.4445, -4.775, 2.0315});
+  // A model without Muon groups still has a configuration: the default
+  // group's.
+  if (plan.ns.configs.empty())
+    plan.ns.configs.push_back(
+        {5, std::vector<std::array<double, 3>>(5, {3.4445, -4.775, 2.0315}),
+         1e-7});
   for (size_t i = 0; i < layout.params.size(); ++i) {
     ParamOp param = layout.params[i];
     ::muon::PlanParam pp;

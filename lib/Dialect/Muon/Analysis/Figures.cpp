@@ -2,26 +2,46 @@
 #include "muon/Dialect/Muon/Analysis/Figures.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
 
 #include <map>
 
 using namespace mlir;
 using namespace mlir::muon;
 
-static int64_t nsStepsOf(ModelOp model) {
-  for (OptimizerOp opt : model.getBodyBlock().getOps<OptimizerOp>())
-    return opt.getNsSteps();
-  return 5; // torch.optim.Muon's default
+/// The Newton-Schulz steps of each Muon group by name; "" is the group of a
+/// parameter that names none (the first Muon group).
+static llvm::StringMap<int64_t> nsStepsByGroup(ModelOp model) {
+  llvm::StringMap<int64_t> steps;
+  steps[""] = 5; // torch.optim.Muon's default, without any Muon group
+  bool first = true;
+  for (OptimizerOp opt : model.getBodyBlock().getOps<OptimizerOp>()) {
+    int64_t n = static_cast<int64_t>(opt.getNsSteps());
+    steps[opt.groupName()] = n;
+    if (first)
+      steps[""] = n;
+    first = false;
+  }
+  return steps;
+}
+
+/// The NS steps of the group `param` is in (the model verified the name).
+static int64_t nsStepsOf(ParamOp param,
+                         const llvm::StringMap<int64_t> &byGroup) {
+  std::optional<StringRef> group = param.getParamGroup();
+  auto it = byGroup.find(group ? *group : StringRef());
+  return it != byGroup.end() ? it->second : byGroup.lookup("");
 }
 
 std::vector<MuonMatrix>
 mlir::muon::collectMuonMatrices(ModelOp model, const ModelLayout &layout) {
-  int64_t steps = nsStepsOf(model);
+  const llvm::StringMap<int64_t> byGroup = nsStepsByGroup(model);
   std::vector<MuonMatrix> matrices;
   for (size_t i = 0; i < layout.params.size(); ++i) {
     ParamOp param = layout.params[i];
     if (!param.isMuon())
       continue;
+    const int64_t steps = nsStepsOf(param, byGroup);
     const ParamLayout &pl = layout.layouts[i];
     int64_t rows = pl.matrixRows(), cols = pl.matrixCols();
     int64_t count = pl.numMatrices();

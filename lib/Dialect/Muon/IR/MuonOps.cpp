@@ -246,9 +246,9 @@ static LogicalResult verifyRounds(const ModelLayout &layout,
                             "incomplete rounds: ", " is in no round");
 }
 
-/// Parameter groups: unique names, one set of Newton-Schulz settings for
-/// every Muon group, and each parameter's named group present and of the
-/// parameter's algorithm.
+/// Parameter groups: unique names, one Newton-Schulz precision for every
+/// Muon group (each may have its own steps, coefficients and eps), and each
+/// parameter's named group present and of the parameter's algorithm.
 static LogicalResult verifyParamGroups(ArrayRef<Operation *> groups,
                                        ArrayRef<ParamOp> params) {
   llvm::StringMap<Operation *> byName;
@@ -268,27 +268,14 @@ static LogicalResult verifyParamGroups(ArrayRef<Operation *> groups,
       firstMuon = opt;
       continue;
     }
-    // Newton-Schulz decides flops, batches and precision: one setting for
-    // the whole model.
-    auto differs = [&](StringRef key, auto a, auto b) -> LogicalResult {
-      if (a == b)
-        return success();
+    // The plan runs Newton-Schulz in one precision, which every rank
+    // resolves and agrees on at start-up.
+    if (firstMuon.getNsDtype() != opt.getNsDtype())
       return opt.emitError()
              << "Muon groups '" << firstMuon.groupName() << "' and '" << name
-             << "' differ in '" << key
-             << "'; the Newton-Schulz settings (ns_steps, ns_coefficients, "
-                "eps, ns_dtype) are shared by every Muon group";
-    };
-    if (failed(differs("ns_steps", firstMuon.getNsSteps(), opt.getNsSteps())) ||
-        failed(differs("eps", firstMuon.getEps().convertToDouble(),
-                       opt.getEps().convertToDouble())) ||
-        failed(differs("ns_dtype", firstMuon.getNsDtype(), opt.getNsDtype())))
-      return failure();
-    for (int64_t step = 0; step < static_cast<int64_t>(opt.getNsSteps());
-         ++step)
-      if (failed(differs("ns_coefficients", firstMuon.getCoefficients(step),
-                         opt.getCoefficients(step))))
-        return failure();
+             << "' differ in 'ns_dtype'; the Newton-Schulz precision is "
+                "shared by every Muon group (ns_steps, ns_coefficients and "
+                "eps may differ)";
   }
   for (ParamOp p : params) {
     std::optional<StringRef> group = p.getParamGroup();
@@ -431,10 +418,15 @@ LogicalResult ModelOp::verifyRegions() {
     std::vector<bool> muon;
     for (ParamOp p : layout->params)
       muon.push_back(p.isMuon());
+    // The most steps of any group bound every matrix's flops.
     int64_t nsSteps = 5;
+    bool anyMuon = false;
     for (Operation *op : optimizerGroups)
-      if (auto opt = dyn_cast<OptimizerOp>(op))
-        nsSteps = static_cast<int64_t>(opt.getNsSteps());
+      if (auto opt = dyn_cast<OptimizerOp>(op)) {
+        int64_t steps = static_cast<int64_t>(opt.getNsSteps());
+        nsSteps = anyMuon ? std::max(nsSteps, steps) : steps;
+        anyMuon = true;
+      }
     ::muon::ModelLimitError error;
     if (!::muon::checkModelLimits(layout->mesh, layout->layouts, muon, nsSteps,
                                   error)) {

@@ -140,8 +140,11 @@ def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
     across its `muon.optimizer` and `muon.adamw` ops. `lr`, `weight_decay`,
     `momentum`, `nesterov` and `adjust_lr` are the group's starting values,
     which a trainer may change between steps. The Newton-Schulz settings
-    (`ns_steps`, `ns_coefficients`, `eps`, `ns_dtype`) decide flops, batches
-    and precision, so every Muon group of a model must agree on them.
+    (`ns_steps`, `ns_coefficients`, `eps`) are fixed by the plan: they decide
+    the group's flops and its matrices' NS batches (batches never mix
+    groups of different settings), and groups may differ in them, as
+    torch.optim.Muon's. `ns_dtype` is the plan's one precision, so every
+    Muon group of a model must agree on it.
 
     `ns_coefficients` holds one (a, b, c) triple used for every Newton-Schulz
     step, or one triple per step (e.g. a Polar Express schedule).
