@@ -39,6 +39,7 @@ public:
   SpecImporter(MLIRContext *ctx) : ctx(ctx), builder(ctx) {}
 
   OwningOpRef<ModuleOp> run(StringRef text);
+  OwningOpRef<ModuleOp> run(const JsonValue &document);
 
 private:
   Location at(const std::string &path) {
@@ -1275,7 +1276,11 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
     (void)fail(error.path, error.message);
     return nullptr;
   }
-  const JsonValue *root = getObject(parsed, "");
+  return run(parsed);
+}
+
+OwningOpRef<ModuleOp> SpecImporter::run(const JsonValue &document) {
+  const JsonValue *root = getObject(document, "");
   if (!root)
     return nullptr;
   if (failed(checkKeys(*root, "",
@@ -1386,12 +1391,24 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
 
 } // namespace
 
-OwningOpRef<ModuleOp> mlir::muon::importSpec(StringRef json,
-                                             MLIRContext *context) {
+/// The context as the importer needs it.
+static void prepare(MLIRContext *context) {
   context->loadDialect<MuonDialect, shard::ShardDialect>();
   // The JSON path says where; a dump of the generic op would only be noise.
   context->printOpOnDiagnostic(false);
+}
+
+OwningOpRef<ModuleOp> mlir::muon::importSpec(StringRef json,
+                                             MLIRContext *context) {
+  prepare(context);
   return SpecImporter(context).run(json);
+}
+
+OwningOpRef<ModuleOp>
+mlir::muon::importSpecDocument(const ::muon::json::Value &document,
+                               MLIRContext *context) {
+  prepare(context);
+  return SpecImporter(context).run(document);
 }
 
 SpecDiagnosticHandler::SpecDiagnosticHandler(MLIRContext *context,
