@@ -581,13 +581,16 @@ TEST(CheckpointFormat, RefusesOldDamagedTruncatedAndMisplacedFiles) {
           << what << ", rank " << k << ": " << r.errors[k];
     return r.errors;
   };
-  // The previous format: a clear refusal.
-  {
+  // The previous formats (no manifest_hash line): a clear refusal.
+  for (const char *format : {"muon-checkpoint/1", "muon-checkpoint/2"}) {
     std::string old = manifest;
-    old.replace(old.find("muon-checkpoint/2"), 17, "muon-checkpoint/1");
+    old.resize(old.rfind("  \"manifest_hash\""));
+    old.resize(old.size() - 2); // the comma after the last field
+    old += "\n}\n";
+    old.replace(old.find("muon-checkpoint/3"), 17, format);
     std::ofstream(manifestPath) << old;
-    std::vector<std::string> errors = loadEverywhere("format 1");
-    EXPECT_NE(errors[0].find("is in the older format muon-checkpoint/1"),
+    std::vector<std::string> errors = loadEverywhere(format);
+    EXPECT_NE(errors[0].find(std::string("is in the older format ") + format),
               std::string::npos)
         << errors[0];
   }

@@ -296,6 +296,9 @@ public:
 private:
   Optimizer(Plan plan, Communicator &comm, Device &device,
             const OptimizerOptions &options);
+  static Status createImpl(Plan plan, Communicator &comm, Device &device,
+                           const OptimizerOptions &options,
+                           std::unique_ptr<Optimizer> &out);
   bool saveCheckpointFiles(const std::string &dir, bool withParameters,
                            std::string &error);
   bool loadCheckpointFiles(const std::string &dir, bool withParameters,
