@@ -41,10 +41,10 @@
 #include <vector>
 
 using namespace muon::runtime;
-using trainer::Tensors;
 using muon::fnv1a;
 using muon::kFnvOffsetBasis;
 using muon::readInputFile;
+using trainer::Tensors;
 namespace limits = muon::limits;
 
 namespace {

@@ -17,10 +17,10 @@
 //===----------------------------------------------------------------------===//
 #include "muon/Plan/PlanBinary.h"
 
-#include "muon/Support/Fnv.h"
 #include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Support/Escape.h"
+#include "muon/Support/Fnv.h"
 #include "muon/Support/InputFile.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/OutputFile.h"
@@ -1397,7 +1397,7 @@ private:
 class FileSource : public Source {
 public:
   bool open(const std::string &path, std::string &error) {
-    if (!file.open(path, error))
+    if (!file.open(path, error, "the plan file"))
       return false;
     size = static_cast<uint64_t>(file.size());
     return true;

@@ -44,7 +44,8 @@ std::string escapeBytes(std::string_view bytes, std::string_view alsoEscape,
   out.reserve(bytes.size());
   for (size_t at = 0; at < bytes.size();) {
     unsigned char c = static_cast<unsigned char>(bytes[at]);
-    bool listed = alsoEscape.find(static_cast<char>(c)) != std::string_view::npos;
+    bool listed =
+        alsoEscape.find(static_cast<char>(c)) != std::string_view::npos;
     if (!listed && ((c >= 0x20 && c < 0x7f) || (c == '\n' && keepNewlines))) {
       out += static_cast<char>(c);
       ++at;

@@ -1,4 +1,4 @@
-//===- InputFile.cpp - Files the runtime and the tools read, safely -------===//
+//===- InputFile.cpp - Files read by the runtime and the tools -----------===//
 #include "muon/Support/InputFile.h"
 #include "muon/Support/Escape.h"
 #include "muon/Support/Limits.h"
@@ -92,7 +92,7 @@ bool InputFile::open(const std::string &path, std::string &error,
                      const std::string &what) {
   close();
   auto fail = [&](const std::string &why) {
-    error = "cannot open " + what + " " + quoted(path) + ": " + why;
+    error = "cannot read " + what + " " + quoted(path) + ": " + why;
     close();
     return false;
   };

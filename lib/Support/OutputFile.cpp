@@ -305,8 +305,8 @@ bool makeDirectories(const std::string &dir, std::string &error) {
   for (size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
     std::string prefix = dir.substr(0, at);
     if (::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) {
-      error = "cannot create the directory '" + prefix +
-              "': " + errnoText(errno);
+      error =
+          "cannot create the directory '" + prefix + "': " + errnoText(errno);
       return false;
     }
     if (at == std::string::npos)

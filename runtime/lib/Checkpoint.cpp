@@ -181,8 +181,8 @@ public:
                         &row);
     for (const StepExecutor::RowSlot &slot : rowSlots) {
       const PlanMatrix &m = plan.matrices[slot.matrix];
-      auto it = rowOf.find(
-          {m.paramIndex, std::max<int64_t>(m.slice, 0), slot.step});
+      auto it =
+          rowOf.find({m.paramIndex, std::max<int64_t>(m.slice, 0), slot.step});
       if (it == rowOf.end())
         continue;
       const SavedRows &row = *it->second;
@@ -202,8 +202,8 @@ public:
               manifest.chunkBytes, 0,
               checkpoint::chunkCount(row.ref.bytes, manifest.chunkBytes),
               reinterpret_cast<char *>(saved.values.data()),
-              "the " + saved.state + " state of " + m.label(),
-              io.rankFileBytes, error))
+              "the " + saved.state + " state of " + m.label(), io.rankFileBytes,
+              error))
         return false;
     }
     return true;
@@ -251,10 +251,10 @@ private:
     out.resize(elements);
     ++io.slotsRead;
     if (box == piece.box)
-      return checkpoint::readChunks(
-          bytes, pathOf(file), ref, identity, chunk, 0,
-          checkpoint::chunkCount(ref.bytes, chunk),
-          reinterpret_cast<char *>(out.data()), what, io.rankFileBytes, error);
+      return checkpoint::readChunks(bytes, pathOf(file), ref, identity, chunk,
+                                    0, checkpoint::chunkCount(ref.bytes, chunk),
+                                    reinterpret_cast<char *>(out.data()), what,
+                                    io.rankFileBytes, error);
     runs.clear();
     forEachRun(piece.box, box, [&](int64_t from, int64_t to, int64_t length) {
       runs.push_back({from, to, length});
@@ -268,9 +268,9 @@ private:
       for (; last < runs.size() && runs[last][0] * 4 / chunk <= c1; ++last)
         c1 = std::max(c1, endChunk(last));
       scratch.resize(std::min(c1 * chunk, ref.bytes) - c0 * chunk);
-      if (!checkpoint::readChunks(bytes, pathOf(file), ref, identity, chunk,
-                                  c0, c1, scratch.data(), what,
-                                  io.rankFileBytes, error))
+      if (!checkpoint::readChunks(bytes, pathOf(file), ref, identity, chunk, c0,
+                                  c1, scratch.data(), what, io.rankFileBytes,
+                                  error))
         return false;
       for (; next < last; ++next)
         std::memcpy(out.data() + runs[next][1],
@@ -354,8 +354,8 @@ bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
       std::vector<std::string> texts;
       for (const std::vector<char> &i : indexes)
         texts.emplace_back(i.begin(), i.end());
-      std::string text = checkpoint::encodeManifest(
-          plan, head, executor->groups(), texts);
+      std::string text =
+          checkpoint::encodeManifest(plan, head, executor->groups(), texts);
       if (writeOutput(dir + "/" + checkpoint::kManifestName, text,
                       manifestError))
         syncDirectory(dir, manifestError);

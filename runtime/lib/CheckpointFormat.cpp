@@ -99,8 +99,8 @@ private:
 /// count, the saving rank and the state's parameter and storage type.
 IdentityBytes identityStart(std::string_view kind, const std::string &id,
                             int64_t steps, int64_t rank,
-                            const std::string &param,
-                            const std::string &dtype, std::string_view state) {
+                            const std::string &param, const std::string &dtype,
+                            std::string_view state) {
   IdentityBytes bytes(kFormat);
   bytes.text(kind).text(id).number(steps).number(rank).text(param).text(dtype);
   bytes.text("f32").text(state);
@@ -111,8 +111,8 @@ uint64_t pieceIdentity(const std::string &id, int64_t steps, int64_t rank,
                        const PlanParam &param, std::string_view slot,
                        const std::vector<Range> &box, int64_t summand,
                        int64_t summands, int64_t step) {
-  IdentityBytes bytes = identityStart("piece", id, steps, rank, param.name,
-                                      param.dtype, slot);
+  IdentityBytes bytes =
+      identityStart("piece", id, steps, rank, param.name, param.dtype, slot);
   bytes.number(static_cast<int64_t>(box.size()));
   for (const Range &r : box)
     bytes.number(r.begin).number(r.end);
@@ -164,8 +164,8 @@ uint64_t pieceStateIdentity(const Manifest &manifest, const Plan &plan,
                             const SavedPiece &piece, int slot) {
   return pieceIdentity(manifest.id, manifest.steps,
                        static_cast<int64_t>(piece.file),
-                       plan.params[piece.param], stateSlotName(slot),
-                       piece.box, piece.summand, piece.summands, piece.step);
+                       plan.params[piece.param], stateSlotName(slot), piece.box,
+                       piece.summand, piece.summands, piece.step);
 }
 
 uint64_t rowStateIdentity(const Manifest &manifest, const Plan &plan,
@@ -261,10 +261,10 @@ RankFile encodeRankFile(const Plan &plan, const CheckpointHead &head,
     for (const Range &r : piece.box)
       box.push_back({r.begin, r.end});
     for (const auto &[name, values] : piece.states)
-      states[name] = add(values, pieceIdentity(head.id, head.steps, rank,
-                                               paramOf(piece.param), name,
-                                               piece.box, piece.summand,
-                                               piece.summands, piece.step));
+      states[name] =
+          add(values, pieceIdentity(head.id, head.steps, rank,
+                                    paramOf(piece.param), name, piece.box,
+                                    piece.summand, piece.summands, piece.step));
     pieces.push_back({{"param", piece.param},
                       {"box", box},
                       {"summand", piece.summand},
@@ -326,7 +326,8 @@ std::string encodeManifest(const Plan &plan, const CheckpointHead &head,
   text += "\n  ],\n  \"groups\": [";
   for (size_t g = 0; g < groups.size(); ++g) {
     const PlanGroup &group = groups[g];
-    Ordered o = {{"name", group.name}, {"algorithm", algorithmName(group.muon)}};
+    Ordered o = {{"name", group.name},
+                 {"algorithm", algorithmName(group.muon)}};
     // Every setting of the group's algorithm by its name (GroupSettings.h).
     for (const GroupSetting &setting : groupSettings()) {
       if (setting.muon != group.muon || !settingWritten(setting, group))
@@ -377,7 +378,8 @@ bool checkIntegrity(std::string_view text, const std::string &name,
     if (format == "muon-checkpoint/1" || format == "muon-checkpoint/2")
       error = name + ": the checkpoint is in the older format " + format +
               " (without a manifest checksum or chunk identities); this "
-              "runtime reads " + kFormat +
+              "runtime reads " +
+              kFormat +
               " only: load it with the runtime that saved it and save it "
               "again";
     else
@@ -442,7 +444,8 @@ private:
   }
 
   bool readHead(const json::Value &root) {
-    std::optional<std::string> format = rd.string(get(root, "format"), "format");
+    std::optional<std::string> format =
+        rd.string(get(root, "format"), "format");
     if (format && *format != kFormat)
       rd.fail("format", std::string("expected \"") + kFormat + "\"");
     auto hexField = [&](const char *key) {
@@ -458,9 +461,9 @@ private:
     out.steps = rd.integer(get(root, "steps"), "steps", 0).value_or(0);
     out.parameters =
         rd.boolean(get(root, "parameters"), "parameters").value_or(false);
-    out.chunkBytes = rd.integer(get(root, "chunk_bytes"), "chunk_bytes", 4,
-                                kMaxChunkBytes)
-                         .value_or(kChunkBytes);
+    out.chunkBytes =
+        rd.integer(get(root, "chunk_bytes"), "chunk_bytes", 4, kMaxChunkBytes)
+            .value_or(kChunkBytes);
     if (rd.ok() && out.chunkBytes % 4)
       rd.fail("chunk_bytes", "not a whole number of f32 values");
     return rd.ok();
@@ -479,9 +482,9 @@ private:
             (*ps)[i].value("shape", nlohmann::json()) !=
                 nlohmann::json(p.layout.shape) ||
             (*ps)[i].value("dtype", "") != p.dtype) {
-          return fail(name + ": the checkpoint is of another model: parameter " +
-                      std::to_string(i) + " ('" + p.name +
-                      "') differs or is missing");
+          return fail(
+              name + ": the checkpoint is of another model: parameter " +
+              std::to_string(i) + " ('" + p.name + "') differs or is missing");
         }
       }
       if (ps->size() > plan.params.size())
@@ -539,14 +542,15 @@ private:
       ManifestFile &mf = out.files.emplace_back();
       mf.name = rd.string(get(*file, "name"), fp + ".name").value_or("");
       if (rd.ok() && mf.name != rankFileName(out.id, static_cast<int64_t>(f)))
-        rd.fail(fp + ".name", "expected '" +
-                                  rankFileName(out.id, static_cast<int64_t>(f)) +
-                                  "' (this checkpoint's file of rank " +
-                                  std::to_string(f) + ")");
+        rd.fail(fp + ".name",
+                "expected '" + rankFileName(out.id, static_cast<int64_t>(f)) +
+                    "' (this checkpoint's file of rank " + std::to_string(f) +
+                    ")");
       rd.integer(get(*file, "rank"), fp + ".rank", static_cast<int64_t>(f),
                  static_cast<int64_t>(f));
       mf.bytes = rd.integer(get(*file, "bytes"), fp + ".bytes", 0).value_or(0);
-      const json::Value *pieces = rd.array(get(*file, "pieces"), fp + ".pieces");
+      const json::Value *pieces =
+          rd.array(get(*file, "pieces"), fp + ".pieces");
       for (size_t k = 0; pieces && k < pieces->size() && ok(); ++k)
         readPiece(f, json::index(fp + ".pieces", k), (*pieces)[k]);
       // Per-row states (NorMuon's), by parameter and slice; absent in

@@ -1,4 +1,4 @@
-//===- StateChecks.cpp - Loaded optimizer state, checked for sense --------===//
+//===- StateChecks.cpp - Loaded state, checked for sense -----------------===//
 #include "StateChecks.h"
 
 #include "muon/Runtime/MatrixStep.h"
@@ -67,9 +67,9 @@ std::string elementText(const std::vector<Range> &box, int64_t e) {
 std::string problemWith(float v) {
   char number[32];
   std::snprintf(number, sizeof(number), "%g", static_cast<double>(v));
-  return std::string(number) +
-         (std::isfinite(v) ? ", below zero (a second moment never is)"
-                           : " (it must be finite)");
+  return std::string(number) + (std::isfinite(v)
+                                    ? ", below zero (a second moment never is)"
+                                    : " (it must be finite)");
 }
 
 } // namespace
@@ -98,11 +98,11 @@ bool checkStepCounts(const Plan &plan, const std::vector<Source> &sources,
       continue;
     auto [it, first] = stepOf.emplace(s.param, &s);
     if (!first && it->second->step != s.step) {
-      error = what + ": the pieces of '" + name +
-              "' disagree on its step count: " +
-              std::to_string(it->second->step) + " in " +
-              boxText(it->second->box) + ", " + std::to_string(s.step) +
-              " in " + boxText(s.box);
+      error =
+          what + ": the pieces of '" + name +
+          "' disagree on its step count: " + std::to_string(it->second->step) +
+          " in " + boxText(it->second->box) + ", " + std::to_string(s.step) +
+          " in " + boxText(s.box);
       return false;
     }
   }
@@ -119,7 +119,7 @@ bool checkStateValues(const StateDict &local, const std::string &what,
       int64_t e = firstImplausible(data, nonNegative);
       if (e < 0)
         continue;
-      error = what + ": the " + name + " of '" + piece.param + "' at " +
+      error = what + ": the " + name + " state of '" + piece.param + "' at " +
               elementText(piece.box, e) + " is " + problemWith(data[e]);
       return false;
     }
@@ -129,9 +129,9 @@ bool checkStateValues(const StateDict &local, const std::string &what,
     int64_t e = firstImplausible(row.values, nonNegative);
     if (e < 0)
       continue;
-    error = what + ": the " + row.state + " of '" + row.param + "' (matrix " +
-            std::to_string(row.slice) + ") at row " + std::to_string(e) +
-            " is " + problemWith(row.values[e]);
+    error = what + ": the " + row.state + " state of '" + row.param +
+            "' (matrix " + std::to_string(row.slice) + ") at row " +
+            std::to_string(e) + " is " + problemWith(row.values[e]);
     return false;
   }
   return true;

@@ -1,4 +1,4 @@
-//===- StateChecks.h - Loaded optimizer state, checked for sense -*- C++ -*-===//
+//===- StateChecks.h - Loaded state, checked for sense ----------*- C++ -*-===//
 //
 // A state that passed every checksum can still be one that no run makes: a
 // NaN in a moment, a negative second moment, pieces of one parameter that

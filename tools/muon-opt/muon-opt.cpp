@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
   std::unique_ptr<llvm::MemoryBuffer> input =
       llvm::MemoryBuffer::getMemBufferCopy(
           source, inputFilename == "-" ? std::string("<stdin>")
-                                     : inputFilename.getValue());
+                                       : inputFilename.getValue());
   std::string text;
   llvm::raw_string_ostream os(text);
   mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();

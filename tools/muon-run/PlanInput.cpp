@@ -14,8 +14,8 @@ namespace muon::tool {
 /// The whole file at `path` (a regular file: a FIFO, a directory or a
 /// device is refused), at most `limit` bytes; false with `error` naming it
 /// and the reason.
-static bool readInput(const std::string &path, int64_t limit,
-                      std::string &text, std::string &error) {
+static bool readInput(const std::string &path, int64_t limit, std::string &text,
+                      std::string &error) {
   return readInputFile(path, limit, text, error, "input file");
 }
 

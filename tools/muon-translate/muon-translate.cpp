@@ -5,8 +5,8 @@
 // a failure never leaves a partial file.
 //
 //===----------------------------------------------------------------------===//
-#include "muon/InitAll.h"
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
+#include "muon/InitAll.h"
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Support/Escape.h"
@@ -108,10 +108,9 @@ int main(int argc, char **argv) {
     llvm::errs() << "muon-translate: " << error << "\n";
     return 2;
   }
-  std::unique_ptr<llvm::MemoryBuffer> input =
-      llvm::MemoryBuffer::getMemBuffer(
-          source, inputFilename == "-" ? std::string("<stdin>")
-                                     : inputFilename.getValue());
+  std::unique_ptr<llvm::MemoryBuffer> input = llvm::MemoryBuffer::getMemBuffer(
+      source,
+      inputFilename == "-" ? std::string("<stdin>") : inputFilename.getValue());
   mlir::DialectRegistry registry;
   mlir::muon::registerAllDialects(registry);
   mlir::MLIRContext context(registry);

@@ -87,8 +87,7 @@ inline void fnv1aChunks(const void *data, size_t size, size_t chunkBytes,
 /// differently (checkpoints key their chunks with the identity of the
 /// state they hold).
 inline void fnv1aKeyedChunks(const void *data, size_t size, size_t chunkBytes,
-                             uint64_t key, uint64_t firstChunk,
-                             uint64_t *out) {
+                             uint64_t key, uint64_t firstChunk, uint64_t *out) {
   fnv1aChunksFrom(data, size, chunkBytes, out, [&](size_t c) {
     uint64_t number = firstChunk + c;
     return fnv1a(&number, sizeof(number), key);

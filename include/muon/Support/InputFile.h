@@ -1,4 +1,4 @@
-//===- InputFile.h - Files the runtime and the tools read, safely -*- C++ -*-===//
+//===- InputFile.h - Files read by the runtime and the tools ---*- C++ -*-===//
 //
 // Every file the runtime and the tools read (plans, specs, IR, checkpoint
 // manifests and rank files, profiles, reports) is opened through here, so
@@ -34,7 +34,7 @@ public:
   InputFile &operator=(InputFile &&other) noexcept;
   ~InputFile() { close(); }
 
-  /// Opens `path` as described above. False with `error` = "cannot open
+  /// Opens `path` as described above. False with `error` = "cannot read
   /// <what> '<path>': <why>" (why: the system's reason, or "it is a
   /// directory, not a regular file", ...).
   bool open(const std::string &path, std::string &error,

@@ -1,4 +1,4 @@
-//===- CheckpointFormat.h - Checkpoint files, encoded and decoded -*- C++ -*-===//
+//===- CheckpointFormat.h - Checkpoint files, encoded, decoded -*- C++ -*-===//
 //
 // The checkpoint format (muon-checkpoint/3; docs/runtime.md, "Checkpoints")
 // as pure functions over bytes: what Optimizer::saveCheckpoint writes and
@@ -90,10 +90,10 @@ struct ManifestFile {
 
 /// The manifest, decoded and checked against a plan.
 struct Manifest {
-  std::string id; // the checkpoint id (16 hex digits)
+  std::string id;          // the checkpoint id (16 hex digits)
   std::string model, plan; // the model's and the layout's hashes (hex)
   int64_t worldSize = 0, steps = 0, chunkBytes = kChunkBytes;
-  bool parameters = false; // whether values were saved
+  bool parameters = false;         // whether values were saved
   std::vector<ManifestFile> files; // by saving rank
   std::vector<SavedPiece> pieces;
   std::vector<SavedRows> rows;
