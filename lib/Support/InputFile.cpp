@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <new>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <utility>
@@ -144,17 +145,26 @@ bool InputFile::readAt(void *to, int64_t count, int64_t offset,
 bool readInputFile(const std::string &path, int64_t limit, std::string &text,
                    std::string &error, const std::string &what) {
   text.clear();
-  if (path == "-")
-    return readToEnd(STDIN_FILENO, what, "<stdin>", limit, text, error);
-  InputFile file;
-  if (!file.open(path, error, what))
-    return false;
-  if (file.size() > limit) {
-    error = tooLarge(what, path, limit);
+  // Tools built without exceptions call this too: a file within the limit
+  // that does not fit in memory is an error, not an abort.
+  try {
+    if (path == "-")
+      return readToEnd(STDIN_FILENO, what, "<stdin>", limit, text, error);
+    InputFile file;
+    if (!file.open(path, error, what))
+      return false;
+    if (file.size() > limit) {
+      error = tooLarge(what, path, limit);
+      return false;
+    }
+    text.reserve(static_cast<size_t>(file.size()));
+    return readToEnd(file.fd(), what, path, limit, text, error);
+  } catch (const std::bad_alloc &) {
+    text = std::string();
+    error = "cannot read " + what + " " + quoted(path) +
+            ": not enough memory to hold it";
     return false;
   }
-  text.reserve(static_cast<size_t>(file.size()));
-  return readToEnd(file.fd(), what, path, limit, text, error);
 }
 
 std::string readInputPrefix(const std::string &path, size_t size) {
