@@ -41,8 +41,8 @@ namespace {
 constexpr std::string_view kSeparator = "\n--muon-checkpoint-file--\n";
 
 /// The model every input is read against: a Muon matrix, a batched Muon
-/// parameter, an AdamW matrix large enough for several 4 KiB chunks per
-/// piece, and an AdamW vector.
+/// parameter, an AdamW matrix whose states span two 4 KiB chunks (a last
+/// chunk read alone is a partial read), and an AdamW vector.
 const Plan &model() {
   static const Plan plan = [] {
     Plan p;
@@ -57,7 +57,7 @@ const Plan &model() {
     };
     add("w", {6, 8}, true);
     add("stack", {2, 3, 5}, true);
-    add("emb", {600, 4}, false);
+    add("emb", {520, 4}, false);
     add("b", {7}, false);
     p.ns.coefficients.assign(p.ns.nsSteps, {3.4445, -4.775, 2.0315});
     return referencePlan(p);
@@ -104,7 +104,7 @@ std::string encodeBase(int64_t world) {
     StateDict &d = ranks[r];
     d.steps = head.steps;
     d.groups = saving.groups;
-    const int64_t rows = 6 / world, embRows = 600 / world;
+    const int64_t rows = 6 / world, embRows = 520 / world;
     d.pieces.push_back(piece("w", {{r * rows, (r + 1) * rows}, {0, 8}}, 0, 1, 0,
                              {"momentum", "values"}, 10 + r));
     d.pieces.push_back(piece("stack", {{0, 2}, {0, 3}, {0, 5}}, r, world, 0,
