@@ -566,6 +566,37 @@ TEST_F(CheckpointIntegrity, StepCountsMustAgree) {
   }
 }
 
+// Each value read is checked as it is read; what the cut computes from
+// them is checked too: momentum saved on 4 summands and loaded on 2 is
+// their sum, which overflows here though every saved value is finite.
+TEST(CheckpointIntegritySums, AnOverflowingSumOfSummandsIsRefused) {
+  Model model;
+  addParam(model, "p", {6, 10}, {Placement::partial()});
+  addParam(model, "b", {10}, {Placement::shard(0)}, Group::AdamW);
+  Plan plan4 = compileFor(model, 4), plan2 = compileFor(model, 2);
+  Saved saved = saveAfter(plan4, 2, "");
+  std::vector<StateDict> ranks = saved.ranks;
+  for (StateDict &d : ranks)
+    d = edited(d, "p", [](StatePiece &piece) {
+      EXPECT_EQ(piece.summands, 4);
+      piece.states.at("momentum")[3] = 3e38f;
+    });
+  std::string dir = scratchDir("summed");
+  writeCheckpoint(plan4, ranks, 2, dir);
+  // On 4 ranks each summand loads as it is: accepted.
+  onEveryRank(4, [&](int64_t, Communicator &comm) {
+    cpu::CpuDevice device;
+    std::unique_ptr<Optimizer> opt;
+    ASSERT_TRUE(Optimizer::create(plan4, comm, device, {30.0}, opt).ok());
+    SyntheticModel synthetic(*opt, device, kSeed, summandCounts(plan4));
+    Status s = opt->loadCheckpoint(dir, true);
+    EXPECT_TRUE(s.ok()) << s.message();
+  });
+  expectCheckpointRefused(plan2, "momentum summed past the largest float",
+                          dir, "the momentum state of 'p' at [0, 3] is inf");
+  removeTree(dir);
+}
+
 TEST(CheckpointIntegrityNorMuon, ANegativeRowStateIsRefused) {
   for (int64_t world : kWorlds) {
     Plan plan = compileFor(integrityModel(/*normuon=*/true), world);

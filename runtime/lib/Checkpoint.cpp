@@ -6,9 +6,9 @@
 // Loading reads the manifest (a bounded read of a regular file), chooses
 // the saved states that cover this rank's pieces (StateCut.h, own file
 // first), reads only the chunks that hold the overlap, checks each against
-// its keyed hash, cuts them as loadStateDict does and checks what it would
-// apply (StateChecks.h). Every rank's outcome is agreed on before anything
-// is committed. docs/runtime.md, "Checkpoints", has the rules.
+// its keyed hash and every value for sense (StateChecks.h) as it hashes
+// them, and cuts them as loadStateDict does. Every rank's outcome is agreed on
+// before anything is committed. docs/runtime.md, "Checkpoints", has the rules.
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Runtime/Optimizer.h"
@@ -125,7 +125,8 @@ class StateReader {
 public:
   StateReader(const std::string &dir, const Plan &plan,
               const Manifest &manifest, CheckpointIoCounters &io)
-      : dir(dir), plan(plan), manifest(manifest), io(io) {}
+      : dir(dir), what("the checkpoint in '" + dir + "'"), plan(plan),
+        manifest(manifest), io(io) {}
 
   /// Of every source the cut uses (`used`), the overlap of its box with
   /// this rank's piece (`slots`), read, as a source of its own in
@@ -196,6 +197,7 @@ public:
       saved.state = matrixSteps()[slot.step].state;
       saved.values.resize(row.rows);
       ++io.slotsRead;
+      checkpoint::ValueCheck values{mustBeNonNegative(saved.state)};
       if (!checkpoint::readChunks(
               bytes, pathOf(row.file), row.ref,
               checkpoint::rowStateIdentity(manifest, plan, row),
@@ -203,8 +205,14 @@ public:
               checkpoint::chunkCount(row.ref.bytes, manifest.chunkBytes),
               reinterpret_cast<char *>(saved.values.data()),
               "the " + saved.state + " state of " + m.label(), io.rankFileBytes,
-              error))
+              error, &values))
         return false;
+      if (values.first >= 0) {
+        error = what + ": " +
+                implausibleRow(saved.state, saved.param, saved.slice,
+                               values.first, values.value);
+        return false;
+      }
     }
     return true;
   }
@@ -233,7 +241,8 @@ private:
   /// Reads state `slot` of the saved `piece` where it overlaps `box` into
   /// `out` (row-major over `box`): the whole state in one read when the
   /// overlap is all of it; otherwise only the chunks that hold the
-  /// overlap's runs, runs whose chunks touch in one read.
+  /// overlap's runs, runs whose chunks touch in one read. Every value read
+  /// is checked for sense as it is hashed (StateChecks.h).
   bool readOverlap(checkpoint::FileBytes &bytes, size_t file,
                    const SavedPiece &piece, int slot,
                    const std::vector<Range> &box, std::vector<float> &out,
@@ -242,19 +251,30 @@ private:
     const int64_t chunk = manifest.chunkBytes;
     const uint64_t identity =
         checkpoint::pieceStateIdentity(manifest, plan, piece, slot);
-    const std::string what = std::string("the ") + slotName(slot) +
-                             " state of '" + plan.params[piece.param].name +
-                             "' " + boxText(piece.box);
+    const std::string &param = plan.params[piece.param].name;
+    const std::string state = std::string("the ") + slotName(slot) +
+                              " state of '" + param + "' " + boxText(piece.box);
     int64_t elements = 1;
     for (const Range &range : box)
       elements *= range.size();
     out.resize(elements);
     ++io.slotsRead;
+    checkpoint::ValueCheck values{mustBeNonNegative(slotName(slot))};
+    // Names the first implausible value read, by its global index.
+    auto sensible = [&] {
+      if (values.first < 0)
+        return true;
+      error = what + ": " +
+              implausibleElement(slotName(slot), param, piece.box, values.first,
+                                 values.value);
+      return false;
+    };
     if (box == piece.box)
       return checkpoint::readChunks(bytes, pathOf(file), ref, identity, chunk,
                                     0, checkpoint::chunkCount(ref.bytes, chunk),
-                                    reinterpret_cast<char *>(out.data()), what,
-                                    io.rankFileBytes, error);
+                                    reinterpret_cast<char *>(out.data()), state,
+                                    io.rankFileBytes, error, &values) &&
+             sensible();
     runs.clear();
     forEachRun(piece.box, box, [&](int64_t from, int64_t to, int64_t length) {
       runs.push_back({from, to, length});
@@ -269,8 +289,9 @@ private:
         c1 = std::max(c1, endChunk(last));
       scratch.resize(std::min(c1 * chunk, ref.bytes) - c0 * chunk);
       if (!checkpoint::readChunks(bytes, pathOf(file), ref, identity, chunk, c0,
-                                  c1, scratch.data(), what, io.rankFileBytes,
-                                  error))
+                                  c1, scratch.data(), state, io.rankFileBytes,
+                                  error, &values) ||
+          !sensible())
         return false;
       for (; next < last; ++next)
         std::memcpy(out.data() + runs[next][1],
@@ -281,6 +302,7 @@ private:
   }
 
   const std::string &dir;
+  const std::string what; // names the checkpoint in messages
   const Plan &plan;
   const Manifest &manifest;
   CheckpointIoCounters &io;
@@ -432,13 +454,22 @@ bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
     for (Source &s : readOf)
       if (s.param >= 0)
         read.push_back(std::move(s));
+    // Every value read was checked as it was read; what the cut adds up
+    // (momentum onto summand 0 under another number of summands) is
+    // checked again: a sum of finite values may overflow.
+    auto summed = [&](const StatePiece &piece, const std::string &state) {
+      const int64_t i = static_cast<int64_t>(slotOf.at(piece.param));
+      const int slot = slotNamed(state);
+      return slot >= 0 && slot < kElementSlotCount &&
+             kElementSlots[slot].perSummand && splits[i] &&
+             splits[i] != summandCount(plan, i);
+    };
     std::vector<RowStatePiece> savedRows;
     if (!cut(plan, rank, slots, read, splits, withParameters, what, &local,
              nullptr, mine) ||
+        !checkStateValues(local, what, mine, summed) ||
         !reader.readRows(executor->rowSlots(), rank, savedRows, mine) ||
-        !cutRowStates(savedRows, manifest.groups, what, local.rowStates,
-                      mine) ||
-        !checkStateValues(local, what, mine))
+        !cutRowStates(savedRows, manifest.groups, what, local.rowStates, mine))
       return;
     local.steps = manifest.steps;
     local.groups = manifest.groups;

@@ -22,6 +22,7 @@
 //===----------------------------------------------------------------------===//
 #include "muon/Runtime/CheckpointFormat.h"
 
+#include "StateChecks.h"
 #include "StateCut.h"
 
 #include "muon/Plan/GroupSettings.h"
@@ -792,7 +793,7 @@ bool checkRankFile(RankFileBytes &file, const std::string &name,
 bool readChunks(RankFileBytes &file, const std::string &name,
                 const StateRef &ref, uint64_t identity, int64_t chunkBytes,
                 int64_t c0, int64_t c1, char *to, const std::string &what,
-                int64_t &bytesRead, std::string &error) {
+                int64_t &bytesRead, std::string &error, ValueCheck *values) {
   const int64_t begin = c0 * chunkBytes,
                 end = std::min(c1 * chunkBytes, ref.bytes);
   std::vector<uint64_t> table(c1 - c0), hashes(c1 - c0);
@@ -804,11 +805,30 @@ bool readChunks(RankFileBytes &file, const std::string &name,
     return false;
   }
   bytesRead += static_cast<int64_t>(table.size()) * 8 + (end - begin);
-  hashChunks(to, end - begin, chunkBytes, identity, c0, hashes.data());
+  // Hashed, and checked, a block of chunks at a time: the values are
+  // tested while the hash has them in cache (no second pass over memory).
+  const int64_t blockChunks = std::max<int64_t>(1, (64 << 10) / chunkBytes);
+  for (int64_t c = 0; c < c1 - c0; c += blockChunks) {
+    const int64_t first = c * chunkBytes,
+                  last = std::min((c + blockChunks) * chunkBytes, end - begin);
+    hashChunks(to + first, last - first, chunkBytes, identity, c0 + c,
+               hashes.data() + c);
+    if (values && values->first < 0) {
+      int64_t e = statecut::firstImplausible(
+          reinterpret_cast<const float *>(to + first), (last - first) / 4,
+          values->nonNegative);
+      if (e >= 0) {
+        values->first = (begin + first) / 4 + e;
+        std::memcpy(&values->value, to + first + e * 4, 4);
+      }
+    }
+  }
   bool whole = c0 == 0 && c1 == chunkCount(ref.bytes, chunkBytes);
   if (hashes == table &&
       (!whole || fnv1a(table.data(), table.size() * 8) == ref.tableHash))
     return true;
+  if (values)
+    values->first = -1; // damaged data: its values say nothing
   error = "checkpoint file '" + name + "' is damaged: " + what +
           " does not match its checksum";
   return false;

@@ -12,21 +12,20 @@
 namespace muon::runtime::statecut {
 namespace {
 
-/// The index of the first value in `data` that is not finite or, with
-/// `NonNegative`, is below zero (-0 is zero); -1 when there is none. A
-/// block's values are tested without a branch (a vectorized pass at memory
-/// speed), and only a block with a bad value is searched.
+/// firstImplausible for one rule. A block's values are tested without a
+/// branch (their flags or-ed into a word: the loop vectorizes), and only a
+/// block with a bad value is searched.
 template <bool NonNegative>
-int64_t firstImplausible(const float *data, int64_t count) {
+int64_t firstImplausibleBy(const float *data, int64_t count) {
   constexpr int64_t kBlock = 1024;
-  auto bad = [](uint32_t bits) {
-    bool nonFinite = (bits & 0x7f800000u) == 0x7f800000u;
+  auto bad = [](uint32_t bits) -> uint32_t {
+    uint32_t nonFinite = (bits & 0x7f800000u) == 0x7f800000u;
     // As unsigned: the sign bit set on anything but -0.
     return NonNegative ? nonFinite | (bits > 0x80000000u) : nonFinite;
   };
   for (int64_t start = 0; start < count; start += kBlock) {
     const int64_t end = std::min(count, start + kBlock);
-    bool any = false;
+    uint32_t any = 0;
     for (int64_t i = start; i < end; ++i) {
       uint32_t bits;
       std::memcpy(&bits, data + i, 4);
@@ -42,12 +41,6 @@ int64_t firstImplausible(const float *data, int64_t count) {
     }
   }
   return -1;
-}
-
-int64_t firstImplausible(const std::vector<float> &data, bool nonNegative) {
-  const int64_t n = static_cast<int64_t>(data.size());
-  return nonNegative ? firstImplausible<true>(data.data(), n)
-                     : firstImplausible<false>(data.data(), n);
 }
 
 /// "[2, 3]": element `e` of the row-major `box` by its global index.
@@ -73,6 +66,34 @@ std::string problemWith(float v) {
 }
 
 } // namespace
+
+bool mustBeNonNegative(const std::string &state) {
+  int slot = slotNamed(state);
+  if (slot >= 0 && slot < kElementSlotCount)
+    return kElementSlots[slot].nonNegative;
+  int step = matrixStepOfState(state);
+  return step >= 0 && matrixSteps()[step].nonNegativeState;
+}
+
+int64_t firstImplausible(const float *data, int64_t count, bool nonNegative) {
+  return nonNegative ? firstImplausibleBy<true>(data, count)
+                     : firstImplausibleBy<false>(data, count);
+}
+
+std::string implausibleElement(const std::string &state,
+                               const std::string &param,
+                               const std::vector<Range> &box, int64_t e,
+                               float value) {
+  return "the " + state + " state of '" + param + "' at " +
+         elementText(box, e) + " is " + problemWith(value);
+}
+
+std::string implausibleRow(const std::string &state, const std::string &param,
+                           int64_t slice, int64_t row, float value) {
+  return "the " + state + " state of '" + param + "' (matrix " +
+         std::to_string(slice) + ") at row " + std::to_string(row) + " is " +
+         problemWith(value);
+}
 
 bool checkStepCounts(const Plan &plan, const std::vector<Source> &sources,
                      int64_t steps, const std::string &what,
@@ -109,29 +130,32 @@ bool checkStepCounts(const Plan &plan, const std::vector<Source> &sources,
   return true;
 }
 
-bool checkStateValues(const StateDict &local, const std::string &what,
-                      std::string &error) {
+bool checkStateValues(
+    const StateDict &local, const std::string &what, std::string &error,
+    const std::function<bool(const StatePiece &, const std::string &)> &only) {
   for (const StatePiece &piece : local.pieces)
     for (const auto &[name, data] : piece.states) {
-      int slot = slotNamed(name);
-      bool nonNegative = slot >= 0 && slot < kElementSlotCount &&
-                         kElementSlots[slot].nonNegative;
-      int64_t e = firstImplausible(data, nonNegative);
+      if (only && !only(piece, name))
+        continue;
+      int64_t e =
+          firstImplausible(data.data(), static_cast<int64_t>(data.size()),
+                           mustBeNonNegative(name));
       if (e < 0)
         continue;
-      error = what + ": the " + name + " state of '" + piece.param + "' at " +
-              elementText(piece.box, e) + " is " + problemWith(data[e]);
+      error = what + ": " +
+              implausibleElement(name, piece.param, piece.box, e, data[e]);
       return false;
     }
+  if (only)
+    return true;
   for (const RowStatePiece &row : local.rowStates) {
-    int step = matrixStepOfState(row.state);
-    bool nonNegative = step >= 0 && matrixSteps()[step].nonNegativeState;
-    int64_t e = firstImplausible(row.values, nonNegative);
+    int64_t e = firstImplausible(row.values.data(),
+                                 static_cast<int64_t>(row.values.size()),
+                                 mustBeNonNegative(row.state));
     if (e < 0)
       continue;
-    error = what + ": the " + row.state + " state of '" + row.param +
-            "' (matrix " + std::to_string(row.slice) + ") at row " +
-            std::to_string(e) + " is " + problemWith(row.values[e]);
+    error = what + ": " +
+            implausibleRow(row.state, row.param, row.slice, e, row.values[e]);
     return false;
   }
   return true;
