@@ -196,31 +196,36 @@ void recordBase(const std::vector<std::string> &sections) {
 void readState(RankFileBytes &file, const Manifest &m, const StateRef &ref,
                uint64_t identity, bool asWritten, bool expectAccepted) {
   const int64_t chunks = chunkCount(ref.bytes, m.chunkBytes);
-  std::string data(static_cast<size_t>(ref.bytes), '\0');
-  std::string error;
+  std::string data, error;
   int64_t read = 0;
+  const ValueSink append = [&](const float *values, int64_t count) {
+    data.append(reinterpret_cast<const char *>(values), count * 4);
+  };
+  // Whatever was handed on must be the writer's bytes, from chunk c0 on.
   auto check = [&](int64_t c0, const char *what) {
-    if (!asWritten)
-      return;
     auto it = written().find(identity);
     const int64_t offset = c0 * m.chunkBytes;
-    const size_t size = static_cast<size_t>(ref.bytes - offset);
     const std::string where = std::string(" (") + what + ")";
+    if (static_cast<int64_t>(data.size()) != ref.bytes - offset)
+      fuzz::trap("a verified read handed on the wrong number of bytes" + where);
+    if (!asWritten)
+      return;
     if (it == written().end())
       fuzz::trap("a state no writer wrote passed its keyed hashes" + where);
     if (it->second.size() != static_cast<size_t>(ref.bytes) ||
-        std::memcmp(it->second.data() + offset, data.data(), size) != 0)
+        it->second.compare(offset, data.size(), data) != 0)
       fuzz::trap("another state's bytes passed its keyed hashes" + where);
   };
-  bool whole = readChunks(file, "f", ref, identity, m.chunkBytes, 0, chunks,
-                          data.data(), "a state", read, error);
-  if (whole)
+  ValueCheck values;
+  if (readChunks(file, "f", ref, identity, m.chunkBytes, 0, chunks, append,
+                 "a state", read, error, &values))
     check(0, "a whole state");
   else if (expectAccepted)
     fuzz::trap("a state of the base checkpoint is refused: " + error);
+  data.clear();
   if (chunks > 1 &&
       readChunks(file, "f", ref, identity, m.chunkBytes, chunks - 1, chunks,
-                 data.data(), "a state", read, error))
+                 append, "a state", read, error))
     check(chunks - 1, "a state's last chunk");
 }
 

@@ -103,6 +103,13 @@ void removeStaleFiles(const std::string &dir, const std::string &id) {
     ::unlink(f.c_str());
 }
 
+/// A sink that appends what readChunks verified to `out`.
+checkpoint::ValueSink appendTo(std::vector<float> &out) {
+  return [&out](const float *values, int64_t count) {
+    out.insert(out.end(), values, values + count);
+  };
+}
+
 /// Reads and decodes the manifest in `dir` (at most limits::
 /// kMaxTextFileBytes of a regular file).
 bool readManifest(const std::string &dir, const Plan &plan, Manifest &out,
@@ -195,7 +202,7 @@ public:
       saved.param = m.param;
       saved.slice = row.slice;
       saved.state = matrixSteps()[slot.step].state;
-      saved.values.resize(row.rows);
+      saved.values.reserve(row.rows);
       ++io.slotsRead;
       checkpoint::ValueCheck values{mustBeNonNegative(saved.state)};
       if (!checkpoint::readChunks(
@@ -203,7 +210,7 @@ public:
               checkpoint::rowStateIdentity(manifest, plan, row),
               manifest.chunkBytes, 0,
               checkpoint::chunkCount(row.ref.bytes, manifest.chunkBytes),
-              reinterpret_cast<char *>(saved.values.data()),
+              appendTo(saved.values),
               "the " + saved.state + " state of " + m.label(), io.rankFileBytes,
               error, &values))
         return false;
@@ -257,7 +264,6 @@ private:
     int64_t elements = 1;
     for (const Range &range : box)
       elements *= range.size();
-    out.resize(elements);
     ++io.slotsRead;
     checkpoint::ValueCheck values{mustBeNonNegative(slotName(slot))};
     // Names the first implausible value read, by its global index.
@@ -269,12 +275,17 @@ private:
                                  values.value);
       return false;
     };
-    if (box == piece.box)
+    // The whole state: appended as it is verified (no zeroed buffer first).
+    if (box == piece.box) {
+      out.clear();
+      out.reserve(elements);
       return checkpoint::readChunks(bytes, pathOf(file), ref, identity, chunk,
                                     0, checkpoint::chunkCount(ref.bytes, chunk),
-                                    reinterpret_cast<char *>(out.data()), state,
-                                    io.rankFileBytes, error, &values) &&
+                                    appendTo(out), state, io.rankFileBytes,
+                                    error, &values) &&
              sensible();
+    }
+    out.resize(elements);
     runs.clear();
     forEachRun(piece.box, box, [&](int64_t from, int64_t to, int64_t length) {
       runs.push_back({from, to, length});
@@ -287,15 +298,15 @@ private:
       size_t last = next + 1;
       for (; last < runs.size() && runs[last][0] * 4 / chunk <= c1; ++last)
         c1 = std::max(c1, endChunk(last));
-      scratch.resize(std::min(c1 * chunk, ref.bytes) - c0 * chunk);
+      scratch.clear();
       if (!checkpoint::readChunks(bytes, pathOf(file), ref, identity, chunk, c0,
-                                  c1, scratch.data(), state, io.rankFileBytes,
-                                  error, &values) ||
+                                  c1, appendTo(scratch), state,
+                                  io.rankFileBytes, error, &values) ||
           !sensible())
         return false;
       for (; next < last; ++next)
         std::memcpy(out.data() + runs[next][1],
-                    scratch.data() + runs[next][0] * 4 - c0 * chunk,
+                    scratch.data() + runs[next][0] - c0 * chunk / 4,
                     runs[next][2] * 4);
     }
     return true;
@@ -307,7 +318,7 @@ private:
   const Manifest &manifest;
   CheckpointIoCounters &io;
   std::deque<std::vector<float>> buffers; // stable addresses
-  std::vector<char> scratch;
+  std::vector<float> scratch;
   std::vector<std::array<int64_t, 3>> runs; // from, to, length
 };
 

@@ -792,46 +792,67 @@ bool checkRankFile(RankFileBytes &file, const std::string &name,
 
 bool readChunks(RankFileBytes &file, const std::string &name,
                 const StateRef &ref, uint64_t identity, int64_t chunkBytes,
-                int64_t c0, int64_t c1, char *to, const std::string &what,
-                int64_t &bytesRead, std::string &error, ValueCheck *values) {
-  const int64_t begin = c0 * chunkBytes,
-                end = std::min(c1 * chunkBytes, ref.bytes);
-  std::vector<uint64_t> table(c1 - c0), hashes(c1 - c0);
+                int64_t c0, int64_t c1, const ValueSink &sink,
+                const std::string &what, int64_t &bytesRead, std::string &error,
+                ValueCheck *values) {
+  auto damaged = [&] {
+    if (values)
+      values->first = -1; // damaged data: its values say nothing
+    error = "checkpoint file '" + name + "' is damaged: " + what +
+            " does not match its checksum";
+    return false;
+  };
+  const int64_t chunks = chunkCount(ref.bytes, chunkBytes);
+  if (c0 < 0 || c0 > c1 || c1 > chunks) {
+    error = "checkpoint file '" + name + "': chunks " + std::to_string(c0) +
+            " to " + std::to_string(c1) + " of " + what + " asked for, of " +
+            std::to_string(chunks);
+    return false;
+  }
+  std::vector<uint64_t> table(c1 - c0);
   std::string why;
   if (!file.read(table.data(), static_cast<int64_t>(table.size()) * 8,
-                 ref.table + c0 * 8, why) ||
-      !file.read(to, end - begin, ref.offset + begin, why)) {
+                 ref.table + c0 * 8, why)) {
     error = "cannot read checkpoint file '" + name + "': " + why;
     return false;
   }
-  bytesRead += static_cast<int64_t>(table.size()) * 8 + (end - begin);
-  // Hashed, and checked, a block of chunks at a time: the values are
-  // tested while the hash has them in cache (no second pass over memory).
-  const int64_t blockChunks = std::max<int64_t>(1, (64 << 10) / chunkBytes);
-  for (int64_t c = 0; c < c1 - c0; c += blockChunks) {
-    const int64_t first = c * chunkBytes,
-                  last = std::min((c + blockChunks) * chunkBytes, end - begin);
-    hashChunks(to + first, last - first, chunkBytes, identity, c0 + c,
-               hashes.data() + c);
+  bytesRead += static_cast<int64_t>(table.size()) * 8;
+  if (c0 == 0 && c1 == chunks &&
+      fnv1a(table.data(), table.size() * 8) != ref.tableHash)
+    return damaged();
+  // Whole chunks, about 1 MiB at a time: read into a buffer that stays in
+  // cache while it is hashed, checked and handed on.
+  const int64_t blockChunks = std::max<int64_t>(1, (1 << 20) / chunkBytes);
+  std::vector<float> block(static_cast<size_t>(
+      std::min(blockChunks * chunkBytes,
+               std::max<int64_t>(0, ref.bytes - c0 * chunkBytes)) /
+      4));
+  std::vector<uint64_t> hashes(blockChunks);
+  for (int64_t c = c0; c < c1; c += blockChunks) {
+    const int64_t n = std::min(blockChunks, c1 - c);
+    const int64_t from = c * chunkBytes,
+                  bytes = std::min((c + n) * chunkBytes, ref.bytes) - from;
+    char *at = reinterpret_cast<char *>(block.data());
+    if (!file.read(at, bytes, ref.offset + from, why)) {
+      error = "cannot read checkpoint file '" + name + "': " + why;
+      return false;
+    }
+    bytesRead += bytes;
+    hashChunks(at, bytes, chunkBytes, identity, c, hashes.data());
+    if (!std::equal(hashes.begin(), hashes.begin() + n,
+                    table.begin() + (c - c0)))
+      return damaged();
     if (values && values->first < 0) {
-      int64_t e = statecut::firstImplausible(
-          reinterpret_cast<const float *>(to + first), (last - first) / 4,
-          values->nonNegative);
+      int64_t e = statecut::firstImplausible(block.data(), bytes / 4,
+                                             values->nonNegative);
       if (e >= 0) {
-        values->first = (begin + first) / 4 + e;
-        std::memcpy(&values->value, to + first + e * 4, 4);
+        values->first = from / 4 + e;
+        values->value = block[e];
       }
     }
+    sink(block.data(), bytes / 4);
   }
-  bool whole = c0 == 0 && c1 == chunkCount(ref.bytes, chunkBytes);
-  if (hashes == table &&
-      (!whole || fnv1a(table.data(), table.size() * 8) == ref.tableHash))
-    return true;
-  if (values)
-    values->first = -1; // damaged data: its values say nothing
-  error = "checkpoint file '" + name + "' is damaged: " + what +
-          " does not match its checksum";
-  return false;
+  return true;
 }
 
 } // namespace muon::runtime::checkpoint

@@ -31,6 +31,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -222,29 +223,32 @@ bool checkRankFile(RankFileBytes &file, const std::string &name,
                    std::string &error);
 
 /// What readChunks checks of the f32 values it reads besides their hashes,
-/// block by block while they are in cache from hashing (a load's
-/// plausibility rules: every value finite and, with `nonNegative`, not
-/// below zero). `first` gets the index in the state (in values) of the
-/// first value that breaks them, and `value` that value; `first` stays -1
-/// when none does.
+/// block by block while they are in cache (a load's plausibility rules:
+/// every value finite and, with `nonNegative`, not below zero). `first`
+/// gets the index in the state (in values) of the first value that breaks
+/// them, and `value` that value; `first` stays -1 when none does.
 struct ValueCheck {
   bool nonNegative = false;
   int64_t first = -1;
   float value = 0;
 };
 
+/// Where readChunks hands what it verified: `count` values, in order.
+using ValueSink = std::function<void(const float *values, int64_t count)>;
+
 /// Reads chunks [c0, c1) of the saved state `ref` (of identity `identity`)
-/// into `to`, which has room for them (the last chunk of the state may be
-/// short), and checks each against its hash in the file's table, and the
-/// table against the manifest's hash when all of it is read. `what` names
-/// the state ("the momentum state of 'w' [0:2, 0:4]") in `error`. Counts
-/// what it reads. With `values`, also checks the values read (a read whose
-/// hashes match returns true; `values->first` says whether a value broke
-/// the rules).
+/// and checks each against its hash in the file's table, and the table
+/// against the manifest's hash when all of it is read; hands the values
+/// to `sink` in blocks of about 1 MiB as they are verified (each block is
+/// read, hashed, checked and handed on while it is in cache: a load makes
+/// one pass over memory). `what` names the state ("the momentum state of
+/// 'w' [0:2, 0:4]") in `error`; on a failure, what was handed on is to be
+/// dropped. Counts what it reads. With `values`, also checks the values
+/// read (`values->first` then says whether one broke the rules).
 bool readChunks(RankFileBytes &file, const std::string &name,
                 const StateRef &ref, uint64_t identity, int64_t chunkBytes,
-                int64_t c0, int64_t c1, char *to, const std::string &what,
-                int64_t &bytesRead, std::string &error,
+                int64_t c0, int64_t c1, const ValueSink &sink,
+                const std::string &what, int64_t &bytesRead, std::string &error,
                 ValueCheck *values = nullptr);
 
 } // namespace muon::runtime::checkpoint
