@@ -827,7 +827,7 @@ bool readChunks(RankFileBytes &file, const std::string &name,
       std::min(blockChunks * chunkBytes,
                std::max<int64_t>(0, ref.bytes - c0 * chunkBytes)) /
       4));
-  std::vector<uint64_t> hashes(blockChunks);
+    std::vector<uint64_t> hashes(std::min(blockChunks, c1 - c0));
   for (int64_t c = c0; c < c1; c += blockChunks) {
     const int64_t n = std::min(blockChunks, c1 - c);
     const int64_t from = c * chunkBytes,
