@@ -40,7 +40,10 @@
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/CommandLine.h"
+#include "muon/Support/Escape.h"
 #include "muon/Support/Format.h"
+#include "muon/Support/InputFile.h"
+#include "muon/Support/Limits.h"
 #include "muon/Support/NsCoefficients.h"
 
 #include <algorithm>
@@ -308,16 +311,14 @@ int runStep(int argc, char **argv) {
   if (!wireDtype.empty())
     return fail("--wire-dtype is for --ranks (a plan's wire is compiled "
                 "in)");
-  std::ifstream in(planPath, std::ios::binary);
-  if (!in)
-    return fail("cannot open plan file '" + planPath + "'");
-  std::stringstream text;
-  text << in.rdbuf();
   Plan plan;
-  std::string error;
-  if (looksLikePlanBinary(text.str()) ? !parsePlanBinary(text.str(), plan, error)
-                               : !parsePlan(text.str(), plan, error))
-    return fail(planPath + ": " + error);
+  std::string text, error;
+  if (!readInputFile(planPath, limits::kMaxBinaryPlanFileBytes, text, error,
+                     "plan file"))
+    return fail(error);
+  if (looksLikePlanBinary(text) ? !parsePlanBinary(text, plan, error)
+                                : !parsePlan(text, plan, error))
+    return fail(planPath + ": " + escapeBytes(error));
   if (plan.worldSize != 1)
     return fail(format("%s is a plan for %lld ranks; muon-bench step runs "
                        "one-rank plans (give a spec and --ranks N for more)",
@@ -443,14 +444,16 @@ int runOrthogonalize(int argc, char **argv) {
   abc.resize(static_cast<size_t>(nsSteps), abc.back());
   const int64_t elements = rows * cols;
   std::vector<float> host(elements);
+  std::string error;
   {
-    std::ifstream in(input, std::ios::binary);
-    if (!in.read(reinterpret_cast<char *>(host.data()), elements * 4) ||
-        in.peek() != std::char_traits<char>::eof())
+    InputFile in;
+    if (!in.open(input, error, "input file"))
+      return fail(error);
+    if (in.size() != elements * 4 ||
+        !in.readAt(host.data(), elements * 4, 0, error))
       return fail(format("'%s' is not %lld f32 values", input.c_str(),
                          static_cast<long long>(elements)));
   }
-  std::string error;
   std::unique_ptr<BenchDevice> bench = openBenchDevice(backend, 1, error);
   if (!bench)
     return fail(error);
