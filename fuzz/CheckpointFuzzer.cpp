@@ -65,7 +65,8 @@ const Plan &model() {
     add("stack", {2, 3, 5}, true);
     add("emb", {520, 4}, false);
     add("b", {7}, false);
-    p.ns.coefficients.assign(p.ns.nsSteps, {3.4445, -4.775, 2.0315});
+    p.ns.configs[0].coefficients.assign(p.ns.configs[0].nsSteps,
+                                        {3.4445, -4.775, 2.0315});
     return referencePlan(p);
   }();
   return plan;
