@@ -43,7 +43,19 @@ int deviceCount(std::string &error) {
   return 0;
 }
 
+NsForm DeviceOptions::nsFormFromEnvironment() {
+  NsForm form = NsForm::Auto;
+  if (const char *value = std::getenv(kNsFormVariable))
+    parseNsForm(value, form);
+  return form;
+}
+
 std::unique_ptr<Device> createDevice(int ordinal, std::string &error) {
+  return createDevice(ordinal, DeviceOptions(), error);
+}
+
+std::unique_ptr<Device> createDevice(int ordinal, const DeviceOptions &options,
+                                     std::string &error) {
   int count = deviceCount(error);
   if (count == 0)
     return nullptr;
@@ -52,7 +64,7 @@ std::unique_ptr<Device> createDevice(int ordinal, std::string &error) {
             std::to_string(count) + " visible)";
     return nullptr;
   }
-  return CudaDevice::create(ordinal, error);
+  return CudaDevice::create(ordinal, options, error);
 }
 
 std::string describeDevice(const Device &device) {

@@ -48,6 +48,13 @@ bool newtonSchulzOptionsFromEnv(NewtonSchulzOptions &options,
     return false;
   }
   options.grouped = grouped == 1;
+  NsForm form;
+  if (const char *value = std::getenv(kNsFormVariable);
+      value && *value && !parseNsForm(value, form)) {
+    error = std::string(kNsFormVariable) + " must be auto, standard or gram, "
+            "not '" + value + "'";
+    return false;
+  }
   return true;
 }
 
@@ -61,6 +68,7 @@ void checkTeardown(cudaError_t status, const char *what) {
 } // namespace
 
 std::unique_ptr<CudaDevice> CudaDevice::create(int ordinal,
+                                               const DeviceOptions &deviceOptions,
                                                std::string &error) {
   auto failed = [&](cudaError_t status, const char *what) {
     if (status == cudaSuccess)
@@ -84,6 +92,7 @@ std::unique_ptr<CudaDevice> CudaDevice::create(int ordinal,
   NewtonSchulzOptions options;
   if (!newtonSchulzOptionsFromEnv(options, error))
     return nullptr;
+  options.form = deviceOptions.nsForm;
 
   int previous = -1;
   if (failed(cudaGetDevice(&previous), "cudaGetDevice") ||

@@ -13,6 +13,7 @@
 
 #include "NewtonSchulz.h"
 
+#include "muon/Runtime/Cuda/CudaBackend.h"
 #include "muon/Runtime/Device.h"
 
 #include <cublas_v2.h>
@@ -27,7 +28,8 @@ class CudaDevice final : public Device {
 public:
   /// The device on GPU `ordinal` (which must exist); nullptr with `error`
   /// when the GPU is too old or a stream, pool or handle cannot be made.
-  static std::unique_ptr<CudaDevice> create(int ordinal, std::string &error);
+  static std::unique_ptr<CudaDevice>
+  create(int ordinal, const DeviceOptions &options, std::string &error);
   ~CudaDevice() override;
 
   const char *name() const override { return "cuda"; }
@@ -76,8 +78,9 @@ public:
   cublasHandle_t blasHandle() const { return blas; }
   /// "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB".
   const std::string &description() const { return gpuDescription; }
-  /// How the last newtonSchulz ran its symmetric products (NewtonSchulz.h).
-  const char *lastNewtonSchulzPath() const { return ns->lastPath(); }
+  /// How the last newtonSchulz ran its products, and whether in the Gram
+  /// form (NewtonSchulz.h).
+  std::string lastNewtonSchulzPath() const { return ns->lastPath(); }
 
 private:
   explicit CudaDevice(int ordinal) : gpu(ordinal) {}

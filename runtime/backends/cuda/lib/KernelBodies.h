@@ -299,6 +299,42 @@ template <DType In> struct CopyOut {
   }
 };
 
+/// The Gram form's H = a I + b R + c R R starts as F = b R + a I in f32
+/// (the product then adds c R R on top, and H is F rounded once): per
+/// element of `count` column-major m x m matrices `stride` elements apart,
+/// R's values (F32, or BF16 bits) in, F's out. The expression is
+/// OneDnnNewtonSchulz.cpp's, term for term.
+template <DType R> struct PolynomialBase {
+  const void *r;
+  float *f;
+  int64_t count, m, stride;
+  float a, b;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const int64_t square = m * m, total = count * square;
+    for (int64_t i = t.first(); i < total; i += t.stride()) {
+      const int64_t matrix = i / square, at = i % square;
+      const int64_t row = at % m, col = at / m;
+      const int64_t index = matrix * stride + at;
+      f[index] = b * loadElement<R>(r, index) + (row == col ? a : 0.0f);
+    }
+  }
+};
+
+/// out = bf16(in) per element of `count` matrices of `elements` values,
+/// `stride` elements apart in both (round to nearest even, NaNs quiet).
+struct RoundMatricesToBf16 {
+  const float *in;
+  uint16_t *out;
+  int64_t count, elements, stride;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const int64_t total = count * elements;
+    for (int64_t i = t.first(); i < total; i += t.stride()) {
+      const int64_t index = i / elements * stride + i % elements;
+      out[index] = toBf16Bits(in[index]);
+    }
+  }
+};
+
 /// Per 32 x 32 tile of the strict upper triangle: read the mirrored lower
 /// tile along columns (coalesced), write it transposed through shared
 /// memory. A diagonal tile reads all of itself before writing its upper
@@ -669,6 +705,38 @@ void mirrorLower(Launch &launch, void *matrices, int64_t count, int64_t m,
            MirrorLower<uint16_t>{static_cast<uint16_t *>(matrices), count, m,
                                  stride},
            "mirrorLowerKernel", spans);
+}
+
+/// F = b R + a I over `count` m x m matrices `stride` elements apart (R in
+/// `rType`, F f32): the Gram form's polynomial before its product.
+template <typename Launch>
+void polynomialBase(Launch &launch, const void *r, DType rType, float *f,
+                    int64_t count, int64_t m, int64_t stride, float a,
+                    float b) {
+  if (count <= 0 || m <= 0)
+    return;
+  const std::initializer_list<Span> spans = {
+      {r, stridedBytes(count, stride, m * m, rType)},
+      {f, stridedBytes(count, stride, m * m, DType::F32)}};
+  withType(rType, [&](auto type) {
+    launch(elementwiseGeometry(count * m * m),
+           PolynomialBase<decltype(type)::value>{r, f, count, m, stride, a, b},
+           "polynomialBaseKernel", spans);
+  });
+}
+
+/// out = bf16(in) over `count` matrices of `elements` values, `stride`
+/// elements apart.
+template <typename Launch>
+void roundToBf16(Launch &launch, const float *in, uint16_t *out,
+                 int64_t count, int64_t elements, int64_t stride) {
+  if (count <= 0 || elements <= 0)
+    return;
+  launch(elementwiseGeometry(count * elements),
+         RoundMatricesToBf16{in, out, count, elements, stride},
+         "roundToBf16Kernel",
+         {{in, stridedBytes(count, stride, elements, DType::F32)},
+          {out, stridedBytes(count, stride, elements, DType::BF16)}});
 }
 
 /// NorMuon's step on one rows x cols matrix: `sums` holds 2 * rows

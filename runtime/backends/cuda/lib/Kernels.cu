@@ -85,6 +85,9 @@ struct CudaLaunch {
 
 } // namespace
 
+using Launcher = CudaLaunch;
+#include "KernelLaunches.inc"
+
 bool kernelsLoadable(std::string &error) {
   cudaFuncAttributes attributes;
   cudaError_t status = cudaFuncGetAttributes(

@@ -84,6 +84,17 @@ void launchCopyOut(cudaStream_t stream, const void *in, int64_t inStride,
 void launchMirrorLower(cudaStream_t stream, void *matrices, int64_t count,
                        int64_t m, int64_t stride, DType type);
 
+/// The Gram form's polynomial H = a I + b R + c R R before its product:
+/// f = b r + a I over `count` column-major m x m matrices `stride`
+/// elements apart, r in `rType` (F32, or BF16 bits), f in f32.
+void launchPolynomialBase(cudaStream_t stream, const void *r, DType rType,
+                          float *f, int64_t count, int64_t m, int64_t stride,
+                          float a, float b);
+/// out = bf16(in) (bits) over `count` matrices of `elements` values,
+/// `stride` elements apart in both.
+void launchRoundToBf16(cudaStream_t stream, const float *in, uint16_t *out,
+                       int64_t count, int64_t elements, int64_t stride);
+
 /// normuonStep (ElementMath.h) on one rows x cols f32 matrix with its
 /// per-row state `v`, each row's sum of squares by a fixed tree (so the
 /// same on every run, not the CPU's order): `sums` is 2 * rows doubles and

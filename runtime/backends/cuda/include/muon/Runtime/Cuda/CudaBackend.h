@@ -24,6 +24,11 @@
 //   MUON_CUDA_GROUPED_GEMM    1: issue the tiles as one grouped GEMM
 //                             instead of one batched call per tile shape
 //                             (default 0: faster on an H100)
+//   MUON_CUDA_NS_FORM         Newton-Schulz's form, as the CPU's
+//                             MUON_CPU_NS_FORM: auto (default: the Gram
+//                             form on wide and tall matrices where it pays
+//                             and the coefficients keep its accuracy),
+//                             standard or gram (DeviceOptions::nsForm)
 // and when an NCCL communicator is created:
 //   MUON_NCCL_LIBRARY         the NCCL library to load (default
 //                             libnccl.so.2)
@@ -34,6 +39,7 @@
 
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Device.h"
+#include "muon/Runtime/NsForm.h"
 
 #include <cstdint>
 #include <memory>
@@ -45,9 +51,25 @@ namespace muon::runtime::cuda {
 /// too old), never a crash.
 int deviceCount(std::string &error);
 
+/// The environment variable that picks Newton-Schulz's form for devices
+/// made without DeviceOptions (muon-run's --ns-form sets it for its ranks).
+inline constexpr const char *kNsFormVariable = "MUON_CUDA_NS_FORM";
+
+/// What a caller may set on a device instead of the environment.
+struct DeviceOptions {
+  /// Newton-Schulz's form (muon/Runtime/NsForm.h), with the CPU's meaning;
+  /// default: MUON_CUDA_NS_FORM, else auto.
+  NsForm nsForm = nsFormFromEnvironment();
+  /// MUON_CUDA_NS_FORM's form; auto when unset (an unknown value is refused
+  /// by createDevice).
+  static NsForm nsFormFromEnvironment();
+};
+
 /// A device on GPU `ordinal` with its own compute stream and cuBLAS handle;
 /// nullptr with `error`.
 std::unique_ptr<Device> createDevice(int ordinal, std::string &error);
+std::unique_ptr<Device> createDevice(int ordinal, const DeviceOptions &options,
+                                     std::string &error);
 
 /// Orders a device from createDevice with a stream of the caller's on its
 /// GPU (a `cudaStream_t` as `void *`; torch's
