@@ -74,6 +74,18 @@ std::string describeDevice(const Device &device) {
   return device.name();
 }
 
+std::string describeNewtonSchulz(const Device &device, DType precision,
+                                 const std::vector<std::array<double, 3>> &abc) {
+  const auto *gpu = dynamic_cast<const CudaDevice *>(&device);
+  const NsForm form = gpu ? gpu->nsForm() : NsForm::Standard;
+  const bool gram = form == NsForm::Gram ||
+                    (form == NsForm::Auto && gramKeepsAccuracy(abc));
+  return std::string(precision == DType::BF16
+                         ? "bf16 products, f32 accumulation (cuBLAS)"
+                         : "f32 products (cuBLAS, no TF32)") +
+         (gram ? "; Gram form on wide and tall matrices" : "");
+}
+
 static CudaDevice *cudaDevice(Device &device, std::string &error) {
   auto *gpu = dynamic_cast<CudaDevice *>(&device);
   if (!gpu)

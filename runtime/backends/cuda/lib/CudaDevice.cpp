@@ -100,6 +100,7 @@ std::unique_ptr<CudaDevice> CudaDevice::create(int ordinal,
                                      "exclusive mode?)"))
     return nullptr;
   std::unique_ptr<CudaDevice> device(new CudaDevice(ordinal));
+  device->form = options.form;
   char memory[32];
   std::snprintf(memory, sizeof(memory), "%.1f GiB",
                 static_cast<double>(props.totalGlobalMem) / (1 << 30));

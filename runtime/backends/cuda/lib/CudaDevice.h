@@ -81,6 +81,8 @@ public:
   /// How the last newtonSchulz ran its products, and whether in the Gram
   /// form (NewtonSchulz.h).
   std::string lastNewtonSchulzPath() const { return ns->lastPath(); }
+  /// Newton-Schulz's form (DeviceOptions::nsForm).
+  NsForm nsForm() const { return form; }
 
 private:
   explicit CudaDevice(int ordinal) : gpu(ordinal) {}
@@ -95,6 +97,7 @@ private:
   int *nonFiniteHost = nullptr; // pinned
   cudaEvent_t orderEvent = nullptr; // orderAfter / orderBefore, made on use
   std::unique_ptr<NewtonSchulzRunner> ns;
+  NsForm form = NsForm::Auto;
 };
 
 } // namespace muon::runtime::cuda

@@ -41,9 +41,11 @@
 #include "muon/Runtime/Device.h"
 #include "muon/Runtime/NsForm.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace muon::runtime::cuda {
 
@@ -86,6 +88,13 @@ bool streamWaitsForDevice(Device &device, void *stream, std::string &error);
 /// "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB)" for a device
 /// from createDevice; its name() for any other.
 std::string describeDevice(const Device &device);
+
+/// What Newton-Schulz in `precision` with the steps `abc` runs on a device
+/// from createDevice, for summaries, as the CPU's describeNewtonSchulz says
+/// it: "bf16 products, f32 accumulation (cuBLAS); Gram form on wide and
+/// tall matrices", "f32 products (cuBLAS, no TF32)".
+std::string describeNewtonSchulz(const Device &device, DType precision,
+                                 const std::vector<std::array<double, 3>> &abc);
 
 /// Seconds of one (m x k) x (k x n) cuBLAS product on `device` (from
 /// createDevice) as Newton-Schulz runs its products in `dtype` (BF16: bf16
