@@ -61,6 +61,7 @@ Status Optimizer::create(Plan plan, Communicator &comm, Device &device,
   ExecutorOptions executorOptions;
   executorOptions.timeoutSeconds = options.timeoutSeconds;
   executorOptions.trace = options.trace;
+  executorOptions.graphs = options.graphs;
   opt->executor = std::make_unique<StepExecutor>(opt->thePlan, comm, device,
                                                  executorOptions);
   MUON_RETURN_IF_ERROR(opt->executor->initialize());

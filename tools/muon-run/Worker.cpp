@@ -53,6 +53,21 @@ template <typename T> std::vector<T> as(const std::vector<char> &bytes) {
 }
 
 /// What each rank reports to rank 0 after its steps.
+/// "recorded", "replayed", "eager (warm-up before the recording)".
+std::string graphUseText(const StepCounters &c) {
+  switch (c.graph) {
+  case GraphUse::Off:
+    return "off";
+  case GraphUse::Recorded:
+    return c.graphNote.empty() ? "recorded" : "recorded (" + c.graphNote + ")";
+  case GraphUse::Replayed:
+    return "replayed";
+  case GraphUse::Eager:
+    return "eager (" + c.graphNote + ")";
+  }
+  return "";
+}
+
 struct RankRun {
   double bytesSent = 0, bytesReceived = 0, nsFlops = 0;
   double consistent = 1; // every applied step moved and ran the same
@@ -295,6 +310,7 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
   OptimizerOptions options;
   options.timeoutSeconds = flags.timeoutSeconds;
   options.trace = !flags.traceFile.empty();
+  options.graphs = flags.graphs;
   std::unique_ptr<Optimizer> optimizer;
   if (Status s = Optimizer::create(plan, comm, device, options, optimizer);
       !s.ok()) {
@@ -311,6 +327,7 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
   std::vector<TraceEvent> lastTrace; // of the last applied step
   std::vector<int64_t> skipped;
   std::optional<StepCounters> counted;
+  int64_t graphSteps[4] = {0, 0, 0, 0}; // by GraphUse
   for (int64_t s = 0; s < flags.steps; ++s) {
     for (const Fault &f : flags.faults) {
       if (f.rank != rank || f.step != s)
@@ -370,6 +387,7 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
     run.stepSeconds.push_back(seconds);
     if (options.trace)
       lastTrace = optimizer->trace();
+    ++graphSteps[static_cast<int>(c.graph)];
     if (lead && !flags.quiet)
       printLines(format("step %lld/%lld: %.2f ms (rank 0)",
                         static_cast<long long>(s + 1),
@@ -378,8 +396,19 @@ static int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
                  (plan.qkClip.empty()
                       ? std::string()
                       : format(", QK-clip: %lld head(s) clipped",
-                               static_cast<long long>(result.qkClippedHeads))));
+                               static_cast<long long>(result.qkClippedHeads))) +
+                 (c.graph == GraphUse::Off ? std::string()
+                                           : ", graph: " + graphUseText(c)));
   }
+  if (lead && !flags.quiet && flags.graphs)
+    printLines(format("step graphs (rank 0): %lld recorded, %lld replayed, "
+                      "%lld eager",
+                      static_cast<long long>(
+                          graphSteps[static_cast<int>(GraphUse::Recorded)]),
+                      static_cast<long long>(
+                          graphSteps[static_cast<int>(GraphUse::Replayed)]),
+                      static_cast<long long>(
+                          graphSteps[static_cast<int>(GraphUse::Eager)])));
   RankFigures plannedMine = computeRankFigures(plan)[rank];
   run.plannedSent = static_cast<double>(plannedMine.bytesSent);
   run.plannedReceived = static_cast<double>(plannedMine.bytesReceived);

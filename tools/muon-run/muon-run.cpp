@@ -51,6 +51,7 @@ struct Flags {
   int64_t gatherBudget = 0, maxRounds = 8;
   int64_t ranks = 0, steps = 3;
   bool verifyRun = false;
+  bool graphs = false;
   int64_t microBatches = 1;
   uint64_t seed = 0;
   double timeoutSeconds = 60;
@@ -132,6 +133,11 @@ void declare(::muon::cli::Parser &p, Flags &f) {
   p.flag("verify", f.verifyRun,
          "Also run the single-device reference and compare every "
          "parameter");
+  p.flag("graphs", f.graphs,
+         "Step graphs (cuda): record the step's device work once, after a "
+         "warm-up step, into a CUDA graph and replay it, checked call by "
+         "call against the recording first; recorded again when the step "
+         "changes; eager where the transport reaches the host");
   p.option("micro-batches", f.microBatches, "n",
            "Gradients accumulated before each step (default 1)");
   p.option("seed", f.seed, "n",
@@ -436,6 +442,7 @@ int main(int argc, char **argv) {
   run.microBatches = flags.microBatches;
   run.seed = flags.seed;
   run.verify = flags.verifyRun;
+  run.graphs = flags.graphs;
   run.timeoutSeconds = flags.timeoutSeconds;
   run.nonFiniteFatal = flags.nonFinite == "fail";
   run.blasThreads = flags.blasThreads;

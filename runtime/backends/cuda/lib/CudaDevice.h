@@ -12,6 +12,7 @@
 #define MUON_RUNTIME_CUDA_CUDADEVICE_H
 
 #include "NewtonSchulz.h"
+#include "StepGraph.h"
 
 #include "muon/Runtime/Cuda/CudaBackend.h"
 #include "muon/Runtime/Device.h"
@@ -60,6 +61,13 @@ public:
   int64_t nsBatchLimit() const override;
   DType defaultNsDtype() const override { return DType::BF16; }
   void synchronize() override;
+  /// Step graphs: the compute stream's capture (StepGraph.h).
+  bool beginRecording(std::string &why) override;
+  bool endRecording(std::string &why) override;
+  void beginReplayCheck() override;
+  bool endReplayCheck(std::string &why) override;
+  void replay() override;
+  void dropRecording() override;
   /// The first CUDA or cuBLAS failure since the last call (CudaSupport.h).
   Status takeError() override;
 
@@ -86,6 +94,12 @@ public:
 
 private:
   explicit CudaDevice(int ordinal) : gpu(ordinal) {}
+  /// While a step graph records or checks: notes the call (`key`); false
+  /// when the caller must not queue it (checking). True outside graphs.
+  bool noted(const CallKey &key);
+  /// A call that reaches the host cannot be recorded or checked: false
+  /// (and the recording or check fails) while one is active.
+  bool hostReachable(const char *call);
 
   int gpu;
   std::string gpuDescription;
@@ -98,6 +112,9 @@ private:
   cudaEvent_t orderEvent = nullptr; // orderAfter / orderBefore, made on use
   std::unique_ptr<NewtonSchulzRunner> ns;
   NsForm form = NsForm::Auto;
+  std::unique_ptr<StepGraph> graph; // made by the first beginRecording
+  /// The Newton-Schulz workspace's generation the recording names.
+  int64_t recordedWorkspace = -1;
 };
 
 } // namespace muon::runtime::cuda

@@ -154,30 +154,39 @@ template <DType G> struct Momentum {
   }
 };
 
+/// `at`, where not null, holds the scalars in device memory instead of `s`:
+/// a step graph's kernels read the learning rate of the step being
+/// replayed there (CudaDevice's scalar slots).
 template <DType T> struct ApplyUpdate {
   void *values;
   const float *orth;
   int64_t n;
   UpdateScalars s;
+  const UpdateScalars *at;
   MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const UpdateScalars scalars = at ? *at : s;
     for (int64_t i = t.first(); i < n; i += t.stride())
       storeElement<T>(values, i,
-                      updatedValue(loadElement<T>(values, i), orth[i], s));
+                      updatedValue(loadElement<T>(values, i), orth[i],
+                                   scalars));
   }
 };
 
+/// `at` as ApplyUpdate's: the step's bias corrections in a step graph.
 template <DType T, DType G> struct AdamW {
   void *values;
   const void *grad;
   float *expAvg, *expAvgSq;
   int64_t n;
   AdamWScalars s;
+  const AdamWScalars *at;
   MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const AdamWScalars scalars = at ? *at : s;
     for (int64_t i = t.first(); i < n; i += t.stride()) {
       // Through registers: the moments are read and written once.
       float m = expAvg[i], v = expAvgSq[i];
       float p = adamwStep(loadElement<T>(values, i), loadElement<G>(grad, i),
-                          m, v, s);
+                          m, v, scalars);
       expAvg[i] = m;
       expAvgSq[i] = v;
       storeElement<T>(values, i, p);
@@ -557,33 +566,36 @@ void momentum(Launch &launch, const void *grad, DType gradType, float *buf,
 
 template <typename Launch>
 void applyUpdate(Launch &launch, void *values, DType type, const float *orth,
-                 int64_t n, const UpdateScalars &s) {
+                 int64_t n, const UpdateScalars &s, const UpdateScalars *at) {
   if (n <= 0)
     return;
   withType(type, [&](auto t) {
     launch(elementwiseGeometry(n),
-           ApplyUpdate<decltype(t)::value>{values, orth, n, s},
+           ApplyUpdate<decltype(t)::value>{values, orth, n, s, at},
            "applyUpdateKernel",
-           {{values, bytesOf(n, type)}, {orth, bytesOf(n, DType::F32)}});
+           {{values, bytesOf(n, type)},
+            {orth, bytesOf(n, DType::F32)},
+            {at, at ? static_cast<int64_t>(sizeof(UpdateScalars)) : 0}});
   });
 }
 
 template <typename Launch>
 void adamw(Launch &launch, void *values, DType type, const void *grad,
            DType gradType, float *expAvg, float *expAvgSq, int64_t n,
-           const AdamWScalars &s) {
+           const AdamWScalars &s, const AdamWScalars *at) {
   if (n <= 0)
     return;
   withType(type, [&](auto t) {
     withType(gradType, [&](auto g) {
       launch(elementwiseGeometry(n),
              AdamW<decltype(t)::value, decltype(g)::value>{
-                 values, grad, expAvg, expAvgSq, n, s},
+                 values, grad, expAvg, expAvgSq, n, s, at},
              "adamwKernel",
              {{values, bytesOf(n, type)},
               {grad, bytesOf(n, gradType)},
               {expAvg, bytesOf(n, DType::F32)},
-              {expAvgSq, bytesOf(n, DType::F32)}});
+              {expAvgSq, bytesOf(n, DType::F32)},
+              {at, at ? static_cast<int64_t>(sizeof(AdamWScalars)) : 0}});
     });
   });
 }

@@ -39,15 +39,19 @@ void launchMomentum(cudaStream_t stream, const void *grad, DType gradType,
                     float *buf, float *update, int64_t n,
                     const MomentumScalars &scalars);
 
-/// values = updatedValue(values, orth) (ElementMath.h).
+/// values = updatedValue(values, orth) (ElementMath.h). With `scalarsAt`
+/// (device memory), the kernel reads its scalars there when it runs, not
+/// `scalars`: a step graph replays it with each step's (CudaDevice.h).
 void launchApplyUpdate(cudaStream_t stream, void *values, DType type,
                        const float *orth, int64_t n,
-                       const UpdateScalars &scalars);
+                       const UpdateScalars &scalars,
+                       const UpdateScalars *scalarsAt = nullptr);
 
-/// adamwStep (ElementMath.h) on every element.
+/// adamwStep (ElementMath.h) on every element; `scalarsAt` as above.
 void launchAdamW(cudaStream_t stream, void *values, DType type,
                  const void *grad, DType gradType, float *expAvg,
-                 float *expAvgSq, int64_t n, const AdamWScalars &scalars);
+                 float *expAvgSq, int64_t n, const AdamWScalars &scalars,
+                 const AdamWScalars *scalarsAt = nullptr);
 
 /// A box copy element by element, with the conversions and the `through`
 /// rounding (`accumulate` adds to an f32 destination).
