@@ -253,15 +253,17 @@ TEST_F(StepGraphTest, AChangedStepIsRecordedAgain) {
                              other.data(), DType::F32, wq.elements)
                         .ok());
       }
-      if (step == 5) // l1.wq left out: no gradient
+      if (step == 5) { // l1.wq left out: no gradient
         EXPECT_TRUE(opt.bind("l1.wq", r.values[wqIndex].data(), wq.dtype,
                              nullptr, DType::F32, wq.elements)
                         .ok());
-      if (step == 7) // back to its own gradient
+      }
+      if (step == 7) { // back to its own gradient
         EXPECT_TRUE(opt.bind("l1.wq", r.values[wqIndex].data(), wq.dtype,
                              r.grads[wqIndex].data(), DType::F32,
                              wq.elements)
                         .ok());
+      }
     });
     return out;
   };

@@ -956,9 +956,11 @@ void StepExecutor::restore(const HostSnapshot &s) {
   peakBytes = s.peakBytes;
 }
 
+namespace {
 /// Recordings that may fail in a row (each costs a pass over the schedule
 /// on the host) before a run gives graphs up.
 constexpr int kMaxFailedRecordings = 3;
+} // namespace
 
 Status StepExecutor::runStepWork() {
   if (!options.graphs)
@@ -968,27 +970,11 @@ Status StepExecutor::runStepWork() {
     lastCounters.graphNote = obstacle;
     return runScheduleOnce();
   }
-  const HostSnapshot before = snapshot();
-  std::string why;
   if (graphReady) {
-    // The step's calls against the recording's, none run; then the replay
-    // with this step's scalars.
-    device.beginReplayCheck();
-    pass = Pass::Checking;
-    Status status = runScheduleOnce();
-    pass = Pass::Eager;
-    const bool same = device.endReplayCheck(why);
-    if (status.ok() && same) {
-      device.replay();
-      lastCounters.graph = GraphUse::Replayed;
+    bool replayed = false;
+    MUON_RETURN_IF_ERROR(checkAndReplay(replayed));
+    if (replayed)
       return okStatus();
-    }
-    device.dropRecording();
-    graphReady = false;
-    if (!status.ok())
-      return status;
-    restore(before);
-    lastCounters.graphNote = "recorded again: " + why;
   } else if (!warmedUp) {
     // Workspaces, tile plans and the transport's connections are made by a
     // step that runs: a recording may make none of them.
@@ -996,11 +982,42 @@ Status StepExecutor::runStepWork() {
     lastCounters.graphNote = "warm-up before the recording";
     return runScheduleOnce();
   }
+  return recordAndReplay();
+}
+
+Status StepExecutor::checkAndReplay(bool &replayed) {
+  // The step's calls against the recording's, none run; then the replay
+  // with this step's scalars.
+  const HostSnapshot before = snapshot();
+  device.beginReplayCheck();
+  pass = Pass::Checking;
+  Status status = runScheduleOnce();
+  pass = Pass::Eager;
+  std::string why;
+  const bool same = device.endReplayCheck(why);
+  if (status.ok() && same) {
+    device.replay();
+    lastCounters.graph = GraphUse::Replayed;
+    replayed = true;
+    return okStatus();
+  }
+  device.dropRecording();
+  graphReady = false;
+  if (!status.ok())
+    return status;
+  restore(before);
+  lastCounters.graphNote = "recorded again: " + why;
+  return okStatus();
+}
+
+Status StepExecutor::recordAndReplay() {
+  std::string why;
   if (!device.beginRecording(why)) {
     graphsGivenUp = why;
     lastCounters.graphNote = why;
     return runScheduleOnce();
   }
+  const HostSnapshot before = snapshot();
   pass = Pass::Recording;
   Status status = runScheduleOnce();
   pass = Pass::Eager;

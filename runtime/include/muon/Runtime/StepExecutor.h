@@ -229,6 +229,13 @@ private:
   /// The step's schedule and its per-step buffers' release: eagerly, or
   /// with graphs recorded or replayed (ExecutorOptions::graphs).
   Status runStepWork();
+  /// A step checked against the recording, then replayed (`replayed`); a
+  /// step that differs leaves the recording dropped and the host state as
+  /// before, to be recorded.
+  Status checkAndReplay(bool &replayed);
+  /// The step recorded, then replayed; run eagerly when the recording
+  /// fails.
+  Status recordAndReplay();
   /// runSchedule, then the per-step buffers released.
   Status runScheduleOnce();
   /// Why this step cannot use a graph ("" when it can).
