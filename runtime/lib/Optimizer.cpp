@@ -71,6 +71,7 @@ Status Optimizer::createImpl(Plan plan, Communicator &comm, Device &device,
   ExecutorOptions executorOptions;
   executorOptions.timeoutSeconds = options.timeoutSeconds;
   executorOptions.trace = options.trace;
+  executorOptions.graphs = options.graphs;
   opt->executor = std::make_unique<StepExecutor>(opt->thePlan, comm, device,
                                                  executorOptions);
   MUON_RETURN_IF_ERROR(opt->executor->initialize());

@@ -263,6 +263,10 @@ int runStep(int argc, char **argv) {
   p.option("blas-threads", threads, "n", "CPU BLAS threads (default 1)");
   p.option("clock", clock, "wall|cpu",
            "Time read (default wall; cpu: this process's CPU time)");
+  bool graphs = false;
+  p.flag("graphs", graphs,
+         "Step graphs (OptimizerOptions::graphs): the step recorded once "
+         "and replayed (the first two steps run eagerly and record)");
   p.flag("json", json, "A JSON object instead of text");
   if (std::optional<int> done = parseFlags(p, argc, argv))
     return *done;
@@ -333,8 +337,10 @@ int runStep(int argc, char **argv) {
   runtime::Device &device = bench->device();
   runtime::SingleRankCommunicator self;
   std::unique_ptr<runtime::Optimizer> optimizer;
+  runtime::OptimizerOptions options;
+  options.graphs = graphs;
   if (runtime::Status s =
-          runtime::Optimizer::create(plan, self, device, {}, optimizer);
+          runtime::Optimizer::create(plan, self, device, options, optimizer);
       !s.ok())
     return fail(s.message());
   runtime::SyntheticModel model(*optimizer, device, 1,
@@ -344,6 +350,12 @@ int runStep(int argc, char **argv) {
   // (1.7e9 values for a Llama-3-8B layer stack).
   model.makeGradients(0, 1, {});
   std::vector<double> times;
+  int64_t replayed = 0;
+  std::string graphNote;
+  // With graphs, the warm-up and the recording are not timed.
+  const int64_t untimed = graphs ? 2 : 1;
+  if (steps <= untimed)
+    return fail("--graphs needs --steps of 3 or more");
   for (int64_t s = 0; s < steps; ++s) {
     device.synchronize();
     const double start = clockSeconds();
@@ -351,8 +363,12 @@ int runStep(int argc, char **argv) {
     if (runtime::Status status = optimizer->step(result); !status.ok())
       return fail("step " + std::to_string(s) + ": " + status.message());
     device.synchronize();
-    if (s > 0)
+    if (s >= untimed)
       times.push_back(seconds(start));
+    if (optimizer->counters().graph == runtime::GraphUse::Replayed)
+      ++replayed;
+    else if (!optimizer->counters().graphNote.empty())
+      graphNote = optimizer->counters().graphNote;
   }
   // The floor: the step's dense Newton-Schulz flops at the GEMM rate of
   // its largest matrix's shape.
@@ -384,11 +400,12 @@ int runStep(int argc, char **argv) {
                 "\"step_seconds_min\": %.6e, \"ns_flops\": %.6e, "
                 "\"gemm_flops_per_second\": %.6e, \"floor_seconds\": %.6e, "
                 "\"floor_f32_seconds\": %.6e, \"floor_bf16_seconds\": "
-                "%.6e}\n",
+                "%.6e, \"graphs\": %s, \"graph_replays\": %lld}\n",
                 planPath.c_str(), backend.c_str(),
                 runtime::dtypeName(nsType), plan.matrices.size(), step,
                 *std::min_element(times.begin(), times.end()), flops, rate,
-                floor, floors[0], floors[1]);
+                floor, floors[0], floors[1], graphs ? "true" : "false",
+                static_cast<long long>(replayed));
   else
     std::printf("%s on %s, ns_dtype %s: %zu Muon matrices, %.3f TFLOP of "
                 "Newton-Schulz per step\n"
@@ -404,6 +421,11 @@ int runStep(int argc, char **argv) {
                 rate / 1e12, static_cast<long long>(bigM),
                 static_cast<long long>(bigN), floor > 0 ? step / floor : 0,
                 floors[0] * 1e3, floors[1] * 1e3);
+  if (graphs && !json)
+    std::printf("  step graphs: %lld of %lld steps replayed%s%s\n",
+                static_cast<long long>(replayed),
+                static_cast<long long>(steps),
+                graphNote.empty() ? "" : "; last note: ", graphNote.c_str());
   return 0;
 }
 

@@ -116,6 +116,8 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
       std::string("--nonfinite=") + (flags.nonFiniteFatal ? "fail" : "skip")};
   if (flags.verify)
     command.push_back("--verify");
+  if (flags.graphs)
+    command.push_back("--graphs");
   // Given or not matters (the default depends on the backend).
   if (flags.toleranceGiven)
     command.insert(command.end(),

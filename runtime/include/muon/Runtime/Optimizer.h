@@ -53,6 +53,9 @@ struct OptimizerOptions {
   double timeoutSeconds = 120;
   /// Record each step's timeline (trace()); off, it costs nothing.
   bool trace = false;
+  /// Step graphs (ExecutorOptions::graphs): a GPU records the step once
+  /// and replays it; off by default. counters().graph says how a step ran.
+  bool graphs = false;
 };
 
 /// One parameter as this rank sees it.
