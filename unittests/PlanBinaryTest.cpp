@@ -348,10 +348,10 @@ TEST(PlanBinary, DamagedHeadersAreRefused) {
   EXPECT_FALSE(parsePlanSlice(bytes.substr(0, bytes.size() - 1), 0, out, error));
   EXPECT_CONTAINS(error, "truncated or appended to");
   std::string other = bytes;
-  other[8] = 5; // version 5: after NS configurations' 4
+  other[8] = 6; // version 6: after redundant matrices' 5
   EXPECT_FALSE(parsePlanSlice(other, 0, out, error));
-  EXPECT_CONTAINS(error, "format version 5 is not supported (this reader "
-                         "reads muon-plan-bin/2 to 4)");
+  EXPECT_CONTAINS(error, "format version 6 is not supported (this reader "
+                         "reads muon-plan-bin/2 to 5)");
   other = bytes;
   other[20] = 1; // world size, under the header checksum
   EXPECT_FALSE(parsePlanSlice(other, 0, out, error));

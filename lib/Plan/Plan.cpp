@@ -1,5 +1,6 @@
 //===- Plan.cpp - A compiled Muon step ------------------------------------===//
 #include "muon/Plan/Plan.h"
+#include "muon/Support/Replicas.h"
 
 #include <algorithm>
 #include <cmath>
@@ -112,7 +113,7 @@ std::vector<RankFigures> computeRankFigures(const Plan &plan) {
   for (int64_t r = 0; r < plan.worldSize; ++r)
     for (int64_t m : plan.nsMatrices[r]) {
       figures[r].nsFlops += plan.matrices[m].nsFlops;
-      if (plan.matrices[m].owner == r)
+      if (plan.matrices[m].owner == r || plan.matrices[m].redundant)
         figures[r].owned.push_back(plan.matrices[m].label());
     }
   for (const Exchange &ex : plan.exchanges) {
@@ -243,6 +244,21 @@ std::vector<PlanMatrix> muonMatrices(const std::vector<PlanParam> &params,
   return out;
 }
 
+std::vector<int64_t> nsRanksOf(const Plan &plan, int64_t m) {
+  const PlanMatrix &pm = plan.matrices[m];
+  if (!pm.redundant)
+    return {pm.owner};
+  return replicaOwners(plan.mesh, plan.params[pm.paramIndex].layout, pm.owner);
+}
+
+int64_t ownerFor(const Plan &plan, int64_t m, int64_t rank) {
+  const PlanMatrix &pm = plan.matrices[m];
+  if (!pm.redundant)
+    return pm.owner;
+  return replicaOwnerOf(plan.mesh, plan.params[pm.paramIndex].layout, pm.owner,
+                        rank);
+}
+
 int64_t gatheredMatrixBytes(const Plan &plan, int64_t m) {
   return plan.matrices[m].rows * plan.matrices[m].cols * plan.wireBytes;
 }
@@ -255,7 +271,8 @@ gatheredBytes(const Plan &plan,
   for (size_t r = 0; r < rounds.size(); ++r)
     for (int64_t m : rounds[r])
       if (plan.matrices[m].owner >= 0)
-        bytes[r][plan.matrices[m].owner] += gatheredMatrixBytes(plan, m);
+        for (int64_t o : nsRanksOf(plan, m))
+          bytes[r][o] += gatheredMatrixBytes(plan, m);
   return bytes;
 }
 

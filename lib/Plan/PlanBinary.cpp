@@ -143,9 +143,24 @@ bool severalNsConfigs(const Plan &plan) { return plan.ns.configs.size() > 1; }
 /// The format version the writer gives `plan`: the oldest that holds it, so
 /// that plans without newer features keep their bytes.
 uint32_t planBinaryVersion(const Plan &plan) {
+  for (const PlanMatrix &m : plan.matrices)
+    if (m.redundant)
+      return kPlanBinaryRedundantVersion;
   if (severalNsConfigs(plan))
     return kPlanBinaryNsConfigsVersion;
   return plan.qkClip.empty() ? kPlanBinaryVersion : kPlanBinaryQkClipVersion;
+}
+
+/// A matrix's owner as the file holds it: a redundant matrix's as
+/// -2 - owner (version 5).
+int64_t encodedOwner(const PlanMatrix &m) {
+  return m.redundant ? -2 - m.owner : m.owner;
+}
+
+/// The inverse of encodedOwner (the validator checks what it means).
+void decodeOwner(PlanMatrix &m, int64_t value) {
+  m.redundant = value <= -2;
+  m.owner = m.redundant ? -2 - value : value;
 }
 
 /// One Newton-Schulz configuration: steps, the coefficient table, eps.
@@ -172,7 +187,7 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
   o.ints(plan.mesh.shape);
   o.ints(plan.mesh.devices);
   // Version 4: a count, then each configuration; before, the one alone.
-  const bool several = severalNsConfigs(plan);
+  const bool several = planBinaryVersion(plan) >= kPlanBinaryNsConfigsVersion;
   if (several)
     o.varint(plan.ns.configs.size());
   for (const NewtonSchulzConfig &c : plan.ns.configs)
@@ -614,7 +629,7 @@ bool PlanBinaryWriter::encode(const Plan &plan, FileOutput &out) {
     Out o(global);
     o.varint(plan.matrices.size());
     for (const PlanMatrix &m : plan.matrices)
-      o.svarint(m.owner);
+      o.svarint(encodedOwner(m));
     for (const auto &round : plan.rounds) {
       o.varint(round.size());
       for (int64_t k : round)
@@ -687,7 +702,7 @@ bool PlanBinaryWriter::encode(const Plan &plan, FileOutput &out) {
     for (int64_t k : ids) {
       o.varint(k - prev - 1);
       prev = k;
-      o.svarint(plan.matrices[k].owner);
+      o.svarint(encodedOwner(plan.matrices[k]));
     }
     // Local indices by (round, place in the round). Where every round
     // lists its matrices ascending, as `ids` does (compiled plans), a stable
@@ -985,12 +1000,11 @@ bool readHeader(std::string_view bytes, uint64_t actualSize, Header &h,
   }
   const char *p = bytes.data();
   uint32_t version = getU32(p + 8), headerSize = getU32(p + 12);
-  if (version != kPlanBinaryVersion && version != kPlanBinaryQkClipVersion &&
-      version != kPlanBinaryNsConfigsVersion) {
+  if (version < kPlanBinaryVersion || version > kPlanBinaryRedundantVersion) {
     error = "header: format version " + std::to_string(version) +
             " is not supported (this reader reads muon-plan-bin/" +
             std::to_string(kPlanBinaryVersion) + " to " +
-            std::to_string(kPlanBinaryNsConfigsVersion) +
+            std::to_string(kPlanBinaryRedundantVersion) +
             (version == 1 ? "; version 1 predates parameter groups: write "
                             "the plan again from its model or JSON plan)"
                           : ")");
@@ -1092,7 +1106,7 @@ NewtonSchulzConfig decodeNsConfig(In &in) {
 /// matrix count.
 bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices,
                   uint32_t version) {
-  const bool several = version == kPlanBinaryNsConfigsVersion;
+  const bool several = version >= kPlanBinaryNsConfigsVersion;
   in.item = "settings";
   plan.wireDtype = in.str("bytes of wire dtype");
   plan.wireBytes = wireDtypeBytes(plan.wireDtype);
@@ -1109,7 +1123,7 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices,
   ns.configs.clear();
   // Each configuration takes at least 10 bytes (steps, count, eps).
   size_t configs = several ? in.count("NS configurations", 10) : 1;
-  if (in.ok() && several && configs < 2)
+  if (in.ok() && version == kPlanBinaryNsConfigsVersion && configs < 2)
     return in.fail(num(configs) + " NS configuration(s) in a version " +
                    num(kPlanBinaryNsConfigsVersion) +
                    " file, which is written only with two or more");
@@ -1300,7 +1314,7 @@ bool decodeSection(In &in, const Geometry &geo, int64_t rank, Plan &slice,
     m.cols = p.layout.matrixCols();
     m.nsFlops = nsFlops(m.rows, m.cols,
                         plan.ns.configs[nsConfigOf(plan, param)].nsSteps);
-    m.owner = in.svarint();
+    decodeOwner(m, in.svarint());
     slice.matrixIds.push_back(id);
     slice.matrices.push_back(std::move(m));
   }
@@ -1645,7 +1659,7 @@ bool parsePlanBinary(std::string_view bytes, Plan &plan, std::string &error) {
     if (in.varint() != static_cast<uint64_t>(totalMatrices) && in.ok())
       in.fail("expected " + num(totalMatrices) + " owners");
     for (PlanMatrix &m : plan.matrices)
-      m.owner = in.svarint();
+      decodeOwner(m, in.svarint());
     for (size_t r = 0; r < plan.rounds.size() && in.ok(); ++r) {
       in.item = json::index("rounds", r);
       size_t n = in.count("matrices");

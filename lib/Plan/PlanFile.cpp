@@ -154,6 +154,9 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     j.member("rows", m.rows);
     j.member("cols", m.cols);
     j.member("owner", m.owner);
+    // Only where set: plans without redundant matrices keep their text.
+    if (m.redundant)
+      j.member("redundant", true);
     j.member("ns_flops", m.nsFlops);
     j.endObject();
   }
@@ -590,7 +593,8 @@ bool PlanReader::read(const Value &root, Plan &plan,
             });
   int64_t numParams = plan.params.size();
   objects(root, "", "matrices",
-          {"param", "slice", "rows", "cols", "owner", "ns_flops"},
+          {"param", "slice", "rows", "cols", "owner", "redundant",
+           "ns_flops"},
           [&](const Value &o, const std::string &path) {
             PlanMatrix m;
             m.paramIndex = rd.integer(get(o, "param"), key(path, "param"), 0,
@@ -602,6 +606,8 @@ bool PlanReader::read(const Value &root, Plan &plan,
             m.rows = integer(o, path, "rows", 1);
             m.cols = integer(o, path, "cols", 1);
             m.owner = integer(o, path, "owner", -1);
+            if (const Value *v = get(o, "redundant"))
+              m.redundant = rd.boolean(v, key(path, "redundant")).value_or(false);
             m.nsFlops = integer(o, path, "ns_flops", 0);
             plan.matrices.push_back(std::move(m));
           });

@@ -90,6 +90,18 @@ std::string renderReport(const Report &report) {
         {"step_over_bound",
          s->boundSeconds > 0 ? Json(s->stepSeconds / s->boundSeconds)
                              : Json(nullptr)}};
+  if (const auto &p = report.placement) {
+    Json predicted = nullptr;
+    if (!p->profile.empty())
+      predicted = {{"profile", p->profile},
+                   {"once", p->onceSeconds},
+                   {"redundant", p->redundantSeconds},
+                   {"chosen", p->chosenSeconds}};
+    root["placement"] = {{"matrices_once", p->matricesOnce},
+                         {"matrices_redundant", p->matricesRedundant},
+                         {"matrices_replicated", p->matricesReplicated},
+                         {"predicted_seconds", std::move(predicted)}};
+  }
   return root.dump(2) + "\n";
 }
 

@@ -6,6 +6,7 @@
 #include "muon/Support/Format.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/ModelLimits.h"
+#include "muon/Support/Replicas.h"
 
 #include <algorithm>
 #include <cmath>
@@ -133,6 +134,17 @@ private:
   bool heldTransfers(int64_t k,
                      const std::vector<std::pair<int64_t, int64_t>> &gathers,
                      const std::vector<std::pair<int64_t, int64_t>> &scatters);
+  /// A redundant matrix (once per replica) needs a replicated parameter.
+  bool redundantOk(int64_t k, const std::string &path) {
+    const PlanMatrix &m = plan.matrices[k];
+    const ParamLayout &layout = plan.params[m.paramIndex].layout;
+    if (replicaCount(plan.mesh, layout) > 1)
+      return true;
+    return fail(key(path, "redundant"),
+                label(k) + " has a single replica (its parameter is not "
+                           "replicated on any mesh axis): it cannot be "
+                           "orthogonalized once per replica");
+  }
 
   const Plan &plan;
   json::Error err;
@@ -391,6 +403,10 @@ bool Checker::matrices() {
         if (m.owner != -1)
           return fail(key(path, "owner"), "a plan without a distributed "
                                           "config has no owners; expected -1");
+        if (m.redundant)
+          return fail(key(path, "redundant"),
+                      "a plan without a distributed config has no owners "
+                      "to place (every holder runs Newton-Schulz already)");
         continue;
       }
       if (m.owner < 0 || m.owner >= plan.worldSize)
@@ -399,6 +415,8 @@ bool Checker::matrices() {
       if (!p.layout.holdsMatrix(plan.mesh, coords[m.owner], s))
         return fail(key(path, "owner"), "rank " + num(m.owner) +
                                             " holds no piece of " + label(k));
+      if (m.redundant && !redundantOk(k, path))
+        return false;
     }
   }
   if (k != plan.matrices.size())
@@ -456,6 +474,8 @@ bool Checker::sliceMatrices() {
       if (!p.layout.holdsMatrix(plan.mesh, coords[m.owner], s))
         return fail(key(path, "owner"), "rank " + num(m.owner) +
                                             " holds no piece of " + label(k));
+      if (m.redundant && !redundantOk(k, path))
+        return false;
     }
     if (!holds && m.owner != me)
       return fail(path, "rank " + num(me) + " neither holds nor owns " +
@@ -541,10 +561,10 @@ bool Checker::batches() {
       expected[plan.sliceRank].push_back(k);
       continue;
     }
-    if (plan.isSlice() && m.owner != plan.sliceRank)
-      continue;
     if (plan.distributed) {
-      expected[m.owner].push_back(k);
+      for (int64_t o : nsRanksOf(plan, k))
+        if (!plan.isSlice() || o == plan.sliceRank)
+          expected[o].push_back(k);
       continue;
     }
     for (const MatrixPiece &piece :
@@ -704,24 +724,39 @@ bool Checker::transfers() {
     // A slice holds all the transfers of the matrices its rank owns (it is
     // one end of each), so those get the whole check; the others only this
     // rank's own.
-    if (plan.isSlice() && m.owner != plan.sliceRank) {
+    if (plan.isSlice() && ownerFor(plan, k, plan.sliceRank) != plan.sliceRank) {
       if (!heldTransfers(k, gathers[k], scatters[k]))
         return false;
       continue;
     }
-    const std::vector<MatrixPiece> &pieces =
+    const std::vector<MatrixPiece> &all =
         pieceCache.pieces(plan.params[m.paramIndex].layout, sliceOf(m));
-    const MatrixPiece *own = pieceOf(pieces, m.owner);
+    // The replicas that run Newton-Schulz on the matrix: one (the owner's,
+    // every holder) unless it is redundant; in a slice only its rank's.
+    std::map<int64_t, std::vector<MatrixPiece>> replicas;
+    for (const MatrixPiece &p : all) {
+      int64_t o = ownerFor(plan, k, p.rank);
+      if (!plan.isSlice() || o == plan.sliceRank)
+        replicas[o].push_back(p);
+    }
+    auto replicaOf = [&](int64_t rank) { return ownerFor(plan, k, rank); };
+    for (const auto &[owner, pieces] : replicas) {
+    const MatrixPiece *own = pieceOf(pieces, owner);
+    if (!own)
+      return fail("matrices", "rank " + num(owner) + ", which orthogonalizes " +
+                                  label(k) + ", holds no piece of it");
     // Gathers: the owner gets each (piece, summand) it lacks, once.
     std::set<PieceKey> distinct, received;
     for (const MatrixPiece &p : pieces)
       distinct.insert(keyOf(p.rows, p.cols, p.summand));
     for (auto at : gathers[k]) {
       const Transfer &t = plan.exchanges[at.first].transfers[at.second];
-      if (t.dst != m.owner)
+      if (replicaOf(t.src) != owner)
+        continue; // another replica's
+      if (t.dst != owner)
         return fail(pathOf(at), "gathers " + label(k) + " to rank " +
                                     num(t.dst) + ", but its owner is rank " +
-                                    num(m.owner));
+                                    num(owner));
       const MatrixPiece *from = pieceOf(pieces, t.src);
       if (!from || !(from->rows == t.rows) || !(from->cols == t.cols) ||
           from->summand != t.summand)
@@ -739,7 +774,7 @@ bool Checker::transfers() {
     }
     if (received.size() + 1 != distinct.size())
       return fail("exchanges", "the owner of " + label(k) + " (rank " +
-                                   num(m.owner) + ") receives " +
+                                   num(owner) + ") receives " +
                                    num(received.size()) + " of the " +
                                    num(distinct.size() - 1) +
                                    " pieces it lacks");
@@ -747,10 +782,12 @@ bool Checker::transfers() {
     std::set<int64_t> served;
     for (auto at : scatters[k]) {
       const Transfer &t = plan.exchanges[at.first].transfers[at.second];
-      if (t.src != m.owner)
+      if (replicaOf(t.dst) != owner)
+        continue; // another replica's
+      if (t.src != owner)
         return fail(pathOf(at), "scatters " + label(k) + " from rank " +
                                     num(t.src) + ", but its owner is rank " +
-                                    num(m.owner));
+                                    num(owner));
       const MatrixPiece *to = pieceOf(pieces, t.dst);
       if (!to || !(to->rows == t.rows) || !(to->cols == t.cols) ||
           t.summand != 0)
@@ -765,6 +802,7 @@ bool Checker::transfers() {
       return fail("exchanges", num(pieces.size() - 1 - served.size()) +
                                    " holder(s) of " + label(k) +
                                    " never receive its new piece");
+    }
   }
   return true;
 }
@@ -772,8 +810,8 @@ bool Checker::transfers() {
 bool Checker::heldTransfers(
     int64_t k, const std::vector<std::pair<int64_t, int64_t>> &gathers,
     const std::vector<std::pair<int64_t, int64_t>> &scatters) {
-  const PlanMatrix &m = plan.matrices[k];
   int64_t me = plan.sliceRank;
+  const int64_t owner = ownerFor(plan, k, me);
   auto pathOf = [](std::pair<int64_t, int64_t> at) {
     return index(key(index("exchanges", at.first), "transfers"), at.second);
   };
@@ -781,18 +819,18 @@ bool Checker::heldTransfers(
   int64_t summand = 0, ownSummand = 0;
   // sliceMatrices: the rank holds every matrix it does not own.
   if (!pieceAt(k, me, rows, cols, summand) ||
-      !pieceAt(k, m.owner, ownRows, ownCols, ownSummand))
+      !pieceAt(k, owner, ownRows, ownCols, ownSummand))
     return fail("matrices", "rank " + num(me) + " or the owner holds no "
                                                 "piece of " +
                                 label(k));
   for (size_t i = 0; i < gathers.size(); ++i) {
     const Transfer &t =
         plan.exchanges[gathers[i].first].transfers[gathers[i].second];
-    if (t.dst != m.owner)
+    if (t.dst != owner)
       return fail(pathOf(gathers[i]), "gathers " + label(k) + " to rank " +
                                           num(t.dst) +
                                           ", but its owner is rank " +
-                                          num(m.owner));
+                                          num(owner));
     if (!(t.rows == rows) || !(t.cols == cols) || t.summand != summand)
       return fail(pathOf(gathers[i]),
                   "rank " + num(t.src) + " does not hold " +
@@ -810,11 +848,11 @@ bool Checker::heldTransfers(
   for (size_t i = 0; i < scatters.size(); ++i) {
     const Transfer &t =
         plan.exchanges[scatters[i].first].transfers[scatters[i].second];
-    if (t.src != m.owner)
+    if (t.src != owner)
       return fail(pathOf(scatters[i]), "scatters " + label(k) +
                                            " from rank " + num(t.src) +
                                            ", but its owner is rank " +
-                                           num(m.owner));
+                                           num(owner));
     if (!(t.rows == rows) || !(t.cols == cols) || t.summand != 0)
       return fail(pathOf(scatters[i]),
                   "rank " + num(t.dst) + " does not hold " +

@@ -132,9 +132,13 @@ bool packRounds(Plan &plan, const ScheduleOptions &options,
     setRounds(plan, {all});
     return true;
   }
+  // Each matrix goes in one round, placed by the owner the plan names (a
+  // redundant matrix's mirrors follow it into the same round).
   std::vector<std::vector<int64_t>> owned(plan.worldSize);
   for (int64_t r = 0; r < plan.worldSize; ++r)
-    owned[r] = plan.nsMatrices[r];
+    for (int64_t m : plan.nsMatrices[r])
+      if (plan.matrices[m].owner == r)
+        owned[r].push_back(m);
   for (int64_t m = 0; m < static_cast<int64_t>(plan.matrices.size()); ++m)
     if (plan.gatherBudgetBytes &&
         gatheredMatrixBytes(plan, m) > plan.gatherBudgetBytes) {

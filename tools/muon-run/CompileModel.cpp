@@ -76,6 +76,9 @@ bool compileModel(const std::string &path, const std::string &text,
     overrides.gatherBudgetBytes = flags.gatherBudgetBytes;
   if (flags.maxRoundsGiven)
     overrides.maxRounds = flags.maxRounds;
+  overrides.placement = flags.placement;
+  overrides.redundantBelow = flags.redundantBelow;
+  overrides.machine = flags.machine;
   overrides.stream = flags.stream;
   FailureOr<Plan> compiled = mlir::muon::compileModule(*module, overrides);
   if (failed(compiled))

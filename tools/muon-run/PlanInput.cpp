@@ -37,10 +37,10 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
   if (looksLikePlanBinary(readInputPrefix(path, kPlanBinaryProbeSize))) {
     isPlanFile = true;
     if (flags.wireDtypeGiven || flags.gatherBudgetGiven ||
-        flags.maxRoundsGiven) {
+        flags.maxRoundsGiven || flags.placement) {
       printError(path + ": a plan file is already compiled; --wire-dtype, "
-                        "--gather-budget-bytes and --max-rounds apply to "
-                        "specs and IR only");
+                        "--gather-budget-bytes, --max-rounds and --placement "
+                        "apply to specs and IR only");
       return false;
     }
     if (sliceRank >= 0) {
@@ -72,10 +72,10 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
                            std::string::npos;
   if (isPlanFile) {
     if (flags.wireDtypeGiven || flags.gatherBudgetGiven ||
-        flags.maxRoundsGiven) {
+        flags.maxRoundsGiven || flags.placement) {
       printError(path + ": a plan file is already compiled; --wire-dtype, "
-                        "--gather-budget-bytes and --max-rounds apply to "
-                        "specs and IR only");
+                        "--gather-budget-bytes, --max-rounds and --placement "
+                        "apply to specs and IR only");
       return false;
     }
     if (!parsePlan(text, plan, error)) {

@@ -2,10 +2,12 @@
 #ifndef MUON_TOOLS_MUON_RUN_RUNOPTIONS_H
 #define MUON_TOOLS_MUON_RUN_RUNOPTIONS_H
 
+#include "muon/Plan/Placement.h"
 #include "muon/Plan/TransferSink.h"
 #include "muon/Plan/Report.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,11 @@ struct CompileFlags {
   bool gatherBudgetGiven = false;
   int64_t maxRounds = 8;
   bool maxRoundsGiven = false;
+  /// --placement ("auto", "once", "redundant_below" with `redundantBelow`)
+  /// and the machine placement "auto" decides on.
+  std::optional<std::string> placement;
+  std::optional<int64_t> redundantBelow;
+  PlacementMachine machine;
   /// A spec's wire follows Newton-Schulz's element type unless
   /// --wire-dtype is given: bf16 Newton-Schulz gets a bf16 wire (IR
   /// carries its own, muon.distributed's wire_dtype). `autoNsDtype` is what

@@ -22,6 +22,7 @@
 #include "Worker.h"
 
 #include "muon/Plan/PlanBinary.h"
+#include "muon/Plan/Placement.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Report.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
@@ -32,6 +33,7 @@
 #include "muon/Support/OutputFile.h"
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <cstdlib>
 
@@ -63,6 +65,7 @@ struct Flags {
   std::string backend = "cpu", transport = "auto";
   std::string mpiProgress = "auto";
   std::string simulate, profilesFile, traceFile;
+  std::string placement, placementProfile;
 };
 
 /// "\n  Newton-Schulz: bf16 products, f32 accumulation (oneDNN ...)": what
@@ -173,6 +176,16 @@ void declare(::muon::cli::Parser &p, Flags &f) {
            "How exchanges move with --backend cuda (auto: nccl when every "
            "rank on a node has a GPU of its own, else host: device memory "
            "staged through host memory over MPI)");
+  p.option("placement", f.placement, "auto|once|redundant_below=N",
+           "Where Newton-Schulz runs for matrices whose whole gradient "
+           "several ranks hold (replaces the model's distributed "
+           "'placement'): auto (by predicted time on --placement-profile), "
+           "once (one owner per matrix), redundant_below=N (once per "
+           "replica for matrices of fewer than N elements)");
+  p.option("placement-profile", f.placementProfile, "profile",
+           "The machine profile placement auto decides on (default: the "
+           "--simulate profile; without either, auto keeps one owner per "
+           "matrix)");
   p.option("simulate", f.simulate, "profile",
            "Predict the step time on a machine profile (h100, h200, cpu, "
            "...: see --profiles) with the alpha-beta network model, against "
@@ -188,6 +201,11 @@ void declare(::muon::cli::Parser &p, Flags &f) {
 }
 
 Flags flags;
+/// --placement and the machine of --placement-profile (or --simulate).
+std::optional<std::string> placementPolicy;
+std::optional<int64_t> placementBelow;
+::muon::PlacementMachine placementMachine;
+std::string placementProfileName;
 
 } // namespace
 
@@ -217,6 +235,11 @@ static int dryRunReport(const ::muon::Plan &plan, ::muon::TransferSink *stream,
   bool streamed = stream && stream->begun();
   if (streamed)
     report.perRank = stream->figures(plan);
+  bool anyRedundant = std::any_of(plan.matrices.begin(), plan.matrices.end(),
+                                  [](auto &m) { return m.redundant; });
+  if (anyRedundant || placementPolicy || !flags.placementProfile.empty())
+    report.placement = ::muon::placementFigures(plan, placementMachine,
+                                                placementProfileName);
   std::vector<::muon::TraceEvent> events;
   if (!flags.simulate.empty()) {
     ::muon::sim::Profile profile;
@@ -336,6 +359,49 @@ int main(int argc, char **argv) {
       return fail(message);
     case ::muon::cli::Parser::Outcome::Run:
       break;
+    }
+  }
+  if (parser.given("placement")) {
+    std::string policy = flags.placement;
+    size_t eq = policy.find('=');
+    if (eq != std::string::npos)
+      policy = policy.substr(0, eq);
+    bool below = policy == "redundant_below";
+    char *end = nullptr;
+    const std::string number =
+        eq == std::string::npos ? std::string() : flags.placement.substr(eq + 1);
+    long long n = number.empty() ? -1 : std::strtoll(number.c_str(), &end, 10);
+    if (!::muon::parsePlacement(policy) || below != (eq != std::string::npos) ||
+        (below && (n < 0 || !end || *end)))
+      return fail("unknown --placement '" + flags.placement +
+                  "'; expected auto, once or redundant_below=N (N >= 0 "
+                  "elements)");
+    placementPolicy = policy;
+    if (below)
+      placementBelow = n;
+  }
+  {
+    const std::string &name = flags.placementProfile.empty()
+                                  ? flags.simulate
+                                  : flags.placementProfile;
+    if (!name.empty()) {
+      ::muon::sim::Profile profile;
+      std::string file, error;
+      if (!::muon::tool::loadProfile(name, flags.profilesFile, profile, file,
+                                     error))
+        return fail(error);
+      std::string dtype = parser.given("ns-dtype") && flags.nsDtype != "auto"
+                              ? flags.nsDtype
+                              : profile.defaultNsDtype;
+      placementMachine.nsFlopsPerSecond = dtype == "bf16"
+                                              ? profile.bf16FlopsPerSecond
+                                              : profile.f32FlopsPerSecond;
+      placementMachine.latencySeconds = profile.intraNode.latencySeconds;
+      placementMachine.bytesPerSecond = profile.intraNode.bytesPerSecond;
+      placementMachine.interLatencySeconds = profile.interNode.latencySeconds;
+      placementMachine.interBytesPerSecond = profile.interNode.bytesPerSecond;
+      placementMachine.ranksPerNode = profile.ranksPerNode;
+      placementProfileName = profile.name.empty() ? name : profile.name;
     }
   }
   if (!::muon::wireDtypeBytes(flags.wireDtype))
@@ -474,6 +540,9 @@ int main(int argc, char **argv) {
   compile.gatherBudgetGiven = parser.given("gather-budget-bytes");
   compile.maxRounds = flags.maxRounds;
   compile.maxRoundsGiven = parser.given("max-rounds");
+  compile.placement = placementPolicy;
+  compile.redundantBelow = placementBelow;
+  compile.machine = placementMachine;
   // A run on the CPU: the wire follows Newton-Schulz's element type, which
   // "auto" makes bf16 where this CPU has bf16 products (every rank compiles
   // the same way on the same kind of machine; a rank that differs holds a

@@ -185,6 +185,14 @@ struct PlanMatrix {
   int64_t rows = 0, cols = 0;
   int64_t owner = -1; // -1: no distributed config, every holder runs NS
   int64_t nsFlops = 0;
+  /// Orthogonalized once per replica instead of once (Support/Replicas.h):
+  /// `owner` owns it in its replica, each other replica's owner is its
+  /// mirror, and every gather and scatter stays inside a replica. Under
+  /// DDP a replica is one rank: each holder orthogonalizes its own copy
+  /// and nothing moves for the matrix.
+  /// (Last, so that aggregate initializers of the fields above keep
+  /// their meaning.)
+  bool redundant = false;
   /// "param" or "param[slice]".
   std::string label() const;
 };
@@ -327,6 +335,14 @@ int64_t maxNsSteps(const NewtonSchulzSettings &ns);
 std::vector<PlanMatrix> muonMatrices(const std::vector<PlanParam> &params,
                                      const std::vector<PlanGroup> &groups,
                                      const NewtonSchulzSettings &ns);
+
+/// The ranks that orthogonalize matrix `m` of a distributed plan: its
+/// owner, or for a redundant matrix every replica's owner (sorted).
+std::vector<int64_t> nsRanksOf(const Plan &plan, int64_t m);
+
+/// The rank that orthogonalizes the copy of matrix `m` that `rank` holds
+/// (the owner, or for a redundant matrix the owner of `rank`'s replica).
+int64_t ownerFor(const Plan &plan, int64_t m, int64_t rank);
 
 /// Per-rank figures of the run report, counted from the plan's transfers.
 struct RankFigures {

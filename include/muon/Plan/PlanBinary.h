@@ -45,6 +45,12 @@ inline constexpr uint32_t kPlanBinaryQkClipVersion = 3;
 /// configurations, each Muon group's index and each NS batch's. Plans with
 /// one configuration are still written as version 2 or 3.
 inline constexpr uint32_t kPlanBinaryNsConfigsVersion = 4;
+/// The version of a plan with redundant matrices (PlanMatrix::redundant,
+/// orthogonalized once per replica): version 4's layout (the configuration
+/// count and each Muon group's index always present, even with one
+/// configuration) with a redundant matrix's owner written as -2 - owner.
+/// Plans without redundant matrices are written as version 2 to 4.
+inline constexpr uint32_t kPlanBinaryRedundantVersion = 5;
 
 /// Whether `prefix` (the first bytes of a file) starts a binary plan.
 bool isPlanBinary(std::string_view prefix);

@@ -37,6 +37,18 @@ struct SimulationFigures {
   std::vector<Rank> perRank;
 };
 
+/// Where Newton-Schulz runs (Placement.h): matrices orthogonalized once and
+/// once per replica, and, on a machine, the predicted seconds the Muon
+/// matrices add to a rank's step with every replicated matrix once, every
+/// one redundant, and as the plan chose.
+struct PlacementFigures {
+  int64_t matricesOnce = 0, matricesRedundant = 0;
+  /// Matrices that have more than one replica (the ones a policy decides).
+  int64_t matricesReplicated = 0;
+  std::string profile; // empty: no machine, no predictions
+  double onceSeconds = 0, redundantSeconds = 0, chosenSeconds = 0;
+};
+
 struct Report {
   int64_t worldSize = 1;
   std::string wireDtype = "f32";
@@ -70,6 +82,10 @@ struct Report {
   /// With --simulate: the prediction ("simulation", and "simulated" in
   /// each per_rank entry); absent otherwise.
   std::optional<SimulationFigures> simulation;
+  /// Written where the plan has redundant matrices or a placement was
+  /// asked for (muon-run --placement, --placement-profile); absent
+  /// otherwise, so that other reports keep their text.
+  std::optional<PlacementFigures> placement;
 };
 
 /// A plan's own figures as a report (what a dry run writes): per-rank NS

@@ -4,6 +4,7 @@
 #include "muon/Dialect/Muon/IR/MuonOps.h"
 #include "muon/Dialect/Muon/IR/ShardAdapter.h"
 #include "muon/Plan/Validate.h"
+#include "muon/Plan/Placement.h"
 #include "muon/Support/Escape.h"
 #include "muon/Support/Json.h"
 #include "muon/Support/Limits.h"
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <vector>
@@ -696,9 +698,38 @@ LogicalResult SpecImporter::importDistributed(const JsonValue &v) {
     return success(); // no distributed config
   const JsonValue *o = getObject(v, "distributed");
   if (!o || failed(checkKeys(*o, "distributed",
-                             {"prefetch_count", "async", "assignments"})))
+                             {"prefetch_count", "async", "assignments",
+                              "placement", "redundant_below"})))
     return failure();
   OperationState state(at("distributed"), DistributedOp::getOperationName());
+  // Newton-Schulz placement: written only where the spec says, so that
+  // specs without it import to the same IR as before.
+  std::optional<std::string> placement;
+  if (const JsonValue *x = get(*o, "placement")) {
+    placement = getString(*x, "distributed.placement");
+    if (!placement)
+      return failure();
+    if (!::muon::parsePlacement(*placement))
+      return fail("distributed.placement",
+                  "expected \"auto\", \"once\" or \"redundant_below\", "
+                  "got \"" + *placement + "\"");
+    state.addAttribute("placement", builder.getStringAttr(*placement));
+  }
+  if (const JsonValue *x = get(*o, "redundant_below")) {
+    if (placement != std::string("redundant_below"))
+      return fail("distributed.redundant_below",
+                  "goes with \"placement\": \"redundant_below\" only");
+    std::optional<int64_t> n =
+        getLimited(*x, "distributed.redundant_below", 0,
+                   std::numeric_limits<int64_t>::max(), "elements");
+    if (!n)
+      return failure();
+    state.addAttribute("redundant_below", builder.getI64IntegerAttr(*n));
+  } else if (placement == std::string("redundant_below")) {
+    return fail("distributed",
+                "\"placement\": \"redundant_below\" needs "
+                "\"redundant_below\" (a matrix size in elements)");
+  }
   if (const JsonValue *x = get(*o, "prefetch_count")) {
     std::optional<int64_t> n =
         getLimited(*x, "distributed.prefetch_count", 0,
@@ -859,7 +890,8 @@ LogicalResult SpecImporter::importAssignments(const JsonValue &v,
       slices.push_back(slice);
     }
     AssignOp::create(builder, at(rpath), rank, builder.getArrayAttr(refs),
-                     builder.getDenseI64ArrayAttr(slices));
+                     builder.getDenseI64ArrayAttr(slices),
+                     /*redundant=*/false);
   }
   return success();
 }

@@ -2,6 +2,7 @@
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
 #include "muon/Dialect/Muon/Analysis/Figures.h"
 #include "muon/Dialect/Muon/IR/GroupSettingAttrs.h"
+#include "muon/Support/Replicas.h"
 
 #include <algorithm>
 #include <cassert>
@@ -183,7 +184,9 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
   }
 
   std::vector<MuonMatrix> matrices = collectMuonMatrices(model, layout);
-  std::vector<int64_t> owners = ownersFromAssignments(model, layout, matrices);
+  std::vector<bool> redundantOf;
+  std::vector<int64_t> owners =
+      ownersFromAssignments(model, layout, matrices, &redundantOf);
   bool distributed = !model.getBodyBlock().getOps<DistributedOp>().empty();
   plan.distributed = distributed;
 
@@ -233,7 +236,13 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
                                  << "' has no owner; run muon-assign-owners "
                                     "first";
       pm.owner = owners[k];
-      plan.nsMatrices[owners[k]].push_back(k);
+      pm.redundant = redundantOf[k];
+      if (pm.redundant)
+        for (int64_t o : ::muon::replicaOwners(
+                 layout.mesh, layout.layouts[mm.param], owners[k]))
+          plan.nsMatrices[o].push_back(k);
+      else
+        plan.nsMatrices[owners[k]].push_back(k);
       plan.matrices.push_back(std::move(pm));
       continue;
     }
@@ -255,6 +264,49 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
                                << "' has no owner; run muon-assign-owners "
                                   "first";
     pm.owner = owner;
+    if (redundantOf[k]) {
+      // Once per replica: each replica's owner gathers its replica's
+      // pieces and scatters to its replica's holders (under DDP a replica
+      // is one rank, and nothing moves).
+      pm.redundant = true;
+      const ::muon::ParamLayout &pl = layout.layouts[mm.param];
+      std::map<int64_t, std::vector<MatrixPiece>> byReplica;
+      for (const MatrixPiece &p : pieces)
+        byReplica[::muon::replicaOwnerOf(layout.mesh, pl, owner, p.rank)]
+            .push_back(p);
+      for (auto &[o, mine] : byReplica) {
+        plan.nsMatrices[o].push_back(k);
+        auto own = std::find_if(mine.begin(), mine.end(),
+                                [&](auto &p) { return p.rank == o; });
+        assert(own != mine.end() && "a replica's owner mirrors the owner");
+        std::vector<MatrixPiece> sorted = mine;
+        std::stable_sort(sorted.begin(), sorted.end(),
+                         [&](auto &a, auto &b) { return key(a) < key(b); });
+        for (size_t i = 0; i < sorted.size();) {
+          size_t j = i;
+          while (j < sorted.size() && key(sorted[j]) == key(sorted[i]))
+            ++j;
+          if (key(sorted[i]) != key(*own)) {
+            const MatrixPiece &p = *std::min_element(
+                sorted.begin() + i, sorted.begin() + j,
+                [&](auto &a, auto &b) { return sent[a.rank] < sent[b.rank]; });
+            Transfer t{p.rank, o,      static_cast<int64_t>(k),
+                       p.rows, p.cols, p.summand};
+            sent[p.rank] += t.elements();
+            emit(pair, t);
+          }
+          i = j;
+        }
+        for (const MatrixPiece &p : mine)
+          if (p.rank != o) {
+            Transfer t{o, p.rank, static_cast<int64_t>(k), p.rows, p.cols, 0};
+            sent[o] += t.elements();
+            emit(pair + 1, t);
+          }
+      }
+      plan.matrices.push_back(std::move(pm));
+      continue;
+    }
     plan.nsMatrices[owner].push_back(k);
     auto ownPiece = std::find_if(pieces.begin(), pieces.end(),
                                  [&](auto &p) { return p.rank == owner; });

@@ -72,11 +72,12 @@ mlir::muon::computeLowerBounds(const ModelLayout &layout,
 
 std::vector<int64_t>
 mlir::muon::ownersFromAssignments(ModelOp model, const ModelLayout &layout,
-                                  const std::vector<MuonMatrix> &matrices) {
+                                  const std::vector<MuonMatrix> &matrices,
+                                  std::vector<bool> *redundant) {
   llvm::DenseMap<StringAttr, size_t> indexOf;
   for (size_t i = 0; i < layout.params.size(); ++i)
     indexOf[ParamOp(layout.params[i]).getSymNameAttr()] = i;
-  std::map<std::pair<size_t, int64_t>, int64_t> owner;
+  std::map<std::pair<size_t, int64_t>, std::pair<int64_t, bool>> owner;
   for (AssignOp assign : model.getBodyBlock().getOps<AssignOp>())
     for (auto [ref, slice] :
          llvm::zip(assign.getParams(), assign.getSlices())) {
@@ -86,12 +87,18 @@ mlir::muon::ownersFromAssignments(ModelOp model, const ModelLayout &layout,
       int64_t count = layout.layouts[it->second].numMatrices();
       for (int64_t m = slice < 0 ? 0 : slice;
            m < (slice < 0 ? count : slice + 1); ++m)
-        owner[{it->second, m}] = assign.getRank();
+        owner[{it->second, m}] = {static_cast<int64_t>(assign.getRank()),
+                                  assign.getRedundant()};
     }
   std::vector<int64_t> result;
-  for (const MuonMatrix &mm : matrices) {
+  if (redundant)
+    redundant->assign(matrices.size(), false);
+  for (size_t k = 0; k < matrices.size(); ++k) {
+    const MuonMatrix &mm = matrices[k];
     auto it = owner.find({mm.param, mm.matrix});
-    result.push_back(it == owner.end() ? -1 : it->second);
+    result.push_back(it == owner.end() ? -1 : it->second.first);
+    if (redundant && it != owner.end())
+      (*redundant)[k] = it->second.second;
   }
   return result;
 }

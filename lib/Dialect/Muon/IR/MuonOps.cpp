@@ -850,6 +850,20 @@ LogicalResult DistributedOp::verify() {
                        << static_cast<int64_t>(getMaxRounds())
                        << " is above the limit of "
                        << limits::describe(limits::kMaxRounds);
+  std::optional<StringRef> placement = getPlacement();
+  if (placement && *placement != "auto" && *placement != "once" &&
+      *placement != "redundant_below")
+    return emitError() << "distributed 'placement' must be \"auto\", "
+                          "\"once\" or \"redundant_below\", got \""
+                       << *placement << "\"";
+  bool below = placement && *placement == "redundant_below";
+  if (below != getRedundantBelow().has_value())
+    return emitError() << "distributed 'redundant_below' (a size in elements) "
+                          "goes with placement \"redundant_below\" and only "
+                          "with it";
+  if (below && static_cast<int64_t>(*getRedundantBelow()) < 0)
+    return emitError() << "distributed 'redundant_below' must be >= 0, got "
+                       << static_cast<int64_t>(*getRedundantBelow());
   return success();
 }
 
@@ -919,14 +933,32 @@ static LogicalResult verifyMatrixRefs(Operation *op, int64_t index,
   return success();
 }
 
+/// `N [redundant] [@p, @q[3]]`.
 ParseResult AssignOp::parse(OpAsmParser &parser, OperationState &result) {
-  return parseIndexedMatrixRefs(parser, result, "rank");
+  int64_t rank;
+  SmallVector<Attribute> params;
+  SmallVector<int64_t> slices;
+  if (parser.parseInteger(rank))
+    return failure();
+  bool redundant = succeeded(parser.parseOptionalKeyword("redundant"));
+  if (parseMatrixRefs(parser, params, slices))
+    return failure();
+  Builder &b = parser.getBuilder();
+  result.addAttribute("rank", b.getI64IntegerAttr(rank));
+  result.addAttribute("params", b.getArrayAttr(params));
+  result.addAttribute("slices", b.getDenseI64ArrayAttr(slices));
+  if (redundant)
+    result.addAttribute("redundant", b.getUnitAttr());
+  return parser.parseOptionalAttrDict(result.attributes);
 }
 
 void AssignOp::print(OpAsmPrinter &p) {
   p << " " << static_cast<int64_t>(getRank()) << " ";
+  if (getRedundant())
+    p << "redundant ";
   printMatrixRefs(p, getParams(), getSlices());
-  p.printOptionalAttrDict((*this)->getAttrs(), {"rank", "params", "slices"});
+  p.printOptionalAttrDict((*this)->getAttrs(),
+                          {"rank", "params", "slices", "redundant"});
 }
 
 LogicalResult AssignOp::verify() {

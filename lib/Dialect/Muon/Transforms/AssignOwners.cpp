@@ -1,6 +1,8 @@
 //===- AssignOwners.cpp - One owner per Muon matrix, LPT-balanced ---------===//
 #include "muon/Dialect/Muon/Analysis/Figures.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
+#include "muon/Plan/Placement.h"
+#include "muon/Support/Replicas.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -18,6 +20,8 @@ using namespace mlir::muon;
 
 namespace {
 struct AssignOwners : mlir::muon::impl::AssignOwnersBase<AssignOwners> {
+  using AssignOwnersBase::AssignOwnersBase;
+
   void runOnOperation() override {
     ModelOp model = getOperation();
     if (model.usesProcessGroups()) {
@@ -34,6 +38,40 @@ struct AssignOwners : mlir::muon::impl::AssignOwnersBase<AssignOwners> {
       return signalPassFailure();
     std::vector<MuonMatrix> matrices = collectMuonMatrices(model, *layout);
 
+    // Placement: which replicated matrices run once per replica.
+    ::muon::PlacementSetting setting;
+    int64_t wireBytes = 4;
+    for (DistributedOp d : model.getBodyBlock().getOps<DistributedOp>()) {
+      if (std::optional<StringRef> name = d.getPlacement())
+        setting.policy =
+            ::muon::parsePlacement(*name).value_or(setting.policy);
+      if (std::optional<uint64_t> below = d.getRedundantBelow())
+        setting.redundantBelow = static_cast<int64_t>(*below);
+      wireBytes = d.getWireDtype() == WireDtype::BF16 ? 2 : 4;
+    }
+    ::muon::PlacementMachine machine;
+    machine.nsFlopsPerSecond = nsFlopsPerSecond;
+    machine.latencySeconds = linkLatency;
+    machine.bytesPerSecond = linkBytesPerSecond;
+    machine.interLatencySeconds = interLatency;
+    machine.interBytesPerSecond = interBytesPerSecond;
+    machine.ranksPerNode = ranksPerNode;
+    std::vector<bool> redundant(matrices.size(), false);
+    if (setting.policy != ::muon::PlacementPolicy::Once) {
+      ::muon::MatrixPieceCache cache(layout->mesh);
+      for (size_t k = 0; k < matrices.size(); ++k) {
+        const ::muon::ParamLayout &pl = layout->layouts[matrices[k].param];
+        if (::muon::replicaCount(layout->mesh, pl) <= 1)
+          continue;
+        ::muon::PlacementMatrix pm = ::muon::placementMatrix(
+            layout->mesh, pl, cache.pieces(pl, matrices[k].matrix),
+            matrices[k].nsFlops, wireBytes, ranksPerNode);
+        redundant[k] = ::muon::chooseRedundant(
+            setting, machine.valid() ? &machine : nullptr, pm,
+            matrices[k].rows * matrices[k].cols);
+      }
+    }
+
     // Candidates: holders of the largest piece (gathering there moves the
     // least data). Each distinct candidate set is a group of ranks that must
     // absorb the work only it can take; matrices sharing a cached piece list
@@ -46,9 +84,27 @@ struct AssignOwners : mlir::muon::impl::AssignOwnersBase<AssignOwners> {
     uint64_t groupVersion = 0;
     size_t group = 0;
     for (size_t k = 0; k < matrices.size(); ++k) {
+      const ::muon::ParamLayout &pl = layout->layouts[matrices[k].param];
       const std::vector<MatrixPiece> &pieces =
-          pieceCache.pieces(layout->layouts[matrices[k].param],
-                            matrices[k].matrix);
+          pieceCache.pieces(pl, matrices[k].matrix);
+      if (redundant[k]) {
+        // Once per replica: the owner is picked in the first replica, and
+        // its mirrors own the others.
+        int64_t largest = 0;
+        for (const MatrixPiece &p : pieces)
+          largest = std::max(largest, p.elements());
+        std::vector<int64_t> candidates;
+        for (const MatrixPiece &p : pieces)
+          if (p.elements() == largest &&
+              ::muon::inFirstReplica(layout->mesh, pl, p.rank))
+            candidates.push_back(p.rank);
+        auto [it, inserted] = groupId.try_emplace(candidates, groups.size());
+        if (inserted)
+          groups.push_back(std::move(candidates));
+        groupOf[k] = it->second;
+        groupVersion = 0; // the next matrix recomputes its own group
+        continue;
+      }
       if (groupVersion != pieceCache.version()) {
         int64_t largest = 0;
         for (const MatrixPiece &p : pieces)
@@ -109,26 +165,36 @@ struct AssignOwners : mlir::muon::impl::AssignOwnersBase<AssignOwners> {
       }
       owner[k] = best;
       int64_t cost = matrices[k].nsFlops;
+      if (redundant[k]) {
+        for (int64_t o : ::muon::replicaOwners(
+                 layout->mesh, layout->layouts[matrices[k].param], best))
+          if (o != best)
+            load[o] += cost;
+      }
       load[best] += cost;
       pending[groupOf[k]] -= cost;
       for (size_t g : groupsOfRank[best])
         groupLoad[g] += cost;
     }
 
-    // Per rank, a whole parameter where the rank owns all its matrices.
-    std::map<int64_t, std::vector<std::pair<size_t, int64_t>>> byRank;
-    std::map<size_t, std::set<int64_t>> ownersOfParam;
+    // Per rank (and placement), a whole parameter where the rank owns all
+    // its matrices alike.
+    std::map<std::pair<int64_t, bool>, std::vector<std::pair<size_t, int64_t>>>
+        byRank;
+    std::map<size_t, std::set<std::pair<int64_t, bool>>> ownersOfParam;
     for (size_t k = 0; k < matrices.size(); ++k)
-      ownersOfParam[matrices[k].param].insert(owner[k]);
+      ownersOfParam[matrices[k].param].insert({owner[k], redundant[k]});
     for (size_t k = 0; k < matrices.size(); ++k) {
       size_t i = matrices[k].param;
       bool whole = ownersOfParam[i].size() == 1;
       if (whole && matrices[k].matrix != 0)
         continue;
-      byRank[owner[k]].push_back({i, whole ? -1 : matrices[k].matrix});
+      byRank[{owner[k], redundant[k]}].push_back(
+          {i, whole ? -1 : matrices[k].matrix});
     }
     OpBuilder builder = OpBuilder::atBlockEnd(&model.getBodyBlock());
-    for (auto &[rank, entries] : byRank) {
+    for (auto &[who, entries] : byRank) {
+      auto [rank, isRedundant] = who;
       SmallVector<Attribute> refs;
       SmallVector<int64_t> slices;
       for (auto [i, slice] : entries) {
@@ -138,7 +204,8 @@ struct AssignOwners : mlir::muon::impl::AssignOwnersBase<AssignOwners> {
       }
       AssignOp::create(builder, model.getLoc(), rank,
                        builder.getArrayAttr(refs),
-                       builder.getDenseI64ArrayAttr(slices));
+                       builder.getDenseI64ArrayAttr(slices),
+                       /*redundant=*/isRedundant);
     }
   }
 };

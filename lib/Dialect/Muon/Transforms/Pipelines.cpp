@@ -12,9 +12,17 @@
 
 using namespace mlir;
 
-void mlir::muon::buildCompilePipeline(OpPassManager &modelPm) {
+void mlir::muon::buildCompilePipeline(
+    OpPassManager &modelPm, const ::muon::PlacementMachine &machine) {
   modelPm.addPass(createConvertProcessGroupsToMesh());
-  modelPm.addPass(createAssignOwners());
+  AssignOwnersOptions owners;
+  owners.nsFlopsPerSecond = machine.nsFlopsPerSecond;
+  owners.linkLatency = machine.latencySeconds;
+  owners.linkBytesPerSecond = machine.bytesPerSecond;
+  owners.interLatency = machine.interLatencySeconds;
+  owners.interBytesPerSecond = machine.interBytesPerSecond;
+  owners.ranksPerNode = machine.ranksPerNode;
+  modelPm.addPass(createAssignOwners(owners));
   modelPm.addPass(createPackRounds());
   modelPm.addPass(createScheduleStep());
   modelPm.addPass(createVerifySchedule());
@@ -40,8 +48,15 @@ mlir::muon::compileModule(ModuleOp module, const CompileOverrides &overrides) {
   Builder b(module.getContext());
   for (DistributedOp d : model.getBodyBlock().getOps<DistributedOp>()) {
     if (!overrides.wireDtype && !overrides.gatherBudgetBytes &&
-        !overrides.maxRounds)
+        !overrides.maxRounds && !overrides.placement)
       break;
+    if (overrides.placement) {
+      d.setPlacementAttr(b.getStringAttr(*overrides.placement));
+      if (overrides.redundantBelow)
+        d.setRedundantBelowAttr(b.getI64IntegerAttr(*overrides.redundantBelow));
+      else
+        d.removeRedundantBelowAttr();
+    }
     if (overrides.wireDtype) {
       std::optional<WireDtype> wire = symbolizeWireDtype(*overrides.wireDtype);
       if (!wire)
@@ -60,7 +75,7 @@ mlir::muon::compileModule(ModuleOp module, const CompileOverrides &overrides) {
   }
   // Every decision is written into the IR and checked.
   PassManager pm(module.getContext(), ModuleOp::getOperationName());
-  buildCompilePipeline(pm.nest<ModelOp>());
+  buildCompilePipeline(pm.nest<ModelOp>(), overrides.machine);
   // The input was verified when it was read; verifying the whole model after
   // each pass costs seconds at scale, so the result is verified once.
   pm.enableVerifier(false);

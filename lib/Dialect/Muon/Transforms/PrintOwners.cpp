@@ -1,6 +1,7 @@
 //===- PrintOwners.cpp - Print owners and report figures ------------------===//
 #include "muon/Dialect/Muon/Analysis/Figures.h"
 #include "muon/Dialect/Muon/Transforms/Passes.h"
+#include "muon/Support/Replicas.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -31,16 +32,28 @@ struct PrintOwners : mlir::muon::impl::PrintOwnersBase<PrintOwners> {
     if (failed(layout))
       return signalPassFailure();
     std::vector<MuonMatrix> matrices = collectMuonMatrices(model, *layout);
+    std::vector<bool> redundant;
     std::vector<int64_t> owners =
-        ownersFromAssignments(model, *layout, matrices);
+        ownersFromAssignments(model, *layout, matrices, &redundant);
     int64_t world = layout->mesh.numDevices();
     std::vector<int64_t> flops(world, 0);
     std::vector<std::vector<std::string>> owned(world);
-    int64_t unowned = 0, total = 0;
+    int64_t unowned = 0, total = 0, redundantCount = 0;
     for (size_t k = 0; k < matrices.size(); ++k) {
       total += matrices[k].nsFlops;
       if (owners[k] < 0) {
         ++unowned;
+        continue;
+      }
+      if (redundant[k]) {
+        // Once per replica: every replica's owner runs it.
+        ++redundantCount;
+        for (int64_t o : ::muon::replicaOwners(
+                 layout->mesh, layout->layouts[matrices[k].param],
+                 owners[k])) {
+          flops[o] += matrices[k].nsFlops;
+          owned[o].push_back(matrices[k].label + " (redundant)");
+        }
         continue;
       }
       flops[owners[k]] += matrices[k].nsFlops;
@@ -65,6 +78,12 @@ struct PrintOwners : mlir::muon::impl::PrintOwnersBase<PrintOwners> {
     else if (unowned)
       os << "unowned matrices: " << unowned
          << " (run muon-assign-owners first)\n";
+    // Only with redundant matrices, so that other printouts keep their text.
+    if (redundantCount)
+      os << "placement: " << matrices.size() - unowned - redundantCount
+         << " once, " << redundantCount
+         << " redundant (once per replica; their flops count on every "
+            "replica's owner)\n";
     os << "total.ns_flops " << total << "\n";
     os << "busiest_rank.ns_flops " << busiest << "\n";
     os << "lower_bound.makespan_flops " << bounds.makespanFlops << "\n";

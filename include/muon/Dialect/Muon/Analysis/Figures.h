@@ -39,10 +39,12 @@ LowerBounds computeLowerBounds(const ModelLayout &layout,
                                int64_t wireBytes);
 
 /// The owner of every matrix of `matrices`, from the model's `muon.assign`
-/// ops; -1 where none is assigned.
+/// ops; -1 where none is assigned. With `redundant`, also whether each is
+/// assigned `redundant` (once per replica).
 std::vector<int64_t>
 ownersFromAssignments(ModelOp model, const ModelLayout &layout,
-                      const std::vector<MuonMatrix> &matrices);
+                      const std::vector<MuonMatrix> &matrices,
+                      std::vector<bool> *redundant = nullptr);
 
 } // namespace mlir::muon
 

@@ -237,6 +237,12 @@ def Muon_DistributedOp : Muon_Op<"distributed", [HasParent<"ModelOp">]> {
     `max_rounds` the rounds the exchanges are split into when no budget
     forces more; `wire_dtype` (f32 or bf16) is what the exchanges carry.
     These three are compiler settings, not in the spec.
+
+    `placement` says where Newton-Schulz runs for a matrix whose whole
+    gradient several ranks have (replicas): "auto" (by predicted time, on
+    the machine muon-assign-owners is given; once without one), "once"
+    (one owner), or "redundant_below" (once per replica for matrices of
+    fewer than `redundant_below` elements). Absent means "auto".
   }];
   let arguments = (ins
     DefaultValuedAttr<I64Attr, "1">:$prefetch_count,
@@ -244,7 +250,9 @@ def Muon_DistributedOp : Muon_Op<"distributed", [HasParent<"ModelOp">]> {
     DefaultValuedAttr<I64Attr, "0">:$gather_budget_bytes,
     DefaultValuedAttr<I64Attr, "8">:$max_rounds,
     DefaultValuedAttr<Muon_WireDtypeAttr,
-                      "::mlir::muon::WireDtype::F32">:$wire_dtype);
+                      "::mlir::muon::WireDtype::F32">:$wire_dtype,
+    OptionalAttr<StrAttr>:$placement,
+    OptionalAttr<I64Attr>:$redundant_below);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
 }
@@ -255,12 +263,22 @@ def Muon_AssignOp : Muon_Op<"assign", [HasParent<"ModelOp">]> {
     Rank `rank` orthogonalizes the listed matrices: a parameter name means all
     its matrices, `@p[i]` the i-th matrix of a batched parameter.
 
+    With `redundant`, the listed matrices are orthogonalized once per
+    replica instead of once: `rank` owns them in its replica, and in every
+    other replica (the holders that differ from it only on the mesh axes
+    where the parameter is replicated) the rank at `rank`'s coordinates off
+    those axes owns them; gathers and scatters stay inside each replica.
+    Under DDP every holder is a replica of its own: each orthogonalizes its
+    own copy and nothing moves for the matrix. A matrix of a parameter
+    that is not replicated cannot be redundant (muon-verify-schedule).
+
     ```mlir
     muon.assign 0 [@wq, @experts[3]]
+    muon.assign 0 redundant [@norm_proj]
     ```
   }];
   let arguments = (ins I64Attr:$rank, ArrayAttr:$params,
-                       DenseI64ArrayAttr:$slices);
+                       DenseI64ArrayAttr:$slices, UnitAttr:$redundant);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
 }

@@ -20,6 +20,18 @@ def AssignOwners : Pass<"muon-assign-owners", "::mlir::muon::ModelOp"> {
     rank. Every rank computes the same result. `only` sub-meshes are honoured because only
     holders are candidates.
 
+    Placement: a matrix whose parameter is replicated (DDP, context
+    parallelism, HSDP's replicate axis) may instead be orthogonalized once
+    per replica (`muon.assign N redundant [...]`): under DDP every holder
+    runs it on its own copy and nothing moves for it. `muon.distributed`'s
+    `placement` decides: "once" never, "redundant_below" for matrices of
+    fewer than `redundant_below` elements, "auto" (the default) where the
+    cost model of `muon/Plan/Placement.h` predicts it faster on the machine
+    these options describe (a tool copies them from a machine profile);
+    without a machine, "auto" keeps one owner per matrix. A redundant
+    matrix's owner is picked among the first replica's holders and loads
+    every replica's owner alike.
+
     The result is written as `muon.assign` ops, one per rank with work, so
     the model verifier checks it like a user's explicit assignment. Models
     with explicit assignments, or without a distributed config (where every
@@ -43,6 +55,21 @@ def AssignOwners : Pass<"muon-assign-owners", "::mlir::muon::ModelOp"> {
     }
     ```
   }];
+  let options = [
+    Option<"nsFlopsPerSecond", "ns-flops-per-second", "double", "0",
+           "Newton-Schulz's rate on one rank (flop/s) for placement auto; "
+           "0: no machine, every matrix once">,
+    Option<"linkLatency", "link-latency", "double", "0",
+           "Seconds per message inside a node">,
+    Option<"linkBytesPerSecond", "link-bytes-per-second", "double", "0",
+           "Bytes per second per rank and direction inside a node">,
+    Option<"interLatency", "inter-node-latency", "double", "0",
+           "Seconds per message across nodes">,
+    Option<"interBytesPerSecond", "inter-node-bytes-per-second", "double",
+           "0", "Bytes per second per rank and direction across nodes">,
+    Option<"ranksPerNode", "ranks-per-node", "int64_t", "0",
+           "Ranks per node in consecutive blocks; 0: one node">,
+  ];
 }
 
 def PrintOwners : Pass<"muon-print-owners", "::mlir::muon::ModelOp"> {

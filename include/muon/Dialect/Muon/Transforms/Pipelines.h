@@ -2,6 +2,7 @@
 #ifndef MUON_DIALECT_MUON_TRANSFORMS_PIPELINES_H
 #define MUON_DIALECT_MUON_TRANSFORMS_PIPELINES_H
 
+#include "muon/Plan/Placement.h"
 #include "muon/Plan/Plan.h"
 
 #include "muon/Plan/TransferSink.h"
@@ -16,7 +17,10 @@ namespace mlir::muon {
 /// Adds, on a pass manager nested on muon.model, the whole compiler:
 /// process groups to mesh, owner assignment, round packing, scheduling and
 /// schedule verification.
-void buildCompilePipeline(OpPassManager &modelPm);
+/// `machine`, when valid, is what muon-assign-owners' placement "auto"
+/// decides on.
+void buildCompilePipeline(OpPassManager &modelPm,
+                          const ::muon::PlacementMachine &machine = {});
 
 /// Registers `muon-compile` (the pipeline above, on every muon.model).
 void registerCompilePipeline();
@@ -27,6 +31,13 @@ struct CompileOverrides {
   std::optional<std::string> wireDtype;
   std::optional<int64_t> gatherBudgetBytes;
   std::optional<int64_t> maxRounds;
+  /// Newton-Schulz placement ("auto", "once", "redundant_below" with
+  /// `redundantBelow`), replacing muon.distributed's.
+  std::optional<std::string> placement;
+  std::optional<int64_t> redundantBelow;
+  /// The machine placement "auto" decides on (a profile's numbers); not
+  /// valid: none, and "auto" keeps one owner per matrix.
+  ::muon::PlacementMachine machine;
   /// When set, the transfers go to this sink as they are made instead of
   /// into the plan (planFromModel): what a dry run at scale needs.
   ::muon::TransferSink *stream = nullptr;
