@@ -411,8 +411,8 @@ TEST_F(FakeGpuTest, ElementwiseKernelsMatchCpuBeyondOneGrid) {
   std::vector<float> grad = randomFloats(n, rng), buf = randomFloats(n, rng);
   std::vector<float> update(n, std::nanf(""));
   float *dg = device(grad), *db = device(buf), *du = device(update);
-  MuonSettings s;
-  s.momentum = 0.95;
+  PlanGroup s(kMuon);
+  s.setNumber("momentum", 0.95);
   runtime::cuda::launchMomentum(stream, dg, DType::F32, db, du, n,
                                 momentumScalars(s));
   cpu::CpuDevice cpu;
@@ -431,8 +431,9 @@ TEST_F(FakeGpuTest, ElementwiseKernelsMatchCpuBeyondOneGrid) {
 /// the state and 2e-6 of the update (measured: at most a few ulps).
 TEST_F(FakeGpuTest, NormuonKernelsMatchCpu) {
   std::mt19937 rng(3);
-  MuonSettings s;
-  s.normuonBeta2 = 0.9;
+  PlanGroup s(kMuon);
+  s.setFlag("normuon", true);
+  s.setNumber("normuon_beta2", 0.9);
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 7},
                             {5, 300},
                             {37, 600},

@@ -54,8 +54,8 @@ Model attentionModel() {
   addParam(model, "wk2", {24, 12}, {});
   addParam(model, "mlp", {20, 12}, {Placement::shard(0)});
   addParam(model, "norm", {16}, {Placement::shard(0)});
-  model.muon.lr = 0.02;
-  model.muon.nsDtype = "f32";
+  model.muon.setNumber("lr", 0.02);
+  model.muon.ns.nsDtype = "f32";
   model.qkClip = {{"gqa", "wq", "wk", 8, 2, kTau},
                   {"mha", "wq2", "wk2", 3, 0, kTau}};
   return model;

@@ -27,7 +27,7 @@
 
 #include "StateCut.h"
 
-#include "muon/Plan/GroupSettings.h"
+#include "muon/Plan/Algorithm.h"
 #include "muon/Runtime/MatrixStep.h"
 
 #include "muon/Support/Fnv.h"
@@ -85,11 +85,13 @@ std::string hex(uint64_t v) {
 }
 
 /// What makes two plans the same model: names, shapes, storage types and
-/// optimizer groups, in order (not the layout, nor the hyper-parameters).
+/// the parameters' algorithms (their Algorithm::modelTag), in order (not
+/// the layout, nor the hyper-parameters).
 uint64_t modelHash(const Plan &plan) {
   uint64_t h = fnv1a(std::string_view("muon-model"));
   for (const PlanParam &p : plan.params) {
-    std::string line = p.name + "|" + p.dtype + "|" + (p.muon ? "m" : "a");
+    std::string line =
+        p.name + "|" + p.dtype + "|" + algorithmOf(p.algorithm).modelTag;
     for (int64_t d : p.layout.shape)
       line += "|" + std::to_string(d);
     h = fnv1a(line.data(), line.size() + 1, h);
@@ -237,7 +239,7 @@ struct Manifest {
   struct Piece {
     size_t file = 0;
     Source source;
-    std::array<SlotRef, kSlots> slots;
+    std::vector<SlotRef> slots = std::vector<SlotRef>(slotCount());
   };
   std::vector<Piece> pieces;
   /// Every saved per-row state (NorMuon's), with its file and place.
@@ -332,16 +334,24 @@ bool readManifest(const std::string &dir, const Plan &plan, bool withParameters,
       const json::Value *o = rd.object(&(*groups)[g], gp);
       if (!o)
         break;
-      PlanGroup &group = out.groups.emplace_back();
-      group.name = rd.string(get(*o, "name"), gp + ".name").value_or("");
-      group.muon =
-          rd.oneOf(get(*o, "algorithm"), gp + ".algorithm", {"muon", "adamw"})
-              .value_or("muon") == "muon";
+      std::string name =
+          rd.string(get(*o, "name"), gp + ".name").value_or("");
+      std::vector<std::string_view> names;
+      for (const Algorithm &a : algorithms())
+        names.push_back(a.name);
+      std::optional<std::string> algorithm =
+          rd.oneOf(get(*o, "algorithm"), gp + ".algorithm", names);
+      if (!rd.ok())
+        break;
+      PlanGroup &group = out.groups.emplace_back(
+          findAlgorithm(*algorithm).value_or(kMuon));
+      group.name = std::move(name);
       // Every setting of its algorithm by its name (GroupSettings.h): the
       // optional ones only where present (they keep their defaults).
-      for (const GroupSetting &setting : groupSettings()) {
+      for (const GroupSetting &setting :
+           algorithmOf(group.algorithm).settings) {
         const json::Value *v = get(*o, setting.name);
-        if (setting.muon != group.muon || (!v && settingOptional(setting)))
+        if (!v && settingOptional(setting))
           continue;
         const std::string path = gp + "." + setting.name;
         if (setting.kind == GroupSetting::Kind::Name) {
@@ -417,9 +427,10 @@ bool readManifest(const std::string &dir, const Plan &plan, bool withParameters,
       for (auto st = states ? states->begin() : json::Value::const_iterator();
            states && st != states->end() && rd.ok(); ++st) {
         std::string sp = json::key(pp + ".states", st.key());
-        int slot = slotNamed(st.key());
+        const AlgorithmId algorithm = plan.params[s.param].algorithm;
+        int slot = slotNamed(algorithm, st.key());
         if (slot < 0) {
-          rd.fail(sp, "unknown state (expected " + slotNames() + ")");
+          rd.fail(sp, "unknown state (expected " + slotNames(algorithm) + ")");
           break;
         }
         const json::Value *ref = rd.object(&st.value(), sp);
@@ -450,7 +461,7 @@ bool readManifest(const std::string &dir, const Plan &plan, bool withParameters,
       int64_t bytes = 4;
       for (const Range &r : s.box)
         bytes *= r.size();
-      for (int slot = 0; slot < kSlots && rd.ok(); ++slot) {
+      for (int slot = 0; slot < slotCount() && rd.ok(); ++slot) {
         const SlotRef &at = piece.slots[slot];
         if (s.has[slot] &&
             (at.bytes != bytes || at.offset > mf.bytes - bytes ||
@@ -490,7 +501,7 @@ bool readManifest(const std::string &dir, const Plan &plan, bool withParameters,
       row.param = it->second;
       const ParamLayout &layout = plan.params[row.param].layout;
       const std::vector<int64_t> &shape = layout.shape;
-      if (shape.size() < 2 || !plan.params[row.param].muon) {
+      if (shape.size() < 2 || !plan.params[row.param].orthogonalized()) {
         rd.fail(rp + ".param", "'" + name + "' is not a Muon matrix");
         break;
       }
@@ -749,7 +760,7 @@ bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
               Ordered({{"name", p.name},
                        {"shape", p.layout.shape},
                        {"dtype", p.dtype},
-                       {"group", p.muon ? "muon" : "adamw"}})
+                       {"group", algorithmName(p.algorithm)}})
                   .dump();
     }
     text += "\n  ],\n  \"groups\": [";
@@ -757,10 +768,11 @@ bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
     for (size_t g = 0; g < groups.size(); ++g) {
       const PlanGroup &group = groups[g];
       Ordered o = {{"name", group.name},
-                   {"algorithm", algorithmName(group.muon)}};
+                   {"algorithm", algorithmName(group.algorithm)}};
       // Every setting of the group's algorithm by its name (GroupSettings.h).
-      for (const GroupSetting &setting : groupSettings()) {
-        if (setting.muon != group.muon || !settingWritten(setting, group))
+      for (const GroupSetting &setting :
+           algorithmOf(group.algorithm).settings) {
+        if (!settingWritten(setting, group))
           continue;
         if (setting.kind == GroupSetting::Kind::Name)
           o[setting.name] = settingName(setting, group);
@@ -841,7 +853,7 @@ bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
           pieceOf.push_back(&p);
         }
     std::vector<int64_t> splits;
-    std::vector<std::array<bool, kSlots>> used;
+    std::vector<std::vector<bool>> used;
     if (!checkSplits(plan, sources, what, splits, mine) ||
         !cut(plan, rank, slots, sources, splits, withParameters, what, nullptr,
              &used, mine))
@@ -884,7 +896,7 @@ bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
                      [&](int64_t from, int64_t to, int64_t length) {
                        runs.push_back({from, to, length});
                      });
-        for (int s = 0; ok && s < kSlots; ++s) {
+        for (int s = 0; ok && s < slotCount(); ++s) {
           r.has[s] = used[k][s];
           r.data[s] = nullptr;
           if (!used[k][s])

@@ -7,13 +7,15 @@
 
 namespace muon::runtime {
 
-double adjustedLr(const MuonSettings &s, int64_t rows, int64_t cols) {
-  // The plan's reader and setGroupOptions accept only known names.
-  return s.lr * adjustLrFactor(s.adjustLr, rows, cols) * s.extraScaleFactor;
+double adjustedLr(const PlanGroup &muon, int64_t rows, int64_t cols) {
+  // The plan's reader and setGroupSettings accept only known names.
+  return muon.number("lr") *
+         adjustLrFactor(muon.text("adjust_lr"), rows, cols) *
+         muon.number("extra_scale_factor");
 }
 
 void Device::normuon(float *x, int64_t rows, int64_t cols, float *v,
-                     const MuonSettings &settings) {
+                     const PlanGroup &settings) {
   std::vector<float> matrix(rows * cols), state(rows);
   copyToHost(matrix.data(), x, rows * cols * 4);
   copyToHost(state.data(), v, rows * 4);

@@ -10,19 +10,17 @@ const std::vector<MatrixStep> &matrixSteps() {
       // NorMuon (arXiv 2510.05491): normuonStep in ElementMath.h.
       {"normuon", "NorMuon", "normuon_v",
        [](Device &device, float *matrix, int64_t rows, int64_t cols,
-          float *state, const MuonSettings &s) {
+          float *state, const PlanGroup &s) {
          device.normuon(matrix, rows, cols, state, s);
        }},
   };
   return steps;
 }
 
-bool MatrixStep::enabled(const MuonSettings &settings) const {
-  const GroupSetting *flag = findGroupSetting(/*muon=*/true, setting);
+bool MatrixStep::enabled(const PlanGroup &group) const {
+  const GroupSetting *flag = findGroupSetting(group.algorithm, setting);
   if (!flag || flag->kind != GroupSetting::Kind::Flag)
     return false; // MatrixStepTest checks every step names a flag
-  PlanGroup group;
-  group.muonSettings = settings;
   return settingValue(*flag, group) != 0;
 }
 

@@ -2,7 +2,7 @@
 #include "muon/Runtime/StepExecutor.h"
 #include "StepLayout.h"
 
-#include "muon/Plan/GroupSettings.h"
+#include "muon/Plan/Algorithm.h"
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Runtime/MatrixStep.h"
@@ -118,12 +118,14 @@ Status StepExecutor::initialize() {
       continue;
     local.gradType = local.dtype;
     int64_t bytes = local.elements * 4;
-    for (int s = 0; s < kElementSlotCount; ++s)
-      if (kElementSlots[s].muon == p.muon)
+    const std::vector<ElementSlot> &slots = elementSlots();
+    local.state.resize(slots.size());
+    for (size_t s = 0; s < slots.size(); ++s)
+      if (keepsSlot(plan.groups[p.group], slots[s]))
         MUON_RETURN_IF_ERROR(
             allocate(local.state[s], bytes,
-                     (std::string(kElementSlots[s].name) + " state").c_str()));
-    if (p.muon) {
+                     (std::string(slots[s].name) + " state").c_str()));
+    if (p.orthogonalized()) {
       MUON_RETURN_IF_ERROR(allocate(local.update, bytes, "updates"));
       MUON_RETURN_IF_ERROR(allocate(local.orthogonalized, bytes, "updates"));
     } else {
@@ -158,7 +160,7 @@ Status StepExecutor::initialize() {
     const PlanMatrix &m = plan.matrices[k];
     const PlanParam &p = plan.params[m.paramIndex];
     for (size_t s = 0; s < steps.size(); ++s)
-      if (p.muon && steps[s].enabled(plan.groups[p.group].muonSettings))
+      if (p.orthogonalized() && steps[s].enabled(plan.groups[p.group]))
         MUON_RETURN_IF_ERROR(
             allocate(rowStates[{k, static_cast<int>(s)}], m.rows * 4,
                      (std::string(steps[s].title) + "'s per-row state")
@@ -191,10 +193,10 @@ void StepExecutor::setGroup(int64_t index, const PlanGroup &group) {
   currentGroups[index] = group;
   // The settings the plan fixes stay the plan's (NorMuon: which matrices
   // carry per-row state, allocated at initialize).
-  for (const GroupSetting &s : groupSettings())
-    if (s.fixed && s.muon == group.muon)
-      setSettingValue(s, currentGroups[index],
-                      settingValue(s, planRef.groups[index]));
+  for (const GroupSetting &s : algorithmOf(group.algorithm).settings)
+    if (s.fixed)
+      currentGroups[index].settings[s.index] =
+          planRef.groups[index].settings[s.index];
 }
 
 int64_t StepExecutor::memoryBound() const {
@@ -204,13 +206,14 @@ int64_t StepExecutor::memoryBound() const {
     const LocalParam &l = locals[i];
     if (!l.elements)
       continue;
-    // The element slots, and the update buffers (Muon) or the summed
-    // gradient (AdamW of a partial gradient).
-    int64_t buffers = plan.params[i].muon                 ? 2
+    // The element slots, and the update buffers (orthogonalized
+    // parameters) or the summed gradient (element-wise algorithms of a
+    // partial gradient).
+    int64_t buffers = plan.params[i].orthogonalized()      ? 2
                       : plan.params[i].layout.isPartial() ? 1
                                                           : 0;
-    for (const ElementSlot &slot : kElementSlots)
-      buffers += slot.muon == plan.params[i].muon;
+    for (const DeviceBuffer &slot : l.state)
+      buffers += slot.data() ? 1 : 0;
     state += buffers * l.elements * 4;
   }
   for (const auto &[k, buffer] : rowStates)
@@ -244,10 +247,11 @@ int64_t StepExecutor::memoryBound() const {
 
 uint64_t StepExecutor::groupsHash() const {
   uint64_t h = kFnvOffsetBasis;
-  // Every setting of the table, of both algorithms (a group's other
-  // algorithm's settings stay at their defaults on every rank).
-  for (const PlanGroup &g : currentGroups)
-    for (const GroupSetting &s : groupSettings()) {
+  // Every group's algorithm and each of its settings (GroupSettings.h).
+  for (const PlanGroup &g : currentGroups) {
+    const int64_t algorithm = g.algorithm;
+    h = fnv1a(&algorithm, sizeof(algorithm), h);
+    for (const GroupSetting &s : algorithmOf(g.algorithm).settings) {
       if (s.kind == GroupSetting::Kind::Name) {
         h = fnv1a(settingName(s, g), h);
       } else {
@@ -255,6 +259,7 @@ uint64_t StepExecutor::groupsHash() const {
         h = fnv1a(&value, sizeof(value), h);
       }
     }
+  }
   return h;
 }
 
@@ -266,7 +271,10 @@ bool StepExecutor::allBound() const {
 }
 
 float *StepExecutor::elementState(int64_t param, int slot) {
-  return locals[param].state[slot].floats();
+  const std::vector<DeviceBuffer> &state = locals[param].state;
+  return slot >= 0 && static_cast<size_t>(slot) < state.size()
+             ? state[slot].floats()
+             : nullptr;
 }
 
 float *StepExecutor::rowState(int64_t k, int step) {
@@ -583,8 +591,7 @@ Status StepExecutor::runNewtonSchulz(int64_t round) {
         if (float *state = rowState(k, static_cast<int>(s))) {
           const PlanMatrix &m = planRef.matrices[k];
           steps[s].run(device, full[k], m.rows, m.cols, state,
-                       currentGroups[planRef.params[m.paramIndex].group]
-                           .muonSettings);
+                       currentGroups[planRef.params[m.paramIndex].group]);
           comm.progress();
         }
     for (int64_t k : batch->matrices) {
@@ -633,8 +640,8 @@ void StepExecutor::applyRound(int64_t round) {
     if (own.offset < 0)
       continue;
     LocalParam &local = locals[m.paramIndex];
-    const MuonSettings &settings =
-        currentGroups[planRef.params[m.paramIndex].group].muonSettings;
+    const PlanGroup &settings =
+        currentGroups[planRef.params[m.paramIndex].group];
     // adjust_lr takes the matrix's shape: a head's block for per-head
     // Newton-Schulz, as dion and torchtitan scale each head's update.
     double lr = adjustedLr(settings, m.rows, m.cols);
@@ -654,16 +661,18 @@ void StepExecutor::applyRound(int64_t round) {
 void StepExecutor::runAdamW() {
   for (size_t i = 0; i < locals.size(); ++i) {
     LocalParam &local = locals[i];
-    if (planRef.params[i].muon || !local.elements || isSkipped(i))
+    if (planRef.params[i].orthogonalized() || !local.elements ||
+        isSkipped(i))
       continue;
     // Summed by this step's reduce when the gradient has several summands.
     const void *grad = local.summed ? local.summedGrad.data() : local.grad;
     DType gradType = local.summed ? DType::F32 : local.gradType;
     ++local.steps;
+    static const int expAvg = elementSlotOf(kAdamW, "exp_avg"),
+                     expAvgSq = elementSlotOf(kAdamW, "exp_avg_sq");
     device.adamw(local.values, local.dtype, grad, gradType,
-                 local.state[kExpAvgSlot].floats(),
-                 local.state[kExpAvgSqSlot].floats(), local.elements,
-                 currentGroups[planRef.params[i].group].adamwSettings,
+                 local.state[expAvg].floats(), local.state[expAvgSq].floats(),
+                 local.elements, currentGroups[planRef.params[i].group],
                  local.steps);
   }
 }
@@ -923,11 +932,14 @@ Status StepExecutor::runSchedule() {
     switch (s.kind) {
     case Kind::Momentum:
       for (size_t i = 0; i < locals.size(); ++i)
-        if (planRef.params[i].muon && locals[i].elements && !isSkipped(i))
+        if (planRef.params[i].orthogonalized() && locals[i].elements &&
+            !isSkipped(i)) {
+          static const int momentum = elementSlotOf(kMuon, "momentum");
           device.momentum(locals[i].grad, locals[i].gradType,
-                          locals[i].state[kMomentumSlot].floats(),
+                          locals[i].state[momentum].floats(),
                           locals[i].update.floats(), locals[i].elements,
-                          currentGroups[planRef.params[i].group].muonSettings);
+                          currentGroups[planRef.params[i].group]);
+        }
       break;
     case Kind::Start:
       MUON_RETURN_IF_ERROR(startExchange(s.index));

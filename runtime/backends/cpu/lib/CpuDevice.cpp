@@ -182,19 +182,19 @@ bool CpuDevice::allFinite(const void *x, DType type, int64_t n) {
 }
 
 void CpuDevice::momentum(const void *grad, DType gradType, float *buf,
-                         float *update, int64_t n, const MuonSettings &s) {
+                         float *update, int64_t n, const PlanGroup &s) {
   const MomentumScalars scalars = momentumScalars(s);
   for (int64_t i = 0; i < n; ++i)
     update[i] = momentumStep(loadAs(grad, gradType, i), buf[i], scalars);
 }
 
 void CpuDevice::normuon(float *x, int64_t rows, int64_t cols, float *v,
-                        const MuonSettings &settings) {
+                        const PlanGroup &settings) {
   normuonStep(x, rows, cols, v, normuonScalars(settings));
 }
 
 void CpuDevice::applyUpdate(void *values, DType type, const float *orth,
-                            int64_t n, const MuonSettings &s, double alr) {
+                            int64_t n, const PlanGroup &s, double alr) {
   const UpdateScalars scalars = updateScalars(s, alr);
   for (int64_t i = 0; i < n; ++i)
     storeAs(values, type, i,
@@ -203,7 +203,7 @@ void CpuDevice::applyUpdate(void *values, DType type, const float *orth,
 
 void CpuDevice::adamw(void *values, DType type, const void *grad,
                       DType gradType, float *expAvg, float *expAvgSq,
-                      int64_t n, const AdamWSettings &s, int64_t step) {
+                      int64_t n, const PlanGroup &s, int64_t step) {
   const AdamWScalars scalars = adamwScalars(s, step);
   for (int64_t i = 0; i < n; ++i)
     storeAs(values, type, i,

@@ -246,14 +246,14 @@ bool CudaDevice::allFinite(const void *x, DType type, int64_t n) {
 }
 
 void CudaDevice::momentum(const void *grad, DType gradType, float *buf,
-                          float *update, int64_t n, const MuonSettings &s) {
+                          float *update, int64_t n, const PlanGroup &s) {
   CurrentDevice current(gpu);
   launchMomentum(computeStream, grad, gradType, buf, update, n,
                  momentumScalars(s));
 }
 
 void CudaDevice::applyUpdate(void *values, DType type, const float *orth,
-                             int64_t n, const MuonSettings &s, double alr) {
+                             int64_t n, const PlanGroup &s, double alr) {
   CurrentDevice current(gpu);
   launchApplyUpdate(computeStream, values, type, orth, n,
                     updateScalars(s, alr));
@@ -261,14 +261,14 @@ void CudaDevice::applyUpdate(void *values, DType type, const float *orth,
 
 void CudaDevice::adamw(void *values, DType type, const void *grad,
                        DType gradType, float *expAvg, float *expAvgSq,
-                       int64_t n, const AdamWSettings &s, int64_t step) {
+                       int64_t n, const PlanGroup &s, int64_t step) {
   CurrentDevice current(gpu);
   launchAdamW(computeStream, values, type, grad, gradType, expAvg, expAvgSq, n,
               adamwScalars(s, step));
 }
 
 void CudaDevice::normuon(float *x, int64_t rows, int64_t cols, float *v,
-                         const MuonSettings &s) {
+                         const PlanGroup &s) {
   if (rows <= 0 || cols <= 0)
     return;
   CurrentDevice current(gpu);

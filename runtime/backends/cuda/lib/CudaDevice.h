@@ -38,16 +38,16 @@ public:
   void copyToHost(void *dst, const void *src, int64_t bytes) override;
   bool allFinite(const void *x, DType type, int64_t n) override;
   void momentum(const void *grad, DType gradType, float *buf, float *update,
-                int64_t n, const MuonSettings &settings) override;
+                int64_t n, const PlanGroup &muon) override;
   void applyUpdate(void *values, DType type, const float *orth, int64_t n,
-                   const MuonSettings &settings, double adjustedLr) override;
+                   const PlanGroup &muon, double adjustedLr) override;
   void adamw(void *values, DType type, const void *grad, DType gradType,
-             float *expAvg, float *expAvgSq, int64_t n,
-             const AdamWSettings &settings, int64_t step) override;
+             float *expAvg, float *expAvgSq, int64_t n, const PlanGroup &adamw,
+             int64_t step) override;
   void copyBox(const BoxCopy &copy) override;
   /// On the GPU (launchNormuon), with scratch from the pool.
   void normuon(float *x, int64_t rows, int64_t cols, float *v,
-               const MuonSettings &settings) override;
+               const PlanGroup &muon) override;
   /// On the GPU (launchScaleRows), the factors copied in first.
   void scaleRows(void *values, DType type, int64_t rows, int64_t cols,
                  const float *factors) override;

@@ -223,9 +223,9 @@ void checkMomentum(Tally &tally, Device &gpu, CpuDevice &cpu,
     for (bool nesterov : {true, false})
       for (double momentum : {0.95, 0.3}) // both branches of torch.lerp
         for (int64_t n : {1, 1001, 100003}) {
-          MuonSettings s;
-          s.momentum = momentum;
-          s.nesterov = nesterov;
+          PlanGroup s(kMuon);
+          s.setNumber("momentum", momentum);
+          s.setFlag("nesterov", nesterov);
           Bytes grad = randomTyped(type, n, rng);
           Bytes buf = randomTyped(DType::F32, n, rng);
           Bytes poison = filledTyped(DType::F32, n, NAN);
@@ -249,9 +249,9 @@ void checkApplyUpdate(Tally &tally, Device &gpu, CpuDevice &cpu,
                       std::mt19937 &rng) {
   for (DType type : kTypes)
     for (int64_t n : {1, 999, 100001}) {
-      MuonSettings s;
-      s.lr = 0.02;
-      s.weightDecay = 0.1;
+      PlanGroup s(kMuon);
+      s.setNumber("lr", 0.02);
+      s.setNumber("weight_decay", 0.1);
       const double alr = 0.0123;
       Bytes values = randomTyped(type, n, rng);
       Bytes orth = randomTyped(DType::F32, n, rng);
@@ -271,9 +271,9 @@ void checkAdamW(Tally &tally, Device &gpu, CpuDevice &cpu, std::mt19937 &rng) {
     for (DType gradType : kTypes)
       for (int64_t step : {1, 7}) {
         const int64_t n = 30011;
-        AdamWSettings s;
-        s.lr = 3e-3;
-        s.weightDecay = 0.05;
+        PlanGroup s(kAdamW);
+        s.setNumber("lr", 3e-3);
+        s.setNumber("weight_decay", 0.05);
         Bytes values = randomTyped(type, n, rng);
         Bytes grad = randomTyped(gradType, n, rng);
         Bytes expAvg = randomTyped(DType::F32, n, rng, 0.1f);

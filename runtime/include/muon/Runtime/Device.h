@@ -66,23 +66,21 @@ public:
   /// Momentum (and the Nesterov mix): buf = lerp(buf, grad, 1 - momentum);
   /// update = nesterov ? lerp(grad, buf, momentum) : buf.
   virtual void momentum(const void *grad, DType gradType, float *buf,
-                        float *update, int64_t n,
-                        const MuonSettings &settings) = 0;
+                        float *update, int64_t n, const PlanGroup &muon) = 0;
   /// values = values * (1 - lr * weight_decay) - adjustedLr * orth.
   virtual void applyUpdate(void *values, DType type, const float *orth,
-                           int64_t n, const MuonSettings &settings,
+                           int64_t n, const PlanGroup &muon,
                            double adjustedLr) = 0;
   /// torch.optim.AdamW's update, `step` counting from 1.
   virtual void adamw(void *values, DType type, const void *grad,
                      DType gradType, float *expAvg, float *expAvgSq,
-                     int64_t n, const AdamWSettings &settings,
-                     int64_t step) = 0;
+                     int64_t n, const PlanGroup &adamw, int64_t step) = 0;
   virtual void copyBox(const BoxCopy &copy) = 0;
   /// NorMuon's per-matrix step (normuonStep in ElementMath.h) on one
   /// rows x cols f32 matrix `x` with its per-row state `v`. The default
   /// runs it on a host copy of both (copyToHost, copyToDevice).
   virtual void normuon(float *x, int64_t rows, int64_t cols, float *v,
-                       const MuonSettings &settings);
+                       const PlanGroup &muon);
   /// QK-clip's rescale of a stored rows x cols piece (row-major, `type`):
   /// row i's values times `factors[i]` (host memory, one per row; a factor
   /// of 1 leaves the row's bits as they are), each product rounded to
@@ -121,8 +119,9 @@ public:
   virtual Status takeError() { return okStatus(); }
 };
 
-/// Muon's learning rate for a rows x cols matrix (`adjust_lr`).
-double adjustedLr(const MuonSettings &settings, int64_t rows, int64_t cols);
+/// Muon's learning rate for a rows x cols matrix (`adjust_lr`,
+/// `extra_scale_factor`) of a Muon group.
+double adjustedLr(const PlanGroup &muon, int64_t rows, int64_t cols);
 
 /// Device memory that releases itself.
 class DeviceBuffer {

@@ -36,9 +36,10 @@ struct MomentumScalars {
   bool nesterov = false;
 };
 
-inline MomentumScalars momentumScalars(const MuonSettings &s) {
-  return {static_cast<float>(s.momentum), static_cast<float>(1.0 - s.momentum),
-          s.nesterov};
+inline MomentumScalars momentumScalars(const PlanGroup &muon) {
+  const double momentum = muon.number("momentum");
+  return {static_cast<float>(momentum), static_cast<float>(1.0 - momentum),
+          muon.flag("nesterov")};
 }
 
 /// buf = lerp(buf, grad, 1 - momentum); the returned update is
@@ -58,10 +59,13 @@ struct UpdateScalars {
   bool cautious = false;
 };
 
-inline UpdateScalars updateScalars(const MuonSettings &s, double adjustedLr) {
-  const bool none = s.weightDecayMode == "none";
-  return {none ? 1.0f : static_cast<float>(1.0 - s.lr * s.weightDecay),
-          static_cast<float>(adjustedLr), s.weightDecayMode == "cautious"};
+inline UpdateScalars updateScalars(const PlanGroup &muon, double adjustedLr) {
+  const std::string &mode = muon.text("weight_decay_mode");
+  return {mode == "none" ? 1.0f
+                         : static_cast<float>(1.0 - muon.number("lr") *
+                                                        muon.number(
+                                                            "weight_decay")),
+          static_cast<float>(adjustedLr), mode == "cautious"};
 }
 
 /// Whether the update `orth` (subtracted) and `value` disagree in sign: the
@@ -84,17 +88,20 @@ struct AdamWScalars {
 };
 
 /// The scalars of step `step` (1-based).
-inline AdamWScalars adamwScalars(const AdamWSettings &s, int64_t step) {
-  const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(step));
+inline AdamWScalars adamwScalars(const PlanGroup &adamw, int64_t step) {
+  const double lr = adamw.number("lr"), beta1 = adamw.number("beta1"),
+               beta2 = adamw.number("beta2");
+  const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(step));
   AdamWScalars scalars;
-  scalars.decay = static_cast<float>(1.0 - s.lr * s.weightDecay);
-  scalars.oneMinusBeta1 = static_cast<float>(1.0 - s.beta1);
-  scalars.beta2 = static_cast<float>(s.beta2);
-  scalars.oneMinusBeta2 = static_cast<float>(1.0 - s.beta2);
-  scalars.stepSize = static_cast<float>(s.lr / bc1);
+  scalars.decay =
+      static_cast<float>(1.0 - lr * adamw.number("weight_decay"));
+  scalars.oneMinusBeta1 = static_cast<float>(1.0 - beta1);
+  scalars.beta2 = static_cast<float>(beta2);
+  scalars.oneMinusBeta2 = static_cast<float>(1.0 - beta2);
+  scalars.stepSize = static_cast<float>(lr / bc1);
   scalars.bc2Sqrt = static_cast<float>(std::sqrt(bc2));
-  scalars.eps = static_cast<float>(s.eps);
+  scalars.eps = static_cast<float>(adamw.number("eps"));
   return scalars;
 }
 
@@ -126,8 +133,8 @@ struct NormuonScalars {
   float oneMinusBeta2 = 0.05f, eps = 1e-8f;
 };
 
-inline NormuonScalars normuonScalars(const MuonSettings &s) {
-  return {static_cast<float>(1.0 - s.normuonBeta2),
+inline NormuonScalars normuonScalars(const PlanGroup &muon) {
+  return {static_cast<float>(1.0 - muon.number("normuon_beta2")),
           static_cast<float>(kNormuonEps)};
 }
 

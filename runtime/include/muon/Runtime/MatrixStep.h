@@ -32,11 +32,11 @@ struct MatrixStep {
   /// Runs on one gathered rows x cols f32 matrix (device memory, after
   /// Newton-Schulz) with its rows' state.
   void (*run)(Device &device, float *matrix, int64_t rows, int64_t cols,
-              float *state, const MuonSettings &settings);
+              float *state, const PlanGroup &muon);
 
   /// Whether a Muon group's settings turn the step on: its setting's flag
   /// (fixed by the plan: it decides which matrices carry the state).
-  bool enabled(const MuonSettings &settings) const;
+  bool enabled(const PlanGroup &group) const;
 };
 
 /// Every per-matrix step, in the order they run on a matrix.

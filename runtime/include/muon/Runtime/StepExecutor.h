@@ -144,11 +144,12 @@ public:
   int64_t rank() const { return myRank; }
 
   /// The optimizer state of parameter `param`'s piece, for state dicts and
-  /// checkpoints: slot `slot` (an index into kElementSlots), one f32 per
-  /// element in device memory, nullptr where the parameter's algorithm
-  /// keeps no such slot or this rank holds none of it.
+  /// checkpoints: slot `slot` (an index into elementSlots()), one f32 per
+  /// element in device memory, nullptr where the parameter's group keeps no
+  /// such slot or this rank holds none of it.
   float *elementState(int64_t param, int slot);
-  /// The steps the piece has taken (AdamW's bias correction).
+  /// The steps the piece has taken (AdamW's bias correction: its algorithm
+  /// counts them, countsSteps in ElementState.h).
   int64_t &stepCount(int64_t param) { return locals[param].steps; }
   /// One per-row state slot (MatrixStep.h) this rank keeps: matrix `k`'s
   /// slot of per-matrix step `step` (an index into matrixSteps()), one f32
@@ -172,10 +173,11 @@ private:
     void *values = nullptr;
     const void *grad = nullptr;
     DType gradType = DType::F32;
-    /// The slots of kElementSlots the parameter's algorithm keeps.
-    std::array<DeviceBuffer, kElementSlotCount> state;
-    DeviceBuffer update, orthogonalized; // Muon
-    DeviceBuffer summedGrad;             // AdamW
+    /// Its slots, by index into elementSlots(): those its group keeps
+    /// (keepsSlot) hold memory.
+    std::vector<DeviceBuffer> state;
+    DeviceBuffer update, orthogonalized; // orthogonalized parameters
+    DeviceBuffer summedGrad;             // element-wise algorithms' (AdamW)
     bool summed = false; // summedGrad holds this step's reduced gradient
     int64_t steps = 0;
   };

@@ -114,16 +114,16 @@ public:
   void copyToHost(void *dst, const void *src, int64_t bytes) override;
   bool allFinite(const void *x, DType type, int64_t n) override;
   void momentum(const void *grad, DType gradType, float *buf, float *update,
-                int64_t n, const MuonSettings &settings) override;
+                int64_t n, const PlanGroup &muon) override;
   void applyUpdate(void *values, DType type, const float *orth, int64_t n,
-                   const MuonSettings &settings, double adjustedLr) override;
+                   const PlanGroup &muon, double adjustedLr) override;
   void adamw(void *values, DType type, const void *grad, DType gradType,
-             float *expAvg, float *expAvgSq, int64_t n,
-             const AdamWSettings &settings, int64_t step) override;
+             float *expAvg, float *expAvgSq, int64_t n, const PlanGroup &adamw,
+             int64_t step) override;
   void copyBox(const BoxCopy &copy) override;
   /// In place: host memory is the device's.
   void normuon(float *x, int64_t rows, int64_t cols, float *v,
-               const MuonSettings &settings) override;
+               const PlanGroup &muon) override;
   int64_t newtonSchulz(float *x, int64_t count, int64_t rows, int64_t cols,
                        const std::vector<std::array<double, 3>> &abc,
                        double eps, DType precision) override;
