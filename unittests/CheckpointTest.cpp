@@ -10,6 +10,7 @@
 #include "muon/Compiler/Compile.h"
 #include "muon/Plan/Algorithm.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Runtime/ElementMath.h"
 #include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"

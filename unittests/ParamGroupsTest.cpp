@@ -16,6 +16,8 @@
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/NsCoefficients.h"
 
+#include "ElementSteps.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -159,13 +161,13 @@ TEST(ParamGroups, ScheduledStepsMatchAReferenceBitForBit) {
       const PlanGroup &g = groups[p.group];
       const int64_t count = static_cast<int64_t>(refValues[i].size());
       if (!g.orthogonalizes()) {
-        device.adamw(refValues[i].data(), DType::F32, grads[i].data(),
+        calls::runAdamW(device, refValues[i].data(), DType::F32, grads[i].data(),
                      DType::F32, expAvg[i].data(), expAvgSq[i].data(), count,
                      g, step + 1);
         continue;
       }
       std::vector<float> update(count);
-      device.momentum(grads[i].data(), DType::F32, momentum[i].data(),
+      calls::runMomentum(device, grads[i].data(), DType::F32, momentum[i].data(),
                       update.data(), count, g);
       const int64_t rows = p.layout.shape[0], cols = p.layout.shape[1];
       // In the precision the optimizer resolved "auto" to (bf16 on a CPU
@@ -173,7 +175,7 @@ TEST(ParamGroups, ScheduledStepsMatchAReferenceBitForBit) {
       const NewtonSchulzConfig &ns = plan.ns.configs[g.nsConfig];
       device.newtonSchulz(update.data(), 1, rows, cols, ns.coefficients, ns.eps,
                           opt->nsDtype());
-      device.applyUpdate(refValues[i].data(), DType::F32, update.data(), count,
+      calls::runMuonUpdate(device, refValues[i].data(), DType::F32, update.data(), count,
                          g, adjustedLr(g, rows, cols));
     }
     for (size_t i = 0; i < n; ++i)
@@ -439,17 +441,9 @@ public:
   bool allFinite(const void *x, DType t, int64_t n) override {
     return cpu.allFinite(x, t, n);
   }
-  void momentum(const void *g, DType gt, float *b, float *u, int64_t n,
-                const PlanGroup &s) override {
-    cpu.momentum(g, gt, b, u, n, s);
-  }
-  void applyUpdate(void *v, DType t, const float *o, int64_t n,
-                   const PlanGroup &s, double lr) override {
-    cpu.applyUpdate(v, t, o, n, s, lr);
-  }
-  void adamw(void *v, DType t, const void *g, DType gt, float *m, float *s2,
-             int64_t n, const PlanGroup &s, int64_t step) override {
-    cpu.adamw(v, t, g, gt, m, s2, n, s, step);
+  void runElementStep(const ElementStep &step, const ElementOperands &o,
+                      const StepScalars &s) override {
+    cpu.runElementStep(step, o, s);
   }
   void copyBox(const BoxCopy &c) override { cpu.copyBox(c); }
   int64_t newtonSchulz(float *x, int64_t count, int64_t rows, int64_t cols,
@@ -634,19 +628,19 @@ std::vector<std::string> differingFromReference(
       const PlanGroup &g = plan.groups[p.group];
       const int64_t count = static_cast<int64_t>(refValues[i].size());
       if (!g.orthogonalizes()) {
-        device.adamw(refValues[i].data(), DType::F32, grads[i].data(),
+        calls::runAdamW(device, refValues[i].data(), DType::F32, grads[i].data(),
                      DType::F32, expAvg[i].data(), expAvgSq[i].data(), count,
                      g, step + 1);
         continue;
       }
       std::vector<float> update(count);
-      device.momentum(grads[i].data(), DType::F32, momentum[i].data(),
+      calls::runMomentum(device, grads[i].data(), DType::F32, momentum[i].data(),
                       update.data(), count, g);
       const int64_t rows = p.layout.shape[0], cols = p.layout.shape[1];
       const NewtonSchulzConfig ns = nsOf(p);
       device.newtonSchulz(update.data(), 1, rows, cols, ns.coefficients, ns.eps,
                           opt->nsDtype());
-      device.applyUpdate(refValues[i].data(), DType::F32, update.data(), count,
+      calls::runMuonUpdate(device, refValues[i].data(), DType::F32, update.data(), count,
                          g, adjustedLr(g, rows, cols));
     }
   }

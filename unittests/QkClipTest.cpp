@@ -19,6 +19,8 @@
 #include "muon/Runtime/Optimizer.h"
 #include "OneRankOptimizer.h"
 
+#include "ElementSteps.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -499,7 +501,8 @@ TEST(QkClip, RowsOfEveryStorageTypeAreScaledAndRounded) {
     for (int64_t e = 0; e < rows * cols; ++e)
       storeAs(stored.data(), type, e, start[e]);
     const std::vector<char> before = stored;
-    device.scaleRows(stored.data(), type, rows, cols, factors);
+    calls::runQkClip(device, stored.data(), type, rows, cols, factors,
+                       PlanGroup(kMuon));
     for (int64_t e = 0; e < rows * cols; ++e) {
       const float was = loadAs(before.data(), type, e);
       const float want = roundTo(type, was * factors[e / cols]);

@@ -13,6 +13,8 @@
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/OutputFile.h"
 
+#include "ElementSteps.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -188,11 +190,11 @@ TEST(Kernels, MomentumAndNesterov) {
   PlanGroup s(kMuon);
   s.setNumber("momentum", 0.95);
   float grad = 1, buf = 0, update = 0;
-  device.momentum(&grad, DType::F32, &buf, &update, 1, s);
+  calls::runMomentum(device, &grad, DType::F32, &buf, &update, 1, s);
   EXPECT_NEAR(buf, 0.05f, 1e-7);
   EXPECT_NEAR(update, 0.0975f, 1e-7); // grad.lerp(buf, 0.95)
   s.setFlag("nesterov", false);
-  device.momentum(&grad, DType::F32, &buf, &update, 1, s);
+  calls::runMomentum(device, &grad, DType::F32, &buf, &update, 1, s);
   EXPECT_NEAR(buf, 0.0975f, 1e-7);
   EXPECT_EQ(update, buf);
 }
@@ -218,7 +220,7 @@ TEST(Kernels, AdjustedLrAndUpdate) {
   s.setText("adjust_lr", "original");
   float p = 1.0f, x = 0.5f;
   CpuDevice device;
-  device.applyUpdate(&p, DType::F32, &x, 1, s, 0.1);
+  calls::runMuonUpdate(device, &p, DType::F32, &x, 1, s, 0.1);
   EXPECT_NEAR(p, 1.0f * (1 - 0.002f) - 0.05f, 1e-7);
   // extra_scale_factor multiplies the update's lr after the mode's factor
   // (Megatron-LM: lr * scale_factor * extra_scale_factor), and not the
@@ -228,7 +230,7 @@ TEST(Kernels, AdjustedLrAndUpdate) {
   s.setText("adjust_lr", "spectral");
   EXPECT_DOUBLE_EQ(adjustedLr(s, 32, 64), 0.02 * 8 * 2.5);
   p = 1.0f;
-  device.applyUpdate(&p, DType::F32, &x, 1, s, adjustedLr(s, 1, 1));
+  calls::runMuonUpdate(device, &p, DType::F32, &x, 1, s, adjustedLr(s, 1, 1));
   EXPECT_NEAR(p, 1.0f * (1 - 0.002f) - 0.5f * 0.02f * 2.5f, 1e-7);
 }
 
@@ -251,7 +253,7 @@ TEST(Kernels, WeightDecayModes) {
     s.setText("weight_decay_mode", mode);
     float p[n];
     std::copy(values, values + n, p);
-    device.applyUpdate(p, DType::F32, orth, n, s, alr);
+    calls::runMuonUpdate(device, p, DType::F32, orth, n, s, alr);
     for (int64_t i = 0; i < n; ++i) {
       const double product = static_cast<double>(orth[i]) * values[i];
       const bool decays = std::string(mode) == "decoupled" ||
@@ -266,7 +268,7 @@ TEST(Kernels, WeightDecayModes) {
   s.setText("weight_decay_mode", "cautious");
   float p[n];
   std::copy(values, values + n, p);
-  device.applyUpdate(p, DType::F32, orth, n, s, alr);
+  calls::runMuonUpdate(device, p, DType::F32, orth, n, s, alr);
   EXPECT_EQ(p[2], values[2] - step * orth[2]);
   EXPECT_EQ(p[0], values[0] * decay - step * orth[0]);
 }
@@ -278,7 +280,7 @@ TEST(Kernels, AdamWFirstStepMovesByLr) {
   s.setNumber("weight_decay", 0);
   float p[2] = {1, 1}, g[2] = {0.3f, -2}, m[2] = {0, 0}, v[2] = {0, 0};
   CpuDevice device;
-  device.adamw(p, DType::F32, g, DType::F32, m, v, 2, s, 1);
+  calls::runAdamW(device, p, DType::F32, g, DType::F32, m, v, 2, s, 1);
   EXPECT_NEAR(p[0], 0.99f, 1e-6);
   EXPECT_NEAR(p[1], 1.01f, 1e-6);
 }

@@ -5,6 +5,7 @@
 #include "muon/Plan/Algorithm.h"
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Runtime/ElementStep.h"
 #include "muon/Runtime/MatrixStep.h"
 #include "muon/Support/Fnv.h"
 
@@ -120,11 +121,19 @@ Status StepExecutor::initialize() {
     int64_t bytes = local.elements * 4;
     const std::vector<ElementSlot> &slots = elementSlots();
     local.state.resize(slots.size());
-    for (size_t s = 0; s < slots.size(); ++s)
+    int taken = 0; // the algorithm's slots, in the order its steps take them
+    for (size_t s = 0; s < slots.size(); ++s) {
+      if (slots[s].algorithm != p.algorithm)
+        continue;
       if (keepsSlot(plan.groups[p.group], slots[s]))
         MUON_RETURN_IF_ERROR(
             allocate(local.state[s], bytes,
                      (std::string(slots[s].name) + " state").c_str()));
+      if (taken < kMaxStepSlots)
+        local.stepSlots[taken] = local.state[s].floats();
+      ++taken;
+    }
+    MUON_RETURN_IF_ERROR(resolveSteps(p, taken, local));
     if (p.orthogonalized()) {
       MUON_RETURN_IF_ERROR(allocate(local.update, bytes, "updates"));
       MUON_RETURN_IF_ERROR(allocate(local.orthogonalized, bytes, "updates"));
@@ -169,6 +178,28 @@ Status StepExecutor::initialize() {
   // The plan's, once: after the views and batches it counts.
   workingBytesBound = memoryBound();
   return okStatus();
+}
+
+Status StepExecutor::resolveSteps(const PlanParam &p, int slots,
+                                  LocalParam &local) {
+  // The registries must agree (AlgorithmTest checks them); a mismatch is
+  // the build's fault, reported rather than run.
+  const Algorithm &algorithm = algorithmOf(p.algorithm);
+  auto find = [&](const char *name, const ElementStep *&step) {
+    step = name ? findElementStep(name) : nullptr;
+    if (name && !step)
+      return Status(StatusCode::Internal,
+                    std::string(algorithm.title) + " names the step '" + name +
+                        "', which the runtime does not register");
+    if (step && step->slots > slots)
+      return Status(StatusCode::Internal,
+                    std::string("the step '") + name + "' takes " +
+                        std::to_string(step->slots) + " slots; " +
+                        algorithm.title + " keeps " + std::to_string(slots));
+    return okStatus();
+  };
+  MUON_RETURN_IF_ERROR(find(algorithm.prepareStep, local.prepareStep));
+  return find(algorithm.updateStep, local.updateStep);
 }
 
 const std::vector<Range> &StepExecutor::localBox(int64_t param) const {
@@ -590,8 +621,10 @@ Status StepExecutor::runNewtonSchulz(int64_t round) {
       for (size_t s = 0; s < steps.size(); ++s)
         if (float *state = rowState(k, static_cast<int>(s))) {
           const PlanMatrix &m = planRef.matrices[k];
-          steps[s].run(device, full[k], m.rows, m.cols, state,
-                       currentGroups[planRef.params[m.paramIndex].group]);
+          device.runMatrixStep(
+              steps[s], full[k], m.rows, m.cols, state,
+              steps[s].scalars(
+                  currentGroups[planRef.params[m.paramIndex].group]));
           comm.progress();
         }
     for (int64_t k : batch->matrices) {
@@ -640,40 +673,61 @@ void StepExecutor::applyRound(int64_t round) {
     if (own.offset < 0)
       continue;
     LocalParam &local = locals[m.paramIndex];
-    const PlanGroup &settings =
-        currentGroups[planRef.params[m.paramIndex].group];
-    // adjust_lr takes the matrix's shape: a head's block for per-head
-    // Newton-Schulz, as dion and torchtitan scale each head's update.
-    double lr = adjustedLr(settings, m.rows, m.cols);
+    // The algorithm's update step (Muon's weight decay and adjusted-lr
+    // update); adjust_lr takes the matrix's shape: a head's block for
+    // per-head Newton-Schulz, as dion and torchtitan scale each head's
+    // update.
+    const ElementStep &update = *local.updateStep;
+    const StepScalars scalars = update.scalars(
+        {currentGroups[planRef.params[m.paramIndex].group], 0, m.rows,
+         m.cols});
     // A head's block of columns is one run per row; anything else one run.
     int64_t runs = own.contiguous() ? 1 : own.rows.size();
     int64_t length = own.contiguous() ? own.elements() : own.cols.size();
     for (int64_t r = 0; r < runs; ++r) {
       int64_t at = own.offset + r * own.stride;
-      device.applyUpdate(static_cast<char *>(local.values) +
-                             at * dtypeBytes(local.dtype),
-                         local.dtype, local.orthogonalized.floats() + at,
-                         length, settings, lr);
+      ElementOperands o;
+      o.values = static_cast<char *>(local.values) + at * dtypeBytes(local.dtype);
+      o.type = local.dtype;
+      o.input = local.orthogonalized.floats() + at;
+      o.n = length;
+      device.runElementStep(update, o, scalars);
     }
   }
 }
 
-void StepExecutor::runAdamW() {
+void StepExecutor::prepare(int64_t i) {
+  LocalParam &local = locals[i];
+  ElementOperands o;
+  o.grad = local.grad;
+  o.gradType = local.gradType;
+  o.output = local.update.floats();
+  o.slots = local.stepSlots;
+  o.n = local.elements;
+  device.runElementStep(
+      *local.prepareStep, o,
+      local.prepareStep->scalars({currentGroups[planRef.params[i].group]}));
+}
+
+void StepExecutor::runElementUpdates() {
   for (size_t i = 0; i < locals.size(); ++i) {
     LocalParam &local = locals[i];
     if (planRef.params[i].orthogonalized() || !local.elements ||
         isSkipped(i))
       continue;
+    ElementOperands o;
+    o.values = local.values;
+    o.type = local.dtype;
     // Summed by this step's reduce when the gradient has several summands.
-    const void *grad = local.summed ? local.summedGrad.data() : local.grad;
-    DType gradType = local.summed ? DType::F32 : local.gradType;
+    o.grad = local.summed ? local.summedGrad.data() : local.grad;
+    o.gradType = local.summed ? DType::F32 : local.gradType;
+    o.slots = local.stepSlots;
+    o.n = local.elements;
     ++local.steps;
-    static const int expAvg = elementSlotOf(kAdamW, "exp_avg"),
-                     expAvgSq = elementSlotOf(kAdamW, "exp_avg_sq");
-    device.adamw(local.values, local.dtype, grad, gradType,
-                 local.state[expAvg].floats(), local.state[expAvgSq].floats(),
-                 local.elements, currentGroups[planRef.params[i].group],
-                 local.steps);
+    device.runElementStep(
+        *local.updateStep, o,
+        local.updateStep->scalars(
+            {currentGroups[planRef.params[i].group], local.steps}));
   }
 }
 
@@ -902,6 +956,9 @@ const StepLayout &StepExecutor::layoutFor(const std::vector<bool> &skip) {
 
 Status StepExecutor::agreeOnDeviceErrors() {
   Status mine = device.takeError();
+  if (mine.ok())
+    mine = stepFailure;
+  stepFailure = okStatus();
   const int64_t none = std::numeric_limits<int64_t>::max();
   int64_t first = none;
   std::string error;
@@ -932,14 +989,8 @@ Status StepExecutor::runSchedule() {
     switch (s.kind) {
     case Kind::Momentum:
       for (size_t i = 0; i < locals.size(); ++i)
-        if (planRef.params[i].orthogonalized() && locals[i].elements &&
-            !isSkipped(i)) {
-          static const int momentum = elementSlotOf(kMuon, "momentum");
-          device.momentum(locals[i].grad, locals[i].gradType,
-                          locals[i].state[momentum].floats(),
-                          locals[i].update.floats(), locals[i].elements,
-                          currentGroups[planRef.params[i].group]);
-        }
+        if (locals[i].prepareStep && locals[i].elements && !isSkipped(i))
+          prepare(static_cast<int64_t>(i));
       break;
     case Kind::Start:
       MUON_RETURN_IF_ERROR(startExchange(s.index));
@@ -954,7 +1005,7 @@ Status StepExecutor::runSchedule() {
       applyRound(s.index);
       break;
     case Kind::AdamW:
-      runAdamW();
+      runElementUpdates();
       break;
     }
     if (options.trace)

@@ -5,6 +5,8 @@
 #include "Kernels.h"
 #include "Memory.h"
 
+#include "muon/Runtime/MatrixStep.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -245,32 +247,25 @@ bool CudaDevice::allFinite(const void *x, DType type, int64_t n) {
   return *nonFiniteHost == 0;
 }
 
-void CudaDevice::momentum(const void *grad, DType gradType, float *buf,
-                          float *update, int64_t n, const PlanGroup &s) {
+void CudaDevice::runElementStep(const ElementStep &step,
+                                const ElementOperands &operands,
+                                const StepScalars &scalars) {
+  if (operands.n <= 0)
+    return;
   CurrentDevice current(gpu);
-  launchMomentum(computeStream, grad, gradType, buf, update, n,
-                 momentumScalars(s));
+  if (!launchElementStep(computeStream, step, operands, scalars))
+    Device::runElementStep(step, operands, scalars);
 }
 
-void CudaDevice::applyUpdate(void *values, DType type, const float *orth,
-                             int64_t n, const PlanGroup &s, double alr) {
-  CurrentDevice current(gpu);
-  launchApplyUpdate(computeStream, values, type, orth, n,
-                    updateScalars(s, alr));
-}
-
-void CudaDevice::adamw(void *values, DType type, const void *grad,
-                       DType gradType, float *expAvg, float *expAvgSq,
-                       int64_t n, const PlanGroup &s, int64_t step) {
-  CurrentDevice current(gpu);
-  launchAdamW(computeStream, values, type, grad, gradType, expAvg, expAvgSq, n,
-              adamwScalars(s, step));
-}
-
-void CudaDevice::normuon(float *x, int64_t rows, int64_t cols, float *v,
-                         const PlanGroup &s) {
+void CudaDevice::runMatrixStep(const MatrixStep &step, float *x, int64_t rows,
+                               int64_t cols, float *state,
+                               const StepScalars &scalars) {
   if (rows <= 0 || cols <= 0)
     return;
+  if (std::string_view(step.setting) != "normuon") {
+    Device::runMatrixStep(step, x, rows, cols, state, scalars);
+    return;
+  }
   CurrentDevice current(gpu);
   // The rows' sums before and after, then the factor; released in stream
   // order, after the kernels that use it.
@@ -281,29 +276,11 @@ void CudaDevice::normuon(float *x, int64_t rows, int64_t cols, float *v,
                   __LINE__);
     return;
   }
-  launchNormuon(computeStream, x, rows, cols, v, normuonScalars(s),
-                static_cast<double *>(scratch),
+  launchNormuon(computeStream, x, rows, cols, state,
+                scalars.as<NormuonScalars>(), static_cast<double *>(scratch),
                 reinterpret_cast<float *>(static_cast<char *>(scratch) +
                                           sumBytes));
   release(scratch);
-}
-
-void CudaDevice::scaleRows(void *values, DType type, int64_t rows,
-                           int64_t cols, const float *factors) {
-  if (rows <= 0 || cols <= 0)
-    return;
-  CurrentDevice current(gpu);
-  const int64_t bytes = rows * static_cast<int64_t>(sizeof(float));
-  void *onDevice = allocate(bytes);
-  if (!onDevice) {
-    recordFailure("allocating QK-clip's factors", "out of GPU memory", __FILE__,
-                  __LINE__);
-    return;
-  }
-  copyToDevice(onDevice, factors, bytes);
-  launchScaleRows(computeStream, values, type, rows, cols,
-                  static_cast<const float *>(onDevice));
-  release(onDevice);
 }
 
 void CudaDevice::copyBox(const BoxCopy &c) {

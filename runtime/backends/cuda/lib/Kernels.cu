@@ -71,7 +71,12 @@ struct CudaLaunch {
 
   template <typename K>
   void operator()(const Geometry &g, const K &kernel, const char *name,
-                  std::initializer_list<Span>) {
+                  std::initializer_list<Span> spans) {
+    (*this)(g, kernel, name, spans.begin(), spans.size());
+  }
+  template <typename K>
+  void operator()(const Geometry &g, const K &kernel, const char *name,
+                  const Span *, size_t) {
     const dim3 grid(g.grid.x, g.grid.y, g.grid.z);
     const dim3 block(g.block.x, g.block.y, g.block.z);
     if constexpr (kernels::isCooperative<K>())
@@ -88,7 +93,9 @@ struct CudaLaunch {
 bool kernelsLoadable(std::string &error) {
   cudaFuncAttributes attributes;
   cudaError_t status = cudaFuncGetAttributes(
-      &attributes, threadsKernel<kernels::Momentum<DType::F32>>);
+      &attributes,
+      threadsKernel<kernels::ElementStepKernel<MomentumOp, DType::F32,
+                                                DType::F32>>);
   if (status == cudaSuccess)
     return true;
   (void)cudaGetLastError(); // not sticky: clear it for the caller
@@ -103,26 +110,12 @@ void launchFindNonFinite(cudaStream_t stream, const void *x, DType type,
   kernels::findNonFinite(launch, x, type, n, nonFinite);
 }
 
-void launchMomentum(cudaStream_t stream, const void *grad, DType gradType,
-                    float *buf, float *update, int64_t n,
-                    const MomentumScalars &scalars) {
+bool launchElementStep(cudaStream_t stream, const ElementStep &step,
+                       const ElementOperands &operands,
+                       const StepScalars &scalars) {
   CudaLaunch launch{stream};
-  kernels::momentum(launch, grad, gradType, buf, update, n, scalars);
-}
-
-void launchApplyUpdate(cudaStream_t stream, void *values, DType type,
-                       const float *orth, int64_t n,
-                       const UpdateScalars &scalars) {
-  CudaLaunch launch{stream};
-  kernels::applyUpdate(launch, values, type, orth, n, scalars);
-}
-
-void launchAdamW(cudaStream_t stream, void *values, DType type,
-                 const void *grad, DType gradType, float *expAvg,
-                 float *expAvgSq, int64_t n, const AdamWScalars &scalars) {
-  CudaLaunch launch{stream};
-  kernels::adamw(launch, values, type, grad, gradType, expAvg, expAvgSq, n,
-                 scalars);
+  return kernels::launchStepOf(launch, step, operands, scalars,
+                               static_cast<const ElementOps *>(nullptr));
 }
 
 void launchCopyBox(cudaStream_t stream, const BoxCopy &copy) {
@@ -172,12 +165,6 @@ void launchNormuon(cudaStream_t stream, float *x, int64_t rows, int64_t cols,
                    float *scale) {
   CudaLaunch launch{stream};
   kernels::normuon(launch, x, rows, cols, v, scalars, sums, scale);
-}
-
-void launchScaleRows(cudaStream_t stream, void *values, DType type,
-                     int64_t rows, int64_t cols, const float *factors) {
-  CudaLaunch launch{stream};
-  kernels::scaleRows(launch, values, type, rows, cols, factors);
 }
 
 } // namespace muon::runtime::cuda

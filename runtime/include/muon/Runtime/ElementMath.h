@@ -1,21 +1,26 @@
 //===- ElementMath.h - The optimizers' arithmetic per element ---*- C++ -*-===//
 //
-// What momentum, the Muon update and AdamW compute for one element, written
-// once for every device (MUON_HOST_DEVICE): CpuDevice's loops and the CUDA
-// kernels call these, so the two can only differ where a compiler does (see
-// HostDevice.h). The scalars derived from the settings are computed on the
-// host, once per call, in double and then rounded to f32, as here.
+// What momentum, the Muon update, AdamW and the other per-element steps
+// compute for one element, written once for every device
+// (MUON_HOST_DEVICE), and the steps themselves as ops (at the end): the
+// registry's host loops (ElementStep.cpp) and the CUDA kernels
+// (KernelBodies.h) run the same ops, so the two can only differ where a
+// compiler does (see HostDevice.h). The scalars derived from the settings
+// are computed on the host, once per call, in double and then rounded to
+// f32, as here.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_ELEMENTMATH_H
 #define MUON_RUNTIME_ELEMENTMATH_H
 
 #include "muon/Plan/Plan.h"
+#include "muon/Runtime/ElementStep.h"
 #include "muon/Runtime/HostDevice.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 
 namespace muon::runtime {
 
@@ -48,6 +53,15 @@ MUON_HOST_DEVICE inline float momentumStep(float grad, float &buf,
                                            const MomentumScalars &s) {
   buf = lerp(buf, grad, s.oneMinusMomentum);
   return s.nesterov ? lerp(grad, buf, s.momentum) : buf;
+}
+
+/// Muon's learning rate for a rows x cols matrix of a Muon group
+/// (`adjust_lr`, then `extra_scale_factor`). The plan's reader and
+/// setGroupSettings accept only known adjust_lr names.
+inline double adjustedLr(const PlanGroup &muon, int64_t rows, int64_t cols) {
+  return muon.number("lr") *
+         adjustLrFactor(muon.text("adjust_lr"), rows, cols) *
+         muon.number("extra_scale_factor");
 }
 
 /// The Muon update: values * decay - alr * orth, where decay is
@@ -193,6 +207,92 @@ inline float qkClipFactor(double threshold, double maxLogit) {
 MUON_HOST_DEVICE inline float qkClipped(float value, float factor) {
   return value * factor;
 }
+
+// The per-element steps as ops: each has its name, the operands it touches
+// (kUses, kSlots), its Scalars and how it derives them from a call's
+// context, and `apply`, one element's work on an accessor `e` of the
+// element's operands (value()/setValue(), grad(), input(), rowInput(),
+// setOutput(), slot(k)/setSlot(k)), which the host loop and the CUDA
+// kernels provide. Every value is read once and written once, through
+// registers.
+
+/// A step without scalars.
+struct NoScalars {};
+
+/// Muon's momentum (and the Nesterov mix) on a holder's own gradient
+/// summand: its slot 0 is the momentum buffer, its output the update the
+/// gathers carry.
+struct MomentumOp {
+  static constexpr const char *kName = "momentum";
+  static constexpr unsigned kUses = kReadsGrad | kWritesOutput;
+  static constexpr int kSlots = 1;
+  using Scalars = MomentumScalars;
+  static Scalars scalars(const StepContext &c) {
+    return momentumScalars(c.group);
+  }
+  template <typename E>
+  MUON_HOST_DEVICE static void apply(E &e, const Scalars &s) {
+    float buf = e.slot(0);
+    e.setOutput(momentumStep(e.grad(), buf, s));
+    e.setSlot(0, buf);
+  }
+};
+
+/// Muon's update of a stored piece from its orthogonalized values (the
+/// input), with weight decay (updatedValue); the context's matrix shape
+/// gives the adjusted lr.
+struct MuonUpdateOp {
+  static constexpr const char *kName = "muon_update";
+  static constexpr unsigned kUses = kReadsValues | kWritesValues | kReadsInput;
+  static constexpr int kSlots = 0;
+  using Scalars = UpdateScalars;
+  static Scalars scalars(const StepContext &c) {
+    return updateScalars(c.group, adjustedLr(c.group, c.rows, c.cols));
+  }
+  template <typename E>
+  MUON_HOST_DEVICE static void apply(E &e, const Scalars &s) {
+    e.setValue(updatedValue(e.value(), e.input(), s));
+  }
+};
+
+/// AdamW's update on the summed gradient: slots 0 and 1 are its moments.
+struct AdamWOp {
+  static constexpr const char *kName = "adamw";
+  static constexpr unsigned kUses = kReadsValues | kWritesValues | kReadsGrad;
+  static constexpr int kSlots = 2;
+  using Scalars = AdamWScalars;
+  static Scalars scalars(const StepContext &c) {
+    return adamwScalars(c.group, c.step);
+  }
+  template <typename E>
+  MUON_HOST_DEVICE static void apply(E &e, const Scalars &s) {
+    float m = e.slot(0), v = e.slot(1);
+    e.setValue(adamwStep(e.value(), e.grad(), m, v, s));
+    e.setSlot(0, m);
+    e.setSlot(1, v);
+  }
+};
+
+/// QK-clip's rescale of a stored piece: each row times its factor (the
+/// input, one per row); a row whose factor is 1 keeps its bits.
+struct QkClipOp {
+  static constexpr const char *kName = "qk_clip";
+  static constexpr unsigned kUses =
+      kReadsValues | kWritesValues | kReadsRowInput;
+  static constexpr int kSlots = 0;
+  using Scalars = NoScalars;
+  static Scalars scalars(const StepContext &) { return {}; }
+  template <typename E>
+  MUON_HOST_DEVICE static void apply(E &e, const Scalars &) {
+    const float factor = e.rowInput();
+    if (factor != 1.0f)
+      e.setValue(qkClipped(e.value(), factor));
+  }
+};
+
+/// Every per-element step, in registry order (ElementStep.h): the host
+/// loops and the CUDA kernels are made from this list.
+using ElementOps = std::tuple<MomentumOp, MuonUpdateOp, AdamWOp, QkClipOp>;
 
 } // namespace muon::runtime
 

@@ -176,6 +176,11 @@ private:
     /// Its slots, by index into elementSlots(): those its group keeps
     /// (keepsSlot) hold memory.
     std::vector<DeviceBuffer> state;
+    /// Its algorithm's per-element steps (ElementStep.h): the prepare step
+    /// (null for most) and the update step, and its slots in the order
+    /// they take them.
+    const ElementStep *prepareStep = nullptr, *updateStep = nullptr;
+    std::array<float *, kMaxStepSlots> stepSlots{};
     DeviceBuffer update, orthogonalized; // orthogonalized parameters
     DeviceBuffer summedGrad;             // element-wise algorithms' (AdamW)
     bool summed = false; // summedGrad holds this step's reduced gradient
@@ -200,12 +205,14 @@ private:
     int64_t elements() const { return rows.size() * cols.size(); }
   };
   Piece piece(int64_t k) const;
+  /// The steps of p's algorithm (Algorithm::prepareStep, updateStep) into
+  /// `local`, checked against the `slots` it keeps.
+  Status resolveSteps(const PlanParam &p, int slots, LocalParam &local);
   Status fullMatrix(int64_t k, float *&matrix);
   Status startExchange(int64_t index);
   Status finishExchange(int64_t index);
   Status runNewtonSchulz(int64_t round);
   void applyRound(int64_t round);
-  void runAdamW();
   Status runSchedule();
   /// The parameters without a gradient on every rank that holds them, into
   /// `skipped`, when some rank said it has such parameters; refused when a
@@ -225,6 +232,18 @@ private:
   /// Rescales this rank's rows of each layer's W_q and W_k by their heads'
   /// factors; returns the query heads clipped.
   int64_t applyQkClip(const std::vector<std::vector<float>> &maxima);
+  /// Row r of parameter `param`'s piece (2-D, rows x cols) times
+  /// factors[r], QK-clip's step.
+  void scaleRows(int64_t param, const std::vector<float> &factors);
+  /// Runs parameter `i`'s algorithm's prepare step (Muon's momentum) on its
+  /// own gradient summand, into its update buffer.
+  void prepare(int64_t i);
+  /// The update steps of the parameters of element-wise algorithms (AdamW,
+  /// ...), on summed gradients: the schedule's AdamW step.
+  void runElementUpdates();
+  /// A failure of this rank's step outside the device (memory for a
+  /// step's operands), agreed on with the device's errors.
+  Status stepFailure;
   std::string describeExchange(int64_t index) const;
   Status allocate(DeviceBuffer &buffer, int64_t bytes, const char *what);
   /// FNV-1a of every group's settings: what ranks compare before a step.
