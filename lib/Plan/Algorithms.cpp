@@ -79,8 +79,9 @@ Algorithm adamw() {
       {
           // The bias correction counts each piece's steps.
           {"exp_avg", nullptr, /*perSummand=*/false, /*carriesStep=*/true},
+          // A second moment: never below zero.
           {"exp_avg_sq", nullptr, /*perSummand=*/false,
-           /*carriesStep=*/false},
+           /*carriesStep=*/false, /*nonNegative=*/true},
       },
   };
 }

@@ -14,7 +14,8 @@ const std::vector<MatrixStep> &matrixSteps() {
        [](float *matrix, int64_t rows, int64_t cols, float *state,
           const StepScalars &s) {
          normuonStep(matrix, rows, cols, state, s.as<NormuonScalars>());
-       }},
+       },
+       /*nonNegativeState=*/true},
   };
   return steps;
 }

@@ -123,7 +123,7 @@ StepExecutor::applyQkClip(const std::vector<std::vector<float>> &maxima) {
         continue;
       const int64_t headRows = planRef.params[param].layout.shape[0] /
                                static_cast<int64_t>(factors->size());
-      const Range rows = local.box[0], cols = local.box[1];
+      const Range rows = local.box[0];
       std::vector<float> rowFactor(rows.size());
       bool any = false;
       for (int64_t r = rows.begin; r < rows.end; ++r) {

@@ -1,5 +1,6 @@
 //===- Verify.cpp - A run's parameters against one device -----------------===//
 #include "Verify.h"
+#include "Backend.h"
 #include "RankRun.h"
 
 #include "muon/Runtime/Cpu/CpuDevice.h"
@@ -138,10 +139,9 @@ bool verifyAgainstReference(const Plan &plan, const RunFlags &flags,
   // ranks used (a plan's "auto" means the ranks' device's default).
   Plan referenced = plan;
   referenced.ns.nsDtype = dtypeName(nsDtype);
-  // A GPU runs every step in the standard form: so does its reference.
+  // The form the ranks' devices ran (a GPU's Gram form is the CPU's).
   cpu::CpuDeviceOptions referenceOptions;
-  if (flags.backend == "cuda")
-    referenceOptions.nsForm = cpu::NsForm::Standard;
+  referenceOptions.nsForm = rankNsForm(flags);
   cpu::CpuDevice cpuDevice(referenceOptions);
   std::vector<std::vector<float>> reference, initial;
   if (!runReference(referenced, cpuDevice, flags.seed, flags.steps,

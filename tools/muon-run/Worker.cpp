@@ -33,6 +33,21 @@ using namespace muon::runtime;
 
 namespace {
 
+/// "recorded", "replayed", "eager (warm-up before the recording)".
+std::string graphUseText(const StepCounters &c) {
+  switch (c.graph) {
+  case GraphUse::Off:
+    return "off";
+  case GraphUse::Recorded:
+    return c.graphNote.empty() ? "recorded" : "recorded (" + c.graphNote + ")";
+  case GraphUse::Replayed:
+    return "replayed";
+  case GraphUse::Eager:
+    return "eager (" + c.graphNote + ")";
+  }
+  return "";
+}
+
 /// What a rank's steps gave.
 struct StepsOutcome {
   RankRun run;
@@ -113,6 +128,7 @@ StepsOutcome Rank::runSteps(Optimizer &optimizer, SyntheticModel &model,
   StepsOutcome out;
   const bool lead = rank == 0, tracing = !flags.traceFile.empty();
   std::optional<StepCounters> counted;
+  int64_t graphSteps[4] = {0, 0, 0, 0}; // by GraphUse
   for (int64_t s = 0; s < flags.steps; ++s) {
     dieOrStallAt(s);
     model.makeGradients(s, flags.microBatches, nonFinite);
@@ -160,6 +176,7 @@ StepsOutcome Rank::runSteps(Optimizer &optimizer, SyntheticModel &model,
     out.run.stepSeconds.push_back(seconds);
     if (tracing)
       out.lastTrace = optimizer.trace();
+    ++graphSteps[static_cast<int>(c.graph)];
     if (lead && !flags.quiet)
       printLines(format("step %lld/%lld: %.2f ms (rank 0)",
                         static_cast<long long>(s + 1),
@@ -168,8 +185,19 @@ StepsOutcome Rank::runSteps(Optimizer &optimizer, SyntheticModel &model,
                  (plan.qkClip.empty()
                       ? std::string()
                       : format(", QK-clip: %lld head(s) clipped",
-                               static_cast<long long>(result.qkClippedHeads))));
+                               static_cast<long long>(result.qkClippedHeads))) +
+                 (c.graph == GraphUse::Off ? std::string()
+                                           : ", graph: " + graphUseText(c)));
   }
+  if (lead && !flags.quiet && flags.graphs)
+    printLines(format("step graphs (rank 0): %lld recorded, %lld replayed, "
+                      "%lld eager",
+                      static_cast<long long>(
+                          graphSteps[static_cast<int>(GraphUse::Recorded)]),
+                      static_cast<long long>(
+                          graphSteps[static_cast<int>(GraphUse::Replayed)]),
+                      static_cast<long long>(
+                          graphSteps[static_cast<int>(GraphUse::Eager)])));
   out.planned = computeRankFigures(plan)[rank];
   out.run.plannedSent = static_cast<double>(out.planned.bytesSent);
   out.run.plannedReceived = static_cast<double>(out.planned.bytesReceived);
@@ -227,6 +255,7 @@ int Rank::run(const std::string &mpiProgress) {
   OptimizerOptions options;
   options.timeoutSeconds = flags.timeoutSeconds;
   options.trace = !flags.traceFile.empty();
+  options.graphs = flags.graphs;
   std::unique_ptr<Optimizer> optimizer;
   if (Status s = Optimizer::create(plan, comm, device, options, optimizer);
       !s.ok()) {

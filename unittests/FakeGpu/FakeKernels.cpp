@@ -103,20 +103,15 @@ struct HostLaunch {
 
 } // namespace
 
+using Launcher = HostLaunch;
+#include "KernelLaunches.inc"
+
 bool kernelsLoadable(std::string &) { return true; }
 
 void launchFindNonFinite(cudaStream_t stream, const void *x, DType type,
                          int64_t n, int *nonFinite) {
   HostLaunch launch{stream};
   kernels::findNonFinite(launch, x, type, n, nonFinite);
-}
-
-bool launchElementStep(cudaStream_t stream, const ElementStep &step,
-                       const ElementOperands &operands,
-                       const StepScalars &scalars) {
-  HostLaunch launch{stream};
-  return kernels::launchStepOf(launch, step, operands, scalars,
-                               static_cast<const ElementOps *>(nullptr));
 }
 
 void launchCopyBox(cudaStream_t stream, const BoxCopy &copy) {

@@ -41,6 +41,9 @@ struct ElementSlot {
   /// Whether the piece's step count (AdamW's bias correction counts the
   /// steps each piece took) is taken from wherever this slot is loaded from.
   bool carriesStep = false;
+  /// A second moment (a running mean of squares): a loaded value below
+  /// zero is damage, refused like a NaN (every slot must be finite).
+  bool nonNegative = false;
 
   /// Filled by the registry (algorithms()): the algorithm that keeps it.
   AlgorithmId algorithm = kMuon;

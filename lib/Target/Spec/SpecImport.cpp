@@ -5,6 +5,7 @@
 #include "muon/Dialect/Muon/IR/ShardAdapter.h"
 #include "muon/Plan/Algorithm.h"
 #include "muon/Plan/Validate.h"
+#include "muon/Support/Escape.h"
 #include "muon/Support/Json.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/ModelLimits.h"
@@ -1500,10 +1501,14 @@ SpecDiagnosticHandler::SpecDiagnosticHandler(MLIRContext *context,
       severity = "note";
     else if (diag.getSeverity() == DiagnosticSeverity::Remark)
       severity = "remark";
-    os << source << ": " << name.getName().getValue() << ": " << severity
-       << ": " << diag.str() << "\n";
+    // Messages quote the spec (names, keys, the bytes a parse stopped at):
+    // escaped, as every message that quotes input is.
+    os << ::muon::escapeBytes(source) << ": "
+       << ::muon::escapeBytes(name.getName().getValue().str()) << ": "
+       << severity << ": " << ::muon::escapeBytes(diag.str()) << "\n";
     for (Diagnostic &note : diag.getNotes())
-      os << source << ": note: " << note.str() << "\n";
+      os << ::muon::escapeBytes(source)
+         << ": note: " << ::muon::escapeBytes(note.str()) << "\n";
     return success();
   });
 }

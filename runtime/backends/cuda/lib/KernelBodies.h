@@ -166,14 +166,19 @@ template <DType T, DType G> struct StepElement {
 };
 
 /// A registered per-element step (an op of ElementMath.h) on every element:
-/// the op's `apply`, the code the CPU's host loop runs.
+/// the op's `apply`, the code the CPU's host loop runs. `at`, where not
+/// null, holds the scalars in device memory instead of `s`: a step graph's
+/// kernels read the scalars of the step being replayed there (the learning
+/// rate, AdamW's bias corrections: CudaDevice's scalar slots).
 template <typename Op, DType T, DType G> struct ElementStepKernel {
   ElementOperands o;
   typename Op::Scalars s;
+  const typename Op::Scalars *at;
   MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const typename Op::Scalars scalars = at ? *at : s;
     for (int64_t i = t.first(); i < o.n; i += t.stride()) {
       StepElement<T, G> e{o, i};
-      Op::apply(e, s);
+      Op::apply(e, scalars);
     }
   }
 };
@@ -289,6 +294,42 @@ template <DType In> struct CopyOut {
     const int64_t total = count * elements;
     for (int64_t i = t.first(); i < total; i += t.stride())
       out[i] = loadElement<In>(in, i + i / elements * (inStride - elements));
+  }
+};
+
+/// The Gram form's H = a I + b R + c R R starts as F = b R + a I in f32
+/// (the product then adds c R R on top, and H is F rounded once): per
+/// element of `count` column-major m x m matrices `stride` elements apart,
+/// R's values (F32, or BF16 bits) in, F's out. The expression is
+/// OneDnnNewtonSchulz.cpp's, term for term.
+template <DType R> struct PolynomialBase {
+  const void *r;
+  float *f;
+  int64_t count, m, stride;
+  float a, b;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const int64_t square = m * m, total = count * square;
+    for (int64_t i = t.first(); i < total; i += t.stride()) {
+      const int64_t matrix = i / square, at = i % square;
+      const int64_t row = at % m, col = at / m;
+      const int64_t index = matrix * stride + at;
+      f[index] = b * loadElement<R>(r, index) + (row == col ? a : 0.0f);
+    }
+  }
+};
+
+/// out = bf16(in) per element of `count` matrices of `elements` values,
+/// `stride` elements apart in both (round to nearest even, NaNs quiet).
+struct RoundMatricesToBf16 {
+  const float *in;
+  uint16_t *out;
+  int64_t count, elements, stride;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const int64_t total = count * elements;
+    for (int64_t i = t.first(); i < total; i += t.stride()) {
+      const int64_t index = i / elements * stride + i % elements;
+      out[index] = toBf16Bits(in[index]);
+    }
   }
 };
 
@@ -492,11 +533,12 @@ void withStepTypes(const ElementOperands &o, F &&f) {
   });
 }
 
-/// The memory a step's launch may touch: the operands the op uses.
+/// The memory a step's launch may touch: the operands the op uses, and
+/// its scalars' slot in a step graph.
 template <typename Op> struct StepSpans {
-  Span spans[4 + kMaxStepSlots];
+  Span spans[5 + kMaxStepSlots];
   size_t count = 0;
-  explicit StepSpans(const ElementOperands &o) {
+  StepSpans(const ElementOperands &o, const void *scalarsAt) {
     const int64_t n = o.n;
     if (Op::kUses & (kReadsValues | kWritesValues))
       spans[count++] = {o.values, bytesOf(n, o.type)};
@@ -508,36 +550,44 @@ template <typename Op> struct StepSpans {
       spans[count++] = {o.output, bytesOf(n, DType::F32)};
     for (int k = 0; k < Op::kSlots; ++k)
       spans[count++] = {o.slots[k], bytesOf(n, DType::F32)};
+    if (scalarsAt)
+      spans[count++] = {scalarsAt,
+                        static_cast<int64_t>(sizeof(typename Op::Scalars))};
   }
 };
 
-/// A per-element step's kernel, named after the step ("momentumKernel").
+/// A per-element step's kernel, named after the step ("momentumKernel");
+/// `at` as ElementStepKernel's.
 template <typename Launch, typename Op>
 void elementStep(Launch &launch, const ElementOperands &o,
-                 const typename Op::Scalars &s) {
+                 const typename Op::Scalars &s,
+                 const typename Op::Scalars *at) {
   if (o.n <= 0)
     return;
   static const std::string name = std::string(Op::kName) + "Kernel";
-  const StepSpans<Op> spans(o);
+  const StepSpans<Op> spans(o, at);
   withStepTypes<Op>(o, [&](auto t, auto g) {
     launch(elementwiseGeometry(o.n),
-           ElementStepKernel<Op, decltype(t)::value, decltype(g)::value>{o, s},
+           ElementStepKernel<Op, decltype(t)::value, decltype(g)::value>{o, s,
+                                                                        at},
            name.c_str(), spans.spans, spans.count);
   });
 }
 
 /// Launches the kernel of `step` (a registered step, ElementStep.h) when
-/// one of ElementOps is called so; false when none is (then the device's
-/// default runs it).
+/// one of ElementOps is called so, its scalars read from `scalarsAt` (the
+/// op's Scalars in device memory) where that is not null; false when none
+/// is (then the device's default runs it).
 template <typename Launch, typename... Ops>
 bool launchStepOf(Launch &launch, const ElementStep &step,
                   const ElementOperands &o, const StepScalars &s,
-                  const std::tuple<Ops...> *) {
+                  const void *scalarsAt, const std::tuple<Ops...> *) {
   bool launched = false;
   (void)std::initializer_list<int>{
       (!launched && std::string_view(step.name) == Ops::kName
-           ? (elementStep<Launch, Ops>(launch, o,
-                                       s.as<typename Ops::Scalars>()),
+           ? (elementStep<Launch, Ops>(
+                  launch, o, s.as<typename Ops::Scalars>(),
+                  static_cast<const typename Ops::Scalars *>(scalarsAt)),
               launched = true, 0)
            : 0)...};
   return launched;
@@ -660,6 +710,38 @@ void mirrorLower(Launch &launch, void *matrices, int64_t count, int64_t m,
            MirrorLower<uint16_t>{static_cast<uint16_t *>(matrices), count, m,
                                  stride},
            "mirrorLowerKernel", spans);
+}
+
+/// F = b R + a I over `count` m x m matrices `stride` elements apart (R in
+/// `rType`, F f32): the Gram form's polynomial before its product.
+template <typename Launch>
+void polynomialBase(Launch &launch, const void *r, DType rType, float *f,
+                    int64_t count, int64_t m, int64_t stride, float a,
+                    float b) {
+  if (count <= 0 || m <= 0)
+    return;
+  const std::initializer_list<Span> spans = {
+      {r, stridedBytes(count, stride, m * m, rType)},
+      {f, stridedBytes(count, stride, m * m, DType::F32)}};
+  withType(rType, [&](auto type) {
+    launch(elementwiseGeometry(count * m * m),
+           PolynomialBase<decltype(type)::value>{r, f, count, m, stride, a, b},
+           "polynomialBaseKernel", spans);
+  });
+}
+
+/// out = bf16(in) over `count` matrices of `elements` values, `stride`
+/// elements apart.
+template <typename Launch>
+void roundToBf16(Launch &launch, const float *in, uint16_t *out,
+                 int64_t count, int64_t elements, int64_t stride) {
+  if (count <= 0 || elements <= 0)
+    return;
+  launch(elementwiseGeometry(count * elements),
+         RoundMatricesToBf16{in, out, count, elements, stride},
+         "roundToBf16Kernel",
+         {{in, stridedBytes(count, stride, elements, DType::F32)},
+          {out, stridedBytes(count, stride, elements, DType::BF16)}});
 }
 
 /// NorMuon's step on one rows x cols matrix: `sums` holds 2 * rows

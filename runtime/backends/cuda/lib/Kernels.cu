@@ -90,6 +90,9 @@ struct CudaLaunch {
 
 } // namespace
 
+using Launcher = CudaLaunch;
+#include "KernelLaunches.inc"
+
 bool kernelsLoadable(std::string &error) {
   cudaFuncAttributes attributes;
   cudaError_t status = cudaFuncGetAttributes(
@@ -108,14 +111,6 @@ void launchFindNonFinite(cudaStream_t stream, const void *x, DType type,
                          int64_t n, int *nonFinite) {
   CudaLaunch launch{stream};
   kernels::findNonFinite(launch, x, type, n, nonFinite);
-}
-
-bool launchElementStep(cudaStream_t stream, const ElementStep &step,
-                       const ElementOperands &operands,
-                       const StepScalars &scalars) {
-  CudaLaunch launch{stream};
-  return kernels::launchStepOf(launch, step, operands, scalars,
-                               static_cast<const ElementOps *>(nullptr));
 }
 
 void launchCopyBox(cudaStream_t stream, const BoxCopy &copy) {

@@ -35,11 +35,15 @@ void launchFindNonFinite(cudaStream_t stream, const void *x, DType type,
 
 /// The kernel of a registered per-element step (ElementStep.h), made from
 /// its op (ElementMath.h, every op of ElementOps has one: KernelBodies.h's
-/// ElementStepKernel) over `operands` in device memory. False when the
-/// build has no kernel for it: the device's default then runs it.
+/// ElementStepKernel) over `operands` in device memory. With `scalarsAt`
+/// (device memory, the op's Scalars), the kernel reads its scalars there
+/// when it runs, not `scalars`: a step graph replays it with each step's
+/// (CudaDevice.h). False when the build has no kernel for the step: the
+/// device's default then runs it.
 bool launchElementStep(cudaStream_t stream, const ElementStep &step,
                        const ElementOperands &operands,
-                       const StepScalars &scalars);
+                       const StepScalars &scalars,
+                       const void *scalarsAt = nullptr);
 
 /// A box copy element by element, with the conversions and the `through`
 /// rounding (`accumulate` adds to an f32 destination).
@@ -75,6 +79,17 @@ void launchCopyOut(cudaStream_t stream, const void *in, int64_t inStride,
 /// elements apart) onto its strict upper triangle (F32 or BF16 elements).
 void launchMirrorLower(cudaStream_t stream, void *matrices, int64_t count,
                        int64_t m, int64_t stride, DType type);
+
+/// The Gram form's polynomial H = a I + b R + c R R before its product:
+/// f = b r + a I over `count` column-major m x m matrices `stride`
+/// elements apart, r in `rType` (F32, or BF16 bits), f in f32.
+void launchPolynomialBase(cudaStream_t stream, const void *r, DType rType,
+                          float *f, int64_t count, int64_t m, int64_t stride,
+                          float a, float b);
+/// out = bf16(in) (bits) over `count` matrices of `elements` values,
+/// `stride` elements apart in both.
+void launchRoundToBf16(cudaStream_t stream, const float *in, uint16_t *out,
+                       int64_t count, int64_t elements, int64_t stride);
 
 /// normuonStep (ElementMath.h) on one rows x cols f32 matrix with its
 /// per-row state `v`, each row's sum of squares by a fixed tree (so the

@@ -16,8 +16,8 @@
 
 #include "muon/Plan/Plan.h"
 #include "muon/Runtime/DType.h"
+#include "muon/Runtime/HostDevice.h"
 
-#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -28,6 +28,14 @@ namespace muon::runtime {
 
 /// The most per-element slots one algorithm's step takes.
 inline constexpr int kMaxStepSlots = 4;
+
+/// A step's slot pointers, by index (a plain array: kernels index it in
+/// device code, where std::array's operators are host functions).
+struct StepSlots {
+  float *at[kMaxStepSlots] = {};
+  MUON_HOST_DEVICE float *&operator[](int k) { return at[k]; }
+  MUON_HOST_DEVICE float *operator[](int k) const { return at[k]; }
+};
 
 /// What one call of a step reads and writes: `n` elements of one
 /// parameter's piece (or of a run of it), in device memory.
@@ -48,7 +56,7 @@ struct ElementOperands {
   float *output = nullptr;
   /// The parameter's slots of its algorithm, in the registry's order
   /// (ElementState.h).
-  std::array<float *, kMaxStepSlots> slots{};
+  StepSlots slots;
   int64_t n = 0;
 };
 
