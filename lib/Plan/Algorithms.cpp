@@ -86,9 +86,35 @@ Algorithm adamw() {
   };
 }
 
+/// Lion (Chen et al. 2023, arXiv 2302.06675, Algorithm 2): the sign of an
+/// interpolation of the momentum and the gradient, decoupled weight decay,
+/// one slot; the paper's defaults (lr 1e-4, betas (0.9, 0.99), no weight
+/// decay). Its step is "lion" (ElementMath.h, LionOp).
+Algorithm lion() {
+  return {
+      "lion",
+      "Lion",
+      /*orthogonalizes=*/false,
+      /*binaryCode=*/2,
+      /*modelTag=*/"lion",
+      /*prepareStep=*/nullptr,
+      /*updateStep=*/"lion",
+      {
+          number("lr", 1e-4, NonNegative),
+          numberIn("beta1", "betas", "betas[0]", 0.9, UnitInterval),
+          numberIn("beta2", "betas", "betas[1]", 0.99, UnitInterval),
+          number("weight_decay", 0.0, NonNegative),
+      },
+      {
+          // The momentum, as Lion's torch ports name it.
+          {"exp_avg", nullptr, /*perSummand=*/false, /*carriesStep=*/false},
+      },
+  };
+}
+
 /// The registry, with each row's algorithm and place filled in.
 std::vector<Algorithm> registry() {
-  std::vector<Algorithm> all = {muon(), adamw()};
+  std::vector<Algorithm> all = {muon(), adamw(), lion()};
   assert(all[kMuon].name == std::string_view("muon") &&
          all[kAdamW].name == std::string_view("adamw"));
   for (size_t a = 0; a < all.size(); ++a) {

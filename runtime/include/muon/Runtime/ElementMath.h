@@ -130,6 +130,42 @@ MUON_HOST_DEVICE inline float adamwStep(float value, float grad, float &expAvg,
   return decayed - s.stepSize * (expAvg / denom);
 }
 
+/// Lion (Chen et al. 2023, arXiv 2302.06675, Algorithm 2) with decoupled
+/// weight decay:
+///   c = beta1 m + (1 - beta1) g
+///   p = p (1 - lr wd) - lr sign(c)
+///   m = beta2 m + (1 - beta2) g
+struct LionScalars {
+  float decay = 1, lr = 0, beta1 = 0, oneMinusBeta1 = 1, beta2 = 0,
+        oneMinusBeta2 = 1;
+};
+
+inline LionScalars lionScalars(const PlanGroup &lion) {
+  const double lr = lion.number("lr"), beta1 = lion.number("beta1"),
+               beta2 = lion.number("beta2");
+  LionScalars s;
+  s.decay = static_cast<float>(1.0 - lr * lion.number("weight_decay"));
+  s.lr = static_cast<float>(lr);
+  s.beta1 = static_cast<float>(beta1);
+  s.oneMinusBeta1 = static_cast<float>(1.0 - beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.oneMinusBeta2 = static_cast<float>(1.0 - beta2);
+  return s;
+}
+
+/// torch.sign: 1 above zero, -1 below, zeros and NaN as they are.
+MUON_HOST_DEVICE inline float signOf(float x) {
+  return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x);
+}
+
+/// One element of Lion: updates the momentum and returns the new value.
+MUON_HOST_DEVICE inline float lionStep(float value, float grad, float &m,
+                                       const LionScalars &s) {
+  const float c = s.beta1 * m + s.oneMinusBeta1 * grad;
+  m = s.beta2 * m + s.oneMinusBeta2 * grad;
+  return value * s.decay - s.lr * signOf(c);
+}
+
 /// NorMuon's per-matrix step (arXiv 2510.05491; microsoft/dion's
 /// normuon.py), on the owner after Newton-Schulz, in place on one row-major
 /// rows x cols f32 matrix `x` (the orthogonalized update O) with its per-row
@@ -273,6 +309,21 @@ struct AdamWOp {
   }
 };
 
+/// Lion's update on the summed gradient: slot 0 is its momentum.
+struct LionOp {
+  static constexpr const char *kName = "lion";
+  static constexpr unsigned kUses = kReadsValues | kWritesValues | kReadsGrad;
+  static constexpr int kSlots = 1;
+  using Scalars = LionScalars;
+  static Scalars scalars(const StepContext &c) { return lionScalars(c.group); }
+  template <typename E>
+  MUON_HOST_DEVICE static void apply(E &e, const Scalars &s) {
+    float m = e.slot(0);
+    e.setValue(lionStep(e.value(), e.grad(), m, s));
+    e.setSlot(0, m);
+  }
+};
+
 /// QK-clip's rescale of a stored piece: each row times its factor (the
 /// input, one per row); a row whose factor is 1 keeps its bits.
 struct QkClipOp {
@@ -292,7 +343,8 @@ struct QkClipOp {
 
 /// Every per-element step, in registry order (ElementStep.h): the host
 /// loops and the CUDA kernels are made from this list.
-using ElementOps = std::tuple<MomentumOp, MuonUpdateOp, AdamWOp, QkClipOp>;
+using ElementOps =
+    std::tuple<MomentumOp, MuonUpdateOp, AdamWOp, QkClipOp, LionOp>;
 
 } // namespace muon::runtime
 
