@@ -52,19 +52,20 @@ constexpr std::string_view kSeparator = "\n--muon-checkpoint-file--\n";
 const Plan &model() {
   static const Plan plan = [] {
     Plan p;
-    auto add = [&](const char *name, std::vector<int64_t> shape, bool muon) {
+    auto add = [&](const char *name, std::vector<int64_t> shape,
+                   AlgorithmId algorithm) {
       PlanParam q;
       q.name = name;
-      q.algorithm = muon ? kMuon : kAdamW;
-      q.group = muon ? 0 : 1;
+      q.algorithm = algorithm;
+      q.group = algorithm == kMuon ? 0 : 1;
       q.layout.shape = std::move(shape);
       q.layout.splitAxes.assign(q.layout.shape.size(), {});
       p.params.push_back(q);
     };
-    add("w", {6, 8}, true);
-    add("stack", {2, 3, 5}, true);
-    add("emb", {520, 4}, false);
-    add("b", {7}, false);
+    add("w", {6, 8}, kMuon);
+    add("stack", {2, 3, 5}, kMuon);
+    add("emb", {520, 4}, kAdamW);
+    add("b", {7}, kAdamW);
     p.ns.configs[0].coefficients.assign(p.ns.configs[0].nsSteps,
                                         {3.4445, -4.775, 2.0315});
     return referencePlan(p);
