@@ -52,19 +52,20 @@ constexpr std::string_view kSeparator = "\n--muon-checkpoint-file--\n";
 const Plan &model() {
   static const Plan plan = [] {
     Plan p;
-    auto add = [&](const char *name, std::vector<int64_t> shape, bool muon) {
+    auto add = [&](const char *name, std::vector<int64_t> shape,
+                   AlgorithmId algorithm) {
       PlanParam q;
       q.name = name;
-      q.muon = muon;
-      q.group = muon ? 0 : 1;
+      q.algorithm = algorithm;
+      q.group = algorithm == kMuon ? 0 : 1;
       q.layout.shape = std::move(shape);
       q.layout.splitAxes.assign(q.layout.shape.size(), {});
       p.params.push_back(q);
     };
-    add("w", {6, 8}, true);
-    add("stack", {2, 3, 5}, true);
-    add("emb", {520, 4}, false);
-    add("b", {7}, false);
+    add("w", {6, 8}, kMuon);
+    add("stack", {2, 3, 5}, kMuon);
+    add("emb", {520, 4}, kAdamW);
+    add("b", {7}, kAdamW);
     p.ns.configs[0].coefficients.assign(p.ns.configs[0].nsSteps,
                                         {3.4445, -4.775, 2.0315});
     return referencePlan(p);
@@ -182,7 +183,7 @@ void recordBase(const std::vector<std::string> &sections) {
     written()[identity] = sections[file + 1].substr(ref.offset, ref.bytes);
   };
   for (const SavedPiece &p : m.pieces)
-    for (int s = 0; s < kStateSlots; ++s)
+    for (int s = 0; s < stateSlotCount(); ++s)
       if (p.has[s])
         record(p.file, p.states[s], pieceStateIdentity(m, model(), p, s));
   for (const SavedRows &r : m.rows)
@@ -248,7 +249,7 @@ void check(const std::vector<std::string> &sections, bool expectAccepted) {
       continue;
     }
     for (const SavedPiece &p : m.pieces)
-      for (int s = 0; s < kStateSlots; ++s)
+      for (int s = 0; s < stateSlotCount(); ++s)
         if (p.file == f && p.has[s])
           readState(bytes, m, p.states[s], pieceStateIdentity(m, model(), p, s),
                     asWritten, expectAccepted);

@@ -38,7 +38,7 @@ void compileAndCheck(mlir::ModuleOp module) {
     return;
   int64_t pieces = 0;
   for (size_t i = 0; i < layout->params.size(); ++i)
-    if (mlir::muon::ParamOp(layout->params[i]).isMuon())
+    if (mlir::muon::ParamOp(layout->params[i]).isOrthogonalized())
       pieces += numMatrices(layout->layouts[i].shape) *
                 piecesPerMatrix(layout->mesh, layout->layouts[i]);
   if (!smallEnoughToCompile(layout->mesh.numDevices(), pieces))

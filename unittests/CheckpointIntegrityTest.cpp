@@ -64,10 +64,10 @@ Model integrityModel(bool normuon = false) {
     addParam(model, "w3", {8, 6}, {Placement::shard(0)});
     addParam(model, "w4", {8, 6}, {Placement::shard(0)});
   }
-  addParam(model, "head", {8, 5}, {Placement::shard(0)}, Group::AdamW);
-  addParam(model, "bias", {12}, {Placement::shard(0)}, Group::AdamW);
-  model.muon.lr = 0.02;
-  model.muon.normuon = normuon;
+  addParam(model, "head", {8, 5}, {Placement::shard(0)}, "adamw");
+  addParam(model, "bias", {12}, {Placement::shard(0)}, "adamw");
+  model.muon.setNumber("lr", 0.02);
+  model.muon.setFlag("normuon", normuon);
   return model;
 }
 
@@ -115,7 +115,7 @@ std::vector<double> settingsOf(const std::vector<PlanGroup> &groups) {
   std::vector<double> out;
   for (const PlanGroup &g : groups)
     for (const GroupSetting &s : groupSettings())
-      if (s.muon == g.muon)
+      if (s.algorithm == g.algorithm)
         out.push_back(s.kind == GroupSetting::Kind::Name
                           ? static_cast<double>(
                                 std::hash<std::string>()(settingName(s, g)))
@@ -572,7 +572,7 @@ TEST_F(CheckpointIntegrity, StepCountsMustAgree) {
 TEST(CheckpointIntegritySums, AnOverflowingSumOfSummandsIsRefused) {
   Model model;
   addParam(model, "p", {6, 10}, {Placement::partial()});
-  addParam(model, "b", {10}, {Placement::shard(0)}, Group::AdamW);
+  addParam(model, "b", {10}, {Placement::shard(0)}, "adamw");
   Plan plan4 = compileFor(model, 4), plan2 = compileFor(model, 2);
   Saved saved = saveAfter(plan4, 2, "");
   std::vector<StateDict> ranks = saved.ranks;

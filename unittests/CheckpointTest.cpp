@@ -10,8 +10,9 @@
 #include "CheckpointTestSupport.h"
 #include "OneRankOptimizer.h"
 #include "muon/Compiler/Compile.h"
-#include "muon/Plan/ElementState.h"
+#include "muon/Plan/Algorithm.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Runtime/ElementMath.h"
 #include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"
@@ -168,11 +169,11 @@ Model scaleModel() {
   addParam(model, "w_out", {96, 130}, {Placement::shard(0)});
   addParam(model, "stack", {3, 40, 24}, {Placement::shard(1)});
   addParam(model, "w_col", {64, 100}, {Placement::shard(1)});
-  addParam(model, "emb", {160000, 32}, {Placement::shard(0)}, Group::AdamW);
+  addParam(model, "emb", {160000, 32}, {Placement::shard(0)}, "adamw");
   addParam(model, "bias", {130}, {Placement::shard(0)});
   addParam(model, "norm", {96}, {});
   addParam(model, "w_rep", {24, 24}, {});
-  model.muon.lr = 0.02;
+  model.muon.setNumber("lr", 0.02);
   return model;
 }
 
@@ -204,8 +205,9 @@ TEST(CheckpointScale, SavedOn64RanksLoadsOn48ReadingOnlyWhatEachNeeds) {
         if (p.name == piece.param)
           param = &p;
       ASSERT_TRUE(param);
-      EXPECT_EQ(piece.states.size(), param->muon ? 2u : 3u) << piece.param;
-      if (!param->muon) {
+      EXPECT_EQ(piece.states.size(), param->orthogonalized() ? 2u : 3u)
+          << piece.param;
+      if (!param->orthogonalized()) {
         EXPECT_EQ(piece.step, 2) << piece.param;
       }
       for (const auto &[name, data] : piece.states) {
@@ -306,7 +308,7 @@ Model partialModel() {
   addParam(model, "p", {6, 10}, {Placement::partial()});
   addParam(model, "b", {10}, {Placement::shard(0)});
   addParam(model, "g", {7}, {Placement::partial()});
-  model.muon.lr = 0.02;
+  model.muon.setNumber("lr", 0.02);
   return model;
 }
 
@@ -449,29 +451,34 @@ TEST(StateDict, EveryPieceCarriesItsAlgorithmsSlotsOfTheTable) {
   all.steps = two.dicts[0].steps;
   for (const StateDict &d : two.dicts)
     all.pieces.insert(all.pieces.end(), d.pieces.begin(), d.pieces.end());
-  std::map<std::string, bool> muonParam;
+  std::map<std::string, AlgorithmId> algorithmOfParam;
   for (const PlanParam &p : plan.params)
-    muonParam[p.name] = p.muon;
+    algorithmOfParam[p.name] = p.algorithm;
   for (const StatePiece &piece : all.pieces) {
     std::set<std::string> names, expected = {"values"};
     for (const auto &[name, data] : piece.states)
       names.insert(name);
-    for (const ElementSlot &slot : kElementSlots)
-      if (slot.muon == muonParam.at(piece.param))
+    for (const ElementSlot &slot : elementSlots())
+      if (slot.algorithm == algorithmOfParam.at(piece.param))
         expected.insert(slot.name);
     EXPECT_EQ(names, expected) << piece.param;
     // AdamW pieces count their steps; Muon's take none.
-    EXPECT_EQ(piece.step, muonParam.at(piece.param) ? 0 : 2) << piece.param;
+    EXPECT_EQ(piece.step, algorithmOfParam.at(piece.param) == kMuon ? 0 : 2)
+        << piece.param;
   }
-  // One broken dict per slot: the slot missing from every piece of one
-  // parameter of its algorithm, and the slot given to one of the other's.
+  // One broken dict per slot of the model's two algorithms (Muon's "p",
+  // AdamW's "g"): the slot missing from every piece of the parameter of its
+  // algorithm, and the slot given to the other.
   struct Broken {
     StateDict dict;
     std::string expected;
   };
   std::vector<Broken> broken;
-  for (const ElementSlot &slot : kElementSlots) {
-    const char *own = slot.muon ? "p" : "g", *other = slot.muon ? "g" : "p";
+  for (const ElementSlot &slot : elementSlots()) {
+    if (slot.algorithm != kMuon && slot.algorithm != kAdamW)
+      continue; // no parameter of its algorithm here
+    const bool muon = slot.algorithm == kMuon;
+    const char *own = muon ? "p" : "g", *other = muon ? "g" : "p";
     Broken &missing = broken.emplace_back(Broken{all, ""});
     for (StatePiece &piece : missing.dict.pieces)
       if (piece.param == own)
@@ -485,7 +492,7 @@ TEST(StateDict, EveryPieceCarriesItsAlgorithmsSlotsOfTheTable) {
       if (piece.param == other)
         piece.states[slot.name] = piece.states.at("values");
     foreign.expected = std::string("state '") + slot.name + "' for '" + other +
-                       "', " + (slot.muon ? "an AdamW" : "a Muon") +
+                       "', " + (muon ? "an AdamW" : "a Muon") +
                        " parameter";
   }
   onEveryRank(2, [&](int64_t r, Communicator &comm) {
@@ -620,11 +627,11 @@ Model normuonModel(bool normuon) {
   addParam(model, "tall", {44, 20}, {Placement::shard(1)});
   addParam(model, "stack", {3, 20, 12}, {Placement::shard(1)});
   addParam(model, "rep", {12, 12}, {});
-  addParam(model, "emb", {64, 8}, {Placement::shard(0)}, Group::AdamW);
-  model.muon.lr = 0.02;
-  model.muon.nsDtype = "f32";
-  model.muon.normuon = normuon;
-  model.muon.normuonBeta2 = 0.9;
+  addParam(model, "emb", {64, 8}, {Placement::shard(0)}, "adamw");
+  model.muon.setNumber("lr", 0.02);
+  model.muon.ns.nsDtype = "f32";
+  model.muon.setFlag("normuon", normuon);
+  model.muon.setNumber("normuon_beta2", 0.9);
   return model;
 }
 
@@ -661,12 +668,13 @@ TEST(NorMuon, OneRankMatchesAReferenceFromThePaper) {
   // was (-delta / adjusted lr), and NorMuon's step must be the reference's
   // normalization of it, step after step (the EMA carried).
   Model plain = normuonModel(false), nor = normuonModel(true);
-  plain.muon.weightDecay = nor.muon.weightDecay = 0;
+  plain.muon.setNumber("weight_decay", 0);
+  nor.muon.setNumber("weight_decay", 0);
   Plan planPlain = compileFor(plain, 1), planNor = compileFor(nor, 1);
-  ASSERT_TRUE(planNor.groups[0].muonSettings.normuon);
+  ASSERT_TRUE(planNor.groups[0].flag("normuon"));
   OneRank a(planPlain), b(planNor);
   ASSERT_TRUE(a.opt && b.opt);
-  const muon::MuonSettings &settings = planNor.groups[0].muonSettings;
+  const muon::PlanGroup &settings = planNor.groups[0];
   // The reference's state per matrix.
   std::map<int64_t, std::vector<double>> v;
   for (int64_t step = 0; step < 3; ++step) {
@@ -908,24 +916,24 @@ TEST(NorMuon, GroupOptionsChangeBeta2ButNotTheChoice) {
   Plan plan = compileFor(normuonModel(true), 1);
   OneRank one(plan);
   ASSERT_TRUE(one.opt);
-  muon::MuonSettings s = one.opt->groups()[0].muonSettings;
-  s.normuon = false;
-  Status status = one.opt->setGroupOptions("muon", s);
+  muon::PlanGroup s = one.opt->groups()[0];
+  s.setFlag("normuon", false);
+  Status status = one.opt->setGroupSettings("muon", s);
   EXPECT_EQ(status.message(),
             "group 'muon' is NorMuon in the plan; normuon cannot change "
             "between steps (it decides which matrices keep per-row state: "
             "compile the plan with it)");
-  s.normuon = true;
-  s.normuonBeta2 = 1.0;
-  status = one.opt->setGroupOptions("muon", s);
+  s.setFlag("normuon", true);
+  s.setNumber("normuon_beta2", 1.0);
+  status = one.opt->setGroupSettings("muon", s);
   EXPECT_NE(status.message().find("normuon_beta2: expected a number in [0, "
                                   "1), got 1"),
             std::string::npos)
       << status.message();
-  s.normuonBeta2 = 0.5;
-  EXPECT_TRUE(one.opt->setGroupOptions("muon", s).ok());
-  EXPECT_EQ(one.opt->groups()[0].muonSettings.normuonBeta2, 0.5);
-  EXPECT_TRUE(one.opt->groups()[0].muonSettings.normuon);
+  s.setNumber("normuon_beta2", 0.5);
+  EXPECT_TRUE(one.opt->setGroupSettings("muon", s).ok());
+  EXPECT_EQ(one.opt->groups()[0].number("normuon_beta2"), 0.5);
+  EXPECT_TRUE(one.opt->groups()[0].flag("normuon"));
 }
 
 TEST(NorMuon, ADamagedRowStateIsRefused) {

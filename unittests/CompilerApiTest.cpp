@@ -9,6 +9,7 @@
 #include "GroupSettingValues.h"
 
 #include "muon/Compiler/Compile.h"
+#include "muon/Plan/Algorithm.h"
 #include "muon/Support/NsCoefficients.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Planner/Bounds.h"
@@ -115,7 +116,7 @@ Model smallTransformer() {
                   {"w_up", {32, 16}},
                   {"w_down", {16, 32}},
                   {"norm", {16}}};
-  model.muon.lr = 0.02;
+  model.muon.setNumber("lr", 0.02);
   return model;
 }
 
@@ -269,7 +270,7 @@ TEST(CompilerApi, PerHeadMatricesSpreadAndRunLikeOneDevice) {
   model.params[1].numHeads = 3;
   model.params[1].headSplitDim = 1;
   model.params[1].placements = {Placement::replicate(), Placement::shard(0)};
-  model.muon.lr = 0.02;
+  model.muon.setNumber("lr", 0.02);
   DistributedConfig config = createDTensorConfig({{2, 2}, {"dp", "fsdp"}});
   std::vector<std::string> names;
   Plan plan;
@@ -337,21 +338,21 @@ TEST(CompilerApi, NewtonSchulzCoefficientPresets) {
             (std::array<double, 3>{3.4445, -4.775, 2.0315}));
   // Polar Express: one triple per step, the paper's schedule.
   Model model = smallTransformer();
-  model.muon.nsPreset = "polar_express";
-  model.muon.nsSteps = 6;
+  model.muon.ns.nsPreset = "polar_express";
+  model.muon.ns.nsSteps = 6;
   ASSERT_TRUE(compile(model, &config, plan, error)) << error;
   std::optional<std::vector<NsTriple>> polar = nsPreset("polar_express", 6);
   ASSERT_TRUE(polar);
   EXPECT_EQ(plan.ns.configs[0].coefficients, *polar);
   EXPECT_EQ(plan.ns.configs[0].coefficients[0][0], 8.28721201814563 / 1.01);
   // An explicit table wins over the preset.
-  model.muon.nsCoefficients = {{1.5, -0.5, 0.0}};
+  model.muon.ns.nsCoefficients = {{1.5, -0.5, 0.0}};
   ASSERT_TRUE(compile(model, &config, plan, error)) << error;
   EXPECT_EQ(plan.ns.configs[0].coefficients,
             std::vector<NsTriple>(6, {1.5, -0.5, 0.0}));
   // An unknown preset is the spec's error.
-  model.muon.nsCoefficients.clear();
-  model.muon.nsPreset = "you";
+  model.muon.ns.nsCoefficients.clear();
+  model.muon.ns.nsPreset = "you";
   EXPECT_FALSE(compile(model, &config, plan, error));
   EXPECT_NE(error.find("unknown preset 'you'; expected a preset ('jordan', "
                        "'polar_express')"),
@@ -368,21 +369,31 @@ TEST(CompilerApi, EveryGroupSettingReachesThePlan) {
   int walked = 0;
   for (const GroupSetting &s : groupSettings()) {
     Model model = smallTransformer();
-    PlanGroup g;
-    g.muon = s.muon;
-    g.muonSettings = model.muon;
-    g.adamwSettings = model.adamw;
+    // Muon's and AdamW's through the model's two groups; another
+    // algorithm's through param_groups, as a group of its own beside them.
+    const bool legacy = s.algorithm == kMuon || s.algorithm == kAdamW;
+    ParamGroup &g = s.algorithm == kMuon    ? model.muon
+                    : s.algorithm == kAdamW ? model.adamw
+                                            : model.groups.emplace_back(
+                                                  ParamGroup(s.algorithm));
+    if (!legacy) {
+      g.name = algorithmName(s.algorithm);
+      model.muon.name = "muon";
+      model.adamw.name = "adamw";
+      model.groups.insert(model.groups.begin(), {model.muon, model.adamw});
+    }
+    ParamGroup &changed = legacy ? g : model.groups.back();
     if (s.onlyWith)
-      setSettingValue(*findGroupSetting(s.muon, s.onlyWith), g, 1.0);
-    setOtherValidValue(s, g);
-    const std::string want = valueOf(s, g);
-    static_cast<::muon::MuonSettings &>(model.muon) = g.muonSettings;
-    model.adamw = g.adamwSettings;
+      setSettingValue(*findGroupSetting(s.algorithm, s.onlyWith), changed,
+                      1.0);
+    setOtherValidValue(s, changed);
+    const std::string want = valueOf(s, changed);
     Plan plan;
     std::string error;
     ASSERT_TRUE(compile(model, &config, plan, error)) << s.name << ": " << error;
-    auto group = std::find_if(plan.groups.begin(), plan.groups.end(),
-                              [&](const PlanGroup &p) { return p.muon == s.muon; });
+    auto group = std::find_if(
+        plan.groups.begin(), plan.groups.end(),
+        [&](const PlanGroup &p) { return p.algorithm == s.algorithm; });
     ASSERT_NE(group, plan.groups.end()) << s.name;
     EXPECT_EQ(valueOf(s, *group), want) << s.name;
     ++walked;

@@ -18,6 +18,7 @@
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Cuda/CudaBackend.h"
 #include "muon/Runtime/DType.h"
+#include "ElementSteps.h"
 
 #include <cublas_v2.h>
 #include <gtest/gtest.h>
@@ -109,6 +110,20 @@ protected:
     EXPECT_EQ(c.misuses, 1) << c.lastMisuse;
     EXPECT_NE(c.lastMisuse.find(what), std::string::npos) << c.lastMisuse;
     fake::reset();
+  }
+
+  /// The momentum step's kernel (launchElementStep) on `stream`.
+  void launchMomentum(const void *grad, DType gradType, float *buf,
+                      float *update, int64_t n, const MomentumScalars &s) {
+    ElementOperands o;
+    o.grad = grad;
+    o.gradType = gradType;
+    o.output = update;
+    o.slots[0] = buf;
+    o.n = n;
+    EXPECT_TRUE(runtime::cuda::launchElementStep(
+        stream, runtime::calls::stepNamed(MomentumOp::kName), o,
+        StepScalars::of(s)));
   }
 
   cublasHandle_t blas = nullptr;
@@ -381,12 +396,12 @@ TEST_F(FakeGpuTest, KernelsStayInsideTheirMemory) {
   float *buf = device(host), *update = device(host);
   std::vector<uint16_t> grad(100, 0x3F80);
   uint16_t *g = device(grad);
-  runtime::cuda::launchMomentum(stream, g, DType::BF16, buf, update, 100,
-                                MomentumScalars{0.9f, 0.1f, true});
+  launchMomentum(g, DType::BF16, buf, update, 100,
+                 MomentumScalars{0.9f, 0.1f, true});
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   EXPECT_EQ(fake::counters().kernels["momentumKernel"], 1);
-  runtime::cuda::launchMomentum(stream, g, DType::BF16, buf, update, 101,
-                                MomentumScalars{0.9f, 0.1f, true});
+  launchMomentum(g, DType::BF16, buf, update, 101,
+                 MomentumScalars{0.9f, 0.1f, true});
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaErrorIllegalAddress);
   expectMisuse("momentumKernel given 202 bytes");
 
@@ -411,12 +426,12 @@ TEST_F(FakeGpuTest, ElementwiseKernelsMatchCpuBeyondOneGrid) {
   std::vector<float> grad = randomFloats(n, rng), buf = randomFloats(n, rng);
   std::vector<float> update(n, std::nanf(""));
   float *dg = device(grad), *db = device(buf), *du = device(update);
-  MuonSettings s;
-  s.momentum = 0.95;
-  runtime::cuda::launchMomentum(stream, dg, DType::F32, db, du, n,
-                                momentumScalars(s));
+  PlanGroup s(kMuon);
+  s.setNumber("momentum", 0.95);
+  launchMomentum(dg, DType::F32, db, du, n, momentumScalars(s));
   cpu::CpuDevice cpu;
-  cpu.momentum(grad.data(), DType::F32, buf.data(), update.data(), n, s);
+  runtime::calls::runMomentum(cpu, grad.data(), DType::F32, buf.data(),
+                              update.data(), n, s);
   std::vector<float> gotBuf = download(db, n), gotUpdate = download(du, n);
   EXPECT_EQ(std::memcmp(gotBuf.data(), buf.data(), n * 4), 0);
   EXPECT_EQ(std::memcmp(gotUpdate.data(), update.data(), n * 4), 0);
@@ -431,8 +446,9 @@ TEST_F(FakeGpuTest, ElementwiseKernelsMatchCpuBeyondOneGrid) {
 /// the state and 2e-6 of the update (measured: at most a few ulps).
 TEST_F(FakeGpuTest, NormuonKernelsMatchCpu) {
   std::mt19937 rng(3);
-  MuonSettings s;
-  s.normuonBeta2 = 0.9;
+  PlanGroup s(kMuon);
+  s.setFlag("normuon", true);
+  s.setNumber("normuon_beta2", 0.9);
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 7},
                             {5, 300},
                             {37, 600},
@@ -475,11 +491,22 @@ TEST_F(FakeGpuTest, ScaleRowsMatchesCpu) {
     std::vector<uint8_t> bytes = storedAs(randomFloats(rows * cols, rng), type);
     uint8_t *d = device(bytes);
     float *df = device(factors);
-    runtime::cuda::launchScaleRows(stream, d, type, rows, cols, df);
+    {
+      ElementOperands o;
+      o.values = d;
+      o.type = type;
+      o.input = df;
+      o.rowLength = cols;
+      o.n = rows * cols;
+      ASSERT_TRUE(runtime::cuda::launchElementStep(
+          stream, runtime::calls::stepNamed(QkClipOp::kName), o,
+          StepScalars::of(NoScalars{})));
+    }
     std::vector<uint8_t> got = download(d, bytes.size());
     cpu::CpuDevice cpu;
     std::vector<uint8_t> want = bytes;
-    cpu.scaleRows(want.data(), type, rows, cols, factors.data());
+    runtime::calls::runQkClip(cpu, want.data(), type, rows, cols,
+                              factors.data(), PlanGroup(kMuon));
     EXPECT_EQ(got, want) << dtypeName(type);
     for (int64_t c = 0; c < cols; ++c) // a factor of 1: untouched
       EXPECT_EQ(std::memcmp(&got[c * width], &bytes[c * width], width), 0);

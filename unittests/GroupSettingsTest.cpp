@@ -10,6 +10,7 @@
 #include "GroupSettingValues.h"
 #include "PlanModel.h"
 
+#include "muon/Plan/Algorithm.h"
 #include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
@@ -17,22 +18,35 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 using namespace muon;
 
 namespace {
 
+/// The index of plan's first group of `algorithm`; one named after the
+/// algorithm is added where the plan has none (a group nobody uses is
+/// valid).
+int64_t groupOf(Plan &plan, AlgorithmId algorithm) {
+  for (size_t i = 0; i < plan.groups.size(); ++i)
+    if (plan.groups[i].algorithm == algorithm)
+      return static_cast<int64_t>(i);
+  PlanGroup g(algorithm);
+  g.name = algorithmName(algorithm);
+  plan.groups.push_back(g);
+  return static_cast<int64_t>(plan.groups.size()) - 1;
+}
+
 TEST(GroupSettings, EverySettingSurvivesBothPlanFormats) {
-  int muonSettings = 0, adamwSettings = 0;
+  std::vector<int> perAlgorithm(algorithms().size(), 0);
   for (const GroupSetting &s : groupSettings()) {
-    (s.muon ? muonSettings : adamwSettings)++;
+    perAlgorithm[s.algorithm]++;
     Plan plan = planModel();
-    const int64_t group = findGroup(plan.groups, s.muon ? "muon" : "adamw");
-    ASSERT_GE(group, 0);
+    const int64_t group = groupOf(plan, s.algorithm);
     PlanGroup &g = plan.groups[group];
-    ASSERT_EQ(g.muon, s.muon);
+    ASSERT_EQ(g.algorithm, s.algorithm);
     if (s.onlyWith)
-      setSettingValue(*findGroupSetting(s.muon, s.onlyWith), g, 1.0);
+      setSettingValue(*findGroupSetting(s.algorithm, s.onlyWith), g, 1.0);
     const std::string before = valueOf(s, g);
     setOtherValidValue(s, g);
     const std::string want = valueOf(s, g);
@@ -51,9 +65,11 @@ TEST(GroupSettings, EverySettingSurvivesBothPlanFormats) {
     EXPECT_EQ(valueOf(s, fromBinary.groups[group]), want)
         << s.name << " (binary)";
   }
-  // Both algorithms are described (a table that lost one would pass above).
-  EXPECT_EQ(muonSettings, 9);
-  EXPECT_EQ(adamwSettings, 5);
+  // Every algorithm is described (a table that lost one would pass above).
+  EXPECT_EQ(perAlgorithm[kMuon], 9);
+  EXPECT_EQ(perAlgorithm[kAdamW], 5);
+  for (size_t a = 0; a < algorithms().size(); ++a)
+    EXPECT_GT(perAlgorithm[a], 0) << algorithms()[a].name;
 }
 
 TEST(GroupSettings, TheValidatorRefusesEveryNumberOutOfRange) {
@@ -62,8 +78,7 @@ TEST(GroupSettings, TheValidatorRefusesEveryNumberOutOfRange) {
       continue;
     for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
       Plan plan = planModel();
-      PlanGroup &g =
-          plan.groups[findGroup(plan.groups, s.muon ? "muon" : "adamw")];
+      PlanGroup &g = plan.groups[groupOf(plan, s.algorithm)];
       setSettingValue(s, g, bad);
       const std::string why = checkSetting(s, g);
       EXPECT_NE(why, "") << s.name << " = " << bad;
@@ -76,7 +91,7 @@ TEST(GroupSettings, TheValidatorRefusesEveryNumberOutOfRange) {
   // And the names: an unknown one is refused with the list.
   Plan plan = planModel();
   PlanGroup &g = plan.groups[findGroup(plan.groups, "muon")];
-  const GroupSetting *mode = findGroupSetting(true, "weight_decay_mode");
+  const GroupSetting *mode = findGroupSetting(kMuon, "weight_decay_mode");
   ASSERT_NE(mode, nullptr);
   setSettingName(*mode, g, "sometimes");
   EXPECT_EQ(checkSetting(*mode, g),
@@ -85,13 +100,76 @@ TEST(GroupSettings, TheValidatorRefusesEveryNumberOutOfRange) {
 }
 
 TEST(GroupSettings, LookUpByAlgorithmAndName) {
-  EXPECT_NE(findGroupSetting(true, "momentum"), nullptr);
-  EXPECT_EQ(findGroupSetting(false, "momentum"), nullptr);
-  EXPECT_NE(findGroupSetting(false, "beta1"), nullptr);
-  EXPECT_EQ(findGroupSetting(true, "beta1"), nullptr);
-  EXPECT_TRUE(findGroupSetting(true, "normuon")->fixed);
-  EXPECT_FALSE(findGroupSetting(true, "normuon_beta2")->fixed);
-  EXPECT_STREQ(findGroupSetting(false, "beta2")->errorField, "betas[1]");
+  EXPECT_NE(findGroupSetting(kMuon, "momentum"), nullptr);
+  EXPECT_EQ(findGroupSetting(kAdamW, "momentum"), nullptr);
+  EXPECT_NE(findGroupSetting(kAdamW, "beta1"), nullptr);
+  EXPECT_EQ(findGroupSetting(kMuon, "beta1"), nullptr);
+  EXPECT_EQ(findGroupSetting(-1, "lr"), nullptr);
+  EXPECT_TRUE(findGroupSetting(kMuon, "normuon")->fixed);
+  EXPECT_FALSE(findGroupSetting(kMuon, "normuon_beta2")->fixed);
+  EXPECT_STREQ(findGroupSetting(kAdamW, "beta2")->errorField, "betas[1]");
+}
+
+TEST(GroupSettings, AGroupHoldsItsAlgorithmsDefaults) {
+  for (size_t a = 0; a < algorithms().size(); ++a) {
+    const PlanGroup g(static_cast<AlgorithmId>(a));
+    ASSERT_EQ(g.settings.size(), algorithms()[a].settings.size());
+    for (const GroupSetting &s : algorithms()[a].settings) {
+      EXPECT_TRUE(settingAtDefault(s, g)) << s.name;
+      EXPECT_EQ(checkSetting(s, g), "") << s.name << " (its default)";
+    }
+  }
+  // torch's defaults, by name.
+  const PlanGroup muon(kMuon), adamw(kAdamW);
+  EXPECT_EQ(muon.number("lr"), 1e-3);
+  EXPECT_EQ(muon.number("momentum"), 0.95);
+  EXPECT_TRUE(muon.flag("nesterov"));
+  EXPECT_EQ(muon.text("adjust_lr"), "original");
+  EXPECT_EQ(adamw.number("beta2"), 0.999);
+  EXPECT_EQ(adamw.number("weight_decay"), 0.01);
+}
+
+TEST(Algorithms, TheRegistryIsConsistent) {
+  // Names and binary codes are unique; every algorithm has an lr (a
+  // scheduler's setGroupLr) and names an update step; Muon and AdamW sit
+  // at their constants with the codes files were written with.
+  std::set<std::string> names;
+  std::set<int> codes;
+  for (size_t a = 0; a < algorithms().size(); ++a) {
+    const Algorithm &algorithm = algorithms()[a];
+    EXPECT_TRUE(names.insert(algorithm.name).second) << algorithm.name;
+    EXPECT_TRUE(codes.insert(algorithm.binaryCode).second) << algorithm.name;
+    EXPECT_LT(algorithm.binaryCode, 0x80) << algorithm.name; // the tail bit
+    EXPECT_NE(findGroupSetting(static_cast<AlgorithmId>(a), "lr"), nullptr)
+        << algorithm.name;
+    EXPECT_NE(algorithm.updateStep, nullptr) << algorithm.name;
+    EXPECT_EQ(findAlgorithm(algorithm.name), static_cast<AlgorithmId>(a));
+    EXPECT_EQ(algorithmWithBinaryCode(algorithm.binaryCode),
+              static_cast<AlgorithmId>(a));
+    for (const ElementSlot &slot : algorithm.slots) {
+      EXPECT_EQ(slot.algorithm, static_cast<AlgorithmId>(a));
+      EXPECT_EQ(elementSlotOf(slot.algorithm, slot.name),
+                &slot - algorithm.slots.data() +
+                    (elementSlotOf(slot.algorithm, algorithm.slots[0].name)))
+          << slot.name;
+      // A slot turned on by a setting: a flag the plan fixes (it decides
+      // what the executor allocates).
+      if (slot.enabledBy) {
+        const GroupSetting *flag =
+            findGroupSetting(slot.algorithm, slot.enabledBy);
+        ASSERT_NE(flag, nullptr) << slot.name;
+        EXPECT_EQ(flag->kind, GroupSetting::Kind::Flag) << slot.name;
+        EXPECT_TRUE(flag->fixed) << slot.name;
+      }
+    }
+  }
+  EXPECT_STREQ(algorithms()[kMuon].name, "muon");
+  EXPECT_STREQ(algorithms()[kAdamW].name, "adamw");
+  EXPECT_EQ(algorithms()[kMuon].binaryCode, 1);
+  EXPECT_EQ(algorithms()[kAdamW].binaryCode, 0);
+  EXPECT_TRUE(algorithms()[kMuon].orthogonalizes);
+  EXPECT_FALSE(algorithms()[kAdamW].orthogonalizes);
+  EXPECT_FALSE(findAlgorithm("sgd").has_value());
 }
 
 } // namespace

@@ -40,10 +40,10 @@ inline std::vector<float> randomValues(int64_t n, unsigned seed) {
 inline void addParam(compiler::Model &model, std::string name,
                      std::vector<int64_t> shape,
                      std::vector<compiler::Placement> placements,
-                     compiler::Group group = compiler::Group::Auto) {
+                     std::string optimizer = "") {
   compiler::Param p{std::move(name), std::move(shape)};
   p.placements = std::move(placements);
-  p.group = group;
+  p.optimizer = std::move(optimizer);
   model.params.push_back(std::move(p));
 }
 

@@ -16,6 +16,8 @@
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/NsCoefficients.h"
 
+#include "ElementSteps.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,20 +39,18 @@ namespace {
 mc::Model fourGroupModel() {
   mc::Model model;
   auto muonGroup = [](std::string name, double lr, double wd) {
-    mc::ParamGroup g;
+    mc::ParamGroup g(kMuon);
     g.name = std::move(name);
-    g.algorithm = mc::Group::Muon;
-    g.muon.lr = lr;
-    g.muon.weightDecay = wd;
+    g.setNumber("lr", lr);
+    g.setNumber("weight_decay", wd);
     return g;
   };
   auto adamwGroup = [](std::string name, double lr, double wd) {
-    mc::ParamGroup g;
+    mc::ParamGroup g(kAdamW);
     g.name = std::move(name);
-    g.algorithm = mc::Group::AdamW;
-    g.adamw.lr = lr;
-    g.adamw.weightDecay = wd;
-    g.adamw.beta2 = 0.95;
+    g.setNumber("lr", lr);
+    g.setNumber("weight_decay", wd);
+    g.setNumber("beta2", 0.95);
     return g;
   };
   model.groups = {muonGroup("hidden", 0.02, 0.1), muonGroup("attn", 0.01, 0.05),
@@ -94,17 +94,14 @@ struct Schedule {
   std::vector<PlanGroup> at(const Plan &plan, int64_t step) const {
     std::vector<PlanGroup> groups = plan.groups;
     for (PlanGroup &g : groups) {
-      g.muonSettings.lr *= lrFactor(step);
-      g.muonSettings.weightDecay *= wdFactor(step);
-      g.adamwSettings.lr *= lrFactor(step);
-      g.adamwSettings.weightDecay *= wdFactor(step);
+      g.setNumber("lr", g.number("lr") * lrFactor(step));
+      g.setNumber("weight_decay", g.number("weight_decay") * wdFactor(step));
     }
     return groups;
   }
   void apply(Optimizer &opt, int64_t step) const {
     for (const PlanGroup &g : at(opt.plan(), step)) {
-      Status s = g.muon ? opt.setGroupOptions(g.name, g.muonSettings)
-                        : opt.setGroupOptions(g.name, g.adamwSettings);
+      Status s = opt.setGroupSettings(g.name, g);
       ASSERT_TRUE(s.ok()) << s.message();
     }
   }
@@ -163,24 +160,23 @@ TEST(ParamGroups, ScheduledStepsMatchAReferenceBitForBit) {
       const PlanParam &p = plan.params[i];
       const PlanGroup &g = groups[p.group];
       const int64_t count = static_cast<int64_t>(refValues[i].size());
-      if (!g.muon) {
-        device.adamw(refValues[i].data(), DType::F32, grads[i].data(),
+      if (!g.orthogonalizes()) {
+        calls::runAdamW(device, refValues[i].data(), DType::F32, grads[i].data(),
                      DType::F32, expAvg[i].data(), expAvgSq[i].data(), count,
-                     g.adamwSettings, step + 1);
+                     g, step + 1);
         continue;
       }
       std::vector<float> update(count);
-      device.momentum(grads[i].data(), DType::F32, momentum[i].data(),
-                      update.data(), count, g.muonSettings);
+      calls::runMomentum(device, grads[i].data(), DType::F32, momentum[i].data(),
+                      update.data(), count, g);
       const int64_t rows = p.layout.shape[0], cols = p.layout.shape[1];
       // In the precision the optimizer resolved "auto" to (bf16 on a CPU
       // with bf16 products).
       const NewtonSchulzConfig &ns = plan.ns.configs[g.nsConfig];
       device.newtonSchulz(update.data(), 1, rows, cols, ns.coefficients, ns.eps,
                           opt->nsDtype());
-      device.applyUpdate(refValues[i].data(), DType::F32, update.data(), count,
-                         g.muonSettings,
-                         adjustedLr(g.muonSettings, rows, cols));
+      calls::runMuonUpdate(device, refValues[i].data(), DType::F32, update.data(), count,
+                         g, adjustedLr(g, rows, cols));
     }
     for (size_t i = 0; i < n; ++i)
       ASSERT_EQ(0, std::memcmp(values[i].data(), refValues[i].data(),
@@ -188,9 +184,9 @@ TEST(ParamGroups, ScheduledStepsMatchAReferenceBitForBit) {
           << "step " << step << ", parameter '" << plan.params[i].name << "'";
   }
   // The optimizer reports what it runs with.
-  EXPECT_DOUBLE_EQ(opt->group("attn")->muonSettings.lr,
+  EXPECT_DOUBLE_EQ(opt->group("attn")->number("lr"),
                    0.01 * schedule.lrFactor(3));
-  EXPECT_DOUBLE_EQ(opt->group("norms")->adamwSettings.weightDecay,
+  EXPECT_DOUBLE_EQ(opt->group("norms")->number("weight_decay"),
                    0.01 * schedule.wdFactor(3));
 }
 
@@ -289,25 +285,25 @@ TEST(ParamGroups, BadSettingsAreRefusedWithNothingChanged) {
   ASSERT_TRUE(Optimizer::create(plan, comm, device, {}, opt).ok());
   const std::vector<PlanGroup> before = opt->groups();
 
-  MuonSettings m = opt->group("hidden")->muonSettings;
-  m.lr = -1;
-  Status s = opt->setGroupOptions("hidden", m);
+  PlanGroup m = *opt->group("hidden");
+  m.setNumber("lr", -1);
+  Status s = opt->setGroupSettings("hidden", m);
   EXPECT_EQ(s.code(), StatusCode::InvalidArgument);
   EXPECT_EQ(s.message(), "group 'hidden': lr: expected a finite number >= 0, "
                          "got -1 (nothing was changed)");
-  m.lr = NAN;
-  EXPECT_FALSE(opt->setGroupOptions("hidden", m).ok());
-  m.lr = 0.01;
-  m.momentum = 1.0;
-  s = opt->setGroupOptions("hidden", m);
+  m.setNumber("lr", NAN);
+  EXPECT_FALSE(opt->setGroupSettings("hidden", m).ok());
+  m.setNumber("lr", 0.01);
+  m.setNumber("momentum", 1.0);
+  s = opt->setGroupSettings("hidden", m);
   EXPECT_EQ(s.message(), "group 'hidden': momentum: expected a number in "
                          "[0, 1), got 1 (nothing was changed)");
-  AdamWSettings a;
-  a.beta2 = 1.5;
-  s = opt->setGroupOptions("embed", a);
+  PlanGroup a(kAdamW);
+  a.setNumber("beta2", 1.5);
+  s = opt->setGroupSettings("embed", a);
   EXPECT_EQ(s.message(), "group 'embed': betas[1]: expected a number in "
                          "[0, 1), got 1.5 (nothing was changed)");
-  s = opt->setGroupOptions("embed", MuonSettings());
+  s = opt->setGroupSettings("embed", PlanGroup(kMuon));
   EXPECT_EQ(s.message(), "group 'embed' is adamw, not muon; give it adamw "
                          "settings");
   s = opt->setGroupLr("head", 0.1);
@@ -316,9 +312,7 @@ TEST(ParamGroups, BadSettingsAreRefusedWithNothingChanged) {
                          "'hidden', 'attn', 'embed', 'norms')");
   ASSERT_EQ(opt->groups().size(), before.size());
   for (size_t g = 0; g < before.size(); ++g) {
-    EXPECT_EQ(opt->groups()[g].muonSettings.lr, before[g].muonSettings.lr);
-    EXPECT_EQ(opt->groups()[g].adamwSettings.beta2,
-              before[g].adamwSettings.beta2);
+    EXPECT_EQ(opt->groups()[g].settings, before[g].settings);
   }
 }
 
@@ -327,8 +321,8 @@ TEST(ParamGroups, PlanHashLeavesHyperParametersOut) {
   // differ only in a group's starting lr hash alike, and a structural
   // difference does not.
   Plan a = compileOn(fourGroupModel(), 2), b = a;
-  b.groups[0].muonSettings.lr *= 3;
-  b.groups[2].adamwSettings.beta1 = 0.8;
+  b.groups[0].setNumber("lr", b.groups[0].number("lr") * 3);
+  b.groups[2].setNumber("beta1", 0.8);
   EXPECT_EQ(planHash(a), planHash(b));
   b.ns.configs[0].eps *= 2;
   EXPECT_NE(planHash(a), planHash(b));
@@ -384,9 +378,9 @@ TEST(ParamGroups, CheckpointsAndStateDictsCarryTheSettings) {
         SyntheticModel model(*opt, device, 3, summandCounts(plan));
         if (phase == 0) {
           Schedule().apply(*opt, 3);
-          AdamWSettings a = opt->group("embed")->adamwSettings;
-          a.beta2 = 0.99;
-          ASSERT_TRUE(opt->setGroupOptions("embed", a).ok());
+          PlanGroup a = *opt->group("embed");
+          a.setNumber("beta2", 0.99);
+          ASSERT_TRUE(opt->setGroupSettings("embed", a).ok());
           model.makeGradients(0, 1, {});
           StepResult result;
           ASSERT_TRUE(opt->step(result).ok());
@@ -416,16 +410,11 @@ TEST(ParamGroups, CheckpointsAndStateDictsCarryTheSettings) {
   for (int64_t r = 0; r < 2; ++r) {
     ASSERT_EQ(loaded[r].size(), saved[r].size());
     for (size_t g = 0; g < saved[r].size(); ++g) {
-      EXPECT_EQ(loaded[r][g].muonSettings.lr, saved[r][g].muonSettings.lr);
-      EXPECT_EQ(loaded[r][g].muonSettings.weightDecay,
-                saved[r][g].muonSettings.weightDecay);
-      EXPECT_EQ(loaded[r][g].adamwSettings.lr, saved[r][g].adamwSettings.lr);
-      EXPECT_EQ(loaded[r][g].adamwSettings.beta2,
-                saved[r][g].adamwSettings.beta2);
-      EXPECT_EQ(fromDict[r][g].muonSettings.lr, saved[r][g].muonSettings.lr);
+      EXPECT_EQ(loaded[r][g].settings, saved[r][g].settings);
+      EXPECT_EQ(fromDict[r][g].number("lr"), saved[r][g].number("lr"));
     }
-    EXPECT_NE(loaded[r][0].muonSettings.lr, plan.groups[0].muonSettings.lr);
-    EXPECT_EQ(loaded[r][2].adamwSettings.beta2, 0.99);
+    EXPECT_NE(loaded[r][0].number("lr"), plan.groups[0].number("lr"));
+    EXPECT_EQ(loaded[r][2].number("beta2"), 0.99);
     EXPECT_EQ(refused[r], "loading a state dict: group 'head' is not a group "
                           "of this model; nothing was changed");
   }
@@ -452,17 +441,9 @@ public:
   bool allFinite(const void *x, DType t, int64_t n) override {
     return cpu.allFinite(x, t, n);
   }
-  void momentum(const void *g, DType gt, float *b, float *u, int64_t n,
-                const MuonSettings &s) override {
-    cpu.momentum(g, gt, b, u, n, s);
-  }
-  void applyUpdate(void *v, DType t, const float *o, int64_t n,
-                   const MuonSettings &s, double lr) override {
-    cpu.applyUpdate(v, t, o, n, s, lr);
-  }
-  void adamw(void *v, DType t, const void *g, DType gt, float *m, float *s2,
-             int64_t n, const AdamWSettings &s, int64_t step) override {
-    cpu.adamw(v, t, g, gt, m, s2, n, s, step);
+  void runElementStep(const ElementStep &step, const ElementOperands &o,
+                      const StepScalars &s) override {
+    cpu.runElementStep(step, o, s);
   }
   void copyBox(const BoxCopy &c) override { cpu.copyBox(c); }
   int64_t newtonSchulz(float *x, int64_t count, int64_t rows, int64_t cols,
@@ -556,18 +537,17 @@ TEST(ParamGroups, RanksResolvingAutoDifferentlyAreRefused) {
 /// them, so that batching by shape alone would mix the groups.
 mc::Model nsGroupsModel() {
   mc::Model model;
-  mc::ParamGroup jordan, polar, again, embed;
+  mc::ParamGroup jordan, polar, again, embed(kAdamW);
   jordan.name = "jordan";
-  jordan.muon.lr = 0.02;
+  jordan.setNumber("lr", 0.02);
   polar.name = "polar";
-  polar.muon.lr = 0.02;
-  polar.muon.nsSteps = 6;
-  polar.muon.nsPreset = "polar_express";
-  polar.muon.eps = 1e-6;
+  polar.setNumber("lr", 0.02);
+  polar.ns.nsSteps = 6;
+  polar.ns.nsPreset = "polar_express";
+  polar.ns.eps = 1e-6;
   again.name = "again";
-  again.muon.lr = 0.01;
+  again.setNumber("lr", 0.01);
   embed.name = "embed";
-  embed.algorithm = mc::Group::AdamW;
   model.groups = {jordan, polar, again, embed};
   auto param = [&](std::string name, std::vector<int64_t> shape,
                    std::string group) {
@@ -595,10 +575,10 @@ NewtonSchulzConfig modelNsConfig(const mc::Model &model,
   for (const mc::ParamGroup &g : model.groups)
     if (g.name == name) {
       NewtonSchulzConfig c;
-      c.nsSteps = g.muon.nsSteps;
-      c.coefficients = *nsPreset(g.muon.nsPreset, g.muon.nsSteps);
+      c.nsSteps = g.ns.nsSteps;
+      c.coefficients = *nsPreset(g.ns.nsPreset, g.ns.nsSteps);
       c.coefficients.resize(c.nsSteps, c.coefficients.back());
-      c.eps = g.muon.eps;
+      c.eps = g.ns.eps;
       return c;
     }
   ADD_FAILURE() << "no group " << name;
@@ -647,22 +627,21 @@ std::vector<std::string> differingFromReference(
       const PlanParam &p = plan.params[i];
       const PlanGroup &g = plan.groups[p.group];
       const int64_t count = static_cast<int64_t>(refValues[i].size());
-      if (!g.muon) {
-        device.adamw(refValues[i].data(), DType::F32, grads[i].data(),
+      if (!g.orthogonalizes()) {
+        calls::runAdamW(device, refValues[i].data(), DType::F32, grads[i].data(),
                      DType::F32, expAvg[i].data(), expAvgSq[i].data(), count,
-                     g.adamwSettings, step + 1);
+                     g, step + 1);
         continue;
       }
       std::vector<float> update(count);
-      device.momentum(grads[i].data(), DType::F32, momentum[i].data(),
-                      update.data(), count, g.muonSettings);
+      calls::runMomentum(device, grads[i].data(), DType::F32, momentum[i].data(),
+                      update.data(), count, g);
       const int64_t rows = p.layout.shape[0], cols = p.layout.shape[1];
       const NewtonSchulzConfig ns = nsOf(p);
       device.newtonSchulz(update.data(), 1, rows, cols, ns.coefficients, ns.eps,
                           opt->nsDtype());
-      device.applyUpdate(refValues[i].data(), DType::F32, update.data(), count,
-                         g.muonSettings,
-                         adjustedLr(g.muonSettings, rows, cols));
+      calls::runMuonUpdate(device, refValues[i].data(), DType::F32, update.data(), count,
+                         g, adjustedLr(g, rows, cols));
     }
   }
   std::vector<std::string> differ;
@@ -742,7 +721,7 @@ TEST(ParamGroups, NewtonSchulzGroupsOnFourRanksEqualOneDevice) {
 TEST(ParamGroups, NewtonSchulzPrecisionIsThePlans) {
   // Groups may differ in steps, coefficients and eps, not in ns_dtype.
   mc::Model model = nsGroupsModel();
-  model.groups[1].muon.nsDtype = "bf16";
+  model.groups[1].ns.nsDtype = "bf16";
   mc::DistributedConfig config = mc::createDTensorConfig({{2}, {"dp"}});
   Plan plan;
   std::string error;

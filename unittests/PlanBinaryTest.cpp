@@ -72,15 +72,15 @@ TEST(PlanBinary, NorMuonIsAFlagBitAndItsBeta2) {
   // changes; a plan without it is unchanged (bit 3 clear, no beta2); bits
   // above 3 are refused.
   Plan off = planModel(), on = planModel();
-  ASSERT_FALSE(off.groups[0].muonSettings.normuon);
-  on.groups[0].muonSettings.normuon = true;
-  on.groups[0].muonSettings.normuonBeta2 = 0.9;
+  ASSERT_FALSE(off.groups[0].flag("normuon"));
+  on.groups[0].setFlag("normuon", true);
+  on.groups[0].setNumber("normuon_beta2", 0.9);
   std::string a = renderPlanBinary(off), b = renderPlanBinary(on);
   Plan back;
   std::string error;
   ASSERT_TRUE(parsePlanBinary(b, back, error)) << error;
-  EXPECT_TRUE(back.groups[0].muonSettings.normuon);
-  EXPECT_EQ(back.groups[0].muonSettings.normuonBeta2, 0.9);
+  EXPECT_TRUE(back.groups[0].flag("normuon"));
+  EXPECT_EQ(back.groups[0].number("normuon_beta2"), 0.9);
   EXPECT_EQ(renderPlan(back), renderPlan(on));
   EXPECT_EQ(b.size(), a.size() + 8);
   // The flags byte precedes adjust_lr ("original", length 8).
@@ -105,7 +105,7 @@ TEST(PlanBinary, TableOnlySettingsTravelInTheTailByName) {
   // flagged by bit 7 of the algorithm byte; an unknown name and an empty
   // tail are refused, naming the group.
   Plan off = planModel(), on = planModel();
-  on.groups[0].muonSettings.extraScaleFactor = 0.25;
+  on.groups[0].setNumber("extra_scale_factor", 0.25);
   const std::string name = "extra_scale_factor";
   std::string a = renderPlanBinary(off), b = renderPlanBinary(on);
   EXPECT_EQ(a.find(name), std::string::npos);
@@ -115,7 +115,7 @@ TEST(PlanBinary, TableOnlySettingsTravelInTheTailByName) {
   Plan back;
   std::string error;
   ASSERT_TRUE(parsePlanBinary(b, back, error)) << error;
-  EXPECT_EQ(back.groups[0].muonSettings.extraScaleFactor, 0.25);
+  EXPECT_EQ(back.groups[0].number("extra_scale_factor"), 0.25);
   EXPECT_EQ(renderPlan(back), renderPlan(on));
   EXPECT_EQ(renderPlanBinary(back), b);
   // The group's algorithm byte follows its name.

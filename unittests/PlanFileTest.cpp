@@ -17,8 +17,8 @@ Plan goodPlanModel() {
   plan.worldSize = 4;
   plan.distributed = true;
   plan.mesh.shape = {4};
-  plan.params.push_back({"w", "f32", true, 0, {{8, 4}, {{0}, {}}, {}, {}}});
-  plan.params.push_back({"b", "f32", false, 1, {{4}, {{}}, {}, {}}});
+  plan.params.push_back({"w", "f32", kMuon, 0, {{8, 4}, {{0}, {}}, {}, {}}});
+  plan.params.push_back({"b", "f32", kAdamW, 1, {{4}, {{}}, {}, {}}});
   plan.ns.configs[0].coefficients.assign(5, {3.4445, -4.775, 2.0315});
   plan.matrices.push_back({"w", 0, -1, 8, 4, 0, nsFlops(8, 4, 5)});
   plan.nsMatrices = {{0}, {}, {}, {}};

@@ -17,9 +17,9 @@ inline Plan planModel(int64_t maxRounds = 2) {
   plan.worldSize = 4;
   plan.distributed = true;
   plan.mesh.shape = {4};
-  plan.params.push_back({"w", "f32", true, 0, {{8, 4}, {{0}, {}}, {}, {}}});
-  plan.params.push_back({"v", "f32", true, 0, {{8, 4}, {{0}, {}}, {}, {}}});
-  plan.params.push_back({"b", "f32", false, 1, {{4}, {{}}, {}, {}}});
+  plan.params.push_back({"w", "f32", kMuon, 0, {{8, 4}, {{0}, {}}, {}, {}}});
+  plan.params.push_back({"v", "f32", kMuon, 0, {{8, 4}, {{0}, {}}, {}, {}}});
+  plan.params.push_back({"b", "f32", kAdamW, 1, {{4}, {{}}, {}, {}}});
   plan.ns.configs[0].coefficients.assign(5, {3.4445, -4.775, 2.0315});
   plan.matrices.push_back({"w", 0, -1, 8, 4, 0, nsFlops(8, 4, 5)});
   plan.matrices.push_back({"v", 1, -1, 8, 4, 2, nsFlops(8, 4, 5)});
@@ -73,11 +73,11 @@ inline Plan nsGroupsPlanModel(int64_t maxRounds = 1) {
        {std::pair<const char *, int64_t>{"w", 0}, {"v", 1}, {"u", 0}}) {
     const int64_t k = static_cast<int64_t>(plan.params.size());
     plan.params.push_back(
-        {name, "f32", true, group, {{8, 4}, {{0}, {}}, {}, {}}});
+        {name, "f32", kMuon, group, {{8, 4}, {{0}, {}}, {}, {}}});
     const int64_t steps = plan.ns.configs[plan.groups[group].nsConfig].nsSteps;
     plan.matrices.push_back({name, k, -1, 8, 4, 0, nsFlops(8, 4, steps)});
   }
-  plan.params.push_back({"bias", "f32", false, 2, {{4}, {{}}, {}, {}}});
+  plan.params.push_back({"bias", "f32", kAdamW, 2, {{4}, {{}}, {}, {}}});
   plan.nsMatrices = {{0, 1, 2}, {}, {}, {}};
   Exchange gather{Exchange::Phase::Gather, 0, {}, {}};
   Exchange scatter{Exchange::Phase::Scatter, 0, {}, {}};

@@ -375,7 +375,7 @@ void checkReductions(const Plan &plan, const std::string &spec) {
     }
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const ::muon::ParamLayout &pl = plan.params[i].layout;
-    if (plan.params[i].muon || pl.partialAxes.empty())
+    if (plan.params[i].orthogonalized() || pl.partialAxes.empty())
       continue;
     int64_t summands = 1;
     for (int64_t axis : pl.partialAxes)

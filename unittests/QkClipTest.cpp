@@ -19,6 +19,8 @@
 #include "muon/Runtime/Optimizer.h"
 #include "OneRankOptimizer.h"
 
+#include "ElementSteps.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,8 +56,8 @@ Model attentionModel() {
   addParam(model, "wk2", {24, 12}, {});
   addParam(model, "mlp", {20, 12}, {Placement::shard(0)});
   addParam(model, "norm", {16}, {Placement::shard(0)});
-  model.muon.lr = 0.02;
-  model.muon.nsDtype = "f32";
+  model.muon.setNumber("lr", 0.02);
+  model.muon.ns.nsDtype = "f32";
   model.qkClip = {{"gqa", "wq", "wk", 8, 2, kTau},
                   {"mha", "wq2", "wk2", 3, 0, kTau}};
   return model;
@@ -499,7 +501,8 @@ TEST(QkClip, RowsOfEveryStorageTypeAreScaledAndRounded) {
     for (int64_t e = 0; e < rows * cols; ++e)
       storeAs(stored.data(), type, e, start[e]);
     const std::vector<char> before = stored;
-    device.scaleRows(stored.data(), type, rows, cols, factors);
+    calls::runQkClip(device, stored.data(), type, rows, cols, factors,
+                       PlanGroup(kMuon));
     for (int64_t e = 0; e < rows * cols; ++e) {
       const float was = loadAs(before.data(), type, e);
       const float want = roundTo(type, was * factors[e / cols]);

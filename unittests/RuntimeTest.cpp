@@ -13,6 +13,8 @@
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/OutputFile.h"
 
+#include "ElementSteps.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,14 +49,14 @@ std::vector<float> randomMatrix(int64_t rows, int64_t cols, unsigned seed) {
 TEST(MatrixStep, EachStepFollowsAFixedFlagOfTheSettingsTable) {
   ASSERT_FALSE(matrixSteps().empty());
   for (const MatrixStep &step : matrixSteps()) {
-    const GroupSetting *flag = findGroupSetting(true, step.setting);
+    const GroupSetting *flag = findGroupSetting(kMuon, step.setting);
     ASSERT_NE(flag, nullptr) << step.setting;
     EXPECT_EQ(flag->kind, GroupSetting::Kind::Flag) << step.setting;
     EXPECT_TRUE(flag->fixed) << step.setting;
-    PlanGroup group;
-    EXPECT_FALSE(step.enabled(group.muonSettings)) << step.setting;
+    PlanGroup group(kMuon);
+    EXPECT_FALSE(step.enabled(group)) << step.setting;
     setSettingValue(*flag, group, 1.0);
-    EXPECT_TRUE(step.enabled(group.muonSettings)) << step.setting;
+    EXPECT_TRUE(step.enabled(group)) << step.setting;
     EXPECT_EQ(matrixStepOfState(step.state),
               &step - matrixSteps().data());
   }
@@ -185,50 +187,50 @@ TEST(Kernels, F16RoundsToNearestEven) {
 
 TEST(Kernels, MomentumAndNesterov) {
   CpuDevice device;
-  MuonSettings s;
-  s.momentum = 0.95;
+  PlanGroup s(kMuon);
+  s.setNumber("momentum", 0.95);
   float grad = 1, buf = 0, update = 0;
-  device.momentum(&grad, DType::F32, &buf, &update, 1, s);
+  calls::runMomentum(device, &grad, DType::F32, &buf, &update, 1, s);
   EXPECT_NEAR(buf, 0.05f, 1e-7);
   EXPECT_NEAR(update, 0.0975f, 1e-7); // grad.lerp(buf, 0.95)
-  s.nesterov = false;
-  device.momentum(&grad, DType::F32, &buf, &update, 1, s);
+  s.setFlag("nesterov", false);
+  calls::runMomentum(device, &grad, DType::F32, &buf, &update, 1, s);
   EXPECT_NEAR(buf, 0.0975f, 1e-7);
   EXPECT_EQ(update, buf);
 }
 
 TEST(Kernels, AdjustedLrAndUpdate) {
-  MuonSettings s;
-  s.lr = 0.02;
-  s.weightDecay = 0.1;
+  PlanGroup s(kMuon);
+  s.setNumber("lr", 0.02);
+  s.setNumber("weight_decay", 0.1);
   EXPECT_DOUBLE_EQ(adjustedLr(s, 64, 32), 0.02 * std::sqrt(2.0));
   EXPECT_DOUBLE_EQ(adjustedLr(s, 32, 64), 0.02);
-  s.adjustLr = "match_rms_adamw";
+  s.setText("adjust_lr", "match_rms_adamw");
   EXPECT_DOUBLE_EQ(adjustedLr(s, 32, 64), 0.02 * 0.2 * 8);
   // The scale modes of NVIDIA's Emerging-Optimizers and torch.optim.Muon,
   // from their formulas (docs/spec-format.md 1.3), both orientations.
-  s.adjustLr = "spectral"; // sqrt(max(rows, cols))
+  s.setText("adjust_lr", "spectral"); // sqrt(max(rows, cols))
   EXPECT_DOUBLE_EQ(adjustedLr(s, 32, 64), 0.02 * 8);
   EXPECT_DOUBLE_EQ(adjustedLr(s, 64, 32), 0.02 * 8);
   for (const char *name : {"unit_rms_norm", "spectral_unclamped"}) {
-    s.adjustLr = name; // sqrt(rows/cols), not clamped at 1
+    s.setText("adjust_lr", name); // sqrt(rows/cols), not clamped at 1
     EXPECT_DOUBLE_EQ(adjustedLr(s, 64, 32), 0.02 * std::sqrt(2.0)) << name;
     EXPECT_DOUBLE_EQ(adjustedLr(s, 32, 64), 0.02 * std::sqrt(0.5)) << name;
   }
-  s.adjustLr = "original";
+  s.setText("adjust_lr", "original");
   float p = 1.0f, x = 0.5f;
   CpuDevice device;
-  device.applyUpdate(&p, DType::F32, &x, 1, s, 0.1);
+  calls::runMuonUpdate(device, &p, DType::F32, &x, 1, s, 0.1);
   EXPECT_NEAR(p, 1.0f * (1 - 0.002f) - 0.05f, 1e-7);
   // extra_scale_factor multiplies the update's lr after the mode's factor
   // (Megatron-LM: lr * scale_factor * extra_scale_factor), and not the
   // decay's: 1 * (1 - lr wd) - lr * 2.5 * orth.
-  s.extraScaleFactor = 2.5;
+  s.setNumber("extra_scale_factor", 2.5);
   EXPECT_DOUBLE_EQ(adjustedLr(s, 64, 32), 0.02 * std::sqrt(2.0) * 2.5);
-  s.adjustLr = "spectral";
+  s.setText("adjust_lr", "spectral");
   EXPECT_DOUBLE_EQ(adjustedLr(s, 32, 64), 0.02 * 8 * 2.5);
   p = 1.0f;
-  device.applyUpdate(&p, DType::F32, &x, 1, s, adjustedLr(s, 1, 1));
+  calls::runMuonUpdate(device, &p, DType::F32, &x, 1, s, adjustedLr(s, 1, 1));
   EXPECT_NEAR(p, 1.0f * (1 - 0.002f) - 0.5f * 0.02f * 2.5f, 1e-7);
 }
 
@@ -237,9 +239,9 @@ TEST(Kernels, WeightDecayModes) {
   // value by 1 - lr * wd; cautious (arXiv 2510.12402) only where the update
   // orth (subtracted) and the value agree in sign, orth * value >= 0, a
   // zero agreeing; none never.
-  MuonSettings s;
-  s.lr = 0.02;
-  s.weightDecay = 0.5;
+  PlanGroup s(kMuon);
+  s.setNumber("lr", 0.02);
+  s.setNumber("weight_decay", 0.5);
   const double alr = 0.03;
   const float values[] = {1.5f, -2.0f, 0.75f, -0.25f, 0.0f, 3.0f, -1.0f, 0.0f};
   const float orth[] = {0.4f, -0.1f, -0.3f, 0.2f, 0.5f, 0.0f, -0.0f, -0.2f};
@@ -248,10 +250,10 @@ TEST(Kernels, WeightDecayModes) {
   const float step = static_cast<float>(alr);
   CpuDevice device;
   for (const char *mode : {"decoupled", "cautious", "none"}) {
-    s.weightDecayMode = mode;
+    s.setText("weight_decay_mode", mode);
     float p[n];
     std::copy(values, values + n, p);
-    device.applyUpdate(p, DType::F32, orth, n, s, alr);
+    calls::runMuonUpdate(device, p, DType::F32, orth, n, s, alr);
     for (int64_t i = 0; i < n; ++i) {
       const double product = static_cast<double>(orth[i]) * values[i];
       const bool decays = std::string(mode) == "decoupled" ||
@@ -263,22 +265,22 @@ TEST(Kernels, WeightDecayModes) {
   }
   // Mixed signs above: cautious decays elements 0, 1, 4, 5, 6, 7 and keeps
   // 2 and 3.
-  s.weightDecayMode = "cautious";
+  s.setText("weight_decay_mode", "cautious");
   float p[n];
   std::copy(values, values + n, p);
-  device.applyUpdate(p, DType::F32, orth, n, s, alr);
+  calls::runMuonUpdate(device, p, DType::F32, orth, n, s, alr);
   EXPECT_EQ(p[2], values[2] - step * orth[2]);
   EXPECT_EQ(p[0], values[0] * decay - step * orth[0]);
 }
 
 TEST(Kernels, AdamWFirstStepMovesByLr) {
   // With bias correction, AdamW's first step is lr * sign(grad) (eps aside).
-  AdamWSettings s;
-  s.lr = 0.01;
-  s.weightDecay = 0;
+  PlanGroup s(kAdamW);
+  s.setNumber("lr", 0.01);
+  s.setNumber("weight_decay", 0);
   float p[2] = {1, 1}, g[2] = {0.3f, -2}, m[2] = {0, 0}, v[2] = {0, 0};
   CpuDevice device;
-  device.adamw(p, DType::F32, g, DType::F32, m, v, 2, s, 1);
+  calls::runAdamW(device, p, DType::F32, g, DType::F32, m, v, 2, s, 1);
   EXPECT_NEAR(p[0], 0.99f, 1e-6);
   EXPECT_NEAR(p[1], 1.01f, 1e-6);
 }
@@ -313,7 +315,7 @@ Plan smallModel() {
   auto param = [&](std::string name, std::vector<int64_t> shape, bool muon) {
     PlanParam p;
     p.name = std::move(name);
-    p.muon = muon;
+    p.algorithm = muon ? kMuon : kAdamW;
     p.group = muon ? 0 : 1;
     p.layout.shape = shape;
     p.layout.splitAxes.assign(shape.size(), {});
@@ -479,8 +481,8 @@ Plan fsdpModel() {
   plan.worldSize = 4;
   plan.distributed = true;
   plan.mesh.shape = {4};
-  plan.params.push_back({"w", "f32", true, 0, {{8, 4}, {{0}, {}}, {}, {}}});
-  plan.params.push_back({"b", "f32", false, 1, {{4}, {{0}}, {}, {}}});
+  plan.params.push_back({"w", "f32", kMuon, 0, {{8, 4}, {{0}, {}}, {}, {}}});
+  plan.params.push_back({"b", "f32", kAdamW, 1, {{4}, {{0}}, {}, {}}});
   plan.ns.configs[0].coefficients.assign(5, {3.4445, -4.775, 2.0315});
   plan.matrices.push_back({"w", 0, -1, 8, 4, 2, nsFlops(8, 4, 5)});
   plan.nsMatrices = {{}, {}, {0}, {}};

@@ -26,13 +26,13 @@ std::vector<int> encode(const std::string &text) {
 
 const std::vector<ParamShape> &paramShapes() {
   static const std::vector<ParamShape> shapes = {
-      {"embed", {vocabulary(), kEmbed}, false},
-      {"w1", {kHidden, kContext * kEmbed}, true},
-      {"b1", {kHidden}, false},
-      {"w2", {kHidden, kHidden}, true},
-      {"b2", {kHidden}, false},
-      {"norm", {kHidden}, false},
-      {"head", {vocabulary(), kHidden}, false},
+      {"embed", {vocabulary(), kEmbed}, "adamw"},
+      {"w1", {kHidden, kContext * kEmbed}, "muon"},
+      {"b1", {kHidden}, "adamw"},
+      {"w2", {kHidden, kHidden}, "muon"},
+      {"b2", {kHidden}, "adamw"},
+      {"norm", {kHidden}, "adamw"},
+      {"head", {vocabulary(), kHidden}, "adamw"},
   };
   return shapes;
 }

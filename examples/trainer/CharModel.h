@@ -34,11 +34,12 @@ int vocabulary();
 /// The text as alphabet indices.
 std::vector<int> encode(const std::string &text);
 
-/// One parameter: its name, shape and optimizer group.
+/// One parameter: its name, shape and optimizer ("muon" or "adamw", the
+/// spec's params[i].optimizer).
 struct ParamShape {
   std::string name;
   std::vector<int64_t> shape;
-  bool muon;
+  const char *optimizer;
 };
 /// The model's parameters, in the order every vector below keeps.
 const std::vector<ParamShape> &paramShapes();

@@ -202,7 +202,7 @@ std::string specFor(const std::string &layout) {
                               : Json{"S(0)", "R"};
     params.push_back({{"name", p.name},
                       {"shape", p.shape},
-                      {"optimizer", p.muon ? "muon" : "adamw"},
+                      {"optimizer", p.optimizer},
                       {"placements", placements}});
   }
   Json spec = {{"format", "muon-spec/1"},
@@ -472,9 +472,7 @@ int train(const Options &o, Communicator &comm, DataParallel &dp) {
     // set on every rank alike before the step.
     const double factor = lrFactor(o, step);
     for (const muon::PlanGroup &g : plan.groups)
-      if (Status s =
-              opt->setGroupLr(g.name, factor * (g.muon ? g.muonSettings.lr
-                                                       : g.adamwSettings.lr));
+      if (Status s = opt->setGroupLr(g.name, factor * g.number("lr"));
           !s.ok())
         return fail(s.message());
     StepResult result;

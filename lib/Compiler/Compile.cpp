@@ -97,36 +97,30 @@ Json specOf(const Model &model, const DistributedConfig *config,
     }
     return o;
   };
-  auto muonJson = [&](const MuonSettings &m) {
-    PlanGroup g;
-    g.muonSettings = m;
+  auto groupJson = [&](const ParamGroup &g) {
     Json o = settingsJson(g);
-    o["ns_steps"] = m.nsSteps;
-    o["eps"] = m.eps;
-    if (!m.nsDtype.empty())
-      o["ns_dtype"] = m.nsDtype;
-    if (!m.nsCoefficients.empty())
-      o["ns_coefficients"] = m.nsCoefficients;
+    if (!g.orthogonalizes())
+      return o;
+    const NewtonSchulzOptions &ns = g.ns;
+    o["ns_steps"] = ns.nsSteps;
+    o["eps"] = ns.eps;
+    if (!ns.nsDtype.empty())
+      o["ns_dtype"] = ns.nsDtype;
+    if (!ns.nsCoefficients.empty())
+      o["ns_coefficients"] = ns.nsCoefficients;
     else
-      o["ns_coefficients"] = m.nsPreset;
+      o["ns_coefficients"] = ns.nsPreset;
     return o;
   };
-  auto adamwJson = [&](const AdamWSettings &a) {
-    PlanGroup g;
-    g.muon = false;
-    g.adamwSettings = a;
-    return settingsJson(g);
-  };
   if (model.groups.empty()) {
-    spec["optimizer"] = muonJson(model.muon);
-    spec["adamw"] = adamwJson(model.adamw);
+    spec["optimizer"] = groupJson(model.muon);
+    spec["adamw"] = groupJson(model.adamw);
   } else {
     spec["param_groups"] = Json::array();
     for (const ParamGroup &g : model.groups) {
-      bool muon = g.algorithm != Group::AdamW;
-      Json o = muon ? muonJson(g.muon) : adamwJson(g.adamw);
+      Json o = groupJson(g);
       o["name"] = g.name;
-      o["algorithm"] = muon ? "muon" : "adamw";
+      o["algorithm"] = algorithmName(g.algorithm);
       spec["param_groups"].push_back(o);
     }
   }
@@ -156,8 +150,8 @@ Json specOf(const Model &model, const DistributedConfig *config,
   spec["params"] = Json::array();
   for (const Param &p : model.params) {
     Json param = {{"name", p.name}, {"shape", p.shape}, {"dtype", p.dtype}};
-    if (p.group != Group::Auto)
-      param["optimizer"] = p.group == Group::Muon ? "muon" : "adamw";
+    if (!p.optimizer.empty())
+      param["optimizer"] = p.optimizer;
     if (!p.groupName.empty())
       param["group"] = p.groupName;
     // Only when on, so that other models give the same spec and plan.

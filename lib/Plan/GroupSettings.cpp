@@ -1,141 +1,175 @@
 //===- GroupSettings.cpp - Every group setting, described once -----------===//
 #include "muon/Plan/GroupSettings.h"
 
+#include "muon/Plan/Algorithm.h"
 #include "muon/Support/Format.h"
 
+#include <cassert>
 #include <cmath>
 
 namespace muon {
 
-const std::vector<GroupSetting> &groupSettings() {
-  using M = MuonSettings;
-  using A = AdamWSettings;
-  using K = GroupSetting::Kind;
-  using R = GroupSetting::Range;
-  auto muonNumber = [](const char *name, double M::*field, R range) {
-    GroupSetting s{name, name, name, true, K::Number};
-    s.muonNumber = field;
-    s.range = range;
-    return s;
-  };
-  auto muonFlag = [](const char *name, bool M::*field) {
-    GroupSetting s{name, name, name, true, K::Flag};
-    s.muonFlag = field;
-    return s;
-  };
-  auto muonName = [](const char *name, std::string M::*field,
-                     const std::string_view *names, size_t count) {
-    GroupSetting s{name, name, name, true, K::Name};
-    s.muonName = field;
-    s.names = names;
-    s.nameCount = count;
-    return s;
-  };
-  auto adamwNumber = [](const char *name, const char *jsonKey,
-                        const char *errorField, double A::*field, R range) {
-    GroupSetting s{name, jsonKey, errorField, false, K::Number};
-    s.adamwNumber = field;
-    s.range = range;
-    return s;
-  };
-  // A row's extras, written where the row is.
-  auto omittedAtDefault = [](GroupSetting s) {
-    s.omitDefault = true;
-    return s;
-  };
-  auto fixedByPlan = [](GroupSetting s) {
-    s.fixed = true;
-    return s;
-  };
-  auto onlyWith = [](GroupSetting s, const char *flag, const char *note) {
-    s.onlyWith = flag;
-    s.onlyWithNote = note;
-    return s;
-  };
-  static const std::vector<GroupSetting> table = {
-      muonNumber("lr", &M::lr, R::NonNegative),
-      muonNumber("weight_decay", &M::weightDecay, R::NonNegative),
-      muonNumber("momentum", &M::momentum, R::NonNegativeBelowOne),
-      muonFlag("nesterov", &M::nesterov),
-      muonName("adjust_lr", &M::adjustLr, kAdjustLrNames.data(),
-               kAdjustLrNames.size()),
-      omittedAtDefault(muonName("weight_decay_mode", &M::weightDecayMode,
-                                kWeightDecayModes.data(),
-                                kWeightDecayModes.size())),
-      // NorMuon decides which matrices carry per-row state.
-      fixedByPlan(omittedAtDefault(muonFlag("normuon", &M::normuon))),
-      onlyWith(muonNumber("normuon_beta2", &M::normuonBeta2, R::UnitInterval),
-               "normuon", "NorMuon's setting"),
-      omittedAtDefault(muonNumber("extra_scale_factor", &M::extraScaleFactor,
-                                  R::NonNegative)),
-      adamwNumber("lr", "lr", "lr", &A::lr, R::NonNegative),
-      adamwNumber("beta1", "betas", "betas[0]", &A::beta1, R::UnitInterval),
-      adamwNumber("beta2", "betas", "betas[1]", &A::beta2, R::UnitInterval),
-      adamwNumber("eps", "eps", "eps", &A::eps, R::NonNegative),
-      adamwNumber("weight_decay", "weight_decay", "weight_decay",
-                  &A::weightDecay, R::NonNegative),
-  };
-  return table;
+namespace setting {
+
+GroupSetting number(const char *name, double defaultValue,
+                    GroupSetting::Range range) {
+  GroupSetting s{name, name, name, Kind::Number};
+  s.defaultNumber = defaultValue;
+  s.range = range;
+  return s;
 }
 
-const GroupSetting *findGroupSetting(bool muon, std::string_view name) {
-  for (const GroupSetting &s : groupSettings())
-    if (s.muon == muon && name == s.name)
+GroupSetting flag(const char *name, bool defaultValue) {
+  GroupSetting s{name, name, name, Kind::Flag};
+  s.defaultNumber = defaultValue ? 1.0 : 0.0;
+  return s;
+}
+
+GroupSetting numberIn(const char *name, const char *jsonKey,
+                      const char *errorField, double defaultValue,
+                      GroupSetting::Range range) {
+  GroupSetting s = number(name, defaultValue, range);
+  s.jsonKey = jsonKey;
+  s.errorField = errorField;
+  return s;
+}
+
+GroupSetting omittedAtDefault(GroupSetting s) {
+  s.omitDefault = true;
+  return s;
+}
+
+GroupSetting fixedByPlan(GroupSetting s) {
+  s.fixed = true;
+  return s;
+}
+
+GroupSetting onlyWith(GroupSetting s, const char *flag, const char *note) {
+  s.onlyWith = flag;
+  s.onlyWithNote = note;
+  return s;
+}
+
+} // namespace setting
+
+const std::vector<GroupSetting> &groupSettings() {
+  static const std::vector<GroupSetting> all = [] {
+    std::vector<GroupSetting> rows;
+    for (const Algorithm &a : algorithms())
+      rows.insert(rows.end(), a.settings.begin(), a.settings.end());
+    return rows;
+  }();
+  return all;
+}
+
+const GroupSetting *findGroupSetting(AlgorithmId algorithm,
+                                     std::string_view name) {
+  if (algorithm < 0 || static_cast<size_t>(algorithm) >= algorithms().size())
+    return nullptr;
+  for (const GroupSetting &s : algorithmOf(algorithm).settings)
+    if (name == s.name)
       return &s;
   return nullptr;
 }
 
+PlanGroup::PlanGroup() : PlanGroup(kMuon) {}
+
+PlanGroup::PlanGroup(AlgorithmId algorithm) : algorithm(algorithm) {
+  for (const GroupSetting &s : algorithmOf(algorithm).settings)
+    settings.push_back({s.defaultNumber, s.defaultText});
+}
+
+/// The index in g.settings of the setting called `name` (asserted to be a
+/// setting of g's algorithm), or -1.
+static int indexNamed(const PlanGroup &g, std::string_view name) {
+  const GroupSetting *s = findGroupSetting(g.algorithm, name);
+  assert(s && "not a setting of the group's algorithm");
+  return s && static_cast<size_t>(s->index) < g.settings.size() ? s->index
+                                                                : -1;
+}
+
+double PlanGroup::number(std::string_view setting) const {
+  const int i = indexNamed(*this, setting);
+  return i < 0 ? 0 : settings[i].number;
+}
+
+const std::string &PlanGroup::text(std::string_view setting) const {
+  static const std::string none;
+  const int i = indexNamed(*this, setting);
+  return i < 0 ? none : settings[i].text;
+}
+
+void PlanGroup::setNumber(std::string_view setting, double value) {
+  if (const int i = indexNamed(*this, setting); i >= 0)
+    settings[i].number = value;
+}
+
+void PlanGroup::setText(std::string_view setting, std::string value) {
+  if (const int i = indexNamed(*this, setting); i >= 0)
+    settings[i].text = std::move(value);
+}
+
+bool PlanGroup::orthogonalizes() const {
+  return algorithmOf(algorithm).orthogonalizes;
+}
+
+/// Whether `s` is a setting of g's algorithm that g holds.
+[[maybe_unused]] static bool holds(const PlanGroup &g, const GroupSetting &s) {
+  return s.algorithm == g.algorithm &&
+         static_cast<size_t>(s.index) < g.settings.size();
+}
+
 double settingValue(const GroupSetting &s, const PlanGroup &g) {
-  if (s.muonNumber)
-    return g.muonSettings.*s.muonNumber;
-  if (s.muonFlag)
-    return g.muonSettings.*s.muonFlag ? 1.0 : 0.0;
-  if (s.adamwNumber)
-    return g.adamwSettings.*s.adamwNumber;
-  return 0;
+  assert(holds(g, s));
+  return g.settings[s.index].number;
 }
 
 void setSettingValue(const GroupSetting &s, PlanGroup &g, double value) {
-  if (s.muonNumber)
-    g.muonSettings.*s.muonNumber = value;
-  else if (s.muonFlag)
-    g.muonSettings.*s.muonFlag = value != 0;
-  else if (s.adamwNumber)
-    g.adamwSettings.*s.adamwNumber = value;
+  assert(holds(g, s));
+  g.settings[s.index].number =
+      s.kind == GroupSetting::Kind::Flag ? (value != 0 ? 1.0 : 0.0) : value;
 }
 
 const std::string &settingName(const GroupSetting &s, const PlanGroup &g) {
-  static const std::string none;
-  return s.muonName ? g.muonSettings.*s.muonName : none;
+  assert(holds(g, s));
+  return g.settings[s.index].text;
 }
 
 void setSettingName(const GroupSetting &s, PlanGroup &g,
                     const std::string &value) {
-  if (s.muonName)
-    g.muonSettings.*s.muonName = value;
+  assert(holds(g, s));
+  g.settings[s.index].text = value;
+}
+
+bool settingAtDefault(const GroupSetting &s, const PlanGroup &g) {
+  return s.kind == GroupSetting::Kind::Name
+             ? settingName(s, g) == s.defaultText
+             : settingValue(s, g) == s.defaultNumber;
 }
 
 bool settingWritten(const GroupSetting &s, const PlanGroup &g) {
-  if (s.onlyWith && settingValue(*findGroupSetting(s.muon, s.onlyWith), g) == 0)
+  if (s.onlyWith &&
+      settingValue(*findGroupSetting(s.algorithm, s.onlyWith), g) == 0)
     return false;
-  if (!s.omitDefault)
-    return true;
-  PlanGroup defaults;
-  defaults.muon = g.muon;
-  return s.kind == GroupSetting::Kind::Name
-             ? settingName(s, g) != settingName(s, defaults)
-             : settingValue(s, g) != settingValue(s, defaults);
+  return !s.omitDefault || !settingAtDefault(s, g);
+}
+
+std::vector<std::string_view> settingKeys(AlgorithmId algorithm) {
+  std::vector<std::string_view> keys;
+  for (const GroupSetting &s : algorithmOf(algorithm).settings)
+    if (keys.empty() || keys.back() != s.jsonKey)
+      keys.push_back(s.jsonKey);
+  return keys;
 }
 
 std::vector<SettingEntry> settingEntries(const PlanGroup &g, bool fixedOnly) {
   std::vector<SettingEntry> entries;
-  const std::vector<GroupSetting> &settings = groupSettings();
+  const std::vector<GroupSetting> &settings = algorithmOf(g.algorithm).settings;
   for (size_t i = 0; i < settings.size(); ++i) {
     const GroupSetting &s = settings[i];
-    if (s.muon != g.muon || (fixedOnly && !s.fixed) || !settingWritten(s, g))
+    if ((fixedOnly && !s.fixed) || !settingWritten(s, g))
       continue;
-    if (i > 0 && std::string_view(settings[i - 1].jsonKey) == s.jsonKey &&
-        settings[i - 1].muon == s.muon) {
+    if (i > 0 && std::string_view(settings[i - 1].jsonKey) == s.jsonKey) {
       entries.back().numbers.push_back(settingValue(s, g)); // "betas"
       continue;
     }

@@ -2,6 +2,8 @@
 #include "muon/Plan/Plan.h"
 #include "muon/Support/Replicas.h"
 
+#include "muon/Plan/Algorithm.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -50,8 +52,6 @@ std::optional<ScheduleStep::Kind> parseStepName(std::string_view name) {
   return std::nullopt;
 }
 
-const char *algorithmName(bool muon) { return muon ? "muon" : "adamw"; }
-
 std::string nameList(const std::string_view *names, size_t count,
                      char quote) {
   std::string list;
@@ -90,10 +90,9 @@ double adjustLrFactor(std::string_view name, int64_t rows, int64_t cols) {
 }
 
 std::vector<PlanGroup> defaultGroups() {
-  PlanGroup muon, adamw;
+  PlanGroup muon(kMuon), adamw(kAdamW);
   muon.name = "muon";
   adamw.name = "adamw";
-  adamw.muon = false;
   return {muon, adamw};
 }
 
@@ -102,6 +101,10 @@ int64_t findGroup(const std::vector<PlanGroup> &groups, std::string_view name) {
     if (groups[i].name == name)
       return static_cast<int64_t>(i);
   return -1;
+}
+
+bool PlanParam::orthogonalized() const {
+  return algorithmOf(algorithm).orthogonalizes;
 }
 
 std::string PlanMatrix::label() const {
@@ -225,7 +228,7 @@ std::vector<PlanMatrix> muonMatrices(const std::vector<PlanParam> &params,
   std::vector<PlanMatrix> out;
   for (size_t i = 0; i < params.size(); ++i) {
     const PlanParam &p = params[i];
-    if (!p.muon || p.layout.shape.size() < 2)
+    if (!p.orthogonalized() || p.layout.shape.size() < 2)
       continue;
     const int64_t steps =
         ns.configs[nsConfigOf(params, groups, static_cast<int64_t>(i))].nsSteps;

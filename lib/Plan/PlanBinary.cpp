@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 #include "muon/Plan/PlanBinary.h"
 
+#include "muon/Plan/Algorithm.h"
 #include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Support/Escape.h"
@@ -47,33 +48,51 @@ constexpr uint8_t kExplicitBox = 2; // rows and cols follow
 constexpr uint8_t kExplicitSummand = 4;
 // A parameter's `only` count with this bit: per-head values follow.
 constexpr uint64_t kHeadsFlag = uint64_t(1) << 32;
-// A group's algorithm byte with this bit: its settings tail follows.
+// A group's algorithm byte (its Algorithm::binaryCode) with this bit: its
+// settings tail follows.
 constexpr uint8_t kSettingsTail = 0x80;
 
 /// The group settings (GroupSettings.h) that have a slot of their own in a
-/// group's record, as the format had them before the settings tail. Every
-/// other setting travels in the tail, by name, so that a setting added to
-/// the table needs no change here.
+/// group's record: those of Muon and AdamW as the format had them before
+/// the settings tail. Every other setting, and every setting of the
+/// algorithms registered since, travels in the tail, by name, so that a
+/// setting or an algorithm added to the registry needs no change here.
 bool hasFixedSlot(const GroupSetting &s) {
   static constexpr std::string_view kMuonSlots[] = {
       "lr",        "weight_decay",      "momentum", "nesterov",
       "adjust_lr", "weight_decay_mode", "normuon",  "normuon_beta2"};
-  if (!s.muon)
+  if (s.algorithm == kAdamW)
     return true; // lr, betas, eps, weight_decay
-  return std::find(std::begin(kMuonSlots), std::end(kMuonSlots),
+  return s.algorithm == kMuon &&
+         std::find(std::begin(kMuonSlots), std::end(kMuonSlots),
                    std::string_view(s.name)) != std::end(kMuonSlots);
 }
 
 /// The settings of g's tail: those without a slot that files hold.
 std::vector<const GroupSetting *> tailSettings(const PlanGroup &g) {
   std::vector<const GroupSetting *> tail;
-  for (const GroupSetting &s : groupSettings())
-    if (s.muon == g.muon && !hasFixedSlot(s) && settingWritten(s, g))
+  for (const GroupSetting &s : algorithmOf(g.algorithm).settings)
+    if (!hasFixedSlot(s) && settingWritten(s, g))
       tail.push_back(&s);
   return tail;
 }
 
 std::string num(int64_t v) { return std::to_string(v); }
+
+/// "0 adamw, 1 muon": the codes of the registered algorithms, for errors.
+std::string knownAlgorithmCodes() {
+  std::vector<const Algorithm *> byCode;
+  for (const Algorithm &a : algorithms())
+    byCode.push_back(&a);
+  std::sort(byCode.begin(), byCode.end(),
+            [](const Algorithm *a, const Algorithm *b) {
+              return a->binaryCode < b->binaryCode;
+            });
+  std::string text;
+  for (const Algorithm *a : byCode)
+    text += (text.empty() ? "" : ", ") + num(a->binaryCode) + " " + a->name;
+  return text;
+}
 
 //===----------------------------------------------------------------------===//
 // Encoding
@@ -199,32 +218,29 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
     const std::vector<const GroupSetting *> tail = tailSettings(g);
     // The tail's bit: plans without one keep their bytes, and a reader
     // that predates it refuses the algorithm instead of misreading.
-    o.u8(static_cast<uint8_t>(g.muon | (tail.empty() ? 0 : kSettingsTail)));
-    if (g.muon) {
-      const MuonSettings &m = g.muonSettings;
-      o.f64(m.lr);
-      o.f64(m.weightDecay);
-      o.f64(m.momentum);
+    o.u8(static_cast<uint8_t>(algorithmOf(g.algorithm).binaryCode |
+                              (tail.empty() ? 0 : kSettingsTail)));
+    if (g.algorithm == kMuon) {
+      o.f64(g.number("lr"));
+      o.f64(g.number("weight_decay"));
+      o.f64(g.number("momentum"));
       // Bit 0 nesterov, bits 1-2 the weight-decay mode (0: decoupled, so
       // plans written before the modes read the same), bit 3 NorMuon (its
       // beta2 follows adjust_lr only then: other plans stay byte-identical,
       // and a reader without NorMuon refuses the flag instead of misreading).
-      int mode = std::max(0, weightDecayModeIndex(m.weightDecayMode));
-      o.u8(static_cast<uint8_t>((m.nesterov ? 1 : 0) | mode << 1 |
-                                (m.normuon ? 8 : 0)));
-      o.str(m.adjustLr);
-      if (m.normuon)
-        o.f64(m.normuonBeta2);
-      if (several)
-        o.varint(g.nsConfig);
-    } else {
-      const AdamWSettings &a = g.adamwSettings;
-      o.f64(a.lr);
-      o.f64(a.beta1);
-      o.f64(a.beta2);
-      o.f64(a.eps);
-      o.f64(a.weightDecay);
+      const bool normuon = g.flag("normuon");
+      int mode = std::max(0, weightDecayModeIndex(g.text("weight_decay_mode")));
+      o.u8(static_cast<uint8_t>((g.flag("nesterov") ? 1 : 0) | mode << 1 |
+                                (normuon ? 8 : 0)));
+      o.str(g.text("adjust_lr"));
+      if (normuon)
+        o.f64(g.number("normuon_beta2"));
+    } else if (g.algorithm == kAdamW) {
+      for (const char *name : {"lr", "beta1", "beta2", "eps", "weight_decay"})
+        o.f64(g.number(name));
     }
+    if (g.orthogonalizes() && several)
+      o.varint(g.nsConfig);
     // The tail: a count, then each setting's name and value (a Number an
     // f64, a Flag a byte, a Name a string).
     if (!tail.empty()) {
@@ -314,7 +330,7 @@ struct Geometry {
     firstMatrix.push_back(0);
     for (const PlanParam &p : plan.params)
       firstMatrix.push_back(firstMatrix.back() +
-                            (p.muon ? p.layout.numMatrices() : 0));
+                            (p.orthogonalized() ? p.layout.numMatrices() : 0));
   }
   int64_t totalMatrices() const { return firstMatrix.back(); }
   std::vector<int64_t> coordsOf(int64_t rank) const {
@@ -495,7 +511,7 @@ void PlanBinaryWriter::begin(const Plan &plan) {
   // ascending: each list comes out sorted.
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const PlanParam &p = plan.params[i];
-    if (!p.muon || p.layout.shape.size() < 2)
+    if (!p.orthogonalized() || p.layout.shape.size() < 2)
       continue;
     int64_t first = s->geo->firstMatrix[i];
     size_t batch = p.layout.shape.size() - 2;
@@ -1062,10 +1078,10 @@ bool decodeSettingsTail(In &in, PlanGroup &g) {
     const std::string name = in.str("bytes of a setting's name");
     if (!in.ok())
       return false;
-    const GroupSetting *s = findGroupSetting(g.muon, name);
+    const GroupSetting *s = findGroupSetting(g.algorithm, name);
     if (!s || hasFixedSlot(*s))
       return in.fail("setting '" + name + "' in the tail is not a " +
-                     (g.muon ? "Muon" : "AdamW") +
+                     algorithmOf(g.algorithm).title +
                      " group's setting without a slot of its own (a plan "
                      "from a newer muonc?)");
     if (std::find(seen.begin(), seen.end(), s) != seen.end())
@@ -1135,19 +1151,19 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices,
   plan.groups.clear();
   for (size_t i = 0; i < groups && in.ok(); ++i) {
     in.item = json::index("groups", i);
-    PlanGroup g;
-    g.name = in.str("bytes of name");
+    std::string name = in.str("bytes of name");
     const uint8_t algorithmByte = in.u8();
-    const uint8_t algorithm = algorithmByte & ~kSettingsTail;
-    if (in.ok() && algorithm > 1)
-      return in.fail("algorithm " + num(algorithm) +
-                     " is neither 0 (adamw) nor 1 (muon)");
-    g.muon = algorithm == 1;
-    if (g.muon) {
-      MuonSettings &m = g.muonSettings;
-      m.lr = in.f64();
-      m.weightDecay = in.f64();
-      m.momentum = in.f64();
+    const uint8_t code = algorithmByte & ~kSettingsTail;
+    const std::optional<AlgorithmId> algorithm = algorithmWithBinaryCode(code);
+    if (in.ok() && !algorithm)
+      return in.fail("algorithm " + num(code) + " is not one this reader "
+                     "knows (" + knownAlgorithmCodes() + ")");
+    PlanGroup g(algorithm.value_or(kMuon));
+    g.name = std::move(name);
+    if (g.algorithm == kMuon) {
+      g.setNumber("lr", in.f64());
+      g.setNumber("weight_decay", in.f64());
+      g.setNumber("momentum", in.f64());
       uint8_t flags = in.u8();
       if (in.ok() && (flags >> 4) != 0)
         return in.fail("Muon flags " + num(flags) +
@@ -1157,25 +1173,21 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices,
         return in.fail("Muon flags " + num(flags) +
                        ": weight-decay mode " + num((flags >> 1) & 3) +
                        " is not 0 (decoupled), 1 (cautious) or 2 (none)");
-      m.nesterov = flags & 1;
-      m.weightDecayMode =
-          std::string(kWeightDecayModes[((flags >> 1) & 3) % 3]);
-      m.normuon = (flags & 8) != 0;
-      m.adjustLr = in.str("bytes of adjust_lr");
-      if (m.normuon)
-        m.normuonBeta2 = in.f64();
-      // Checked against the configurations by the validator.
-      if (several)
-        g.nsConfig = in.below(static_cast<int64_t>(ns.configs.size()),
-                              "NS configuration");
-    } else {
-      AdamWSettings &a = g.adamwSettings;
-      a.lr = in.f64();
-      a.beta1 = in.f64();
-      a.beta2 = in.f64();
-      a.eps = in.f64();
-      a.weightDecay = in.f64();
+      g.setFlag("nesterov", flags & 1);
+      g.setText("weight_decay_mode",
+                std::string(kWeightDecayModes[((flags >> 1) & 3) % 3]));
+      g.setFlag("normuon", (flags & 8) != 0);
+      g.setText("adjust_lr", in.str("bytes of adjust_lr"));
+      if (g.flag("normuon"))
+        g.setNumber("normuon_beta2", in.f64());
+    } else if (g.algorithm == kAdamW) {
+      for (const char *setting : {"lr", "beta1", "beta2", "eps", "weight_decay"})
+        g.setNumber(setting, in.f64());
     }
+    // Checked against the configurations by the validator.
+    if (g.orthogonalizes() && several)
+      g.nsConfig =
+          in.below(static_cast<int64_t>(ns.configs.size()), "NS configuration");
     if ((algorithmByte & kSettingsTail) && !decodeSettingsTail(in, g))
       return false;
     plan.groups.push_back(std::move(g));
@@ -1197,7 +1209,8 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices,
                      " is out of range (" + num(plan.groups.size()) +
                      " groups)");
     p.group = static_cast<int64_t>(group);
-    p.muon = in.ok() && plan.groups[p.group].muon;
+    if (in.ok())
+      p.algorithm = plan.groups[p.group].algorithm;
     p.layout.shape = in.ints("dims");
     size_t dims = in.count("split entries");
     for (size_t d = 0; d < dims && in.ok(); ++d)
@@ -1913,8 +1926,11 @@ int64_t planHeldBytes(const Plan &plan) {
   for (const NewtonSchulzConfig &c : plan.ns.configs)
     bytes += vectorBytes(c.coefficients);
   bytes += vectorBytes(plan.groups);
-  for (const PlanGroup &g : plan.groups)
-    bytes += stringBytes(g.name) + stringBytes(g.muonSettings.adjustLr);
+  for (const PlanGroup &g : plan.groups) {
+    bytes += stringBytes(g.name) + vectorBytes(g.settings);
+    for (const SettingValue &v : g.settings)
+      bytes += stringBytes(v.text);
+  }
   bytes += vectorBytes(plan.params);
   for (const PlanParam &p : plan.params) {
     bytes += stringBytes(p.name) + stringBytes(p.dtype) +

@@ -1,6 +1,7 @@
 //===- PlanFile.cpp - The plan file (muon-plan/1) -------------------------===//
 #include "muon/Plan/PlanFile.h"
 
+#include "muon/Plan/Algorithm.h"
 #include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Support/Json.h"
@@ -72,9 +73,9 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
   for (const PlanGroup &g : plan.groups) {
     j.beginObject();
     j.member("name", g.name);
-    j.member("algorithm", algorithmName(g.muon));
+    j.member("algorithm", algorithmName(g.algorithm));
     // Fixed by the plan: in the hashed text too.
-    if (g.muon && severalConfigs)
+    if (g.orthogonalizes() && severalConfigs)
       j.member("ns_config", g.nsConfig);
     // Every setting of the group's algorithm (GroupSettings.h) that files
     // hold; without group settings (planHash: ranks must agree on the plan
@@ -300,32 +301,21 @@ private:
   double number(const Value &o, const std::string &path, std::string_view k) {
     return rd.number(get(o, k), key(path, k)).value_or(0);
   }
-  /// The JSON keys of one algorithm's settings (GroupSettings.h), each
-  /// once, in the table's order.
-  static std::vector<std::string_view> settingKeys(bool muon) {
-    std::vector<std::string_view> keys;
-    for (const GroupSetting &s : groupSettings())
-      if (s.muon == muon &&
-          std::find(keys.begin(), keys.end(), s.jsonKey) == keys.end())
-        keys.push_back(s.jsonKey);
-    return keys;
-  }
   /// The settings of g's algorithm from `o` (GroupSettings.h): each
   /// required unless optional (then it keeps its default), a setting of a
   /// flag only with the flag on, the settings sharing a JSON key as one
   /// array ("betas": [beta1, beta2]).
   void readSettings(const Value &o, const std::string &p, PlanGroup &g) {
-    const std::vector<GroupSetting> &settings = groupSettings();
+    const std::vector<GroupSetting> &settings =
+        algorithmOf(g.algorithm).settings;
     for (size_t i = 0; i < settings.size() && rd.ok(); ++i) {
       const GroupSetting &s = settings[i];
-      if (s.muon != g.muon)
-        continue;
       const Value *v = get(o, s.jsonKey);
       const std::string path = key(p, s.jsonKey);
       if (!v && settingOptional(s))
         continue;
       if (s.onlyWith &&
-          settingValue(*findGroupSetting(s.muon, s.onlyWith), g) == 0) {
+          settingValue(*findGroupSetting(s.algorithm, s.onlyWith), g) == 0) {
         rd.fail(path, std::string("only with \"") + s.onlyWith +
                           "\": true (" + s.onlyWithNote + ")");
         return;
@@ -495,27 +485,31 @@ bool PlanReader::read(const Value &root, Plan &plan,
             {"ns_steps", "ns_coefficients", "eps", "ns_dtype", "configs"}))
       readNewtonSchulz(*o, "newton_schulz");
     // A group's keys: its name, its algorithm and the settings' JSON keys
-    // (GroupSettings.h), Muon's then AdamW's own.
+    // (GroupSettings.h) of every algorithm, in registry order.
     std::vector<std::string_view> groupKeys = {"name", "algorithm",
                                                "ns_config"};
-    for (bool muon : {true, false})
-      for (std::string_view k : settingKeys(muon))
+    std::vector<std::string_view> algorithmNames;
+    for (size_t a = 0; a < algorithms().size(); ++a) {
+      algorithmNames.push_back(algorithms()[a].name);
+      for (std::string_view k : settingKeys(static_cast<AlgorithmId>(a)))
         if (std::find(groupKeys.begin(), groupKeys.end(), k) ==
             groupKeys.end())
           groupKeys.push_back(k);
+    }
     objects(root, "", "groups", groupKeys,
             [&](const Value &o, const std::string &path) {
-              PlanGroup g;
-              g.name =
+              std::string name =
                   rd.string(get(o, "name"), key(path, "name")).value_or("");
-              g.muon = rd.oneOf(get(o, "algorithm"), key(path, "algorithm"),
-                                {"muon", "adamw"})
-                           .value_or("muon") == "muon";
+              std::optional<std::string> algorithm =
+                  rd.oneOf(get(o, "algorithm"), key(path, "algorithm"),
+                           algorithmNames);
               if (!rd.ok())
                 return;
+              PlanGroup g(findAlgorithm(*algorithm).value_or(kMuon));
+              g.name = std::move(name);
               // Checked against the configurations by the validator.
               if (const Value *v = get(o, "ns_config")) {
-                if (!g.muon) {
+                if (!g.orthogonalizes()) {
                   rd.fail(key(path, "ns_config"),
                           "only Muon groups run Newton-Schulz");
                   return;
@@ -524,12 +518,15 @@ bool PlanReader::read(const Value &root, Plan &plan,
                     rd.integer(v, key(path, "ns_config"), 0).value_or(0);
               }
               // Only the keys of the group's own algorithm.
-              const std::vector<std::string_view> mine = settingKeys(g.muon);
-              for (std::string_view k : settingKeys(!g.muon))
-                if (std::find(mine.begin(), mine.end(), k) == mine.end() &&
-                    get(o, k))
+              const std::vector<std::string_view> mine =
+                  settingKeys(g.algorithm);
+              for (std::string_view k : groupKeys)
+                if (k != "name" && k != "algorithm" && k != "ns_config" &&
+                    std::find(mine.begin(), mine.end(), k) == mine.end() &&
+                    get(o, k) && rd.ok())
                   rd.fail(key(path, k), std::string("not a setting of ") +
-                                            algorithmName(g.muon) + " groups");
+                                            algorithmName(g.algorithm) +
+                                            " groups");
               if (!rd.ok())
                 return;
               readSettings(o, path, g);
@@ -557,7 +554,7 @@ bool PlanReader::read(const Value &root, Plan &plan,
               rd.fail(key(path, "group"), "no group named \"" + group + "\"");
               return;
             }
-            p.muon = plan.groups[p.group].muon;
+            p.algorithm = plan.groups[p.group].algorithm;
             p.layout.shape = ints(get(o, "shape"), key(path, "shape"), 1);
             p.layout.splitAxes =
                 rows(get(o, "split"), key(path, "split"), 0, "", 0);

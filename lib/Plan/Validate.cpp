@@ -1,6 +1,7 @@
 //===- Validate.cpp - A plan checked against itself -----------------------===//
 #include "muon/Plan/Validate.h"
 
+#include "muon/Plan/Algorithm.h"
 #include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/ScheduleVerifier.h"
 #include "muon/Support/Format.h"
@@ -195,11 +196,11 @@ bool Checker::settings() {
     if (json::Error bad = checkGroupSettings(g); !bad.empty())
       return fail(bad.path.empty() ? path : key(path, bad.path), bad.message);
     const int64_t configs = static_cast<int64_t>(plan.ns.configs.size());
-    if (g.muon && (g.nsConfig < 0 || g.nsConfig >= configs))
+    if (g.orthogonalizes() && (g.nsConfig < 0 || g.nsConfig >= configs))
       return fail(key(path, "ns_config"),
                   "Newton-Schulz configuration " + num(g.nsConfig) +
                       " is out of range (" + num(configs) + " configurations)");
-    if (!g.muon && g.nsConfig != 0)
+    if (!g.orthogonalizes() && g.nsConfig != 0)
       return fail(key(path, "ns_config"), "only Muon groups run Newton-Schulz");
   }
   return true;
@@ -291,10 +292,12 @@ bool Checker::params() {
   int64_t meshRank = plan.mesh.rank();
   std::map<std::string, size_t> names;
   std::vector<ParamLayout> layouts;
-  std::vector<bool> muon;
+  std::vector<bool> orthogonalized;
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const PlanParam &p = plan.params[i];
     std::string path = index("params", i);
+    // Its algorithm's role before the group check below: a known one.
+    const bool orth = validAlgorithm(p.algorithm) && p.orthogonalized();
     if (p.name.empty())
       return fail(key(path, "name"), "parameter names must not be empty");
     for (unsigned char c : p.name)
@@ -308,13 +311,13 @@ bool Checker::params() {
                                           "\"; expected \"f32\", \"bf16\" or "
                                           "\"f16\"");
     const ParamLayout &pl = p.layout;
-    if (std::string bad = checkShapeLimits(pl.shape, p.muon); !bad.empty())
+    if (std::string bad = checkShapeLimits(pl.shape, orth); !bad.empty())
       return fail(key(path, "shape"), "parameter '" + p.name + "' " + bad);
     if (pl.splitAxes.size() != pl.shape.size())
       return fail(key(path, "split"), "expected one entry per dim (" +
                                           num(pl.shape.size()) + ")");
     if (std::string bad =
-            headsError(pl.shape, p.muon, pl.numHeads, pl.headSplitDim);
+            headsError(pl.shape, orth, pl.numHeads, pl.headSplitDim);
         !bad.empty())
       return fail(key(path, "num_heads"), "parameter '" + p.name + "': " + bad);
     // Each mesh axis plays at most one role.
@@ -359,17 +362,20 @@ bool Checker::params() {
       return fail(key(path, "group"), "group " + num(p.group) +
                                           " is out of range (" +
                                           num(plan.groups.size()) + " groups)");
-    if (p.muon != plan.groups[p.group].muon)
+    const PlanGroup &group = plan.groups[p.group];
+    if (p.algorithm != group.algorithm)
       return fail(key(path, "group"),
                   "parameter '" + p.name + "' is marked " +
-                      algorithmName(p.muon) + " but its group '" +
-                      plan.groups[p.group].name + "' is " +
-                      algorithmName(plan.groups[p.group].muon));
+                      (validAlgorithm(p.algorithm) ? algorithmName(p.algorithm)
+                                                   : "an unknown algorithm") +
+                      " but its group '" + group.name + "' is " +
+                      algorithmName(group.algorithm));
     layouts.push_back(pl);
-    muon.push_back(p.muon);
+    orthogonalized.push_back(orth);
   }
   ModelLimitError limit;
-  if (!checkModelLimits(plan.mesh, layouts, muon, maxNsSteps(plan.ns), limit))
+  if (!checkModelLimits(plan.mesh, layouts, orthogonalized,
+                        maxNsSteps(plan.ns), limit))
     return fail(limit.param < 0 ? "params" : index("params", limit.param),
                 limit.message);
   return true;
@@ -379,7 +385,7 @@ bool Checker::matrices() {
   size_t k = 0;
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const PlanParam &p = plan.params[i];
-    if (!p.muon)
+    if (!p.orthogonalized())
       continue;
     int64_t rows = p.layout.matrixRows(), cols = p.layout.matrixCols();
     int64_t count = p.layout.numMatrices();
@@ -434,7 +440,8 @@ bool Checker::sliceMatrices() {
     return fail("matrices", "expected one whole-plan index per matrix");
   std::vector<int64_t> first = {0};
   for (const PlanParam &p : plan.params)
-    first.push_back(first.back() + (p.muon ? p.layout.numMatrices() : 0));
+    first.push_back(first.back() +
+                    (p.orthogonalized() ? p.layout.numMatrices() : 0));
   if (plan.totalMatrices != first.back())
     return fail("matrices", "the plan has " + num(plan.totalMatrices) +
                                 " matrices but its Muon parameters have " +
@@ -485,7 +492,7 @@ bool Checker::sliceMatrices() {
   // one would never apply its update.
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const PlanParam &p = plan.params[i];
-    if (!p.muon || !p.layout.inSubmesh(coords[me]))
+    if (!p.orthogonalized() || !p.layout.inSubmesh(coords[me]))
       continue;
     std::vector<Range> box = p.layout.localBox(plan.mesh, coords[me]);
     size_t batch = box.size() - 2;
@@ -894,7 +901,7 @@ bool Checker::reductions() {
       if (r.param < 0 || r.param >= static_cast<int64_t>(plan.params.size()))
         return fail(rpath, "no parameter " + num(r.param));
       const PlanParam &p = plan.params[r.param];
-      if (p.muon || !p.layout.isPartial())
+      if (p.orthogonalized() || !p.layout.isPartial())
         return fail(rpath, "parameter '" + p.name +
                                "' is not an AdamW parameter with partial "
                                "axes; only those are reduced");
@@ -903,7 +910,7 @@ bool Checker::reductions() {
   bool needed = false;
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const PlanParam &p = plan.params[i];
-    if (p.muon || !p.layout.isPartial())
+    if (p.orthogonalized() || !p.layout.isPartial())
       continue;
     std::vector<ParamPiece> pieces = paramPieces(plan.mesh, p.layout);
     // Box -> the summands held of it.
@@ -1018,11 +1025,20 @@ json::Error checkQkClipLayer(const QkClipLayer &layer,
 }
 
 json::Error checkGroupSettings(const PlanGroup &group) {
+  if (!validAlgorithm(group.algorithm))
+    return {"algorithm", "algorithm " + num(group.algorithm) +
+                             " is not registered (" +
+                             num(algorithms().size()) + " algorithms)"};
+  const std::vector<GroupSetting> &settings =
+      algorithmOf(group.algorithm).settings;
+  if (group.settings.size() != settings.size())
+    return {"", "holds " + num(group.settings.size()) + " settings but " +
+                    algorithmOf(group.algorithm).title + " has " +
+                    num(settings.size())};
   // The rules are the settings' own (GroupSettings.h), in its order.
-  for (const GroupSetting &setting : groupSettings())
-    if (setting.muon == group.muon)
-      if (std::string why = checkSetting(setting, group); !why.empty())
-        return {setting.errorField, why};
+  for (const GroupSetting &setting : settings)
+    if (std::string why = checkSetting(setting, group); !why.empty())
+      return {setting.errorField, why};
   return {};
 }
 

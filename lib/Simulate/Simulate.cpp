@@ -1,7 +1,7 @@
 //===- Simulate.cpp - Predicted step time of a plan -----------------------===//
 #include "muon/Simulate/Simulate.h"
 
-#include "muon/Plan/ElementState.h"
+#include "muon/Plan/Algorithm.h"
 
 #include <algorithm>
 #include <array>
@@ -12,21 +12,23 @@ namespace {
 
 /// The bytes of an algorithm's per-element slots (ElementState.h), each
 /// read and written once by its elementwise step.
-constexpr double slotBytes(bool muon) {
-  double bytes = 0;
-  for (const ElementSlot &slot : kElementSlots)
-    bytes += slot.muon == muon ? 8 : 0;
-  return bytes;
+double slotBytes(AlgorithmId algorithm) {
+  return 8.0 * static_cast<double>(algorithmOf(algorithm).slots.size());
 }
 
 // Bytes the elementwise kernels move per element (f32 state; the storage
 // type's width is close enough for a model): momentum reads the gradient,
 // reads and writes Muon's slots and writes the update; an update reads and
-// writes the parameter and reads the orthogonalized values; AdamW reads and
-// writes the parameter and its slots and reads the gradient.
-constexpr double kMomentumBytes = 4 + slotBytes(/*muon=*/true) + 4,
-                 kApplyBytes = 12,
-                 kAdamWBytes = 8 + slotBytes(/*muon=*/false) + 4;
+// writes the parameter and reads the orthogonalized values; an element-wise
+// algorithm's update (AdamW's) reads and writes the parameter and its slots
+// and reads the gradient.
+double prepareBytes(AlgorithmId algorithm) {
+  return 4 + slotBytes(algorithm) + 4;
+}
+constexpr double kApplyBytes = 12;
+double elementUpdateBytes(AlgorithmId algorithm) {
+  return 8 + slotBytes(algorithm) + 4;
+}
 
 enum Dir { IntraSend, IntraRecv, InterSend, InterRecv, kDirs };
 
@@ -53,8 +55,9 @@ struct Walker {
     std::vector<int64_t> sent, received, sendElements, recvElements, lane;
   };
   std::vector<Flight> flights;
-  // Elementwise work per rank, in elements.
-  std::vector<double> muonElements, adamwElements;
+  // Elementwise work per rank, in bytes: the orthogonalized parameters'
+  // momentum, the element-wise algorithms' updates.
+  std::vector<double> prepareWork, elementUpdateWork;
   std::vector<std::vector<double>> applyElements; // [round][rank]
   // With in-calls progress: per rank, the times it enters the transport
   // (a start call, a progress call between NS matrices), ascending.
@@ -110,15 +113,19 @@ struct Walker {
     linkFree.assign(world, {0, 0, 0, 0});
     lanes.assign(world, {});
     flights.assign(plan.exchanges.size(), {});
-    muonElements.assign(world, 0);
-    adamwElements.assign(world, 0);
+    prepareWork.assign(world, 0);
+    elementUpdateWork.assign(world, 0);
     if (profile.memoryBytesPerSecond > 0) {
       for (const PlanParam &p : plan.params)
         for (const ParamPiece &piece : paramPieces(plan.mesh, p.layout)) {
           double elements = 1;
           for (const Range &r : piece.box)
             elements *= static_cast<double>(r.size());
-          (p.muon ? muonElements : adamwElements)[piece.rank] += elements;
+          if (p.orthogonalized())
+            prepareWork[piece.rank] += elements * prepareBytes(p.algorithm);
+          else
+            elementUpdateWork[piece.rank] +=
+                elements * elementUpdateBytes(p.algorithm);
         }
       applyElements.assign(plan.rounds.size(), std::vector<double>(world, 0));
       MatrixPieceCache pieceCache(plan.mesh);
@@ -313,7 +320,7 @@ struct Walker {
       switch (s.kind) {
       case Kind::Momentum:
         for (int64_t r = 0; r < world; ++r)
-          elementwise(r, muonElements[r] * kMomentumBytes,
+          elementwise(r, prepareWork[r],
                       TraceEvent::Kind::Momentum, 0);
         break;
       case Kind::Start:
@@ -335,7 +342,7 @@ struct Walker {
         break;
       case Kind::AdamW:
         for (int64_t r = 0; r < world; ++r)
-          elementwise(r, adamwElements[r] * kAdamWBytes,
+          elementwise(r, elementUpdateWork[r],
                       TraceEvent::Kind::AdamW, 0);
         break;
       }

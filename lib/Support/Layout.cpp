@@ -351,7 +351,7 @@ int64_t numMatrices(const std::vector<int64_t> &shape) {
   return n;
 }
 
-std::string headsError(const std::vector<int64_t> &shape, bool muon,
+std::string headsError(const std::vector<int64_t> &shape, bool orthogonalized,
                        int64_t numHeads, int64_t headSplitDim) {
   if (numHeads < 1)
     return "num_heads must be at least 1, got " + std::to_string(numHeads);
@@ -361,7 +361,7 @@ std::string headsError(const std::vector<int64_t> &shape, bool muon,
            std::to_string(headSplitDim);
   if (numHeads == 1 && headSplitDim == 0)
     return "";
-  if (!muon || shape.size() < 2)
+  if (!orthogonalized || shape.size() < 2)
     return "per-head Newton-Schulz needs a Muon parameter of 2 or more dims";
   int64_t size = shape[shape.size() - 2 + headSplitDim];
   if (size % numHeads != 0)

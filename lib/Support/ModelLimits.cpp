@@ -43,7 +43,8 @@ std::string checkMeshLimits(const Mesh &mesh) {
   return "";
 }
 
-std::string checkShapeLimits(const std::vector<int64_t> &shape, bool muon) {
+std::string checkShapeLimits(const std::vector<int64_t> &shape,
+                             bool orthogonalized) {
   if (static_cast<int64_t>(shape.size()) > kMaxTensorDims)
     return "has " + std::to_string(shape.size()) +
            " dims, above the limit of " + describe(kMaxTensorDims);
@@ -54,7 +55,7 @@ std::string checkShapeLimits(const std::vector<int64_t> &shape, bool muon) {
   if (!boundedProduct(shape, kMaxParamElements))
     return "has more elements than the limit of " +
            describe(kMaxParamElements) + " per parameter";
-  if (!muon)
+  if (!orthogonalized)
     return "";
   if (shape.size() < 2)
     return "has " + std::to_string(shape.size()) +
@@ -143,7 +144,7 @@ int64_t piecesPerMatrix(const Mesh &mesh, const ParamLayout &layout) {
 }
 
 bool checkModelLimits(const Mesh &mesh, const std::vector<ParamLayout> &layouts,
-                      const std::vector<bool> &muon, int64_t nsSteps,
+                      const std::vector<bool> &orthogonalized, int64_t nsSteps,
                       ModelLimitError &error) {
   auto fail = [&](int64_t param, std::string message) {
     error = {param, std::move(message)};
@@ -177,7 +178,7 @@ bool checkModelLimits(const Mesh &mesh, const std::vector<ParamLayout> &layouts,
                          describe(kMaxModelElements) +
                          " elements with this one");
     std::vector<std::vector<int64_t>> ch = chains(mesh, pl);
-    if (muon[i]) {
+    if (orthogonalized[i]) {
       int64_t count = pl.numMatrices();
       matrices += count;
       if (matrices > kMaxMatrices)

@@ -480,7 +480,7 @@ def test_state_keys_follow_the_runtime_slot_table():
     opt = ours(model)
     train(model, [opt], 1)
     saved = opt.state_dict()
-    slots = {"muon": set(), "adamw": set()}
+    slots = {a["name"]: set() for a in _core.algorithms()}
     for s in _core.element_slots():
         slots[s["algorithm"]].add(
             {"momentum": "momentum_buffer"}.get(s["name"], s["name"]))

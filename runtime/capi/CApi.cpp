@@ -1,7 +1,7 @@
 //===- CApi.cpp - The runtime's C API -------------------------------------===//
 #include "muon/runtime.h"
 
-#include "muon/Plan/GroupSettings.h"
+#include "muon/Plan/Algorithm.h"
 #include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
@@ -58,6 +58,35 @@ muon_status report(const Status &status) {
   if (status.ok())
     return MUON_OK;
   return fail(codeOf(status.code()), status.message());
+}
+
+/// muon_group_info's setting fields, by the setting each holds: a group's
+/// setting of that name, where its algorithm has one (GroupSettings.h).
+struct GroupInfoField {
+  const char *setting;
+  void (*write)(muon_group_info &, double);
+  double (*read)(const muon_group_info &);
+};
+
+/// A field of type double.
+template <double muon_group_info::*Field>
+GroupInfoField numberField(const char *setting) {
+  return {setting, [](muon_group_info &i, double v) { i.*Field = v; },
+          [](const muon_group_info &i) { return i.*Field; }};
+}
+
+const std::vector<GroupInfoField> &groupInfoFields() {
+  static const std::vector<GroupInfoField> fields = {
+      numberField<&muon_group_info::lr>("lr"),
+      numberField<&muon_group_info::weight_decay>("weight_decay"),
+      numberField<&muon_group_info::momentum>("momentum"),
+      {"nesterov", [](muon_group_info &i, double v) { i.nesterov = v != 0; },
+       [](const muon_group_info &i) { return i.nesterov ? 1.0 : 0.0; }},
+      numberField<&muon_group_info::beta1>("beta1"),
+      numberField<&muon_group_info::beta2>("beta2"),
+      numberField<&muon_group_info::eps>("eps"),
+  };
+  return fields;
 }
 
 muon_status create(const char *planPath, std::unique_ptr<Communicator> base,
@@ -203,7 +232,7 @@ muon_status muon_optimizer_param(const muon_optimizer *opt, int64_t index,
   const ParamSlot &slot = slots[index];
   out->name = slot.name.c_str();
   out->dtype = static_cast<muon_dtype>(slot.dtype);
-  out->is_muon = slot.muon;
+  out->is_muon = muon::algorithmOf(slot.algorithm).orthogonalizes;
   out->dims = static_cast<int64_t>(slot.shape.size());
   out->shape = slot.shape.data();
   out->box_begin = opt->begins[index].data();
@@ -303,17 +332,27 @@ muon_status muon_optimizer_group(const muon_optimizer *opt, int64_t index,
                                   " is out of range [0, " +
                                   std::to_string(groups.size()) + ")");
   const muon::PlanGroup &g = groups[index];
+  *out = muon_group_info{};
   out->name = g.name.c_str();
-  out->is_muon = g.muon;
-  const muon::MuonSettings &m = g.muonSettings;
-  const muon::AdamWSettings &a = g.adamwSettings;
-  out->lr = g.muon ? m.lr : a.lr;
-  out->weight_decay = g.muon ? m.weightDecay : a.weightDecay;
-  out->momentum = m.momentum;
-  out->nesterov = m.nesterov;
-  out->beta1 = a.beta1;
-  out->beta2 = a.beta2;
-  out->eps = a.eps;
+  out->is_muon = g.orthogonalizes();
+  // Each field its setting of the group's algorithm, 0 where it has none.
+  for (const GroupInfoField &f : groupInfoFields())
+    if (const muon::GroupSetting *s =
+            muon::findGroupSetting(g.algorithm, f.setting))
+      f.write(*out, muon::settingValue(*s, g));
+  return MUON_OK;
+}
+
+muon_status muon_optimizer_group_algorithm(const muon_optimizer *opt,
+                                           int64_t index, const char **name) {
+  if (!checked(opt))
+    return MUON_INVALID;
+  const std::vector<muon::PlanGroup> &groups = opt->optimizer->groups();
+  if (!name || index < 0 || index >= static_cast<int64_t>(groups.size()))
+    return fail(MUON_INVALID, "group index " + std::to_string(index) +
+                                  " is out of range [0, " +
+                                  std::to_string(groups.size()) + ")");
+  *name = muon::algorithmName(groups[index].algorithm);
   return MUON_OK;
 }
 
@@ -326,21 +365,12 @@ muon_status muon_optimizer_set_group(muon_optimizer *opt, const char *name,
   const muon::PlanGroup *current = opt->optimizer->group(name);
   if (!current)
     return report(opt->optimizer->setGroupLr(name, options->lr)); // names them
-  if (current->muon) {
-    muon::MuonSettings m = current->muonSettings;
-    m.lr = options->lr;
-    m.weightDecay = options->weight_decay;
-    m.momentum = options->momentum;
-    m.nesterov = options->nesterov != 0;
-    return report(opt->optimizer->setGroupOptions(name, m));
-  }
-  muon::AdamWSettings a = current->adamwSettings;
-  a.lr = options->lr;
-  a.weightDecay = options->weight_decay;
-  a.beta1 = options->beta1;
-  a.beta2 = options->beta2;
-  a.eps = options->eps;
-  return report(opt->optimizer->setGroupOptions(name, a));
+  muon::PlanGroup updated = *current;
+  for (const GroupInfoField &f : groupInfoFields())
+    if (const muon::GroupSetting *s =
+            muon::findGroupSetting(updated.algorithm, f.setting))
+      muon::setSettingValue(*s, updated, f.read(*options));
+  return report(opt->optimizer->setGroupSettings(name, updated));
 }
 
 namespace {
@@ -369,9 +399,7 @@ const GroupSetting *findSetting(const muon_optimizer *opt, const char *group,
   }
   // The settings described once (muon/Plan/GroupSettings.h).
   std::string mine;
-  for (const GroupSetting &s : muon::groupSettings()) {
-    if (s.muon != found->muon)
-      continue;
+  for (const GroupSetting &s : muon::algorithmOf(found->algorithm).settings) {
     const bool isText = s.kind == GroupSetting::Kind::Name;
     if (std::strcmp(s.name, name) == 0 && isText == text)
       return &s;
@@ -379,7 +407,7 @@ const GroupSetting *findSetting(const muon_optimizer *opt, const char *group,
             (isText ? " (text)" : "");
   }
   fail(MUON_INVALID, std::string("group '") + group + "' (" +
-                         (found->muon ? "muon" : "adamw") +
+                         muon::algorithmName(found->algorithm) +
                          ") has no " + (text ? "text" : "number") +
                          " setting '" + name + "'; its settings: " + mine);
   return nullptr;

@@ -141,7 +141,7 @@ public:
   bool readPieces(const std::vector<ParamSlot> &slots,
                   const std::vector<Source> &sources,
                   const std::vector<const SavedPiece *> &pieceOf,
-                  const std::vector<std::array<bool, kSlots>> &used,
+                  const std::vector<std::vector<bool>> &used,
                   std::vector<Source> &readOf, std::string &error) {
     std::map<size_t, std::vector<size_t>> byFile;
     for (size_t k = 0; k < sources.size(); ++k)
@@ -158,7 +158,7 @@ public:
         Source &r = readOf[k];
         r = src;
         intersect(src.box, slots[src.param].box, r.box);
-        for (int s = 0; s < kSlots; ++s) {
+        for (int s = 0; s < slotCount(); ++s) {
           r.has[s] = used[k][s];
           r.data[s] = nullptr;
           if (!used[k][s])
@@ -452,7 +452,7 @@ bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
     // The cut on the index alone chooses what to read; the same cut on
     // what was read, in the same order, copies.
     std::vector<int64_t> splits;
-    std::vector<std::array<bool, kSlots>> used;
+    std::vector<std::vector<bool>> used;
     std::vector<Source> readOf;
     StateReader reader(dir, plan, manifest, ioCounters);
     if (!checkSplits(plan, sources, what, splits, mine) ||
@@ -470,9 +470,9 @@ bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
     // checked again: a sum of finite values may overflow.
     auto summed = [&](const StatePiece &piece, const std::string &state) {
       const int64_t i = static_cast<int64_t>(slotOf.at(piece.param));
-      const int slot = slotNamed(state);
-      return slot >= 0 && slot < kElementSlotCount &&
-             kElementSlots[slot].perSummand && splits[i] &&
+      const int slot = slotNamed(plan.params[i].algorithm, state);
+      return slot >= 0 && slot < valuesSlot() &&
+             elementSlots()[slot].perSummand && splits[i] &&
              splits[i] != summandCount(plan, i);
     };
     std::vector<RowStatePiece> savedRows;

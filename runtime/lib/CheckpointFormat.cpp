@@ -25,7 +25,7 @@
 #include "StateChecks.h"
 #include "StateCut.h"
 
-#include "muon/Plan/GroupSettings.h"
+#include "muon/Plan/Algorithm.h"
 #include "muon/Runtime/MatrixStep.h"
 #include "muon/Runtime/StepExecutor.h"
 #include "muon/Support/Fnv.h"
@@ -141,11 +141,15 @@ Ordered stateEntry(int64_t offset, int64_t bytes, int64_t table,
 } // namespace
 
 const char *stateSlotName(int slot) { return statecut::slotName(slot); }
+int stateSlotCount() { return statecut::slotCount(); }
+int valuesStateSlot() { return statecut::valuesSlot(); }
 
 uint64_t modelHash(const Plan &plan) {
   uint64_t h = fnv1a(std::string_view("muon-model"));
   for (const PlanParam &p : plan.params) {
-    std::string line = p.name + "|" + p.dtype + "|" + (p.muon ? "m" : "a");
+    // The parameters' algorithms by their Algorithm::modelTag.
+    std::string line =
+        p.name + "|" + p.dtype + "|" + algorithmOf(p.algorithm).modelTag;
     for (int64_t d : p.layout.shape)
       line += "|" + std::to_string(d);
     h = fnv1a(line.data(), line.size() + 1, h);
@@ -321,17 +325,17 @@ std::string encodeManifest(const Plan &plan, const CheckpointHead &head,
             Ordered({{"name", p.name},
                      {"shape", p.layout.shape},
                      {"dtype", p.dtype},
-                     {"group", p.muon ? "muon" : "adamw"}})
+                     {"group", algorithmName(p.algorithm)}})
                 .dump();
   }
   text += "\n  ],\n  \"groups\": [";
   for (size_t g = 0; g < groups.size(); ++g) {
     const PlanGroup &group = groups[g];
     Ordered o = {{"name", group.name},
-                 {"algorithm", algorithmName(group.muon)}};
+                 {"algorithm", algorithmName(group.algorithm)}};
     // Every setting of the group's algorithm by its name (GroupSettings.h).
-    for (const GroupSetting &setting : groupSettings()) {
-      if (setting.muon != group.muon || !settingWritten(setting, group))
+    for (const GroupSetting &setting : algorithmOf(group.algorithm).settings) {
+      if (!settingWritten(setting, group))
         continue;
       if (setting.kind == GroupSetting::Kind::Name)
         o[setting.name] = settingName(setting, group);
@@ -503,16 +507,24 @@ private:
       const json::Value *o = rd.object(&(*groups)[g], gp);
       if (!o)
         break;
-      PlanGroup &group = out.groups.emplace_back();
-      group.name = rd.string(get(*o, "name"), gp + ".name").value_or("");
-      group.muon =
-          rd.oneOf(get(*o, "algorithm"), gp + ".algorithm", {"muon", "adamw"})
-              .value_or("muon") == "muon";
+      std::string name =
+          rd.string(get(*o, "name"), gp + ".name").value_or("");
+      std::vector<std::string_view> names;
+      for (const Algorithm &a : algorithms())
+        names.push_back(a.name);
+      std::optional<std::string> algorithm =
+          rd.oneOf(get(*o, "algorithm"), gp + ".algorithm", names);
+      if (!rd.ok())
+        break;
+      PlanGroup &group = out.groups.emplace_back(
+          findAlgorithm(*algorithm).value_or(kMuon));
+      group.name = std::move(name);
       // Every setting of its algorithm by its name (GroupSettings.h): the
       // optional ones only where present (they keep their defaults).
-      for (const GroupSetting &setting : groupSettings()) {
+      for (const GroupSetting &setting :
+           algorithmOf(group.algorithm).settings) {
         const json::Value *v = get(*o, setting.name);
-        if (setting.muon != group.muon || (!v && settingOptional(setting)))
+        if (!v && settingOptional(setting))
           continue;
         const std::string path = gp + "." + setting.name;
         if (setting.kind == GroupSetting::Kind::Name) {
@@ -630,11 +642,13 @@ private:
     source.box = piece.box;
     source.summand = piece.summand;
     source.summands = piece.summands;
+    const AlgorithmId algorithm = plan.params[piece.param].algorithm;
     for (auto st = states->begin(); st != states->end(); ++st) {
-      int slot = statecut::slotNamed(st.key());
+      int slot = statecut::slotNamed(algorithm, st.key());
       if (slot < 0) {
         rd.fail(json::key(pp + ".states", st.key()),
-                "unknown state (expected " + statecut::slotNames() + ")");
+                "unknown state (expected " + statecut::slotNames(algorithm) +
+                    ")");
         return;
       }
       source.has[slot] = piece.has[slot] = true;
@@ -650,7 +664,7 @@ private:
     for (auto st = states->begin(); st != states->end() && rd.ok(); ++st) {
       std::string sp = json::key(pp + ".states", st.key());
       if (const json::Value *ref = rd.object(&st.value(), sp))
-        piece.states[statecut::slotNamed(st.key())] =
+        piece.states[statecut::slotNamed(algorithm, st.key())] =
             stateRef(*ref, sp, f, bytes);
     }
   }
@@ -669,7 +683,7 @@ private:
       rd.fail(rp + ".state", "unknown state '" + state + "' (expected " +
                                  matrixStateNames() + ")");
     const PlanParam &p = plan.params[row.param];
-    if (rd.ok() && (p.layout.shape.size() < 2 || !p.muon))
+    if (rd.ok() && (p.layout.shape.size() < 2 || !p.orthogonalized()))
       rd.fail(rp + ".param", "'" + p.name + "' is not a Muon matrix");
     if (!rd.ok())
       return;

@@ -2,6 +2,7 @@
 #include "muon/Runtime/MatrixStep.h"
 
 #include "muon/Plan/GroupSettings.h"
+#include "muon/Runtime/ElementMath.h"
 
 namespace muon::runtime {
 
@@ -9,21 +10,20 @@ const std::vector<MatrixStep> &matrixSteps() {
   static const std::vector<MatrixStep> steps = {
       // NorMuon (arXiv 2510.05491): normuonStep in ElementMath.h.
       {"normuon", "NorMuon", "normuon_v",
-       [](Device &device, float *matrix, int64_t rows, int64_t cols,
-          float *state, const MuonSettings &s) {
-         device.normuon(matrix, rows, cols, state, s);
+       [](const PlanGroup &g) { return StepScalars::of(normuonScalars(g)); },
+       [](float *matrix, int64_t rows, int64_t cols, float *state,
+          const StepScalars &s) {
+         normuonStep(matrix, rows, cols, state, s.as<NormuonScalars>());
        },
        /*nonNegativeState=*/true},
   };
   return steps;
 }
 
-bool MatrixStep::enabled(const MuonSettings &settings) const {
-  const GroupSetting *flag = findGroupSetting(/*muon=*/true, setting);
+bool MatrixStep::enabled(const PlanGroup &group) const {
+  const GroupSetting *flag = findGroupSetting(group.algorithm, setting);
   if (!flag || flag->kind != GroupSetting::Kind::Flag)
     return false; // MatrixStepTest checks every step names a flag
-  PlanGroup group;
-  group.muonSettings = settings;
   return settingValue(*flag, group) != 0;
 }
 

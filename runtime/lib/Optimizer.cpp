@@ -4,7 +4,7 @@
 
 #include "ApiBoundary.h"
 
-#include "muon/Plan/ElementState.h"
+#include "muon/Plan/Algorithm.h"
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Validate.h"
@@ -81,7 +81,7 @@ Status Optimizer::createImpl(Plan plan, Communicator &comm, Device &device,
     slot.name = p.name;
     slot.dtype = opt->executor->dtype(i);
     slot.gradType = slot.dtype;
-    slot.muon = p.muon;
+    slot.algorithm = p.algorithm;
     slot.group = p.group;
     slot.shape = p.layout.shape;
     slot.elements = opt->executor->localElements(i);
@@ -145,8 +145,8 @@ const PlanGroup *Optimizer::group(const std::string &name) const {
   return index < 0 ? nullptr : &executor->groups()[index];
 }
 
-Status Optimizer::setGroup(const std::string &name, bool muon,
-                           const PlanGroup &group) {
+Status Optimizer::setGroupSettings(const std::string &name,
+                                   const PlanGroup &group) {
   int64_t index = findGroup(executor->groups(), name);
   if (index < 0) {
     std::string names;
@@ -156,23 +156,22 @@ Status Optimizer::setGroup(const std::string &name, bool muon,
                                             "' (the groups are " + names + ")");
   }
   const PlanGroup &current = executor->groups()[index];
-  if (current.muon != muon)
-    return invalidArgument("group '" + name + "' is " +
-                           algorithmName(current.muon) + ", not " +
-                           algorithmName(muon) + "; give it " +
-                           algorithmName(current.muon) + " settings");
+  if (current.algorithm != group.algorithm)
+    return invalidArgument(
+        "group '" + name + "' is " + algorithmName(current.algorithm) +
+        ", not " +
+        (validAlgorithm(group.algorithm) ? algorithmName(group.algorithm)
+                                         : "an unknown algorithm") +
+        "; give it " + algorithmName(current.algorithm) + " settings");
   for (const MatrixStep &step : matrixSteps())
-    if (muon && step.enabled(group.muonSettings) !=
-                    step.enabled(current.muonSettings))
+    if (step.enabled(group) != step.enabled(current))
       return invalidArgument(
-          "group '" + name + "' is " +
-          (step.enabled(current.muonSettings) ? "" : "not ") + step.title +
-          " in the plan; " + step.setting +
+          "group '" + name + "' is " + (step.enabled(current) ? "" : "not ") +
+          step.title + " in the plan; " + step.setting +
           " cannot change between steps (it decides which matrices keep "
           "per-row state: compile the plan with it)");
   PlanGroup updated = current;
-  updated.muonSettings = group.muonSettings;
-  updated.adamwSettings = group.adamwSettings;
+  updated.settings = group.settings;
   if (json::Error bad = checkGroupSettings(updated); !bad.empty())
     return invalidArgument("group '" + name + "': " + bad.path + ": " +
                            bad.message + " (nothing was changed)");
@@ -180,37 +179,13 @@ Status Optimizer::setGroup(const std::string &name, bool muon,
   return okStatus();
 }
 
-Status Optimizer::setGroupOptions(const std::string &name,
-                                  const MuonSettings &muon) {
-  PlanGroup g;
-  g.muonSettings = muon;
-  if (const PlanGroup *current = group(name))
-    g.adamwSettings = current->adamwSettings;
-  return setGroup(name, true, g);
-}
-
-Status Optimizer::setGroupOptions(const std::string &name,
-                                  const AdamWSettings &adamw) {
-  PlanGroup g;
-  g.adamwSettings = adamw;
-  if (const PlanGroup *current = group(name))
-    g.muonSettings = current->muonSettings;
-  return setGroup(name, false, g);
-}
-
-Status Optimizer::setGroupSettings(const std::string &name,
-                                   const PlanGroup &settings) {
-  return setGroup(name, settings.muon, settings);
-}
-
 Status Optimizer::setGroupLr(const std::string &name, double lr) {
   const PlanGroup *current = group(name);
   if (!current)
-    return setGroup(name, true, PlanGroup()); // names the groups
+    return setGroupSettings(name, PlanGroup()); // names the groups
   PlanGroup g = *current;
-  g.muonSettings.lr = lr;
-  g.adamwSettings.lr = lr;
-  return setGroup(name, g.muon, g);
+  g.setNumber("lr", lr); // every algorithm has one (AlgorithmTest)
+  return setGroupSettings(name, g);
 }
 
 Status Optimizer::gatherParameter(const std::string &name, float *whole,
@@ -404,15 +379,18 @@ DType Optimizer::nsDtype() const { return executor->nsPrecision(); }
 
 float *Optimizer::stateData(const std::string &name, std::string_view slot) {
   auto it = slotOf.find(name);
-  const int index = elementSlotNamed(slot);
-  if (it == slotOf.end() || index < 0)
+  if (it == slotOf.end())
+    return nullptr;
+  const int index = elementSlotOf(slots[it->second].algorithm, slot);
+  if (index < 0)
     return nullptr;
   return executor->elementState(static_cast<int64_t>(it->second), index);
 }
 
 int64_t *Optimizer::stepCountData(const std::string &name) {
   auto it = slotOf.find(name);
-  if (it == slotOf.end() || slots[it->second].muon || !slots[it->second].elements)
+  if (it == slotOf.end() || !slots[it->second].elements ||
+      !countsSteps(executor->groups()[slots[it->second].group]))
     return nullptr;
   return &executor->stepCount(static_cast<int64_t>(it->second));
 }

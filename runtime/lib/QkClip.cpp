@@ -70,6 +70,28 @@ Status StepExecutor::agreeOnQkLogits(std::vector<std::vector<float>> &maxima) {
   return okStatus();
 }
 
+void StepExecutor::scaleRows(int64_t param, const std::vector<float> &factors) {
+  // QK-clip's per-element step ("qk_clip"), the factors in device memory.
+  static const ElementStep *const rescale = findElementStep(QkClipOp::kName);
+  LocalParam &local = locals[param];
+  const int64_t rows = static_cast<int64_t>(factors.size());
+  DeviceBuffer onDevice;
+  if (Status s = allocate(onDevice, rows * 4, "QK-clip's factors"); !s.ok()) {
+    stepFailure = s; // reported with the step's device errors
+    return;
+  }
+  device.copyToDevice(onDevice.data(), factors.data(), rows * 4);
+  ElementOperands o;
+  o.values = local.values;
+  o.type = local.dtype;
+  o.input = onDevice.floats();
+  o.rowLength = local.elements / rows;
+  o.n = local.elements;
+  device.runElementStep(
+      *rescale, o,
+      rescale->scalars({currentGroups[planRef.params[param].group]}));
+}
+
 int64_t
 StepExecutor::applyQkClip(const std::vector<std::vector<float>> &maxima) {
   int64_t clipped = 0;
@@ -101,7 +123,7 @@ StepExecutor::applyQkClip(const std::vector<std::vector<float>> &maxima) {
         continue;
       const int64_t headRows = planRef.params[param].layout.shape[0] /
                                static_cast<int64_t>(factors->size());
-      const Range rows = local.box[0], cols = local.box[1];
+      const Range rows = local.box[0];
       std::vector<float> rowFactor(rows.size());
       bool any = false;
       for (int64_t r = rows.begin; r < rows.end; ++r) {
@@ -109,8 +131,7 @@ StepExecutor::applyQkClip(const std::vector<std::vector<float>> &maxima) {
         any |= rowFactor[r - rows.begin] != 1.0f;
       }
       if (any)
-        device.scaleRows(local.values, local.dtype, rows.size(), cols.size(),
-                         rowFactor.data());
+        scaleRows(param, rowFactor);
     }
   }
   return clipped;

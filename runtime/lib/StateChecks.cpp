@@ -68,9 +68,16 @@ std::string problemWith(float v) {
 } // namespace
 
 bool mustBeNonNegative(const std::string &state) {
-  int slot = slotNamed(state);
-  if (slot >= 0 && slot < kElementSlotCount)
-    return kElementSlots[slot].nonNegative;
+  // Slots of several algorithms may share a name: one that is a second
+  // moment anywhere is refused below zero.
+  bool slotNamed = false, nonNegative = false;
+  for (const ElementSlot &slot : elementSlots())
+    if (state == slot.name) {
+      slotNamed = true;
+      nonNegative |= slot.nonNegative;
+    }
+  if (slotNamed)
+    return nonNegative;
   int step = matrixStepOfState(state);
   return step >= 0 && matrixSteps()[step].nonNegativeState;
 }
@@ -113,8 +120,8 @@ bool checkStepCounts(const Plan &plan, const std::vector<Source> &sources,
       return false;
     }
     bool carries = false;
-    for (int slot = 0; slot < kElementSlotCount; ++slot)
-      carries |= s.has[slot] && kElementSlots[slot].carriesStep;
+    for (int slot = 0; slot < valuesSlot(); ++slot)
+      carries |= s.has[slot] && elementSlots()[slot].carriesStep;
     if (!carries)
       continue;
     auto [it, first] = stepOf.emplace(s.param, &s);

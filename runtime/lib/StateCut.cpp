@@ -1,6 +1,8 @@
 //===- StateCut.cpp - Optimizer state cut from pieces of any layout -------===//
 #include "StateCut.h"
 
+#include "muon/Plan/Algorithm.h"
+
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -46,7 +48,7 @@ int64_t cutOverlap(const float *src, const std::vector<Range> &srcBox,
 
 /// Whether the piece's step count comes from where `state` comes from.
 bool carriesStep(int state) {
-  return state != Values && kElementSlots[state].carriesStep;
+  return state != valuesSlot() && elementSlots()[state].carriesStep;
 }
 
 /// Whether box `outer` holds all of box `inner`.
@@ -60,11 +62,18 @@ bool contains(const std::vector<Range> &outer,
 
 } // namespace
 
+int valuesSlot() { return static_cast<int>(elementSlots().size()); }
+
+int slotCount() { return valuesSlot() + 1; }
+
 const char *slotName(int slot) {
-  return slot == Values ? "values" : kElementSlots[slot].name;
+  return slot == valuesSlot() ? "values" : elementSlots()[slot].name;
 }
 
-std::string slotNames() { return elementSlotNames() + " or values"; }
+std::string slotNames(AlgorithmId algorithm) {
+  const std::string names = elementSlotNames(algorithm);
+  return names.empty() ? "values" : names + " or values";
+}
 
 bool intersect(const std::vector<Range> &a, const std::vector<Range> &b,
                std::vector<Range> &out) {
@@ -77,8 +86,16 @@ bool intersect(const std::vector<Range> &a, const std::vector<Range> &b,
   return true;
 }
 
-int slotNamed(std::string_view name) {
-  return name == "values" ? Values : elementSlotNamed(name);
+int slotNamed(AlgorithmId algorithm, std::string_view name) {
+  if (name == "values")
+    return valuesSlot();
+  if (int slot = elementSlotOf(algorithm, name); slot >= 0)
+    return slot;
+  // Another algorithm's slot: checkSource names it as such.
+  for (size_t s = 0; s < elementSlots().size(); ++s)
+    if (name == elementSlots()[s].name)
+      return static_cast<int>(s);
+  return -1;
 }
 
 int64_t summandCount(const Plan &plan, int64_t param) {
@@ -116,10 +133,13 @@ bool checkSource(const Plan &plan, const Source &source,
       source.summand >= source.summands)
     return bad("summand " + std::to_string(source.summand) + " of " +
                std::to_string(source.summands));
-  for (int s = 0; s < kElementSlotCount; ++s)
-    if (source.has[s] && kElementSlots[s].muon != param.muon)
-      return bad(std::string("state '") + kElementSlots[s].name + "' for '" +
-                 param.name + "', " + (param.muon ? "a Muon" : "an AdamW") +
+  const PlanGroup &group = plan.groups[param.group];
+  const Algorithm &algorithm = algorithmOf(param.algorithm);
+  for (int s = 0; s < valuesSlot(); ++s)
+    if (source.has[s] && !keepsSlot(group, elementSlots()[s]))
+      return bad(std::string("state '") + elementSlots()[s].name + "' for '" +
+                 param.name + "', " +
+                 (param.algorithm == kAdamW ? "an " : "a ") + algorithm.title +
                  " parameter");
   return true;
 }
@@ -129,12 +149,12 @@ bool checkSplits(const Plan &plan, const std::vector<Source> &sources,
                  std::string &error) {
   splits.assign(plan.params.size(), 0);
   for (const Source &s : sources)
-    for (int slot = 0; slot < kElementSlotCount; ++slot) {
-      if (!s.has[slot] || !kElementSlots[slot].perSummand)
+    for (int slot = 0; slot < valuesSlot(); ++slot) {
+      if (!s.has[slot] || !elementSlots()[slot].perSummand)
         continue;
       int64_t &split = splits[s.param];
       if (split && split != s.summands) {
-        error = what + " has inconsistent " + kElementSlots[slot].name +
+        error = what + " has inconsistent " + elementSlots()[slot].name +
                 " for '" + plan.params[s.param].name + "': split into " +
                 std::to_string(split) + " and " + std::to_string(s.summands) +
                 " summands";
@@ -148,14 +168,14 @@ bool checkSplits(const Plan &plan, const std::vector<Source> &sources,
 bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
          const std::vector<Source> &sources, const std::vector<int64_t> &splits,
          bool withParameters, const std::string &what, StateDict *local,
-         std::vector<std::array<bool, kSlots>> *used, std::string &error) {
+         std::vector<std::vector<bool>> *used, std::string &error) {
   // The sources of each parameter, in order: no scan of every source for
   // every piece.
   std::vector<std::vector<size_t>> byParam(plan.params.size());
   for (size_t k = 0; k < sources.size(); ++k)
     byParam[sources[k].param].push_back(k);
   if (used)
-    used->assign(sources.size(), {});
+    used->assign(sources.size(), std::vector<bool>(slotCount(), false));
   if (local)
     local->pieces.clear();
   std::vector<char> covered;
@@ -240,9 +260,10 @@ bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
       }
       return fill(state, summand, output(state), false) == slot.elements;
     };
-    for (int state = 0; state < kElementSlotCount; ++state) {
-      const ElementSlot &kind = kElementSlots[state];
-      if (kind.muon != slot.muon)
+    const PlanGroup &group = plan.groups[plan.params[i].group];
+    for (int state = 0; state < valuesSlot(); ++state) {
+      const ElementSlot &kind = elementSlots()[state];
+      if (!keepsSlot(group, kind))
         continue;
       if (!kind.perSummand) {
         if (!take(state, -1))
@@ -267,8 +288,8 @@ bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
         if (fill(state, k, out, true) != slot.elements)
           return uncovered(state, " (saved summand " + std::to_string(k) + ")");
     }
-    if (withParameters && !take(Values, -1))
-      return uncovered(Values, "");
+    if (withParameters && !take(valuesSlot(), -1))
+      return uncovered(valuesSlot(), "");
   }
   return true;
 }

@@ -14,7 +14,6 @@
 #include "muon/Plan/ElementState.h"
 #include "muon/Runtime/Optimizer.h"
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -22,31 +21,35 @@
 
 namespace muon::runtime::statecut {
 
-/// The states a piece can hold: the element slots (kElementSlots, by
-/// index), then the parameter's values.
-inline constexpr int Values = kElementSlotCount;
-inline constexpr int kSlots = kElementSlotCount + 1;
-/// kElementSlots' names, then "values".
+/// The states a piece can hold: the element slots (elementSlots(), by
+/// index), then the parameter's values (valuesSlot()); slotCount() in all.
+int valuesSlot();
+int slotCount();
+/// elementSlots()' names, then "values".
 const char *slotName(int slot);
-/// "momentum, exp_avg, exp_avg_sq or values", for messages.
-std::string slotNames();
-/// The slot called `name`, or -1.
-int slotNamed(std::string_view name);
+/// "exp_avg, exp_avg_sq or values": an algorithm's, for messages.
+std::string slotNames(AlgorithmId algorithm);
+/// "values", else `algorithm`'s slot called `name`, else another
+/// algorithm's (which checkSource refuses, naming it), else -1.
+int slotNamed(AlgorithmId algorithm, std::string_view name);
 
 /// A saved piece as the cut sees it.
 struct Source {
   int64_t param = -1; // index into Plan::params
   std::vector<Range> box;
   int64_t summand = 0, summands = 1;
-  int64_t step = 0;               // the piece's step count (AdamW's)
-  std::array<bool, kSlots> has{}; // the states the piece holds
+  int64_t step = 0; // the piece's step count (AdamW's)
+  /// Per state (slotCount()): whether the piece holds it.
+  std::vector<bool> has = std::vector<bool>(slotCount(), false);
   /// The states' data, row-major over `box`; null when not read (the cut
   /// then only chooses).
-  std::array<const float *, kSlots> data{};
+  std::vector<const float *> data =
+      std::vector<const float *>(slotCount(), nullptr);
   /// Where the data is a vector the cut may take over (the caller's
   /// buffer, no longer needed): a piece whose box this source has exactly
   /// takes it instead of a copy. Null: the data is only lent.
-  std::array<std::vector<float> *, kSlots> own{};
+  std::vector<std::vector<float> *> own =
+      std::vector<std::vector<float> *>(slotCount(), nullptr);
 };
 
 /// The overlap of boxes `a` and `b` (one range per dim, the same dims) in
@@ -99,7 +102,7 @@ int64_t summandCount(const Plan &plan, int64_t param);
 std::string boxText(const std::vector<Range> &box);
 
 /// Checks one piece against the model: a box inside the parameter's
-/// shape, a summand in range, states of the parameter's optimizer group.
+/// shape, a summand in range, states its group keeps.
 /// `where` names the piece in `error`.
 bool checkSource(const Plan &plan, const Source &source,
                  const std::string &where, std::string &error);
@@ -129,7 +132,7 @@ bool checkSplits(const Plan &plan, const std::vector<Source> &sources,
 bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
          const std::vector<Source> &sources, const std::vector<int64_t> &splits,
          bool withParameters, const std::string &what, StateDict *local,
-         std::vector<std::array<bool, kSlots>> *used, std::string &error);
+         std::vector<std::vector<bool>> *used, std::string &error);
 
 } // namespace muon::runtime::statecut
 

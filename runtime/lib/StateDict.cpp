@@ -12,6 +12,7 @@
 #include "StateChecks.h"
 #include "StateCut.h"
 
+#include "muon/Plan/Algorithm.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Runtime/MatrixStep.h"
 #include "muon/Support/Escape.h"
@@ -49,9 +50,11 @@ Optimizer::checkSavedGroups(const std::vector<PlanGroup> &saved) const {
     const PlanGroup *mine = group(g.name);
     if (!mine)
       return "group '" + g.name + "' is not a group of this model";
-    if (mine->muon != g.muon)
-      return "group '" + g.name + "' is " + algorithmName(g.muon) +
-             " there but " + algorithmName(mine->muon) + " here";
+    if (mine->algorithm != g.algorithm)
+      return "group '" + g.name + "' is " +
+             (validAlgorithm(g.algorithm) ? algorithmName(g.algorithm)
+                                          : "an unknown algorithm") +
+             " there but " + algorithmName(mine->algorithm) + " here";
     if (json::Error bad = checkGroupSettings(g); !bad.empty())
       return "group '" + g.name + "': " + bad.path + ": " + bad.message;
   }
@@ -82,8 +85,9 @@ bool Optimizer::stateDictImpl(bool withParameters, StateDict &dict,
     piece.box = slot.box;
     piece.summand = slot.summand;
     piece.summands = summandCount(thePlan, i);
-    for (int s = 0; s < kElementSlotCount; ++s)
-      if (kElementSlots[s].muon == slot.muon) {
+    const PlanGroup &group = thePlan.groups[slot.group];
+    for (int s = 0; s < valuesSlot(); ++s)
+      if (keepsSlot(group, elementSlots()[s])) {
         std::vector<float> &to = piece.states[slotName(s)];
         to.resize(slot.elements);
         device.copyToHost(to.data(), executor->elementState(i, s),
@@ -93,7 +97,7 @@ bool Optimizer::stateDictImpl(bool withParameters, StateDict &dict,
     if (withParameters) {
       std::vector<char> typed(slot.elements * dtypeBytes(slot.dtype));
       device.copyToHost(typed.data(), values[i], typed.size());
-      std::vector<float> &to = piece.states[slotName(Values)];
+      std::vector<float> &to = piece.states[slotName(valuesSlot())];
       to.resize(slot.elements);
       for (int64_t e = 0; e < slot.elements; ++e)
         to[e] = loadAs(typed.data(), slot.dtype, e);
@@ -141,7 +145,7 @@ bool Optimizer::cutRowStates(const std::vector<RowStatePiece> &saved,
     }
     const PlanParam &p = plan.params[it->second];
     const std::vector<int64_t> &shape = p.layout.shape;
-    if (!p.muon || shape.size() < 2) {
+    if (!p.orthogonalized() || shape.size() < 2) {
       error = where + ": '" + row.param + "' is not a Muon matrix";
       return false;
     }
@@ -175,7 +179,7 @@ bool Optimizer::cutRowStates(const std::vector<RowStatePiece> &saved,
     }
     const std::string &group = plan.groups[plan.params[m.paramIndex].group].name;
     for (const PlanGroup &g : savedGroups)
-      if (g.name == group && g.muon && step.enabled(g.muonSettings)) {
+      if (g.name == group && step.enabled(g)) {
         error = what + ": no " + step.state + " state for matrix " +
                 m.label() + ", though its group '" + group + "' was " +
                 step.title + " when saved";
@@ -213,11 +217,12 @@ bool Optimizer::loadStateDictImpl(const StateDict &dict, bool withParameters,
     s.summand = piece.summand;
     s.summands = piece.summands;
     s.step = piece.step;
+    const AlgorithmId algorithm = plan.params[s.param].algorithm;
     for (const auto &[name, data] : piece.states) {
-      int slot = slotNamed(name);
+      int slot = slotNamed(algorithm, name);
       if (slot < 0)
         return fail(where + ": unknown state '" + name + "' (expected " +
-                    slotNames() + ")");
+                    slotNames(algorithm) + ")");
       s.has[slot] = true;
       s.data[slot] = data.data();
     }
@@ -264,14 +269,16 @@ void Optimizer::applyState(const StateDict &local, bool withParameters) {
     if (!slot.elements)
       continue;
     const StatePiece &piece = local.pieces[next++];
-    for (int s = 0; s < kElementSlotCount; ++s)
-      if (kElementSlots[s].muon == slot.muon)
+    const PlanGroup &group = thePlan.groups[slot.group];
+    for (int s = 0; s < valuesSlot(); ++s)
+      if (keepsSlot(group, elementSlots()[s]))
         device.copyToDevice(executor->elementState(i, s),
                             piece.states.at(slotName(s)).data(),
                             slot.elements * 4);
     executor->stepCount(i) = piece.step;
     if (withParameters) {
-      const std::vector<float> &from = piece.states.at(slotName(Values));
+      const std::vector<float> &from =
+          piece.states.at(slotName(valuesSlot()));
       std::vector<char> typed(slot.elements * dtypeBytes(slot.dtype));
       for (int64_t e = 0; e < slot.elements; ++e)
         storeAs(typed.data(), slot.dtype, e, from[e]);

@@ -2,9 +2,10 @@
 #include "muon/Runtime/StepExecutor.h"
 #include "StepLayout.h"
 
-#include "muon/Plan/GroupSettings.h"
+#include "muon/Plan/Algorithm.h"
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Runtime/ElementStep.h"
 #include "muon/Runtime/MatrixStep.h"
 #include "muon/Support/Fnv.h"
 
@@ -118,12 +119,22 @@ Status StepExecutor::initialize() {
       continue;
     local.gradType = local.dtype;
     int64_t bytes = local.elements * 4;
-    for (int s = 0; s < kElementSlotCount; ++s)
-      if (kElementSlots[s].muon == p.muon)
+    const std::vector<ElementSlot> &slots = elementSlots();
+    local.state.resize(slots.size());
+    int taken = 0; // the algorithm's slots, in the order its steps take them
+    for (size_t s = 0; s < slots.size(); ++s) {
+      if (slots[s].algorithm != p.algorithm)
+        continue;
+      if (keepsSlot(plan.groups[p.group], slots[s]))
         MUON_RETURN_IF_ERROR(
             allocate(local.state[s], bytes,
-                     (std::string(kElementSlots[s].name) + " state").c_str()));
-    if (p.muon) {
+                     (std::string(slots[s].name) + " state").c_str()));
+      if (taken < kMaxStepSlots)
+        local.stepSlots[taken] = local.state[s].floats();
+      ++taken;
+    }
+    MUON_RETURN_IF_ERROR(resolveSteps(p, taken, local));
+    if (p.orthogonalized()) {
       MUON_RETURN_IF_ERROR(allocate(local.update, bytes, "updates"));
       MUON_RETURN_IF_ERROR(allocate(local.orthogonalized, bytes, "updates"));
     } else {
@@ -158,7 +169,7 @@ Status StepExecutor::initialize() {
     const PlanMatrix &m = plan.matrices[k];
     const PlanParam &p = plan.params[m.paramIndex];
     for (size_t s = 0; s < steps.size(); ++s)
-      if (p.muon && steps[s].enabled(plan.groups[p.group].muonSettings))
+      if (p.orthogonalized() && steps[s].enabled(plan.groups[p.group]))
         MUON_RETURN_IF_ERROR(
             allocate(rowStates[{k, static_cast<int>(s)}], m.rows * 4,
                      (std::string(steps[s].title) + "'s per-row state")
@@ -167,6 +178,28 @@ Status StepExecutor::initialize() {
   // The plan's, once: after the views and batches it counts.
   workingBytesBound = memoryBound();
   return okStatus();
+}
+
+Status StepExecutor::resolveSteps(const PlanParam &p, int slots,
+                                  LocalParam &local) {
+  // The registries must agree (AlgorithmTest checks them); a mismatch is
+  // the build's fault, reported rather than run.
+  const Algorithm &algorithm = algorithmOf(p.algorithm);
+  auto find = [&](const char *name, const ElementStep *&step) {
+    step = name ? findElementStep(name) : nullptr;
+    if (name && !step)
+      return Status(StatusCode::Internal,
+                    std::string(algorithm.title) + " names the step '" + name +
+                        "', which the runtime does not register");
+    if (step && step->slots > slots)
+      return Status(StatusCode::Internal,
+                    std::string("the step '") + name + "' takes " +
+                        std::to_string(step->slots) + " slots; " +
+                        algorithm.title + " keeps " + std::to_string(slots));
+    return okStatus();
+  };
+  MUON_RETURN_IF_ERROR(find(algorithm.prepareStep, local.prepareStep));
+  return find(algorithm.updateStep, local.updateStep);
 }
 
 const std::vector<Range> &StepExecutor::localBox(int64_t param) const {
@@ -191,10 +224,10 @@ void StepExecutor::setGroup(int64_t index, const PlanGroup &group) {
   currentGroups[index] = group;
   // The settings the plan fixes stay the plan's (NorMuon: which matrices
   // carry per-row state, allocated at initialize).
-  for (const GroupSetting &s : groupSettings())
-    if (s.fixed && s.muon == group.muon)
-      setSettingValue(s, currentGroups[index],
-                      settingValue(s, planRef.groups[index]));
+  for (const GroupSetting &s : algorithmOf(group.algorithm).settings)
+    if (s.fixed)
+      currentGroups[index].settings[s.index] =
+          planRef.groups[index].settings[s.index];
 }
 
 int64_t StepExecutor::memoryBound() const {
@@ -204,13 +237,14 @@ int64_t StepExecutor::memoryBound() const {
     const LocalParam &l = locals[i];
     if (!l.elements)
       continue;
-    // The element slots, and the update buffers (Muon) or the summed
-    // gradient (AdamW of a partial gradient).
-    int64_t buffers = plan.params[i].muon                 ? 2
+    // The element slots, and the update buffers (orthogonalized
+    // parameters) or the summed gradient (element-wise algorithms of a
+    // partial gradient).
+    int64_t buffers = plan.params[i].orthogonalized()      ? 2
                       : plan.params[i].layout.isPartial() ? 1
                                                           : 0;
-    for (const ElementSlot &slot : kElementSlots)
-      buffers += slot.muon == plan.params[i].muon;
+    for (const DeviceBuffer &slot : l.state)
+      buffers += slot.data() ? 1 : 0;
     state += buffers * l.elements * 4;
   }
   for (const auto &[k, buffer] : rowStates)
@@ -244,10 +278,11 @@ int64_t StepExecutor::memoryBound() const {
 
 uint64_t StepExecutor::groupsHash() const {
   uint64_t h = kFnvOffsetBasis;
-  // Every setting of the table, of both algorithms (a group's other
-  // algorithm's settings stay at their defaults on every rank).
-  for (const PlanGroup &g : currentGroups)
-    for (const GroupSetting &s : groupSettings()) {
+  // Every group's algorithm and each of its settings (GroupSettings.h).
+  for (const PlanGroup &g : currentGroups) {
+    const int64_t algorithm = g.algorithm;
+    h = fnv1a(&algorithm, sizeof(algorithm), h);
+    for (const GroupSetting &s : algorithmOf(g.algorithm).settings) {
       if (s.kind == GroupSetting::Kind::Name) {
         h = fnv1a(settingName(s, g), h);
       } else {
@@ -255,6 +290,7 @@ uint64_t StepExecutor::groupsHash() const {
         h = fnv1a(&value, sizeof(value), h);
       }
     }
+  }
   return h;
 }
 
@@ -266,7 +302,10 @@ bool StepExecutor::allBound() const {
 }
 
 float *StepExecutor::elementState(int64_t param, int slot) {
-  return locals[param].state[slot].floats();
+  const std::vector<DeviceBuffer> &state = locals[param].state;
+  return slot >= 0 && static_cast<size_t>(slot) < state.size()
+             ? state[slot].floats()
+             : nullptr;
 }
 
 float *StepExecutor::rowState(int64_t k, int step) {
@@ -585,9 +624,10 @@ Status StepExecutor::runNewtonSchulz(int64_t round) {
       for (size_t s = 0; s < steps.size(); ++s)
         if (float *state = rowState(k, static_cast<int>(s))) {
           const PlanMatrix &m = planRef.matrices[k];
-          steps[s].run(device, full[k], m.rows, m.cols, state,
-                       currentGroups[planRef.params[m.paramIndex].group]
-                           .muonSettings);
+          device.runMatrixStep(
+              steps[s], full[k], m.rows, m.cols, state,
+              steps[s].scalars(
+                  currentGroups[planRef.params[m.paramIndex].group]));
           if (pass == Pass::Eager)
             comm.progress();
         }
@@ -637,38 +677,61 @@ void StepExecutor::applyRound(int64_t round) {
     if (own.offset < 0)
       continue;
     LocalParam &local = locals[m.paramIndex];
-    const MuonSettings &settings =
-        currentGroups[planRef.params[m.paramIndex].group].muonSettings;
-    // adjust_lr takes the matrix's shape: a head's block for per-head
-    // Newton-Schulz, as dion and torchtitan scale each head's update.
-    double lr = adjustedLr(settings, m.rows, m.cols);
+    // The algorithm's update step (Muon's weight decay and adjusted-lr
+    // update); adjust_lr takes the matrix's shape: a head's block for
+    // per-head Newton-Schulz, as dion and torchtitan scale each head's
+    // update.
+    const ElementStep &update = *local.updateStep;
+    const StepScalars scalars = update.scalars(
+        {currentGroups[planRef.params[m.paramIndex].group], 0, m.rows,
+         m.cols});
     // A head's block of columns is one run per row; anything else one run.
     int64_t runs = own.contiguous() ? 1 : own.rows.size();
     int64_t length = own.contiguous() ? own.elements() : own.cols.size();
     for (int64_t r = 0; r < runs; ++r) {
       int64_t at = own.offset + r * own.stride;
-      device.applyUpdate(static_cast<char *>(local.values) +
-                             at * dtypeBytes(local.dtype),
-                         local.dtype, local.orthogonalized.floats() + at,
-                         length, settings, lr);
+      ElementOperands o;
+      o.values = static_cast<char *>(local.values) + at * dtypeBytes(local.dtype);
+      o.type = local.dtype;
+      o.input = local.orthogonalized.floats() + at;
+      o.n = length;
+      device.runElementStep(update, o, scalars);
     }
   }
 }
 
-void StepExecutor::runAdamW() {
+void StepExecutor::prepare(int64_t i) {
+  LocalParam &local = locals[i];
+  ElementOperands o;
+  o.grad = local.grad;
+  o.gradType = local.gradType;
+  o.output = local.update.floats();
+  o.slots = local.stepSlots;
+  o.n = local.elements;
+  device.runElementStep(
+      *local.prepareStep, o,
+      local.prepareStep->scalars({currentGroups[planRef.params[i].group]}));
+}
+
+void StepExecutor::runElementUpdates() {
   for (size_t i = 0; i < locals.size(); ++i) {
     LocalParam &local = locals[i];
-    if (planRef.params[i].muon || !local.elements || isSkipped(i))
+    if (planRef.params[i].orthogonalized() || !local.elements ||
+        isSkipped(i))
       continue;
+    ElementOperands o;
+    o.values = local.values;
+    o.type = local.dtype;
     // Summed by this step's reduce when the gradient has several summands.
-    const void *grad = local.summed ? local.summedGrad.data() : local.grad;
-    DType gradType = local.summed ? DType::F32 : local.gradType;
+    o.grad = local.summed ? local.summedGrad.data() : local.grad;
+    o.gradType = local.summed ? DType::F32 : local.gradType;
+    o.slots = local.stepSlots;
+    o.n = local.elements;
     ++local.steps;
-    device.adamw(local.values, local.dtype, grad, gradType,
-                 local.state[kExpAvgSlot].floats(),
-                 local.state[kExpAvgSqSlot].floats(), local.elements,
-                 currentGroups[planRef.params[i].group].adamwSettings,
-                 local.steps);
+    device.runElementStep(
+        *local.updateStep, o,
+        local.updateStep->scalars(
+            {currentGroups[planRef.params[i].group], local.steps}));
   }
 }
 
@@ -903,6 +966,9 @@ const StepLayout &StepExecutor::layoutFor(const std::vector<bool> &skip) {
 
 Status StepExecutor::agreeOnDeviceErrors() {
   Status mine = device.takeError();
+  if (mine.ok())
+    mine = stepFailure;
+  stepFailure = okStatus();
   const int64_t none = std::numeric_limits<int64_t>::max();
   int64_t first = none;
   std::string error;
@@ -1055,11 +1121,8 @@ Status StepExecutor::runSchedule() {
     switch (s.kind) {
     case Kind::Momentum:
       for (size_t i = 0; i < locals.size(); ++i)
-        if (planRef.params[i].muon && locals[i].elements && !isSkipped(i))
-          device.momentum(locals[i].grad, locals[i].gradType,
-                          locals[i].state[kMomentumSlot].floats(),
-                          locals[i].update.floats(), locals[i].elements,
-                          currentGroups[planRef.params[i].group].muonSettings);
+        if (locals[i].prepareStep && locals[i].elements && !isSkipped(i))
+          prepare(static_cast<int64_t>(i));
       break;
     case Kind::Start:
       MUON_RETURN_IF_ERROR(startExchange(s.index));
@@ -1074,7 +1137,7 @@ Status StepExecutor::runSchedule() {
       applyRound(s.index);
       break;
     case Kind::AdamW:
-      runAdamW();
+      runElementUpdates();
       break;
     }
     if (options.trace)

@@ -124,7 +124,7 @@ int runCheckpointIo(int argc, char **argv) {
     muon.name = "w" + std::to_string(k);
     muon.layout.shape = {4096, 4096};
     adamw.name = "v" + std::to_string(k);
-    adamw.muon = false;
+    adamw.algorithm = kAdamW;
     adamw.group = 1; // the default "adamw" group
     adamw.layout.shape = {int64_t(8) << 20};
     for (PlanParam *q : {&muon, &adamw}) {

@@ -84,12 +84,17 @@ struct HostLaunch {
   template <typename K>
   void operator()(const Geometry &g, const K &kernel, const char *name,
                   std::initializer_list<Span> spans) {
+    (*this)(g, kernel, name, spans.begin(), spans.size());
+  }
+  template <typename K>
+  void operator()(const Geometry &g, const K &kernel, const char *name,
+                  const Span *spans, size_t count) {
     const std::string what = std::string("launching ") + name;
     if (!launchable(g))
       check(cudaErrorInvalidConfiguration, what.c_str(), __FILE__, __LINE__);
     std::vector<std::pair<const void *, int64_t>> memory;
-    for (const Span &span : spans)
-      memory.emplace_back(span.data, span.bytes);
+    for (size_t i = 0; i < count; ++i)
+      memory.emplace_back(spans[i].data, spans[i].bytes);
     check(fakegpu::launchKernel(stream, name, std::move(memory),
                                 [g, kernel] { runOnHost(g, kernel); }),
           what.c_str(), __FILE__, __LINE__);
@@ -107,13 +112,6 @@ void launchFindNonFinite(cudaStream_t stream, const void *x, DType type,
                          int64_t n, int *nonFinite) {
   HostLaunch launch{stream};
   kernels::findNonFinite(launch, x, type, n, nonFinite);
-}
-
-void launchMomentum(cudaStream_t stream, const void *grad, DType gradType,
-                    float *buf, float *update, int64_t n,
-                    const MomentumScalars &scalars) {
-  HostLaunch launch{stream};
-  kernels::momentum(launch, grad, gradType, buf, update, n, scalars);
 }
 
 void launchCopyBox(cudaStream_t stream, const BoxCopy &copy) {
@@ -163,12 +161,6 @@ void launchNormuon(cudaStream_t stream, float *x, int64_t rows, int64_t cols,
                    float *scale) {
   HostLaunch launch{stream};
   kernels::normuon(launch, x, rows, cols, v, scalars, sums, scale);
-}
-
-void launchScaleRows(cudaStream_t stream, void *values, DType type,
-                     int64_t rows, int64_t cols, const float *factors) {
-  HostLaunch launch{stream};
-  kernels::scaleRows(launch, values, type, rows, cols, factors);
 }
 
 } // namespace muon::runtime::cuda

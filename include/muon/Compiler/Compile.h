@@ -52,15 +52,15 @@ struct DeviceMesh {
   std::vector<std::string> names;
 };
 
-/// Which optimizer updates a parameter. Auto: Muon for 2 or more dims
-/// (leading dims are batch dims), AdamW otherwise.
-enum class Group { Auto, Muon, AdamW };
-
 struct Param {
   std::string name;
   std::vector<int64_t> shape;
   std::string dtype = "f32"; // f32, bf16 or f16
-  Group group = Group::Auto;
+  /// The algorithm that updates it, by name (muon/Plan/Algorithm.h:
+  /// "muon", "adamw", ...; the spec's `params[i].optimizer`); empty: its
+  /// group's, else Muon for 2 or more dims (leading dims are batch dims)
+  /// and AdamW below.
+  std::string optimizer;
   /// The name of the Model::groups entry the parameter belongs to; empty:
   /// the first group of its algorithm.
   std::string groupName;
@@ -82,13 +82,10 @@ struct Param {
   int64_t headSplitDim = 0;
 };
 
-/// A Muon group's settings: the step settings of every API and format
-/// (::muon::MuonSettings, whose fields the settings table describes:
-/// muon/Plan/GroupSettings.h) and Newton-Schulz's, which the compiler
-/// turns into the group's NS configuration in the plan (groups with the
-/// same ones share it). A setting added to the table reaches the spec this
-/// API writes without a change here.
-struct MuonSettings : ::muon::MuonSettings {
+/// A Muon group's Newton-Schulz settings, which the compiler turns into
+/// the group's NS configuration in the plan (groups with the same ones
+/// share it).
+struct NewtonSchulzOptions {
   double eps = 1e-7;
   int64_t nsSteps = 5;
   /// Newton-Schulz coefficients by preset name: "jordan" (one triple for
@@ -102,24 +99,24 @@ struct MuonSettings : ::muon::MuonSettings {
   std::string nsDtype;
 };
 
-using AdamWSettings = ::muon::AdamWSettings;
-
-/// One of torch.optim's param_groups: a name, an algorithm and its
-/// settings (the other algorithm's are unused). Muon groups may differ in
-/// ns_steps, coefficients and eps, as torch.optim.Muon's; they must agree on
-/// nsDtype (the plan's one precision).
-struct ParamGroup {
-  std::string name;
-  Group algorithm = Group::Muon; // Muon or AdamW
-  MuonSettings muon;
-  AdamWSettings adamw;
+/// One of torch.optim's param_groups: its name, algorithm and settings,
+/// stored by the settings table (::muon::PlanGroup: setNumber("lr", ...),
+/// muon/Plan/GroupSettings.h), and a Muon group's Newton-Schulz settings.
+/// A setting or an algorithm added to the registry reaches the spec this
+/// API writes without a change here. Muon groups may differ in ns_steps,
+/// coefficients and eps, as torch.optim.Muon's; they must agree on nsDtype
+/// (the plan's one precision).
+struct ParamGroup : ::muon::PlanGroup {
+  using PlanGroup::PlanGroup; // ParamGroup(::muon::kAdamW)
+  NewtonSchulzOptions ns;     // Muon groups
 };
 
 struct Model {
   std::vector<Param> params;
-  /// Without `groups`: the two groups "muon" and "adamw".
-  MuonSettings muon;
-  AdamWSettings adamw;
+  /// Without `groups`: the two groups "muon" and "adamw" (their names
+  /// unused).
+  ParamGroup muon = ParamGroup(::muon::kMuon);
+  ParamGroup adamw = ParamGroup(::muon::kAdamW);
   /// Any number of groups instead of `muon` and `adamw` (the spec's
   /// param_groups); then those two are unused.
   std::vector<ParamGroup> groups;

@@ -1,15 +1,16 @@
 //===- GroupSettings.h - Every group setting, described once -----*- C++ -*-===//
 //
-// The hyper-parameters of each algorithm's parameter groups (Muon's and
-// AdamW's), one row each: the name every API and format uses, the kind of
-// value, where it lives in a PlanGroup, which values are valid, and whether
-// the plan fixes it. The validator (checkGroupSettings), the C API's
-// by-name settings, the Python extension's group dicts and the plan
-// reader's key lists read this table; GroupSettingsTest walks every row
-// through both plan formats, the state dict and the validator, so that a
-// new setting a layer forgets fails there. A new setting is a field in
-// MuonSettings or AdamWSettings and a row here, then whatever its step
-// computes.
+// The hyper-parameters of each algorithm's parameter groups, one row each:
+// the name every API and format uses, the kind of value, its default, which
+// values are valid, and whether the plan fixes it. The rows are registered
+// with their algorithm (Algorithms.cpp, muon/Plan/Algorithm.h), and a
+// group stores one value per row of its algorithm (PlanGroup::settings).
+// The validator (checkGroupSettings), both plan formats, checkpoints, the
+// dialect, the spec importer, the C API's by-name settings and the Python
+// extension's group dicts read this table; GroupSettingsTest walks every
+// row through both plan formats, the state dict and the validator, so that
+// a new setting a layer forgets fails there. A new setting is a row of its
+// algorithm, then whatever its step computes from it.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_PLAN_GROUPSETTINGS_H
@@ -17,6 +18,7 @@
 
 #include "muon/Plan/Plan.h"
 
+#include <array>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,19 +31,17 @@ struct GroupSetting {
   /// momentum); in [0, 1) (a decay rate, NaN refused).
   enum class Range { NonNegative, NonNegativeBelowOne, UnitInterval };
 
-  /// The setting's name in the C API, Python and the plan's JSON, except
-  /// AdamW's beta1 and beta2, which the JSON formats keep as "betas".
+  /// The setting's name in the C API, Python, the dialect and the
+  /// checkpoints' JSON; the plan's and the spec's JSON use `jsonKey`.
   const char *name;
-  /// The JSON key ("betas" for beta1 and beta2) and the field an error
+  /// The JSON key (settings that share one, AdamW's beta1 and beta2 as
+  /// "betas", are an array in the table's order) and the field an error
   /// names ("betas[0]").
   const char *jsonKey, *errorField;
-  bool muon; // a Muon group's setting, else an AdamW group's
   Kind kind;
-  // Where the value lives: one of these, by kind and algorithm.
-  double MuonSettings::*muonNumber = nullptr;
-  bool MuonSettings::*muonFlag = nullptr;
-  std::string MuonSettings::*muonName = nullptr;
-  double AdamWSettings::*adamwNumber = nullptr;
+  /// Its default: a Number's, or a Flag's as 0 or 1; a Name's.
+  double defaultNumber = 0;
+  const char *defaultText = "";
   /// Number: its range.
   Range range = Range::NonNegative;
   /// Name: the values it takes.
@@ -58,16 +58,57 @@ struct GroupSetting {
   /// Files leave the setting out at its default (settings added after the
   /// formats were fixed: older files keep their bytes and still load).
   bool omitDefault = false;
+
+  // Filled by the registry (algorithms()).
+  /// The algorithm whose setting it is.
+  AlgorithmId algorithm = kMuon;
+  /// Its place among its algorithm's settings: PlanGroup::settings[index].
+  int index = 0;
 };
 
-/// Every setting, Muon's first, each algorithm's in the order the
-/// validator checks them.
+/// The rows' constructors, for the registry (Algorithms.cpp): each row
+/// reads as its setting's whole description.
+namespace setting {
+using Kind = GroupSetting::Kind;
+inline constexpr GroupSetting::Range NonNegative =
+    GroupSetting::Range::NonNegative;
+inline constexpr GroupSetting::Range NonNegativeBelowOne =
+    GroupSetting::Range::NonNegativeBelowOne;
+inline constexpr GroupSetting::Range UnitInterval =
+    GroupSetting::Range::UnitInterval;
+GroupSetting number(const char *name, double defaultValue,
+                    GroupSetting::Range range);
+GroupSetting flag(const char *name, bool defaultValue);
+template <size_t N>
+GroupSetting name(const char *name, const char *defaultValue,
+                  const std::array<std::string_view, N> &names) {
+  GroupSetting s{name, name, name, Kind::Name};
+  s.defaultText = defaultValue;
+  s.names = names.data();
+  s.nameCount = N;
+  return s;
+}
+/// A Number that shares its JSON key with its neighbours ("betas"),
+/// named `errorField` in errors ("betas[0]").
+GroupSetting numberIn(const char *name, const char *jsonKey,
+                      const char *errorField, double defaultValue,
+                      GroupSetting::Range range);
+// A row's extras, written where the row is.
+GroupSetting omittedAtDefault(GroupSetting s);
+GroupSetting fixedByPlan(GroupSetting s);
+GroupSetting onlyWith(GroupSetting s, const char *flag, const char *note);
+} // namespace setting
+
+/// Every setting of every algorithm, in registry order (Muon's first),
+/// each algorithm's in the order the validator checks them.
 const std::vector<GroupSetting> &groupSettings();
 
-/// The setting `name` of a Muon (`muon`) or AdamW group, or null.
-const GroupSetting *findGroupSetting(bool muon, std::string_view name);
+/// The setting `name` of `algorithm`'s groups, or null.
+const GroupSetting *findGroupSetting(AlgorithmId algorithm,
+                                     std::string_view name);
 
-/// A Number's value, or a Flag's as 0 or 1.
+/// A Number's value, or a Flag's as 0 or 1 (`s` must be a setting of g's
+/// algorithm).
 double settingValue(const GroupSetting &s, const PlanGroup &g);
 /// Sets a Number, or a Flag from 0 or 1.
 void setSettingValue(const GroupSetting &s, PlanGroup &g, double value);
@@ -75,6 +116,8 @@ void setSettingValue(const GroupSetting &s, PlanGroup &g, double value);
 const std::string &settingName(const GroupSetting &s, const PlanGroup &g);
 void setSettingName(const GroupSetting &s, PlanGroup &g,
                     const std::string &value);
+/// Whether g's value of `s` is its default.
+bool settingAtDefault(const GroupSetting &s, const PlanGroup &g);
 
 /// Whether files (the plan's JSON, checkpoints) hold g's value of `s`:
 /// not where its flag (onlyWith) is off or where it is omitted at its
@@ -84,6 +127,10 @@ bool settingWritten(const GroupSetting &s, const PlanGroup &g);
 inline bool settingOptional(const GroupSetting &s) {
   return s.omitDefault || s.onlyWith;
 }
+
+/// The JSON keys of `algorithm`'s settings, each once, in the table's
+/// order.
+std::vector<std::string_view> settingKeys(AlgorithmId algorithm);
 
 /// One key of a group's JSON object (the plan's, the spec's): the first
 /// setting under it, and its value: `numbers` for a Number or Flag (one),

@@ -21,46 +21,31 @@
 
 namespace muon {
 
+/// An optimizer algorithm: its index in the registry (algorithms(),
+/// muon/Plan/Algorithm.h), which describes each once. Files never hold the
+/// index: the JSON formats name the algorithm, binary plans store its
+/// binary code.
+using AlgorithmId = int;
+/// The algorithms the plan itself names: Muon, the algorithm of matrices,
+/// and AdamW, a model's default for parameters of fewer than 2 dims (the
+/// two groups of a model that declares none, defaultGroups).
+inline constexpr AlgorithmId kMuon = 0, kAdamW = 1;
+
 /// A parameter as the runtime needs it: shape, storage type, optimizer group
 /// and layout on the mesh (every rank derives its own piece from it).
 struct PlanParam {
   std::string name;
   std::string dtype = "f32";
-  /// The group's algorithm (Plan::groups[group].muon), kept beside the
+  /// The group's algorithm (Plan::groups[group].algorithm), kept beside the
   /// index because every pass over the parameters asks it.
-  bool muon = true;
+  AlgorithmId algorithm = kMuon;
   /// Index into Plan::groups.
   int64_t group = 0;
   ParamLayout layout;
-};
-
-/// A Muon group's hyper-parameters: inputs of every step, which a trainer
-/// may change between steps (Optimizer::setGroupOptions). The plan holds
-/// their starting values; they are not part of what ranks must agree on to
-/// exchange data (planHash leaves them out).
-struct MuonSettings {
-  double lr = 1e-3, weightDecay = 0.1, momentum = 0.95;
-  bool nesterov = true;
-  /// One of kAdjustLrNames: how lr scales with the matrix's shape
-  /// (adjustLrFactor).
-  std::string adjustLr = "original";
-  /// One of kWeightDecayModes: "decoupled" (param *= 1 - lr * weight_decay),
-  /// "cautious" (only where the update and the parameter agree in sign) or
-  /// "none".
-  std::string weightDecayMode = "decoupled";
-  /// NorMuon (arXiv 2510.05491): after Newton-Schulz the owner normalizes
-  /// each row of the orthogonalized matrix by an EMA of its mean square
-  /// (state "normuon_v", one f32 per row, on the owner only), then rescales
-  /// the matrix to the Newton-Schulz output's Frobenius norm (normuonStep in
-  /// muon/Runtime/ElementMath.h; its descriptor in MatrixStep.h). Fixed by
-  /// the plan: it decides which matrices have the per-row state;
-  /// normuonBeta2 may change between steps.
-  bool normuon = false;
-  double normuonBeta2 = 0.95;
-  /// A factor on the update's learning rate after adjust_lr's
-  /// (adjustedLr), not on weight decay's: Megatron-LM's
-  /// --muon-extra-scale-factor, Emerging-Optimizers' extra_scale_factor.
-  double extraScaleFactor = 1.0;
+  /// Whether its algorithm orthogonalizes its matrices (Muon): they are
+  /// the plan's matrices, gathered to an owner and scattered back;
+  /// otherwise every holder updates its piece element by element.
+  bool orthogonalized() const;
 };
 
 /// NorMuon's epsilon in the row normalization (sqrt(v) + eps) and the floor
@@ -104,11 +89,6 @@ inline std::string adjustLrList(char quote = '"') {
 ///   spectral_unclamped  sqrt(rows/cols)  (torch.optim.Muon, no clamp at 1)
 double adjustLrFactor(std::string_view name, int64_t rows, int64_t cols);
 
-/// An AdamW group's hyper-parameters (step inputs, as MuonSettings).
-struct AdamWSettings {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0.01;
-};
-
 /// One Newton-Schulz configuration: the iteration a Muon group's matrices
 /// run. It decides each matrix's flops and which matrices batch together,
 /// so it is part of the plan proper. `coefficients` has one (a, b, c) per
@@ -138,21 +118,57 @@ struct NewtonSchulzSettings {
   std::string nsDtype = "auto";
 };
 
-/// A parameter group, as torch.optim's param_groups: a name, an algorithm
-/// and that algorithm's hyper-parameters (the other one's are unused).
-struct PlanGroup {
-  std::string name;
-  bool muon = true; // else AdamW
-  /// A Muon group's Newton-Schulz configuration: an index into
-  /// Plan::ns.configs (0 for AdamW groups). Fixed by the plan, unlike the
-  /// settings below.
-  int64_t nsConfig = 0;
-  MuonSettings muonSettings;
-  AdamWSettings adamwSettings;
+/// One setting's value in a group (GroupSettings.h): a Number's, or a
+/// Flag's as 0 or 1, in `number`; a Name's in `text`.
+struct SettingValue {
+  double number = 0;
+  std::string text;
+  bool operator==(const SettingValue &o) const {
+    return number == o.number && text == o.text;
+  }
+  bool operator!=(const SettingValue &o) const { return !(*this == o); }
 };
 
-/// "muon" or "adamw".
-const char *algorithmName(bool muon);
+/// A parameter group, as torch.optim's param_groups: a name, an algorithm
+/// and that algorithm's hyper-parameters, stored by the settings table
+/// (GroupSettings.h): one value per setting of the algorithm, in the
+/// table's order. The settings are inputs of every step, which a trainer
+/// may change between steps (Optimizer::setGroupSettings), except those
+/// the table marks fixed; the plan holds their starting values, and they
+/// are not part of what ranks must agree on to exchange data (planHash
+/// leaves them out).
+struct PlanGroup {
+  std::string name;
+  AlgorithmId algorithm = kMuon;
+  /// An orthogonalizing group's Newton-Schulz configuration: an index into
+  /// Plan::ns.configs (0 for other groups). Fixed by the plan, unlike the
+  /// settings.
+  int64_t nsConfig = 0;
+  /// The algorithm's settings (Algorithm::settings), in its order.
+  std::vector<SettingValue> settings;
+
+  /// A Muon group with every setting at its default.
+  PlanGroup();
+  /// A group of `algorithm` with every setting at its default.
+  explicit PlanGroup(AlgorithmId algorithm);
+
+  /// The value of the setting called `setting` (a setting of the group's
+  /// algorithm, by its table name: "lr", "beta1"); asking for another is a
+  /// programming error (asserted; 0 or "" in a release build).
+  double number(std::string_view setting) const;
+  bool flag(std::string_view setting) const { return number(setting) != 0; }
+  const std::string &text(std::string_view setting) const;
+  void setNumber(std::string_view setting, double value);
+  void setFlag(std::string_view setting, bool on) {
+    setNumber(setting, on ? 1.0 : 0.0);
+  }
+  void setText(std::string_view setting, std::string value);
+  /// Whether the group's algorithm orthogonalizes matrices (Muon).
+  bool orthogonalizes() const;
+};
+
+/// The algorithm's name ("muon", "adamw", ...: Algorithm::name).
+const char *algorithmName(AlgorithmId algorithm);
 
 /// The two groups of a model that names none: "muon" and "adamw", with
 /// torch's defaults.

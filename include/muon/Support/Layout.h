@@ -156,7 +156,7 @@ int64_t numMatrices(const std::vector<int64_t> &shape);
 /// Why per-head Newton-Schulz (`numHeads` blocks along dim `headSplitDim` of
 /// the trailing matrix) does not fit a parameter of this shape and
 /// algorithm; "" when it does (and always for numHeads 1 with dim 0).
-std::string headsError(const std::vector<int64_t> &shape, bool muon,
+std::string headsError(const std::vector<int64_t> &shape, bool orthogonalized,
                        int64_t numHeads, int64_t headSplitDim);
 
 /// Newton-Schulz flops for one m x n matrix, as the report counts them:

@@ -23,9 +23,11 @@ namespace muon {
 /// (a permutation of 0..N-1 when present). Empty string when fine.
 std::string checkMeshLimits(const Mesh &mesh);
 
-/// Dim count, dim sizes and element counts of one parameter; Muon
-/// parameters also their matrix size and count. Empty string when fine.
-std::string checkShapeLimits(const std::vector<int64_t> &shape, bool muon);
+/// Dim count, dim sizes and element counts of one parameter; parameters
+/// whose matrices are orthogonalized (Muon's) also their matrix size and
+/// count. Empty string when fine.
+std::string checkShapeLimits(const std::vector<int64_t> &shape,
+                             bool orthogonalized);
 
 /// A size problem of a whole model; `param` is the parameter that passes
 /// the limit (-1: the model as a whole).
@@ -38,9 +40,11 @@ struct ModelLimitError {
 /// will list (held pieces of Muon matrices, AdamW reductions), the bytes a
 /// step may move and the Newton-Schulz flops of a step. The mesh and every
 /// shape must already pass the checks above, and layouts must be valid for
-/// the mesh (axes in range, each used once). Returns true when it all fits.
+/// the mesh (axes in range, each used once). `orthogonalized` says, per
+/// parameter, whether its matrices are Muon's. Returns true when it all
+/// fits.
 bool checkModelLimits(const Mesh &mesh, const std::vector<ParamLayout> &layouts,
-                      const std::vector<bool> &muon, int64_t nsSteps,
+                      const std::vector<bool> &orthogonalized, int64_t nsSteps,
                       ModelLimitError &error);
 
 /// Copies of every element of a parameter across the mesh: the product of

@@ -3,6 +3,7 @@
 #include "muon/Dialect/Muon/IR/GroupSettingAttrs.h"
 #include "muon/Dialect/Muon/IR/MuonOps.h"
 #include "muon/Dialect/Muon/IR/ShardAdapter.h"
+#include "muon/Plan/Algorithm.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Plan/Placement.h"
 #include "muon/Support/Escape.h"
@@ -83,12 +84,14 @@ private:
   /// op `opName` does not declare (GroupSettingAttrs.h).
   LogicalResult checkGroupKeys(const JsonValue &obj, const std::string &path,
                                std::initializer_list<std::string_view> allowed,
-                               StringRef opName, bool muon);
+                               StringRef opName,
+                               ::muon::AlgorithmId algorithm);
   /// The group settings `opName` does not declare, from the group's object
   /// `o` into attributes of `state`: each of its kind, valid
   /// (checkSetting), and only with its flag on (onlyWith).
   LogicalResult importTableSettings(const JsonValue &o,
-                                    const std::string &path, bool muon,
+                                    const std::string &path,
+                                    ::muon::AlgorithmId algorithm,
                                     OperationState &state);
 
   LogicalResult importMesh(const JsonValue &v);
@@ -99,17 +102,21 @@ private:
                                 bool inParamGroups);
   LogicalResult importAdamW(const JsonValue &v, const std::string &path,
                             bool inParamGroups);
-  /// `param_groups`: the groups in order (groupOrder, groupIsMuon).
+  /// A `param_groups` entry of any other algorithm: a muon.param_group
+  /// whose settings are the table's (GroupSettings.h).
+  LogicalResult importTableGroup(const JsonValue &v, const std::string &path,
+                                 ::muon::AlgorithmId algorithm);
+  /// `param_groups`: the groups in order (groupOrder, groupAlgorithms).
   LogicalResult importParamGroups(const JsonValue &v);
   /// The groups parameters may name: `param_groups`' names with their
   /// index, or "muon" and "adamw" when the spec has no param_groups.
   std::vector<std::pair<std::string, size_t>> groupOrder;
-  std::map<std::string, bool> groupIsMuon;
+  std::map<std::string, ::muon::AlgorithmId> groupAlgorithms;
   bool hasParamGroups = false;
   LogicalResult importDistributed(const JsonValue &v);
   LogicalResult importParams(const JsonValue &v, const JsonValue &root);
   LogicalResult importHeads(const JsonValue &p, const std::string &path,
-                            ArrayRef<int64_t> shape, bool muon,
+                            ArrayRef<int64_t> shape, bool orthogonalized,
                             OperationState &state);
   LogicalResult importParamLayout(const JsonValue &p, const std::string &path,
                                   int64_t rank, OperationState &state);
@@ -209,11 +216,12 @@ LogicalResult SpecImporter::checkKeys(const JsonValue &obj,
 LogicalResult SpecImporter::checkGroupKeys(
     const JsonValue &obj, const std::string &path,
     std::initializer_list<std::string_view> allowed, StringRef opName,
-    bool muon) {
+    ::muon::AlgorithmId algorithm) {
   std::vector<std::string_view> keys(allowed);
   OperationName op(opName, builder.getContext());
-  for (const ::muon::GroupSetting &s : ::muon::groupSettings())
-    if (s.muon == muon && !declaresSetting(op, s))
+  for (const ::muon::GroupSetting &s : ::muon::algorithmOf(algorithm).settings)
+    if (!declaresSetting(op, s) &&
+        std::find(keys.begin(), keys.end(), s.jsonKey) == keys.end())
       keys.push_back(s.jsonKey);
   if (rd.knownKeys(obj, path, keys))
     return success();
@@ -223,15 +231,49 @@ LogicalResult SpecImporter::checkGroupKeys(
 
 LogicalResult SpecImporter::importTableSettings(const JsonValue &o,
                                                 const std::string &path,
-                                                bool muon,
+                                                ::muon::AlgorithmId algorithm,
                                                 OperationState &state) {
   using ::muon::GroupSetting;
-  ::muon::PlanGroup g;
-  g.muon = muon;
+  ::muon::PlanGroup g(algorithm);
   std::vector<const GroupSetting *> given;
-  for (const GroupSetting &s : ::muon::groupSettings()) {
-    if (s.muon != muon || declaresSetting(state.name, s))
+  const std::vector<GroupSetting> &settings =
+      ::muon::algorithmOf(algorithm).settings;
+  for (size_t i = 0; i < settings.size(); ++i) {
+    const GroupSetting &s = settings[i];
+    if (declaresSetting(state.name, s))
       continue;
+    // Settings that share a JSON key ("betas": [beta1, beta2]) are one
+    // array, read with the first of them.
+    if (std::string_view(s.jsonKey) != s.name) {
+      if (i > 0 && std::string_view(settings[i - 1].jsonKey) == s.jsonKey)
+        continue;
+      const JsonValue *x = get(o, s.jsonKey);
+      if (!x)
+        continue;
+      const std::string at = key(path, s.jsonKey);
+      size_t n = 0;
+      std::string names;
+      for (; i + n < settings.size() &&
+             std::string_view(settings[i + n].jsonKey) == s.jsonKey;
+           ++n)
+        names += (n ? ", " : "") + std::string(settings[i + n].name);
+      const JsonValue *a = getArray(*x, at);
+      if (!a)
+        return failure();
+      if (a->size() != n)
+        return fail(at, "expected [" + names + "]");
+      for (size_t k = 0; k < n; ++k) {
+        const GroupSetting &part = settings[i + k];
+        std::optional<double> d = getNumber((*a)[k], index(at, k));
+        if (!d)
+          return failure();
+        ::muon::setSettingValue(part, g, *d);
+        if (std::string why = ::muon::checkSetting(part, g); !why.empty())
+          return fail(index(at, k), why);
+        given.push_back(&part);
+      }
+      continue;
+    }
     const JsonValue *x = get(o, s.jsonKey);
     if (!x)
       continue;
@@ -268,13 +310,11 @@ LogicalResult SpecImporter::importTableSettings(const JsonValue &o,
     if (!declaresSetting(state.name, flag))
       return ::muon::settingValue(flag, g) != 0;
     const JsonValue *x = get(o, flag.jsonKey);
-    ::muon::PlanGroup defaults;
-    defaults.muon = muon;
-    return x && x->is_boolean() ? x->get<bool>()
-                                : ::muon::settingValue(flag, defaults) != 0;
+    return x && x->is_boolean() ? x->get<bool>() : flag.defaultNumber != 0;
   };
   for (const GroupSetting *s : given) {
-    if (s->onlyWith && !flagOn(*::muon::findGroupSetting(muon, s->onlyWith)))
+    if (s->onlyWith &&
+        !flagOn(*::muon::findGroupSetting(algorithm, s->onlyWith)))
       return fail(key(path, s->jsonKey),
                   std::string(s->name) + " is " + s->onlyWithNote +
                       "; set \"" + s->onlyWith +
@@ -467,7 +507,7 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
                     "lr", "momentum", "nesterov", "weight_decay", "ns_steps",
                     "ns_coefficients", "eps", "adjust_lr", "ns_dtype",
                     "weight_decay_mode"},
-          opName, /*muon=*/true)))
+          opName, ::muon::kMuon)))
     return failure();
   OperationState state(at(path), opName);
   if (inParamGroups)
@@ -486,7 +526,7 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
       return failure();
     state.addAttribute("nesterov", builder.getBoolAttr(*b));
   }
-  if (failed(importTableSettings(*o, path, /*muon=*/true, state)))
+  if (failed(importTableSettings(*o, path, ::muon::kMuon, state)))
     return failure();
   if (const JsonValue *x = get(*o, "ns_steps")) {
     // The verifier names the range; any integer is carried to it.
@@ -626,20 +666,23 @@ LogicalResult SpecImporter::importParamGroups(const JsonValue &v) {
                                            index("param_groups", at));
     const JsonValue *algorithm = get(*g, "algorithm");
     if (!algorithm)
-      return fail(path, "missing key 'algorithm' (\"muon\" or \"adamw\")");
+      return fail(path, "missing key 'algorithm' (" +
+                            ::muon::algorithmNames() + ")");
     std::optional<std::string> a =
         getString(*algorithm, key(path, "algorithm"));
     if (!a)
       return failure();
-    if (*a != "muon" && *a != "adamw")
+    std::optional<::muon::AlgorithmId> id = ::muon::findAlgorithm(*a);
+    if (!id)
       return fail(key(path, "algorithm"),
-                  "unknown algorithm '" + *a + "'; expected 'muon' or 'adamw'");
-    bool muon = *a == "muon";
-    if (failed(muon ? importOptimizer(*g, path, true)
-                    : importAdamW(*g, path, true)))
+                  "unknown algorithm '" + *a + "'; expected " +
+                      ::muon::algorithmNames('\''));
+    if (failed(*id == ::muon::kMuon    ? importOptimizer(*g, path, true)
+               : *id == ::muon::kAdamW ? importAdamW(*g, path, true)
+                                       : importTableGroup(*g, path, *id)))
       return failure();
     groupOrder.push_back({*n, i});
-    groupIsMuon[*n] = muon;
+    groupAlgorithms[*n] = *id;
   }
   return success();
 }
@@ -658,10 +701,10 @@ LogicalResult SpecImporter::importAdamW(const JsonValue &v,
                                                         "weight_decay"}
               : std::initializer_list<std::string_view>{"lr", "betas", "eps",
                                                         "weight_decay"},
-          opName, /*muon=*/false)))
+          opName, ::muon::kAdamW)))
     return failure();
   OperationState state(at(path), opName);
-  if (failed(importTableSettings(*o, path, /*muon=*/false, state)))
+  if (failed(importTableSettings(*o, path, ::muon::kAdamW, state)))
     return failure();
   if (inParamGroups)
     state.addAttribute("group_name", builder.getStringAttr(
@@ -689,6 +732,25 @@ LogicalResult SpecImporter::importAdamW(const JsonValue &v,
     }
     state.addAttribute("betas", builder.getDenseF64ArrayAttr(b));
   }
+  builder.create(state);
+  return success();
+}
+
+LogicalResult SpecImporter::importTableGroup(const JsonValue &v,
+                                             const std::string &path,
+                                             ::muon::AlgorithmId algorithm) {
+  const JsonValue *o = getObject(v, path);
+  const StringRef opName = ParamGroupOp::getOperationName();
+  if (!o || failed(checkGroupKeys(*o, path, {"name", "algorithm"}, opName,
+                                  algorithm)))
+    return failure();
+  OperationState state(at(path), opName);
+  state.addAttribute("algorithm", builder.getStringAttr(
+                                      ::muon::algorithmName(algorithm)));
+  state.addAttribute("group_name", builder.getStringAttr(
+                                       get(*o, "name")->get<std::string>()));
+  if (failed(importTableSettings(*o, path, algorithm, state)))
+    return failure();
   builder.create(state);
   return success();
 }
@@ -1164,16 +1226,18 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
                        builder.getStringAttr(paramNames[i]));
     state.addAttribute("tensor_type",
                        TypeAttr::get(RankedTensorType::get(shape, elem)));
-    bool muon = rank >= 2;
-    std::optional<std::string> algorithm;
+    // The default for its rank: Muon for matrices, AdamW below.
+    ::muon::AlgorithmId algorithm = rank >= 2 ? ::muon::kMuon : ::muon::kAdamW;
+    std::optional<::muon::AlgorithmId> given;
     if (const JsonValue *o = get(p, "optimizer")) {
       std::string opath = key(path, "optimizer");
-      algorithm = getString(*o, opath);
-      if (!algorithm)
+      std::optional<std::string> name = getString(*o, opath);
+      if (!name)
         return failure();
-      if (*algorithm != "muon" && *algorithm != "adamw")
-        return fail(opath, "unknown optimizer '" + *algorithm +
-                               "'; expected 'muon' or 'adamw'");
+      given = ::muon::findAlgorithm(*name);
+      if (!given)
+        return fail(opath, "unknown optimizer '" + *name + "'; expected " +
+                               ::muon::algorithmNames('\''));
     }
     std::optional<std::string> groupName;
     if (const JsonValue *g = get(p, "group")) {
@@ -1181,54 +1245,61 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
       groupName = getString(*g, gpath);
       if (!groupName)
         return failure();
-      auto it = groupIsMuon.find(*groupName);
-      if (it == groupIsMuon.end()) {
+      auto it = groupAlgorithms.find(*groupName);
+      if (it == groupAlgorithms.end()) {
         std::string names;
         for (const auto &[n, at] : groupOrder)
           names += (names.empty() ? "'" : ", '") + n + "'";
         return fail(gpath, "no parameter group named '" + *groupName +
                                "' (the groups are " + names + ")");
       }
-      const char *groupAlgorithm = it->second ? "muon" : "adamw";
-      if (algorithm && *algorithm != groupAlgorithm)
-        return fail(gpath, "group '" + *groupName + "' is a " + groupAlgorithm +
+      if (given && *given != it->second)
+        return fail(gpath, "group '" + *groupName + "' is a " +
+                               ::muon::algorithmName(it->second) +
                                " group but " + key(path, "optimizer") +
-                               " is '" + *algorithm + "'");
-      algorithm = groupAlgorithm;
+                               " is '" + ::muon::algorithmName(*given) + "'");
+      given = it->second;
     }
-    if (algorithm) {
+    if (given) {
       const bool byGroup = groupName && !get(p, "optimizer");
-      if (*algorithm == "muon" && rank < 2)
+      if (::muon::algorithmOf(*given).orthogonalizes && rank < 2)
         return fail(key(path, byGroup ? "group" : "optimizer"),
                     "Muon orthogonalizes matrices but the parameter has " +
                         std::to_string(rank) + " dim(s); use " +
                         (byGroup ? "an AdamW group" : "'adamw'"));
-      muon = *algorithm == "muon";
-      state.addAttribute(
-          "group", ParamGroupAttr::get(ctx, *symbolizeParamGroup(*algorithm)));
+      algorithm = *given;
+      state.addAttribute("group", builder.getStringAttr(
+                                      ::muon::algorithmName(algorithm)));
     }
+    const ::muon::Algorithm &mine = ::muon::algorithmOf(algorithm);
     if (hasParamGroups) {
       // The first group of the parameter's algorithm, unless it names one.
       if (!groupName)
         for (const auto &[n, at] : groupOrder)
-          if (groupIsMuon[n] == muon) {
+          if (groupAlgorithms[n] == algorithm) {
             groupName = n;
             break;
           }
       if (!groupName)
         return fail(path, std::string("parameter '") + paramNames[i] +
-                              "' is a " + (muon ? "Muon" : "AdamW") +
+                              "' is a " + mine.title +
                               " parameter but param_groups has no " +
-                              (muon ? "muon" : "adamw") + " group");
+                              mine.name + " group");
+    } else if (algorithm != ::muon::kMuon && algorithm != ::muon::kAdamW) {
+      // Without param_groups a model has the two groups "muon" and "adamw".
+      return fail(key(path, "optimizer"),
+                  std::string("a ") + mine.title + " parameter needs a " +
+                      mine.name + " group in param_groups");
     }
     // Without param_groups, "muon" and "adamw" name the algorithm alone.
     if (groupName && hasParamGroups)
       state.addAttribute("param_group", builder.getStringAttr(*groupName));
     if (std::string bad = ::muon::checkShapeLimits(
-            std::vector<int64_t>(shape.begin(), shape.end()), muon);
+            std::vector<int64_t>(shape.begin(), shape.end()),
+            mine.orthogonalizes);
         !bad.empty())
       return fail(shapePath, "parameter '" + paramNames[i] + "' " + bad);
-    if (failed(importHeads(p, path, shape, muon, state)))
+    if (failed(importHeads(p, path, shape, mine.orthogonalizes, state)))
       return failure();
     if (processGroups) {
       std::optional<int64_t> tp = tpDim[i];
@@ -1266,7 +1337,8 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
 /// Per-head Newton-Schulz (`num_heads`, `head_split_dim`) of one parameter.
 LogicalResult SpecImporter::importHeads(const JsonValue &p,
                                         const std::string &path,
-                                        ArrayRef<int64_t> shape, bool muon,
+                                        ArrayRef<int64_t> shape,
+                                        bool orthogonalized,
                                         OperationState &state) {
   std::optional<int64_t> heads, dim;
   if (const JsonValue *v = get(p, "num_heads")) {
@@ -1292,7 +1364,8 @@ LogicalResult SpecImporter::importHeads(const JsonValue &p,
   if (!heads)
     return success();
   std::vector<int64_t> dims(shape.begin(), shape.end());
-  if (std::string bad = ::muon::headsError(dims, muon, *heads, dim.value_or(0));
+  if (std::string bad =
+          ::muon::headsError(dims, orthogonalized, *heads, dim.value_or(0));
       !bad.empty())
     return fail(key(path, "num_heads"), bad); // the path names the parameter
   state.addAttribute("num_heads", builder.getI64IntegerAttr(*heads));
@@ -1390,7 +1463,7 @@ OwningOpRef<ModuleOp> SpecImporter::run(const JsonValue &document) {
   } else {
     // The two groups of a spec without param_groups.
     groupOrder = {{"muon", 0}, {"adamw", 1}};
-    groupIsMuon = {{"muon", true}, {"adamw", false}};
+    groupAlgorithms = {{"muon", ::muon::kMuon}, {"adamw", ::muon::kAdamW}};
     if (const JsonValue *o = get(*root, "optimizer"))
       if (failed(importOptimizer(*o, "optimizer", false)))
         return nullptr;

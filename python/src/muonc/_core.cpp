@@ -20,8 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Compiler/Compile.h"
-#include "muon/Plan/ElementState.h"
-#include "muon/Plan/GroupSettings.h"
+#include "muon/Plan/Algorithm.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Communicator.h"
@@ -259,15 +258,13 @@ mc::Placement placementOf(nb::handle item) {
   throw StatusError(rt::StatusCode::InvalidArgument, "placement '" + text + "': expected \"R\", \"P\" or \"S(dim)\"");
 }
 
-mc::Group algorithmOf(const std::string &name) {
-  if (name == "muon")
-    return mc::Group::Muon;
-  if (name == "adamw")
-    return mc::Group::AdamW;
-  if (name == "auto" || name.empty())
-    return mc::Group::Auto;
-  throw StatusError(rt::StatusCode::InvalidArgument, "algorithm '" + name +
-                         "': expected \"muon\", \"adamw\" or \"auto\"");
+/// The registered algorithm called `name` (muon/Plan/Algorithm.h).
+muon::AlgorithmId algorithmOf(const std::string &name) {
+  if (std::optional<muon::AlgorithmId> a = muon::findAlgorithm(name))
+    return *a;
+  throw StatusError(rt::StatusCode::InvalidArgument,
+                    "a group's algorithm is " + muon::algorithmNames() +
+                        ", not \"" + name + "\"");
 }
 
 /// Sets g's settings (muon/Plan/GroupSettings.h) from the dict's entries
@@ -280,16 +277,16 @@ void applyGroupDict(nb::dict d, muon::PlanGroup &g, bool strict) {
     for (auto [k, v] : d) {
       const std::string key = nb::cast<std::string>(k);
       bool known = key == "name" || key == "algorithm";
-      for (const GroupSetting &s : muon::groupSettings())
-        known = known || (s.muon == g.muon && key == s.jsonKey);
+      for (const GroupSetting &s : muon::algorithmOf(g.algorithm).settings)
+        known = known || key == s.jsonKey;
       if (!known)
-        throw StatusError(rt::StatusCode::InvalidArgument, "'" + key + "' is not a " +
-                          (g.muon ? "Muon" : "AdamW") + " group setting");
+        throw StatusError(rt::StatusCode::InvalidArgument,
+                          "'" + key + "' is not a " +
+                              muon::algorithmOf(g.algorithm).title +
+                              " group setting");
     }
   std::map<std::string, size_t> position; // within a shared JSON key
-  for (const GroupSetting &s : muon::groupSettings()) {
-    if (s.muon != g.muon)
-      continue;
+  for (const GroupSetting &s : muon::algorithmOf(g.algorithm).settings) {
     if (std::string_view(s.jsonKey) != s.name) {
       const size_t i = position[s.jsonKey]++;
       if (d.contains(s.jsonKey) && !d[s.jsonKey].is_none()) {
@@ -313,34 +310,26 @@ void applyGroupDict(nb::dict d, muon::PlanGroup &g, bool strict) {
 
 /// The inverse of groupDict; a setting the dict lacks keeps its default.
 muon::PlanGroup planGroupOf(nb::dict d) {
-  muon::PlanGroup g;
+  muon::PlanGroup g(algorithmOf(get<std::string>(d, "algorithm", "muon")));
   g.name = nb::cast<std::string>(d["name"]);
-  g.muon = get<std::string>(d, "algorithm", "muon") == "muon";
   applyGroupDict(d, g, /*strict=*/false);
   return g;
 }
 
 mc::ParamGroup groupOf(nb::dict d) {
-  mc::ParamGroup g;
-  g.name = nb::cast<std::string>(d["name"]);
-  g.algorithm = algorithmOf(get<std::string>(d, "algorithm", "muon"));
-  if (g.algorithm == mc::Group::Auto)
-    throw StatusError(rt::StatusCode::InvalidArgument, "a group's algorithm is \"muon\" or \"adamw\"");
   // The table's settings (GroupSettings.h) by name, then Newton-Schulz's.
-  const muon::PlanGroup settings = planGroupOf(d);
-  if (g.algorithm == mc::Group::Muon) {
-    static_cast<muon::MuonSettings &>(g.muon) = settings.muonSettings;
-    g.muon.eps = get<double>(d, "eps", 1e-7);
-    g.muon.nsSteps = get<int64_t>(d, "ns_steps", 5);
-    g.muon.nsDtype = get<std::string>(d, "ns_dtype", "");
+  mc::ParamGroup g;
+  static_cast<muon::PlanGroup &>(g) = planGroupOf(d);
+  if (g.orthogonalizes()) {
+    g.ns.eps = get<double>(d, "eps", 1e-7);
+    g.ns.nsSteps = get<int64_t>(d, "ns_steps", 5);
+    g.ns.nsDtype = get<std::string>(d, "ns_dtype", "");
     if (d.contains("ns_coefficients") && !d["ns_coefficients"].is_none()) {
       auto c = nb::cast<std::vector<double>>(d["ns_coefficients"]);
       if (c.size() != 3)
         throw StatusError(rt::StatusCode::InvalidArgument, "ns_coefficients must be (a, b, c)");
-      g.muon.nsCoefficients = {{c[0], c[1], c[2]}};
+      g.ns.nsCoefficients = {{c[0], c[1], c[2]}};
     }
-  } else {
-    g.adamw = settings.adamwSettings;
   }
   return g;
 }
@@ -390,7 +379,7 @@ PyPlan compileModel(nb::list params, nb::list groups, nb::object mesh,
     p.groupName = get<std::string>(d, "group", "");
     for (const mc::ParamGroup &g : model.groups)
       if (g.name == p.groupName)
-        p.group = g.algorithm;
+        p.optimizer = muon::algorithmName(g.algorithm);
     if (d.contains("placements"))
       for (nb::handle pl : nb::cast<nb::list>(d["placements"]))
         p.placements.push_back(placementOf(pl));
@@ -433,11 +422,9 @@ nb::dict groupDict(const muon::PlanGroup &g) {
   using muon::GroupSetting;
   nb::dict d;
   d["name"] = g.name;
-  d["algorithm"] = g.muon ? "muon" : "adamw";
+  d["algorithm"] = muon::algorithmName(g.algorithm);
   std::map<std::string, std::vector<double>> tuples;
-  for (const GroupSetting &s : muon::groupSettings()) {
-    if (s.muon != g.muon)
-      continue;
+  for (const GroupSetting &s : muon::algorithmOf(g.algorithm).settings) {
     if (std::string_view(s.jsonKey) != s.name)
       tuples[s.jsonKey].push_back(muon::settingValue(s, g));
     else if (s.kind == GroupSetting::Kind::Name)
@@ -586,7 +573,7 @@ public:
       nb::dict d;
       d["name"] = s.name;
       d["dtype"] = rt::dtypeName(s.dtype);
-      d["algorithm"] = s.muon ? "muon" : "adamw";
+      d["algorithm"] = muon::algorithmName(s.algorithm);
       d["group"] = opt->groups()[s.group].name;
       d["shape"] = s.shape;
       nb::list box;
@@ -1091,7 +1078,7 @@ static void defineModule(nb::module_ &m) {
           nb::dict d;
           d["name"] = s.name;
           d["json_key"] = s.jsonKey;
-          d["algorithm"] = s.muon ? "muon" : "adamw";
+          d["algorithm"] = muon::algorithmName(s.algorithm);
           d["kind"] = s.kind == muon::GroupSetting::Kind::Number ? "number"
                       : s.kind == muon::GroupSetting::Kind::Flag ? "flag"
                                                                  : "name";
@@ -1099,14 +1086,12 @@ static void defineModule(nb::module_ &m) {
           for (size_t i = 0; i < s.nameCount; ++i)
             names.append(std::string(s.names[i]));
           d["names"] = names;
-          muon::PlanGroup defaults;
-          defaults.muon = s.muon;
           if (s.kind == muon::GroupSetting::Kind::Name)
-            d["default"] = muon::settingName(s, defaults);
+            d["default"] = s.defaultText;
           else if (s.kind == muon::GroupSetting::Kind::Flag)
-            d["default"] = muon::settingValue(s, defaults) != 0;
+            d["default"] = s.defaultNumber != 0;
           else
-            d["default"] = muon::settingValue(s, defaults);
+            d["default"] = s.defaultNumber;
           d["fixed"] = s.fixed;
           d["only_with"] =
               s.onlyWith ? nb::object(nb::str(s.onlyWith)) : nb::none();
@@ -1121,17 +1106,36 @@ static void defineModule(nb::module_ &m) {
       "element_slots",
       [] {
         nb::list out;
-        for (const muon::ElementSlot &s : muon::kElementSlots) {
+        for (const muon::ElementSlot &s : muon::elementSlots()) {
           nb::dict d;
           d["name"] = s.name;
-          d["algorithm"] = s.muon ? "muon" : "adamw";
+          d["algorithm"] = muon::algorithmName(s.algorithm);
+          d["enabled_by"] =
+              s.enabledBy ? nb::object(nb::str(s.enabledBy)) : nb::none();
           d["per_summand"] = s.perSummand;
+          d["carries_step"] = s.carriesStep;
           out.append(d);
         }
         return out;
       },
       "The per-element state slots (muon/Plan/ElementState.h), one dict "
-      "per slot: name, algorithm (whose parameters keep it), per_summand.");
+      "per slot: name, algorithm (whose parameters keep it), enabled_by (the "
+      "flag that turns it on, or None), per_summand, carries_step.");
+  m.def(
+      "algorithms",
+      [] {
+        nb::list out;
+        for (const muon::Algorithm &a : muon::algorithms()) {
+          nb::dict d;
+          d["name"] = a.name;
+          d["title"] = a.title;
+          d["orthogonalizes"] = a.orthogonalizes;
+          out.append(d);
+        }
+        return out;
+      },
+      "The registered algorithms (muon/Plan/Algorithm.h), one dict each: "
+      "name, title, orthogonalizes (Muon: its matrices run Newton-Schulz).");
   m.def(
       "matrix_steps",
       [] {

@@ -156,6 +156,15 @@ int main(int argc, char **argv) {
   muon_group_info group;
   EXPECT(muon_optimizer_group(opt, 0, &group) == MUON_OK);
   EXPECT(strcmp(group.name, "muon") == 0 && group.is_muon == 1);
+  /* The algorithms by name (the registry's), and a group index out of
+   * range refused. */
+  const char *algorithm = NULL;
+  EXPECT(muon_optimizer_group_algorithm(opt, 0, &algorithm) == MUON_OK &&
+         strcmp(algorithm, "muon") == 0);
+  EXPECT(muon_optimizer_group_algorithm(opt, 1, &algorithm) == MUON_OK &&
+         strcmp(algorithm, "adamw") == 0);
+  EXPECT(muon_optimizer_group_algorithm(opt, 99, &algorithm) ==
+         MUON_INVALID);
   EXPECT(muon_optimizer_set_group_lr(opt, "muon", -1.0) == MUON_INVALID);
   EXPECT(strstr(muon_last_error(), "expected a finite number >= 0") != NULL);
   EXPECT(muon_optimizer_set_group_lr(opt, "head", 0.1) == MUON_INVALID);

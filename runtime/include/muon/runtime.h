@@ -95,7 +95,10 @@ int64_t muon_optimizer_steps(const muon_optimizer *opt);
 typedef struct muon_param_info {
   const char *name;
   muon_dtype dtype;
-  int is_muon; /* else AdamW */
+  /* 1 where its group's algorithm orthogonalizes its matrices (Muon), 0 for
+   * an element-wise one (AdamW, ...: muon_optimizer_group_algorithm names
+   * it). */
+  int is_muon;
   int64_t dims;
   const int64_t *shape; /* [dims]: the whole tensor */
   /* [dims]: this rank's piece, [box_begin, box_end) per dim, row-major;
@@ -126,11 +129,14 @@ muon_status muon_optimizer_bind_typed(muon_optimizer *opt, const char *name,
                                       int64_t elements);
 
 /* A parameter group and its current hyper-parameters (torch.optim's
- * param_groups). Muon groups use lr, weight_decay, momentum and nesterov;
- * AdamW groups lr, weight_decay, beta1, beta2 and eps. */
+ * param_groups): each field holds the group's setting of that name where
+ * its algorithm has one, else 0. Muon groups have lr, weight_decay,
+ * momentum and nesterov; AdamW groups lr, weight_decay, beta1, beta2 and
+ * eps; other algorithms theirs (muon_optimizer_group_algorithm; every
+ * setting by name: muon_optimizer_group_setting). */
 typedef struct muon_group_info {
   const char *name; /* valid while the optimizer lives */
-  int is_muon;
+  int is_muon; /* 1 for an algorithm that orthogonalizes (Muon) */
   double lr, weight_decay, momentum;
   int nesterov;
   double beta1, beta2, eps;
@@ -138,17 +144,22 @@ typedef struct muon_group_info {
 int64_t muon_optimizer_group_count(const muon_optimizer *opt);
 muon_status muon_optimizer_group(const muon_optimizer *opt, int64_t index,
                                  muon_group_info *out);
+/* The name of group `index`'s algorithm: "muon", "adamw", "lion", ... (the
+ * spec's param_groups[i].algorithm); static storage. */
+muon_status muon_optimizer_group_algorithm(const muon_optimizer *opt,
+                                           int64_t index, const char **name);
 /* Sets group `name`'s hyper-parameters for the following steps (the fields
- * of its algorithm; `name` in `options` is ignored). Every rank must set
+ * its algorithm has; `name` in `options` is ignored). Every rank must set
  * the same values before the next step, which refuses to run otherwise. A
  * bad value is refused with nothing changed. */
 muon_status muon_optimizer_set_group(muon_optimizer *opt, const char *name,
                                      const muon_group_info *options);
-/* A group's settings by name, for every setting of its algorithm
- * (muon_group_info has only the first ones). As numbers (booleans 0 or
- * 1): "lr", "weight_decay" (both algorithms); "momentum", "nesterov",
- * "normuon", "normuon_beta2" (Muon); "beta1", "beta2", "eps" (AdamW). As
- * text: "adjust_lr", "weight_decay_mode" (Muon). A setting the group's
+/* A group's settings by name, for every setting of its algorithm (the
+ * settings table, muon/Plan/GroupSettings.h; muon_group_info has only the
+ * first ones). As numbers (booleans 0 or 1): "lr", "weight_decay" (every
+ * algorithm); "momentum", "nesterov", "normuon", "normuon_beta2",
+ * "extra_scale_factor" (Muon); "beta1", "beta2", "eps" (AdamW). As text:
+ * "adjust_lr", "weight_decay_mode" (Muon). A setting the group's
  * algorithm does not have, or one of the other kind, is refused and the
  * message lists the group's settings. Setting one is muon_optimizer_set_group
  * for that field: checked, nothing changed on a refusal, every rank must set

@@ -203,7 +203,7 @@ Plan referencePlan(const Plan &plan) {
     PlanParam q;
     q.name = p.name;
     q.dtype = p.dtype;
-    q.muon = p.muon;
+    q.algorithm = p.algorithm;
     q.group = p.group;
     q.layout.shape = p.layout.shape;
     q.layout.splitAxes.assign(p.layout.shape.size(), {});

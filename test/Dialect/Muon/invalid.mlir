@@ -55,7 +55,7 @@ muon.model @m {
 
 muon.model @m {
   shard.grid @mesh(shape = 2)
-  // expected-error @+1 {{unknown optimizer group 'sgd'; expected 'muon' or 'adamw'}}
+  // expected-error @+1 {{unknown optimizer group 'sgd'; expected 'muon', 'adamw' or 'lion'}}
   muon.param @w : tensor<8x8xf32> on @mesh split [[], []] group sgd
 }
 

@@ -2,6 +2,7 @@
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
 #include "muon/Dialect/Muon/Analysis/Figures.h"
 #include "muon/Dialect/Muon/IR/GroupSettingAttrs.h"
+#include "muon/Plan/Algorithm.h"
 #include "muon/Support/Replicas.h"
 
 #include <algorithm>
@@ -26,7 +27,7 @@ static Exchange adamwReductions(const Plan &plan, std::vector<int64_t> &sent) {
   const ::muon::Mesh &mesh = plan.mesh;
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const ::muon::ParamLayout &pl = plan.params[i].layout;
-    if (plan.params[i].muon || pl.partialAxes.empty())
+    if (plan.params[i].orthogonalized() || pl.partialAxes.empty())
       continue;
     // Holders grouped by box, then summand: (box begins) -> summand -> ranks.
     std::map<std::vector<int64_t>, std::map<int64_t, std::vector<int64_t>>>
@@ -107,47 +108,44 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
            << "unknown wire dtype '" << wireDtype << "'; expected f32 or bf16";
   plan.nsMatrices.resize(plan.worldSize);
   plan.mesh = layout.mesh;
-  // Groups in declaration order; an algorithm no op declares gets its
-  // default group, so that every parameter has one.
+  // Groups in declaration order; Muon or AdamW, when no op declares one,
+  // gets its default group, so that every parameter has one (the verifier
+  // requires a declared group for any other algorithm).
   plan.groups.clear();
   plan.ns.configs.clear();
-  bool hasMuon = false, hasAdamW = false;
+  std::vector<bool> declared(::muon::algorithms().size(), false);
   for (Operation &op : model.getBodyBlock()) {
-    ::muon::PlanGroup g;
+    std::optional<::muon::AlgorithmId> algorithm = groupAlgorithm(&op);
+    if (!algorithm)
+      continue;
+    declared[*algorithm] = true;
+    ::muon::PlanGroup g(*algorithm);
+    g.name = groupNameOf(&op).str();
     if (auto opt = dyn_cast<OptimizerOp>(op)) {
-      hasMuon = true;
-      g.name = opt.groupName().str();
-      g.muonSettings.lr = opt.getLr().convertToDouble();
-      g.muonSettings.weightDecay = opt.getWeightDecay().convertToDouble();
-      g.muonSettings.momentum = opt.getMomentum().convertToDouble();
-      g.muonSettings.nesterov = opt.getNesterov();
-      g.muonSettings.adjustLr = stringifyAdjustLr(opt.getAdjustLr()).str();
-      g.muonSettings.weightDecayMode =
-          stringifyWeightDecayMode(opt.getWeightDecayMode()).str();
-      readSettingAttrs(opt, g); // the settings the op does not declare
+      g.setNumber("lr", opt.getLr().convertToDouble());
+      g.setNumber("weight_decay", opt.getWeightDecay().convertToDouble());
+      g.setNumber("momentum", opt.getMomentum().convertToDouble());
+      g.setFlag("nesterov", opt.getNesterov());
+      g.setText("adjust_lr", stringifyAdjustLr(opt.getAdjustLr()).str());
+      g.setText("weight_decay_mode",
+                stringifyWeightDecayMode(opt.getWeightDecayMode()).str());
       g.nsConfig = nsConfigIndex(plan.ns, nsConfigOf(opt));
       // Every Muon group has the same precision (verified).
       plan.ns.nsDtype = stringifyNsDtype(opt.getNsDtype()).str();
     } else if (auto adamw = dyn_cast<AdamWOp>(op)) {
-      hasAdamW = true;
-      g.name = adamw.groupName().str();
-      g.muon = false;
-      ::muon::AdamWSettings &a = g.adamwSettings;
-      a.lr = adamw.getLr().convertToDouble();
-      a.eps = adamw.getEps().convertToDouble();
-      a.weightDecay = adamw.getWeightDecay().convertToDouble();
+      g.setNumber("lr", adamw.getLr().convertToDouble());
+      g.setNumber("eps", adamw.getEps().convertToDouble());
+      g.setNumber("weight_decay", adamw.getWeightDecay().convertToDouble());
       if (std::optional<ArrayRef<double>> betas = adamw.getBetas()) {
-        a.beta1 = (*betas)[0];
-        a.beta2 = (*betas)[1];
+        g.setNumber("beta1", (*betas)[0]);
+        g.setNumber("beta2", (*betas)[1]);
       }
-      readSettingAttrs(adamw, g);
-    } else {
-      continue;
     }
+    readSettingAttrs(&op, g); // the settings the op does not declare
     plan.groups.push_back(std::move(g));
   }
   for (const ::muon::PlanGroup &g : ::muon::defaultGroups())
-    if (g.muon ? !hasMuon : !hasAdamW)
+    if (!declared[g.algorithm])
       plan.groups.push_back(g);
   // A model without Muon groups still has a configuration: the default
   // group's.
@@ -161,13 +159,13 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     pp.name = param.getSymName().str();
     Type elem = param.getTensorType().getElementType();
     pp.dtype = elem.isBF16() ? "bf16" : elem.isF16() ? "f16" : "f32";
-    pp.muon = param.isMuon();
+    pp.algorithm = param.getAlgorithm();
     // The named group, else the first of the parameter's algorithm.
     pp.group = -1;
     if (std::optional<StringRef> name = param.getParamGroup())
       pp.group = ::muon::findGroup(plan.groups, *name);
     for (size_t g = 0; pp.group < 0 && g < plan.groups.size(); ++g)
-      if (plan.groups[g].muon == pp.muon)
+      if (plan.groups[g].algorithm == pp.algorithm)
         pp.group = static_cast<int64_t>(g);
     pp.layout = layout.layouts[i];
     plan.params.push_back(std::move(pp));

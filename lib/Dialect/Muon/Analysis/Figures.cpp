@@ -39,7 +39,7 @@ mlir::muon::collectMuonMatrices(ModelOp model, const ModelLayout &layout) {
   std::vector<MuonMatrix> matrices;
   for (size_t i = 0; i < layout.params.size(); ++i) {
     ParamOp param = layout.params[i];
-    if (!param.isMuon())
+    if (!param.isOrthogonalized())
       continue;
     const int64_t steps = nsStepsOf(param, byGroup);
     const ParamLayout &pl = layout.layouts[i];

@@ -1,12 +1,33 @@
 //===- GroupSettingAttrs.cpp - Group settings the table alone describes ---===//
 #include "muon/Dialect/Muon/IR/GroupSettingAttrs.h"
 
+#include "muon/Dialect/Muon/IR/MuonOps.h"
+#include "muon/Plan/Algorithm.h"
+
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/STLExtras.h"
 
 namespace mlir::muon {
 
 using ::muon::GroupSetting;
+
+std::optional<::muon::AlgorithmId> groupAlgorithm(Operation *op) {
+  if (isa<OptimizerOp>(op))
+    return ::muon::kMuon;
+  if (isa<AdamWOp>(op))
+    return ::muon::kAdamW;
+  if (auto group = dyn_cast<ParamGroupOp>(op))
+    return ::muon::findAlgorithm(group.getAlgorithm());
+  return std::nullopt;
+}
+
+StringRef groupNameOf(Operation *op) {
+  if (auto opt = dyn_cast<OptimizerOp>(op))
+    return opt.groupName();
+  if (auto adamw = dyn_cast<AdamWOp>(op))
+    return adamw.groupName();
+  return cast<ParamGroupOp>(op).groupName();
+}
 
 bool declaresSetting(OperationName op, const GroupSetting &s) {
   return llvm::any_of(op.getAttributeNames(), [&](StringAttr name) {
@@ -71,28 +92,26 @@ static const char *kindName(GroupSetting::Kind kind) {
 static bool flagOf(Operation *op, const GroupSetting &flag) {
   if (auto b = dyn_cast_or_null<BoolAttr>(op->getAttr(flag.jsonKey)))
     return b.getValue();
-  ::muon::PlanGroup defaults;
-  defaults.muon = flag.muon;
-  return ::muon::settingValue(flag, defaults) != 0;
+  return flag.defaultNumber != 0;
 }
 
-LogicalResult verifySettingAttrs(Operation *op, bool muon, StringRef what) {
+LogicalResult verifySettingAttrs(Operation *op, ::muon::AlgorithmId algorithm,
+                                 StringRef what) {
   for (NamedAttribute attr : op->getDiscardableAttrs()) {
     StringRef name = attr.getName().getValue();
     if (name.contains('.'))
       continue; // a dialect's own attribute
-    const GroupSetting *s = ::muon::findGroupSetting(muon, name);
+    const GroupSetting *s = ::muon::findGroupSetting(algorithm, name);
     if (!s || declaresSetting(op->getName(), *s))
       return op->emitError() << what << " has no setting '" << name << "'";
-    ::muon::PlanGroup g;
-    g.muon = muon;
+    ::muon::PlanGroup g(algorithm);
     if (!setFromAttr(*s, attr.getValue(), g))
       return op->emitError() << what << " '" << name << "' must be "
                              << kindName(s->kind);
     if (std::string why = ::muon::checkSetting(*s, g); !why.empty())
       return op->emitError() << what << " '" << name << "': " << why;
     if (s->onlyWith &&
-        !flagOf(op, *::muon::findGroupSetting(muon, s->onlyWith)))
+        !flagOf(op, *::muon::findGroupSetting(algorithm, s->onlyWith)))
       return op->emitError() << what << " '" << name << "' is "
                              << s->onlyWithNote << "; it needs "
                              << s->onlyWith << " = true";
@@ -101,8 +120,8 @@ LogicalResult verifySettingAttrs(Operation *op, bool muon, StringRef what) {
 }
 
 void readSettingAttrs(Operation *op, ::muon::PlanGroup &g) {
-  for (const GroupSetting &s : ::muon::groupSettings())
-    if (s.muon == g.muon && !declaresSetting(op->getName(), s))
+  for (const GroupSetting &s : ::muon::algorithmOf(g.algorithm).settings)
+    if (!declaresSetting(op->getName(), s))
       if (Attribute attr = op->getDiscardableAttr(s.name))
         setFromAttr(s, attr, g);
 }

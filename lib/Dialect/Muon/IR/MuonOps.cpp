@@ -3,6 +3,7 @@
 #include "muon/Dialect/Muon/IR/GroupSettingAttrs.h"
 #include "muon/Dialect/Muon/IR/ModelLayout.h"
 #include "muon/Dialect/Muon/IR/ShardAdapter.h"
+#include "muon/Plan/Algorithm.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/ModelLimits.h"
@@ -110,9 +111,12 @@ forEachMatrixRef(Operation *op, const ModelLayout &layout,
              << who << " names unknown parameter '" << sym.getValue() << "'";
     size_t i = it->second;
     ParamOp param = layout.params[i];
-    if (!param.isMuon())
-      return op->emitError() << who << " names parameter '" << sym.getValue()
-                             << "', which is in the adamw group; " << onlyMuon;
+    if (!param.isOrthogonalized())
+      return op->emitError()
+             << who << " names parameter '" << sym.getValue()
+             << "', which is in the "
+             << ::muon::algorithmName(param.getAlgorithm()) << " group; "
+             << onlyMuon;
     int64_t count = layout.layouts[i].numMatrices();
     if (slice >= count)
       return op->emitError()
@@ -150,7 +154,7 @@ static LogicalResult requireAllMatrices(const ModelLayout &layout,
                                         StringRef prefix, StringRef suffix) {
   for (size_t i = 0; i < layout.params.size(); ++i) {
     ParamOp param = layout.params[i];
-    if (!param.isMuon())
+    if (!param.isOrthogonalized())
       continue;
     for (int64_t m = 0; m < first[i + 1] - first[i]; ++m)
       if (seen[first[i] + m] < 0)
@@ -247,15 +251,21 @@ static LogicalResult verifyRounds(const ModelLayout &layout,
 }
 
 /// Parameter groups: unique names, one Newton-Schulz precision for every
-/// Muon group (each may have its own steps, coefficients and eps), and each
-/// parameter's named group present and of the parameter's algorithm.
+/// Muon group (each may have its own steps, coefficients and eps), each
+/// parameter's named group present and of the parameter's algorithm, and a
+/// group for every parameter of an algorithm without a default group (Muon
+/// and AdamW have theirs: defaultGroups).
 static LogicalResult verifyParamGroups(ArrayRef<Operation *> groups,
                                        ArrayRef<ParamOp> params) {
   llvm::StringMap<Operation *> byName;
+  std::vector<bool> declared(::muon::algorithms().size(), false);
+  declared[::muon::kMuon] = declared[::muon::kAdamW] = true;
   OptimizerOp firstMuon;
   for (Operation *op : groups) {
     auto opt = dyn_cast<OptimizerOp>(op);
-    StringRef name = opt ? opt.groupName() : cast<AdamWOp>(op).groupName();
+    StringRef name = groupNameOf(op);
+    if (std::optional<::muon::AlgorithmId> a = groupAlgorithm(op))
+      declared[*a] = true;
     if (name.empty())
       return op->emitError() << "a parameter group's name must not be empty";
     auto [it, inserted] = byName.try_emplace(name, op);
@@ -278,20 +288,28 @@ static LogicalResult verifyParamGroups(ArrayRef<Operation *> groups,
                 "eps may differ)";
   }
   for (ParamOp p : params) {
+    const ::muon::Algorithm &mine = ::muon::algorithmOf(p.getAlgorithm());
     std::optional<StringRef> group = p.getParamGroup();
-    if (!group)
+    if (!group) {
+      if (!declared[p.getAlgorithm()])
+        return p.emitError() << "parameter '" << p.getSymName() << "' is a "
+                             << mine.title << " parameter but the model has "
+                             << "no " << mine.name << " group";
       continue;
+    }
     auto it = byName.find(*group);
     if (it == byName.end())
       return p.emitError() << "parameter '" << p.getSymName()
                            << "' is in group '" << *group
                            << "', which the model does not declare";
-    bool groupIsMuon = isa<OptimizerOp>(it->second);
-    if (groupIsMuon != p.isMuon())
+    const ::muon::AlgorithmId theirs = *groupAlgorithm(it->second);
+    if (theirs != p.getAlgorithm())
       return p.emitError() << "parameter '" << p.getSymName() << "' is "
-                           << (p.isMuon() ? "a Muon" : "an AdamW")
-                           << " parameter but its group '" << *group << "' is "
-                           << (groupIsMuon ? "Muon" : "AdamW");
+                           << (p.getAlgorithm() == ::muon::kAdamW ? "an "
+                                                                  : "a ")
+                           << mine.title << " parameter but its group '"
+                           << *group << "' is "
+                           << ::muon::algorithmOf(theirs).title;
   }
   return success();
 }
@@ -299,7 +317,8 @@ static LogicalResult verifyParamGroups(ArrayRef<Operation *> groups,
 LogicalResult ModelOp::verifyRegions() {
   Operation *grid = nullptr;
   Operation *distributed = nullptr;
-  SmallVector<Operation *> optimizerGroups; // muon.optimizer and muon.adamw
+  // muon.optimizer, muon.adamw and muon.param_group
+  SmallVector<Operation *> optimizerGroups;
   SmallVector<GroupOp> groups;
   SmallVector<AssignOp> assigns;
   SmallVector<ParamOp> params;
@@ -316,7 +335,7 @@ LogicalResult ModelOp::verifyRegions() {
     if (shard_adapter::isGrid(&op)) {
       if (failed(once(grid, op)))
         return failure();
-    } else if (isa<OptimizerOp, AdamWOp>(op)) {
+    } else if (isa<OptimizerOp, AdamWOp, ParamGroupOp>(op)) {
       optimizerGroups.push_back(&op);
     } else if (isa<DistributedOp>(op)) {
       if (failed(once(distributed, op)))
@@ -415,9 +434,9 @@ LogicalResult ModelOp::verifyRegions() {
   if (failed(layout))
     return failure();
   {
-    std::vector<bool> muon;
+    std::vector<bool> orthogonalized;
     for (ParamOp p : layout->params)
-      muon.push_back(p.isMuon());
+      orthogonalized.push_back(p.isOrthogonalized());
     // The most steps of any group bound every matrix's flops.
     int64_t nsSteps = 5;
     bool anyMuon = false;
@@ -428,8 +447,8 @@ LogicalResult ModelOp::verifyRegions() {
         anyMuon = true;
       }
     ::muon::ModelLimitError error;
-    if (!::muon::checkModelLimits(layout->mesh, layout->layouts, muon, nsSteps,
-                                  error)) {
+    if (!::muon::checkModelLimits(layout->mesh, layout->layouts,
+                                  orthogonalized, nsSteps, error)) {
       if (error.param < 0)
         return emitError() << error.message;
       return layout->params[error.param].emitError()
@@ -467,8 +486,9 @@ LogicalResult ModelOp::verifyRegions() {
     return failure();
   if (!rounds.empty() && failed(verifyRounds(*layout, rounds)))
     return failure();
-  bool hasMuonMatrices = llvm::any_of(
-      layout->params, [](ParamOp p) { return ParamOp(p).isMuon(); });
+  bool hasMuonMatrices = llvm::any_of(layout->params, [](ParamOp p) {
+    return ParamOp(p).isOrthogonalized();
+  });
   if (schedule && rounds.empty() && hasMuonMatrices)
     return schedule->emitError() << "a schedule needs the model's rounds "
                                     "(muon.round, from muon-pack-rounds)";
@@ -479,10 +499,15 @@ LogicalResult ModelOp::verifyRegions() {
 // ParamOp
 //===----------------------------------------------------------------------===//
 
-bool ParamOp::isMuon() {
-  if (std::optional<ParamGroup> g = getGroup())
-    return *g == ParamGroup::Muon;
-  return getTensorType().getRank() >= 2;
+::muon::AlgorithmId ParamOp::getAlgorithm() {
+  if (std::optional<StringRef> name = getGroup())
+    if (std::optional<::muon::AlgorithmId> a = ::muon::findAlgorithm(*name))
+      return *a;
+  return getTensorType().getRank() >= 2 ? ::muon::kMuon : ::muon::kAdamW;
+}
+
+bool ParamOp::isOrthogonalized() {
+  return ::muon::algorithmOf(getAlgorithm()).orthogonalizes;
 }
 
 std::vector<std::vector<int64_t>> ParamOp::getSplitAxesVector() {
@@ -554,11 +579,11 @@ ParseResult ParamOp::parse(OpAsmParser &parser, OperationState &result) {
     llvm::SMLoc at = parser.getCurrentLocation();
     if (parser.parseKeywordOrString(&group))
       return failure();
-    std::optional<ParamGroup> g = symbolizeParamGroup(group);
-    if (!g)
-      return parser.emitError(at) << "unknown optimizer group '" << group
-                                  << "'; expected 'muon' or 'adamw'";
-    result.addAttribute("group", ParamGroupAttr::get(ctx, *g));
+    if (!::muon::findAlgorithm(group))
+      return parser.emitError(at)
+             << "unknown optimizer group '" << group << "'; expected "
+             << ::muon::algorithmNames('\'');
+    result.addAttribute("group", parser.getBuilder().getStringAttr(group));
   }
   if (succeeded(parser.parseOptionalKeyword("param_group"))) {
     std::string name;
@@ -602,8 +627,8 @@ void ParamOp::print(OpAsmPrinter &p) {
     p << " num_heads " << *v;
   if (std::optional<int64_t> v = getHeadSplitDim())
     p << " head_split_dim " << *v;
-  if (std::optional<ParamGroup> g = getGroup())
-    p << " group " << stringifyParamGroup(*g);
+  if (std::optional<StringRef> g = getGroup())
+    p << " group " << *g;
   if (std::optional<StringRef> name = getParamGroup()) {
     p << " param_group ";
     p.printString(*name);
@@ -632,13 +657,16 @@ LogicalResult ParamOp::verify() {
   for (auto [d, size] : llvm::enumerate(type.getShape()))
     if (size == 0)
       return error() << "has an empty dim " << d << " (size 0)";
+  if (std::optional<StringRef> g = getGroup(); g && !::muon::findAlgorithm(*g))
+    return error() << "names unknown algorithm '" << *g << "'; expected "
+                   << ::muon::algorithmNames('\'');
   if (std::string bad = ::muon::checkShapeLimits(
           std::vector<int64_t>(type.getShape().begin(), type.getShape().end()),
-          isMuon() && type.getRank() >= 2);
+          isOrthogonalized() && type.getRank() >= 2);
       !bad.empty())
     return error() << bad;
   int64_t rank = type.getRank();
-  if (isMuon() && rank < 2)
+  if (isOrthogonalized() && rank < 2)
     return error() << "has " << rank
                    << " dim(s) but Muon orthogonalizes matrices (2 or more "
                       "dims, leading dims being batch dims); use the adamw "
@@ -646,7 +674,8 @@ LogicalResult ParamOp::verify() {
 
   if (std::string bad = ::muon::headsError(
           std::vector<int64_t>(type.getShape().begin(), type.getShape().end()),
-          isMuon(), getNumHeads().value_or(1), getHeadSplitDim().value_or(0));
+          isOrthogonalized(), getNumHeads().value_or(1),
+          getHeadSplitDim().value_or(0));
       !bad.empty())
     return error() << bad;
 
@@ -786,7 +815,7 @@ LogicalResult OptimizerOp::verify() {
   if (getMomentum().convertToDouble() >= 1)
     return emitError() << "optimizer 'momentum' must be in [0, 1), got "
                        << getMomentum().convertToDouble();
-  if (failed(verifySettingAttrs(*this, /*muon=*/true, "optimizer")))
+  if (failed(verifySettingAttrs(*this, ::muon::kMuon, "optimizer")))
     return failure();
   int64_t steps = static_cast<int64_t>(getNsSteps());
   if (steps >= 100)
@@ -827,7 +856,30 @@ LogicalResult AdamWOp::verify() {
       if (!(b >= 0 && b < 1))
         return emitError() << "adamw 'betas' must be in [0, 1), got " << b;
   }
-  return verifySettingAttrs(*this, /*muon=*/false, "adamw");
+  return verifySettingAttrs(*this, ::muon::kAdamW, "adamw");
+}
+
+StringRef ParamGroupOp::groupName() {
+  if (std::optional<StringRef> name = getGroupName())
+    return *name;
+  return getAlgorithm();
+}
+
+LogicalResult ParamGroupOp::verify() {
+  std::optional<::muon::AlgorithmId> algorithm =
+      ::muon::findAlgorithm(getAlgorithm());
+  if (!algorithm)
+    return emitError() << "param_group names unknown algorithm '"
+                       << getAlgorithm() << "'; expected "
+                       << ::muon::algorithmNames('\'');
+  // One op per algorithm: those with an op of their own keep it.
+  if (*algorithm == ::muon::kMuon || *algorithm == ::muon::kAdamW)
+    return emitError() << "a " << getAlgorithm() << " group is a '"
+                       << (*algorithm == ::muon::kMuon
+                               ? OptimizerOp::getOperationName()
+                               : AdamWOp::getOperationName())
+                       << "' op, not a param_group";
+  return verifySettingAttrs(*this, *algorithm, getAlgorithm());
 }
 
 LogicalResult DistributedOp::verify() {

@@ -27,11 +27,12 @@ from ._layouts import (create_dtensor_config, current_stream,
                        shows_expert_dim)
 from ._plan import compile_plan, engine_device
 from ._qk_clip import checked_logits, compile_layers
-from ._settings import (DEFAULT_NS_COEFFICIENTS, HEAD_KEYS, SETTINGS,
-                        STACKED_KEY, adamw_defaults, check_adjust,
+from ._settings import (ALGORITHMS, DEFAULT_NS_COEFFICIENTS, ELEMENTWISE,
+                        HEAD_KEYS, SETTINGS, STACKED_KEY, check_adjust,
                         check_decay_mode, check_lr, check_muon_group,
                         check_muon_numbers, check_normuon, heads_by_name,
-                        plan_settings, table_settings, torch_key)
+                        element_defaults, plan_settings, table_settings,
+                        torch_key)
 
 _NS_DTYPES = ("f32", "bf16", "auto")
 _NS_FORMS = ("auto", "standard", "gram")
@@ -41,11 +42,13 @@ _WIRE_DTYPES = ("f32", "bf16")
 class Muon(torch.optim.Optimizer):
     """torch.optim.Muon's arguments and defaults, distributed.
 
-    A group's ``use_muon`` (bool) or ``algorithm`` ("muon"/"adamw") says
+    A group's ``use_muon`` (bool) or ``algorithm`` ("muon", "adamw" or
+    another registered element-wise algorithm: ``_core.algorithms()``) says
     which optimizer updates it; without either, a group of 2-D parameters
     is Muon and one of parameters with fewer dims AdamW. AdamW groups take
     ``lr``, ``betas`` (0.9, 0.999), ``eps`` (1e-8) and ``weight_decay``
-    (0.01). Muon groups may differ in every setting, Newton-Schulz's
+    (0.01); other algorithms' groups their settings of the runtime's table
+    (``_core.group_settings()``), with its defaults. Muon groups may differ in every setting, Newton-Schulz's
     (``ns_steps``, ``ns_coefficients``, ``eps``) included; changing one
     that the plan fixes (those, ``normuon``, the heads) recompiles the plan
     at the next step, keeping the state.
@@ -673,9 +676,10 @@ def _mpi_size(distributed):
 
 
 def _resolve_algorithm(group, tensors):
-    """Sets a new group's algorithm ("muon" or "adamw") and use_muon from
-    either key or, without them, from its parameters' dims; an AdamW group
-    gets AdamW's defaults."""
+    """Sets a new group's algorithm ("muon", "adamw", ...) and use_muon
+    from either key or, without them, from its parameters' dims; a group of
+    an element-wise algorithm (AdamW, ...) gets that algorithm's
+    defaults."""
     if "use_muon" in group and "algorithm" not in group:
         group["algorithm"] = "muon" if group["use_muon"] else "adamw"
     if "algorithm" not in group:
@@ -686,25 +690,28 @@ def _resolve_algorithm(group, tensors):
                 "parameters with fewer than 2 dims; give it use_muon=True or "
                 "False (or split it)")
         group["algorithm"] = "adamw" if dims == {False} else "muon"
-    if group["algorithm"] not in ("muon", "adamw"):
+    if group["algorithm"] not in ("muon",) + ELEMENTWISE:
+        names = ", ".join(repr(a) for a in ("muon",) + ELEMENTWISE)
         raise InvalidArgumentError(
-            "invalid argument: a group's algorithm is 'muon' or 'adamw', not "
+            f"invalid argument: a group's algorithm is one of {names}, not "
             f"{group['algorithm']!r}")
     group["use_muon"] = group["algorithm"] == "muon"
-    if group["algorithm"] == "adamw":
+    if group["algorithm"] in ELEMENTWISE:
+        title = next(a["title"] for a in ALGORITHMS
+                     if a["name"] == group["algorithm"])
         for key in HEAD_KEYS + (STACKED_KEY,):
             if group.get(key):
                 raise InvalidArgumentError(
                     f"invalid argument: {key} is a Muon setting; this group "
-                    "is AdamW")
-        for key, value in adamw_defaults().items():
+                    f"is {title}")
+        for key, value in element_defaults(group["algorithm"]).items():
             group.setdefault(key, value)
 
 
 def _check_group(group, tensors):
     """torch's checks of a group (`group` with the defaults filled in)
     before it is added: its settings, and a Muon group's parameters' dims."""
-    if group["algorithm"] == "adamw":
+    if group["algorithm"] in ELEMENTWISE:
         check_lr(group["lr"])
         return
     check_muon_group(group)

@@ -51,9 +51,7 @@ def engine_device(params):
 def _plan_group(group, ns_dtype):
     """A param group as the compiler takes it: its name, algorithm, the
     table's settings and, for Muon, Newton-Schulz's."""
-    g = {"name": group["name"], "algorithm": group["algorithm"],
-         "lr": scalar(group["lr"]),
-         "weight_decay": scalar(group["weight_decay"])}
+    g = {"name": group["name"], "algorithm": group["algorithm"]}
     g.update(table_settings(group))
     if group["algorithm"] == "muon":
         g.update(eps=scalar(group["eps"]), ns_steps=int(group["ns_steps"]),

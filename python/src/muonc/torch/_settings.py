@@ -25,6 +25,10 @@ _TORCH_NAMES = {"adjust_lr": "adjust_lr_fn"}
 # where they differ, and the per-matrix steps with their per-row state
 # (muon/Runtime/MatrixStep.h: NorMuon's normuon_v).
 ELEMENT_SLOTS = _core.element_slots()
+# The registered algorithms (muon/Plan/Algorithm.h): Muon orthogonalizes
+# matrices; the others (AdamW, ...) update each element of a parameter.
+ALGORITHMS = _core.algorithms()
+ELEMENTWISE = tuple(a["name"] for a in ALGORITHMS if not a["orthogonalizes"])
 TORCH_STATE_NAMES = {"momentum": "momentum_buffer"}
 MATRIX_STEPS = _core.matrix_steps()
 
@@ -70,14 +74,23 @@ def muon_defaults():
             if x["algorithm"] == "muon"}
 
 
-def adamw_defaults():
-    """Every AdamW setting of the table by its key ("betas" a tuple)."""
-    adamw = [x for x in SETTINGS if x["algorithm"] == "adamw"]
+def element_defaults(algorithm):
+    """Every setting of an element-wise algorithm (AdamW, ...) by its key
+    in the table, with its default (settings sharing a key, AdamW's
+    "betas", a tuple)."""
+    mine = [x for x in SETTINGS if x["algorithm"] == algorithm]
     out = {}
-    for key in dict.fromkeys(x["json_key"] for x in adamw):
-        values = [x["default"] for x in adamw if x["json_key"] == key]
+    for key in dict.fromkeys(x["json_key"] for x in mine):
+        values = [x["default"] for x in mine if x["json_key"] == key]
         out[key] = tuple(values) if len(values) > 1 else values[0]
     return out
+
+
+def counts_steps(algorithm):
+    """Whether an algorithm's pieces count their steps (AdamW's bias
+    correction): torch's state then has "step"."""
+    return any(s["carries_step"] for s in ELEMENT_SLOTS
+               if s["algorithm"] == algorithm)
 
 
 def scalar(value):

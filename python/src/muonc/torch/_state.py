@@ -23,8 +23,13 @@ import torch
 
 from .._core import InternalError, InvalidArgumentError
 from ._layouts import is_dtensor, like, local
-from ._settings import (MATRIX_STEPS, TORCH_STATE_NAMES, element_slots,
-                        table_settings)
+from ._settings import (ALGORITHMS, MATRIX_STEPS, TORCH_STATE_NAMES,
+                        counts_steps, element_slots, table_settings)
+
+
+def _title(algorithm):
+    """An algorithm's name in messages ("AdamW")."""
+    return next(a["title"] for a in ALGORITHMS if a["name"] == algorithm)
 
 
 def torch_name(slot):
@@ -66,7 +71,7 @@ def attach_views(opt):
             t = (torch.from_dlpack(view).view(shape) if view is not None
                  else torch.zeros(shape, dtype=torch.float32))
             entry[torch_name(slot)] = like(p, t)
-        if group["algorithm"] == "adamw":
+        if counts_steps(group["algorithm"]):
             count = engine.step_count_view(name)
             entry["step"] = (torch.from_dlpack(count) if count is not None
                              else torch.tensor(0, dtype=torch.int64))
@@ -151,7 +156,7 @@ def rows_of(opt, p, name, group, step, v):
         raise InvalidArgumentError(
             f"invalid argument: parameter '{name}': the state has '{key}' "
             f"({step['title']}'s per-row state), but the parameter is in "
-            f"AdamW group '{group['name']}'")
+            f"{_title(group['algorithm'])} group '{group['name']}'")
     if is_dtensor(v):
         from torch.distributed.tensor import Replicate
         if not all(isinstance(pl, Replicate) for pl in v.placements):
@@ -216,7 +221,7 @@ def pieces_of(opt, p, name, group, entry, foreign):
             here = [(0, n) for n in p.shape]
         states[slot] = _flat(v)
     step = 0
-    if group["algorithm"] == "adamw":
+    if counts_steps(group["algorithm"]):
         step = _step_count(name, entry.get("step", 0))
     if any(b == e for b, e in here):
         return []  # an empty shard: nothing of it here

@@ -2,7 +2,7 @@
 #include "muon/Runtime/Cpu/CpuDevice.h"
 
 #include "GramNewtonSchulz.h"
-#include "muon/Runtime/ElementMath.h"
+#include "muon/Runtime/MatrixStep.h"
 
 #ifdef MUON_HAVE_ONEDNN
 #include "OneDnnNewtonSchulz.h"
@@ -160,34 +160,16 @@ bool CpuDevice::allFinite(const void *x, DType type, int64_t n) {
   return true;
 }
 
-void CpuDevice::momentum(const void *grad, DType gradType, float *buf,
-                         float *update, int64_t n, const MuonSettings &s) {
-  const MomentumScalars scalars = momentumScalars(s);
-  for (int64_t i = 0; i < n; ++i)
-    update[i] = momentumStep(loadAs(grad, gradType, i), buf[i], scalars);
+void CpuDevice::runElementStep(const ElementStep &step,
+                               const ElementOperands &operands,
+                               const StepScalars &scalars) {
+  step.hostLoop(operands, scalars);
 }
 
-void CpuDevice::normuon(float *x, int64_t rows, int64_t cols, float *v,
-                        const MuonSettings &settings) {
-  normuonStep(x, rows, cols, v, normuonScalars(settings));
-}
-
-void CpuDevice::applyUpdate(void *values, DType type, const float *orth,
-                            int64_t n, const MuonSettings &s, double alr) {
-  const UpdateScalars scalars = updateScalars(s, alr);
-  for (int64_t i = 0; i < n; ++i)
-    storeAs(values, type, i,
-            updatedValue(loadAs(values, type, i), orth[i], scalars));
-}
-
-void CpuDevice::adamw(void *values, DType type, const void *grad,
-                      DType gradType, float *expAvg, float *expAvgSq,
-                      int64_t n, const AdamWSettings &s, int64_t step) {
-  const AdamWScalars scalars = adamwScalars(s, step);
-  for (int64_t i = 0; i < n; ++i)
-    storeAs(values, type, i,
-            adamwStep(loadAs(values, type, i), loadAs(grad, gradType, i),
-                      expAvg[i], expAvgSq[i], scalars));
+void CpuDevice::runMatrixStep(const MatrixStep &step, float *x, int64_t rows,
+                              int64_t cols, float *state,
+                              const StepScalars &scalars) {
+  step.hostRun(x, rows, cols, state, scalars);
 }
 
 void CpuDevice::copyBox(const BoxCopy &c) {

@@ -5,6 +5,8 @@
 #include "Kernels.h"
 #include "Memory.h"
 
+#include "muon/Runtime/MatrixStep.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -272,59 +274,46 @@ bool CudaDevice::allFinite(const void *x, DType type, int64_t n) {
   return *nonFiniteHost == 0;
 }
 
-void CudaDevice::momentum(const void *grad, DType gradType, float *buf,
-                          float *update, int64_t n, const MuonSettings &s) {
-  const MomentumScalars scalars = momentumScalars(s);
-  if (!noted(CallKey(RecordedCall::Momentum)
-             << grad << static_cast<int>(gradType) << buf << update << n
-             << scalars.momentum << scalars.oneMinusMomentum
-             << static_cast<int>(scalars.nesterov)))
+void CudaDevice::runElementStep(const ElementStep &step,
+                                const ElementOperands &o,
+                                const StepScalars &scalars) {
+  if (o.n <= 0)
     return;
+  // Every step's scalars may change from one step to the next (the
+  // learning rate, weight decay, AdamW's bias corrections, momentum): a
+  // step graph reads them from a slot (StepGraph.h); its key is the step
+  // and the memory it touches.
+  const void *at = nullptr;
+  if (graph && graph->active()) {
+    CallKey key(RecordedCall::ElementStep);
+    key << static_cast<const void *>(&step) << o.values
+        << static_cast<int>(o.type) << o.grad << static_cast<int>(o.gradType)
+        << o.input << o.rowLength << o.output << o.n;
+    for (int k = 0; k < kMaxStepSlots; ++k)
+      key << static_cast<const void *>(o.slots[k]);
+    const StepScalars *slot = nullptr;
+    if (!graph->noteScalars(key, scalars, slot))
+      return;
+    at = slot;
+  }
   CurrentDevice current(gpu);
-  launchMomentum(computeStream, grad, gradType, buf, update, n, scalars);
+  if (!launchElementStep(computeStream, step, o, scalars, at))
+    Device::runElementStep(step, o, scalars);
 }
 
-void CudaDevice::applyUpdate(void *values, DType type, const float *orth,
-                             int64_t n, const MuonSettings &s, double alr) {
-  // The learning rate and weight decay may change every step: a step graph
-  // reads them from a slot (StepGraph.h).
-  const UpdateScalars scalars = updateScalars(s, alr);
-  const UpdateScalars *at = nullptr;
-  if (graph && graph->active() &&
-      !graph->noteScalars(CallKey(RecordedCall::ApplyUpdate)
-                              << values << static_cast<int>(type) << orth
-                              << n,
-                          scalars, at))
+void CudaDevice::runMatrixStep(const MatrixStep &step, float *x, int64_t rows,
+                               int64_t cols, float *state,
+                               const StepScalars &scalars) {
+  if (rows <= 0 || cols <= 0)
     return;
-  CurrentDevice current(gpu);
-  launchApplyUpdate(computeStream, values, type, orth, n, scalars, at);
-}
-
-void CudaDevice::adamw(void *values, DType type, const void *grad,
-                       DType gradType, float *expAvg, float *expAvgSq,
-                       int64_t n, const AdamWSettings &s, int64_t step) {
-  // The bias corrections change every step: a slot, as applyUpdate's.
-  const AdamWScalars scalars = adamwScalars(s, step);
-  const AdamWScalars *at = nullptr;
-  if (graph && graph->active() &&
-      !graph->noteScalars(CallKey(RecordedCall::AdamW)
-                              << values << static_cast<int>(type) << grad
-                              << static_cast<int>(gradType) << expAvg
-                              << expAvgSq << n,
-                          scalars, at))
+  if (std::string_view(step.setting) != "normuon") {
+    Device::runMatrixStep(step, x, rows, cols, state, scalars);
     return;
-  CurrentDevice current(gpu);
-  launchAdamW(computeStream, values, type, grad, gradType, expAvg, expAvgSq, n,
-              scalars, at);
-}
-
-void CudaDevice::normuon(float *x, int64_t rows, int64_t cols, float *v,
-                         const MuonSettings &s) {
-  const NormuonScalars scalars = normuonScalars(s);
-  if (rows <= 0 || cols <= 0 ||
-      !noted(CallKey(RecordedCall::Normuon) << x << rows << cols << v
-                                            << scalars.oneMinusBeta2
-                                            << scalars.eps))
+  }
+  const NormuonScalars normuon = scalars.as<NormuonScalars>();
+  if (!noted(CallKey(RecordedCall::Normuon) << x << rows << cols << state
+                                            << normuon.oneMinusBeta2
+                                            << normuon.eps))
     return;
   CurrentDevice current(gpu);
   // The rows' sums before and after, then the factor; released in stream
@@ -339,29 +328,11 @@ void CudaDevice::normuon(float *x, int64_t rows, int64_t cols, float *v,
                   __LINE__);
     return;
   }
-  launchNormuon(computeStream, x, rows, cols, v, scalars,
+  launchNormuon(computeStream, x, rows, cols, state, normuon,
                 static_cast<double *>(scratch),
                 reinterpret_cast<float *>(static_cast<char *>(scratch) +
                                           sumBytes));
   release(scratch);
-}
-
-void CudaDevice::scaleRows(void *values, DType type, int64_t rows,
-                           int64_t cols, const float *factors) {
-  if (rows <= 0 || cols <= 0 || !hostReachable("scaleRows"))
-    return;
-  CurrentDevice current(gpu);
-  const int64_t bytes = rows * static_cast<int64_t>(sizeof(float));
-  void *onDevice = allocate(bytes);
-  if (!onDevice) {
-    recordFailure("allocating QK-clip's factors", "out of GPU memory", __FILE__,
-                  __LINE__);
-    return;
-  }
-  copyToDevice(onDevice, factors, bytes);
-  launchScaleRows(computeStream, values, type, rows, cols,
-                  static_cast<const float *>(onDevice));
-  release(onDevice);
 }
 
 void CudaDevice::copyBox(const BoxCopy &c) {

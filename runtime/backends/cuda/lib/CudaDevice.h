@@ -1,9 +1,10 @@
 //===- CudaDevice.h - The CUDA backend's device -----------------*- C++ -*-===//
 //
 // A Device on one GPU: memory from a pool of its own (stream-ordered, so
-// that releasing a buffer does not wait for the whole GPU), the elementwise
-// kernels of Kernels.cu and Newton-Schulz on cuBLAS, all queued on one
-// compute stream. Host-visible results (copyToHost, allFinite) wait for it.
+// that releasing a buffer does not wait for the whole GPU), a kernel for
+// every registered per-element step and NorMuon's per-matrix one
+// (Kernels.h) and Newton-Schulz on cuBLAS, all queued on one compute
+// stream. Host-visible results (copyToHost, allFinite) wait for it.
 // Internal: users get it through createDevice (CudaBackend.h); the NCCL
 // communicator and the self-check reach its stream and GPU through here.
 //
@@ -40,20 +41,16 @@ public:
   void copyToDevice(void *dst, const void *src, int64_t bytes) override;
   void copyToHost(void *dst, const void *src, int64_t bytes) override;
   bool allFinite(const void *x, DType type, int64_t n) override;
-  void momentum(const void *grad, DType gradType, float *buf, float *update,
-                int64_t n, const MuonSettings &settings) override;
-  void applyUpdate(void *values, DType type, const float *orth, int64_t n,
-                   const MuonSettings &settings, double adjustedLr) override;
-  void adamw(void *values, DType type, const void *grad, DType gradType,
-             float *expAvg, float *expAvgSq, int64_t n,
-             const AdamWSettings &settings, int64_t step) override;
   void copyBox(const BoxCopy &copy) override;
-  /// On the GPU (launchNormuon), with scratch from the pool.
-  void normuon(float *x, int64_t rows, int64_t cols, float *v,
-               const MuonSettings &settings) override;
-  /// On the GPU (launchScaleRows), the factors copied in first.
-  void scaleRows(void *values, DType type, int64_t rows, int64_t cols,
-                 const float *factors) override;
+  /// The step's kernel (launchElementStep); a step the build has none for
+  /// runs as the default does, on host copies.
+  void runElementStep(const ElementStep &step, const ElementOperands &operands,
+                      const StepScalars &scalars) override;
+  /// NorMuon on the GPU (launchNormuon), with scratch from the pool; any
+  /// other step as the default does.
+  void runMatrixStep(const MatrixStep &step, float *x, int64_t rows,
+                     int64_t cols, float *state,
+                     const StepScalars &scalars) override;
   int64_t newtonSchulz(float *x, int64_t count, int64_t rows, int64_t cols,
                        const std::vector<std::array<double, 3>> &abc,
                        double eps, DType precision) override;

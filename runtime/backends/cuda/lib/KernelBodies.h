@@ -18,9 +18,10 @@
 //    barriers as `block.eachThread(f)`, which runs `f` for every thread of
 //    the block and then waits for all of them (__syncthreads() on the GPU,
 //    the end of a loop over the threads on the host).
-// A launch is `launch(geometry, kernel, name, {spans})`: the spans are the
-// memory the kernel may read or write, which the host stand-in checks lies
-// in live allocations (the GPU ignores them).
+// A launch is `launch(geometry, kernel, name, {spans})` (or the spans as a
+// pointer and a count): the spans are the memory the kernel may read or
+// write, which the host stand-in checks lies in live allocations (the GPU
+// ignores them).
 //
 // Plain C++ with MUON_HOST_DEVICE functions: g++ compiles it for the host,
 // nvcc for the GPU. The elementwise arithmetic is ElementMath.h's, the
@@ -39,6 +40,9 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
 
 namespace muon::runtime::cuda::kernels {
@@ -143,53 +147,38 @@ template <DType T> struct FindNonFinite {
   }
 };
 
-template <DType G> struct Momentum {
-  const void *grad;
-  float *buf, *update;
-  int64_t n;
-  MomentumScalars s;
-  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
-    for (int64_t i = t.first(); i < n; i += t.stride())
-      update[i] = momentumStep(loadElement<G>(grad, i), buf[i], s);
+/// One element of a per-element step's operands (ElementStep.h) in a
+/// kernel: the values stored as T, the gradient as G (one kernel instance
+/// per pair, no switch per element).
+template <DType T, DType G> struct StepElement {
+  const ElementOperands &o;
+  int64_t i;
+  MUON_HOST_DEVICE float value() const { return loadElement<T>(o.values, i); }
+  MUON_HOST_DEVICE void setValue(float v) const {
+    storeElement<T>(o.values, i, v);
   }
+  MUON_HOST_DEVICE float grad() const { return loadElement<G>(o.grad, i); }
+  MUON_HOST_DEVICE float input() const { return o.input[i]; }
+  MUON_HOST_DEVICE float rowInput() const { return o.input[i / o.rowLength]; }
+  MUON_HOST_DEVICE void setOutput(float v) const { o.output[i] = v; }
+  MUON_HOST_DEVICE float slot(int k) const { return o.slots[k][i]; }
+  MUON_HOST_DEVICE void setSlot(int k, float v) const { o.slots[k][i] = v; }
 };
 
-/// `at`, where not null, holds the scalars in device memory instead of `s`:
-/// a step graph's kernels read the learning rate of the step being
-/// replayed there (CudaDevice's scalar slots).
-template <DType T> struct ApplyUpdate {
-  void *values;
-  const float *orth;
-  int64_t n;
-  UpdateScalars s;
-  const UpdateScalars *at;
+/// A registered per-element step (an op of ElementMath.h) on every element:
+/// the op's `apply`, the code the CPU's host loop runs. `at`, where not
+/// null, holds the scalars in device memory instead of `s`: a step graph's
+/// kernels read the scalars of the step being replayed there (the learning
+/// rate, AdamW's bias corrections: CudaDevice's scalar slots).
+template <typename Op, DType T, DType G> struct ElementStepKernel {
+  ElementOperands o;
+  typename Op::Scalars s;
+  const typename Op::Scalars *at;
   MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
-    const UpdateScalars scalars = at ? *at : s;
-    for (int64_t i = t.first(); i < n; i += t.stride())
-      storeElement<T>(values, i,
-                      updatedValue(loadElement<T>(values, i), orth[i],
-                                   scalars));
-  }
-};
-
-/// `at` as ApplyUpdate's: the step's bias corrections in a step graph.
-template <DType T, DType G> struct AdamW {
-  void *values;
-  const void *grad;
-  float *expAvg, *expAvgSq;
-  int64_t n;
-  AdamWScalars s;
-  const AdamWScalars *at;
-  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
-    const AdamWScalars scalars = at ? *at : s;
-    for (int64_t i = t.first(); i < n; i += t.stride()) {
-      // Through registers: the moments are read and written once.
-      float m = expAvg[i], v = expAvgSq[i];
-      float p = adamwStep(loadElement<T>(values, i), loadElement<G>(grad, i),
-                          m, v, scalars);
-      expAvg[i] = m;
-      expAvgSq[i] = v;
-      storeElement<T>(values, i, p);
+    const typename Op::Scalars scalars = at ? *at : s;
+    for (int64_t i = t.first(); i < o.n; i += t.stride()) {
+      StepElement<T, G> e{o, i};
+      Op::apply(e, scalars);
     }
   }
 };
@@ -481,22 +470,6 @@ struct ScaleBy {
   }
 };
 
-/// QK-clip's rescale (Device::scaleRows): row i's stored values times
-/// factors[i] (qkClipped), rows whose factor is 1 left as they are.
-template <DType T> struct ScaleRows {
-  void *values;
-  int64_t rows, cols;
-  const float *factors;
-  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
-    const int64_t n = rows * cols;
-    for (int64_t i = t.first(); i < n; i += t.stride()) {
-      const float factor = factors[i / cols];
-      if (factor != 1.0f)
-        storeElement<T>(values, i,
-                        qkClipped(loadElement<T>(values, i), factor));
-    }
-  }
-};
 
 template <typename K, typename = void> struct Cooperative : std::false_type {};
 template <typename K>
@@ -549,55 +522,75 @@ void findNonFinite(Launch &launch, const void *x, DType type, int64_t n,
   });
 }
 
-template <typename Launch>
-void momentum(Launch &launch, const void *grad, DType gradType, float *buf,
-              float *update, int64_t n, const MomentumScalars &s) {
-  if (n <= 0)
-    return;
-  withType(gradType, [&](auto g) {
-    launch(elementwiseGeometry(n),
-           Momentum<decltype(g)::value>{grad, buf, update, n, s},
-           "momentumKernel",
-           {{grad, bytesOf(n, gradType)},
-            {buf, bytesOf(n, DType::F32)},
-            {update, bytesOf(n, DType::F32)}});
+/// The op's kernel over the operands' storage types: an instance per
+/// type only of the operands it touches (F32 stands in for the others).
+template <typename Op, typename F>
+void withStepTypes(const ElementOperands &o, F &&f) {
+  constexpr bool values = Op::kUses & (kReadsValues | kWritesValues);
+  constexpr bool grad = Op::kUses & kReadsGrad;
+  withType(values ? o.type : DType::F32, [&](auto t) {
+    withType(grad ? o.gradType : DType::F32, [&](auto g) { f(t, g); });
   });
 }
 
-template <typename Launch>
-void applyUpdate(Launch &launch, void *values, DType type, const float *orth,
-                 int64_t n, const UpdateScalars &s, const UpdateScalars *at) {
-  if (n <= 0)
+/// The memory a step's launch may touch: the operands the op uses, and
+/// its scalars' slot in a step graph.
+template <typename Op> struct StepSpans {
+  Span spans[5 + kMaxStepSlots];
+  size_t count = 0;
+  StepSpans(const ElementOperands &o, const void *scalarsAt) {
+    const int64_t n = o.n;
+    if (Op::kUses & (kReadsValues | kWritesValues))
+      spans[count++] = {o.values, bytesOf(n, o.type)};
+    if (Op::kUses & kReadsGrad)
+      spans[count++] = {o.grad, bytesOf(n, o.gradType)};
+    if (const int64_t inputs = inputCount(Op::kUses, o))
+      spans[count++] = {o.input, bytesOf(inputs, DType::F32)};
+    if (Op::kUses & kWritesOutput)
+      spans[count++] = {o.output, bytesOf(n, DType::F32)};
+    for (int k = 0; k < Op::kSlots; ++k)
+      spans[count++] = {o.slots[k], bytesOf(n, DType::F32)};
+    if (scalarsAt)
+      spans[count++] = {scalarsAt,
+                        static_cast<int64_t>(sizeof(typename Op::Scalars))};
+  }
+};
+
+/// A per-element step's kernel, named after the step ("momentumKernel");
+/// `at` as ElementStepKernel's.
+template <typename Launch, typename Op>
+void elementStep(Launch &launch, const ElementOperands &o,
+                 const typename Op::Scalars &s,
+                 const typename Op::Scalars *at) {
+  if (o.n <= 0)
     return;
-  withType(type, [&](auto t) {
-    launch(elementwiseGeometry(n),
-           ApplyUpdate<decltype(t)::value>{values, orth, n, s, at},
-           "applyUpdateKernel",
-           {{values, bytesOf(n, type)},
-            {orth, bytesOf(n, DType::F32)},
-            {at, at ? static_cast<int64_t>(sizeof(UpdateScalars)) : 0}});
+  static const std::string name = std::string(Op::kName) + "Kernel";
+  const StepSpans<Op> spans(o, at);
+  withStepTypes<Op>(o, [&](auto t, auto g) {
+    launch(elementwiseGeometry(o.n),
+           ElementStepKernel<Op, decltype(t)::value, decltype(g)::value>{o, s,
+                                                                        at},
+           name.c_str(), spans.spans, spans.count);
   });
 }
 
-template <typename Launch>
-void adamw(Launch &launch, void *values, DType type, const void *grad,
-           DType gradType, float *expAvg, float *expAvgSq, int64_t n,
-           const AdamWScalars &s, const AdamWScalars *at) {
-  if (n <= 0)
-    return;
-  withType(type, [&](auto t) {
-    withType(gradType, [&](auto g) {
-      launch(elementwiseGeometry(n),
-             AdamW<decltype(t)::value, decltype(g)::value>{
-                 values, grad, expAvg, expAvgSq, n, s, at},
-             "adamwKernel",
-             {{values, bytesOf(n, type)},
-              {grad, bytesOf(n, gradType)},
-              {expAvg, bytesOf(n, DType::F32)},
-              {expAvgSq, bytesOf(n, DType::F32)},
-              {at, at ? static_cast<int64_t>(sizeof(AdamWScalars)) : 0}});
-    });
-  });
+/// Launches the kernel of `step` (a registered step, ElementStep.h) when
+/// one of ElementOps is called so, its scalars read from `scalarsAt` (the
+/// op's Scalars in device memory) where that is not null; false when none
+/// is (then the device's default runs it).
+template <typename Launch, typename... Ops>
+bool launchStepOf(Launch &launch, const ElementStep &step,
+                  const ElementOperands &o, const StepScalars &s,
+                  const void *scalarsAt, const std::tuple<Ops...> *) {
+  bool launched = false;
+  (void)std::initializer_list<int>{
+      (!launched && std::string_view(step.name) == Ops::kName
+           ? (elementStep<Launch, Ops>(
+                  launch, o, s.as<typename Ops::Scalars>(),
+                  static_cast<const typename Ops::Scalars *>(scalarsAt)),
+              launched = true, 0)
+           : 0)...};
+  return launched;
 }
 
 template <typename Launch> void copyBox(Launch &launch, const BoxCopy &c) {
@@ -775,22 +768,6 @@ void normuon(Launch &launch, float *x, int64_t rows, int64_t cols, float *v,
          "scaleByKernel",
          {{x, bytesOf(rows * cols, DType::F32)},
           {scale, bytesOf(1, DType::F32)}});
-}
-
-/// QK-clip's rescale of a rows x cols piece, `factors` (rows floats) in
-/// device memory.
-template <typename Launch>
-void scaleRows(Launch &launch, void *values, DType type, int64_t rows,
-               int64_t cols, const float *factors) {
-  if (rows <= 0 || cols <= 0)
-    return;
-  withType(type, [&](auto t) {
-    launch(elementwiseGeometry(rows * cols),
-           ScaleRows<decltype(t)::value>{values, rows, cols, factors},
-           "scaleRowsKernel",
-           {{values, bytesOf(rows * cols, type)},
-            {factors, bytesOf(rows, DType::F32)}});
-  });
 }
 
 } // namespace muon::runtime::cuda::kernels

@@ -71,7 +71,12 @@ struct CudaLaunch {
 
   template <typename K>
   void operator()(const Geometry &g, const K &kernel, const char *name,
-                  std::initializer_list<Span>) {
+                  std::initializer_list<Span> spans) {
+    (*this)(g, kernel, name, spans.begin(), spans.size());
+  }
+  template <typename K>
+  void operator()(const Geometry &g, const K &kernel, const char *name,
+                  const Span *, size_t) {
     const dim3 grid(g.grid.x, g.grid.y, g.grid.z);
     const dim3 block(g.block.x, g.block.y, g.block.z);
     if constexpr (kernels::isCooperative<K>())
@@ -91,7 +96,9 @@ using Launcher = CudaLaunch;
 bool kernelsLoadable(std::string &error) {
   cudaFuncAttributes attributes;
   cudaError_t status = cudaFuncGetAttributes(
-      &attributes, threadsKernel<kernels::Momentum<DType::F32>>);
+      &attributes,
+      threadsKernel<kernels::ElementStepKernel<MomentumOp, DType::F32,
+                                                DType::F32>>);
   if (status == cudaSuccess)
     return true;
   (void)cudaGetLastError(); // not sticky: clear it for the caller
@@ -104,13 +111,6 @@ void launchFindNonFinite(cudaStream_t stream, const void *x, DType type,
                          int64_t n, int *nonFinite) {
   CudaLaunch launch{stream};
   kernels::findNonFinite(launch, x, type, n, nonFinite);
-}
-
-void launchMomentum(cudaStream_t stream, const void *grad, DType gradType,
-                    float *buf, float *update, int64_t n,
-                    const MomentumScalars &scalars) {
-  CudaLaunch launch{stream};
-  kernels::momentum(launch, grad, gradType, buf, update, n, scalars);
 }
 
 void launchCopyBox(cudaStream_t stream, const BoxCopy &copy) {
@@ -160,12 +160,6 @@ void launchNormuon(cudaStream_t stream, float *x, int64_t rows, int64_t cols,
                    float *scale) {
   CudaLaunch launch{stream};
   kernels::normuon(launch, x, rows, cols, v, scalars, sums, scale);
-}
-
-void launchScaleRows(cudaStream_t stream, void *values, DType type,
-                     int64_t rows, int64_t cols, const float *factors) {
-  CudaLaunch launch{stream};
-  kernels::scaleRows(launch, values, type, rows, cols, factors);
 }
 
 } // namespace muon::runtime::cuda

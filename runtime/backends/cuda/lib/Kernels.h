@@ -33,25 +33,17 @@ bool kernelsLoadable(std::string &error);
 void launchFindNonFinite(cudaStream_t stream, const void *x, DType type,
                          int64_t n, int *nonFinite);
 
-/// momentumStep (ElementMath.h) on every element: buf in place, the
-/// update into `update`.
-void launchMomentum(cudaStream_t stream, const void *grad, DType gradType,
-                    float *buf, float *update, int64_t n,
-                    const MomentumScalars &scalars);
-
-/// values = updatedValue(values, orth) (ElementMath.h). With `scalarsAt`
-/// (device memory), the kernel reads its scalars there when it runs, not
-/// `scalars`: a step graph replays it with each step's (CudaDevice.h).
-void launchApplyUpdate(cudaStream_t stream, void *values, DType type,
-                       const float *orth, int64_t n,
-                       const UpdateScalars &scalars,
-                       const UpdateScalars *scalarsAt = nullptr);
-
-/// adamwStep (ElementMath.h) on every element; `scalarsAt` as above.
-void launchAdamW(cudaStream_t stream, void *values, DType type,
-                 const void *grad, DType gradType, float *expAvg,
-                 float *expAvgSq, int64_t n, const AdamWScalars &scalars,
-                 const AdamWScalars *scalarsAt = nullptr);
+/// The kernel of a registered per-element step (ElementStep.h), made from
+/// its op (ElementMath.h, every op of ElementOps has one: KernelBodies.h's
+/// ElementStepKernel) over `operands` in device memory. With `scalarsAt`
+/// (device memory, the op's Scalars), the kernel reads its scalars there
+/// when it runs, not `scalars`: a step graph replays it with each step's
+/// (CudaDevice.h). False when the build has no kernel for the step: the
+/// device's default then runs it.
+bool launchElementStep(cudaStream_t stream, const ElementStep &step,
+                       const ElementOperands &operands,
+                       const StepScalars &scalars,
+                       const void *scalarsAt = nullptr);
 
 /// A box copy element by element, with the conversions and the `through`
 /// rounding (`accumulate` adds to an f32 destination).
@@ -106,10 +98,6 @@ void launchRoundToBf16(cudaStream_t stream, const float *in, uint16_t *out,
 void launchNormuon(cudaStream_t stream, float *x, int64_t rows, int64_t cols,
                    float *v, const NormuonScalars &scalars, double *sums,
                    float *scale);
-/// Row i of a stored rows x cols piece times factors[i] (device memory),
-/// as qkClipped rounds it; rows with a factor of 1 keep their bits.
-void launchScaleRows(cudaStream_t stream, void *values, DType type,
-                     int64_t rows, int64_t cols, const float *factors);
 
 } // namespace muon::runtime::cuda
 

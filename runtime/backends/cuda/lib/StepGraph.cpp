@@ -25,12 +25,8 @@ const char *callName(RecordedCall call) {
     return "allocate";
   case RecordedCall::Zero:
     return "zero";
-  case RecordedCall::Momentum:
-    return "momentum";
-  case RecordedCall::ApplyUpdate:
-    return "applyUpdate";
-  case RecordedCall::AdamW:
-    return "adamw";
+  case RecordedCall::ElementStep:
+    return "runElementStep";
   case RecordedCall::CopyBox:
     return "copyBox";
   case RecordedCall::Normuon:

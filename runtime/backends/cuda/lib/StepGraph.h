@@ -6,13 +6,14 @@
 // capture through their communication stream) into a graph, instantiated
 // once and replayed for later steps. Every call while recording is also
 // noted by its key: what it is and everything the graph bakes into its
-// nodes (memory, sizes, types, Newton-Schulz's coefficients, the momentum
-// and NorMuon scalars). A later step is replayed only after the executor's
+// nodes (memory, sizes, types, Newton-Schulz's coefficients, NorMuon's
+// scalars). A later step is replayed only after the executor's
 // calls for it were checked against those keys, call by call, without
 // running them: the same step on the same memory.
 //
-// Scalars that change from step to step without changing the step (the
-// update's learning rate and weight decay, AdamW's bias corrections) are
+// Scalars that change from step to step without changing the step (every
+// registered per-element step's: the update's learning rate and weight
+// decay, AdamW's bias corrections, momentum) are
 // not baked in: their kernels read them from a slot of a device arena
 // that replay() uploads from pinned host memory before each launch, the
 // values the checked calls brought.
@@ -45,9 +46,7 @@ namespace muon::runtime::cuda {
 enum class RecordedCall : uint64_t {
   Allocate,
   Zero,
-  Momentum,
-  ApplyUpdate,
-  AdamW,
+  ElementStep,
   CopyBox,
   Normuon,
   NewtonSchulz,

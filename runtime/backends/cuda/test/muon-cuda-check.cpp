@@ -16,8 +16,9 @@
 //                             symmetric tiles on large shapes (to place
 //                             MUON_CUDA_SYMMETRIC_MIN); checks nothing.
 //
-// The elementwise operations and box copies must match the CPU bit for bit
-// (the kernels round as CpuDevice does). Newton-Schulz is compared by the
+// The registered per-element steps (every one of ElementStep.h, over the
+// storage types they read) and box copies must match the CPU bit for bit
+// (the kernels run the host loops' arithmetic, ElementMath.h). Newton-Schulz is compared by the
 // largest relative Frobenius difference over the batch's matrices:
 //  - F32, at most 1e-5. cuBLAS and OpenBLAS sum in different orders; five
 //    iterations of the quintic amplify those f32 differences to about 2e-6
@@ -44,6 +45,7 @@
 //===----------------------------------------------------------------------===//
 #include "CudaDevice.h"
 
+#include "muon/Plan/Algorithm.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Cuda/CudaBackend.h"
 #include "muon/Runtime/DType.h"
@@ -55,6 +57,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -223,84 +226,105 @@ void checkAllFinite(Tally &tally, Device &gpu, CpuDevice &cpu,
     }
 }
 
-void checkMomentum(Tally &tally, Device &gpu, CpuDevice &cpu,
-                   std::mt19937 &rng) {
-  for (DType type : kTypes)
-    for (bool nesterov : {true, false})
-      for (double momentum : {0.95, 0.3}) // both branches of torch.lerp
-        for (int64_t n : {1, 1001, 100003}) {
-          MuonSettings s;
-          s.momentum = momentum;
-          s.nesterov = nesterov;
-          Bytes grad = randomTyped(type, n, rng);
-          Bytes buf = randomTyped(DType::F32, n, rng);
-          Bytes poison = filledTyped(DType::F32, n, NAN);
-          GpuArray g(gpu, grad), b(gpu, buf), u(gpu, poison);
-          gpu.momentum(g.data(), type, b.floats(), u.floats(), n, s);
-          Bytes cpuBuf = buf, cpuUpdate = poison;
-          cpu.momentum(grad.data(), type, asFloats(cpuBuf), asFloats(cpuUpdate),
-                       n, s);
-          std::string detail;
-          bool ok = sameElements(DType::F32, b.read(), cpuBuf, detail) &&
-                    sameElements(DType::F32, u.read(), cpuUpdate, detail);
-          tally.record(ok,
-                       std::string("momentum grad=") + dtypeName(type) +
-                           (nesterov ? " nesterov" : " plain") + " momentum=" +
-                           format("%g", momentum) + " n=" + std::to_string(n),
-                       detail);
-        }
+/// The group whose settings a step's scalars come from: the algorithm
+/// that names the step (Muon's for a step no algorithm names, QK-clip's),
+/// with its defaults or, `varied`, every setting at another valid value
+/// (flags flipped, another name, numbers in (0, 1)).
+PlanGroup groupFor(const ElementStep &step, bool varied) {
+  AlgorithmId owner = kMuon;
+  for (size_t a = 0; a < algorithms().size(); ++a)
+    for (const char *name :
+         {algorithms()[a].prepareStep, algorithms()[a].updateStep})
+      if (name && std::string_view(name) == step.name)
+        owner = static_cast<AlgorithmId>(a);
+  PlanGroup g(owner);
+  if (!varied)
+    return g;
+  for (const GroupSetting &s : algorithmOf(owner).settings) {
+    if (s.kind == GroupSetting::Kind::Flag)
+      setSettingValue(s, g, settingValue(s, g) != 0 ? 0.0 : 1.0);
+    else if (s.kind == GroupSetting::Kind::Name && s.nameCount > 1)
+      setSettingName(s, g, std::string(s.names[1]));
+    else if (s.kind == GroupSetting::Kind::Number)
+      setSettingValue(s, g, 0.375); // below 0.5: torch.lerp's other branch
+  }
+  return g;
 }
 
-void checkApplyUpdate(Tally &tally, Device &gpu, CpuDevice &cpu,
-                      std::mt19937 &rng) {
-  for (DType type : kTypes)
-    for (int64_t n : {1, 999, 100001}) {
-      MuonSettings s;
-      s.lr = 0.02;
-      s.weightDecay = 0.1;
-      const double alr = 0.0123;
-      Bytes values = randomTyped(type, n, rng);
-      Bytes orth = randomTyped(DType::F32, n, rng);
-      GpuArray v(gpu, values), o(gpu, orth);
-      gpu.applyUpdate(v.data(), type, o.floats(), n, s, alr);
-      cpu.applyUpdate(values.data(), type, asFloats(orth), n, s, alr);
-      std::string detail;
-      tally.record(sameElements(type, v.read(), values, detail),
-                   std::string("applyUpdate ") + dtypeName(type) +
-                       " n=" + std::to_string(n),
-                   detail);
-    }
-}
-
-void checkAdamW(Tally &tally, Device &gpu, CpuDevice &cpu, std::mt19937 &rng) {
-  for (DType type : kTypes)
-    for (DType gradType : kTypes)
-      for (int64_t step : {1, 7}) {
-        const int64_t n = 30011;
-        AdamWSettings s;
-        s.lr = 3e-3;
-        s.weightDecay = 0.05;
-        Bytes values = randomTyped(type, n, rng);
-        Bytes grad = randomTyped(gradType, n, rng);
-        Bytes expAvg = randomTyped(DType::F32, n, rng, 0.1f);
-        std::vector<float> squares(n);
-        for (float &v : squares)
-          v = std::fabs(randomValue(rng, 0.01f));
-        Bytes expAvgSq = typedValues(DType::F32, squares);
-        GpuArray v(gpu, values), g(gpu, grad), m(gpu, expAvg), q(gpu, expAvgSq);
-        gpu.adamw(v.data(), type, g.data(), gradType, m.floats(), q.floats(), n,
-                  s, step);
-        cpu.adamw(values.data(), type, grad.data(), gradType, asFloats(expAvg),
-                  asFloats(expAvgSq), n, s, step);
-        std::string detail;
-        bool ok = sameElements(type, v.read(), values, detail) &&
-                  sameElements(DType::F32, m.read(), expAvg, detail) &&
-                  sameElements(DType::F32, q.read(), expAvgSq, detail);
-        tally.record(ok,
-                     std::string("adamw values=") + dtypeName(type) + " grad=" +
-                         dtypeName(gradType) + " step=" + std::to_string(step),
-                     detail);
-      }
+/// Every registered per-element step (ElementStep.h) on the GPU against
+/// its host loop on the CPU, bit for bit: each storage type of the values
+/// and the gradient it reads, sizes beyond one grid, two settings.
+void checkElementSteps(Tally &tally, Device &gpu, CpuDevice &cpu,
+                       std::mt19937 &rng) {
+  const DType f32Only[] = {DType::F32};
+  for (const ElementStep &step : elementSteps()) {
+    const bool values = step.uses & (kReadsValues | kWritesValues);
+    const bool grad = step.uses & kReadsGrad;
+    for (DType type : values ? std::vector<DType>(std::begin(kTypes),
+                                                  std::end(kTypes))
+                             : std::vector<DType>(std::begin(f32Only),
+                                                  std::end(f32Only)))
+      for (DType gradType : grad ? std::vector<DType>(std::begin(kTypes),
+                                                      std::end(kTypes))
+                                 : std::vector<DType>(std::begin(f32Only),
+                                                      std::end(f32Only)))
+        for (bool varied : {false, true})
+          for (int64_t n : {int64_t(1), int64_t(1001), int64_t(100003)}) {
+            const PlanGroup group = groupFor(step, varied);
+            const StepScalars scalars =
+                step.scalars({group, /*step=*/varied ? 7 : 1, 64, 32});
+            ElementOperands host, dev;
+            host.n = dev.n = n;
+            host.type = dev.type = type;
+            host.gradType = dev.gradType = gradType;
+            host.rowLength = dev.rowLength = 7;
+            Bytes valuesBytes = randomTyped(type, n, rng);
+            Bytes gradBytes = randomTyped(gradType, n, rng);
+            Bytes input = randomTyped(DType::F32, n, rng);
+            // Some rows' factors 1 (QK-clip leaves those rows' bits).
+            for (int64_t i = 0; i < n; i += 3)
+              storeAs(input.data(), DType::F32, i, 1.0f);
+            Bytes output = filledTyped(DType::F32, n, NAN);
+            std::vector<Bytes> slots;
+            for (int k = 0; k < step.slots; ++k) {
+              std::vector<float> v(n);
+              for (float &x : v)
+                x = std::fabs(randomValue(rng, 0.1f)); // a second moment too
+              slots.push_back(typedValues(DType::F32, v));
+            }
+            GpuArray dValues(gpu, valuesBytes), dGrad(gpu, gradBytes),
+                dInput(gpu, input), dOutput(gpu, output);
+            std::vector<std::unique_ptr<GpuArray>> dSlots;
+            for (int k = 0; k < step.slots; ++k)
+              dSlots.push_back(std::make_unique<GpuArray>(gpu, slots[k]));
+            host.values = valuesBytes.data();
+            host.grad = gradBytes.data();
+            host.input = asFloats(input);
+            host.output = asFloats(output);
+            dev.values = dValues.data();
+            dev.grad = dGrad.data();
+            dev.input = dInput.floats();
+            dev.output = dOutput.floats();
+            for (int k = 0; k < step.slots; ++k) {
+              host.slots[k] = asFloats(slots[k]);
+              dev.slots[k] = dSlots[k]->floats();
+            }
+            gpu.runElementStep(step, dev, scalars);
+            cpu.runElementStep(step, host, scalars);
+            std::string detail;
+            bool ok = sameElements(type, dValues.read(), valuesBytes, detail) &&
+                      sameElements(DType::F32, dOutput.read(), output, detail);
+            for (int k = 0; ok && k < step.slots; ++k)
+              ok = sameElements(DType::F32, dSlots[k]->read(), slots[k],
+                                detail);
+            tally.record(ok,
+                         std::string(step.name) + " values=" +
+                             dtypeName(type) + " grad=" + dtypeName(gradType) +
+                             (varied ? " varied" : " defaults") +
+                             " n=" + std::to_string(n),
+                         detail);
+          }
+  }
 }
 
 // Box copies.
@@ -723,9 +747,7 @@ int main(int argc, char **argv) {
   Tally tally;
   checkMemory(tally, gpu, rng);
   checkAllFinite(tally, gpu, cpu, rng);
-  checkMomentum(tally, gpu, cpu, rng);
-  checkApplyUpdate(tally, gpu, cpu, rng);
-  checkAdamW(tally, gpu, cpu, rng);
+  checkElementSteps(tally, gpu, cpu, rng);
   checkCopyBox(tally, gpu, cpu, rng);
   checkNewtonSchulzEdges(tally, gpu, rng);
   checkNewtonSchulzConfigs(tally, ordinal, rng, smallOnly);

@@ -51,11 +51,12 @@ inline constexpr int64_t kMaxChunkBytes = int64_t(1) << 24;
 /// A rank file's header is a few hundred bytes; more is not ours.
 inline constexpr int64_t kMaxHeaderBytes = int64_t(1) << 20;
 
-/// The states a saved piece can hold: the per-element slots (kElementSlots,
-/// by index), then the parameter's values.
-inline constexpr int kValuesSlot = kElementSlotCount;
-inline constexpr int kStateSlots = kElementSlotCount + 1;
-/// kElementSlots' names, then "values".
+/// The states a saved piece can hold: the per-element slots of every
+/// algorithm (elementSlots(), by index), then the parameter's values
+/// (valuesStateSlot()); stateSlotCount() in all.
+int stateSlotCount();
+int valuesStateSlot();
+/// elementSlots()' names, then "values".
 const char *stateSlotName(int slot);
 
 /// Where one saved state is in its rank file: its data, its table of
@@ -72,8 +73,8 @@ struct SavedPiece {
   std::vector<Range> box;
   int64_t summand = 0, summands = 1;
   int64_t step = 0; // AdamW's step count of the piece
-  std::array<bool, kStateSlots> has{};
-  std::array<StateRef, kStateSlots> states{};
+  std::vector<bool> has = std::vector<bool>(stateSlotCount(), false);
+  std::vector<StateRef> states = std::vector<StateRef>(stateSlotCount());
 };
 
 /// A per-row state (NorMuon's) as the manifest indexes it.

@@ -1,12 +1,14 @@
 //===- Device.h - What the runtime needs from the hardware ------*- C++ -*-===//
 //
 // The step executor keeps its state and scratch in device memory and calls
-// the device for every computation: the elementwise updates, the box copies
-// that pack and unpack exchanges (with the wire conversion), and
-// Newton-Schulz. A backend implements this interface (backends/cpu: plain
-// loops and OpenBLAS; backends/cuda: kernels and cuBLAS). Every pointer the
-// executor passes is memory of the device: its own allocations, or the
-// trainer's parameter and gradient storage bound to it.
+// the device for every computation: memory and copies (the box copies that
+// pack and unpack exchanges, with the wire conversion), Newton-Schulz, the
+// registered per-element and per-matrix steps (ElementStep.h,
+// MatrixStep.h), and synchronization. A backend implements this interface
+// (backends/cpu: the steps' host loops and OpenBLAS; backends/cuda:
+// kernels and cuBLAS). Every pointer the executor passes is memory of the
+// device: its own allocations, or the trainer's parameter and gradient
+// storage bound to it.
 //
 // Devices must compute bit-identically across ranks for the same inputs:
 // the reference and every rank run the same device code.
@@ -17,6 +19,7 @@
 
 #include "muon/Plan/Plan.h"
 #include "muon/Runtime/DType.h"
+#include "muon/Runtime/ElementStep.h"
 #include "muon/Runtime/Status.h"
 
 #include <algorithm>
@@ -45,6 +48,8 @@ struct BoxCopy {
   bool accumulate = false;
 };
 
+struct MatrixStep;
+
 class Device {
 public:
   virtual ~Device() = default;
@@ -64,32 +69,20 @@ public:
 
   /// Whether every one of `n` values is finite.
   virtual bool allFinite(const void *x, DType type, int64_t n) = 0;
-  /// Momentum (and the Nesterov mix): buf = lerp(buf, grad, 1 - momentum);
-  /// update = nesterov ? lerp(grad, buf, momentum) : buf.
-  virtual void momentum(const void *grad, DType gradType, float *buf,
-                        float *update, int64_t n,
-                        const MuonSettings &settings) = 0;
-  /// values = values * (1 - lr * weight_decay) - adjustedLr * orth.
-  virtual void applyUpdate(void *values, DType type, const float *orth,
-                           int64_t n, const MuonSettings &settings,
-                           double adjustedLr) = 0;
-  /// torch.optim.AdamW's update, `step` counting from 1.
-  virtual void adamw(void *values, DType type, const void *grad,
-                     DType gradType, float *expAvg, float *expAvgSq,
-                     int64_t n, const AdamWSettings &settings,
-                     int64_t step) = 0;
   virtual void copyBox(const BoxCopy &copy) = 0;
-  /// NorMuon's per-matrix step (normuonStep in ElementMath.h) on one
-  /// rows x cols f32 matrix `x` with its per-row state `v`. The default
-  /// runs it on a host copy of both (copyToHost, copyToDevice).
-  virtual void normuon(float *x, int64_t rows, int64_t cols, float *v,
-                       const MuonSettings &settings);
-  /// QK-clip's rescale of a stored rows x cols piece (row-major, `type`):
-  /// row i's values times `factors[i]` (host memory, one per row; a factor
-  /// of 1 leaves the row's bits as they are), each product rounded to
-  /// `type` (qkClipped in ElementMath.h). The default runs on a host copy.
-  virtual void scaleRows(void *values, DType type, int64_t rows, int64_t cols,
-                         const float *factors);
+  /// Runs a registered per-element step (ElementStep.h) over `operands`,
+  /// device memory, with `scalars` (the step's, from its context). The
+  /// default runs the step's host loop on host copies of the operands it
+  /// touches (copyToHost, copyToDevice); a backend runs its own kernels.
+  virtual void runElementStep(const ElementStep &step,
+                              const ElementOperands &operands,
+                              const StepScalars &scalars);
+  /// Runs a registered per-matrix step (MatrixStep.h, NorMuon's) on one
+  /// rows x cols f32 matrix `x` with its per-row state `state`. The default
+  /// runs its host loop on host copies of both.
+  virtual void runMatrixStep(const MatrixStep &step, float *x, int64_t rows,
+                             int64_t cols, float *state,
+                             const StepScalars &scalars);
   /// Newton-Schulz in place on `count` rows x cols f32 matrices stored one
   /// after another from `x` (row-major, stride rows * cols elements), one
   /// iteration per coefficient triple. Returns the contract's dense count,
@@ -157,9 +150,6 @@ public:
   /// every rank fails that step with the message.
   virtual Status takeError() { return okStatus(); }
 };
-
-/// Muon's learning rate for a rows x cols matrix (`adjust_lr`).
-double adjustedLr(const MuonSettings &settings, int64_t rows, int64_t cols);
 
 /// Device memory that releases itself.
 class DeviceBuffer {

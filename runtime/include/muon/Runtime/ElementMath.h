@@ -1,21 +1,26 @@
 //===- ElementMath.h - The optimizers' arithmetic per element ---*- C++ -*-===//
 //
-// What momentum, the Muon update and AdamW compute for one element, written
-// once for every device (MUON_HOST_DEVICE): CpuDevice's loops and the CUDA
-// kernels call these, so the two can only differ where a compiler does (see
-// HostDevice.h). The scalars derived from the settings are computed on the
-// host, once per call, in double and then rounded to f32, as here.
+// What momentum, the Muon update, AdamW and the other per-element steps
+// compute for one element, written once for every device
+// (MUON_HOST_DEVICE), and the steps themselves as ops (at the end): the
+// registry's host loops (ElementStep.cpp) and the CUDA kernels
+// (KernelBodies.h) run the same ops, so the two can only differ where a
+// compiler does (see HostDevice.h). The scalars derived from the settings
+// are computed on the host, once per call, in double and then rounded to
+// f32, as here.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_ELEMENTMATH_H
 #define MUON_RUNTIME_ELEMENTMATH_H
 
 #include "muon/Plan/Plan.h"
+#include "muon/Runtime/ElementStep.h"
 #include "muon/Runtime/HostDevice.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 
 namespace muon::runtime {
 
@@ -36,9 +41,10 @@ struct MomentumScalars {
   bool nesterov = false;
 };
 
-inline MomentumScalars momentumScalars(const MuonSettings &s) {
-  return {static_cast<float>(s.momentum), static_cast<float>(1.0 - s.momentum),
-          s.nesterov};
+inline MomentumScalars momentumScalars(const PlanGroup &muon) {
+  const double momentum = muon.number("momentum");
+  return {static_cast<float>(momentum), static_cast<float>(1.0 - momentum),
+          muon.flag("nesterov")};
 }
 
 /// buf = lerp(buf, grad, 1 - momentum); the returned update is
@@ -47,6 +53,15 @@ MUON_HOST_DEVICE inline float momentumStep(float grad, float &buf,
                                            const MomentumScalars &s) {
   buf = lerp(buf, grad, s.oneMinusMomentum);
   return s.nesterov ? lerp(grad, buf, s.momentum) : buf;
+}
+
+/// Muon's learning rate for a rows x cols matrix of a Muon group
+/// (`adjust_lr`, then `extra_scale_factor`). The plan's reader and
+/// setGroupSettings accept only known adjust_lr names.
+inline double adjustedLr(const PlanGroup &muon, int64_t rows, int64_t cols) {
+  return muon.number("lr") *
+         adjustLrFactor(muon.text("adjust_lr"), rows, cols) *
+         muon.number("extra_scale_factor");
 }
 
 /// The Muon update: values * decay - alr * orth, where decay is
@@ -58,10 +73,13 @@ struct UpdateScalars {
   bool cautious = false;
 };
 
-inline UpdateScalars updateScalars(const MuonSettings &s, double adjustedLr) {
-  const bool none = s.weightDecayMode == "none";
-  return {none ? 1.0f : static_cast<float>(1.0 - s.lr * s.weightDecay),
-          static_cast<float>(adjustedLr), s.weightDecayMode == "cautious"};
+inline UpdateScalars updateScalars(const PlanGroup &muon, double adjustedLr) {
+  const std::string &mode = muon.text("weight_decay_mode");
+  return {mode == "none" ? 1.0f
+                         : static_cast<float>(1.0 - muon.number("lr") *
+                                                        muon.number(
+                                                            "weight_decay")),
+          static_cast<float>(adjustedLr), mode == "cautious"};
 }
 
 /// Whether the update `orth` (subtracted) and `value` disagree in sign: the
@@ -84,17 +102,20 @@ struct AdamWScalars {
 };
 
 /// The scalars of step `step` (1-based).
-inline AdamWScalars adamwScalars(const AdamWSettings &s, int64_t step) {
-  const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(step));
+inline AdamWScalars adamwScalars(const PlanGroup &adamw, int64_t step) {
+  const double lr = adamw.number("lr"), beta1 = adamw.number("beta1"),
+               beta2 = adamw.number("beta2");
+  const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(step));
   AdamWScalars scalars;
-  scalars.decay = static_cast<float>(1.0 - s.lr * s.weightDecay);
-  scalars.oneMinusBeta1 = static_cast<float>(1.0 - s.beta1);
-  scalars.beta2 = static_cast<float>(s.beta2);
-  scalars.oneMinusBeta2 = static_cast<float>(1.0 - s.beta2);
-  scalars.stepSize = static_cast<float>(s.lr / bc1);
+  scalars.decay =
+      static_cast<float>(1.0 - lr * adamw.number("weight_decay"));
+  scalars.oneMinusBeta1 = static_cast<float>(1.0 - beta1);
+  scalars.beta2 = static_cast<float>(beta2);
+  scalars.oneMinusBeta2 = static_cast<float>(1.0 - beta2);
+  scalars.stepSize = static_cast<float>(lr / bc1);
   scalars.bc2Sqrt = static_cast<float>(std::sqrt(bc2));
-  scalars.eps = static_cast<float>(s.eps);
+  scalars.eps = static_cast<float>(adamw.number("eps"));
   return scalars;
 }
 
@@ -107,6 +128,42 @@ MUON_HOST_DEVICE inline float adamwStep(float value, float grad, float &expAvg,
   expAvgSq = expAvgSq * s.beta2 + s.oneMinusBeta2 * grad * grad;
   const float denom = sqrtf(expAvgSq) / s.bc2Sqrt + s.eps;
   return decayed - s.stepSize * (expAvg / denom);
+}
+
+/// Lion (Chen et al. 2023, arXiv 2302.06675, Algorithm 2) with decoupled
+/// weight decay:
+///   c = beta1 m + (1 - beta1) g
+///   p = p (1 - lr wd) - lr sign(c)
+///   m = beta2 m + (1 - beta2) g
+struct LionScalars {
+  float decay = 1, lr = 0, beta1 = 0, oneMinusBeta1 = 1, beta2 = 0,
+        oneMinusBeta2 = 1;
+};
+
+inline LionScalars lionScalars(const PlanGroup &lion) {
+  const double lr = lion.number("lr"), beta1 = lion.number("beta1"),
+               beta2 = lion.number("beta2");
+  LionScalars s;
+  s.decay = static_cast<float>(1.0 - lr * lion.number("weight_decay"));
+  s.lr = static_cast<float>(lr);
+  s.beta1 = static_cast<float>(beta1);
+  s.oneMinusBeta1 = static_cast<float>(1.0 - beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.oneMinusBeta2 = static_cast<float>(1.0 - beta2);
+  return s;
+}
+
+/// torch.sign: 1 above zero, -1 below, zeros and NaN as they are.
+MUON_HOST_DEVICE inline float signOf(float x) {
+  return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x);
+}
+
+/// One element of Lion: updates the momentum and returns the new value.
+MUON_HOST_DEVICE inline float lionStep(float value, float grad, float &m,
+                                       const LionScalars &s) {
+  const float c = s.beta1 * m + s.oneMinusBeta1 * grad;
+  m = s.beta2 * m + s.oneMinusBeta2 * grad;
+  return value * s.decay - s.lr * signOf(c);
 }
 
 /// NorMuon's per-matrix step (arXiv 2510.05491; microsoft/dion's
@@ -126,8 +183,8 @@ struct NormuonScalars {
   float oneMinusBeta2 = 0.05f, eps = 1e-8f;
 };
 
-inline NormuonScalars normuonScalars(const MuonSettings &s) {
-  return {static_cast<float>(1.0 - s.normuonBeta2),
+inline NormuonScalars normuonScalars(const PlanGroup &muon) {
+  return {static_cast<float>(1.0 - muon.number("normuon_beta2")),
           static_cast<float>(kNormuonEps)};
 }
 
@@ -186,6 +243,108 @@ inline float qkClipFactor(double threshold, double maxLogit) {
 MUON_HOST_DEVICE inline float qkClipped(float value, float factor) {
   return value * factor;
 }
+
+// The per-element steps as ops: each has its name, the operands it touches
+// (kUses, kSlots), its Scalars and how it derives them from a call's
+// context, and `apply`, one element's work on an accessor `e` of the
+// element's operands (value()/setValue(), grad(), input(), rowInput(),
+// setOutput(), slot(k)/setSlot(k)), which the host loop and the CUDA
+// kernels provide. Every value is read once and written once, through
+// registers.
+
+/// A step without scalars.
+struct NoScalars {};
+
+/// Muon's momentum (and the Nesterov mix) on a holder's own gradient
+/// summand: its slot 0 is the momentum buffer, its output the update the
+/// gathers carry.
+struct MomentumOp {
+  static constexpr const char *kName = "momentum";
+  static constexpr unsigned kUses = kReadsGrad | kWritesOutput;
+  static constexpr int kSlots = 1;
+  using Scalars = MomentumScalars;
+  static Scalars scalars(const StepContext &c) {
+    return momentumScalars(c.group);
+  }
+  template <typename E>
+  MUON_HOST_DEVICE static void apply(E &e, const Scalars &s) {
+    float buf = e.slot(0);
+    e.setOutput(momentumStep(e.grad(), buf, s));
+    e.setSlot(0, buf);
+  }
+};
+
+/// Muon's update of a stored piece from its orthogonalized values (the
+/// input), with weight decay (updatedValue); the context's matrix shape
+/// gives the adjusted lr.
+struct MuonUpdateOp {
+  static constexpr const char *kName = "muon_update";
+  static constexpr unsigned kUses = kReadsValues | kWritesValues | kReadsInput;
+  static constexpr int kSlots = 0;
+  using Scalars = UpdateScalars;
+  static Scalars scalars(const StepContext &c) {
+    return updateScalars(c.group, adjustedLr(c.group, c.rows, c.cols));
+  }
+  template <typename E>
+  MUON_HOST_DEVICE static void apply(E &e, const Scalars &s) {
+    e.setValue(updatedValue(e.value(), e.input(), s));
+  }
+};
+
+/// AdamW's update on the summed gradient: slots 0 and 1 are its moments.
+struct AdamWOp {
+  static constexpr const char *kName = "adamw";
+  static constexpr unsigned kUses = kReadsValues | kWritesValues | kReadsGrad;
+  static constexpr int kSlots = 2;
+  using Scalars = AdamWScalars;
+  static Scalars scalars(const StepContext &c) {
+    return adamwScalars(c.group, c.step);
+  }
+  template <typename E>
+  MUON_HOST_DEVICE static void apply(E &e, const Scalars &s) {
+    float m = e.slot(0), v = e.slot(1);
+    e.setValue(adamwStep(e.value(), e.grad(), m, v, s));
+    e.setSlot(0, m);
+    e.setSlot(1, v);
+  }
+};
+
+/// Lion's update on the summed gradient: slot 0 is its momentum.
+struct LionOp {
+  static constexpr const char *kName = "lion";
+  static constexpr unsigned kUses = kReadsValues | kWritesValues | kReadsGrad;
+  static constexpr int kSlots = 1;
+  using Scalars = LionScalars;
+  static Scalars scalars(const StepContext &c) { return lionScalars(c.group); }
+  template <typename E>
+  MUON_HOST_DEVICE static void apply(E &e, const Scalars &s) {
+    float m = e.slot(0);
+    e.setValue(lionStep(e.value(), e.grad(), m, s));
+    e.setSlot(0, m);
+  }
+};
+
+/// QK-clip's rescale of a stored piece: each row times its factor (the
+/// input, one per row); a row whose factor is 1 keeps its bits.
+struct QkClipOp {
+  static constexpr const char *kName = "qk_clip";
+  static constexpr unsigned kUses =
+      kReadsValues | kWritesValues | kReadsRowInput;
+  static constexpr int kSlots = 0;
+  using Scalars = NoScalars;
+  static Scalars scalars(const StepContext &) { return {}; }
+  template <typename E>
+  MUON_HOST_DEVICE static void apply(E &e, const Scalars &) {
+    const float factor = e.rowInput();
+    if (factor != 1.0f)
+      e.setValue(qkClipped(e.value(), factor));
+  }
+};
+
+/// Every per-element step, in registry order (ElementStep.h): the host
+/// loops and the CUDA kernels are made from this list.
+using ElementOps =
+    std::tuple<MomentumOp, MuonUpdateOp, AdamWOp, QkClipOp, LionOp>;
 
 } // namespace muon::runtime
 

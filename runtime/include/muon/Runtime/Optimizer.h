@@ -63,8 +63,8 @@ struct ParamSlot {
   std::string name;
   DType dtype = DType::F32;    // the values' storage type (the plan's)
   DType gradType = DType::F32; // the bound gradient's (dtype until bound)
-  bool muon = true; // else AdamW
-  int64_t group = 0;          // index into Optimizer::groups()
+  AlgorithmId algorithm = kMuon; // its group's (muon/Plan/Algorithm.h)
+  int64_t group = 0;             // index into Optimizer::groups()
   std::vector<int64_t> shape; // the whole tensor
   /// This rank's piece: a box of the whole tensor (one range per dim),
   /// row-major; empty when the rank holds nothing of it.
@@ -193,21 +193,19 @@ public:
   /// The group named `name`, or null.
   const PlanGroup *group(const std::string &name) const;
   /// Changes a group's hyper-parameters for the steps that follow (a
-  /// learning-rate schedule, weight-decay changes): lr, weight decay,
-  /// momentum, nesterov and adjust_lr of a Muon group, or lr, betas, eps
-  /// and weight decay of an AdamW group. Checked like the plan's values;
-  /// a bad value or a group of the other algorithm is refused with nothing
-  /// changed. Not collective, but every rank must set the same values
-  /// before the next step: the step compares them across ranks (a hash in
-  /// its agreement round) and refuses to run, changing nothing, if they
-  /// differ.
-  Status setGroupOptions(const std::string &name, const MuonSettings &muon);
-  Status setGroupOptions(const std::string &name, const AdamWSettings &adamw);
-  /// Every setting of a group at once, of its algorithm (`settings.muon`
-  /// must be the group's): what the by-name setters (the C API's, Python's)
-  /// build from the group's current settings. Checked as above.
+  /// learning-rate schedule, weight-decay changes): every setting of its
+  /// algorithm at once (`settings.algorithm` must be the group's; its name
+  /// is ignored), as the settings table stores them (GroupSettings.h): a
+  /// caller copies group(name), changes what it changes (setNumber("lr",
+  /// ...)) and sets it; the C API's and Python's by-name setters do. Checked
+  /// like the plan's values; a bad value, a group of another algorithm or a
+  /// change of a setting the plan fixes (NorMuon's flag) is refused with
+  /// nothing changed. Not collective, but every rank must set the same
+  /// values before the next step: the step compares them across ranks (a
+  /// hash in its agreement round) and refuses to run, changing nothing, if
+  /// they differ.
   Status setGroupSettings(const std::string &name, const PlanGroup &settings);
-  /// Only the learning rate, of a group of either algorithm (a scheduler's
+  /// Only the learning rate, of a group of any algorithm (a scheduler's
   /// usual change).
   Status setGroupLr(const std::string &name, double lr);
 
@@ -253,15 +251,16 @@ public:
   int64_t stepsTaken() const { return steps; }
 
   /// This rank's optimizer state of parameter `name` in place, for views of
-  /// it (muonc.torch's `opt.state`): element slot `slot` (ElementState.h:
-  /// "momentum", "exp_avg", "exp_avg_sq"), one f32 per element of the
-  /// slot's box, row-major, in device memory. Null where the parameter's
-  /// algorithm keeps no such slot, where this rank holds none of it, or for
-  /// an unknown name or slot. Steps and loads write it in place, and it
-  /// lives as long as the optimizer.
+  /// it (muonc.torch's `opt.state`): element slot `slot` of its algorithm
+  /// (ElementState.h: "momentum", "exp_avg", "exp_avg_sq"), one f32 per
+  /// element of the slot's box, row-major, in device memory. Null where the
+  /// parameter's group keeps no such slot, where this rank holds none of
+  /// it, or for an unknown name or slot. Steps and loads write it in place,
+  /// and it lives as long as the optimizer.
   float *stateData(const std::string &name, std::string_view slot);
   /// The piece's step count in place (AdamW's bias correction), or null
-  /// where the parameter is not AdamW's or this rank holds none of it.
+  /// where the parameter's algorithm counts no steps (countsSteps) or this
+  /// rank holds none of it.
   int64_t *stepCountData(const std::string &name);
 
   /// Saves this rank's optimizer state into `dir` (created if missing; an
@@ -343,7 +342,6 @@ private:
   /// settings): empty when they fit.
   std::string checkSavedGroups(const std::vector<PlanGroup> &saved) const;
   void applySavedGroups(const std::vector<PlanGroup> &saved);
-  Status setGroup(const std::string &name, bool muon, const PlanGroup &group);
 
   Plan thePlan;
   Communicator &comm;

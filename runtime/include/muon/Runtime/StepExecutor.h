@@ -168,11 +168,12 @@ public:
   int64_t rank() const { return myRank; }
 
   /// The optimizer state of parameter `param`'s piece, for state dicts and
-  /// checkpoints: slot `slot` (an index into kElementSlots), one f32 per
-  /// element in device memory, nullptr where the parameter's algorithm
-  /// keeps no such slot or this rank holds none of it.
+  /// checkpoints: slot `slot` (an index into elementSlots()), one f32 per
+  /// element in device memory, nullptr where the parameter's group keeps no
+  /// such slot or this rank holds none of it.
   float *elementState(int64_t param, int slot);
-  /// The steps the piece has taken (AdamW's bias correction).
+  /// The steps the piece has taken (AdamW's bias correction: its algorithm
+  /// counts them, countsSteps in ElementState.h).
   int64_t &stepCount(int64_t param) { return locals[param].steps; }
   /// One per-row state slot (MatrixStep.h) this rank keeps: matrix `k`'s
   /// slot of per-matrix step `step` (an index into matrixSteps()), one f32
@@ -196,10 +197,16 @@ private:
     void *values = nullptr;
     const void *grad = nullptr;
     DType gradType = DType::F32;
-    /// The slots of kElementSlots the parameter's algorithm keeps.
-    std::array<DeviceBuffer, kElementSlotCount> state;
-    DeviceBuffer update, orthogonalized; // Muon
-    DeviceBuffer summedGrad;             // AdamW
+    /// Its slots, by index into elementSlots(): those its group keeps
+    /// (keepsSlot) hold memory.
+    std::vector<DeviceBuffer> state;
+    /// Its algorithm's per-element steps (ElementStep.h): the prepare step
+    /// (null for most) and the update step, and its slots in the order
+    /// they take them.
+    const ElementStep *prepareStep = nullptr, *updateStep = nullptr;
+    StepSlots stepSlots;
+    DeviceBuffer update, orthogonalized; // orthogonalized parameters
+    DeviceBuffer summedGrad;             // element-wise algorithms' (AdamW)
     bool summed = false; // summedGrad holds this step's reduced gradient
     int64_t steps = 0;
   };
@@ -222,6 +229,9 @@ private:
     int64_t elements() const { return rows.size() * cols.size(); }
   };
   Piece piece(int64_t k) const;
+  /// The steps of p's algorithm (Algorithm::prepareStep, updateStep) into
+  /// `local`, checked against the `slots` it keeps.
+  Status resolveSteps(const PlanParam &p, int slots, LocalParam &local);
   Status fullMatrix(int64_t k, float *&matrix);
   Status startExchange(int64_t index);
   Status finishExchange(int64_t index);
@@ -250,7 +260,6 @@ private:
   HostSnapshot snapshot() const;
   void restore(const HostSnapshot &snapshot);
   void applyRound(int64_t round);
-  void runAdamW();
   Status runSchedule();
   /// The parameters without a gradient on every rank that holds them, into
   /// `skipped`, when some rank said it has such parameters; refused when a
@@ -270,6 +279,18 @@ private:
   /// Rescales this rank's rows of each layer's W_q and W_k by their heads'
   /// factors; returns the query heads clipped.
   int64_t applyQkClip(const std::vector<std::vector<float>> &maxima);
+  /// Row r of parameter `param`'s piece (2-D, rows x cols) times
+  /// factors[r], QK-clip's step.
+  void scaleRows(int64_t param, const std::vector<float> &factors);
+  /// Runs parameter `i`'s algorithm's prepare step (Muon's momentum) on its
+  /// own gradient summand, into its update buffer.
+  void prepare(int64_t i);
+  /// The update steps of the parameters of element-wise algorithms (AdamW,
+  /// ...), on summed gradients: the schedule's AdamW step.
+  void runElementUpdates();
+  /// A failure of this rank's step outside the device (memory for a
+  /// step's operands), agreed on with the device's errors.
+  Status stepFailure;
   std::string describeExchange(int64_t index) const;
   Status allocate(DeviceBuffer &buffer, int64_t bytes, const char *what);
   /// FNV-1a of every group's settings: what ranks compare before a step.

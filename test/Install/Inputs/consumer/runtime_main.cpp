@@ -30,10 +30,7 @@ int main(int argc, char **argv) {
   muon::runtime::StepResult result;
   for (int s = 0; s < 2; ++s) {
     for (const muon::PlanGroup &g : opt->plan().groups)
-      if (!opt->setGroupLr(
-                  g.name, (s + 1) * 0.5 *
-                              (g.muon ? g.muonSettings.lr : g.adamwSettings.lr))
-               .ok())
+      if (!opt->setGroupLr(g.name, (s + 1) * 0.5 * g.number("lr")).ok())
         return 1;
     if (!opt->step(result).ok() || !result.applied)
       return 1;

@@ -28,11 +28,6 @@ def Muon_ExchangePhase : Muon_Enum<"ExchangePhase", "what an exchange moves", [
   I32EnumAttrCase<"Reduce", 2, "reduce">]>;
 def Muon_ExchangePhaseAttr : Muon_KeywordEnumAttr<Muon_ExchangePhase, "phase">;
 
-def Muon_ParamGroup : Muon_Enum<"ParamGroup", "the optimizer of a parameter", [
-  I32EnumAttrCase<"Muon", 0, "muon">,
-  I32EnumAttrCase<"AdamW", 1, "adamw">]>;
-def Muon_ParamGroupAttr : Muon_KeywordEnumAttr<Muon_ParamGroup, "group">;
-
 def Muon_GroupKind : Muon_Enum<"ProcessGroupKind", "a process-group kind", [
   I32EnumAttrCase<"Fsdp", 0, "fsdp">,
   I32EnumAttrCase<"Shard", 1, "shard">,

@@ -9,6 +9,7 @@
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/SymbolTable.h"
 #include "muon/Dialect/Muon/IR/MuonDialect.h"
+#include "muon/Plan/Plan.h"
 
 #include <array>
 #include <utility>

@@ -78,9 +78,11 @@ def Muon_ParamOp : Muon_Op<"param", [
     its layout: `on @grid split [[axes of dim 0], [axes of dim 1], ...]`
     (major to minor), `partial [axes]` (pending sums), `only [axis = coord]`
     (sub-mesh). Leading dims of tensors with more than two dims are batch dims
-    of independent matrices. `group` is `muon` (default for 2-D and more) or
-    `adamw` (default for 0-D and 1-D). `param_group "name"` puts the
-    parameter in the `muon.optimizer` or `muon.adamw` of that name (its
+    of independent matrices. `group` names the parameter's algorithm, one of
+    the registry's (muon/Plan/Algorithm.h): `muon` (default for 2-D and
+    more), `adamw` (default for 0-D and 1-D) or another element-wise one
+    (`lion`). `param_group "name"` puts the parameter in the group op
+    (`muon.optimizer`, `muon.adamw` or `muon.param_group`) of that name (its
     algorithm must be the parameter's); without it the parameter is in the
     first group of its algorithm.
 
@@ -109,7 +111,7 @@ def Muon_ParamOp : Muon_Op<"param", [
                        OptionalAttr<ArrayAttr>:$split_axes,
                        OptionalAttr<DenseI64ArrayAttr>:$partial_axes,
                        OptionalAttr<DenseI64ArrayAttr>:$only,
-                       OptionalAttr<Muon_ParamGroupAttr>:$group,
+                       OptionalAttr<StrAttr>:$group,
                        OptionalAttr<StrAttr>:$param_group,
                        OptionalAttr<I64Attr>:$tp_dim,
                        OptionalAttr<I64Attr>:$stage,
@@ -119,8 +121,12 @@ def Muon_ParamOp : Muon_Op<"param", [
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// `group` if given, else the default for the tensor's rank.
-    bool isMuon();
+    /// The algorithm `group` names (the verifier checks that the registry
+    /// has it), else the default for the tensor's rank: Muon for 2 or more
+    /// dims, AdamW below.
+    ::muon::AlgorithmId getAlgorithm();
+    /// Whether the algorithm orthogonalizes the parameter's matrices (Muon).
+    bool isOrthogonalized();
     /// The split axes of every dim (empty entries where none), the partial
     /// axes and the `only` pairs, as plain vectors.
     std::vector<std::vector<int64_t>> getSplitAxesVector();
@@ -223,6 +229,32 @@ def Muon_AdamWOp : Muon_Op<"adamw", [HasParent<"ModelOp">]> {
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// `group_name`, or "adamw".
+    ::llvm::StringRef groupName();
+  }];
+}
+
+def Muon_ParamGroupOp : Muon_Op<"param_group", [HasParent<"ModelOp">]> {
+  let summary = "A parameter group of an element-wise algorithm (Lion, ...)";
+  let description = [{
+    One group of a registered algorithm (muon/Plan/Algorithm.h) that has
+    no op of its own: every algorithm but Muon (`muon.optimizer`) and AdamW
+    (`muon.adamw`), which keep theirs. `algorithm` names it; `group_name`
+    defaults to the algorithm's name. Its settings are attributes named
+    after the settings table's rows (muon/Plan/GroupSettings.h: "lr",
+    "beta1", ...; f64, bool or string), verified and read by the table
+    (GroupSettingAttrs.h), so that an algorithm added to the registry needs
+    no op of its own; a setting left out keeps its default.
+
+    ```mlir
+    muon.param_group {algorithm = "lion", group_name = "norms",
+                      lr = 1.0e-04 : f64, beta2 = 9.8e-01 : f64}
+    ```
+  }];
+  let arguments = (ins StrAttr:$algorithm, OptionalAttr<StrAttr>:$group_name);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// `group_name`, or the algorithm's name.
     ::llvm::StringRef groupName();
   }];
 }

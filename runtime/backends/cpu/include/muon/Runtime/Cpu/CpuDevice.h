@@ -1,6 +1,7 @@
 //===- CpuDevice.h - The CPU backend's device -------------------*- C++ -*-===//
 //
-// Host memory, elementwise loops and Newton-Schulz. f32: BLAS (OpenBLAS,
+// Host memory, the registered steps' host loops in place, and
+// Newton-Schulz. f32: BLAS (OpenBLAS,
 // or BLIS with -DMUON_BLAS=BLIS; symmetric products `cblas_ssyrk` and
 // `cblas_ssymm`). bf16: where oneDNN is built in (MUON_ONEDNN) and the CPU
 // has bf16 dot products (AVX512_BF16, AMX), oneDNN matmuls with bf16
@@ -102,17 +103,13 @@ public:
   void copyToDevice(void *dst, const void *src, int64_t bytes) override;
   void copyToHost(void *dst, const void *src, int64_t bytes) override;
   bool allFinite(const void *x, DType type, int64_t n) override;
-  void momentum(const void *grad, DType gradType, float *buf, float *update,
-                int64_t n, const MuonSettings &settings) override;
-  void applyUpdate(void *values, DType type, const float *orth, int64_t n,
-                   const MuonSettings &settings, double adjustedLr) override;
-  void adamw(void *values, DType type, const void *grad, DType gradType,
-             float *expAvg, float *expAvgSq, int64_t n,
-             const AdamWSettings &settings, int64_t step) override;
   void copyBox(const BoxCopy &copy) override;
-  /// In place: host memory is the device's.
-  void normuon(float *x, int64_t rows, int64_t cols, float *v,
-               const MuonSettings &settings) override;
+  /// The step's host loop in place: host memory is the device's.
+  void runElementStep(const ElementStep &step, const ElementOperands &operands,
+                      const StepScalars &scalars) override;
+  void runMatrixStep(const MatrixStep &step, float *x, int64_t rows,
+                     int64_t cols, float *state,
+                     const StepScalars &scalars) override;
   int64_t newtonSchulz(float *x, int64_t count, int64_t rows, int64_t cols,
                        const std::vector<std::array<double, 3>> &abc,
                        double eps, DType precision) override;
