@@ -24,7 +24,7 @@ MUON_CUBLAS_ENTRY_POINTS(MUON_CUBLAS_CHECK)
 namespace {
 
 std::mutex mutex;
-std::vector<std::string> directories; // addSearchDirectory's, in order
+std::vector<std::string> searchDirectories; // addSearchDirectory's
 std::unique_ptr<Library> library;     // never unloaded
 std::atomic<const Library *> ready{nullptr};
 
@@ -55,7 +55,8 @@ std::string dlopenError() {
 
 /// The steps of CublasLibrary.h after the override: a handle, with `file`
 /// set, or nullptr with `error`.
-void *search(std::string &file, std::string &error) {
+void *search(const std::vector<std::string> &directories, std::string &file,
+             std::string &error) {
   const std::string name = soname();
   // 2. Already in the process: load nothing, share it.
   if (void *handle = dlopen(name.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
@@ -107,18 +108,14 @@ void *search(std::string &file, std::string &error) {
 
 void addSearchDirectory(const std::string &directory) {
   std::lock_guard<std::mutex> lock(mutex);
-  for (const std::string &known : directories)
+  for (const std::string &known : searchDirectories)
     if (known == directory)
       return;
-  directories.push_back(directory);
+  searchDirectories.push_back(directory);
 }
 
-const Library *load(std::string &error) {
-  if (const Library *l = ready.load(std::memory_order_acquire))
-    return l;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (library)
-    return library.get();
+std::unique_ptr<Library> open(const std::vector<std::string> &directories,
+                              std::string &error) {
   std::string file;
   void *handle = nullptr;
   const char *chosen = std::getenv("MUON_CUBLAS_LIBRARY");
@@ -130,7 +127,7 @@ const Library *load(std::string &error) {
       return nullptr;
     }
     file = chosen;
-  } else if (!(handle = search(file, error))) {
+  } else if (!(handle = search(directories, file, error))) {
     return nullptr;
   }
   auto loaded = std::make_unique<Library>();
@@ -144,7 +141,15 @@ const Library *load(std::string &error) {
   if (dladdr(reinterpret_cast<void *>(loaded->cublasCreate_v2), &info) &&
       info.dli_fname)
     loaded->file = info.dli_fname;
-  library = std::move(loaded);
+  return loaded;
+}
+
+const Library *load(std::string &error) {
+  if (const Library *l = ready.load(std::memory_order_acquire))
+    return l;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!library)
+    library = open(searchDirectories, error);
   ready.store(library.get(), std::memory_order_release);
   return library.get();
 }

@@ -21,7 +21,9 @@
 
 #include <cublas_v2.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace muon::runtime::cuda::cublas {
 
@@ -67,12 +69,17 @@ struct Library {
   std::string file; // what was loaded
 };
 
+/// cuBLAS found as above, with `directories` for step 3; nullptr with
+/// `error` naming what was tried and why it failed. Never unloaded.
+std::unique_ptr<Library> open(const std::vector<std::string> &directories,
+                              std::string &error);
+
 /// Adds a directory searched for libcublas.so.<major> (step 3 above).
 /// Takes effect for a load not yet made.
 void addSearchDirectory(const std::string &directory);
 
-/// cuBLAS, loaded once per process and never unloaded; nullptr with `error`
-/// naming what was tried and why it failed. Thread-safe.
+/// open() with addSearchDirectory's directories, once per process (a
+/// failure is tried again at the next call). Thread-safe.
 const Library *load(std::string &error);
 
 /// The library load() returned; only after it succeeded (a CudaDevice

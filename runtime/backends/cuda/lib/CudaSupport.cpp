@@ -23,11 +23,11 @@ void recordFailure(const char *what, const std::string &detail,
   // `what` is the call's text (MUON_CUDA_CHECK's #call): its function name
   // says enough, the file and line say where.
   std::string call(what);
-  call = call.substr(0, call.find('('));
   // A call through cuBLAS's table (CublasLibrary.h): the function's name.
   const std::string table = "cublas::api().";
   if (call.compare(0, table.size(), table) == 0)
     call = call.substr(table.size());
+  call = call.substr(0, call.find('('));
   firstFailure = "CUDA backend: " + call + " failed at " +
                  (base ? base + 1 : file) + ":" + std::to_string(line) + ": " +
                  detail;
