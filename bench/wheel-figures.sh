@@ -11,8 +11,8 @@
 # WHEEL_VENV: python/scripts/wheel-venv.sh's; SOURCE_VENV: build/venv.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-wheel_venv=${1:?usage: wheel-figures.sh WHEEL_VENV SOURCE_VENV [RUNS] [STEPS]}
-source_venv=${2:?usage: wheel-figures.sh WHEEL_VENV SOURCE_VENV [RUNS] [STEPS]}
+wheel_venv=$(cd "${1:?usage: wheel-figures.sh WHEEL_VENV SOURCE_VENV [RUNS] [STEPS]}" && pwd)
+source_venv=$(cd "${2:?usage: wheel-figures.sh WHEEL_VENV SOURCE_VENV [RUNS] [STEPS]}" && pwd)
 runs=${3:-5}
 steps=${4:-30}
 out=$(mktemp -d)
