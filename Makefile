@@ -19,7 +19,8 @@ FUZZ_SECONDS ?= 600
 CHECK_FUZZ_SECONDS ?= 20
 FUZZ_FLAGS   := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=vptr \
   -fno-sanitize-recover=undefined -g -O1
-FUZZ_TARGETS := muon-spec-fuzzer muon-ir-fuzzer muon-plan-fuzzer muon-plan-bin-fuzzer
+FUZZ_TARGETS := muon-spec-fuzzer muon-ir-fuzzer muon-plan-fuzzer muon-plan-bin-fuzzer \
+  muon-checkpoint-fuzzer
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -7,8 +7,9 @@ Muon matrices (a muon-spec/1 file's params of 2 or more dims), each sharded
 on dim 0 over the ranks with fully_shard, as bench/dion_muon_fsdp2.py does;
 muonc reads the placements (create_dtensor_config) and compiles the plan
 at construction, outside the timed steps. --ns-dtype: muonc.torch's
-default is f32; --ns-form: muonc.torch's ns_form (auto: bf16 on wide and
-tall matrices in the Gram form, f32 standard; gram: f32 too). --communicator mpi: the ranks run under mpirun (started
+default on the CPU is f32; --ns-form: muonc.torch's ns_form (auto, the
+default: the Gram form on wide and tall matrices where it pays; standard:
+torch's iteration; gram). --communicator mpi: the ranks run under mpirun (started
 here) and the exchanges go through MPI, as muon-run's do, which leaves the
 Python layer as the only difference from muon-run on the same plan. Prints one JSON line: the median and minimum step seconds
 after one warm-up step (a barrier before each step; a step lasts until the

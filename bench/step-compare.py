@@ -15,25 +15,23 @@ GPT-2-small layers, FSDP over 2 ranks). Each round runs, one after another:
                 in its Gram form);
   - `ours standard`: the same with --ns-form standard (every bf16 step as
                 torch.optim.Muon runs it);
-  - `ours f32`: the same with --ns-dtype f32 (f32 Newton-Schulz, f32 wire);
-  - `ours f32 gram`: and with --ns-form gram (f32 Newton-Schulz in its
-                Gram form on wide and tall matrices);
+  - `ours f32`: the same with --ns-dtype f32 (f32 Newton-Schulz, f32 wire;
+                ns_form auto: its Gram form on wide and tall matrices);
+  - `ours f32 standard`: and with --ns-form standard (torch's f32
+                iteration);
   - `torch DDP`: torch.optim.Muon as it runs under DDP (every rank
                 orthogonalizes every matrix, bf16; bench/torch_muon_ddp.py),
                 when --python has torch;
-  - `muonc.torch` and `muonc.torch bf16`, with --muonc-python (an
-                interpreter with torch and muonc, `make python`'s
-                build/venv/bin/python): muonc.torch.Muon in a torch FSDP2
-                process group (bench/muonc_torch_fsdp2.py), at its default
-                ns_dtype (f32) and with ns_dtype="bf16": the same plan as
-                `ours f32` and `ours`, stepped through the Python package
-                and gloo instead of muon-run and MPI (its plans keep an
-                f32 wire, so the bf16 run pairs with `ours bf16 f32w`,
-                muon-run --ns-dtype bf16 --wire-dtype f32, also added);
-                and `muonc.torch mpi`: the f32 run with its exchanges
-                through MPI under mpirun, as muon-run's: against `ours
-                f32`, the Python layer's overhead; `muonc.torch gram`: the
-                f32 run with ns_form="gram";
+  - with --muonc-python (an interpreter with torch and muonc, `make
+                python`'s build/venv/bin/python): muonc.torch.Muon in a
+                torch FSDP2 process group (bench/muonc_torch_fsdp2.py):
+                `muonc.torch`, its default on the CPU (f32, ns_form auto),
+                the same plan as `ours f32`; `muonc.torch f32 standard`,
+                its earlier default; `muonc.torch bf16` (torch's
+                precision, a bf16 wire), the same plan as `ours`; and
+                `muonc.torch mpi`: the default with its exchanges through
+                MPI under mpirun, as muon-run's (against `ours f32`, the
+                Python layer's overhead);
   - every --extra NAME=COMMAND: any command that prints, last, a JSON line
                 with `step_seconds` (its median step) and `bytes_received`
                 (bytes all ranks receive in a step), such as another
@@ -102,19 +100,21 @@ def command(argv):
 configs = [("ours", muon_run([])),
            ("ours standard", muon_run(["--ns-form", "standard"])),
            ("ours f32", muon_run(["--ns-dtype", "f32"])),
-           ("ours f32 gram", muon_run(["--ns-dtype", "f32", "--ns-form", "gram"]))]
+           ("ours f32 standard", muon_run(["--ns-dtype", "f32", "--ns-form",
+                                           "standard"]))]
 if args.python:
     configs.append(("torch DDP", command(
         [args.python, os.path.join(here, "torch_muon_ddp.py"), args.spec,
          "--ranks", str(args.ranks), "--steps", str(args.steps)])))
 if args.muonc_python:
-    # muonc.torch's plans keep an f32 wire; muon-run's with the same
-    # settings, for the bf16 pair.
-    configs.append(("ours bf16 f32w", muon_run(["--ns-dtype", "bf16",
-                                                "--wire-dtype", "f32"])))
+    # muonc.torch's default on the CPU (f32, ns_form auto: the Gram form on
+    # wide and tall matrices), its earlier default (f32, standard form),
+    # torch's precision (bf16, with a bf16 wire as muon-run's "ours"), and
+    # the default with MPI's exchanges (against "ours f32": the Python
+    # layer's overhead).
     for name, dtype, comm, form in (
             ("muonc.torch", "f32", "torch", "auto"),
-            ("muonc.torch gram", "f32", "torch", "gram"),
+            ("muonc.torch f32 standard", "f32", "torch", "standard"),
             ("muonc.torch bf16", "bf16", "torch", "auto"),
             ("muonc.torch mpi", "f32", "mpi", "auto")):
         configs.append((name, command(

@@ -27,6 +27,9 @@ seed spec "$src"/examples/*.json "$src"/examples/matrix/*.json \
 seed ir "$src"/test/Fuzz/ir/* $(find "$src/test" -name '*.mlir' -not -path '*/Fuzz/*')
 seed plan "$src"/test/Fuzz/plan/*
 seed plan-bin "$src"/test/Fuzz/plan-bin/*
+seed checkpoint "$src"/test/Fuzz/checkpoint/*
+# Checkpoints as the runtime writes them (the fuzzer's own encoder).
+"$fuzz/bin/muon-checkpoint-fuzzer" --write-seeds="$fuzz/seeds/checkpoint"
 # Specs as IR and compiled plans, from the tools of the regular build.
 for spec in "$src"/examples/*.json "$src"/examples/matrix/*.json; do
   name=$(basename "$spec" .json)
@@ -44,7 +47,7 @@ done
 export ASAN_OPTIONS=${ASAN_OPTIONS:-allow_user_poisoning=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 
-for target in spec ir plan plan-bin; do
+for target in spec ir plan plan-bin checkpoint; do
   bin="$fuzz/bin/muon-$target-fuzzer"
   artifacts="$fuzz/artifacts/$target"
   mkdir -p "$artifacts"

@@ -7,6 +7,8 @@
 // state dicts of 4 ranks load on 2 as the checkpoint files do.
 //
 //===----------------------------------------------------------------------===//
+#include "CheckpointTestSupport.h"
+#include "OneRankOptimizer.h"
 #include "muon/Compiler/Compile.h"
 #include "muon/Plan/ElementState.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
@@ -14,7 +16,6 @@
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/OutputFile.h"
-#include "OneRankOptimizer.h"
 
 #include <nlohmann/json.hpp>
 
@@ -36,42 +37,14 @@ using namespace muon;
 using namespace muon::compiler;
 using namespace muon::runtime;
 using muon::testing::addParam;
+using muon::testing::compileFor;
 using muon::testing::OneRank;
+using muon::testing::onEveryRank;
 using muon::testing::randomValues;
+using muon::testing::sameDicts;
+using muon::testing::scratchDir;
 
 namespace {
-
-/// The same model on a 1-D FSDP mesh of `world` ranks. `placements` maps a
-/// parameter to its placement on the one axis (none: replicated).
-Plan compileFor(const Model &model, int64_t world) {
-  DistributedConfig config = createDTensorConfig({{world}, {"fsdp"}});
-  Plan plan;
-  std::string error;
-  EXPECT_TRUE(compile(model, &config, plan, error)) << error;
-  EXPECT_EQ(plan.worldSize, world);
-  return plan;
-}
-
-/// Runs `fn(rank, comm)` on every rank of a `world`-rank LocalWorld, each
-/// in a thread of its own.
-template <typename Fn> void onEveryRank(int64_t world, Fn fn) {
-  LocalWorld local(world);
-  std::vector<std::thread> ranks;
-  for (int64_t r = 0; r < world; ++r)
-    ranks.emplace_back([&, r] {
-      LocalCommunicator comm(local, r);
-      fn(r, comm);
-    });
-  for (std::thread &t : ranks)
-    t.join();
-}
-
-std::string scratchDir(const char *name) {
-  std::string dir = ::testing::TempDir() + "muon-ckpt-" + name + "-" +
-                    std::to_string(::getpid());
-  removeTree(dir);
-  return dir;
-}
 
 /// Bytes of state a rank holds: what it would read to load its own state.
 int64_t stateBytes(const StateDict &dict) {
@@ -337,31 +310,6 @@ Model partialModel() {
   return model;
 }
 
-bool sameDicts(const std::vector<StateDict> &a,
-               const std::vector<StateDict> &b) {
-  if (a.size() != b.size())
-    return false;
-  for (size_t r = 0; r < a.size(); ++r) {
-    if (a[r].steps != b[r].steps || a[r].pieces.size() != b[r].pieces.size())
-      return false;
-    for (size_t k = 0; k < a[r].pieces.size(); ++k) {
-      const StatePiece &x = a[r].pieces[k], &y = b[r].pieces[k];
-      // Bit for bit: compare the floats' bytes (NaN-safe, -0 != 0).
-      if (x.param != y.param || !(x.box == y.box) || x.summand != y.summand ||
-          x.summands != y.summands || x.step != y.step ||
-          x.states.size() != y.states.size())
-        return false;
-      for (const auto &[name, data] : x.states) {
-        auto it = y.states.find(name);
-        if (it == y.states.end() || it->second.size() != data.size() ||
-            std::memcmp(it->second.data(), data.data(), data.size() * 4))
-          return false;
-      }
-    }
-  }
-  return true;
-}
-
 TEST(StateDict, FourRankDictsLoadOnTwoRanksAsTheFilesDo) {
   Model model = partialModel();
   Plan plan4 = compileFor(model, 4), plan2 = compileFor(model, 2);
@@ -581,13 +529,16 @@ TEST(CheckpointFormat, RefusesOldDamagedTruncatedAndMisplacedFiles) {
           << what << ", rank " << k << ": " << r.errors[k];
     return r.errors;
   };
-  // The previous format: a clear refusal.
-  {
+  // The previous formats (no manifest_hash line): a clear refusal.
+  for (const char *format : {"muon-checkpoint/1", "muon-checkpoint/2"}) {
     std::string old = manifest;
-    old.replace(old.find("muon-checkpoint/2"), 17, "muon-checkpoint/1");
+    old.resize(old.rfind("  \"manifest_hash\""));
+    old.resize(old.size() - 2); // the comma after the last field
+    old += "\n}\n";
+    old.replace(old.find("muon-checkpoint/3"), 17, format);
     std::ofstream(manifestPath) << old;
-    std::vector<std::string> errors = loadEverywhere("format 1");
-    EXPECT_NE(errors[0].find("is in the older format muon-checkpoint/1"),
+    std::vector<std::string> errors = loadEverywhere(format);
+    EXPECT_NE(errors[0].find(std::string("is in the older format ") + format),
               std::string::npos)
         << errors[0];
   }

@@ -39,6 +39,33 @@ TEST(Fnv, ChunksHashLikeEachChunkAlone) {
   }
 }
 
+TEST(Fnv, KeyedChunksStartFromTheirKeyAndNumber) {
+  const size_t chunk = 64;
+  std::vector<unsigned char> data(chunk * 19 + 7);
+  for (size_t i = 0; i < data.size(); ++i)
+    data[i] = static_cast<unsigned char>(i * 37 + 11);
+  const uint64_t key = fnv1a("a state's identity");
+  std::vector<uint64_t> got((data.size() + chunk - 1) / chunk);
+  for (uint64_t first : {uint64_t(0), uint64_t(5)}) {
+    fnv1aKeyedChunks(data.data(), data.size(), chunk, key, first, got.data());
+    for (size_t c = 0; c < got.size(); ++c) {
+      uint64_t number = first + c;
+      uint64_t start = fnv1a(&number, sizeof(number), key);
+      EXPECT_EQ(got[c], fnv1a(data.data() + c * chunk,
+                              std::min(chunk, data.size() - c * chunk), start))
+          << "chunk " << c << " numbered from " << first;
+    }
+  }
+  // The same bytes under another key, or at another number, differ.
+  std::vector<uint64_t> other(got.size()), moved(got.size());
+  fnv1aKeyedChunks(data.data(), data.size(), chunk, key ^ 1, 5, other.data());
+  fnv1aKeyedChunks(data.data(), data.size(), chunk, key, 6, moved.data());
+  for (size_t c = 0; c < got.size(); ++c) {
+    EXPECT_NE(got[c], other[c]) << "chunk " << c;
+    EXPECT_NE(got[c], moved[c]) << "chunk " << c;
+  }
+}
+
 } // namespace
 
 TEST(Fnv, AStringLiteralIsHashedAsText) {

@@ -350,7 +350,7 @@ TEST(GramNewtonSchulzBf16, Choice) {
 
 /// Where the f32 Gram form runs: 5 steps from 3:5 on (it does at most 0.8
 /// of the standard form's flops there), never on square matrices or a
-/// single step, and only when asked for (auto is the standard form in f32).
+/// single step; auto takes it where the coefficients keep its accuracy.
 TEST(GramNewtonSchulz, Choice) {
   CpuDeviceOptions on, off, automatic;
   on.nsForm = NsForm::Gram;
@@ -368,7 +368,9 @@ TEST(GramNewtonSchulz, Choice) {
   EXPECT_FALSE(uses(on, 768, 768, 5));
   EXPECT_FALSE(uses(on, 768, 3072, 1));
   EXPECT_FALSE(uses(off, 768, 3072, 5));
-  EXPECT_FALSE(uses(automatic, 768, 3072, 5));
+  // Auto: f32 too, with Jordan's steps (every a <= 4).
+  EXPECT_TRUE(uses(automatic, 768, 3072, 5));
+  EXPECT_FALSE(uses(automatic, 768, 768, 5));
 }
 
 /// The forms' names, as muon-run's --ns-form, muonc's ns_form and

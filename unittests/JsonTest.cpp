@@ -61,6 +61,17 @@ TEST(Json, RefusesControlCharacters) {
   EXPECT_NE(parseError("[\"\xff\"]").find("invalid JSON"), std::string::npos);
 }
 
+TEST(Json, ErrorsQuoteTheInputEscaped) {
+  // The parser's "last read" is the input's bytes: never echoed raw.
+  for (const char *bad : {"{\"a\": \"\xff", "[\"\xc3\x28\"]", "[1, \x1b]"}) {
+    std::string error = parseError(bad);
+    EXPECT_NE(error.find("last read: '"), std::string::npos) << error;
+    for (unsigned char c : error)
+      EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte " << int(c) << " in " << error;
+  }
+  EXPECT_NE(parseError("{\"a\": \"\xff").find("\\xff"), std::string::npos);
+}
+
 TEST(Json, LimitsNesting) {
   std::string deep(50000, '[');
   std::string error = parseError(deep);

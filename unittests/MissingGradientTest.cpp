@@ -8,6 +8,7 @@
 // only is refused on every rank, naming both sides.
 //
 //===----------------------------------------------------------------------===//
+#include "EveryRank.h"
 #include "muon/Compiler/Compile.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/LocalCommunicator.h"
@@ -23,6 +24,7 @@
 
 using namespace muon;
 using namespace muon::runtime;
+using muon::testing::onEveryRank;
 namespace mc = muon::compiler;
 
 namespace {
@@ -102,25 +104,6 @@ void train(const Plan &plan, Optimizer &opt, SyntheticModel &model,
     if (counters)
       counters->push_back(opt.counters());
   }
-}
-
-/// Runs `body(rank, optimizer, device)` on every rank of `plan` (threads).
-void onEveryRank(
-    const Plan &plan,
-    const std::function<void(int64_t, Optimizer &, Device &)> &body) {
-  LocalWorld world(plan.worldSize);
-  std::vector<std::thread> ranks;
-  for (int64_t r = 0; r < plan.worldSize; ++r)
-    ranks.emplace_back([&, r] {
-      LocalCommunicator comm(world, r);
-      cpu::CpuDevice device;
-      std::unique_ptr<Optimizer> opt;
-      Status s = Optimizer::create(plan, comm, device, {20.0}, opt);
-      ASSERT_TRUE(s.ok()) << s.message();
-      body(r, *opt, device);
-    });
-  for (std::thread &t : ranks)
-    t.join();
 }
 
 TEST(MissingGradient, LeftOutOnEveryRankEqualsOneRankLeavingItOut) {

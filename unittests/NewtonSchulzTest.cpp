@@ -274,8 +274,12 @@ TEST(CpuNsKernel, Choice) {
                            : "f32 products rounded to bf16"),
             std::string::npos)
       << bf16;
-  EXPECT_EQ(cpu::describeNewtonSchulz(DType::F32),
+  // f32 takes the Gram form by default too (ns_form auto, Jordan's steps).
+  EXPECT_EQ(cpu::describeNewtonSchulz(DType::F32, cpu::NsForm::Standard),
             std::string("f32 products (") + cpu::blasName() + ")");
+  EXPECT_EQ(cpu::describeNewtonSchulz(DType::F32),
+            std::string("f32 products (") + cpu::blasName() +
+                "); Gram form on wide and tall matrices");
   EXPECT_EQ(cpu::describeNewtonSchulz(DType::F32, cpu::NsForm::Gram),
             std::string("f32 products (") + cpu::blasName() +
                 "); Gram form on wide and tall matrices");

@@ -335,7 +335,7 @@ TEST(PlanBinary, FileLoadMatchesMemory) {
   EXPECT_CONTAINS(error, "rank 4 is not in the plan's world of 4 ranks");
   unlink(path);
   EXPECT_FALSE(loadPlanSlice(path, 0, slice, error));
-  EXPECT_CONTAINS(error, "cannot open");
+  EXPECT_CONTAINS(error, "cannot read the plan file");
 }
 
 TEST(PlanBinary, DamagedHeadersAreRefused) {

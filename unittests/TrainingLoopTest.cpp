@@ -5,6 +5,7 @@
 // optimizer's working memory held to what the plan allows.
 //
 //===----------------------------------------------------------------------===//
+#include "EveryRank.h"
 #include "muon/Compiler/Compile.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/LocalCommunicator.h"
@@ -20,6 +21,7 @@
 
 using namespace muon;
 using namespace muon::runtime;
+using muon::testing::onEveryRank;
 namespace mc = muon::compiler;
 
 namespace {
@@ -54,25 +56,6 @@ Plan compileOn(const mc::Model &model, std::vector<int64_t> mesh) {
   std::string error;
   EXPECT_TRUE(mc::compile(model, &config, plan, error)) << error;
   return plan;
-}
-
-/// Runs `body(rank, optimizer, device)` on every rank of `plan` (threads).
-void onEveryRank(
-    const Plan &plan,
-    const std::function<void(int64_t, Optimizer &, Device &)> &body) {
-  LocalWorld world(plan.worldSize);
-  std::vector<std::thread> ranks;
-  for (int64_t r = 0; r < plan.worldSize; ++r)
-    ranks.emplace_back([&, r] {
-      LocalCommunicator comm(world, r);
-      cpu::CpuDevice device;
-      std::unique_ptr<Optimizer> opt;
-      Status s = Optimizer::create(plan, comm, device, {20.0}, opt);
-      ASSERT_TRUE(s.ok()) << s.message();
-      body(r, *opt, device);
-    });
-  for (std::thread &t : ranks)
-    t.join();
 }
 
 TEST(TrainingLoop, GatherParameterAssemblesTheWholeTensor) {

@@ -8,8 +8,19 @@
 #   gpu-bundle/debs.tar.gz  OpenMPI and OpenBLAS as Debian packages
 #                         (apt-get download, dpkg -x), unpacked there
 #   gpu-bundle/plans      the plans to run, compiled here
+#   gpu-bundle/muonc.tar.xz  muonc (the Python package) for the machine's
+#                         Python 3.12, its extension built here against an
+#                         install of the full build (with the CUDA
+#                         backend) and LLVM linked in statically
+#                         (static-llvm.cmake), with oneDNN's library:
+#                         bench/gpu/torch_bridge.py imports it there
 # Then carry it: the device tool's `carry: ["gpu-bundle"]`, and run
-# `bash bench/gpu/run.sh` there (see docs/performance.md).
+# `bash bench/gpu/run.sh` there (see docs/performance.md). Everything that
+# travels must stay under 64 MiB: the bundle is about 45 MB.
+#
+# GPU_PYTHON: a Python 3.12 with its headers (default: python3.12 on PATH,
+# else pyenv's 3.12); without one, the bundle has no muonc and run.sh's
+# bridge step says so.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 full=${1:-build}          # a full build (the compiler) for the plans
@@ -63,4 +74,58 @@ PY
     --plan "$out/plans/demo-$ranks.plan.json"
 done
 cp "$src/bench/torch_muon_step.py" "$out/"
+
+# muonc for the GPU machine's Python (3.12 in its image, with torch).
+py312=
+for candidate in ${GPU_PYTHON:-} python3.12 \
+  "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3; do
+  if "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' \
+    2>/dev/null; then
+    py312=$candidate
+    break
+  fi
+done
+if [ -z "$py312" ]; then
+  echo "bundle.sh: no Python 3.12 here (GPU_PYTHON): no muonc in the bundle" >&2
+else
+  full=$(cd "$full" && pwd) # CMake takes the paths below from elsewhere
+  cmake --install "$full" --prefix "$full/install" >/dev/null
+  "$full/gpu-py/bin/python" -c \
+    'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null ||
+    "$py312" -m venv --clear "$full/gpu-py"
+  "$full/gpu-py/bin/pip" install -q --disable-pip-version-check \
+    nanobind==3.1.0
+  rm -rf "$full/gpu-py-build" # a cache may name another Python
+  cmake -G Ninja -S "$src/python" -B "$full/gpu-py-build" \
+    -DPython_EXECUTABLE="$full/gpu-py/bin/python" \
+    -DCMAKE_PREFIX_PATH="$full/install" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PROJECT_INCLUDE="$src/bench/gpu/static-llvm.cmake" >/dev/null
+  cmake --build "$full/gpu-py-build" --target _core >/dev/null
+  core=$(ls "$full"/gpu-py-build/_core.cpython-312-*.so)
+  # What the extension loads must be on the machine (cuBLAS, C and C++
+  # runtimes), in debs.tar.gz (MPI, OpenBLAS) or in the archive (oneDNN).
+  extra=$(readelf -d "$core" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' |
+    grep -v -E '^(libcublas\.so\.13|libmpi\.so\.40|libopenblas\.so\.0|libdnnl\.so\.2|libstdc\+\+\.so\.6|libm\.so\.6|libgcc_s\.so\.1|libc\.so\.6|ld-linux-x86-64\.so\.2)$' || true)
+  if [ -n "$extra" ]; then
+    echo "bundle.sh: muonc's extension needs libraries the GPU machine lacks: $extra" >&2
+    exit 1
+  fi
+  stage=$(mktemp -d)
+  cp -r "$src/python/src/muonc" "$stage/"
+  rm -f "$stage/muonc/_core.cpp"
+  find "$stage" -name __pycache__ -prune -exec rm -rf {} +
+  cp "$core" "$stage/muonc/"
+  mkdir -p "$stage/lib"
+  cp -L "$(ldconfig -p | sed -n 's/.*libdnnl\.so\.2 .*=> //p' | head -1)" \
+    "$stage/lib/libdnnl.so.2"
+  # xz through Python: the machine has no xz program, but Python's lzma.
+  python3 - "$stage" "$out/muonc.tar.xz" <<'PY'
+import os, sys, tarfile
+stage, target = sys.argv[1:3]
+with tarfile.open(target, "w:xz") as tar:
+    for name in sorted(os.listdir(stage)):
+        tar.add(os.path.join(stage, name), arcname=name)
+PY
+  rm -rf "$stage"
+fi
 du -sh "$out"

@@ -27,6 +27,19 @@ for lib in libcublas.so.13 libnccl.so.2; do
   dir=$(dirname "$(find /usr/local/cuda* /usr/lib /opt -name "$lib" 2>/dev/null | head -1)")
   [ "$dir" != . ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir"
 done
+# muonc for the machine's Python (torch_bridge.py): the package and the
+# libraries it needs beyond debs.tar.gz's, unpacked with Python's tarfile
+# (xz). muonc_path and muonc_ld: its PYTHONPATH and library path.
+muonc_path= muonc_ld=
+if [ -f "$bundle/muonc.tar.xz" ]; then
+  "$py" - "$bundle/muonc.tar.xz" "$root/muonc" <<'PY'
+import sys, tarfile
+with tarfile.open(sys.argv[1]) as tar:
+    tar.extractall(sys.argv[2], filter="fully_trusted")
+PY
+  muonc_path="$root/muonc"
+  muonc_ld="$root/muonc/lib:$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/openblas-pthread"
+fi
 export OMPI_MCA_mca_base_component_show_load_errors=0
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1
 # PMIx's help files do not follow OPAL_PREFIX; its one warning is noise.

@@ -25,6 +25,8 @@
 #include "muon/Runtime/Cpu/MpiLauncher.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Support/Fnv.h"
+#include "muon/Support/InputFile.h"
+#include "muon/Support/Limits.h"
 
 #include <nlohmann/json.hpp>
 
@@ -39,9 +41,11 @@
 #include <vector>
 
 using namespace muon::runtime;
-using trainer::Tensors;
 using muon::fnv1a;
 using muon::kFnvOffsetBasis;
+using muon::readInputFile;
+using trainer::Tensors;
+namespace limits = muon::limits;
 
 namespace {
 
@@ -367,12 +371,11 @@ int train(const Options &o, Communicator &comm, DataParallel &dp) {
                  message.c_str());
     return 1;
   };
-  std::ifstream in(o.data);
-  if (!in)
-    return fail("cannot read the training text '" + o.data + "'");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::vector<int> text = trainer::encode(buffer.str());
+  std::string data, error;
+  if (!readInputFile(o.data, limits::kMaxTextFileBytes, data, error,
+                     "the training text"))
+    return fail(error);
+  const std::vector<int> text = trainer::encode(data);
 
   // The optimizer, from the plan compiled ahead of time for this layout.
   cpu::CpuDevice device;
@@ -514,10 +517,13 @@ int main(int argc, char **argv) {
     return out ? 0 : 1;
   }
   if (o.checkGradients) {
-    std::ifstream in(o.data);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    return checkGradients(trainer::encode(buffer.str()), o.seed);
+    std::string data, error;
+    if (!readInputFile(o.data, limits::kMaxTextFileBytes, data, error,
+                       "the training text")) {
+      std::fprintf(stderr, "muon-train-example: %s\n", error.c_str());
+      return 1;
+    }
+    return checkGradients(trainer::encode(data), o.seed);
   }
   cpu::setBlasThreads(1);
   if (o.ranks == 1) {

@@ -276,7 +276,7 @@ bool compile(const Model &model, const DistributedConfig *config, Plan &plan,
     auto context = makeContext();
     FirstError first(*context, &model);
     auto module =
-        mlir::muon::importSpec(specOf(model, config, {}).dump(), context.get());
+        mlir::muon::importSpecDocument(specOf(model, config, {}), context.get());
     if (!module) {
       error = first.message;
       return false;
@@ -298,8 +298,8 @@ bool compile(const Model &model, const DistributedConfig *config, Plan &plan,
   }
   auto context = makeContext();
   FirstError first(*context, &model);
-  auto module = mlir::muon::importSpec(specOf(model, config, assignments).dump(),
-                                       context.get());
+  auto module = mlir::muon::importSpecDocument(
+      specOf(model, config, assignments), context.get());
   if (!module) {
     error = first.message;
     return false;

@@ -17,9 +17,11 @@
 //===----------------------------------------------------------------------===//
 #include "muon/Plan/PlanBinary.h"
 
-#include "muon/Support/Fnv.h"
 #include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/Validate.h"
+#include "muon/Support/Escape.h"
+#include "muon/Support/Fnv.h"
+#include "muon/Support/InputFile.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/OutputFile.h"
 
@@ -974,17 +976,8 @@ bool readHeader(std::string_view bytes, uint64_t actualSize, Header &h,
   }
   if (!isPlanBinary(bytes)) {
     // Escaped: the bytes are the file's, not text to echo.
-    std::string found;
-    for (unsigned char c : bytes.substr(0, kPlanBinaryMagic.size())) {
-      if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-        found += static_cast<char>(c);
-      } else {
-        static const char *hex = "0123456789abcdef";
-        found += "\\x";
-        found += hex[c >> 4];
-        found += hex[c & 15];
-      }
-    }
+    std::string found =
+        escapeBytes(bytes.substr(0, kPlanBinaryMagic.size()), "\"\\");
     error = "header: bytes 0-7 are \"" + found +
             "\", not the magic \"MUONPLAN\" (the file is damaged or not a "
             "binary plan)";
@@ -1450,48 +1443,31 @@ private:
   std::string_view bytes;
 };
 
+/// A plan file opened as InputFile opens inputs: a FIFO, a directory or a
+/// device is refused, not waited on or read forever.
 class FileSource : public Source {
 public:
-  ~FileSource() override {
-    if (fd >= 0)
-      ::close(fd);
-  }
   bool open(const std::string &path, std::string &error) {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || ::fstat(fd, &st) != 0) {
-      error = "cannot open '" + path + "': " + std::strerror(errno);
+    if (!file.open(path, error, "the plan file"))
       return false;
-    }
-    if (!S_ISREG(st.st_mode)) {
-      error = "cannot read '" + path + "': not a regular file";
-      return false;
-    }
-    size = static_cast<uint64_t>(st.st_size);
+    size = static_cast<uint64_t>(file.size());
     return true;
   }
   bool read(uint64_t offset, uint64_t n, std::string &out,
             std::string &error) override {
     out.resize(n);
-    uint64_t done = 0;
-    while (done < n) {
-      ssize_t got = ::pread(fd, out.data() + done, n - done,
-                            static_cast<off_t>(offset + done));
-      if (got < 0 && errno == EINTR)
-        continue;
-      if (got <= 0) {
-        error = got < 0 ? std::string("read failed: ") + std::strerror(errno)
-                        : std::string("the file ends early");
-        return false;
-      }
-      done += static_cast<uint64_t>(got);
+    std::string why;
+    if (!file.readAt(out.data(), static_cast<int64_t>(n),
+                     static_cast<int64_t>(offset), why)) {
+      error = "read failed: " + why;
+      return false;
     }
     bytesRead += static_cast<int64_t>(n);
     return true;
   }
 
 private:
-  int fd = -1;
+  InputFile file;
 };
 
 bool loadSlice(Source &src, int64_t rank, Plan &slice, std::string &error,

@@ -1,5 +1,6 @@
 //===- Json.cpp - Strict JSON reading with JSON-path errors ---------------===//
 #include "muon/Support/Json.h"
+#include "muon/Support/Escape.h"
 #include "muon/Support/Limits.h"
 
 #include <nlohmann/json.hpp>
@@ -157,10 +158,12 @@ public:
                    const nlohmann::json::exception &e) {
     // "[json.exception.parse_error.101] parse error at line 1, column 2:
     // ..." -> "parse error at line 1, column 2: ..."
+    // ... "last read: '<the bytes>'": the input's bytes, escaped.
     std::string what = e.what();
     size_t close = what.find("] ");
     if (close != std::string::npos)
       what = what.substr(close + 2);
+    what = escapeBytes(what);
     (void)position;
     return failAt(currentPath(true), "invalid JSON: " + what, std::nullopt);
   }

@@ -301,6 +301,29 @@ void unregisterCleanup(int handle) {
     cleanupUsed[handle].store(false);
 }
 
+bool makeDirectories(const std::string &dir, std::string &error) {
+  for (size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
+    std::string prefix = dir.substr(0, at);
+    if (::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) {
+      error =
+          "cannot create the directory '" + prefix + "': " + errnoText(errno);
+      return false;
+    }
+    if (at == std::string::npos)
+      return true;
+  }
+}
+
+bool syncDirectory(const std::string &dir, std::string &error) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  bool ok = fd >= 0 && ::fsync(fd) == 0;
+  if (!ok)
+    error = "cannot flush the directory '" + dir + "': " + errnoText(errno);
+  if (fd >= 0)
+    ::close(fd);
+  return ok;
+}
+
 void removeTree(const std::string &path) {
   if (DIR *dir = opendir(path.c_str())) {
     while (dirent *entry = readdir(dir)) {

@@ -439,6 +439,37 @@ def test_load_state_dict_keyword_and_torch_format():
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
 
+def test_load_state_dict_refuses_implausible_state():
+    """load_state_dict loads through the runtime's loadStateDict, which
+    checks what it would apply: a negative exp_avg_sq or a NaN momentum is
+    refused, naming the state, the parameter and the element, and the
+    optimizer keeps its state and step count."""
+    torch.manual_seed(11)
+    model = TinyTransformer()
+    opt = ours(model)
+    train(model, [opt], 2)
+    before = copy.deepcopy(opt.state_dict())
+    muon_at = next(i for i, e in before["state"].items()
+                   if "momentum_buffer" in e)
+    adamw_at = next(i for i, e in before["state"].items() if "exp_avg_sq" in e)
+    negative = copy.deepcopy(before)
+    negative["state"][adamw_at]["exp_avg_sq"].view(-1)[1] = -0.5
+    nan = copy.deepcopy(before)
+    nan["state"][muon_at]["momentum_buffer"].view(-1)[0] = float("nan")
+    for bad, match in (
+            (negative, r"the exp_avg_sq state of '[^']+' at \[[0-9, ]+\] is "
+                       r"-0.5, below zero"),
+            (nan, r"the momentum state of '[^']+' at \[[0-9, ]+\] is nan "
+                  r"\(it must be finite\)")):
+        with pytest.raises(MuonError, match=match):
+            opt.load_state_dict(bad)
+        assert opt.engine.steps_taken == 2
+        after = opt.state_dict()
+        for i, entry in before["state"].items():
+            for key, value in entry.items():
+                assert torch.equal(after["state"][i][key], value), (i, key)
+
+
 def test_state_keys_follow_the_runtime_slot_table():
     """Each parameter's torch state holds exactly its algorithm's
     per-element slots of the runtime's table (_core.element_slots(); Muon's

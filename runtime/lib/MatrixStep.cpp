@@ -12,7 +12,8 @@ const std::vector<MatrixStep> &matrixSteps() {
        [](Device &device, float *matrix, int64_t rows, int64_t cols,
           float *state, const MuonSettings &s) {
          device.normuon(matrix, rows, cols, state, s);
-       }},
+       },
+       /*nonNegativeState=*/true},
   };
   return steps;
 }

@@ -2,15 +2,19 @@
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/MatrixStep.h"
 
+#include "ApiBoundary.h"
+
 #include "muon/Plan/ElementState.h"
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Validate.h"
+#include "muon/Support/Escape.h"
+#include "muon/Support/InputFile.h"
+#include "muon/Support/Limits.h"
 
 #include <cmath>
-#include <fstream>
 #include <map>
-#include <sstream>
+#include <unistd.h>
 
 namespace muon::runtime {
 
@@ -23,32 +27,38 @@ Optimizer::~Optimizer() = default;
 Status Optimizer::load(const std::string &planPath, Communicator &comm,
                        Device &device, const OptimizerOptions &options,
                        std::unique_ptr<Optimizer> &out) {
-  std::ifstream in(planPath, std::ios::binary);
-  if (!in)
-    return Status(StatusCode::NotFound,
-                  "cannot read the plan file '" + planPath + "'");
-  // A binary plan: this rank reads and checks only its own part.
-  char magic[kPlanBinaryProbeSize] = {};
-  in.read(magic, sizeof(magic));
-  Plan plan;
-  std::string error;
-  if (looksLikePlanBinary(std::string_view(magic, in.gcount()))) {
-    if (!loadPlanSlice(planPath, comm.rank(), plan, error))
-      return invalidArgument(error);
+  return guardedCall("loading a plan", [&]() -> Status {
+    // A binary plan: this rank reads and checks only its own part.
+    Plan plan;
+    std::string error, text;
+    if (looksLikePlanBinary(readInputPrefix(planPath, kPlanBinaryProbeSize))) {
+      if (!loadPlanSlice(planPath, comm.rank(), plan, error))
+        return invalidArgument(escapeBytes(error));
+      return create(std::move(plan), comm, device, options, out);
+    }
+    if (!readInputFile(planPath, limits::kMaxTextFileBytes, text, error,
+                       "the plan file"))
+      return Status(::access(planPath.c_str(), F_OK) != 0
+                        ? StatusCode::NotFound
+                        : StatusCode::InvalidArgument,
+                    error);
+    if (!parsePlan(text, plan, error))
+      return invalidArgument(escapeBytes(planPath + ": " + error));
     return create(std::move(plan), comm, device, options, out);
-  }
-  in.clear();
-  in.seekg(0);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!parsePlan(text.str(), plan, error))
-    return invalidArgument(planPath + ": " + error);
-  return create(std::move(plan), comm, device, options, out);
+  });
 }
 
 Status Optimizer::create(Plan plan, Communicator &comm, Device &device,
                          const OptimizerOptions &options,
                          std::unique_ptr<Optimizer> &out) {
+  return guardedCall("creating the optimizer", [&] {
+    return createImpl(std::move(plan), comm, device, options, out);
+  });
+}
+
+Status Optimizer::createImpl(Plan plan, Communicator &comm, Device &device,
+                             const OptimizerOptions &options,
+                             std::unique_ptr<Optimizer> &out) {
   // A plan built in memory gets the checks a plan file gets.
   if (json::Error bad = validatePlan(plan); !bad.empty())
     return invalidArgument("the plan is not sound: " + bad.str());
@@ -61,6 +71,7 @@ Status Optimizer::create(Plan plan, Communicator &comm, Device &device,
   ExecutorOptions executorOptions;
   executorOptions.timeoutSeconds = options.timeoutSeconds;
   executorOptions.trace = options.trace;
+  executorOptions.graphs = options.graphs;
   opt->executor = std::make_unique<StepExecutor>(opt->thePlan, comm, device,
                                                  executorOptions);
   MUON_RETURN_IF_ERROR(opt->executor->initialize());
@@ -368,20 +379,25 @@ Status Optimizer::step(StepResult &result) {
 
 Status Optimizer::saveCheckpoint(const std::string &dir, bool withParameters) {
   // The checks and the save are collective: every rank fails alike.
-  std::string error;
-  if (!saveCheckpointFiles(dir, withParameters, error))
-    return Status(dir.empty() ? StatusCode::InvalidArgument
-                              : StatusCode::Unavailable,
-                  error);
-  return okStatus();
+  return guardedCall("saving a checkpoint", [&] {
+    std::string error;
+    if (!saveCheckpointFiles(dir, withParameters, error))
+      return Status(dir.empty() ? StatusCode::InvalidArgument
+                                : StatusCode::Unavailable,
+                    escapeBytes(error));
+    return okStatus();
+  });
 }
 
 Status Optimizer::loadCheckpoint(const std::string &dir, bool withParameters) {
-  // A checkpoint that does not fit is input like any other.
-  std::string error;
-  if (!loadCheckpointFiles(dir, withParameters, error))
-    return invalidArgument(error);
-  return okStatus();
+  // A checkpoint that does not fit is input like any other. Its messages
+  // quote what the files hold: escaped.
+  return guardedCall("loading a checkpoint", [&] {
+    std::string error;
+    if (!loadCheckpointFiles(dir, withParameters, error))
+      return invalidArgument(escapeBytes(error));
+    return okStatus();
+  });
 }
 
 DType Optimizer::nsDtype() const { return executor->nsPrecision(); }

@@ -2,16 +2,19 @@
 //
 // Optimizer::stateDict copies this rank's state to the host, one piece per
 // parameter it holds; Optimizer::loadStateDict cuts pieces of any layout to
-// this rank's (StateCut.h) and writes them back. Checkpoints are built on
-// both (Checkpoint.cpp).
+// this rank's (StateCut.h), checks what it would apply (StateChecks.h) and
+// writes it back. Checkpoints are built on both (Checkpoint.cpp).
 //
 //===----------------------------------------------------------------------===//
 #include "muon/Runtime/Optimizer.h"
 
+#include "ApiBoundary.h"
+#include "StateChecks.h"
 #include "StateCut.h"
 
 #include "muon/Plan/Validate.h"
 #include "muon/Runtime/MatrixStep.h"
+#include "muon/Support/Escape.h"
 
 #include <algorithm>
 #include <map>
@@ -23,17 +26,21 @@ namespace muon::runtime {
 using namespace statecut;
 
 Status Optimizer::stateDict(bool withParameters, StateDict &dict) const {
-  std::string error;
-  if (!stateDictImpl(withParameters, dict, error))
-    return failedPrecondition(error);
-  return okStatus();
+  return guardedCall("taking a state dict", [&] {
+    std::string error;
+    if (!stateDictImpl(withParameters, dict, error))
+      return failedPrecondition(error);
+    return okStatus();
+  });
 }
 
 Status Optimizer::loadStateDict(const StateDict &dict, bool withParameters) {
-  std::string error;
-  if (!loadStateDictImpl(dict, withParameters, error))
-    return invalidArgument(error);
-  return okStatus();
+  return guardedCall("loading a state dict", [&] {
+    std::string error;
+    if (!loadStateDictImpl(dict, withParameters, error))
+      return invalidArgument(escapeBytes(error));
+    return okStatus();
+  });
 }
 
 std::string
@@ -236,11 +243,13 @@ bool Optimizer::loadStateDictImpl(const StateDict &dict, bool withParameters,
   std::vector<int64_t> splits;
   StateDict local;
   std::string why;
-  if (!checkSplits(plan, sources, "the state dict", splits, why) ||
-      !cut(plan, comm.rank(), slots, sources, splits, withParameters,
-           "the state dict", &local, nullptr, why) ||
-      !cutRowStates(dict.rowStates, dict.groups, "the state dict",
-                    local.rowStates, why))
+  const std::string what = "the state dict";
+  if (!checkSplits(plan, sources, what, splits, why) ||
+      !checkStepCounts(plan, sources, dict.steps, what, why) ||
+      !cut(plan, comm.rank(), slots, sources, splits, withParameters, what,
+           &local, nullptr, why) ||
+      !cutRowStates(dict.rowStates, dict.groups, what, local.rowStates, why) ||
+      !checkStateValues(local, what, why))
     return fail(why);
   local.steps = dict.steps;
   local.groups = dict.groups;

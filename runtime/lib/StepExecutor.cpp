@@ -460,8 +460,9 @@ Status StepExecutor::startExchange(int64_t index) {
   // The packing copies are queued on the device, not necessarily done: a
   // transport that reads the buffers from outside the device's queue waits
   // for it (Communicator::start).
+  // A step checked against its graph moves nothing: the replay will.
   std::string error;
-  if (!comm.start(call, flight.pending, error))
+  if (pass != Pass::Checking && !comm.start(call, flight.pending, error))
     return transportFailure("starting " + describeExchange(index) + ": ",
                             error);
   return okStatus();
@@ -470,7 +471,8 @@ Status StepExecutor::startExchange(int64_t index) {
 Status StepExecutor::finishExchange(int64_t index) {
   InFlight &flight = inFlight.at(index);
   std::string error;
-  if (!comm.wait(flight.pending, options.timeoutSeconds, error))
+  if (pass != Pass::Checking &&
+      !comm.wait(flight.pending, options.timeoutSeconds, error))
     return transportFailure("waiting for " + describeExchange(index) + ": ",
                             error);
   const Exchange &ex = planRef.exchanges[index];
@@ -573,7 +575,8 @@ Status StepExecutor::runNewtonSchulz(int64_t round) {
           full[batch->matrices[first]], std::min(limit, count - first),
           batch->rows, batch->cols, config.coefficients, config.eps, nsDtype);
       // Keep the exchanges in flight moving between calls.
-      comm.progress();
+      if (pass == Pass::Eager)
+        comm.progress();
     }
     // The per-matrix steps after Newton-Schulz (MatrixStep.h: NorMuon),
     // on the whole matrix, before any piece of it leaves.
@@ -585,7 +588,8 @@ Status StepExecutor::runNewtonSchulz(int64_t round) {
           steps[s].run(device, full[k], m.rows, m.cols, state,
                        currentGroups[planRef.params[m.paramIndex].group]
                            .muonSettings);
-          comm.progress();
+          if (pass == Pass::Eager)
+            comm.progress();
         }
     for (int64_t k : batch->matrices) {
       const PlanMatrix &m = planRef.matrices[k];
@@ -796,14 +800,20 @@ Status StepExecutor::step(StepResult &result) {
     MUON_RETURN_IF_ERROR(agreeOnQkLogits(qkMaxima));
   // A failed step leaves its exchanges in flight as they are: a transport
   // may still write into their buffers.
-  Status status = runSchedule();
-  full.clear();
-  batchBuffers.clear();
+  Status status = runStepWork();
   if (!status.ok())
     return status;
   // After the update (K2's order), before the device errors are agreed on.
   if (!planRef.qkClip.empty())
     result.qkClippedHeads = applyQkClip(qkMaxima);
+  if (lastCounters.graph == GraphUse::Recorded ||
+      lastCounters.graph == GraphUse::Replayed) {
+    // The graph's exchanges have no wait of their own: the transport's
+    // deadline and error checks cover the whole replay.
+    std::string error;
+    if (!comm.waitForReplay(options.timeoutSeconds, error))
+      return transportFailure("waiting for the step graph: ", error);
+  }
   device.synchronize();
   lastCounters.peakWorkingBytes = peakBytes;
   MUON_RETURN_IF_ERROR(agreeOnDeviceErrors());
@@ -908,6 +918,128 @@ Status StepExecutor::agreeOnDeviceErrors() {
                     " failed during the step, whose updates may be partly "
                     "applied: " +
                     text);
+}
+
+Status StepExecutor::runScheduleOnce() {
+  Status status = runSchedule();
+  full.clear();
+  batchBuffers.clear();
+  return status;
+}
+
+std::string StepExecutor::graphObstacle() const {
+  if (!graphsGivenUp.empty())
+    return graphsGivenUp;
+  if (options.trace)
+    return "tracing times each call on the host";
+  if (!comm.recordable())
+    return "the transport's exchanges reach the host (NCCL's and a single "
+           "rank's can be recorded)";
+  return "";
+}
+
+StepExecutor::HostSnapshot StepExecutor::snapshot() const {
+  HostSnapshot s;
+  for (const LocalParam &local : locals)
+    s.steps.push_back(local.steps);
+  s.counters = lastCounters;
+  s.peakBytes = peakBytes;
+  return s;
+}
+
+void StepExecutor::restore(const HostSnapshot &s) {
+  for (size_t i = 0; i < locals.size(); ++i) {
+    locals[i].steps = s.steps[i];
+    locals[i].summed = false;
+  }
+  lastCounters = s.counters;
+  peakBytes = s.peakBytes;
+}
+
+namespace {
+/// Recordings that may fail in a row (each costs a pass over the schedule
+/// on the host) before a run gives graphs up.
+constexpr int kMaxFailedRecordings = 3;
+} // namespace
+
+Status StepExecutor::runStepWork() {
+  if (!options.graphs)
+    return runScheduleOnce();
+  lastCounters.graph = GraphUse::Eager;
+  if (std::string obstacle = graphObstacle(); !obstacle.empty()) {
+    lastCounters.graphNote = obstacle;
+    return runScheduleOnce();
+  }
+  if (graphReady) {
+    bool replayed = false;
+    MUON_RETURN_IF_ERROR(checkAndReplay(replayed));
+    if (replayed)
+      return okStatus();
+  } else if (!warmedUp) {
+    // Workspaces, tile plans and the transport's connections are made by a
+    // step that runs: a recording may make none of them.
+    warmedUp = true;
+    lastCounters.graphNote = "warm-up before the recording";
+    return runScheduleOnce();
+  }
+  return recordAndReplay();
+}
+
+Status StepExecutor::checkAndReplay(bool &replayed) {
+  // The step's calls against the recording's, none run; then the replay
+  // with this step's scalars.
+  const HostSnapshot before = snapshot();
+  device.beginReplayCheck();
+  pass = Pass::Checking;
+  Status status = runScheduleOnce();
+  pass = Pass::Eager;
+  std::string why;
+  const bool same = device.endReplayCheck(why);
+  if (status.ok() && same) {
+    device.replay();
+    lastCounters.graph = GraphUse::Replayed;
+    replayed = true;
+    return okStatus();
+  }
+  device.dropRecording();
+  graphReady = false;
+  if (!status.ok())
+    return status;
+  restore(before);
+  lastCounters.graphNote = "recorded again: " + why;
+  return okStatus();
+}
+
+Status StepExecutor::recordAndReplay() {
+  std::string why;
+  if (!device.beginRecording(why)) {
+    graphsGivenUp = why;
+    lastCounters.graphNote = why;
+    return runScheduleOnce();
+  }
+  const HostSnapshot before = snapshot();
+  pass = Pass::Recording;
+  Status status = runScheduleOnce();
+  pass = Pass::Eager;
+  const bool recorded = device.endRecording(why);
+  if (status.ok() && recorded) {
+    device.replay();
+    graphReady = true;
+    failedRecordings = 0;
+    lastCounters.graph = GraphUse::Recorded;
+    return okStatus();
+  }
+  device.dropRecording();
+  if (!status.ok())
+    return status;
+  // Nothing of the recording ran: the step runs as without graphs.
+  restore(before);
+  lastCounters.graphNote = "not recorded: " + why;
+  if (++failedRecordings >= kMaxFailedRecordings)
+    graphsGivenUp = "graphs given up after " +
+                    std::to_string(kMaxFailedRecordings) +
+                    " failed recordings, the last: " + why;
+  return runScheduleOnce();
 }
 
 Status StepExecutor::runSchedule() {

@@ -3,6 +3,8 @@
 tests make hostile binary plans. OPs, applied in order:
   truncate:N        keep the first N bytes (negative: drop -N from the end)
   set:OFFSET:HEX    overwrite bytes at OFFSET (negative: from the end)
+  flip:OFFSET:BIT   flip bit BIT (0-7) of the byte at OFFSET (negative: from
+                    the end)
   section:R:HEX     overwrite the first bytes of rank R's section (from the
                     index: its offset is at byte 64 + 24 R of the index,
                     whose own offset is the u64 at byte 64)
@@ -52,6 +54,9 @@ for op in ops:
         at = int(args[0]) % len(data)
         patch = bytes.fromhex(args[1])
         data[at:at + len(patch)] = patch
+    elif kind == "flip":
+        at = int(args[0]) % len(data)
+        data[at] ^= 1 << int(args[1])
     elif kind == "section":
         index = struct.unpack_from("<Q", data, 64)[0]
         at = struct.unpack_from("<Q", data, index + 24 * int(args[0]))[0]

@@ -108,6 +108,11 @@ public:
   std::string describe() const override {
     return runtime::cuda::describeDevice(*gpu);
   }
+  std::string
+  nsProducts(runtime::DType dtype,
+             const std::vector<std::array<double, 3>> &abc) const override {
+    return runtime::cuda::describeNewtonSchulz(*gpu, dtype, abc);
+  }
   double gemmSeconds(int64_t m, int64_t n, int64_t k, runtime::DType dtype,
                      int repeats) override {
     std::string error;

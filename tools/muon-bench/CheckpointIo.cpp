@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <dirent.h>
 #include <fcntl.h>
@@ -151,10 +152,15 @@ int runCheckpointIo(int argc, char **argv) {
     uint64_t x = 0x9e3779b97f4a7c15ull;
     for (runtime::StatePiece &piece : dict.pieces)
       for (auto &[name, data] : piece.states) {
+        // In [-1, 1), and [0, 1) for a second moment (a load refuses a
+        // negative one).
+        const bool nonNegative = name == "exp_avg_sq";
         for (float &v : data) {
           x ^= x << 13, x ^= x >> 7, x ^= x << 17;
           v = static_cast<float>(static_cast<int64_t>(x >> 40) - (1 << 23)) /
               (1 << 23);
+          if (nonNegative)
+            v = std::fabs(v);
         }
         stateBytes += data.size() * 4;
       }

@@ -18,6 +18,8 @@
 #include "DistributedStep.h"
 
 #include "muon/Support/Format.h"
+#include "muon/Support/InputFile.h"
+#include "muon/Support/Limits.h"
 #include "muon/Support/Statistics.h"
 
 #include <nlohmann/json.hpp>
@@ -70,14 +72,10 @@ int runCommand(const std::vector<std::string> &argv) {
 }
 
 bool readJson(const std::string &path, json &value, std::string &error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    error = "cannot open '" + path + "'";
+  std::string text;
+  if (!readInputFile(path, limits::kMaxTextFileBytes, text, error))
     return false;
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  value = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  value = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) {
     error = "'" + path + "' is not JSON";
     return false;

@@ -40,7 +40,10 @@
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/CommandLine.h"
+#include "muon/Support/Escape.h"
 #include "muon/Support/Format.h"
+#include "muon/Support/InputFile.h"
+#include "muon/Support/Limits.h"
 #include "muon/Support/NsCoefficients.h"
 
 #include <algorithm>
@@ -260,6 +263,10 @@ int runStep(int argc, char **argv) {
   p.option("blas-threads", threads, "n", "CPU BLAS threads (default 1)");
   p.option("clock", clock, "wall|cpu",
            "Time read (default wall; cpu: this process's CPU time)");
+  bool graphs = false;
+  p.flag("graphs", graphs,
+         "Step graphs (OptimizerOptions::graphs): the step recorded once "
+         "and replayed (the first two steps run eagerly and record)");
   p.flag("json", json, "A JSON object instead of text");
   if (std::optional<int> done = parseFlags(p, argc, argv))
     return *done;
@@ -308,16 +315,14 @@ int runStep(int argc, char **argv) {
   if (!wireDtype.empty())
     return fail("--wire-dtype is for --ranks (a plan's wire is compiled "
                 "in)");
-  std::ifstream in(planPath, std::ios::binary);
-  if (!in)
-    return fail("cannot open plan file '" + planPath + "'");
-  std::stringstream text;
-  text << in.rdbuf();
   Plan plan;
-  std::string error;
-  if (looksLikePlanBinary(text.str()) ? !parsePlanBinary(text.str(), plan, error)
-                               : !parsePlan(text.str(), plan, error))
-    return fail(planPath + ": " + error);
+  std::string text, error;
+  if (!readInputFile(planPath, limits::kMaxBinaryPlanFileBytes, text, error,
+                     "plan file"))
+    return fail(error);
+  if (looksLikePlanBinary(text) ? !parsePlanBinary(text, plan, error)
+                                : !parsePlan(text, plan, error))
+    return fail(planPath + ": " + escapeBytes(error));
   if (plan.worldSize != 1)
     return fail(format("%s is a plan for %lld ranks; muon-bench step runs "
                        "one-rank plans (give a spec and --ranks N for more)",
@@ -332,8 +337,10 @@ int runStep(int argc, char **argv) {
   runtime::Device &device = bench->device();
   runtime::SingleRankCommunicator self;
   std::unique_ptr<runtime::Optimizer> optimizer;
+  runtime::OptimizerOptions options;
+  options.graphs = graphs;
   if (runtime::Status s =
-          runtime::Optimizer::create(plan, self, device, {}, optimizer);
+          runtime::Optimizer::create(plan, self, device, options, optimizer);
       !s.ok())
     return fail(s.message());
   runtime::SyntheticModel model(*optimizer, device, 1,
@@ -343,6 +350,12 @@ int runStep(int argc, char **argv) {
   // (1.7e9 values for a Llama-3-8B layer stack).
   model.makeGradients(0, 1, {});
   std::vector<double> times;
+  int64_t replayed = 0;
+  std::string graphNote;
+  // With graphs, the warm-up and the recording are not timed.
+  const int64_t untimed = graphs ? 2 : 1;
+  if (steps <= untimed)
+    return fail("--graphs needs --steps of 3 or more");
   for (int64_t s = 0; s < steps; ++s) {
     device.synchronize();
     const double start = clockSeconds();
@@ -350,8 +363,12 @@ int runStep(int argc, char **argv) {
     if (runtime::Status status = optimizer->step(result); !status.ok())
       return fail("step " + std::to_string(s) + ": " + status.message());
     device.synchronize();
-    if (s > 0)
+    if (s >= untimed)
       times.push_back(seconds(start));
+    if (optimizer->counters().graph == runtime::GraphUse::Replayed)
+      ++replayed;
+    else if (!optimizer->counters().graphNote.empty())
+      graphNote = optimizer->counters().graphNote;
   }
   // The floor: the step's dense Newton-Schulz flops at the GEMM rate of
   // its largest matrix's shape.
@@ -383,11 +400,12 @@ int runStep(int argc, char **argv) {
                 "\"step_seconds_min\": %.6e, \"ns_flops\": %.6e, "
                 "\"gemm_flops_per_second\": %.6e, \"floor_seconds\": %.6e, "
                 "\"floor_f32_seconds\": %.6e, \"floor_bf16_seconds\": "
-                "%.6e}\n",
+                "%.6e, \"graphs\": %s, \"graph_replays\": %lld}\n",
                 planPath.c_str(), backend.c_str(),
                 runtime::dtypeName(nsType), plan.matrices.size(), step,
                 *std::min_element(times.begin(), times.end()), flops, rate,
-                floor, floors[0], floors[1]);
+                floor, floors[0], floors[1], graphs ? "true" : "false",
+                static_cast<long long>(replayed));
   else
     std::printf("%s on %s, ns_dtype %s: %zu Muon matrices, %.3f TFLOP of "
                 "Newton-Schulz per step\n"
@@ -403,6 +421,11 @@ int runStep(int argc, char **argv) {
                 rate / 1e12, static_cast<long long>(bigM),
                 static_cast<long long>(bigN), floor > 0 ? step / floor : 0,
                 floors[0] * 1e3, floors[1] * 1e3);
+  if (graphs && !json)
+    std::printf("  step graphs: %lld of %lld steps replayed%s%s\n",
+                static_cast<long long>(replayed),
+                static_cast<long long>(steps),
+                graphNote.empty() ? "" : "; last note: ", graphNote.c_str());
   return 0;
 }
 
@@ -443,14 +466,16 @@ int runOrthogonalize(int argc, char **argv) {
   abc.resize(static_cast<size_t>(nsSteps), abc.back());
   const int64_t elements = rows * cols;
   std::vector<float> host(elements);
+  std::string error;
   {
-    std::ifstream in(input, std::ios::binary);
-    if (!in.read(reinterpret_cast<char *>(host.data()), elements * 4) ||
-        in.peek() != std::char_traits<char>::eof())
+    InputFile in;
+    if (!in.open(input, error, "input file"))
+      return fail(error);
+    if (in.size() != elements * 4 ||
+        !in.readAt(host.data(), elements * 4, 0, error))
       return fail(format("'%s' is not %lld f32 values", input.c_str(),
                          static_cast<long long>(elements)));
   }
-  std::string error;
   std::unique_ptr<BenchDevice> bench = openBenchDevice(backend, 1, error);
   if (!bench)
     return fail(error);

@@ -10,6 +10,8 @@
 #include "muon/Dialect/Muon/Transforms/Passes.h"
 #include "muon/Dialect/Muon/Transforms/Pipelines.h"
 
+#include "muon/Support/InputFile.h"
+#include "muon/Support/Limits.h"
 #include "muon/Support/OutputFile.h"
 
 #include "mlir/IR/DialectRegistry.h"
@@ -61,12 +63,18 @@ int main(int argc, char **argv) {
     return 2;
   }
   muon::installSignalCleanup();
-  std::unique_ptr<llvm::MemoryBuffer> input =
-      mlir::openInputFile(inputFilename, &error);
-  if (!input) {
+  // A regular file of bounded size (or standard input): a FIFO, a
+  // directory or /dev/zero is refused, not waited on or read forever.
+  std::string source;
+  if (!muon::readInputFile(inputFilename, muon::limits::kMaxTextFileBytes,
+                           source, error, "input file")) {
     llvm::errs() << "muon-opt: " << error << "\n";
     return 2;
   }
+  std::unique_ptr<llvm::MemoryBuffer> input =
+      llvm::MemoryBuffer::getMemBufferCopy(
+          source, inputFilename == "-" ? std::string("<stdin>")
+                                       : inputFilename.getValue());
   std::string text;
   llvm::raw_string_ostream os(text);
   mlir::MlirOptMainConfig config = mlir::MlirOptMainConfig::createFromCLOptions();

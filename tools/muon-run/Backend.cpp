@@ -2,6 +2,7 @@
 #include "Backend.h"
 
 #include "muon/Runtime/Backends.h"
+#include "muon/Runtime/Cpu/CpuDevice.h"
 #ifdef MUON_HAVE_CUDA
 #include "muon/Runtime/Cuda/CudaBackend.h"
 #endif
@@ -40,6 +41,15 @@ bool checkBackend(const Plan &plan, const RunFlags &flags,
           "(no CUDA toolkit was found when it was configured)";
   return false;
 #endif
+}
+
+runtime::NsForm rankNsForm(const RunFlags &flags) {
+#ifdef MUON_HAVE_CUDA
+  if (flags.backend == "cuda")
+    return runtime::cuda::DeviceOptions::nsFormFromEnvironment();
+#endif
+  (void)flags;
+  return runtime::cpu::CpuDeviceOptions::nsFormFromEnvironment();
 }
 
 #ifdef MUON_HAVE_CUDA

@@ -7,6 +7,7 @@
 #include "muon/Plan/Plan.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Device.h"
+#include "muon/Runtime/NsForm.h"
 
 #include <memory>
 #include <string>
@@ -19,6 +20,11 @@ bool haveCuda();
 /// Launcher side, before any rank starts: whether `flags.backend` can run
 /// here (the CUDA backend built in and a GPU visible). False with `error`.
 bool checkBackend(const Plan &plan, const RunFlags &flags, std::string &error);
+
+/// The form of Newton-Schulz the ranks' devices run (what --ns-form set
+/// in the environment for `flags.backend`): the single-device reference
+/// runs the same one.
+runtime::NsForm rankNsForm(const RunFlags &flags);
 
 /// A rank's device and the communicator its exchanges go through.
 struct RankBackend {

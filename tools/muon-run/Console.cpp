@@ -1,6 +1,8 @@
 //===- Console.cpp - Whole lines on stdout and stderr ---------------------===//
 #include "Console.h"
 
+#include "muon/Support/Escape.h"
+
 #include <cerrno>
 #include <unistd.h>
 
@@ -35,7 +37,9 @@ void printLines(const std::string &text) {
 }
 
 void printError(const std::string &text) {
-  writeWhole(STDERR_FILENO, "muon-run: " + text);
+  // Messages quote input (names, paths, bytes of a file): escaped.
+  writeWhole(STDERR_FILENO,
+             "muon-run: " + escapeBytes(text, {}, /*keepNewlines=*/true));
 }
 
 } // namespace muon::tool

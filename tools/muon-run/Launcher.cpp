@@ -4,6 +4,8 @@
 
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Runtime/Cpu/MpiLauncher.h"
+#include "muon/Support/InputFile.h"
+#include "muon/Support/Limits.h"
 #include "muon/Support/ModelLimits.h"
 #include "muon/Support/OutputFile.h"
 
@@ -28,14 +30,10 @@ static std::string formatDouble(double v) {
   return text;
 }
 
+/// A report or trace a rank staged (at most limits::kMaxTextFileBytes).
 static bool readFile(const std::string &path, std::string &text) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return false;
-  std::ostringstream os;
-  os << in.rdbuf();
-  text = os.str();
-  return static_cast<bool>(in) || in.eof();
+  std::string error;
+  return readInputFile(path, limits::kMaxTextFileBytes, text, error);
 }
 
 /// Bytes all ranks of a run on this machine hold at most, roughly: every
@@ -118,6 +116,8 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
       std::string("--nonfinite=") + (flags.nonFiniteFatal ? "fail" : "skip")};
   if (flags.verify)
     command.push_back("--verify");
+  if (flags.graphs)
+    command.push_back("--graphs");
   // Given or not matters (the default depends on the backend).
   if (flags.toleranceGiven)
     command.insert(command.end(),

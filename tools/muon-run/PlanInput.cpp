@@ -4,60 +4,19 @@
 
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Support/InputFile.h"
 #include "muon/Support/Limits.h"
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace muon::tool {
 
-/// The whole file at `path`; false with `error` naming it and the reason.
-static bool readInput(const std::string &path, std::string &text,
+/// The whole file at `path` (a regular file: a FIFO, a directory or a
+/// device is refused), at most `limit` bytes; false with `error` naming it
+/// and the reason.
+static bool readInput(const std::string &path, int64_t limit, std::string &text,
                       std::string &error) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  struct stat st;
-  if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    fd = -1;
-    errno = EISDIR;
-  }
-  if (fd < 0) {
-    error = "cannot open input file '" + path + "': " + std::strerror(errno);
-    return false;
-  }
-  char chunk[1 << 16];
-  while (true) {
-    ssize_t n = ::read(fd, chunk, sizeof(chunk));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      error = "cannot read input file '" + path + "': " + std::strerror(errno);
-      ::close(fd);
-      return false;
-    }
-    if (n == 0)
-      break;
-    text.append(chunk, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return true;
-}
-
-/// The first bytes of the file at `path` (fewer when it is shorter); empty
-/// when it cannot be read, which readInput then reports.
-static std::string readPrefix(const std::string &path, size_t size) {
-  std::string prefix(size, '\0');
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return {};
-  ssize_t n = ::pread(fd, prefix.data(), size, 0);
-  ::close(fd);
-  prefix.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  return prefix;
+  return readInputFile(path, limit, text, error, "input file");
 }
 
 int64_t rankFromEnvironment() {
@@ -75,7 +34,7 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
   std::string text, error;
   // A binary plan: a rank of a run reads only its part; anyone else reads
   // and checks the whole.
-  if (looksLikePlanBinary(readPrefix(path, kPlanBinaryProbeSize))) {
+  if (looksLikePlanBinary(readInputPrefix(path, kPlanBinaryProbeSize))) {
     isPlanFile = true;
     if (flags.wireDtypeGiven || flags.gatherBudgetGiven ||
         flags.maxRoundsGiven) {
@@ -91,7 +50,7 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
       }
       return true;
     }
-    if (!readInput(path, text, error)) {
+    if (!readInput(path, limits::kMaxBinaryPlanFileBytes, text, error)) {
       printError(error);
       return false;
     }
@@ -101,7 +60,7 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
     }
     return true;
   }
-  if (!readInput(path, text, error)) {
+  if (!readInput(path, limits::kMaxTextFileBytes, text, error)) {
     printError(error);
     return false;
   }

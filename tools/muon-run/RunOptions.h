@@ -47,6 +47,7 @@ struct RunFlags {
   int64_t microBatches = 1;
   uint64_t seed = 0;
   bool verify = false;
+  bool graphs = false; // OptimizerOptions::graphs
   double timeoutSeconds = 60;
   bool nonFiniteFatal = false;
   int64_t blasThreads = 1;

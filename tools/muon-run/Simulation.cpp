@@ -3,9 +3,8 @@
 
 #include "muon/Runtime/Cpu/MpiLauncher.h"
 #include "muon/Support/Format.h"
-
-#include <fstream>
-#include <sstream>
+#include "muon/Support/InputFile.h"
+#include "muon/Support/Limits.h"
 
 namespace muon::tool {
 
@@ -20,16 +19,14 @@ bool loadProfile(const std::string &name, std::string file,
                  sim::Profile &profile, std::string &fileUsed,
                  std::string &error) {
   fileUsed = file.empty() ? defaultProfilesFile() : file;
-  std::ifstream in(fileUsed, std::ios::binary);
-  if (!in) {
-    error = "cannot read the profiles file '" + fileUsed + "'" +
-            (file.empty() ? " (installed with muon-run; pass --profiles FILE)"
-                          : "");
+  std::string text;
+  if (!readInputFile(fileUsed, limits::kMaxTextFileBytes, text, error,
+                     "the profiles file")) {
+    if (file.empty())
+      error += " (installed with muon-run; pass --profiles FILE)";
     return false;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return sim::parseProfile(text.str(), fileUsed, name, profile, error);
+  return sim::parseProfile(text, fileUsed, name, profile, error);
 }
 
 void addSimulation(const Plan &plan, const sim::Profile &profile,

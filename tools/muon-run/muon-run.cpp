@@ -51,6 +51,7 @@ struct Flags {
   int64_t gatherBudget = 0, maxRounds = 8;
   int64_t ranks = 0, steps = 3;
   bool verifyRun = false;
+  bool graphs = false;
   int64_t microBatches = 1;
   uint64_t seed = 0;
   double timeoutSeconds = 60;
@@ -109,12 +110,13 @@ void declare(::muon::cli::Parser &p, Flags &f) {
            "setting, else the backend's: on cpu bf16 where the CPU has "
            "bf16 products (AVX512_BF16, AMX), else f32; bf16 on cuda)");
   p.option("ns-form", f.nsForm, "auto|standard|gram",
-           "Form of Newton-Schulz on cpu: auto (default: bf16 on wide and "
+           "Form of Newton-Schulz on cpu and cuda: auto (default: wide and "
            "tall matrices in the Gram form, the steps on the Gram matrix "
-           "X X^T, 0.7-0.9x the time from 2:3 to 1:4; f32 standard), "
-           "standard (every step as torch.optim.Muon runs it), or gram (f32 "
-           "too: 0.6-0.7x the time at 1:3-1:4, about 2x the rounding error); "
-           "sets MUON_CPU_NS_FORM for the ranks and the reference");
+           "X X^T, where it pays and the coefficients keep its accuracy, "
+           "every a <= 4: 0.7-0.9x the time from 2:3 to 1:4 in bf16 on the "
+           "CPU), standard (every step as torch.optim.Muon runs it), or gram "
+           "(whatever the coefficients); sets MUON_CPU_NS_FORM and "
+           "MUON_CUDA_NS_FORM for the ranks and the reference");
   p.flag("quiet", f.quiet, "No summary on the terminal");
   p.flag("print-schedule", f.printSchedule,
          "Print the step's sequence: exchanges, NS batches and the "
@@ -131,6 +133,11 @@ void declare(::muon::cli::Parser &p, Flags &f) {
   p.flag("verify", f.verifyRun,
          "Also run the single-device reference and compare every "
          "parameter");
+  p.flag("graphs", f.graphs,
+         "Step graphs (cuda): record the step's device work once, after a "
+         "warm-up step, into a CUDA graph and replay it, checked call by "
+         "call against the recording first; recorded again when the step "
+         "changes; eager where the transport reaches the host");
   p.option("micro-batches", f.microBatches, "n",
            "Gradients accumulated before each step (default 1)");
   p.option("seed", f.seed, "n",
@@ -352,8 +359,12 @@ int main(int argc, char **argv) {
                        : std::string("unknown ") + cpu::kNsFormVariable +
                              " '") +
                   form + "'; expected auto, standard or gram");
-    if (parser.given("ns-form"))
+    // Both backends' variables (cuda::kNsFormVariable is the GPU's): the
+    // form means the same on either.
+    if (parser.given("ns-form")) {
       setenv(cpu::kNsFormVariable, form.c_str(), 1);
+      setenv("MUON_CUDA_NS_FORM", form.c_str(), 1);
+    }
   }
   if (flags.planFormat != "json" && flags.planFormat != "binary")
     return fail("unknown --plan-format '" + flags.planFormat +
@@ -431,6 +442,7 @@ int main(int argc, char **argv) {
   run.microBatches = flags.microBatches;
   run.seed = flags.seed;
   run.verify = flags.verifyRun;
+  run.graphs = flags.graphs;
   run.timeoutSeconds = flags.timeoutSeconds;
   run.nonFiniteFatal = flags.nonFinite == "fail";
   run.blasThreads = flags.blasThreads;

@@ -5,10 +5,13 @@
 // a failure never leaves a partial file.
 //
 //===----------------------------------------------------------------------===//
-#include "muon/InitAll.h"
 #include "muon/Dialect/Muon/Analysis/ExchangePlan.h"
+#include "muon/InitAll.h"
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Support/Escape.h"
+#include "muon/Support/InputFile.h"
+#include "muon/Support/Limits.h"
 #include "muon/Support/OutputFile.h"
 #include "muon/Target/Spec/SpecImport.h"
 
@@ -94,12 +97,20 @@ int main(int argc, char **argv) {
     return 2;
   }
   muon::installSignalCleanup();
-  std::unique_ptr<llvm::MemoryBuffer> input =
-      mlir::openInputFile(inputFilename, &error);
-  if (!input) {
+  // A regular file of bounded size (or standard input): a FIFO, a
+  // directory or /dev/zero is refused, not waited on or read forever.
+  std::string source;
+  if (!::muon::readInputFile(inputFilename,
+                             convertPlanFlag
+                                 ? ::muon::limits::kMaxBinaryPlanFileBytes
+                                 : ::muon::limits::kMaxTextFileBytes,
+                             source, error, "input file")) {
     llvm::errs() << "muon-translate: " << error << "\n";
     return 2;
   }
+  std::unique_ptr<llvm::MemoryBuffer> input = llvm::MemoryBuffer::getMemBuffer(
+      source,
+      inputFilename == "-" ? std::string("<stdin>") : inputFilename.getValue());
   mlir::DialectRegistry registry;
   mlir::muon::registerAllDialects(registry);
   mlir::MLIRContext context(registry);
@@ -112,8 +123,8 @@ int main(int argc, char **argv) {
     bool ok = binary ? ::muon::parsePlanBinary(bytes, plan, error)
                      : ::muon::parsePlan(std::string(bytes), plan, error);
     if (!ok) {
-      llvm::errs() << "muon-translate: " << inputFilename << ": " << error
-                   << "\n";
+      llvm::errs() << "muon-translate: " << inputFilename << ": "
+                   << ::muon::escapeBytes(error) << "\n";
       return 2;
     }
     if (!renderAs(plan, binary ? "json" : "binary", text))

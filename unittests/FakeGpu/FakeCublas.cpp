@@ -336,6 +336,12 @@ cublasStatus_t enqueue(State &s, cublasContext *handle, const char *call,
                            resolve,
                        int64_t Counters::*counter) {
   CUstream_st *stream = findStream(s, handle->stream);
+  if (stream->capture && !handle->workspace) {
+    misuse(s, std::string(call) + " captured on a handle without "
+                                  "cublasSetWorkspace (cuBLAS would allocate "
+                                  "its workspace inside the graph)");
+    invalidateCapture(s, stream);
+  }
   Op op;
   op.kind = OpKind::Call;
   op.call = [=, call = std::string(call)](State &s) {
@@ -359,7 +365,7 @@ cublasStatus_t enqueue(State &s, cublasContext *handle, const char *call,
       checkRedZones(s, p.b, call);
     }
   };
-  stream->ops.push_back(std::move(op));
+  enqueue(s, stream, std::move(op));
   advanceAll(s);
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -427,6 +433,24 @@ cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
     return h ? CUBLAS_STATUS_INVALID_VALUE : CUBLAS_STATUS_NOT_INITIALIZED;
   }
   h->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void *workspace,
+                                     size_t bytes) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  cublasContext *h = findHandle(s, handle);
+  if (!h) {
+    misuse(s, "cublasSetWorkspace of an unknown handle");
+    return CUBLAS_STATUS_NOT_INITIALIZED;
+  }
+  if (bytes && !insideAllocation(s, workspace, static_cast<int64_t>(bytes))) {
+    misuse(s, "cublasSetWorkspace with memory that is not a device "
+              "allocation of that size");
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  h->workspace = bytes ? workspace : nullptr;
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -221,6 +221,11 @@ cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
     misuse(s, "cudaStreamSynchronize of an unknown stream");
     return fail(cudaErrorInvalidResourceHandle);
   }
+  if (stream->capture) {
+    misuse(s, "cudaStreamSynchronize of a capturing stream");
+    invalidateCapture(s, stream);
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   auto deadline = std::chrono::steady_clock::now() + kHangSeconds;
   while (true) {
     advanceAll(s);
@@ -255,6 +260,17 @@ cudaError_t cudaEventRecord(cudaEvent_t handle, cudaStream_t streamHandle) {
   }
   Op op;
   op.kind = OpKind::Record;
+  if (CUgraph_st *graph = stream->capture) {
+    // A record in a capture is the graph's own: the event the host sees
+    // keeps its state, and a wait on it joins the capture.
+    graph->events.push_back(std::make_unique<CUevent_st>());
+    op.event = graph->events.back().get();
+    event->capturedIn = graph;
+    event->capturedAs = op.event;
+    enqueue(s, stream, op);
+    return cudaSuccess;
+  }
+  event->capturedIn = nullptr;
   op.event = event;
   op.generation = ++event->recorded;
   stream->ops.push_back(op);
@@ -274,6 +290,27 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t streamHandle, cudaEvent_t handle,
   }
   Op op;
   op.kind = OpKind::Wait;
+  if (CUgraph_st *graph = event->capturedIn; graph && graph->capturing) {
+    if (stream->capture && stream->capture != graph) {
+      misuse(s, "cudaStreamWaitEvent joining two captures");
+      invalidateCapture(s, stream);
+      return cudaErrorStreamCaptureIsolation;
+    }
+    if (!stream->capture) { // the fork: the stream joins the capture
+      stream->capture = graph;
+      stream->lane = graph->lanes.size();
+      graph->lanes.push_back({stream, {}});
+    }
+    op.event = event->capturedAs;
+    enqueue(s, stream, op);
+    return cudaSuccess;
+  }
+  if (stream->capture) {
+    misuse(s, "cudaStreamWaitEvent in a capture on an event recorded "
+              "outside it (a dependency across the capture's boundary)");
+    invalidateCapture(s, stream);
+    return cudaErrorStreamCaptureIsolation;
+  }
   op.event = event;
   op.generation = event->recorded; // the latest record at this call
   stream->ops.push_back(op);
@@ -288,6 +325,11 @@ cudaError_t cudaEventQuery(cudaEvent_t handle) {
   if (!event) {
     misuse(s, "cudaEventQuery of an unknown event");
     return fail(cudaErrorInvalidResourceHandle);
+  }
+  if (event->capturedIn && event->capturedIn->capturing) {
+    misuse(s, "cudaEventQuery of an event recorded in a capture in progress");
+    event->capturedIn->invalidated = true;
+    return fail(cudaErrorStreamCaptureUnsupported);
   }
   advanceAll(s);
   if (s.sticky != cudaSuccess)
@@ -312,7 +354,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
   op.dst = dst;
   op.src = src;
   op.bytes = count;
-  stream->ops.push_back(op);
+  enqueue(s, stream, op);
   advanceAll(s);
   return cudaSuccess;
 }
@@ -347,7 +389,7 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src,
       std::memmove(static_cast<char *>(dst) + row * dpitch,
                    static_cast<const char *>(src) + row * spitch, width);
   };
-  stream->ops.push_back(std::move(op));
+  enqueue(s, stream, std::move(op));
   advanceAll(s);
   return cudaSuccess;
 }
@@ -371,7 +413,7 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t count,
   op.dst = dst;
   op.value = value;
   op.bytes = count;
-  stream->ops.push_back(op);
+  enqueue(s, stream, op);
   advanceAll(s);
   return cudaSuccess;
 }
@@ -473,6 +515,12 @@ cudaError_t cudaMallocFromPoolAsync(void **memory, size_t bytes,
       misuse(s, "cudaMallocFromPoolAsync from an unknown pool");
     return fail(cudaErrorInvalidValue);
   }
+  if (CUstream_st *stream = findStream(s, streamHandle); stream->capture) {
+    misuse(s, "cudaMallocFromPoolAsync on a capturing stream (graph memory "
+              "nodes are not modelled by the fake)");
+    invalidateCapture(s, stream);
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   *memory = allocate(s, bytes, false, true, pool->ordinal);
   return *memory ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
@@ -493,7 +541,7 @@ cudaError_t cudaFreeAsync(void *memory, cudaStream_t streamHandle) {
   Op op;
   op.kind = OpKind::Free;
   op.dst = memory;
-  stream->ops.push_back(op);
+  enqueue(s, stream, op);
   advanceAll(s);
   return cudaSuccess;
 }

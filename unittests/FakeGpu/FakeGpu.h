@@ -44,6 +44,9 @@ namespace muon::fakegpu {
 
 struct Counters {
   int64_t liveStreams = 0, liveEvents = 0, liveComms = 0;
+  /// Graphs made by stream capture and their instantiations still live;
+  /// graph launches so far.
+  int64_t liveGraphs = 0, liveGraphExecs = 0, graphLaunches = 0;
   int64_t liveAllocations = 0, livePools = 0, liveBlasHandles = 0;
   /// Bytes of live device memory (against the memory limit).
   int64_t deviceBytes = 0;

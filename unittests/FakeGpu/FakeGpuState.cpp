@@ -258,6 +258,8 @@ void advanceAll(State &s) {
     moved = advance(s, s.legacyStream);
     for (auto &stream : s.streams)
       moved = advance(s, *stream) || moved;
+    for (auto &stream : s.laneStreams)
+      moved = advance(s, *stream) || moved;
     movedAny = movedAny || moved;
   }
   if (movedAny)
@@ -276,6 +278,12 @@ static Counters countersLocked(State &s) {
     c.liveStreams += stream->live;
     c.pendingOps += static_cast<int64_t>(stream->ops.size());
   }
+  for (auto &stream : s.laneStreams)
+    c.pendingOps += static_cast<int64_t>(stream->ops.size());
+  for (auto &graph : s.graphs)
+    c.liveGraphs += graph->live;
+  for (auto &exec : s.graphExecs)
+    c.liveGraphExecs += exec->live;
   for (auto &event : s.events)
     c.liveEvents += event->live;
   for (auto &comm : s.comms)
@@ -377,7 +385,7 @@ cudaError_t launchKernel(cudaStream_t handle, const char *name,
     for (const auto &span : spans)
       checkRedZones(s, span.first, name);
   };
-  stream->ops.push_back(std::move(op));
+  enqueue(s, stream, std::move(op));
   advanceAll(s);
   return cudaSuccess;
 }
@@ -395,7 +403,8 @@ static void exitCheck() {
     std::fprintf(stderr,
                  "fake GPU (pid %d): kernels%s; cuBLAS strided=%lld "
                  "batched=%lld grouped=%lld grouped-refused=%lld "
-                 "products=%lld; NCCL messages=%lld; misuses=%lld\n",
+                 "products=%lld; NCCL messages=%lld; graph launches=%lld; "
+                 "misuses=%lld\n",
                  static_cast<int>(getpid()), kernels.c_str(),
                  static_cast<long long>(c.stridedCalls),
                  static_cast<long long>(c.batchedCalls),
@@ -403,6 +412,7 @@ static void exitCheck() {
                  static_cast<long long>(c.groupedRefused),
                  static_cast<long long>(c.products),
                  static_cast<long long>(c.messages),
+                 static_cast<long long>(c.graphLaunches),
                  static_cast<long long>(c.misuses));
   }
   std::vector<std::string> problems;
@@ -413,7 +423,8 @@ static void exitCheck() {
       {"stream", c.liveStreams},     {"event", c.liveEvents},
       {"communicator", c.liveComms}, {"allocation", c.liveAllocations},
       {"memory pool", c.livePools},  {"cuBLAS handle", c.liveBlasHandles},
-      {"queued operation", c.pendingOps}};
+      {"queued operation", c.pendingOps}, {"graph", c.liveGraphs},
+      {"executable graph", c.liveGraphExecs}};
   for (const auto &[what, count] : live)
     if (count)
       problems.push_back(std::to_string(count) + " " + what +

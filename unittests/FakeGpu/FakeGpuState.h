@@ -36,11 +36,16 @@
 #include <vector>
 
 struct ncclComm;
+struct CUgraph_st;
 
 struct CUevent_st {
   int64_t recorded = 0;  // records issued
   int64_t completed = 0; // the latest record a stream has reached
   bool live = true;
+  /// Its latest record was captured into this graph (not issued): waiting
+  /// on it joins that capture, through the graph's own event `capturedAs`.
+  CUgraph_st *capturedIn = nullptr;
+  CUevent_st *capturedAs = nullptr;
 };
 
 /// A cuBLAS handle (cublas_api.h's opaque struct).
@@ -48,6 +53,9 @@ struct cublasContext {
   cudaStream_t stream = nullptr;
   int mathMode = 0; // cublasMath_t
   bool live = true;
+  /// cublasSetWorkspace's memory (null: cuBLAS's own, which a product
+  /// captured into a graph may not use).
+  void *workspace = nullptr;
 };
 
 struct CUmemPoolHandle_st {
@@ -82,6 +90,37 @@ struct Op {
 struct CUstream_st {
   std::deque<muon::fakegpu::Op> ops;
   bool held = false;
+  bool live = true;
+  /// While a capture holds the stream, what is queued on it goes into the
+  /// graph's lane `lane` instead (graph capture, FakeGraphs.cpp).
+  CUgraph_st *capture = nullptr;
+  size_t lane = 0;
+};
+
+/// A graph made by stream capture: per stream the capture reached (lane 0
+/// the stream that began it), the operations queued there in order; records
+/// and waits between lanes name events of the graph's own.
+struct CUgraph_st {
+  struct Lane {
+    CUstream_st *stream = nullptr;
+    std::vector<muon::fakegpu::Op> ops;
+  };
+  std::vector<Lane> lanes;
+  std::vector<std::unique_ptr<CUevent_st>> events;
+  bool capturing = true;
+  /// Something the capture cannot hold happened (a misuse says what): the
+  /// capture ends with cudaErrorStreamCaptureInvalidated.
+  bool invalidated = false;
+  bool live = true;
+};
+
+/// An instantiated graph: a copy of the graph's lanes with events of its
+/// own (fresh records on every launch); lanes past the first run on hidden
+/// streams of their own, the first on the stream it is launched on.
+struct CUgraphExec_st {
+  std::vector<CUgraph_st::Lane> lanes;
+  std::vector<std::unique_ptr<CUevent_st>> events;
+  std::vector<CUstream_st *> laneStreams; // [0] unused
   bool live = true;
 };
 
@@ -143,6 +182,10 @@ struct State {
   std::vector<std::unique_ptr<CUmemPoolHandle_st>> pools;
   std::vector<std::unique_ptr<cublasContext>> blasHandles;
   std::map<std::string, std::unique_ptr<World>> worlds; // by directory
+  std::vector<std::unique_ptr<CUgraph_st>> graphs;
+  std::vector<std::unique_ptr<CUgraphExec_st>> graphExecs;
+  /// The hidden streams of instantiated graphs' lanes.
+  std::vector<std::unique_ptr<CUstream_st>> laneStreams;
   CUstream_st legacyStream; // stream 0
   Config config;
 
@@ -173,6 +216,15 @@ State &state();
 /// Runs every stream's operations as far as they can go. Caller holds the
 /// mutex.
 void advanceAll(State &s);
+
+/// Queues `op` on `stream`, or while a capture holds the stream, adds it to
+/// the capture's graph (FakeGraphs.cpp). Caller holds the mutex.
+void enqueue(State &s, CUstream_st *stream, Op op);
+
+/// Ends the capture that holds `stream` as invalid, after a misuse that
+/// said why (real CUDA invalidates a capture on such a call). Caller holds
+/// the mutex.
+void invalidateCapture(State &s, CUstream_st *stream);
 
 /// Records a call real CUDA or NCCL would refuse. Caller holds the mutex.
 void misuse(State &s, const std::string &what);

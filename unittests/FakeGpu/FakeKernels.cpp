@@ -98,6 +98,9 @@ struct HostLaunch {
 
 } // namespace
 
+using Launcher = HostLaunch;
+#include "KernelLaunches.inc"
+
 bool kernelsLoadable(std::string &) { return true; }
 
 void launchFindNonFinite(cudaStream_t stream, const void *x, DType type,
@@ -111,21 +114,6 @@ void launchMomentum(cudaStream_t stream, const void *grad, DType gradType,
                     const MomentumScalars &scalars) {
   HostLaunch launch{stream};
   kernels::momentum(launch, grad, gradType, buf, update, n, scalars);
-}
-
-void launchApplyUpdate(cudaStream_t stream, void *values, DType type,
-                       const float *orth, int64_t n,
-                       const UpdateScalars &scalars) {
-  HostLaunch launch{stream};
-  kernels::applyUpdate(launch, values, type, orth, n, scalars);
-}
-
-void launchAdamW(cudaStream_t stream, void *values, DType type,
-                 const void *grad, DType gradType, float *expAvg,
-                 float *expAvgSq, int64_t n, const AdamWScalars &scalars) {
-  HostLaunch launch{stream};
-  kernels::adamw(launch, values, type, grad, gradType, expAvg, expAvgSq, n,
-                 scalars);
 }
 
 void launchCopyBox(cudaStream_t stream, const BoxCopy &copy) {

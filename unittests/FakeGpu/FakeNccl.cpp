@@ -335,7 +335,12 @@ ncclResult_t ncclCommDestroy(ncclComm_t handle) {
   if (groupDepth > 0)
     misuse(s, "ncclCommDestroy inside a group that was never ended");
   advanceAll(s);
+  std::vector<CUstream_st *> streams;
   for (auto &stream : s.streams)
+    streams.push_back(stream.get());
+  for (auto &stream : s.laneStreams)
+    streams.push_back(stream.get());
+  for (CUstream_st *stream : streams)
     for (const Op &op : stream->ops)
       if (op.comm == comm) {
         misuse(s, "ncclCommDestroy with operations in flight (NCCL would "
@@ -403,7 +408,7 @@ ncclResult_t ncclGroupEnd() {
     return static_cast<ncclResult_t>(injected);
   }
   for (GroupOp &queued : groupOps)
-    queued.stream->ops.push_back(queued.op);
+    enqueue(s, queued.stream, queued.op);
   groupOps.clear();
   advanceAll(s);
   return ncclSuccess;

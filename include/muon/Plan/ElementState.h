@@ -35,15 +35,20 @@ struct ElementSlot {
   /// Whether the piece's step count (AdamW's bias correction counts the
   /// steps each piece took) is taken from wherever this slot is loaded from.
   bool carriesStep;
+  /// A second moment (a running mean of squares): a loaded value below
+  /// zero is damage, refused like a NaN (every slot must be finite).
+  bool nonNegative;
 };
 
 /// Every per-element slot, of both algorithms, in the order state dicts
 /// list them.
 inline constexpr ElementSlot kElementSlots[] = {
-    {"momentum", /*muon=*/true, /*perSummand=*/true, /*carriesStep=*/false},
-    {"exp_avg", /*muon=*/false, /*perSummand=*/false, /*carriesStep=*/true},
+    {"momentum", /*muon=*/true, /*perSummand=*/true, /*carriesStep=*/false,
+     /*nonNegative=*/false},
+    {"exp_avg", /*muon=*/false, /*perSummand=*/false, /*carriesStep=*/true,
+     /*nonNegative=*/false},
     {"exp_avg_sq", /*muon=*/false, /*perSummand=*/false,
-     /*carriesStep=*/false},
+     /*carriesStep=*/false, /*nonNegative=*/true},
 };
 inline constexpr int kElementSlotCount =
     static_cast<int>(std::size(kElementSlots));

@@ -47,9 +47,11 @@ inline uint64_t fnv1a(const char (&text)[N], uint64_t hash = kFnvOffsetBasis) {
 /// (size + chunkBytes - 1) / chunkBytes values: each is fnv1a of its
 /// chunk. One FNV-1a chain waits for a multiply per byte; eight chunks
 /// hashed side by side keep the multiplier busy, about twice the rate of
-/// one chain (checkpoints hash their data in chunks).
-inline void fnv1aChunks(const void *data, size_t size, size_t chunkBytes,
-                        uint64_t *out) {
+/// one chain (checkpoints hash their data in chunks). fnv1aChunksFrom
+/// starts chunk c's hash from `startOf(c)`.
+template <typename StartOf>
+inline void fnv1aChunksFrom(const void *data, size_t size, size_t chunkBytes,
+                            uint64_t *out, StartOf startOf) {
   constexpr size_t kLanes = 8;
   const unsigned char *bytes = static_cast<const unsigned char *>(data);
   const size_t whole = size / chunkBytes;
@@ -58,7 +60,7 @@ inline void fnv1aChunks(const void *data, size_t size, size_t chunkBytes,
     const unsigned char *at = bytes + c * chunkBytes;
     uint64_t hash[kLanes];
     for (size_t l = 0; l < kLanes; ++l)
-      hash[l] = kFnvOffsetBasis;
+      hash[l] = startOf(c + l);
     for (size_t i = 0; i < chunkBytes; ++i)
       for (size_t l = 0; l < kLanes; ++l)
         hash[l] = (hash[l] ^ at[l * chunkBytes + i]) * kFnvPrime;
@@ -67,9 +69,29 @@ inline void fnv1aChunks(const void *data, size_t size, size_t chunkBytes,
   }
   for (; c * chunkBytes < size; ++c) {
     size_t left = size - c * chunkBytes;
-    out[c] =
-        fnv1a(bytes + c * chunkBytes, left < chunkBytes ? left : chunkBytes);
+    out[c] = fnv1a(bytes + c * chunkBytes,
+                   left < chunkBytes ? left : chunkBytes, startOf(c));
   }
+}
+
+inline void fnv1aChunks(const void *data, size_t size, size_t chunkBytes,
+                        uint64_t *out) {
+  fnv1aChunksFrom(data, size, chunkBytes, out,
+                  [](size_t) { return kFnvOffsetBasis; });
+}
+
+/// fnv1aChunks with each chunk's hash keyed: chunk c (counted from
+/// `firstChunk`) starts from the FNV-1a of its number (8 bytes,
+/// little-endian) continued from `key` instead of from the offset basis.
+/// The same bytes under another key, or at another chunk number, hash
+/// differently (checkpoints key their chunks with the identity of the
+/// state they hold).
+inline void fnv1aKeyedChunks(const void *data, size_t size, size_t chunkBytes,
+                             uint64_t key, uint64_t firstChunk, uint64_t *out) {
+  fnv1aChunksFrom(data, size, chunkBytes, out, [&](size_t c) {
+    uint64_t number = firstChunk + c;
+    return fnv1a(&number, sizeof(number), key);
+  });
 }
 
 } // namespace muon

@@ -55,6 +55,12 @@ constexpr int64_t kMaxRankExchanges = int64_t(1) << 24;
 constexpr int64_t kMaxJsonDepth = 64;
 /// Experts of a process-group model (num_experts, expert ids).
 constexpr int64_t kMaxExperts = int64_t(1) << 20;
+/// Bytes of a text file read whole: a spec, IR, a JSON plan, a checkpoint
+/// manifest, a profile file, a report (InputFile.h).
+constexpr int64_t kMaxTextFileBytes = int64_t(1) << 30;
+/// Bytes of a binary plan read whole (by the launching side or
+/// --convert-plan; a rank of a run reads only its part).
+constexpr int64_t kMaxBinaryPlanFileBytes = int64_t(1) << 34;
 
 /// "2^16 (65536)": how messages show a limit.
 std::string describe(int64_t limit);

@@ -90,6 +90,15 @@ void unregisterCleanup(int handle);
 /// Removes a directory tree (best effort).
 void removeTree(const std::string &path);
 
+/// Creates directory `dir` and its missing parents (several processes may
+/// race to: the first creates, the others find it). False with `error`
+/// naming the part that could not be created.
+bool makeDirectories(const std::string &dir, std::string &error);
+
+/// Flushes directory `dir`'s entries to disk, so that files renamed into
+/// it survive a crash (writeOutputs flushes the files themselves).
+bool syncDirectory(const std::string &dir, std::string &error);
+
 } // namespace muon
 
 #endif // MUON_SUPPORT_OUTPUTFILE_H

@@ -4,6 +4,7 @@
 #include "muon/Dialect/Muon/IR/MuonOps.h"
 #include "muon/Dialect/Muon/IR/ShardAdapter.h"
 #include "muon/Plan/Validate.h"
+#include "muon/Support/Escape.h"
 #include "muon/Support/Json.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/ModelLimits.h"
@@ -39,6 +40,7 @@ public:
   SpecImporter(MLIRContext *ctx) : ctx(ctx), builder(ctx) {}
 
   OwningOpRef<ModuleOp> run(StringRef text);
+  OwningOpRef<ModuleOp> run(const JsonValue &document);
 
 private:
   Location at(const std::string &path) {
@@ -1275,7 +1277,11 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
     (void)fail(error.path, error.message);
     return nullptr;
   }
-  const JsonValue *root = getObject(parsed, "");
+  return run(parsed);
+}
+
+OwningOpRef<ModuleOp> SpecImporter::run(const JsonValue &document) {
+  const JsonValue *root = getObject(document, "");
   if (!root)
     return nullptr;
   if (failed(checkKeys(*root, "",
@@ -1386,12 +1392,24 @@ OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
 
 } // namespace
 
-OwningOpRef<ModuleOp> mlir::muon::importSpec(StringRef json,
-                                             MLIRContext *context) {
+/// The context as the importer needs it.
+static void prepare(MLIRContext *context) {
   context->loadDialect<MuonDialect, shard::ShardDialect>();
   // The JSON path says where; a dump of the generic op would only be noise.
   context->printOpOnDiagnostic(false);
+}
+
+OwningOpRef<ModuleOp> mlir::muon::importSpec(StringRef json,
+                                             MLIRContext *context) {
+  prepare(context);
   return SpecImporter(context).run(json);
+}
+
+OwningOpRef<ModuleOp>
+mlir::muon::importSpecDocument(const ::muon::json::Value &document,
+                               MLIRContext *context) {
+  prepare(context);
+  return SpecImporter(context).run(document);
 }
 
 SpecDiagnosticHandler::SpecDiagnosticHandler(MLIRContext *context,
@@ -1410,10 +1428,14 @@ SpecDiagnosticHandler::SpecDiagnosticHandler(MLIRContext *context,
       severity = "note";
     else if (diag.getSeverity() == DiagnosticSeverity::Remark)
       severity = "remark";
-    os << source << ": " << name.getName().getValue() << ": " << severity
-       << ": " << diag.str() << "\n";
+    // Messages quote the spec (names, keys, the bytes a parse stopped at):
+    // escaped, as every message that quotes input is.
+    os << ::muon::escapeBytes(source) << ": "
+       << ::muon::escapeBytes(name.getName().getValue().str()) << ": "
+       << severity << ": " << ::muon::escapeBytes(diag.str()) << "\n";
     for (Diagnostic &note : diag.getNotes())
-      os << source << ": note: " << note.str() << "\n";
+      os << ::muon::escapeBytes(source)
+         << ": note: " << ::muon::escapeBytes(note.str()) << "\n";
     return success();
   });
 }

@@ -866,10 +866,10 @@ public:
     check(opt->gatherParameter(name, whole, root));
   }
 
-  /// The CPU device, with `nsForm` "auto", "standard" or "gram"
-  /// (Newton-Schulz's form, rt::cpu::NsForm) or "" for MUON_CPU_NS_FORM's
-  /// (auto unset); or a GPU, "cuda" or "cuda:N", where the CUDA backend is
-  /// built.
+  /// The CPU device, or a GPU ("cuda" or "cuda:N", where the CUDA backend
+  /// is built), with `nsForm` "auto", "standard" or "gram" (Newton-Schulz's
+  /// form, muon/Runtime/NsForm.h) or "" for MUON_CPU_NS_FORM's (auto
+  /// unset).
   void createDevice(const std::string &name, const std::string &nsForm) {
     const rt::cpu::NsForm form = nsFormOrDefault(nsForm);
     if (name == "cpu") {
@@ -886,14 +886,25 @@ public:
                         "': muonc was built without the CUDA backend "
                         "(Muon::Cuda); GPU tensors need a build where CMake "
                         "found nvcc and cuBLAS");
-    if (form == rt::cpu::NsForm::Gram)
-      throw StatusError(rt::StatusCode::InvalidArgument, "ns_form '" + nsForm +
-                        "' is the CPU's; on a GPU Newton-Schulz runs in its "
-                        "standard form");
+    // The registry checks the name and the GPUs; the device itself is made
+    // with the form asked for (the GPU's ns_form means the CPU's). cuBLAS
+    // is searched for first where pip put NVIDIA's wheels.
     addCudaLibraryDirectories();
     check(rt::createDevice(name, device));
     onGpu = true;
     ordinal = name == "cuda" ? 0 : std::atoi(name.c_str() + 5);
+#if MUONC_HAVE_CUDA
+    rt::cuda::DeviceOptions options;
+    options.nsForm = form;
+    if (options.nsForm != rt::cuda::DeviceOptions::nsFormFromEnvironment()) {
+      std::string error;
+      device.reset();
+      device = rt::cuda::createDevice(ordinal, options, error);
+      if (!device)
+        throw StatusError(rt::StatusCode::Unavailable,
+                          "device '" + name + "': " + error);
+    }
+#endif
   }
 
   /// Where pip put NVIDIA's CUDA wheels (torch's nvidia-cublas): searched
@@ -1239,7 +1250,7 @@ static void defineModule(nb::module_ &m) {
            "An optimizer over a plan (a Plan, its JSON text, or a plan "
            "file's path with plan_is_file); comm: None for one process, else a Python "
            "communicator (muonc.torch.TorchCommunicator); ns_form: "
-           "Newton-Schulz's form on the CPU, 'auto', 'standard' or 'gram' "
+           "Newton-Schulz's form, 'auto', 'standard' or 'gram' "
            "(default: MUON_CPU_NS_FORM, else auto); device: 'cpu', or 'cuda:N' "
            "where the CUDA backend is built (cuda_built()).")
       .def_prop_ro("rank", [](PyOptimizer &o) { return o.opt->currentRank(); })

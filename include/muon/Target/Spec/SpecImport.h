@@ -13,12 +13,17 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "muon/Support/Json.h"
 
 namespace mlir::muon {
 
 /// Imports and verifies a spec. Returns null after emitting diagnostics
 /// (located at JSON paths; a SpecDiagnosticHandler prints them).
 OwningOpRef<ModuleOp> importSpec(llvm::StringRef json, MLIRContext *context);
+/// The same from a document already in memory (the compiler API builds one
+/// from its C++ model): every check but the text's own.
+OwningOpRef<ModuleOp> importSpecDocument(const ::muon::json::Value &document,
+                                         MLIRContext *context);
 
 /// While alive, prints diagnostics located at a JSON path (a NameLoc) as
 /// `<file>: <json path>: error: message` on stderr; others pass through.

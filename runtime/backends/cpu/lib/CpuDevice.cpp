@@ -83,27 +83,6 @@ std::string describeNewtonSchulz(DType precision, NsForm form,
 #endif
 }
 
-bool parseNsForm(const std::string &name, NsForm &form) {
-  for (NsForm f : {NsForm::Auto, NsForm::Standard, NsForm::Gram})
-    if (name == nsFormName(f)) {
-      form = f;
-      return true;
-    }
-  return false;
-}
-
-const char *nsFormName(NsForm form) {
-  switch (form) {
-  case NsForm::Auto:
-    return "auto";
-  case NsForm::Standard:
-    return "standard";
-  case NsForm::Gram:
-    return "gram";
-  }
-  return "auto";
-}
-
 NsForm CpuDeviceOptions::nsFormFromEnvironment() {
   // An unknown value keeps the default; the tools refuse it first
   // (muon-run names the variable and its values).

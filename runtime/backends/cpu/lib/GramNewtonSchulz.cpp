@@ -1,6 +1,8 @@
 //===- GramNewtonSchulz.cpp - f32 Newton-Schulz on the Gram matrix --------===//
 #include "GramNewtonSchulz.h"
 
+#include "muon/Runtime/NsForm.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -53,28 +55,15 @@ int64_t GramNewtonSchulz::phaseEnd(int64_t start, int64_t steps) {
 }
 
 bool GramNewtonSchulz::pays(int64_t m, int64_t n, int64_t steps) {
-  if (steps < 2 || m <= 0)
-    return false;
-  // Flops in units of m^2 (so in m and n), the run's, not the contract's.
-  const double standard = static_cast<double>(steps) * (3.0 * n + m);
-  double gram = 0;
-  for (int64_t start = 0; start < steps; start = phaseEnd(start, steps)) {
-    const int64_t length = phaseEnd(start, steps) - start;
-    // R = X X^T (syrk) and X <- Q X (symm): 3 m^2 n. Each step: R^2 (syrk,
-    // m^3); Q <- H Q but on the first; R <- H (H R) but on the last.
-    gram += 3.0 * n +
-            m * static_cast<double>(length + (length - 1) * 3);
-  }
-  // The lower products do (1 + block / m) times their flops, at a lower
-  // rate than one large product: ask for a clear margin.
-  return gram <= 0.8 * standard;
+  // syrk and symm: a symmetric product does half a full one's flops (the
+  // lower products' 64-row blocks a little more, which the f32 margin of
+  // gramPays covers).
+  return gramPays(DType::F32, m, n, steps, 0.5);
 }
 
 bool GramNewtonSchulz::keepsAccuracy(
     const std::vector<std::array<double, 3>> &abc) {
-  return std::all_of(abc.begin(), abc.end(), [](const std::array<double, 3> &k) {
-    return std::abs(k[0]) <= kMaxA;
-  });
+  return gramKeepsAccuracy(abc);
 }
 
 void GramNewtonSchulz::run(float *x, int64_t rows, int64_t cols,

@@ -17,6 +17,8 @@
 #ifndef MUON_RUNTIME_CPU_GRAMNEWTONSCHULZ_H
 #define MUON_RUNTIME_CPU_GRAMNEWTONSCHULZ_H
 
+#include "muon/Runtime/NsForm.h"
+
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -33,16 +35,15 @@ public:
 
   /// Whether the Gram form does fewer flops than the standard one by a
   /// margin that survives its smaller products: `steps` steps on an
-  /// m x n matrix, m <= n.
+  /// m x n matrix, m <= n (gramPays in muon/Runtime/NsForm.h, with syrk's
+  /// half-cost symmetric products).
   static bool pays(int64_t m, int64_t n, int64_t steps);
 
   /// Whether a Gram form stays in its precision's accuracy class with these
   /// coefficients, so that ns_form auto may take it (in f32 here, in bf16
-  /// on oneDNN): every a at most kMaxA. A phase's product of H's cancels
-  /// by up to the product of its a's in X <- Q X, where a standard step
-  /// cancels by a alone. Jordan's (a = 3.44) pass, Polar Express's (a =
-  /// 8.2, 4.1, ...) do not (docs/performance.md).
-  static constexpr double kMaxA = 4.0;
+  /// on oneDNN and on a GPU): every a at most kMaxA (gramKeepsAccuracy,
+  /// muon/Runtime/NsForm.h; docs/performance.md).
+  static constexpr double kMaxA = kGramMaxA;
   static bool keepsAccuracy(const std::vector<std::array<double, 3>> &abc);
 
   /// The steps `abc` on x (rows x cols, row-major, already normalized), in

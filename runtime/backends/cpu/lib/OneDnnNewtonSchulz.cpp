@@ -48,6 +48,7 @@
 #include "OneDnnNewtonSchulz.h"
 
 #include "muon/Runtime/DType.h"
+#include "muon/Runtime/NsForm.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -285,25 +286,13 @@ static void transposeBf16(const uint16_t *in, uint16_t *out, int64_t rows,
 
 bool OneDnnNewtonSchulz::gramPays(int64_t m, int64_t n, int64_t steps,
                                   int64_t tile) {
-  if (steps < kGramPhaseSteps || m <= 0)
+  // A symmetric product over block columns of width T does (1 + T / m) / 2
+  // of a full one (muon/Runtime/NsForm.h has the model and its margin:
+  // square shapes model 1.01; 2:3 models 0.90 and measures 0.89).
+  if (m <= 0)
     return false;
-  // Flops in units of m^2, the run's: a symmetric product over block
-  // columns of width T does (1 + T / m) / 2 of a full one; X <- Q X and
-  // X <- a X + B X are full products.
   const double half = (1.0 + static_cast<double>(std::min(tile, m)) / m) / 2;
-  const double standardStep = half * (2.0 * n + 2.0 * m) + 2.0 * n;
-  const double phases = static_cast<double>(steps / kGramPhaseSteps);
-  const double odd = static_cast<double>(steps % kGramPhaseSteps);
-  // A phase of L steps: R = X X^T, L times R R, L - 1 times Q <- H Q and
-  // R <- H (H R) (two products), X <- Q X.
-  const double phase =
-      half * (2.0 * n + 2.0 * m *
-                            (kGramPhaseSteps + 3.0 * (kGramPhaseSteps - 1))) +
-      2.0 * n;
-  const double gramFlops = phases * phase + odd * standardStep;
-  // The m x m products run below a large product's rate: ask for a clear
-  // margin (square models 1.01; 2:3 models 0.90 and measures 0.89).
-  return gramFlops <= 0.92 * static_cast<double>(steps) * standardStep;
+  return runtime::gramPays(DType::BF16, m, n, steps, half);
 }
 
 bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,

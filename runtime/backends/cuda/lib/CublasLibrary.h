@@ -48,13 +48,14 @@ using GemmBatchedEx = cublasStatus_t (*)(
 
 // Every entry point: its exported name and its type (the header's, checked
 // in CublasLibrary.cpp). cublas_v2.h maps cublasCreate to cublasCreate_v2
-// (and Destroy, SetStream): `api().cublasCreate(...)` reads as the call it
-// replaces.
+// (and Destroy, SetStream, SetWorkspace): `api().cublasCreate(...)` reads
+// as the call it replaces.
 #define MUON_CUBLAS_ENTRY_POINTS(X)                                            \
   X(cublasCreate_v2, decltype(&::cublasCreate_v2))                             \
   X(cublasDestroy_v2, decltype(&::cublasDestroy_v2))                           \
   X(cublasSetStream_v2, decltype(&::cublasSetStream_v2))                       \
   X(cublasSetMathMode, decltype(&::cublasSetMathMode))                         \
+  X(cublasSetWorkspace_v2, decltype(&::cublasSetWorkspace_v2))                 \
   X(cublasGetStatusName, decltype(&::cublasGetStatusName))                     \
   X(cublasGetStatusString, decltype(&::cublasGetStatusString))                 \
   X(cublasGemmEx, GemmEx)                                                      \

@@ -48,7 +48,19 @@ int deviceCount(std::string &error) {
   return 0;
 }
 
+NsForm DeviceOptions::nsFormFromEnvironment() {
+  NsForm form = NsForm::Auto;
+  if (const char *value = std::getenv(kNsFormVariable))
+    parseNsForm(value, form);
+  return form;
+}
+
 std::unique_ptr<Device> createDevice(int ordinal, std::string &error) {
+  return createDevice(ordinal, DeviceOptions(), error);
+}
+
+std::unique_ptr<Device> createDevice(int ordinal, const DeviceOptions &options,
+                                     std::string &error) {
   int count = deviceCount(error);
   if (count == 0)
     return nullptr;
@@ -57,7 +69,7 @@ std::unique_ptr<Device> createDevice(int ordinal, std::string &error) {
             std::to_string(count) + " visible)";
     return nullptr;
   }
-  return CudaDevice::create(ordinal, error);
+  return CudaDevice::create(ordinal, options, error);
 }
 
 std::string describeDevice(const Device &device) {
@@ -65,6 +77,18 @@ std::string describeDevice(const Device &device) {
     return "cuda:" + std::to_string(gpu->ordinal()) + " (" +
            gpu->description() + ")";
   return device.name();
+}
+
+std::string describeNewtonSchulz(const Device &device, DType precision,
+                                 const std::vector<std::array<double, 3>> &abc) {
+  const auto *gpu = dynamic_cast<const CudaDevice *>(&device);
+  const NsForm form = gpu ? gpu->nsForm() : NsForm::Standard;
+  const bool gram = form == NsForm::Gram ||
+                    (form == NsForm::Auto && gramKeepsAccuracy(abc));
+  return std::string(precision == DType::BF16
+                         ? "bf16 products, f32 accumulation (cuBLAS)"
+                         : "f32 products (cuBLAS, no TF32)") +
+         (gram ? "; Gram form on wide and tall matrices" : "");
 }
 
 static CudaDevice *cudaDevice(Device &device, std::string &error) {

@@ -49,6 +49,13 @@ bool newtonSchulzOptionsFromEnv(NewtonSchulzOptions &options,
     return false;
   }
   options.grouped = grouped == 1;
+  NsForm form;
+  if (const char *value = std::getenv(kNsFormVariable);
+      value && *value && !parseNsForm(value, form)) {
+    error = std::string(kNsFormVariable) + " must be auto, standard or gram, "
+            "not '" + value + "'";
+    return false;
+  }
   return true;
 }
 
@@ -62,6 +69,7 @@ void checkTeardown(cudaError_t status, const char *what) {
 } // namespace
 
 std::unique_ptr<CudaDevice> CudaDevice::create(int ordinal,
+                                               const DeviceOptions &deviceOptions,
                                                std::string &error) {
   auto failed = [&](cudaError_t status, const char *what) {
     if (status == cudaSuccess)
@@ -85,6 +93,7 @@ std::unique_ptr<CudaDevice> CudaDevice::create(int ordinal,
   NewtonSchulzOptions options;
   if (!newtonSchulzOptionsFromEnv(options, error))
     return nullptr;
+  options.form = deviceOptions.nsForm;
 
   int previous = -1;
   if (failed(cudaGetDevice(&previous), "cudaGetDevice") ||
@@ -92,6 +101,7 @@ std::unique_ptr<CudaDevice> CudaDevice::create(int ordinal,
                                      "exclusive mode?)"))
     return nullptr;
   std::unique_ptr<CudaDevice> device(new CudaDevice(ordinal));
+  device->form = options.form;
   char memory[32];
   std::snprintf(memory, sizeof(memory), "%.1f GiB",
                 static_cast<double>(props.totalGlobalMem) / (1 << 30));
@@ -179,6 +189,7 @@ CudaDevice::~CudaDevice() {
   if (computeStream)
     checkTeardown(cudaStreamSynchronize(computeStream),
                   "cudaStreamSynchronize");
+  graph.reset(); // before cuBLAS's handle: it lends the handle a workspace
   ns.reset();
   if (computeStream)
     checkTeardown(cudaStreamSynchronize(computeStream),
@@ -200,8 +211,22 @@ CudaDevice::~CudaDevice() {
     (void)cudaSetDevice(previous);
 }
 
+bool CudaDevice::noted(const CallKey &key) {
+  return !graph || !graph->active() || graph->note(key);
+}
+
+bool CudaDevice::hostReachable(const char *call) {
+  if (!graph || !graph->active())
+    return true;
+  graph->fail(std::string(call) + " reaches the host, which a step graph "
+                                  "cannot record");
+  return false;
+}
+
 void *CudaDevice::allocate(int64_t bytes) {
   CurrentDevice current(gpu);
+  if (graph && graph->active())
+    return graph->allocate(bytes, /*noted=*/true);
   const size_t size = static_cast<size_t>(std::max<int64_t>(bytes, 1));
   void *memory = StreamMemory{computeStream, pool}.allocate(size);
   if (memory)
@@ -211,11 +236,13 @@ void *CudaDevice::allocate(int64_t bytes) {
 
 void CudaDevice::release(void *memory) {
   CurrentDevice current(gpu);
+  if (graph && graph->release(memory))
+    return;
   StreamMemory{computeStream, pool}.release(memory);
 }
 
 void CudaDevice::zero(void *memory, int64_t bytes) {
-  if (bytes <= 0)
+  if (bytes <= 0 || !noted(CallKey(RecordedCall::Zero) << memory << bytes))
     return;
   CurrentDevice current(gpu);
   MUON_CUDA_CHECK(
@@ -223,7 +250,7 @@ void CudaDevice::zero(void *memory, int64_t bytes) {
 }
 
 void CudaDevice::copyToDevice(void *dst, const void *src, int64_t bytes) {
-  if (bytes <= 0)
+  if (bytes <= 0 || !hostReachable("copyToDevice"))
     return;
   CurrentDevice current(gpu);
   MUON_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
@@ -233,7 +260,7 @@ void CudaDevice::copyToDevice(void *dst, const void *src, int64_t bytes) {
 }
 
 void CudaDevice::copyToHost(void *dst, const void *src, int64_t bytes) {
-  if (bytes <= 0)
+  if (bytes <= 0 || !hostReachable("copyToHost"))
     return;
   CurrentDevice current(gpu);
   MUON_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
@@ -242,7 +269,7 @@ void CudaDevice::copyToHost(void *dst, const void *src, int64_t bytes) {
 }
 
 bool CudaDevice::allFinite(const void *x, DType type, int64_t n) {
-  if (n <= 0)
+  if (n <= 0 || !hostReachable("allFinite"))
     return true;
   CurrentDevice current(gpu);
   MUON_CUDA_CHECK(cudaMemsetAsync(nonFinite, 0, sizeof(int), computeStream));
@@ -255,41 +282,72 @@ bool CudaDevice::allFinite(const void *x, DType type, int64_t n) {
 
 void CudaDevice::momentum(const void *grad, DType gradType, float *buf,
                           float *update, int64_t n, const MuonSettings &s) {
+  const MomentumScalars scalars = momentumScalars(s);
+  if (!noted(CallKey(RecordedCall::Momentum)
+             << grad << static_cast<int>(gradType) << buf << update << n
+             << scalars.momentum << scalars.oneMinusMomentum
+             << static_cast<int>(scalars.nesterov)))
+    return;
   CurrentDevice current(gpu);
-  launchMomentum(computeStream, grad, gradType, buf, update, n,
-                 momentumScalars(s));
+  launchMomentum(computeStream, grad, gradType, buf, update, n, scalars);
 }
 
 void CudaDevice::applyUpdate(void *values, DType type, const float *orth,
                              int64_t n, const MuonSettings &s, double alr) {
+  // The learning rate and weight decay may change every step: a step graph
+  // reads them from a slot (StepGraph.h).
+  const UpdateScalars scalars = updateScalars(s, alr);
+  const UpdateScalars *at = nullptr;
+  if (graph && graph->active() &&
+      !graph->noteScalars(CallKey(RecordedCall::ApplyUpdate)
+                              << values << static_cast<int>(type) << orth
+                              << n,
+                          scalars, at))
+    return;
   CurrentDevice current(gpu);
-  launchApplyUpdate(computeStream, values, type, orth, n,
-                    updateScalars(s, alr));
+  launchApplyUpdate(computeStream, values, type, orth, n, scalars, at);
 }
 
 void CudaDevice::adamw(void *values, DType type, const void *grad,
                        DType gradType, float *expAvg, float *expAvgSq,
                        int64_t n, const AdamWSettings &s, int64_t step) {
+  // The bias corrections change every step: a slot, as applyUpdate's.
+  const AdamWScalars scalars = adamwScalars(s, step);
+  const AdamWScalars *at = nullptr;
+  if (graph && graph->active() &&
+      !graph->noteScalars(CallKey(RecordedCall::AdamW)
+                              << values << static_cast<int>(type) << grad
+                              << static_cast<int>(gradType) << expAvg
+                              << expAvgSq << n,
+                          scalars, at))
+    return;
   CurrentDevice current(gpu);
   launchAdamW(computeStream, values, type, grad, gradType, expAvg, expAvgSq, n,
-              adamwScalars(s, step));
+              scalars, at);
 }
 
 void CudaDevice::normuon(float *x, int64_t rows, int64_t cols, float *v,
                          const MuonSettings &s) {
-  if (rows <= 0 || cols <= 0)
+  const NormuonScalars scalars = normuonScalars(s);
+  if (rows <= 0 || cols <= 0 ||
+      !noted(CallKey(RecordedCall::Normuon) << x << rows << cols << v
+                                            << scalars.oneMinusBeta2
+                                            << scalars.eps))
     return;
   CurrentDevice current(gpu);
   // The rows' sums before and after, then the factor; released in stream
   // order, after the kernels that use it.
   const int64_t sumBytes = 2 * rows * static_cast<int64_t>(sizeof(double));
-  void *scratch = allocate(sumBytes + static_cast<int64_t>(sizeof(float)));
+  const int64_t scratchBytes = sumBytes + static_cast<int64_t>(sizeof(float));
+  void *scratch = graph && graph->active()
+                      ? graph->allocate(scratchBytes, /*noted=*/false)
+                      : allocate(scratchBytes);
   if (!scratch) {
     recordFailure("allocating NorMuon's scratch", "out of GPU memory", __FILE__,
                   __LINE__);
     return;
   }
-  launchNormuon(computeStream, x, rows, cols, v, normuonScalars(s),
+  launchNormuon(computeStream, x, rows, cols, v, scalars,
                 static_cast<double *>(scratch),
                 reinterpret_cast<float *>(static_cast<char *>(scratch) +
                                           sumBytes));
@@ -298,7 +356,7 @@ void CudaDevice::normuon(float *x, int64_t rows, int64_t cols, float *v,
 
 void CudaDevice::scaleRows(void *values, DType type, int64_t rows,
                            int64_t cols, const float *factors) {
-  if (rows <= 0 || cols <= 0)
+  if (rows <= 0 || cols <= 0 || !hostReachable("scaleRows"))
     return;
   CurrentDevice current(gpu);
   const int64_t bytes = rows * static_cast<int64_t>(sizeof(float));
@@ -315,7 +373,11 @@ void CudaDevice::scaleRows(void *values, DType type, int64_t rows,
 }
 
 void CudaDevice::copyBox(const BoxCopy &c) {
-  if (c.rows <= 0 || c.cols <= 0)
+  if (c.rows <= 0 || c.cols <= 0 ||
+      !noted(CallKey(RecordedCall::CopyBox)
+             << c.src << static_cast<int>(c.srcType) << c.srcStride << c.dst
+             << static_cast<int>(c.dstType) << c.dstStride << c.rows << c.cols
+             << static_cast<int>(c.through) << static_cast<int>(c.accumulate)))
     return;
   CurrentDevice current(gpu);
   if (c.srcType == c.dstType && c.through == DType::F32 && !c.accumulate) {
@@ -346,8 +408,25 @@ int64_t CudaDevice::newtonSchulz(float *x, int64_t count, int64_t rows,
                                  int64_t cols,
                                  const std::vector<std::array<double, 3>> &abc,
                                  double eps, DType precision) {
+  if (graph && graph->active()) {
+    CallKey key(RecordedCall::NewtonSchulz);
+    key << x << count << rows << cols << eps << static_cast<int>(precision);
+    for (const std::array<double, 3> &k : abc)
+      key << k[0] << k[1] << k[2];
+    if (!graph->note(key)) {
+      // Checked, not run: the count it would return (Device.h's contract).
+      const int64_t m = std::min(rows, cols), n = std::max(rows, cols);
+      return count > 0 && rows > 0 && cols > 0
+                 ? count * static_cast<int64_t>(abc.size()) *
+                       (4 * m * m * n + 2 * m * m * m)
+                 : 0;
+    }
+  }
   CurrentDevice current(gpu);
-  return ns->run(x, count, rows, cols, abc, eps, precision);
+  const int64_t flops = ns->run(x, count, rows, cols, abc, eps, precision);
+  if (graph && graph->active() && !ns->recordingFailure().empty())
+    graph->fail(ns->recordingFailure());
+  return flops;
 }
 
 int64_t CudaDevice::nsBatchLimit() const {
@@ -394,8 +473,57 @@ bool CudaDevice::orderBefore(cudaStream_t other, std::string &error) {
 }
 
 void CudaDevice::synchronize() {
+  if (!hostReachable("synchronize"))
+    return;
   CurrentDevice current(gpu);
   MUON_CUDA_CHECK(cudaStreamSynchronize(computeStream));
+}
+
+bool CudaDevice::beginRecording(std::string &why) {
+  CurrentDevice current(gpu);
+  if (!graph)
+    graph = std::make_unique<StepGraph>(StreamMemory{computeStream, pool},
+                                        blas);
+  if (!graph->beginRecording(why))
+    return false;
+  ns->setRecording(true);
+  recordedWorkspace = ns->generation();
+  return true;
+}
+
+bool CudaDevice::endRecording(std::string &why) {
+  CurrentDevice current(gpu);
+  ns->setRecording(false);
+  return graph && graph->endRecording(why);
+}
+
+void CudaDevice::beginReplayCheck() {
+  if (graph)
+    graph->beginCheck();
+}
+
+bool CudaDevice::endReplayCheck(std::string &why) {
+  if (!graph) {
+    why = "no recording";
+    return false;
+  }
+  // The graph names the Newton-Schulz workspace it was recorded with.
+  if (ns->generation() != recordedWorkspace)
+    graph->fail("the Newton-Schulz workspace was reallocated since the "
+                "recording");
+  return graph->endCheck(why);
+}
+
+void CudaDevice::replay() {
+  CurrentDevice current(gpu);
+  if (graph)
+    graph->replay();
+}
+
+void CudaDevice::dropRecording() {
+  CurrentDevice current(gpu);
+  if (graph)
+    graph->drop();
 }
 
 } // namespace muon::runtime::cuda

@@ -12,7 +12,9 @@
 #define MUON_RUNTIME_CUDA_CUDADEVICE_H
 
 #include "NewtonSchulz.h"
+#include "StepGraph.h"
 
+#include "muon/Runtime/Cuda/CudaBackend.h"
 #include "muon/Runtime/Device.h"
 
 #include <cublas_v2.h>
@@ -27,7 +29,8 @@ class CudaDevice final : public Device {
 public:
   /// The device on GPU `ordinal` (which must exist); nullptr with `error`
   /// when the GPU is too old or a stream, pool or handle cannot be made.
-  static std::unique_ptr<CudaDevice> create(int ordinal, std::string &error);
+  static std::unique_ptr<CudaDevice>
+  create(int ordinal, const DeviceOptions &options, std::string &error);
   ~CudaDevice() override;
 
   const char *name() const override { return "cuda"; }
@@ -58,6 +61,13 @@ public:
   int64_t nsBatchLimit() const override;
   DType defaultNsDtype() const override { return DType::BF16; }
   void synchronize() override;
+  /// Step graphs: the compute stream's capture (StepGraph.h).
+  bool beginRecording(std::string &why) override;
+  bool endRecording(std::string &why) override;
+  void beginReplayCheck() override;
+  bool endReplayCheck(std::string &why) override;
+  void replay() override;
+  void dropRecording() override;
   /// The first CUDA or cuBLAS failure since the last call (CudaSupport.h).
   Status takeError() override;
 
@@ -76,11 +86,20 @@ public:
   cublasHandle_t blasHandle() const { return blas; }
   /// "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB".
   const std::string &description() const { return gpuDescription; }
-  /// How the last newtonSchulz ran its symmetric products (NewtonSchulz.h).
-  const char *lastNewtonSchulzPath() const { return ns->lastPath(); }
+  /// How the last newtonSchulz ran its products, and whether in the Gram
+  /// form (NewtonSchulz.h).
+  std::string lastNewtonSchulzPath() const { return ns->lastPath(); }
+  /// Newton-Schulz's form (DeviceOptions::nsForm).
+  NsForm nsForm() const { return form; }
 
 private:
   explicit CudaDevice(int ordinal) : gpu(ordinal) {}
+  /// While a step graph records or checks: notes the call (`key`); false
+  /// when the caller must not queue it (checking). True outside graphs.
+  bool noted(const CallKey &key);
+  /// A call that reaches the host cannot be recorded or checked: false
+  /// (and the recording or check fails) while one is active.
+  bool hostReachable(const char *call);
 
   int gpu;
   std::string gpuDescription;
@@ -92,6 +111,10 @@ private:
   int *nonFiniteHost = nullptr; // pinned
   cudaEvent_t orderEvent = nullptr; // orderAfter / orderBefore, made on use
   std::unique_ptr<NewtonSchulzRunner> ns;
+  NsForm form = NsForm::Auto;
+  std::unique_ptr<StepGraph> graph; // made by the first beginRecording
+  /// The Newton-Schulz workspace's generation the recording names.
+  int64_t recordedWorkspace = -1;
 };
 
 } // namespace muon::runtime::cuda

@@ -154,30 +154,39 @@ template <DType G> struct Momentum {
   }
 };
 
+/// `at`, where not null, holds the scalars in device memory instead of `s`:
+/// a step graph's kernels read the learning rate of the step being
+/// replayed there (CudaDevice's scalar slots).
 template <DType T> struct ApplyUpdate {
   void *values;
   const float *orth;
   int64_t n;
   UpdateScalars s;
+  const UpdateScalars *at;
   MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const UpdateScalars scalars = at ? *at : s;
     for (int64_t i = t.first(); i < n; i += t.stride())
       storeElement<T>(values, i,
-                      updatedValue(loadElement<T>(values, i), orth[i], s));
+                      updatedValue(loadElement<T>(values, i), orth[i],
+                                   scalars));
   }
 };
 
+/// `at` as ApplyUpdate's: the step's bias corrections in a step graph.
 template <DType T, DType G> struct AdamW {
   void *values;
   const void *grad;
   float *expAvg, *expAvgSq;
   int64_t n;
   AdamWScalars s;
+  const AdamWScalars *at;
   MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const AdamWScalars scalars = at ? *at : s;
     for (int64_t i = t.first(); i < n; i += t.stride()) {
       // Through registers: the moments are read and written once.
       float m = expAvg[i], v = expAvgSq[i];
       float p = adamwStep(loadElement<T>(values, i), loadElement<G>(grad, i),
-                          m, v, s);
+                          m, v, scalars);
       expAvg[i] = m;
       expAvgSq[i] = v;
       storeElement<T>(values, i, p);
@@ -296,6 +305,42 @@ template <DType In> struct CopyOut {
     const int64_t total = count * elements;
     for (int64_t i = t.first(); i < total; i += t.stride())
       out[i] = loadElement<In>(in, i + i / elements * (inStride - elements));
+  }
+};
+
+/// The Gram form's H = a I + b R + c R R starts as F = b R + a I in f32
+/// (the product then adds c R R on top, and H is F rounded once): per
+/// element of `count` column-major m x m matrices `stride` elements apart,
+/// R's values (F32, or BF16 bits) in, F's out. The expression is
+/// OneDnnNewtonSchulz.cpp's, term for term.
+template <DType R> struct PolynomialBase {
+  const void *r;
+  float *f;
+  int64_t count, m, stride;
+  float a, b;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const int64_t square = m * m, total = count * square;
+    for (int64_t i = t.first(); i < total; i += t.stride()) {
+      const int64_t matrix = i / square, at = i % square;
+      const int64_t row = at % m, col = at / m;
+      const int64_t index = matrix * stride + at;
+      f[index] = b * loadElement<R>(r, index) + (row == col ? a : 0.0f);
+    }
+  }
+};
+
+/// out = bf16(in) per element of `count` matrices of `elements` values,
+/// `stride` elements apart in both (round to nearest even, NaNs quiet).
+struct RoundMatricesToBf16 {
+  const float *in;
+  uint16_t *out;
+  int64_t count, elements, stride;
+  MUON_HOST_DEVICE void operator()(const ThreadIndex &t) const {
+    const int64_t total = count * elements;
+    for (int64_t i = t.first(); i < total; i += t.stride()) {
+      const int64_t index = i / elements * stride + i % elements;
+      out[index] = toBf16Bits(in[index]);
+    }
   }
 };
 
@@ -521,33 +566,36 @@ void momentum(Launch &launch, const void *grad, DType gradType, float *buf,
 
 template <typename Launch>
 void applyUpdate(Launch &launch, void *values, DType type, const float *orth,
-                 int64_t n, const UpdateScalars &s) {
+                 int64_t n, const UpdateScalars &s, const UpdateScalars *at) {
   if (n <= 0)
     return;
   withType(type, [&](auto t) {
     launch(elementwiseGeometry(n),
-           ApplyUpdate<decltype(t)::value>{values, orth, n, s},
+           ApplyUpdate<decltype(t)::value>{values, orth, n, s, at},
            "applyUpdateKernel",
-           {{values, bytesOf(n, type)}, {orth, bytesOf(n, DType::F32)}});
+           {{values, bytesOf(n, type)},
+            {orth, bytesOf(n, DType::F32)},
+            {at, at ? static_cast<int64_t>(sizeof(UpdateScalars)) : 0}});
   });
 }
 
 template <typename Launch>
 void adamw(Launch &launch, void *values, DType type, const void *grad,
            DType gradType, float *expAvg, float *expAvgSq, int64_t n,
-           const AdamWScalars &s) {
+           const AdamWScalars &s, const AdamWScalars *at) {
   if (n <= 0)
     return;
   withType(type, [&](auto t) {
     withType(gradType, [&](auto g) {
       launch(elementwiseGeometry(n),
              AdamW<decltype(t)::value, decltype(g)::value>{
-                 values, grad, expAvg, expAvgSq, n, s},
+                 values, grad, expAvg, expAvgSq, n, s, at},
              "adamwKernel",
              {{values, bytesOf(n, type)},
               {grad, bytesOf(n, gradType)},
               {expAvg, bytesOf(n, DType::F32)},
-              {expAvgSq, bytesOf(n, DType::F32)}});
+              {expAvgSq, bytesOf(n, DType::F32)},
+              {at, at ? static_cast<int64_t>(sizeof(AdamWScalars)) : 0}});
     });
   });
 }
@@ -669,6 +717,38 @@ void mirrorLower(Launch &launch, void *matrices, int64_t count, int64_t m,
            MirrorLower<uint16_t>{static_cast<uint16_t *>(matrices), count, m,
                                  stride},
            "mirrorLowerKernel", spans);
+}
+
+/// F = b R + a I over `count` m x m matrices `stride` elements apart (R in
+/// `rType`, F f32): the Gram form's polynomial before its product.
+template <typename Launch>
+void polynomialBase(Launch &launch, const void *r, DType rType, float *f,
+                    int64_t count, int64_t m, int64_t stride, float a,
+                    float b) {
+  if (count <= 0 || m <= 0)
+    return;
+  const std::initializer_list<Span> spans = {
+      {r, stridedBytes(count, stride, m * m, rType)},
+      {f, stridedBytes(count, stride, m * m, DType::F32)}};
+  withType(rType, [&](auto type) {
+    launch(elementwiseGeometry(count * m * m),
+           PolynomialBase<decltype(type)::value>{r, f, count, m, stride, a, b},
+           "polynomialBaseKernel", spans);
+  });
+}
+
+/// out = bf16(in) over `count` matrices of `elements` values, `stride`
+/// elements apart.
+template <typename Launch>
+void roundToBf16(Launch &launch, const float *in, uint16_t *out,
+                 int64_t count, int64_t elements, int64_t stride) {
+  if (count <= 0 || elements <= 0)
+    return;
+  launch(elementwiseGeometry(count * elements),
+         RoundMatricesToBf16{in, out, count, elements, stride},
+         "roundToBf16Kernel",
+         {{in, stridedBytes(count, stride, elements, DType::F32)},
+          {out, stridedBytes(count, stride, elements, DType::BF16)}});
 }
 
 /// NorMuon's step on one rows x cols matrix: `sums` holds 2 * rows

@@ -85,6 +85,9 @@ struct CudaLaunch {
 
 } // namespace
 
+using Launcher = CudaLaunch;
+#include "KernelLaunches.inc"
+
 bool kernelsLoadable(std::string &error) {
   cudaFuncAttributes attributes;
   cudaError_t status = cudaFuncGetAttributes(
@@ -108,21 +111,6 @@ void launchMomentum(cudaStream_t stream, const void *grad, DType gradType,
                     const MomentumScalars &scalars) {
   CudaLaunch launch{stream};
   kernels::momentum(launch, grad, gradType, buf, update, n, scalars);
-}
-
-void launchApplyUpdate(cudaStream_t stream, void *values, DType type,
-                       const float *orth, int64_t n,
-                       const UpdateScalars &scalars) {
-  CudaLaunch launch{stream};
-  kernels::applyUpdate(launch, values, type, orth, n, scalars);
-}
-
-void launchAdamW(cudaStream_t stream, void *values, DType type,
-                 const void *grad, DType gradType, float *expAvg,
-                 float *expAvgSq, int64_t n, const AdamWScalars &scalars) {
-  CudaLaunch launch{stream};
-  kernels::adamw(launch, values, type, grad, gradType, expAvg, expAvgSq, n,
-                 scalars);
 }
 
 void launchCopyBox(cudaStream_t stream, const BoxCopy &copy) {

@@ -39,15 +39,19 @@ void launchMomentum(cudaStream_t stream, const void *grad, DType gradType,
                     float *buf, float *update, int64_t n,
                     const MomentumScalars &scalars);
 
-/// values = updatedValue(values, orth) (ElementMath.h).
+/// values = updatedValue(values, orth) (ElementMath.h). With `scalarsAt`
+/// (device memory), the kernel reads its scalars there when it runs, not
+/// `scalars`: a step graph replays it with each step's (CudaDevice.h).
 void launchApplyUpdate(cudaStream_t stream, void *values, DType type,
                        const float *orth, int64_t n,
-                       const UpdateScalars &scalars);
+                       const UpdateScalars &scalars,
+                       const UpdateScalars *scalarsAt = nullptr);
 
-/// adamwStep (ElementMath.h) on every element.
+/// adamwStep (ElementMath.h) on every element; `scalarsAt` as above.
 void launchAdamW(cudaStream_t stream, void *values, DType type,
                  const void *grad, DType gradType, float *expAvg,
-                 float *expAvgSq, int64_t n, const AdamWScalars &scalars);
+                 float *expAvgSq, int64_t n, const AdamWScalars &scalars,
+                 const AdamWScalars *scalarsAt = nullptr);
 
 /// A box copy element by element, with the conversions and the `through`
 /// rounding (`accumulate` adds to an f32 destination).
@@ -83,6 +87,17 @@ void launchCopyOut(cudaStream_t stream, const void *in, int64_t inStride,
 /// elements apart) onto its strict upper triangle (F32 or BF16 elements).
 void launchMirrorLower(cudaStream_t stream, void *matrices, int64_t count,
                        int64_t m, int64_t stride, DType type);
+
+/// The Gram form's polynomial H = a I + b R + c R R before its product:
+/// f = b r + a I over `count` column-major m x m matrices `stride`
+/// elements apart, r in `rType` (F32, or BF16 bits), f in f32.
+void launchPolynomialBase(cudaStream_t stream, const void *r, DType rType,
+                          float *f, int64_t count, int64_t m, int64_t stride,
+                          float a, float b);
+/// out = bf16(in) (bits) over `count` matrices of `elements` values,
+/// `stride` elements apart in both.
+void launchRoundToBf16(cudaStream_t stream, const float *in, uint16_t *out,
+                       int64_t count, int64_t elements, int64_t stride);
 
 /// normuonStep (ElementMath.h) on one rows x cols f32 matrix with its
 /// per-row state `v`, each row's sum of squares by a fixed tree (so the

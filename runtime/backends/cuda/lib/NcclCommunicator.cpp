@@ -52,6 +52,9 @@ public:
   bool wait(PendingExchange &pending, double timeoutSeconds,
             std::string &error) override;
   void progress() override {} // NCCL moves data on the GPU by itself
+  /// NCCL's sends and receives are stream work (NCCL supports capture).
+  bool recordable() const override { return true; }
+  bool waitForReplay(double timeoutSeconds, std::string &error) override;
   bool allGather(uint64_t value, std::vector<uint64_t> &values,
                  double timeoutSeconds, std::string &error) override {
     return bootstrap.allGather(value, values, timeoutSeconds, error);
@@ -83,6 +86,12 @@ private:
   /// the NCCL communicator for a caller that carries on.
   void abandon(const std::string &why);
   cudaEvent_t takeEvent();
+  /// Polls `done` until it completes, NCCL reports an asynchronous error or
+  /// `timeoutSeconds` pass; false with `failure`.
+  bool pollUntilDone(cudaEvent_t done, double timeoutSeconds,
+                     std::string &failure);
+  /// Whether the compute stream is being recorded into a graph.
+  bool recording() const;
   bool validate(const AllToAllV &x, std::string &error) const;
 
   Communicator &bootstrap;
@@ -323,14 +332,37 @@ bool NcclCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
     return false;
   }
 
+  // While the device records a step graph, the wait is the graph's
+  // dependency on the exchange: nothing to poll (the graph has not run).
+  std::string failure;
+  if (!recording() && !pollUntilDone(done, timeoutSeconds, failure)) {
+    abandon(failure);
+    // Released by CUDA once the aborted work completes.
+    MUON_CUDA_CHECK(cudaEventDestroy(done));
+    error = failure;
+    return false;
+  }
+  // What arrived is read by work queued on the compute stream from now on.
+  MUON_CUDA_CHECK(cudaStreamWaitEvent(gpu.computeStream, done, 0));
+  spareEvents.push_back(done);
+  return true;
+}
+
+bool NcclCommunicator::recording() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(gpu.computeStream, &status) == cudaSuccess &&
+         status != cudaStreamCaptureStatusNone;
+}
+
+bool NcclCommunicator::pollUntilDone(cudaEvent_t done, double timeoutSeconds,
+                                     std::string &failure) {
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::duration<double>(timeoutSeconds);
   int spins = 0;
   while (true) {
     cudaError_t status = cudaEventQuery(done);
     if (status == cudaSuccess)
-      break;
-    std::string failure;
+      return true;
     if (status != cudaErrorNotReady) {
       failure = "the GPU failed during an exchange: " + describe(status);
     } else {
@@ -340,22 +372,35 @@ bool NcclCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
         failure = "ncclCommGetAsyncError: " + nccl.describe(result);
       else if (async != nccl::kSuccess && async != nccl::kInProgress)
         failure = "NCCL: " + nccl.describe(async);
-      else if (std::chrono::steady_clock::now() > deadline) {
+      else if (std::chrono::steady_clock::now() > deadline)
         failure = timeoutError(timeoutSeconds);
-      }
     }
-    if (!failure.empty()) {
-      abandon(failure);
-      // Released by CUDA once the aborted work completes.
-      MUON_CUDA_CHECK(cudaEventDestroy(done));
-      error = failure;
+    if (!failure.empty())
       return false;
-    }
     if (++spins > 64)
       std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  // What arrived is read by work queued on the compute stream from now on.
-  MUON_CUDA_CHECK(cudaStreamWaitEvent(gpu.computeStream, done, 0));
+}
+
+bool NcclCommunicator::waitForReplay(double timeoutSeconds,
+                                     std::string &error) {
+  if (!brokenBy.empty()) {
+    error = "the NCCL communicator is unusable after an earlier failure: " +
+            brokenBy;
+    return false;
+  }
+  CurrentDevice current(gpu.ordinal);
+  // The replayed exchanges end before the compute stream's work queued so
+  // far does: its end is theirs.
+  cudaEvent_t done = takeEvent();
+  MUON_CUDA_CHECK(cudaEventRecord(done, gpu.computeStream));
+  std::string failure;
+  if (!pollUntilDone(done, timeoutSeconds, failure)) {
+    abandon(failure);
+    MUON_CUDA_CHECK(cudaEventDestroy(done));
+    error = failure;
+    return false;
+  }
   spareEvents.push_back(done);
   return true;
 }

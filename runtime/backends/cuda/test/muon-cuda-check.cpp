@@ -28,6 +28,12 @@
 //    product; after five iterations that is 0.2% to 0.7% (measured the same
 //    way), so 2e-2 leaves room while still catching a wrong product, a
 //    missing rounding or a transposed operand (those are off by O(1)).
+//  - Both forms (muon/Runtime/NsForm.h): the standard steps against the
+//    CPU's standard form, and the Gram form's phases against the CPU's Gram
+//    form where the CPU runs it (f32; bf16 where it has oneDNN's bf16
+//    products), else against its standard form (a line says which), with
+//    the same limits: the Gram form's phases round at other points, which
+//    in bf16 measured within the standard form's distance.
 // Each configuration of the symmetric path (MUON_CUDA_SYMMETRIC_MIN,
 // MUON_CUDA_SYMMETRIC_TILE, MUON_CUDA_GROUPED_GEMM) gets a device of its
 // own, so small shapes exercise multi-tile plans with short last tiles, and
@@ -415,7 +421,7 @@ double relativeDifference(const float *got, const float *want, int64_t count,
   return worst;
 }
 
-void checkNewtonSchulz(Tally &tally, CudaDevice &gpu, CpuDevice &cpu,
+void checkNewtonSchulz(Tally &tally, CudaDevice &gpu, NsForm form,
                        std::mt19937 &rng, const NsCase &shape, DType precision,
                        const std::vector<std::array<double, 3>> &abc) {
   const int64_t elements = shape.rows * shape.cols;
@@ -426,8 +432,14 @@ void checkNewtonSchulz(Tally &tally, CudaDevice &gpu, CpuDevice &cpu,
     do
       v = normal(rng);
     while (v == 0);
+  // The CPU in the same form (NsForm.h: each backend decides where it pays).
+  cpu::CpuDeviceOptions cpuOptions;
+  cpuOptions.nsForm = form;
+  CpuDevice reference(cpuOptions);
+  const bool cpuGram = cpu::usesGramNewtonSchulz(cpuOptions, precision,
+                                                 shape.rows, shape.cols, abc);
   std::vector<float> want = x;
-  const int64_t wantFlops = cpu.newtonSchulz(
+  const int64_t wantFlops = reference.newtonSchulz(
       want.data(), shape.count, shape.rows, shape.cols, abc, 1e-7, precision);
 
   // The batch between two guards that must not change.
@@ -458,11 +470,16 @@ void checkNewtonSchulz(Tally &tally, CudaDevice &gpu, CpuDevice &cpu,
   const double tolerance = precision == DType::BF16 ? 2e-2 : 1e-5;
   const double relative =
       relativeDifference(got + guard, want.data(), shape.count, elements);
+  const std::string path = gpu.lastNewtonSchulzPath();
+  const bool gpuGram = path.find("Gram") != std::string::npos;
   std::string what =
       std::string("newtonSchulz ") + dtypeName(precision) + " " +
-      std::to_string(shape.count) + " x " + std::to_string(shape.rows) + "x" +
-      std::to_string(shape.cols) + (abc.empty() ? " (no iteration)" : "") +
-      " [" + gpu.lastNewtonSchulzPath() + "]";
+      nsFormName(form) + " " + std::to_string(shape.count) + " x " +
+      std::to_string(shape.rows) + "x" + std::to_string(shape.cols) +
+      (abc.empty() ? " (no iteration)" : "") + " [" + path + "]" +
+      (gpuGram != cpuGram ? std::string(" against the CPU's ") +
+                                (cpuGram ? "Gram" : "standard") + " form"
+                          : "");
   std::string detail = "relative difference " + format("%.2e", relative) +
                        " (limit " + format("%.0e", tolerance) + "), " +
                        format("%.2f", milliseconds) + " ms";
@@ -497,9 +514,11 @@ struct NsConfig {
   std::vector<NsCase> shapes;
 };
 
-void checkNewtonSchulzConfigs(Tally &tally, int ordinal, CpuDevice &cpu,
-                              std::mt19937 &rng, bool smallOnly) {
+void checkNewtonSchulzConfigs(Tally &tally, int ordinal, std::mt19937 &rng,
+                              bool smallOnly) {
   // 2 x 129x257: the norm's sum of squares in three parts per matrix.
+  // 3 x 37x101, 2 x 131x29, 1 x 33x200, 4 x 1x50 and 2 x 50x1 take the
+  // Gram form where asked (NsForm.h's flop model), squares never.
   const std::vector<NsCase> small = {{3, 37, 101},  {2, 131, 29}, {1, 64, 64},
                                      {2, 100, 100}, {1, 33, 200}, {4, 1, 50},
                                      {2, 50, 1},    {2, 129, 257}};
@@ -517,7 +536,8 @@ void checkNewtonSchulzConfigs(Tally &tally, int ordinal, CpuDevice &cpu,
        nullptr,
        nullptr,
        nullptr,
-       {{1, 2048, 2304}, {1, 2304, 2048}, {2, 2100, 2200}, {2, 300, 500}}},
+       {{1, 2048, 2304}, {1, 2304, 2048}, {2, 2100, 2200}, {2, 300, 500},
+        {1, 2048, 8192}}},
   };
   for (const NsConfig &config : configs) {
     if (smallOnly && !config.symmetricMin)
@@ -525,28 +545,35 @@ void checkNewtonSchulzConfigs(Tally &tally, int ordinal, CpuDevice &cpu,
     setEnv("MUON_CUDA_SYMMETRIC_MIN", config.symmetricMin);
     setEnv("MUON_CUDA_SYMMETRIC_TILE", config.tile);
     setEnv("MUON_CUDA_GROUPED_GEMM", config.grouped);
-    std::string error;
-    std::unique_ptr<Device> device = cuda::createDevice(ordinal, error);
-    std::printf("-- Newton-Schulz, %s\n", config.label);
-    if (!device) {
-      tally.record(false, std::string("creating a device for ") + config.label,
-                   error);
-      continue;
+    for (NsForm form : {NsForm::Standard, NsForm::Gram}) {
+      std::string error;
+      cuda::DeviceOptions options;
+      options.nsForm = form;
+      std::unique_ptr<Device> device =
+          cuda::createDevice(ordinal, options, error);
+      std::printf("-- Newton-Schulz, %s, %s form\n", config.label,
+                  nsFormName(form));
+      if (!device) {
+        tally.record(false,
+                     std::string("creating a device for ") + config.label,
+                     error);
+        continue;
+      }
+      auto &gpu = static_cast<CudaDevice &>(*device);
+      for (const NsCase &shape : config.shapes)
+        for (DType precision : {DType::F32, DType::BF16})
+          checkNewtonSchulz(tally, gpu, form, rng, shape, precision, kQuintic);
     }
-    auto &gpu = static_cast<CudaDevice &>(*device);
-    for (const NsCase &shape : config.shapes)
-      for (DType precision : {DType::F32, DType::BF16})
-        checkNewtonSchulz(tally, gpu, cpu, rng, shape, precision, kQuintic);
   }
   setEnv("MUON_CUDA_SYMMETRIC_MIN", nullptr);
   setEnv("MUON_CUDA_SYMMETRIC_TILE", nullptr);
   setEnv("MUON_CUDA_GROUPED_GEMM", nullptr);
 }
 
-void checkNewtonSchulzEdges(Tally &tally, CudaDevice &gpu, CpuDevice &cpu,
-                            std::mt19937 &rng) {
+void checkNewtonSchulzEdges(Tally &tally, CudaDevice &gpu, std::mt19937 &rng) {
   for (DType precision : {DType::F32, DType::BF16})
-    checkNewtonSchulz(tally, gpu, cpu, rng, {2, 20, 30}, precision, {});
+    checkNewtonSchulz(tally, gpu, NsForm::Auto, rng, {2, 20, 30}, precision,
+                      {});
   // An empty batch does nothing and counts nothing.
   float untouched = 1.5f;
   GpuArray one(gpu, typedValues(DType::F32, {untouched}));
@@ -615,7 +642,8 @@ int bench(int ordinal, std::mt19937 &rng) {
         GpuArray array(gpu, typedValues(DType::F32, x));
         double ms = timeNewtonSchulz(gpu, array.floats(), shape, precision);
         std::printf(" %s [%s] %.2f ms (%.1f dense TFLOP/s)",
-                    i == 0 ? "plain" : "symmetric", gpu.lastNewtonSchulzPath(),
+                    i == 0 ? "plain" : "symmetric",
+                    gpu.lastNewtonSchulzPath().c_str(),
                     ms, flops / ms / 1e9);
       }
       std::printf("\n");
@@ -691,11 +719,7 @@ int main(int argc, char **argv) {
   std::mt19937 rng(seed);
   if (timing)
     return bench(ordinal, rng);
-  // The GPU runs every Newton-Schulz step in the standard form: so does
-  // the CPU it is compared with.
-  muon::runtime::cpu::CpuDeviceOptions cpuOptions;
-  cpuOptions.nsForm = muon::runtime::cpu::NsForm::Standard;
-  CpuDevice cpu(cpuOptions);
+  CpuDevice cpu;
   Tally tally;
   checkMemory(tally, gpu, rng);
   checkAllFinite(tally, gpu, cpu, rng);
@@ -703,8 +727,8 @@ int main(int argc, char **argv) {
   checkApplyUpdate(tally, gpu, cpu, rng);
   checkAdamW(tally, gpu, cpu, rng);
   checkCopyBox(tally, gpu, cpu, rng);
-  checkNewtonSchulzEdges(tally, gpu, cpu, rng);
-  checkNewtonSchulzConfigs(tally, ordinal, cpu, rng, smallOnly);
+  checkNewtonSchulzEdges(tally, gpu, rng);
+  checkNewtonSchulzConfigs(tally, ordinal, rng, smallOnly);
   std::printf("%d passed, %d failed\n", tally.passed, tally.failed);
   return tally.failed == 0 ? 0 : 1;
 }

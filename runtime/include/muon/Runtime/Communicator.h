@@ -55,6 +55,20 @@ public:
   /// without a progress thread move data only inside their own calls).
   virtual void progress() = 0;
 
+  /// Whether start and wait only queue work on the device's own queue (NCCL
+  /// on the GPU's stream; nothing, for one rank), so that a device may
+  /// record them into a step graph (Device::beginRecording). While the
+  /// device records, wait() queues the wait without polling for the end.
+  virtual bool recordable() const { return false; }
+  /// After a replayed step graph whose exchanges this transport started:
+  /// waits at most `timeoutSeconds` for the device's work queued so far,
+  /// watching for the transport's errors as wait() does. False with `error`.
+  virtual bool waitForReplay(double timeoutSeconds, std::string &error) {
+    (void)timeoutSeconds;
+    (void)error;
+    return true;
+  }
+
   /// Small control collectives (never counted as payload), with the same
   /// deadline: every rank's value, and the minimum over ranks.
   virtual bool allGather(uint64_t value, std::vector<uint64_t> &values,
@@ -106,6 +120,8 @@ public:
   bool wait(PendingExchange &pending, double timeoutSeconds,
             std::string &error) override;
   void progress() override {}
+  /// Its exchanges are empty: nothing to record.
+  bool recordable() const override { return true; }
   bool allGather(uint64_t value, std::vector<uint64_t> &values, double,
                  std::string &) override;
   bool allReduceMin(int64_t value, int64_t &result, double,

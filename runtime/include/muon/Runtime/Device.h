@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -113,6 +114,42 @@ public:
   virtual DType defaultNsDtype() const { return DType::F32; }
   /// Waits for queued work (a device that runs everything at once need not).
   virtual void synchronize() {}
+  /// Step graphs (ExecutorOptions::graphs). A device that can record the
+  /// work queued on it into a graph (a GPU's stream capture) and replay it
+  /// overrides these; the default records nothing.
+  ///
+  /// Recording: between beginRecording and endRecording the operations are
+  /// recorded, not run; allocate() hands out memory that lives as long as
+  /// the recording, release() keeps it. Any operation that must reach the
+  /// host (copyToHost, allFinite, synchronize, ...) makes the recording
+  /// fail. endRecording is false, with `why`, when something could not be
+  /// recorded: nothing ran, and dropRecording() forgets it.
+  virtual bool beginRecording(std::string &why) {
+    why = std::string("the ") + name() + " device records no step graphs";
+    return false;
+  }
+  virtual bool endRecording(std::string &why) {
+    why = "no recording";
+    return false;
+  }
+  /// Checking: between beginReplayCheck and endReplayCheck every operation
+  /// is compared with the recorded one at its place (the same operation,
+  /// memory, sizes, types, Newton-Schulz's steps) and not run; allocate()
+  /// returns what the recording's did. The scalars that may change from
+  /// one step to the next (the learning rate, weight decay, AdamW's bias
+  /// corrections) are taken from the checked calls for the next replay.
+  /// endReplayCheck is false, with `why`, at the first difference.
+  virtual void beginReplayCheck() {}
+  virtual bool endReplayCheck(std::string &why) {
+    why = "no recording";
+    return false;
+  }
+  /// Queues the recorded work with the scalars of the last recording or
+  /// check, as the recorded operations would have queued it.
+  virtual void replay() {}
+  /// Forgets the recording and frees its memory (after queued work).
+  virtual void dropRecording() {}
+
   /// The first error the device met since the last call, and clears it.
   /// Operations have no error path of their own (a GPU reports many
   /// failures later, at a synchronization), so a device records its first

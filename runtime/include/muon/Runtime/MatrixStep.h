@@ -33,6 +33,9 @@ struct MatrixStep {
   /// Newton-Schulz) with its rows' state.
   void (*run)(Device &device, float *matrix, int64_t rows, int64_t cols,
               float *state, const MuonSettings &settings);
+  /// Whether the per-row state is a second moment (never below zero): a
+  /// load refuses a negative value, as it refuses a NaN in any state.
+  bool nonNegativeState = false;
 
   /// Whether a Muon group's settings turn the step on: its setting's flag
   /// (fixed by the plan: it decides which matrices carry the state).

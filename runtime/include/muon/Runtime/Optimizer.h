@@ -53,6 +53,9 @@ struct OptimizerOptions {
   double timeoutSeconds = 120;
   /// Record each step's timeline (trace()); off, it costs nothing.
   bool trace = false;
+  /// Step graphs (ExecutorOptions::graphs): a GPU records the step once
+  /// and replays it; off by default. counters().graph says how a step ran.
+  bool graphs = false;
 };
 
 /// One parameter as this rank sees it.
@@ -280,9 +283,12 @@ public:
   /// checksums and cuts them to its boxes, as loadStateDict does; the
   /// groups' settings come back as saved. With `withParameters`, the bound
   /// storage gets the saved values (the checkpoint must hold them). A
-  /// damaged, foreign or incomplete checkpoint is refused on every rank,
-  /// naming the problem, with nothing changed. checkpointIo() then says
-  /// what this rank read. Collective.
+  /// damaged, foreign or incomplete checkpoint (the manifest's hash, the
+  /// rank files' headers and keyed chunk hashes: CheckpointFormat.h), one
+  /// with a file that is not a regular file, or one whose values no run
+  /// makes (as loadStateDict checks) is refused on every rank, naming the
+  /// problem, with nothing changed. checkpointIo() then says what this
+  /// rank read. Collective.
   Status loadCheckpoint(const std::string &dir, bool withParameters);
   /// What the last loadCheckpoint read on this rank.
   const CheckpointIoCounters &checkpointIo() const { return ioCounters; }
@@ -298,9 +304,12 @@ public:
   /// is `dict.steps`, and the groups named in `dict.groups` get their
   /// settings. With `withParameters`, the bound storage gets the pieces'
   /// "values". All or nothing on this rank: a piece or group that does not
-  /// fit the model, or a local element of any state that no piece covers,
-  /// fails before anything changes. Not collective: each rank loads from
-  /// the pieces it is given, and a caller that needs every rank to succeed
+  /// fit the model, a local element of any state that no piece covers, or
+  /// state that no run makes (a value that is not finite, a negative
+  /// exp_avg_sq or normuon_v, AdamW steps that differ between pieces of a
+  /// parameter or exceed `dict.steps`) fails before anything changes,
+  /// naming the state, parameter and element. Not collective: each rank loads
+  /// from the pieces it is given, and a caller that needs every rank to succeed
   /// or none agrees on the outcome itself.
   Status loadStateDict(const StateDict &dict, bool withParameters);
 
@@ -318,6 +327,9 @@ public:
 private:
   Optimizer(Plan plan, Communicator &comm, Device &device,
             const OptimizerOptions &options);
+  static Status createImpl(Plan plan, Communicator &comm, Device &device,
+                           const OptimizerOptions &options,
+                           std::unique_ptr<Optimizer> &out);
   bool saveCheckpointFiles(const std::string &dir, bool withParameters,
                            std::string &error);
   bool loadCheckpointFiles(const std::string &dir, bool withParameters,

@@ -35,6 +35,14 @@ namespace muon::runtime {
 
 class StepLayout;
 
+/// How a step ran with ExecutorOptions::graphs.
+enum class GraphUse {
+  Off,      // graphs not asked for
+  Eager,    // run call by call: a warm-up, or a fallback (graphNote says)
+  Recorded, // recorded into a graph, then replayed once
+  Replayed, // the recorded graph replayed, with this step's scalars
+};
+
 /// What one step really did on this rank, counted as it happened.
 struct StepCounters {
   int64_t bytesSent = 0, bytesReceived = 0; // payload to / from other ranks
@@ -45,6 +53,10 @@ struct StepCounters {
   int64_t peakWorkingBytes = 0;
   /// What the plan allows for it on this rank (StepExecutor::memoryBound).
   int64_t workingBytesBound = 0;
+  /// With ExecutorOptions::graphs: how the step ran, and why it ran eagerly
+  /// or was recorded again ("" when replayed as recorded).
+  GraphUse graph = GraphUse::Off;
+  std::string graphNote;
 };
 
 struct StepResult {
@@ -65,6 +77,18 @@ struct ExecutorOptions {
   /// Record each step's timeline (trace()): a clock read around each
   /// schedule step and NS batch, nothing when off.
   bool trace = false;
+  /// Step graphs: after a warm-up step, record the step's device work
+  /// (kernels, products, the transport's exchanges) once into a graph of
+  /// the device (Device::beginRecording) and replay it for the next steps,
+  /// each one checked first against the recording call by call without
+  /// running (the same calls on the same memory: bindings, the parameters
+  /// left out, the Newton-Schulz settings), its changing scalars (learning
+  /// rate, weight decay, AdamW's bias corrections) taken along. A step
+  /// that differs is recorded again; where the device or the transport
+  /// cannot record (the CPU, host-staged MPI) or with `trace`, steps run
+  /// as without graphs. The agreement before a step, QK-clip and the
+  /// device-error agreement after it always run on the host.
+  bool graphs = false;
 };
 
 class StepExecutor {
@@ -202,6 +226,29 @@ private:
   Status startExchange(int64_t index);
   Status finishExchange(int64_t index);
   Status runNewtonSchulz(int64_t round);
+  /// The step's schedule and its per-step buffers' release: eagerly, or
+  /// with graphs recorded or replayed (ExecutorOptions::graphs).
+  Status runStepWork();
+  /// A step checked against the recording, then replayed (`replayed`); a
+  /// step that differs leaves the recording dropped and the host state as
+  /// before, to be recorded.
+  Status checkAndReplay(bool &replayed);
+  /// The step recorded, then replayed; run eagerly when the recording
+  /// fails.
+  Status recordAndReplay();
+  /// runSchedule, then the per-step buffers released.
+  Status runScheduleOnce();
+  /// Why this step cannot use a graph ("" when it can).
+  std::string graphObstacle() const;
+  /// What a pass over the schedule changes on the host, put back before
+  /// the step runs again after a failed recording or check.
+  struct HostSnapshot {
+    std::vector<int64_t> steps;
+    StepCounters counters;
+    int64_t peakBytes = 0;
+  };
+  HostSnapshot snapshot() const;
+  void restore(const HostSnapshot &snapshot);
   void applyRound(int64_t round);
   void runAdamW();
   Status runSchedule();
@@ -268,6 +315,16 @@ private:
   std::vector<std::vector<float>> qkLogits;
   std::vector<std::pair<int64_t, int64_t>> qkParams;
   StepCounters lastCounters;
+  /// Step graphs: how the current pass over the schedule runs (Checking:
+  /// the device compares its calls with the recording and the transport is
+  /// not called), whether a recording is ready to replay, whether a step
+  /// has warmed the device up, failed recordings in a row, and why graphs
+  /// were given up for good.
+  enum class Pass { Eager, Recording, Checking };
+  Pass pass = Pass::Eager;
+  bool graphReady = false, warmedUp = false;
+  int failedRecordings = 0;
+  std::string graphsGivenUp;
   // Tracing (options.trace): the step's zero, each exchange's start-call
   // time and lane, and the events so far.
   double sinceStep() const;

@@ -8,8 +8,8 @@
 // (OneDnnNewtonSchulz.cpp); elsewhere the f32 BLAS products, each result
 // rounded to bf16. ns_dtype "auto" is bf16 where the CPU has the bf16
 // products, else f32. Wide and tall matrices can run in the Gram form
-// (NsForm): by default bf16 on oneDNN does, f32 only when asked
-// (GramNewtonSchulz.h). Bit-exact across ranks when every process runs with
+// (NsForm, muon/Runtime/NsForm.h): by default where the coefficients keep
+// its accuracy (bf16 on oneDNN, f32 in GramNewtonSchulz.h). Bit-exact across ranks when every process runs with
 // the same thread count (setBlasThreads) on the same kind of CPU.
 //
 //===----------------------------------------------------------------------===//
@@ -17,6 +17,7 @@
 #define MUON_RUNTIME_CPU_CPUDEVICE_H
 
 #include "muon/Runtime/Device.h"
+#include "muon/Runtime/NsForm.h"
 
 #include <memory>
 #include <string>
@@ -47,25 +48,16 @@ DType chooseDefaultNsDtype(bool oneDnnBuilt, bool cpuBf16);
 bool oneDnnBuilt();
 bool cpuHasBf16Products();
 
-/// The form Newton-Schulz's steps run in on the CPU. The Gram form applies
-/// the same polynomials through the m x m Gram matrix X X^T, restarted
-/// from X every few steps: fewer flops on wide and tall matrices, more
-/// rounding error (docs/performance.md).
-enum class NsForm {
-  /// The Gram form where it pays and its coefficients keep it in its
-  /// precision's accuracy class (every a at most 4: Jordan's, not Polar
-  /// Express's): bf16 on oneDNN in 2-step phases (as accurate as the
-  /// standard form), f32 in the phases of GramNewtonSchulz.h (about twice
-  /// f32's rounding error, far below bf16's; within 1e-6 of
-  /// torch.optim.Muon's f32 after 10 steps); else the standard form. The
-  /// default.
-  Auto,
-  /// Every step as torch.optim.Muon runs it (in bf16, torch's bits on
-  /// square and wide matrices).
-  Standard,
-  /// The Gram form wherever it pays, f32 included (GramNewtonSchulz.h).
-  Gram,
-};
+/// The form Newton-Schulz's steps run in (muon/Runtime/NsForm.h, shared
+/// with the GPU). On the CPU, Auto runs bf16 on oneDNN in 2-step phases (as
+/// accurate as the standard form) and f32 in the phases of
+/// GramNewtonSchulz.h (about twice f32's rounding error, far below bf16's;
+/// within 1e-6 of torch.optim.Muon's f32 after 10 steps); Standard runs
+/// every step as torch.optim.Muon does (in bf16, torch's bits on square and
+/// wide matrices); Gram runs the Gram form wherever it pays.
+using runtime::NsForm;
+using runtime::nsFormName;
+using runtime::parseNsForm;
 
 /// What Newton-Schulz in `precision` with the steps `abc` runs on here, for
 /// summaries: "bf16 products, f32 accumulation (oneDNN 2.6.3,
@@ -92,9 +84,6 @@ struct CpuDeviceOptions {
 /// every CpuDevice made with default options: "auto" (or unset),
 /// "standard" or "gram" (muon-run's --ns-form sets it for its ranks).
 inline constexpr const char *kNsFormVariable = "MUON_CPU_NS_FORM";
-/// Parses a form's name ("auto", "standard", "gram"): false if unknown.
-bool parseNsForm(const std::string &name, NsForm &form);
-const char *nsFormName(NsForm form);
 
 /// Whether Newton-Schulz in `precision` on a rows x cols matrix with the
 /// steps `abc` runs in the Gram form under `options`.

@@ -26,6 +26,11 @@
 //   MUON_CUDA_GROUPED_GEMM    1: issue the tiles as one grouped GEMM
 //                             instead of one batched call per tile shape
 //                             (default 0: faster on an H100)
+//   MUON_CUDA_NS_FORM         Newton-Schulz's form, as the CPU's
+//                             MUON_CPU_NS_FORM: auto (default: the Gram
+//                             form on wide and tall matrices where it pays
+//                             and the coefficients keep its accuracy),
+//                             standard or gram (DeviceOptions::nsForm)
 //   MUON_CUBLAS_LIBRARY       the cuBLAS library to load (default: the
 //                             libcublas.so.<major> already loaded, else
 //                             one in addLibraryDirectory's directories,
@@ -40,10 +45,13 @@
 
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Device.h"
+#include "muon/Runtime/NsForm.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace muon::runtime::cuda {
 
@@ -57,9 +65,25 @@ void addLibraryDirectory(const std::string &directory);
 /// too old), never a crash.
 int deviceCount(std::string &error);
 
+/// The environment variable that picks Newton-Schulz's form for devices
+/// made without DeviceOptions (muon-run's --ns-form sets it for its ranks).
+inline constexpr const char *kNsFormVariable = "MUON_CUDA_NS_FORM";
+
+/// What a caller may set on a device instead of the environment.
+struct DeviceOptions {
+  /// Newton-Schulz's form (muon/Runtime/NsForm.h), with the CPU's meaning;
+  /// default: MUON_CUDA_NS_FORM, else auto.
+  NsForm nsForm = nsFormFromEnvironment();
+  /// MUON_CUDA_NS_FORM's form; auto when unset (an unknown value is refused
+  /// by createDevice).
+  static NsForm nsFormFromEnvironment();
+};
+
 /// A device on GPU `ordinal` with its own compute stream and cuBLAS handle;
 /// nullptr with `error`.
 std::unique_ptr<Device> createDevice(int ordinal, std::string &error);
+std::unique_ptr<Device> createDevice(int ordinal, const DeviceOptions &options,
+                                     std::string &error);
 
 /// Orders a device from createDevice with a stream of the caller's on its
 /// GPU (a `cudaStream_t` as `void *`; torch's
@@ -76,6 +100,13 @@ bool streamWaitsForDevice(Device &device, void *stream, std::string &error);
 /// "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB)" for a device
 /// from createDevice; its name() for any other.
 std::string describeDevice(const Device &device);
+
+/// What Newton-Schulz in `precision` with the steps `abc` runs on a device
+/// from createDevice, for summaries, as the CPU's describeNewtonSchulz says
+/// it: "bf16 products, f32 accumulation (cuBLAS); Gram form on wide and
+/// tall matrices", "f32 products (cuBLAS, no TF32)".
+std::string describeNewtonSchulz(const Device &device, DType precision,
+                                 const std::vector<std::array<double, 3>> &abc);
 
 /// Seconds of one (m x k) x (k x n) cuBLAS product on `device` (from
 /// createDevice) as Newton-Schulz runs its products in `dtype` (BF16: bf16

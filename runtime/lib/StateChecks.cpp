@@ -1,0 +1,164 @@
+//===- StateChecks.cpp - Loaded state, checked for sense -----------------===//
+#include "StateChecks.h"
+
+#include "muon/Runtime/MatrixStep.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+namespace muon::runtime::statecut {
+namespace {
+
+/// firstImplausible for one rule. A block's values are tested without a
+/// branch (their flags or-ed into a word: the loop vectorizes), and only a
+/// block with a bad value is searched.
+template <bool NonNegative>
+int64_t firstImplausibleBy(const float *data, int64_t count) {
+  constexpr int64_t kBlock = 1024;
+  auto bad = [](uint32_t bits) -> uint32_t {
+    uint32_t nonFinite = (bits & 0x7f800000u) == 0x7f800000u;
+    // As unsigned: the sign bit set on anything but -0.
+    return NonNegative ? nonFinite | (bits > 0x80000000u) : nonFinite;
+  };
+  for (int64_t start = 0; start < count; start += kBlock) {
+    const int64_t end = std::min(count, start + kBlock);
+    uint32_t any = 0;
+    for (int64_t i = start; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, data + i, 4);
+      any |= bad(bits);
+    }
+    if (!any)
+      continue;
+    for (int64_t i = start; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, data + i, 4);
+      if (bad(bits))
+        return i;
+    }
+  }
+  return -1;
+}
+
+/// "[2, 3]": element `e` of the row-major `box` by its global index.
+std::string elementText(const std::vector<Range> &box, int64_t e) {
+  std::vector<int64_t> at(box.size());
+  for (size_t d = box.size(); d-- > 0;) {
+    at[d] = box[d].begin + e % box[d].size();
+    e /= box[d].size();
+  }
+  std::string text = "[";
+  for (size_t d = 0; d < at.size(); ++d)
+    text += (d ? ", " : "") + std::to_string(at[d]);
+  return text + "]";
+}
+
+/// Why `v` is refused: it is not finite, or it is below zero.
+std::string problemWith(float v) {
+  char number[32];
+  std::snprintf(number, sizeof(number), "%g", static_cast<double>(v));
+  return std::string(number) + (std::isfinite(v)
+                                    ? ", below zero (a second moment never is)"
+                                    : " (it must be finite)");
+}
+
+} // namespace
+
+bool mustBeNonNegative(const std::string &state) {
+  int slot = slotNamed(state);
+  if (slot >= 0 && slot < kElementSlotCount)
+    return kElementSlots[slot].nonNegative;
+  int step = matrixStepOfState(state);
+  return step >= 0 && matrixSteps()[step].nonNegativeState;
+}
+
+int64_t firstImplausible(const float *data, int64_t count, bool nonNegative) {
+  return nonNegative ? firstImplausibleBy<true>(data, count)
+                     : firstImplausibleBy<false>(data, count);
+}
+
+std::string implausibleElement(const std::string &state,
+                               const std::string &param,
+                               const std::vector<Range> &box, int64_t e,
+                               float value) {
+  return "the " + state + " state of '" + param + "' at " +
+         elementText(box, e) + " is " + problemWith(value);
+}
+
+std::string implausibleRow(const std::string &state, const std::string &param,
+                           int64_t slice, int64_t row, float value) {
+  return "the " + state + " state of '" + param + "' (matrix " +
+         std::to_string(slice) + ") at row " + std::to_string(row) + " is " +
+         problemWith(value);
+}
+
+bool checkStepCounts(const Plan &plan, const std::vector<Source> &sources,
+                     int64_t steps, const std::string &what,
+                     std::string &error) {
+  if (steps < 0) {
+    error = what + ": the optimizer's step count is " + std::to_string(steps);
+    return false;
+  }
+  // Per parameter, the first piece that carries AdamW's step.
+  std::map<int64_t, const Source *> stepOf;
+  for (const Source &s : sources) {
+    const std::string &name = plan.params[s.param].name;
+    if (s.step < 0 || s.step > steps) {
+      error = what + ": the piece " + boxText(s.box) + " of '" + name +
+              "' has step " + std::to_string(s.step) + ", outside [0, " +
+              std::to_string(steps) + "] (the optimizer's step count)";
+      return false;
+    }
+    bool carries = false;
+    for (int slot = 0; slot < kElementSlotCount; ++slot)
+      carries |= s.has[slot] && kElementSlots[slot].carriesStep;
+    if (!carries)
+      continue;
+    auto [it, first] = stepOf.emplace(s.param, &s);
+    if (!first && it->second->step != s.step) {
+      error =
+          what + ": the pieces of '" + name +
+          "' disagree on its step count: " + std::to_string(it->second->step) +
+          " in " + boxText(it->second->box) + ", " + std::to_string(s.step) +
+          " in " + boxText(s.box);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool checkStateValues(
+    const StateDict &local, const std::string &what, std::string &error,
+    const std::function<bool(const StatePiece &, const std::string &)> &only) {
+  for (const StatePiece &piece : local.pieces)
+    for (const auto &[name, data] : piece.states) {
+      if (only && !only(piece, name))
+        continue;
+      int64_t e =
+          firstImplausible(data.data(), static_cast<int64_t>(data.size()),
+                           mustBeNonNegative(name));
+      if (e < 0)
+        continue;
+      error = what + ": " +
+              implausibleElement(name, piece.param, piece.box, e, data[e]);
+      return false;
+    }
+  if (only)
+    return true;
+  for (const RowStatePiece &row : local.rowStates) {
+    int64_t e = firstImplausible(row.values.data(),
+                                 static_cast<int64_t>(row.values.size()),
+                                 mustBeNonNegative(row.state));
+    if (e < 0)
+      continue;
+    error = what + ": " +
+            implausibleRow(row.state, row.param, row.slice, e, row.values[e]);
+    return false;
+  }
+  return true;
+}
+
+} // namespace muon::runtime::statecut

@@ -1,0 +1,112 @@
+//===- InputFileTest.cpp - Safe reads and escaped messages ----------------===//
+//
+// InputFile and readInputFile refuse what is not a regular file (a FIFO
+// without blocking, a directory, /dev/zero) and files past their limit;
+// escapeBytes keeps printable text and escapes everything else.
+//
+//===----------------------------------------------------------------------===//
+#include "muon/Support/Escape.h"
+#include "muon/Support/InputFile.h"
+#include "muon/Support/OutputFile.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace muon;
+
+namespace {
+
+#define EXPECT_CONTAINS(haystack, needle)                                      \
+  EXPECT_NE((haystack).find(needle), std::string::npos)                        \
+      << "'" << (haystack) << "' lacks '" << (needle) << "'"
+
+struct Scratch {
+  std::string dir = ::testing::TempDir() + "muon-input-" +
+                    std::to_string(::getpid());
+  Scratch() {
+    removeTree(dir);
+    ::mkdir(dir.c_str(), 0700);
+  }
+  ~Scratch() { removeTree(dir); }
+  std::string path(const std::string &name) const { return dir + "/" + name; }
+};
+
+TEST(InputFile, ReadsRegularFilesWholeAndAtOffsets) {
+  Scratch scratch;
+  const std::string path = scratch.path("text");
+  std::ofstream(path) << "hello, file";
+  std::string text, error;
+  ASSERT_TRUE(readInputFile(path, 100, text, error)) << error;
+  EXPECT_EQ(text, "hello, file");
+  InputFile file;
+  ASSERT_TRUE(file.open(path, error)) << error;
+  EXPECT_EQ(file.size(), 11);
+  char five[5];
+  ASSERT_TRUE(file.readAt(five, 5, 7, error) == false);
+  EXPECT_CONTAINS(error, "the file ends at byte 11, before 12");
+  ASSERT_TRUE(file.readAt(five, 4, 7, error)) << error;
+  EXPECT_EQ(std::string(five, 4), "file");
+  EXPECT_EQ(readInputPrefix(path, 5), "hello");
+  EXPECT_EQ(readInputPrefix(path, 50), "hello, file");
+}
+
+TEST(InputFile, RefusesWhatIsNotARegularFile) {
+  Scratch scratch;
+  const std::string fifo = scratch.path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  struct Case {
+    std::string path, kind;
+  };
+  for (const Case &c : {Case{fifo, "a FIFO (named pipe)"},
+                        Case{scratch.dir, "a directory"},
+                        Case{"/dev/zero", "a character device"}}) {
+    std::string text, error;
+    // A FIFO without a writer would block a plain open() for ever.
+    EXPECT_FALSE(readInputFile(c.path, 100, text, error, "the input"));
+    EXPECT_EQ(error, "cannot read the input '" + c.path + "': it is " +
+                         c.kind + ", not a regular file");
+    EXPECT_EQ(readInputPrefix(c.path, 8), "");
+  }
+  std::string text, error;
+  EXPECT_FALSE(readInputFile(scratch.path("missing"), 100, text, error));
+  EXPECT_CONTAINS(error, "No such file or directory");
+}
+
+TEST(InputFile, RefusesFilesPastTheLimit) {
+  Scratch scratch;
+  const std::string path = scratch.path("big");
+  std::ofstream(path) << std::string(101, 'x');
+  std::string text, error;
+  EXPECT_FALSE(readInputFile(path, 100, text, error, "the input"));
+  EXPECT_EQ(error, "cannot read the input '" + path +
+                       "': it is larger than the limit of 100 bytes");
+  EXPECT_TRUE(readInputFile(path, 101, text, error)) << error;
+  EXPECT_EQ(text.size(), 101u);
+}
+
+TEST(Escape, KeepsPrintableTextAndEscapesTheRest) {
+  EXPECT_EQ(escapeBytes("plain text, 100%"), "plain text, 100%");
+  // Valid UTF-8 of printable characters stays.
+  EXPECT_EQ(escapeBytes("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
+            "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  // Control characters, DEL, a lone continuation byte, a truncated
+  // sequence, an overlong '/', a surrogate, a C1 control (CSI).
+  EXPECT_EQ(escapeBytes(std::string("a\0b\x1b[31m\x7f", 9)),
+            "a\\x00b\\x1b[31m\\x7f");
+  EXPECT_EQ(escapeBytes("\"\xff\x80\xe2\x82"), "\"\\xff\\x80\\xe2\\x82");
+  EXPECT_EQ(escapeBytes("\xc0\xaf \xed\xa0\x80 \xc2\x9b"),
+            "\\xc0\\xaf \\xed\\xa0\\x80 \\xc2\\x9b");
+  // Newlines only when asked; listed bytes always.
+  EXPECT_EQ(escapeBytes("a\nb"), "a\\x0ab");
+  EXPECT_EQ(escapeBytes("a\nb", {}, /*keepNewlines=*/true), "a\nb");
+  EXPECT_EQ(escapeBytes("M\"\\N", "\"\\"), "M\\x22\\x5cN");
+  // Escaping printable text again changes nothing.
+  std::string once = escapeBytes("x\xff\x01y");
+  EXPECT_EQ(escapeBytes(once), once);
+}
+
+} // namespace
