@@ -24,7 +24,7 @@ FUZZ_TARGETS := muon-spec-fuzzer muon-ir-fuzzer muon-plan-fuzzer muon-plan-bin-f
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build check check-lit check-unit demo clean fuzz fuzz-build install venv python check-python wheel
+.PHONY: all deps configure build check check-lit check-unit demo clean fuzz fuzz-build install venv python check-python wheel stage
 
 all: build
 
@@ -66,8 +66,12 @@ VENV ?= $(BUILD_DIR)/venv
 venv:
 	@bash python/scripts/venv.sh $(VENV)
 
-python: build venv
+# The build installed into $(BUILD_DIR)/install, which `python` and
+# `wheel` build against (one target, so that `make -j check` copies once).
+stage: build
 	@cmake --install $(BUILD_DIR) --prefix $(abspath $(BUILD_DIR))/install >/dev/null
+
+python: stage venv
 	@$(VENV)/bin/python -m pip install -q --disable-pip-version-check \
 	  --no-build-isolation --no-deps python/ \
 	  -Cbuild-dir=$(abspath $(BUILD_DIR))/python \
@@ -93,8 +97,7 @@ check-python: python
 # Python.
 PYTHON ?= python3
 DIST   ?= dist
-wheel: build
-	@cmake --install $(BUILD_DIR) --prefix $(abspath $(BUILD_DIR))/install >/dev/null
+wheel: stage
 	@JOBS=$(JOBS) bash python/scripts/wheel.sh $(BUILD_DIR) $(DIST) $(PYTHON)
 
 $(FUZZ_DIR)/build.ninja:
