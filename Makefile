@@ -24,7 +24,7 @@ FUZZ_TARGETS := muon-spec-fuzzer muon-ir-fuzzer muon-plan-fuzzer muon-plan-bin-f
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build check check-lit check-unit demo clean fuzz fuzz-build install venv python check-python
+.PHONY: all deps configure build check check-lit check-unit demo clean fuzz fuzz-build install venv python check-python wheel stage
 
 all: build
 
@@ -51,9 +51,12 @@ configure: $(BUILD_DIR)/build.ninja
 build: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Every test, then a short fuzz run (about a minute) of each target.
-check: build fuzz-build python
-	@bash test/run-all.sh $(BUILD_DIR) $(FUZZ_DIR) $(CHECK_FUZZ_SECONDS)
+# Every test, then a short fuzz run (about a minute) of each target. The
+# Python tests run against the wheel (make wheel), installed into a fresh
+# virtualenv, and the fake GPU's against build/venv.
+check: build fuzz-build python wheel
+	@bash test/run-all.sh $(BUILD_DIR) $(FUZZ_DIR) $(CHECK_FUZZ_SECONDS) \
+	  "$$(cat $(BUILD_DIR)/wheel/$(notdir $(PYTHON))/wheel.txt)"
 
 # The Python package (python/, import name muonc) in $(VENV): the venv is
 # cached (python/scripts/venv.sh: a no-op while its requirement files are
@@ -63,8 +66,12 @@ VENV ?= $(BUILD_DIR)/venv
 venv:
 	@bash python/scripts/venv.sh $(VENV)
 
-python: build venv
+# The build installed into $(BUILD_DIR)/install, which `python` and
+# `wheel` build against (one target, so that `make -j check` copies once).
+stage: build
 	@cmake --install $(BUILD_DIR) --prefix $(abspath $(BUILD_DIR))/install >/dev/null
+
+python: stage venv
 	@$(VENV)/bin/python -m pip install -q --disable-pip-version-check \
 	  --no-build-isolation --no-deps python/ \
 	  -Cbuild-dir=$(abspath $(BUILD_DIR))/python \
@@ -78,9 +85,20 @@ python: build venv
 	  -DMUON_TEST_PYTHON=$(abspath $(VENV))/bin/python >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# The Python tests alone (test/run-all.sh runs them too).
+# The Python tests alone, against build/venv (test/run-all.sh runs them
+# against the wheel).
 check-python: python
 	@$(VENV)/bin/python -m pytest -q python/tests
+
+# muonc's wheel in $(DIST): dist/muonc-<VERSION>-cp311-cp311-manylinux_*.whl,
+# self-contained (MLIR and LLVM static; OpenBLAS and oneDNN inside; MPI and
+# cuBLAS loaded at run time): python/scripts/wheel.sh, docs/pytorch.md.
+# PYTHON=python3.12 (a command, a path, or a version pyenv has) for another
+# Python.
+PYTHON ?= python3
+DIST   ?= dist
+wheel: stage
+	@JOBS=$(JOBS) bash python/scripts/wheel.sh $(BUILD_DIR) $(DIST) $(PYTHON)
 
 $(FUZZ_DIR)/build.ninja:
 	cmake -G Ninja -S . -B $(FUZZ_DIR) \
@@ -108,4 +126,4 @@ install: build
 	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD_DIR) $(FUZZ_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_DIR) $(DIST)

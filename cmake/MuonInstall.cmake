@@ -19,8 +19,8 @@ install(DIRECTORY runtime/backends/cpu/include/muon/Runtime/Cpu
         DESTINATION include/muon/Runtime)
 
 # Muon::Runtime: no LLVM, no MLIR.
-install(TARGETS MuonSupport MuonPlan MuonRuntime MuonRuntimeCpu
-        MuonRuntimeBackends MuonRuntimeC
+install(TARGETS MuonSupport MuonPlan MuonRuntime MuonRuntimeCpuDevice
+        MuonRuntimeMpi MuonRuntimeCpu MuonRuntimeBackends MuonRuntimeC
         EXPORT MuonRuntimeTargets ARCHIVE DESTINATION lib)
 # The C API as a shared library too (libmuon_runtime.so), for trainers in
 # other languages that load it (ctypes, FFI): the CPU backend inside.
@@ -44,9 +44,9 @@ install(EXPORT MuonCompilerTargets NAMESPACE Muon:: DESTINATION lib/cmake/Muon)
 
 # Muon::Cuda: the CUDA backend (CudaDevice, the NCCL communicator) over
 # Muon::Runtime, where this build has it (MUON_HAVE_CUDA). Its CUDA runtime
-# and cuBLAS come from the consumer's CUDA toolkit (find_dependency in
-# MuonConfig.cmake); NCCL is loaded at run time. muon-cuda-check, its
-# self-check, goes with it.
+# is linked statically from the consumer's CUDA toolkit (find_dependency in
+# MuonConfig.cmake); cuBLAS and NCCL are loaded at run time. muon-cuda-check,
+# its self-check, goes with it.
 if(MUON_HAVE_CUDA)
   install(DIRECTORY runtime/backends/cuda/include/muon/Runtime/Cuda
           DESTINATION include/muon/Runtime)
@@ -63,7 +63,7 @@ configure_package_config_file(cmake/MuonConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/MuonConfig.cmake
   INSTALL_DESTINATION lib/cmake/Muon)
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/MuonConfigVersion.cmake
-  VERSION 0.1.0 COMPATIBILITY SameMinorVersion)
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/MuonConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/MuonConfigVersion.cmake
         DESTINATION lib/cmake/Muon)

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test suite and ends with one summary line, "N passed, N failed".
 # With a fuzz build (second argument), each fuzz target also runs for the
-# given seconds (third argument) and counts as one test.
+# given seconds (third argument) and counts as one test. With muonc's wheel
+# (fourth argument, make wheel), the Python tests run against it, installed
+# into a fresh virtualenv (python/scripts/wheel-venv.sh), instead of
+# build/venv.
 set -u
 build=${1:-build}
 fuzz=${2:-}
 fuzz_seconds=${3:-20}
+wheel=${4:-}
 passed=0
 failed=0
 
@@ -33,27 +37,56 @@ for t in "$build"/bin/*Tests; do
   rm -f "$out"
 done
 
-echo "== Python tests (python/tests, pytest in $build/venv)"
-venv_python=$(cd "$build" && pwd)/venv/bin/python
-if [ -x "$venv_python" ]; then
-  out=$(mktemp)
-  # A build with the CUDA backend has the extension over the fake GPU too
-  # (make python): its tests must run, not skip.
-  fakegpu=0
-  [ -x "$build/bin/muon-run-fakegpu" ] && fakegpu=1
-  fakegpu_dir=$(cd "$build" && pwd)/python-fakegpu
-  (cd "$(dirname "$0")/../python" &&
-   MUONC_FAKEGPU_DIR=$fakegpu_dir \
-   MUONC_REQUIRE_FAKEGPU=$fakegpu \
-   "$venv_python" -m pytest -q -p no:cacheprovider tests) 2>&1 | tee "$out"
-  rc=${PIPESTATUS[0]}
-  p=$(grep -Eo '[0-9]+ passed' "$out" | grep -Eo '[0-9]+' | tail -1 || true)
-  f=$(grep -Eo '[0-9]+ (failed|errors?)\b' "$out" | awk '{s += $1} END {if (NR) print s}')
+# pytest's summary in $1 (the output of a run that exited with $2) into
+# the counts. 5: no tests collected (not a failure); any other non-zero
+# without a count (a crash, an import error) counts as one failure.
+count_pytest() {
+  local p f
+  p=$(grep -Eo '[0-9]+ passed' "$1" | grep -Eo '[0-9]+' | tail -1 || true)
+  f=$(grep -Eo '[0-9]+ (failed|errors?)\b' "$1" | awk '{s += $1} END {if (NR) print s}')
   passed=$((passed + ${p:-0}))
   failed=$((failed + ${f:-0}))
-  # 5: no tests collected (not a failure); any other non-zero without a
-  # count (a crash, an import error) counts as one failure.
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ] && [ -z "$f" ] && failed=$((failed + 1))
+  [ "$2" -ne 0 ] && [ "$2" -ne 5 ] && [ -z "$f" ] && failed=$((failed + 1))
+}
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv_python=$(cd "$build" && pwd)/venv/bin/python
+# A build with the CUDA backend has the extension over the fake GPU too
+# (make python): its tests must run, not skip.
+fakegpu=0
+[ -x "$build/bin/muon-run-fakegpu" ] && fakegpu=1
+fakegpu_dir=$(cd "$build" && pwd)/python-fakegpu
+if [ -n "$wheel" ]; then
+  # The wheel, installed into a fresh virtualenv outside the tree, and the
+  # tests run from outside it with nothing of the build on any path: all
+  # but the fake GPU's, which need the build's _core_fakegpu.
+  echo "== Python tests (python/tests) against $(basename "$wheel")"
+  scratch=$(mktemp -d "${TMPDIR:-/tmp}/muonc-wheel.XXXXXX")
+  out=$(mktemp)
+  if bash "$root/python/scripts/wheel-venv.sh" "$wheel" "$scratch/venv"; then
+    (cd "$scratch" &&
+     env -u PYTHONPATH -u LD_LIBRARY_PATH -u MUONC_FAKEGPU_DIR \
+       "$scratch/venv/bin/python" -m pytest -q -p no:cacheprovider \
+       "$root/python/tests" --ignore="$root/python/tests/test_fake_gpu.py") 2>&1 |
+      tee "$out"
+    count_pytest "$out" "${PIPESTATUS[0]}"
+  else
+    failed=$((failed + 1))
+  fi
+  rm -rf "$scratch" "$out"
+  python_tests=(tests/test_fake_gpu.py)
+  echo "== Python tests on the fake GPU (python/tests/test_fake_gpu.py, pytest in $build/venv)"
+else
+  python_tests=(tests)
+  echo "== Python tests (python/tests, pytest in $build/venv)"
+fi
+if [ -x "$venv_python" ]; then
+  out=$(mktemp)
+  (cd "$root/python" &&
+   MUONC_FAKEGPU_DIR=$fakegpu_dir \
+   MUONC_REQUIRE_FAKEGPU=$fakegpu \
+   "$venv_python" -m pytest -q -p no:cacheprovider "${python_tests[@]}") 2>&1 | tee "$out"
+  count_pytest "$out" "${PIPESTATUS[0]}"
   rm -f "$out"
 else
   echo "no $build/venv (make python): Python tests not run"

@@ -12,7 +12,9 @@
 #                         Python 3.12, its extension built here against an
 #                         install of the full build (with the CUDA
 #                         backend) and LLVM linked in statically
-#                         (static-llvm.cmake), with oneDNN's library:
+#                         (python/CMakeLists.txt's MUONC_STATIC_LLVM, as
+#                         the wheel has it), with comm="mpi"'s plugin and
+#                         oneDNN's library:
 #                         bench/gpu/torch_bridge.py imports it there
 # Then carry it: the device tool's `carry: ["gpu-bundle"]`, and run
 # `bash bench/gpu/run.sh` there (see docs/performance.md). Everything that
@@ -99,8 +101,8 @@ else
   cmake -G Ninja -S "$src/python" -B "$full/gpu-py-build" \
     -DPython_EXECUTABLE="$full/gpu-py/bin/python" \
     -DCMAKE_PREFIX_PATH="$full/install" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PROJECT_INCLUDE="$src/bench/gpu/static-llvm.cmake" >/dev/null
-  cmake --build "$full/gpu-py-build" --target _core >/dev/null
+    -DMUONC_STATIC_LLVM=ON >/dev/null
+  cmake --build "$full/gpu-py-build" --target _core muonc_mpi >/dev/null
   core=$(ls "$full"/gpu-py-build/_core.cpython-312-*.so)
   # What the extension loads must be on the machine (cuBLAS, C and C++
   # runtimes), in debs.tar.gz (MPI, OpenBLAS) or in the archive (oneDNN).
@@ -112,9 +114,9 @@ else
   fi
   stage=$(mktemp -d)
   cp -r "$src/python/src/muonc" "$stage/"
-  rm -f "$stage/muonc/_core.cpp"
+  rm -f "$stage"/muonc/*.cpp "$stage"/muonc/*.h
   find "$stage" -name __pycache__ -prune -exec rm -rf {} +
-  cp "$core" "$stage/muonc/"
+  cp "$core" "$full/gpu-py-build/libmuonc_mpi.so" "$stage/muonc/"
   mkdir -p "$stage/lib"
   cp -L "$(ldconfig -p | sed -n 's/.*libdnnl\.so\.2 .*=> //p' | head -1)" \
     "$stage/lib/libdnnl.so.2"

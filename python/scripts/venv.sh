@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Creates the Python virtualenv of the package's build and tests, cached:
-# a no-op when VENV exists and its stamp matches the requirement files.
+# Creates a Python virtualenv of the package (by default build/venv, of its
+# build and tests), cached: a no-op when VENV exists and its stamp matches
+# the requirement files and the interpreter.
 #
 #   python/scripts/venv.sh [VENV]      (default build/venv)
 #
@@ -9,13 +10,28 @@
 # requirements-torch-nodeps.txt, instead of the ~5.4 GB of CUDA wheels a
 # plain `pip install torch` pulls. MUONC_NO_TORCH=1 skips torch (the
 # package then builds and imports; its torch tests are skipped).
+# MUONC_REQUIREMENTS names another requirement file of python/ than
+# requirements-venv.txt (the wheel's test venv: requirements-test.txt; its
+# build venv: requirements-wheel.txt); PYTHON, the interpreter.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${1:-build/venv}
 python=${PYTHON:-python3}
-reqs=("$here/requirements-venv.txt")
+# A name like python3.12 that is not on PATH: the pyenv version that has
+# it, where pyenv is.
+if ! "$python" -c '' 2>/dev/null && command -v pyenv >/dev/null; then
+  version=$(pyenv whence "$python" 2>/dev/null | tail -1 || true)
+  [ -z "$version" ] || python=$(pyenv prefix "$version")/bin/$python
+fi
+"$python" -c '' 2>/dev/null || { echo "venv: no Python '$python'"; exit 1; }
+base=$here/${MUONC_REQUIREMENTS:-requirements-venv.txt}
+# The base file and those it includes (-r), which the stamp covers too.
+reqs=("$base")
+for ((i = 0; i < ${#reqs[@]}; i++)); do
+  for r in $(sed -n 's/^-r *//p' "${reqs[$i]}"); do reqs+=("$here/$r"); done
+done
 [ "${MUONC_NO_TORCH:-0}" = 1 ] || reqs+=("$here/requirements-torch-nodeps.txt")
-stamp_value=$(cat "${reqs[@]}" | sha256sum | cut -d' ' -f1)
+stamp_value=$( (cat "${reqs[@]}"; "$python" -VV) | sha256sum | cut -d' ' -f1)
 stamp="$venv/.muonc-stamp"
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_value" ]; then
   exit 0
@@ -25,7 +41,7 @@ start=$(date +%s)
 rm -rf "$venv"
 "$python" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
-"${pip[@]}" -r "$here/requirements-venv.txt"
+"${pip[@]}" -r "$base"
 if [ "${MUONC_NO_TORCH:-0}" != 1 ]; then
   "${pip[@]}" --no-deps -r "$here/requirements-torch-nodeps.txt"
   "$venv/bin/python" -c 'import torch, torch.distributed as d; assert d.is_gloo_available(), "torch has no gloo"' \

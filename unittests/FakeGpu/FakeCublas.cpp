@@ -30,6 +30,7 @@
 #include "muon/Runtime/DType.h"
 
 #include <cublas_v2.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -388,6 +389,16 @@ bool validOp(cublasOperation_t op) {
   return op == CUBLAS_OP_N || op == CUBLAS_OP_T;
 }
 
+/// The backend loads cuBLAS with dlopen (CublasLibrary.h): a process on the
+/// fake GPU must load the fake (a real cuBLAS would look for a real GPU), so
+/// unless MUON_CUBLAS_LIBRARY says otherwise it names this library's file.
+__attribute__((constructor)) void nameThisLibraryAsCublas() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void *>(&nameThisLibraryAsCublas), &info) &&
+      info.dli_fname)
+    setenv("MUON_CUBLAS_LIBRARY", info.dli_fname, 0);
+}
+
 } // namespace
 
 extern "C" {
@@ -500,6 +511,21 @@ cublasStatus_t cublasGemmStridedBatchedEx(
         return true;
       },
       &Counters::stridedCalls);
+}
+
+/// One product (the backend's gemmSeconds, muon-bench's rate): the strided
+/// call's checks and arithmetic with a batch of one, counted as one.
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k,
+                            const void *alpha, const void *A,
+                            cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta,
+                            void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType,
+                            cublasGemmAlgo_t algo) {
+  return cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A,
+                                    Atype, lda, 0, B, Btype, ldb, 0, beta, C,
+                                    Ctype, ldc, 0, 1, computeType, algo);
 }
 
 cublasStatus_t cublasGemmBatchedEx(

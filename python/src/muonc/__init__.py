@@ -13,6 +13,7 @@ import atexit as _atexit
 import gc as _gc
 import json as _json
 import os as _os
+import sys as _sys
 
 from ._core import (DataLossError, FailedPreconditionError, InternalError,
                     InvalidArgumentError, MuonError, MuonTypeError,
@@ -28,7 +29,7 @@ __all__ = ["MuonError", "InvalidArgumentError", "FailedPreconditionError",
            "NotFoundError", "DataLossError", "ResourceExhaustedError",
            "UnavailableError", "InternalError", "MuonTypeError", "Optimizer", "Plan",
            "compile_model", "compile_spec", "cpu_newton_schulz", "load_plan"]
-__version__ = "0.1.0"
+__version__ = _core.__version__  # the project's VERSION file
 
 
 def load_plan(path, comm=None, timeout=120.0, ns_form=""):
@@ -62,6 +63,20 @@ def compile_spec(spec, wire_dtype=None):
         raise InvalidArgumentError(f"invalid argument: wire_dtype "
                                    f"{wire_dtype!r}: expected 'f32' or 'bf16'")
     return _compile_spec(text, wire_dtype or "")
+
+
+def _nvidia_library_dirs():
+    """The lib/ folders of NVIDIA's CUDA wheels on sys.path, where a GPU
+    optimizer looks for cuBLAS when no copy is loaded yet: nvidia-cublas,
+    which torch depends on (nvidia/cu13/lib from CUDA 13 on,
+    nvidia/cublas/lib before)."""
+    import glob
+    dirs = []
+    for path in _sys.path:
+        for pattern in ("cu[0-9]*", "cublas"):
+            dirs += sorted(glob.glob(_os.path.join(path or _os.curdir,
+                                                   "nvidia", pattern, "lib")))
+    return dirs
 
 
 @_atexit.register

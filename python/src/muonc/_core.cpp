@@ -8,10 +8,12 @@
 //
 // With a Python communicator the GIL is held for the whole of every call,
 // step included: its callbacks run on the calling thread. With MPI
-// (comm="mpi", for processes started by mpirun) a step releases it.
+// (comm="mpi", for processes started by mpirun) a step releases it. MPI is
+// not linked: comm="mpi" loads it (mpi_plugin.h).
 //
 // Built against the CUDA backend (Muon::Cuda, MUONC_HAVE_CUDA), an optimizer
-// may run on a GPU (device="cuda:N"): arrays are then device memory (torch
+// may run on a GPU (device="cuda:N"; cuBLAS is loaded then, from NVIDIA's
+// wheels where pip put them, else the toolkit): arrays are device memory (torch
 // CUDA tensors through DLPack), a step is ordered with the caller's stream,
 // and exchanges go through NCCL under MPI, else host-staged through the
 // Python communicator. MUONC_FAKE_GPU builds the same module as
@@ -25,7 +27,6 @@
 #include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
-#include "muon/Runtime/Cpu/MpiCommunicator.h"
 #include "muon/Runtime/HostStagedCommunicator.h"
 #include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/MatrixStep.h"
@@ -33,6 +34,7 @@
 #if MUONC_HAVE_CUDA
 #include "muon/Runtime/Cuda/CudaBackend.h"
 #endif
+#include "mpi_plugin.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -42,6 +44,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
+
+#include <dlfcn.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -458,41 +462,69 @@ template <typename A> rt::DType dtypeOf(const A &a, const std::string &what) {
                                "elements");
 }
 
+/// MPI, loaded on first use (mpi_plugin.h): the MPI library with
+/// RTLD_GLOBAL (the plugin's MPI symbols bind to it), then the plugin
+/// beside this module. Unavailable, naming the library, where MPI is
+/// missing. Called with the GIL held.
+const muonc::MpiPlugin *mpiPlugin = nullptr;
+
+const muonc::MpiPlugin &loadMpi() {
+  if (mpiPlugin)
+    return *mpiPlugin;
+  const char *chosen = std::getenv("MUON_MPI_LIBRARY");
+  const bool overridden = chosen && *chosen;
+  const std::string library = overridden ? chosen : MUONC_MPI_LIBRARY;
+  if (!dlopen(library.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+    const char *why = dlerror();
+    throw StatusError(
+        rt::StatusCode::Unavailable,
+        "comm=\"mpi\" needs MPI: cannot load " + library +
+            (overridden ? " (MUON_MPI_LIBRARY)"
+                        : " (Open MPI's library: install Open MPI, e.g. "
+                          "`apt install openmpi-bin`, or point "
+                          "MUON_MPI_LIBRARY at a compatible libmpi)") +
+            ": " + (why ? why : "unknown dlopen error"));
+  }
+  Dl_info self;
+  std::string plugin = "libmuonc_mpi.so";
+  if (dladdr(reinterpret_cast<void *>(&loadMpi), &self) && self.dli_fname) {
+    std::string here = self.dli_fname;
+    plugin = here.substr(0, here.rfind('/') + 1) + plugin;
+  }
+  void *handle = dlopen(plugin.c_str(), RTLD_NOW | RTLD_LOCAL);
+  using Entry = const muonc::MpiPlugin *(*)();
+  Entry entry = handle ? reinterpret_cast<Entry>(
+                             dlsym(handle, MUONC_MPI_PLUGIN_ENTRY))
+                       : nullptr;
+  if (!entry) {
+    const char *why = dlerror();
+    throw StatusError(rt::StatusCode::Unavailable,
+                      "comm=\"mpi\": cannot load muonc's MPI plugin " +
+                          plugin + " over " + library + ": " +
+                          (why ? why : "unknown dlopen error"));
+  }
+  mpiPlugin = entry();
+  return *mpiPlugin;
+}
+
 /// MPI for processes started by mpirun: initialized on first use (unless
 /// the program did, e.g. mpi4py), finalized by mpiFinalize at interpreter
 /// exit (muonc's atexit hook) when initialized here.
-bool mpiInitializedHere = false;
-
-void ensureMpi() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (finalized)
-    throw StatusError(rt::StatusCode::FailedPrecondition, "MPI is already finalized");
-  if (initialized)
-    return;
-  // MULTIPLE lets the communicator's progress thread run while the caller
-  // (torch, another library) may call MPI too.
-  int provided = MPI_THREAD_SINGLE;
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) !=
-      MPI_SUCCESS)
-    throw StatusError(rt::StatusCode::Unavailable, "MPI_Init_thread failed");
-  mpiInitializedHere = true;
+const muonc::MpiPlugin &ensureMpi() {
+  const muonc::MpiPlugin &mpi = loadMpi();
+  check(mpi.initialize());
+  return mpi;
 }
 
 nb::tuple mpiWorld() {
-  ensureMpi();
   int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  ensureMpi().world(rank, size);
   return nb::make_tuple(rank, size);
 }
 
 void mpiFinalize() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (mpiInitializedHere && !finalized)
-    MPI_Finalize();
+  if (mpiPlugin) // never loaded: nothing to finalize
+    mpiPlugin->finalize();
 }
 
 /// ns_form's value ("auto", "standard", "gram"; "" for MUON_CPU_NS_FORM's,
@@ -521,8 +553,7 @@ public:
         throw StatusError(rt::StatusCode::InvalidArgument, "comm '" +
                           nb::cast<std::string>(comm) +
                           "': expected None, \"mpi\" or a communicator");
-      ensureMpi();
-      base = std::make_unique<rt::MpiCommunicator>(MPI_COMM_WORLD);
+      base = ensureMpi().worldCommunicator();
       releaseGil = true;
     } else {
       base = std::make_unique<PyCommunicator>(comm);
@@ -843,7 +874,9 @@ public:
                         "(Muon::Cuda); GPU tensors need a build where CMake "
                         "found nvcc and cuBLAS");
     // The registry checks the name and the GPUs; the device itself is made
-    // with the form asked for (the GPU's ns_form means the CPU's).
+    // with the form asked for (the GPU's ns_form means the CPU's). cuBLAS
+    // is searched for first where pip put NVIDIA's wheels.
+    addCudaLibraryDirectories();
     check(rt::createDevice(name, device));
     onGpu = true;
     ordinal = name == "cuda" ? 0 : std::atoi(name.c_str() + 5);
@@ -858,6 +891,21 @@ public:
         throw StatusError(rt::StatusCode::Unavailable,
                           "device '" + name + "': " + error);
     }
+#endif
+  }
+
+  /// Where pip put NVIDIA's CUDA wheels (torch's nvidia-cublas): searched
+  /// for cuBLAS before the system's (muonc._nvidia_library_dirs).
+  static void addCudaLibraryDirectories() {
+#if MUONC_HAVE_CUDA
+    static bool added = false;
+    if (added)
+      return;
+    nb::object dirs =
+        nb::module_::import_("muonc").attr("_nvidia_library_dirs")();
+    for (const std::string &dir : nb::cast<std::vector<std::string>>(dirs))
+      rt::cuda::addLibraryDirectory(dir);
+    added = true;
 #endif
   }
 
@@ -1023,6 +1071,7 @@ void defineErrors(nb::module_ &m) {
 
 static void defineModule(nb::module_ &m) {
   m.doc() = "muonc's extension: the distributed Muon compiler and runtime";
+  m.attr("__version__") = MUONC_VERSION;
   // opt.state's tensors are views that keep their optimizer alive, and an
   // optimizer in a script's globals may outlive the module's teardown at
   // interpreter exit: nanobind would report those as leaks, which they are

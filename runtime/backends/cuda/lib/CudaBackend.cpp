@@ -3,6 +3,7 @@
 
 #include "muon/Runtime/Backends.h"
 
+#include "CublasLibrary.h"
 #include "CudaDevice.h"
 #include "CudaSupport.h"
 #include "NcclCommunicator.h"
@@ -15,6 +16,10 @@ namespace muon::runtime::cuda {
 static std::string versionText(int version) {
   return std::to_string(version / 1000) + "." +
          std::to_string(version % 1000 / 10);
+}
+
+void addLibraryDirectory(const std::string &directory) {
+  cublas::addSearchDirectory(directory);
 }
 
 int deviceCount(std::string &error) {

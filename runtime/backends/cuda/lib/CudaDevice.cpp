@@ -1,6 +1,7 @@
 //===- CudaDevice.cpp - The CUDA backend's device -------------------------===//
 #include "CudaDevice.h"
 
+#include "CublasLibrary.h"
 #include "CudaSupport.h"
 #include "Kernels.h"
 #include "Memory.h"
@@ -151,12 +152,19 @@ std::unique_ptr<CudaDevice> CudaDevice::create(int ordinal,
                               sizeof(int)),
                "allocating pinned host memory"))
       return false;
-    cublasStatus_t status = cublasCreate(&device->blas);
+    // cuBLAS is loaded with the first device (CublasLibrary.h).
+    std::string why;
+    const cublas::Library *blas = cublas::load(why);
+    if (!blas) {
+      error = "GPU " + std::to_string(ordinal) + ": " + why;
+      return false;
+    }
+    cublasStatus_t status = blas->cublasCreate(&device->blas);
     if (status == CUBLAS_STATUS_SUCCESS)
-      status = cublasSetStream(device->blas, device->computeStream);
+      status = blas->cublasSetStream(device->blas, device->computeStream);
     // BF16 results: reductions across a split K stay in f32, never in bf16.
     if (status == CUBLAS_STATUS_SUCCESS)
-      status = cublasSetMathMode(
+      status = blas->cublasSetMathMode(
           device->blas, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
     if (status != CUBLAS_STATUS_SUCCESS) {
       error = "GPU " + std::to_string(ordinal) +
@@ -189,7 +197,7 @@ CudaDevice::~CudaDevice() {
     checkTeardown(cudaStreamSynchronize(computeStream),
                   "cudaStreamSynchronize");
   if (blas)
-    cublasDestroy(blas); // nothing useful to do about a failure here
+    cublas::api().cublasDestroy(blas); // nothing useful to do about a failure here
   if (nonFinite)
     checkTeardown(cudaFree(nonFinite), "cudaFree");
   if (nonFiniteHost)

@@ -1,6 +1,8 @@
 //===- CudaSupport.cpp - CUDA and cuBLAS error checks, current GPU --------===//
 #include "CudaSupport.h"
 
+#include "CublasLibrary.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +23,10 @@ void recordFailure(const char *what, const std::string &detail,
   // `what` is the call's text (MUON_CUDA_CHECK's #call): its function name
   // says enough, the file and line say where.
   std::string call(what);
+  // A call through cuBLAS's table (CublasLibrary.h): the function's name.
+  const std::string table = "cublas::api().";
+  if (call.compare(0, table.size(), table) == 0)
+    call = call.substr(table.size());
   call = call.substr(0, call.find('('));
   firstFailure = "CUDA backend: " + call + " failed at " +
                  (base ? base + 1 : file) + ":" + std::to_string(line) + ": " +
@@ -35,8 +41,11 @@ std::string describe(cudaError_t error) {
 }
 
 std::string describe(cublasStatus_t status) {
-  return std::string(cublasGetStatusName(status)) + ": " +
-         cublasGetStatusString(status);
+  if (!cublas::loaded()) // a status needs cuBLAS, which made it
+    return "cuBLAS status " + std::to_string(static_cast<int>(status));
+  const cublas::Library &blas = cublas::api();
+  return std::string(blas.cublasGetStatusName(status)) + ": " +
+         blas.cublasGetStatusString(status);
 }
 
 CurrentDevice::CurrentDevice(int ordinal) {

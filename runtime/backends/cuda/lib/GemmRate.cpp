@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "muon/Runtime/Cuda/CudaBackend.h"
 
+#include "CublasLibrary.h"
 #include "CudaDevice.h"
 #include "CudaSupport.h"
 
@@ -62,7 +63,7 @@ double gemmSeconds(Device &device, int64_t m, int64_t n, int64_t k, DType dtype,
   std::vector<double> seconds;
   for (int run = 0; run <= repeats; ++run) { // run 0 warms up
     MUON_CUDA_CHECK(cudaEventRecord(start, gpu->stream()));
-    MUON_CUDA_CHECK(cublasGemmEx(
+    MUON_CUDA_CHECK(cublas::api().cublasGemmEx(
         gpu->blasHandle(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(m),
         static_cast<int>(n), static_cast<int>(k), &alpha, a.data(), type,
         static_cast<int>(m), b.data(), type, static_cast<int>(k), &beta,

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "NewtonSchulz.h"
 
+#include "CublasLibrary.h"
 #include "CudaSupport.h"
 #include "Kernels.h"
 
@@ -229,7 +230,7 @@ void NewtonSchulzRunner::gemm(const GemmShape &s, float alpha, const void *a,
                               float beta, void *c, int64_t strideC,
                               int64_t count, DType precision, DType cType) {
   const cudaDataType_t type = dataType(precision);
-  MUON_CUDA_CHECK(cublasGemmStridedBatchedEx(
+  MUON_CUDA_CHECK(cublas::api().cublasGemmStridedBatchedEx(
       blas, op(s.transA), op(s.transB), toInt(s.m, "m"), toInt(s.n, "n"),
       toInt(s.k, "k"), &alpha, a, type, toInt(s.lda, "lda"), strideA, b, type,
       toInt(s.ldb, "ldb"), strideB, &beta, c, dataType(cType),
@@ -263,7 +264,7 @@ void NewtonSchulzRunner::gemmTiles(const TiledCall &call, float alpha,
       sizes.push_back(toInt(static_cast<int64_t>(group.tiles.size()) * count,
                             "a tile group"));
     }
-    cublasStatus_t status = cublasGemmGroupedBatchedEx(
+    cublasStatus_t status = cublas::api().cublasGemmGroupedBatchedEx(
         blas, transA.data(), transB.data(), m.data(), n.data(), k.data(),
         alphas.data(), call.a, type, lda.data(), call.b, type, ldb.data(),
         betas.data(), call.c, resultType, ldc.data(), static_cast<int>(groups),
@@ -284,7 +285,7 @@ void NewtonSchulzRunner::gemmTiles(const TiledCall &call, float alpha,
   for (const TileGroup &group : call.groups) {
     const GemmShape &s = group.shape;
     const int64_t size = static_cast<int64_t>(group.tiles.size()) * count;
-    MUON_CUDA_CHECK(cublasGemmBatchedEx(
+    MUON_CUDA_CHECK(cublas::api().cublasGemmBatchedEx(
         blas, op(s.transA), op(s.transB), toInt(s.m, "m"), toInt(s.n, "n"),
         toInt(s.k, "k"), &alpha, call.a + first, type, toInt(s.lda, "lda"),
         call.b + first, type, toInt(s.ldb, "ldb"), &beta, call.c + first,

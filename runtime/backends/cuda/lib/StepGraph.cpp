@@ -1,6 +1,7 @@
 //===- StepGraph.cpp - A step recorded into a CUDA graph ------------------===//
 #include "StepGraph.h"
 
+#include "CublasLibrary.h"
 #include "CudaSupport.h"
 
 #include <algorithm>
@@ -46,7 +47,7 @@ StepGraph::~StepGraph() {
   drop();
   if (blasWorkspace) {
     // Back to cuBLAS's own before the memory goes.
-    cublasSetWorkspace(blas, nullptr, 0);
+    cublas::api().cublasSetWorkspace(blas, nullptr, 0);
     MUON_CUDA_CHECK(cudaFree(blasWorkspace));
   }
   if (hostArena)
@@ -86,7 +87,7 @@ bool StepGraph::beginRecording(std::string &why) {
       return false;
     }
     cublasStatus_t status =
-        cublasSetWorkspace(blas, blasWorkspace, kBlasWorkspaceBytes);
+        cublas::api().cublasSetWorkspace(blas, blasWorkspace, kBlasWorkspaceBytes);
     if (status != CUBLAS_STATUS_SUCCESS) {
       why = "cublasSetWorkspace: " + describe(status);
       return false;

@@ -2,9 +2,11 @@
 //
 // The entry points of the CUDA backend (MuonRuntimeCuda). Plain C++: a
 // trainer compiled without nvcc includes it; CUDA, cuBLAS and NCCL stay
-// inside the library. NCCL is loaded at run time (dlopen), so a program
-// linked with this backend starts on machines without NCCL and fails only
-// when it asks for an NCCL communicator.
+// inside the library. The CUDA runtime is linked statically; cuBLAS is
+// loaded at run time (dlopen) with the first device, NCCL with the first
+// NCCL communicator, so a program linked with this backend starts, and runs
+// on the CPU, on machines without them, and fails only when it asks for a
+// GPU device (no cuBLAS) or an NCCL communicator (no NCCL).
 //
 // A device owns one compute stream on its GPU (ordered with the legacy
 // default stream, so a trainer's work there is done before the optimizer's
@@ -29,6 +31,10 @@
 //                             form on wide and tall matrices where it pays
 //                             and the coefficients keep its accuracy),
 //                             standard or gram (DeviceOptions::nsForm)
+//   MUON_CUBLAS_LIBRARY       the cuBLAS library to load (default: the
+//                             libcublas.so.<major> already loaded, else
+//                             one in addLibraryDirectory's directories,
+//                             dlopen's search, then the toolkit's lib64)
 // and when an NCCL communicator is created:
 //   MUON_NCCL_LIBRARY         the NCCL library to load (default
 //                             libnccl.so.2)
@@ -48,6 +54,12 @@
 #include <vector>
 
 namespace muon::runtime::cuda {
+
+/// Adds a directory searched for cuBLAS (libcublas.so.<major>) after a
+/// copy already loaded and before dlopen's own search: muonc gives the lib/
+/// folders of NVIDIA's pip wheels (nvidia-cublas, which torch depends on).
+/// Takes effect until the first device is made.
+void addLibraryDirectory(const std::string &directory);
 
 /// Usable CUDA GPUs; 0 with `error` saying why (no driver, no device, driver
 /// too old), never a crash.
