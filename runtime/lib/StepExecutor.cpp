@@ -884,11 +884,27 @@ Status StepExecutor::step(StepResult &result) {
   return okStatus();
 }
 
+namespace {
+/// Whether rank `rank` holds elements of `param` (as the rank itself
+/// decides when it builds its LocalParam): in the parameter's submesh, with
+/// a non-empty local box.
+bool holds(const Plan &plan, const PlanParam &param, int64_t rank) {
+  std::vector<int64_t> coords = plan.mesh.coordsOfRank(rank);
+  if (!param.layout.inSubmesh(coords))
+    return false;
+  for (const Range &r : param.layout.localBox(plan.mesh, coords))
+    if (r.size() == 0)
+      return false;
+  return true;
+}
+} // namespace
+
 Status StepExecutor::agreeOnMissingGradients() {
   // Every rank's parameters without a gradient (of those it holds): their
-  // union is the step's set. Then each rank says the first parameter of the
-  // set it holds with a gradient, so that a parameter whose holders
-  // disagree fails the step on every rank, naming both sides.
+  // union is the step's set. The one exchange is enough to check that the
+  // holders agree: which ranks hold a parameter is the plan's, so a holder
+  // that did not name a parameter of the set has its gradient, and the
+  // step fails on every rank, naming both sides.
   std::vector<int64_t> mine;
   for (size_t i = 0; i < locals.size(); ++i)
     if (locals[i].elements && !locals[i].grad)
@@ -902,51 +918,40 @@ Status StepExecutor::agreeOnMissingGradients() {
     return transportFailure("agreeing on the parameters without a gradient: ",
                             error);
   const int64_t count = static_cast<int64_t>(locals.size());
-  std::vector<bool> none(locals.size(), false);
-  std::vector<std::vector<int64_t>> lists(every.size());
-  for (size_t r = 0; r < every.size(); ++r) {
-    lists[r].resize(every[r].size() / sizeof(int64_t));
-    if (!lists[r].empty())
-      std::memcpy(lists[r].data(), every[r].data(),
-                  lists[r].size() * sizeof(int64_t));
-    for (int64_t i : lists[r])
+  const int64_t ranks = static_cast<int64_t>(every.size());
+  // without[i]: the ranks that named parameter i.
+  std::vector<std::vector<int64_t>> without(locals.size());
+  for (int64_t r = 0; r < ranks; ++r) {
+    std::vector<int64_t> list(every[r].size() / sizeof(int64_t));
+    if (!list.empty())
+      std::memcpy(list.data(), every[r].data(), list.size() * sizeof(int64_t));
+    for (int64_t i : list) {
       if (i < 0 || i >= count)
         return Status(StatusCode::Internal,
-                      "rank " + std::to_string(r) +
-                          " named parameter " + std::to_string(i) +
+                      "rank " + std::to_string(r) + " named parameter " +
+                          std::to_string(i) +
                           " as without a gradient; the plan has " +
                           std::to_string(count));
-      else
-        none[i] = true;
+      without[i].push_back(r);
+    }
   }
-  int64_t conflict = std::numeric_limits<int64_t>::max();
-  for (size_t i = 0; i < locals.size(); ++i)
-    if (none[i] && locals[i].elements && locals[i].grad) {
-      conflict = static_cast<int64_t>(i);
-      break;
-    }
-  std::vector<uint64_t> conflicts;
-  if (!comm.allGather(static_cast<uint64_t>(conflict), conflicts,
-                      options.timeoutSeconds, error))
-    return transportFailure("agreeing on the parameters without a gradient: ",
-                            error);
-  const uint64_t first =
-      *std::min_element(conflicts.begin(), conflicts.end());
-  if (first != static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    std::vector<int64_t> with, without;
-    for (size_t r = 0; r < conflicts.size(); ++r) {
-      if (conflicts[r] == first)
-        with.push_back(static_cast<int64_t>(r));
-      if (std::find(lists[r].begin(), lists[r].end(),
-                    static_cast<int64_t>(first)) != lists[r].end())
-        without.push_back(static_cast<int64_t>(r));
-    }
-    return failedPrecondition(
-        "parameter '" + planRef.params[first].name + "' has a gradient on " +
-        "ranks " + formatRanks(with) + " only, and none (grad is None) on " +
-        "ranks " + formatRanks(without) +
-        "; every rank that holds a piece of it must have a gradient, or "
-        "none (nothing was changed)");
+  std::vector<bool> none(locals.size(), false);
+  for (int64_t i = 0; i < count; ++i) {
+    if (without[i].empty())
+      continue;
+    none[i] = true;
+    std::vector<int64_t> with;
+    for (int64_t r = 0; r < ranks; ++r)
+      if (!std::binary_search(without[i].begin(), without[i].end(), r) &&
+          holds(planRef, planRef.params[i], r))
+        with.push_back(r);
+    if (!with.empty())
+      return failedPrecondition(
+          "parameter '" + planRef.params[i].name + "' has a gradient on " +
+          "ranks " + formatRanks(with) + " only, and none (grad is None) " +
+          "on ranks " + formatRanks(without[i]) +
+          "; every rank that holds a piece of it must have a gradient, or "
+          "none (nothing was changed)");
   }
   skipped = std::move(none);
   return okStatus();
