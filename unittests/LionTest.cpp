@@ -16,6 +16,7 @@
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/OutputFile.h"
 #include "CheckpointTestSupport.h"
+#include "ModelParams.h"
 #include "OneRankOptimizer.h"
 
 #include <gtest/gtest.h>
@@ -71,12 +72,8 @@ mc::Model lionModel() {
   model.groups = {hidden, embed, norms, bias};
   auto param = [&](std::string name, std::vector<int64_t> shape,
                    std::string group) {
-    mc::Param p;
-    p.name = std::move(name);
-    p.shape = std::move(shape);
-    p.groupName = std::move(group);
-    p.placements = {mc::Placement::shard(0)};
-    model.params.push_back(p);
+    addRowShardedParam(model, std::move(name), std::move(shape),
+                       std::move(group));
   };
   param("emb", {16, 6}, "embed");
   param("w1", {8, 12}, "hidden");

@@ -17,6 +17,7 @@
 #include "muon/Support/NsCoefficients.h"
 
 #include "ElementSteps.h"
+#include "ModelParams.h"
 
 #include <gtest/gtest.h>
 
@@ -58,12 +59,8 @@ mc::Model fourGroupModel() {
                   adamwGroup("norms", 0.001, 0.01)};
   auto param = [&](std::string name, std::vector<int64_t> shape,
                    std::string group) {
-    mc::Param p;
-    p.name = std::move(name);
-    p.shape = std::move(shape);
-    p.groupName = std::move(group);
-    p.placements = {mc::Placement::shard(0)};
-    model.params.push_back(p);
+    addRowShardedParam(model, std::move(name), std::move(shape),
+                       std::move(group));
   };
   param("emb", {30, 12}, "embed");
   param("wq", {12, 12}, "attn");
@@ -551,12 +548,8 @@ mc::Model nsGroupsModel() {
   model.groups = {jordan, polar, again, embed};
   auto param = [&](std::string name, std::vector<int64_t> shape,
                    std::string group) {
-    mc::Param p;
-    p.name = std::move(name);
-    p.shape = std::move(shape);
-    p.groupName = std::move(group);
-    p.placements = {mc::Placement::shard(0)};
-    model.params.push_back(p);
+    addRowShardedParam(model, std::move(name), std::move(shape),
+                       std::move(group));
   };
   param("emb", {30, 12}, "embed");
   param("a1", {12, 20}, "jordan");
