@@ -7,10 +7,14 @@ ranks, `opt.step()` timed in three interleaved modes, round after round:
            step's one control all-gather);
   adamw    one AdamW parameter (the final norm's weight) has none;
   muon     one Muon matrix (the last block's fc) has none, so its bytes and
-           its Newton-Schulz are left out too.
+           its Newton-Schulz are left out too;
+  flip     the same matrix has none on every other step: the set changes
+           at every step, so every step agrees on it again (the worst
+           case: one more small all-gather).
 
 Prints, per mode, the median and best of the slowest rank's step times
-over the rounds, and each mode against `all`. Not part of `make check`:
+over the rounds, each mode against `all`, and the control collectives a
+step made on average (opt.last_step_counters). Not part of `make check`:
 
     build/venv/bin/python bench/torch_none_grads.py --ranks 2 --rounds 5
 """
@@ -23,7 +27,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "train_gpt.py")
-MODES = ("all", "adamw", "muon")
+MODES = ("all", "adamw", "muon", "flip")
 
 
 def load_example():
@@ -55,20 +59,22 @@ def rank_main(rank, args, out):
     muon, adamw = gpt.muon_and_adamw(model)
     opt = Muon([{"params": muon}, {"params": adamw, "use_muon": False,
                                    "lr": 3e-3}], lr=0.02)
-    left_out = {"all": None, "adamw": model.ln.weight,
-                "muon": model.blocks[-1].fc.weight}
+    fc = model.blocks[-1].fc.weight
+    left_out = {"all": None, "adamw": model.ln.weight, "muon": fc,
+                "flip": fc}
     g = torch.Generator().manual_seed(1)
     times = {m: [] for m in MODES}
+    control = {m: [] for m in MODES}
     local = args.batch // args.ranks
     for r in range(args.rounds + 1):  # round 0 warms up
         for mode in MODES:
-            for _ in range(args.steps):
+            for s in range(args.steps):
                 x = torch.randint(0, vocab, (args.batch, context + 1),
                                   generator=g)[rank * local:(rank + 1) * local]
                 opt.zero_grad()
                 F.cross_entropy(model(x[:, :-1]).reshape(-1, vocab),
                                 x[:, 1:].reshape(-1)).backward()
-                if left_out[mode] is not None:
+                if left_out[mode] is not None and (mode != "flip" or s % 2):
                     left_out[mode].grad = None
                 dist.barrier()
                 start = time.perf_counter()
@@ -78,16 +84,19 @@ def rank_main(rank, args, out):
                 dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
                 if r:
                     times[mode].append(slowest.item())
+                    control[mode].append(
+                        opt.last_step_counters["control_collectives"])
     if rank == 0:
         base = statistics.median(times["all"])
         print(f"{args.ranks} ranks, {args.size} GPT under FSDP2, "
               f"{args.rounds} rounds x {args.steps} steps per mode "
               "(opt.step(), the slowest rank's)")
-        print(f"{'mode':8} {'median ms':>10} {'best ms':>9} {'vs all':>8}")
+        print(f"{'mode':8} {'median ms':>10} {'best ms':>9} {'vs all':>8} "
+              f"{'control/step':>13}")
         for mode in MODES:
             med = statistics.median(times[mode])
             print(f"{mode:8} {med * 1e3:10.3f} {min(times[mode]) * 1e3:9.3f} "
-                  f"{med / base:8.3f}")
+                  f"{med / base:8.3f} {statistics.mean(control[mode]):13.2f}")
         sys.stdout.flush()
     dist.destroy_process_group()
 

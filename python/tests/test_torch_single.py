@@ -163,6 +163,29 @@ def test_grad_none_leaves_a_parameter_untouched_as_torch_does(fp32_torch_muon):
                 assert rel(opt.state[p][key], value) < 1e-5, (n, key)
 
 
+def test_last_step_counters_say_what_the_step_did():
+    # One process: no bytes cross; the agreement on parameters without a
+    # gradient makes its extra exchange only when the set changes.
+    torch.manual_seed(3)
+    model = TinyTransformer()
+    opt = ours(model)
+    assert opt.last_step_counters == {}
+    head = dict(model.named_parameters())["head.weight"]
+    control = []
+    for s in range(5):
+        x, y = batch(s)
+        opt.zero_grad()
+        loss_of(model, x, y).backward()
+        if s in (1, 2):
+            head.grad = None
+        opt.step()
+        c = opt.last_step_counters
+        assert c["bytes_sent"] == c["bytes_received"] == 0
+        assert c["ns_flops"] > 0
+        control.append(c["control_collectives"])
+    assert control == [2, 3, 2, 3, 2]
+
+
 def test_requires_grad_false_is_accepted_and_never_stepped():
     w = torch.nn.Parameter(torch.randn(4, 4))
     frozen = torch.nn.Parameter(torch.randn(4, 4), requires_grad=False)

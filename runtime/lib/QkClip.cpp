@@ -40,6 +40,7 @@ Status StepExecutor::agreeOnQkLogits(std::vector<std::vector<float>> &maxima) {
   std::memcpy(bytes.data(), mine.data(), bytes.size());
   std::vector<std::vector<char>> all;
   std::string error;
+  ++lastCounters.controlCollectives;
   if (!comm.allGatherBytes(bytes, all, options.timeoutSeconds, error))
     return Status(StatusCode::Unavailable,
                   "QK-clip: sharing the attention logits: " + error);

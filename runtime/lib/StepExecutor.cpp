@@ -777,15 +777,16 @@ void StepExecutor::recordTrace(const ScheduleStep &s, double begin) {
 namespace {
 // The agreement before a step: every rank's word, all-gathered. The top 24
 // bits say what stops the rank (0 nothing, 1 unbound storage, 2 + i a
-// non-finite gradient in parameter i); bit 39 says that the rank holds
-// parameters without a gradient (whose set the ranks then agree on in a
-// second exchange, which a step where every gradient is there never
-// makes); the low 39 bits carry its group settings' hash. The bits keep
-// the check in the one collective the step already makes; two ranks with
-// different settings collide with probability 2^-39.
+// non-finite gradient in parameter i); bit 39 says that the rank's list of
+// parameters without a gradient is not the one it had at the last
+// agreement on them (whose set the ranks then agree on again in a second
+// exchange, which a step whose lists are as before never makes: the set
+// is the last one); the low 39 bits carry its group settings' hash. The
+// bits keep the check in the one collective the step already makes; two
+// ranks with different settings collide with probability 2^-39.
 constexpr int kStatusShift = 40;
-constexpr uint64_t kMissingGradient = uint64_t(1) << 39;
-constexpr uint64_t kHashMask = kMissingGradient - 1;
+constexpr uint64_t kMissingChanged = uint64_t(1) << 39;
+constexpr uint64_t kHashMask = kMissingChanged - 1;
 constexpr uint64_t kUnbound = 1, kNonFiniteBase = 2;
 constexpr uint64_t kMaxStatus = (uint64_t(1) << (64 - kStatusShift)) - 1;
 } // namespace
@@ -802,33 +803,32 @@ Status StepExecutor::step(StepResult &result) {
   // One agreement before any state changes: every rank bound its storage,
   // set the same group settings, and no gradient holds NaN or Inf.
   uint64_t stop = 0;
-  bool missing = false;
   if (!allBound())
     stop = kUnbound;
   for (size_t i = 0; i < locals.size() && stop == 0; ++i) {
     const LocalParam &local = locals[i];
-    if (!local.elements)
-      continue;
-    if (!local.grad)
-      missing = true;
-    else if (!device.allFinite(local.grad, local.gradType, local.elements))
+    if (local.elements && local.grad &&
+        !device.allFinite(local.grad, local.gradType, local.elements))
       stop = std::min<uint64_t>(kNonFiniteBase + i, kMaxStatus);
   }
+  const std::vector<int64_t> mine = missingGradients();
+  const bool changed = mine != agreedMine;
   std::vector<uint64_t> words;
   std::string error;
+  ++lastCounters.controlCollectives;
   if (!comm.allGather((stop << kStatusShift) |
-                          (missing ? kMissingGradient : 0) |
+                          (changed ? kMissingChanged : 0) |
                           (groupsHash() & kHashMask),
                       words, options.timeoutSeconds, error))
     return transportFailure("checking gradients for NaN/Inf: ", error);
   std::vector<int64_t> unbound, otherSettings;
   int64_t firstBad = -1, badRank = -1;
-  bool anyMissing = false;
+  bool anyChanged = false;
   for (size_t r = 0; r < words.size(); ++r) {
     uint64_t w = words[r] >> kStatusShift;
     if ((words[r] & kHashMask) != (words[0] & kHashMask))
       otherSettings.push_back(static_cast<int64_t>(r));
-    anyMissing = anyMissing || (words[r] & kMissingGradient);
+    anyChanged = anyChanged || (words[r] & kMissingChanged);
     if (w == kUnbound)
       unbound.push_back(static_cast<int64_t>(r));
     else if (w >= kNonFiniteBase &&
@@ -847,8 +847,10 @@ Status StepExecutor::step(StepResult &result) {
     return failedPrecondition("rank " + std::to_string(unbound[0]) +
                               " has not bound every parameter it holds; "
                               "nothing was changed");
-  if (anyMissing)
-    MUON_RETURN_IF_ERROR(agreeOnMissingGradients());
+  if (anyChanged)
+    MUON_RETURN_IF_ERROR(agreeOnMissingGradients(mine));
+  else
+    skipped = agreedSkipped;
   if (firstBad >= 0) {
     // The skipped step's forward pass made the logits: they go with it.
     for (std::vector<float> &logits : qkLogits)
@@ -899,21 +901,27 @@ bool holds(const Plan &plan, const PlanParam &param, int64_t rank) {
 }
 } // namespace
 
-Status StepExecutor::agreeOnMissingGradients() {
+std::vector<int64_t> StepExecutor::missingGradients() const {
+  std::vector<int64_t> mine;
+  for (size_t i = 0; i < locals.size(); ++i)
+    if (locals[i].elements && !locals[i].grad)
+      mine.push_back(static_cast<int64_t>(i));
+  return mine;
+}
+
+Status
+StepExecutor::agreeOnMissingGradients(const std::vector<int64_t> &mine) {
   // Every rank's parameters without a gradient (of those it holds): their
   // union is the step's set. The one exchange is enough to check that the
   // holders agree: which ranks hold a parameter is the plan's, so a holder
   // that did not name a parameter of the set has its gradient, and the
   // step fails on every rank, naming both sides.
-  std::vector<int64_t> mine;
-  for (size_t i = 0; i < locals.size(); ++i)
-    if (locals[i].elements && !locals[i].grad)
-      mine.push_back(static_cast<int64_t>(i));
   std::vector<char> bytes(mine.size() * sizeof(int64_t));
   if (!mine.empty())
     std::memcpy(bytes.data(), mine.data(), bytes.size());
   std::vector<std::vector<char>> every;
   std::string error;
+  ++lastCounters.controlCollectives;
   if (!comm.allGatherBytes(bytes, every, options.timeoutSeconds, error))
     return transportFailure("agreeing on the parameters without a gradient: ",
                             error);
@@ -953,7 +961,13 @@ Status StepExecutor::agreeOnMissingGradients() {
           "; every rank that holds a piece of it must have a gradient, or "
           "none (nothing was changed)");
   }
-  skipped = std::move(none);
+  // Every rank makes the same decision from the same lists: they all
+  // remember this agreement, or (refused) none does.
+  if (std::find(none.begin(), none.end(), true) == none.end())
+    none.clear();
+  skipped = none;
+  agreedSkipped = std::move(none);
+  agreedMine = mine;
   return okStatus();
 }
 
@@ -977,6 +991,7 @@ Status StepExecutor::agreeOnDeviceErrors() {
   const int64_t none = std::numeric_limits<int64_t>::max();
   int64_t first = none;
   std::string error;
+  ++lastCounters.controlCollectives;
   if (!comm.allReduceMin(mine.ok() ? none : myRank, first,
                          options.timeoutSeconds, error))
     return transportFailure("checking the step's device errors: ", error);

@@ -715,6 +715,11 @@ public:
             : nb::none();
     d["non_finite_rank"] = result.nonFiniteRank;
     d["qk_clipped_heads"] = result.qkClippedHeads;
+    const rt::StepCounters &c = opt->counters();
+    d["bytes_sent"] = c.bytesSent;
+    d["bytes_received"] = c.bytesReceived;
+    d["ns_flops"] = c.nsFlops;
+    d["control_collectives"] = c.controlCollectives;
     return d;
   }
 

@@ -39,6 +39,10 @@ _NS_FORMS = ("auto", "standard", "gram")
 _WIRE_DTYPES = ("f32", "bf16")
 
 
+_COUNTERS = ("bytes_sent", "bytes_received", "ns_flops",
+             "control_collectives")
+
+
 class Muon(torch.optim.Optimizer):
     """torch.optim.Muon's arguments and defaults, distributed.
 
@@ -146,6 +150,7 @@ class Muon(torch.optim.Optimizer):
         self._names = {}  # id(parameter) -> its name in the plan
         self._qk_pending = {}
         self._qk_clipped = 0
+        self._last_step = {}
         super().__init__(params, defaults)
         self._build()
 
@@ -353,6 +358,16 @@ class Muon(torch.optim.Optimizer):
         on every rank)."""
         return self._qk_clipped
 
+    @property
+    def last_step_counters(self):
+        """What the last step did on this rank: ``bytes_sent`` and
+        ``bytes_received`` (the plan's exchanges: gradient pieces to owners,
+        updates back), ``ns_flops`` (its Newton-Schulz) and
+        ``control_collectives`` (its small agreements: gradient checks,
+        settings, parameters without a gradient, device errors). Empty
+        before the first step."""
+        return dict(self._last_step)
+
     # --- the step --------------------------------------------------------
 
     def set_qk_max_logits(self, layer, logits=None):
@@ -436,6 +451,7 @@ class Muon(torch.optim.Optimizer):
         for values, copy in write_back:
             values.copy_(copy)
         self._qk_clipped = result["qk_clipped_heads"]
+        self._last_step = {k: result[k] for k in _COUNTERS}
         if not result["applied"]:
             warnings.warn(f"muonc: step skipped: gradient of "
                           f"{result['non_finite_param']} has NaN or Inf "

@@ -47,6 +47,10 @@ enum class GraphUse {
 struct StepCounters {
   int64_t bytesSent = 0, bytesReceived = 0; // payload to / from other ranks
   int64_t nsFlops = 0;
+  /// The step's control collectives (its agreements: gradients, settings,
+  /// missing gradients, QK-clip logits, device errors), beside the
+  /// exchanges of the plan.
+  int64_t controlCollectives = 0;
   /// The most device memory the optimizer held at once during the step:
   /// its state (momentum, moments, update buffers) plus the exchange and
   /// Newton-Schulz buffers alive at that moment.
@@ -261,10 +265,13 @@ private:
   void restore(const HostSnapshot &snapshot);
   void applyRound(int64_t round);
   Status runSchedule();
+  /// This rank's parameters without a gradient (of those it holds).
+  std::vector<int64_t> missingGradients() const;
   /// The parameters without a gradient on every rank that holds them, into
-  /// `skipped`, when some rank said it has such parameters; refused when a
-  /// parameter has a gradient on some of its holders only. Collective.
-  Status agreeOnMissingGradients();
+  /// `skipped`, from every rank's `mine`, when some rank's list changed
+  /// since the last agreement; refused when a parameter has a gradient on
+  /// some of its holders only. Collective.
+  Status agreeOnMissingGradients(const std::vector<int64_t> &mine);
   /// The layout of a step that leaves out `skipped` (none: the whole one).
   const StepLayout &layoutFor(const std::vector<bool> &skipped);
   bool isSkipped(int64_t param) const {
@@ -324,6 +331,11 @@ private:
   const StepLayout *layout = nullptr;
   /// The parameters the running step leaves out (empty: none).
   std::vector<bool> skipped;
+  /// The last agreement on missing gradients: this rank's own list then,
+  /// and the step's set it gave. While no rank's list changes, the set is
+  /// the same, and consistent: the agreement needs no second exchange.
+  std::vector<int64_t> agreedMine;
+  std::vector<bool> agreedSkipped;
   /// The per-row state slots of the matrices this rank orthogonalizes, by
   /// (matrix, step) for each enabled per-matrix step; zero redundancy:
   /// nowhere else.
