@@ -166,18 +166,25 @@ def test_param_groups_weight_decay():
 
 
 def test_tensor_lr_steps_as_the_float_lr():
+    # A float32 tensor holds 1e-3 rounded to float32, so its steps equal the
+    # float's to rounding (torch's test compares with assertEqual's float
+    # tolerances); a float64 tensor holds the float itself: the same bits.
     for kwargs in muon_inputs():
         kwargs.pop("lr", None)
         weight, x = linear_problem()
         weight_c = Parameter(weight.detach().clone())
+        weight_d = Parameter(weight.detach().clone())
         opt = Muon([weight], lr=1e-3, **kwargs)
         opt_t = Muon([weight_c], lr=torch.tensor(1e-3), **kwargs)
+        opt_d = Muon([weight_d], lr=torch.tensor(1e-3, dtype=torch.float64),
+                     **kwargs)
         for _ in range(5):
-            for o, w in ((opt, weight), (opt_t, weight_c)):
+            for o, w in ((opt, weight), (opt_t, weight_c), (opt_d, weight_d)):
                 o.zero_grad()
                 w.mv(x).pow(2).sum().backward()
                 o.step()
-            assert torch.equal(weight, weight_c), kwargs
+            torch.testing.assert_close(weight, weight_c, msg=str(kwargs))
+            assert torch.equal(weight, weight_d), kwargs
 
 
 # --- no gradient, zero gradient ----------------------------------------------

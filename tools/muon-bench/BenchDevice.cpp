@@ -43,6 +43,9 @@ public:
            std::to_string(threads) + " thread" +
            (threads == 1 ? "" : "s") + ")";
   }
+  std::string note() const override {
+    return runtime::cpu::blasKernelAdvice();
+  }
   std::string
   nsProducts(runtime::DType dtype,
              const std::vector<std::array<double, 3>> &abc) const override {

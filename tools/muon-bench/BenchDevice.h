@@ -28,6 +28,10 @@ public:
              const std::vector<std::array<double, 3>> &abc = {}) const {
     return {};
   }
+  /// What would make this device faster here, as a sentence ("" when
+  /// nothing): on the CPU, OpenBLAS's generic kernels on a CPU it does
+  /// not know (runtime::cpu::blasKernelAdvice).
+  virtual std::string note() const { return {}; }
   /// Median seconds of one (m x k) x (k x n) product in `dtype` (f32 or
   /// bf16 operands, f32 accumulation; no TF32), after a warm-up, on
   /// random data. On the CPU, bf16 is the bf16 products Newton-Schulz

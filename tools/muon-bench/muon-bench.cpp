@@ -154,6 +154,8 @@ int runNs(int argc, char **argv) {
                 products.empty() ? "" : "\n  products: ", products.c_str(),
                 "shape", "NS ms", "TFLOP/s", "GEMM TF/s", "floor ms",
                 "NS/floor", "best");
+  if (const std::string note = bench->note(); !note.empty())
+    std::fprintf(stderr, "muon-bench: note: %s\n", note.c_str());
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> u(-1, 1);
   for (const Shape &s : shapes) {

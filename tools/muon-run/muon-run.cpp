@@ -89,8 +89,10 @@ std::string cpuNewtonSchulz(const ::muon::Plan &plan) {
       described += (c ? "; configuration " : "configuration ") +
                    std::to_string(c) + ": " + products[c];
   }
+  const std::string advice = cpu::blasKernelAdvice();
   return "\n  Newton-Schulz: " + described +
-         (plan.ns.nsDtype == "auto" ? " (ns_dtype auto)" : "");
+         (plan.ns.nsDtype == "auto" ? " (ns_dtype auto)" : "") +
+         (advice.empty() ? "" : "\n  note: " + advice);
 }
 
 void declare(::muon::cli::Parser &p, Flags &f) {

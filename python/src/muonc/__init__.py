@@ -15,12 +15,17 @@ import json as _json
 import os as _os
 import sys as _sys
 
-from ._core import (DataLossError, FailedPreconditionError, InternalError,
+from . import _blas
+
+# Before the extension loads OpenBLAS, which reads it once (see _blas).
+_blas.prefer_kernels()
+
+from ._core import (  # noqa: E402DataLossError, FailedPreconditionError, InternalError,
                     InvalidArgumentError, MuonError, MuonTypeError,
                     NotFoundError, Optimizer, ResourceExhaustedError,
                     Plan, UnavailableError, compile_model, cpu_newton_schulz)
-from . import _core
-from ._core import compile_spec as _compile_spec
+from . import _core  # noqa: E402
+from ._core import compile_spec as _compile_spec  # noqa: E402
 
 # Errors: MuonError, and per kind a class that is also the builtin
 # exception torch raises for it (InvalidArgumentError is a ValueError,

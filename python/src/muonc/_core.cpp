@@ -1235,6 +1235,11 @@ static void defineModule(nb::module_ &m) {
       "f32 accumulation (oneDNN ...); Gram form on wide and tall "
       "matrices', 'f32 products (OpenBLAS)', ...");
 
+  m.def("preferred_blas_kernels", &rt::cpu::preferredBlasKernels,
+        "The OpenBLAS kernels this CPU's features call for ('SkylakeX', "
+        "'Haswell', '' for none): the runtime's rule, which muonc._blas "
+        "applies before OpenBLAS loads.");
+
   m.def("cuda_built", &PyOptimizer::cudaBuilt,
         "Whether this build has the CUDA backend (Optimizer(device='cuda:N')).");
   m.def(

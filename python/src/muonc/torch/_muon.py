@@ -20,7 +20,7 @@ import torch.distributed as dist
 from .. import _core
 from .._core import (FailedPreconditionError, InvalidArgumentError,
                      MuonTypeError)
-from . import _state
+from . import _owner_reduce, _state
 from ._communicator import TorchCommunicator, launched_by_mpirun
 from ._layouts import (create_dtensor_config, current_stream,
                        engine_device_name, is_dtensor, local, model_mesh,
@@ -181,6 +181,74 @@ class Muon(torch.optim.Optimizer):
                 self.param_groups.pop()  # all or nothing
                 raise
 
+    def _state_dict_of_sums(self):
+        """torch's state_dict() with each per-summand state summed over the
+        ranks (collective)."""
+        sums = _owner_reduce.summed_state(self, self._ddp_group)
+        # torch packs the per-parameter dicts themselves: new ones for the
+        # sums, the views' own put back after.
+        kept = {}
+        try:
+            for (p, key), total in sums.items():
+                kept.setdefault(p, self.state[p])
+                self.state[p] = dict(self.state[p], **{key: total})
+            return super().state_dict()
+        finally:
+            for p, entry in kept.items():
+                self.state[p] = entry
+
+    def reduce_gradients_to_owners(self, ddp_model):
+        """Under DDP, moves no more bytes than DDP's all-reduce alone: the
+        module's communication hook leaves each rank's gradient of the
+        matrices this optimizer orthogonalizes unreduced (scaled by 1/N, as
+        DDP's mean), and the step sums the summands on each matrix's owner,
+        steps it there and sends the update back. Gradients of other
+        parameters (AdamW's, other optimizers') are all-reduced as before. Collective (the plan is compiled again, the
+        state kept); call it once, on every rank, before the backward pass
+        whose gradients the next step uses. Between it and a step, the
+        parameters' .grad hold summands: what reads gradients across ranks
+        (clip_grad_norm_, logging their norm) sees this rank's part only.
+        Muon's momentum, linear in the gradient, is kept per rank on its
+        own summand (opt.state shows this rank's part); state_dict() sums
+        it over the ranks, so it is collective then: call it on every rank,
+        as under FSDP."""
+        if self._comm is None or self._config is None or \
+                self._config.get("dtensor") or \
+                len(self._config["shape"]) != 1:
+            raise FailedPreconditionError(
+                "failed precondition: reduce_gradients_to_owners is for "
+                "plain (DDP) parameters over one data-parallel axis of "
+                "several ranks")
+        if self._options.get("partial_gradients"):
+            raise FailedPreconditionError(
+                "failed precondition: the gradients are already reduced to "
+                "their owners")
+        _owner_reduce.check_ddp(ddp_model,
+                                [(p, n) for p, n, _ in self._params],
+                                self._engine.world_size)
+        self._options["partial_gradients"] = True
+        try:
+            self._rebuild()
+        except BaseException:
+            self._options["partial_gradients"] = False
+            raise
+        if dist.get_rank(ddp_model.process_group) != 0:
+            # Every rank carried the whole momentum over; as summands, rank
+            # 0's is the sum and the others start from zero.
+            for t in _owner_reduce.summed_state_views(self).values():
+                t.zero_()
+        self._ddp_group = ddp_model.process_group
+        state = _owner_reduce.HookState(
+            {id(p) for p, _, g in self._params
+             if g["algorithm"] not in ELEMENTWISE}, ddp_model.process_group)
+        try:
+            ddp_model.register_comm_hook(state,
+                                         _owner_reduce.owner_reduce_hook)
+        except RuntimeError:
+            self._options["partial_gradients"] = False
+            self._rebuild()
+            raise
+
     # --- building the plan and the engine ------------------------------------
 
     def _build(self):
@@ -210,6 +278,12 @@ class Muon(torch.optim.Optimizer):
             # A hand-written config for DTensor parameters: find the mesh.
             config = dict(config, mesh=model_mesh(
                 [p for p, _, _ in self._params]))
+        if config is not None and opts.get("partial_gradients"):
+            # reduce_gradients_to_owners: the orthogonalized matrices'
+            # gradients are each rank's summand.
+            config = dict(config, partial_gradients={
+                name for _, name, g in self._params
+                if g["algorithm"] not in ELEMENTWISE})
         self._config = config
         self._heads = heads_by_name(self._params)
         threshold, layers = opts["qk_clip"]
@@ -470,7 +544,10 @@ class Muon(torch.optim.Optimizer):
         matrices' owners (collective then). The groups carry
         ``muonc_steps``, the optimizer's step count."""
         _state.refresh_row_states(self)
-        saved = super().state_dict()
+        if self._options.get("partial_gradients"):
+            saved = self._state_dict_of_sums()
+        else:
+            saved = super().state_dict()
         steps = self._engine.steps_taken
         if isinstance(saved, dict) and isinstance(saved.get("param_groups"),
                                                   list):

@@ -137,6 +137,24 @@ void setBlasThreads(int threads);
 /// The BLAS the backend was built with ("OpenBLAS" or "BLIS"; MUON_BLAS).
 const char *blasName();
 
+/// blasName(), and for OpenBLAS the kernels it picked for this CPU
+/// ("OpenBLAS, SkylakeX kernels").
+std::string blasKernels();
+
+/// The kernels the rule of blasKernelAdvice() picks from this CPU's
+/// features: "SkylakeX" with AVX-512 (F, BW, DQ, VL), "Haswell" with AVX2
+/// and FMA, else "" (and "" off x86-64). muonc's Python package sets
+/// OPENBLAS_CORETYPE to it, when unset, before OpenBLAS loads.
+std::string preferredBlasKernels();
+
+/// What to do when OpenBLAS runs its generic kernels on a CPU that has
+/// better ones ("" when it does not): OpenBLAS 0.3.21 does not know CPUs
+/// newer than itself (an Emerald Rapids, model 207) and falls back to its
+/// Prescott (SSE3) kernels, about 5x slower in f32 products; it reads
+/// OPENBLAS_CORETYPE when it loads, so the advice is to set that before
+/// the process starts.
+std::string blasKernelAdvice();
+
 /// c = a b, row-major bf16 a (m x k) and b (k x n), f32 accumulation, bf16
 /// c, on the products bf16 Newton-Schulz uses: the rate benchmarks set it
 /// against. False with `error` where this process has no bf16 products.

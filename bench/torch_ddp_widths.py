@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""A whole DDP training step (zero_grad, forward, backward, optimizer step)
+of the example GPT (examples/torch/train_gpt.py, 2 blocks; Muon on the 8
+block matrices qkv 3d x d, proj d x d, fc 4d x d, out d x 4d, AdamW on the
+rest) at several widths d, on N spawned gloo ranks, in three modes timed
+interleaved, round after round, on models of the same initial weights:
+
+  torch   DDP all-reduces every gradient; torch.optim.Muon orthogonalizes
+          every matrix on every rank, in f32 (its Newton-Schulz patched to
+          f32 here: torch's own runs in bf16), torch.optim.AdamW the rest;
+  muonc   the same DDP; muonc.torch.Muon (f32, one owner per matrix, then
+          the update sent to the other ranks);
+  owner   the same DDP with opt.reduce_gradients_to_owners(ddp): the
+          gradients are summed on their owners by the step, not all-reduced.
+
+Prints per width and mode the median and best of the slowest rank's step
+(ms) over the rounds, and the bytes each rank sends per step: DDP's ring
+all-reduce (2(N-1)/N of the gradients it reduces) plus muonc's exchanges
+(opt.last_step_counters). Not part of `make check`:
+
+    build/venv/bin/python bench/torch_ddp_widths.py --ranks 2
+"""
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "train_gpt.py")
+MODES = ("torch", "muonc", "owner")
+VOCAB, CONTEXT, LAYERS = 96, 64, 2
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("train_gpt", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def newton_schulz_f32(grad, ns_coefficients, ns_steps, eps):
+    """torch.optim.Muon's orthogonalization (the quintic iteration with its
+    coefficients), kept in f32: what "torch, f32" means in this table."""
+    import torch
+    a, b, c = ns_coefficients
+    x = grad.to(torch.float32)
+    tall = x.size(0) > x.size(1)
+    if tall:
+        x = x.T
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+def make_mode(gpt, mode, d, heads):
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from muonc.torch import Muon
+    torch.manual_seed(0)
+    model = gpt.GPT(VOCAB, LAYERS, d, heads, CONTEXT)
+    ddp = DDP(model)
+    muon, adamw = gpt.muon_and_adamw(model)
+    if mode == "torch":
+        opts = [torch.optim.Muon(muon, lr=0.02, momentum=0.95,
+                                 weight_decay=0.1, adjust_lr_fn="original"),
+                torch.optim.AdamW(adamw, lr=3e-3, weight_decay=0.1)]
+    else:
+        opts = [Muon([{"params": muon, "lr": 0.02, "weight_decay": 0.1},
+                      {"params": adamw, "use_muon": False, "lr": 3e-3,
+                       "weight_decay": 0.1}], ns_dtype="f32",
+                     adjust_lr_fn="original")]
+        if mode == "owner":
+            opts[0].reduce_gradients_to_owners(ddp)
+    return model, ddp, opts
+
+
+def rank_main(rank, args, out):
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    import torch.optim._muon as torch_muon
+    torch.set_num_threads(1)
+    torch_muon._zeropower_via_newtonschulz = newton_schulz_f32
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    gpt = load_example()
+    n = args.ranks
+    rows = []
+    for d in args.widths:
+        runs = {m: make_mode(gpt, m, d, args.heads) for m in MODES}
+        params = sum(p.numel() for p in runs["torch"][0].parameters())
+        allreduce = 2 * (n - 1) / n * params * 4
+        times = {m: [] for m in MODES}
+        sent = {m: 0 for m in MODES}
+        g = torch.Generator().manual_seed(1)
+        for r in range(args.rounds + 1):  # round 0 warms up
+            # The same batches for every mode.
+            xs = [torch.randint(0, VOCAB, (args.batch * n, CONTEXT + 1),
+                                generator=g)[rank::n]
+                  for _ in range(args.steps)]
+            for mode in MODES:
+                model, ddp, opts = runs[mode]
+                for x in xs:
+                    dist.barrier()
+                    start = time.perf_counter()
+                    for o in opts:
+                        o.zero_grad()
+                    logits = ddp(x[:, :-1])
+                    F.cross_entropy(logits.reshape(-1, VOCAB),
+                                    x[:, 1:].reshape(-1)).backward()
+                    for o in opts:
+                        o.step()
+                    elapsed = time.perf_counter() - start
+                    slowest = torch.tensor([elapsed])
+                    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+                    if r:
+                        times[mode].append(slowest.item())
+                if mode != "torch":
+                    sent[mode] = opts[0].last_step_counters["bytes_sent"]
+        # DDP's all-reduce in torch and muonc; owner: none of it (every
+        # gradient is the optimizer's), only muonc's exchanges.
+        total = {"torch": allreduce, "muonc": allreduce + sent["muonc"],
+                 "owner": sent["owner"]}
+        for mode in MODES:
+            rows.append((d, mode, statistics.median(times[mode]),
+                         min(times[mode]), total[mode], allreduce))
+        # Every mode trained the same batches from the same weights.
+        ref = list(runs["torch"][0].parameters())
+        for mode in ("muonc", "owner"):
+            worst = max(((p - q).abs().max() / q.abs().max()).item()
+                        for p, q in zip(runs[mode][0].parameters(), ref))
+            rows.append((d, mode + " vs torch", worst))
+    if rank == 0:
+        print(f"{n} ranks (gloo, 1 thread each), 2-block GPT, batch "
+              f"{args.batch}x{CONTEXT} per rank, {args.rounds} rounds x "
+              f"{args.steps} steps per mode; whole step, the slowest rank's")
+        print(f"{'d':>4} {'mode':6} {'median ms':>10} {'best ms':>9} "
+              f"{'MB sent/rank':>13} {'vs DDP':>7}")
+        for row in rows:
+            if len(row) == 3:
+                print(f"{row[0]:>4} {row[1]}: largest relative difference "
+                      f"of the weights {row[2]:.2e}")
+                continue
+            d, mode, med, best, total, allreduce = row
+            print(f"{d:>4} {mode:6} {med * 1e3:10.1f} {best * 1e3:9.1f} "
+                  f"{total / 1e6:13.3f} {total / allreduce:7.2f}")
+        sys.stdout.flush()
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--widths", type=int, nargs="+",
+                   default=[96, 192, 384, 768])
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--port", type=int, default=29571)
+    args = p.parse_args()
+    import torch.multiprocessing as mp
+    mp.start_processes(rank_main, args=(args, None), nprocs=args.ranks,
+                       join=True, start_method="spawn")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""Muon.reduce_gradients_to_owners(ddp): DDP's hook leaves the optimizer's
+gradients unreduced and the step sums them on their owners, 2 and 4 gloo
+ranks against one process."""
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+from muonc.torch import (FailedPreconditionError, Muon,  # noqa: E402
+                         MuonTypeError)
+from conftest import (TinyTransformer, batch, loss_of, run_ranks,  # noqa: E402
+                      split_params)
+
+STEPS = 4
+ONE = {"shape": [1], "names": ["dp"], "async": True}
+
+
+def make_opt(model, **kw):
+    muon, adamw = split_params(model)
+    return Muon([{"params": muon}, {"params": adamw, "use_muon": False,
+                                    "lr": 3e-3}], lr=0.02, **kw)
+
+
+def one_process_reference(model, steps, world, micro=1):
+    """The same training in this process: each rank's gradient (of its
+    slice of each micro-batch, accumulated) divided by the world size, as
+    DDP's mean, summed in rank order."""
+    opt = make_opt(model, distributed_config=ONE)
+    for s in range(steps):
+        per_rank = []
+        for r in range(world):
+            opt.zero_grad()
+            for m in range(micro):
+                x, y = batch(s * micro + m, n=4 * world)
+                loss_of(model, x[r::world], y[r::world]).backward()
+            per_rank.append([p.grad / world for p in model.parameters()])
+        for i, p in enumerate(model.parameters()):
+            total = per_rank[0][i].clone()
+            for r in range(1, world):
+                total += per_rank[r][i]
+            p.grad = total
+        opt.step()
+    return opt
+
+
+def _train(rank, world, out, micro):
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    start = copy.deepcopy(model)
+    ddp = DDP(model)
+    opt = make_opt(model)
+    opt.reduce_gradients_to_owners(ddp)
+    sent = []
+    for s in range(STEPS):
+        opt.zero_grad()
+        for m in range(micro):
+            x, y = batch(s * micro + m, n=4 * world)
+            if m < micro - 1:
+                with ddp.no_sync():  # accumulate, as DDP users do
+                    loss_of(ddp, x[rank::world], y[rank::world]).backward()
+            else:
+                loss_of(ddp, x[rank::world], y[rank::world]).backward()
+        opt.step()
+        sent.append(opt.last_step_counters["bytes_sent"])
+    saved = opt.state_dict()  # collective: every rank
+    every = [None] * world
+    dist.all_gather_object(every, sent)
+    if rank:
+        return
+    ref_model = start
+    ref = one_process_reference(ref_model, STEPS, world, micro)
+    worst = max(((p - q).abs().max() / q.abs().max()).item()
+                for p, q in zip(model.parameters(), ref_model.parameters()))
+    # The momentum, summed over the ranks by state_dict().
+    ref_saved = ref.state_dict()
+    moments = max(
+        ((a["momentum_buffer"] - b["momentum_buffer"]).abs().max() /
+         b["momentum_buffer"].abs().max()).item()
+        for a, b in zip(saved["state"].values(), ref_saved["state"].values())
+        if "momentum_buffer" in b)
+    matrix_bytes = sum(p.numel() * 4 for p in split_params(model)[0])
+    torch.save({"worst": worst, "moments": moments, "sent": every,
+                "matrix_bytes": matrix_bytes}, out)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_owner_reduced_ddp_equals_one_process(tmp_path, world):
+    out = str(tmp_path / "owner.pt")
+    run_ranks(_train, world, out, 1)
+    got = torch.load(out)
+    # Each rank's momentum is kept on its own summand and summed by the
+    # owner: the same arithmetic as one process's in another order.
+    assert got["worst"] < 1e-5, got["worst"]
+    assert got["moments"] < 1e-5, got["moments"]
+    # Every step the ranks together send for the Muon matrices what DDP's
+    # ring all-reduce would: 2(N-1) times their gradients' bytes (N-1
+    # summands of each to its owner, N-1 copies of each update back); the
+    # AdamW gradients go through DDP's all-reduce, as without muonc.
+    for step in range(STEPS):
+        total = sum(got["sent"][r][step] for r in range(world))
+        assert total == 2 * (world - 1) * got["matrix_bytes"], (step, total)
+
+
+def test_no_sync_accumulation_equals_one_process(tmp_path):
+    out = str(tmp_path / "owner.pt")
+    run_ranks(_train, 2, out, 3)
+    got = torch.load(out)
+    assert got["worst"] < 1e-5, got["worst"]
+    assert got["moments"] < 1e-5, got["moments"]
+
+
+def _others_and_switch(rank, world, out):
+    # A parameter of another optimizer in the same DDP module keeps DDP's
+    # all-reduce; switching after steps keeps the momentum (rank 0's whole,
+    # the others' from zero); the result equals plain DDP to rounding.
+    torch.set_num_threads(1)
+    results = {}
+    for mode in ("ddp", "owner"):
+        torch.manual_seed(0)
+        model = TinyTransformer()
+        ddp = DDP(model)
+        muon, adamw = split_params(model)
+        head = model.head.weight  # SGD's, not muonc's
+        muon = [p for p in muon if p is not head]
+        opt = Muon([{"params": muon}, {"params": adamw, "use_muon": False,
+                                       "lr": 3e-3}], lr=0.02)
+        other = torch.optim.SGD([head], lr=0.1)
+        for s in range(STEPS):
+            if mode == "owner" and s == 2:
+                opt.reduce_gradients_to_owners(ddp)
+            x, y = batch(s, n=4 * world)
+            opt.zero_grad()
+            other.zero_grad()
+            loss_of(ddp, x[rank::world], y[rank::world]).backward()
+            if s >= 2 and mode == "owner":
+                # The head's gradient was all-reduced: the same on every
+                # rank.
+                every = [torch.empty_like(head.grad) for _ in range(world)]
+                dist.all_gather(every, head.grad)
+                assert all(torch.equal(every[0], g) for g in every)
+            opt.step()
+            other.step()
+        results[mode] = [p.detach().clone() for p in model.parameters()]
+    if rank == 0:
+        worst = max(((p - q).abs().max() / q.abs().max()).item()
+                    for p, q in zip(results["owner"], results["ddp"]))
+        torch.save(worst, out)
+
+
+def test_other_parameters_and_switching_after_steps(tmp_path):
+    out = str(tmp_path / "worst.pt")
+    run_ranks(_others_and_switch, 2, out)
+    worst = torch.load(out)
+    assert worst < 1e-5, worst
+
+
+def _errors(rank, world, out):
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    ddp = DDP(model)
+    opt = make_opt(model)
+    messages = []
+    for call in (lambda: opt.reduce_gradients_to_owners(model),
+                 lambda: opt.reduce_gradients_to_owners(ddp),
+                 lambda: opt.reduce_gradients_to_owners(ddp)):
+        try:
+            call()
+            messages.append("no error")
+        except (MuonTypeError, FailedPreconditionError) as e:
+            messages.append(f"{type(e).__name__}: {e}")
+    if rank == 0:
+        torch.save(messages, out)
+
+
+def test_errors(tmp_path):
+    out = str(tmp_path / "errors.pt")
+    run_ranks(_errors, 2, out)
+    messages = torch.load(out)
+    assert messages[0].startswith("MuonTypeError: reduce_gradients_to_owners "
+                                  "expects a torch.nn.parallel."
+                                  "DistributedDataParallel module, got "
+                                  "TinyTransformer"), messages[0]
+    assert messages[1] == "no error"
+    assert messages[2] == ("FailedPreconditionError: failed precondition: "
+                           "the gradients are already reduced to their "
+                           "owners"), messages[2]
+    assert issubclass(MuonTypeError, TypeError)
+
+
+def test_one_process_is_refused():
+    model = TinyTransformer()
+    opt = make_opt(model)
+    with pytest.raises(FailedPreconditionError, match="one data-parallel "
+                       "axis of several ranks"):
+        opt.reduce_gradients_to_owners(model)
