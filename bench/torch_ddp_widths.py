@@ -10,13 +10,17 @@ interleaved, round after round, on models of the same initial weights:
           f32 here: torch's own runs in bf16), torch.optim.AdamW the rest;
   muonc   the same DDP; muonc.torch.Muon (f32, one owner per matrix, then
           the update sent to the other ranks);
-  owner   the same DDP with opt.reduce_gradients_to_owners(ddp): the
-          gradients are summed on their owners by the step, not all-reduced.
+  placed  muonc with the placement redundant_below=--redundant-below: the
+          smaller matrices orthogonalized by every rank (DDP left their
+          whole gradient there), the others once;
+  owner   placed, with opt.reduce_gradients_to_owners(ddp): the gradients
+          of the matrices orthogonalized once are summed on their owners by
+          the step, not all-reduced (the rest still are, by DDP's hook).
 
 Prints per width and mode the median and best of the slowest rank's step
 (ms) over the rounds, and the bytes each rank sends per step: DDP's ring
 all-reduce (2(N-1)/N of the gradients it reduces) plus muonc's exchanges
-(opt.last_step_counters). Not part of `make check`:
+(opt.last_step_counters), against DDP's alone. Not part of `make check`:
 
     build/venv/bin/python bench/torch_ddp_widths.py --ranks 2
 """
@@ -29,7 +33,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "train_gpt.py")
-MODES = ("torch", "muonc", "owner")
+MODES = ("torch", "muonc", "placed", "owner")
 VOCAB, CONTEXT, LAYERS = 96, 64, 2
 
 
@@ -56,7 +60,7 @@ def newton_schulz_f32(grad, ns_coefficients, ns_steps, eps):
     return x.T if tall else x
 
 
-def make_mode(gpt, mode, d, heads):
+def make_mode(gpt, mode, d, heads, below):
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
     from muonc.torch import Muon
@@ -69,10 +73,14 @@ def make_mode(gpt, mode, d, heads):
                                  weight_decay=0.1, adjust_lr_fn="original"),
                 torch.optim.AdamW(adamw, lr=3e-3, weight_decay=0.1)]
     else:
+        from muonc.torch import create_dtensor_config
+        config = create_dtensor_config(model)
+        if mode != "muonc":
+            config.update(placement="redundant_below", redundant_below=below)
         opts = [Muon([{"params": muon, "lr": 0.02, "weight_decay": 0.1},
                       {"params": adamw, "use_muon": False, "lr": 3e-3,
                        "weight_decay": 0.1}], ns_dtype="f32",
-                     adjust_lr_fn="original")]
+                     adjust_lr_fn="original", distributed_config=config)]
         if mode == "owner":
             opts[0].reduce_gradients_to_owners(ddp)
     return model, ddp, opts
@@ -91,9 +99,15 @@ def rank_main(rank, args, out):
     n = args.ranks
     rows = []
     for d in args.widths:
-        runs = {m: make_mode(gpt, m, d, args.heads) for m in MODES}
+        runs = {m: make_mode(gpt, m, d, args.heads, args.redundant_below)
+                for m in MODES}
         params = sum(p.numel() for p in runs["torch"][0].parameters())
         allreduce = 2 * (n - 1) / n * params * 4
+        # What DDP's hook still all-reduces in owner mode: every gradient
+        # but those of the matrices reduced to their owners.
+        owned = sum(p.numel() for p, _, _ in runs["owner"][2][0]
+                    ._owner_reduced())
+        owner_allreduce = 2 * (n - 1) / n * (params - owned) * 4
         times = {m: [] for m in MODES}
         sent = {m: 0 for m in MODES}
         g = torch.Generator().manual_seed(1)
@@ -121,16 +135,17 @@ def rank_main(rank, args, out):
                         times[mode].append(slowest.item())
                 if mode != "torch":
                     sent[mode] = opts[0].last_step_counters["bytes_sent"]
-        # DDP's all-reduce in torch and muonc; owner: none of it (every
-        # gradient is the optimizer's), only muonc's exchanges.
+        # DDP's all-reduce (of everything, or in owner mode of what is not
+        # reduced to owners), plus muonc's exchanges.
         total = {"torch": allreduce, "muonc": allreduce + sent["muonc"],
-                 "owner": sent["owner"]}
+                 "placed": allreduce + sent["placed"],
+                 "owner": owner_allreduce + sent["owner"]}
         for mode in MODES:
             rows.append((d, mode, statistics.median(times[mode]),
                          min(times[mode]), total[mode], allreduce))
         # Every mode trained the same batches from the same weights.
         ref = list(runs["torch"][0].parameters())
-        for mode in ("muonc", "owner"):
+        for mode in ("muonc", "placed", "owner"):
             worst = max(((p - q).abs().max() / q.abs().max()).item()
                         for p, q in zip(runs[mode][0].parameters(), ref))
             rows.append((d, mode + " vs torch", worst))
@@ -161,6 +176,9 @@ def main():
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--redundant-below", type=int, default=40000,
+                   help="placed/owner: matrices of fewer elements are "
+                   "orthogonalized by every rank")
     p.add_argument("--port", type=int, default=29571)
     args = p.parse_args()
     import torch.multiprocessing as mp

@@ -303,6 +303,9 @@ bool compile(const Model &model, const DistributedConfig *config, Plan &plan,
     overrides.wireDtype = config->wireDtype;
     overrides.gatherBudgetBytes = config->gatherBudgetBytes;
     overrides.maxRounds = config->maxRounds;
+    overrides.placement = config->placement;
+    if (config->placement == "redundant_below")
+      overrides.redundantBelow = config->redundantBelow;
   }
   mlir::FailureOr<Plan> compiled = mlir::muon::compileModule(*module, overrides);
   if (mlir::failed(compiled)) {

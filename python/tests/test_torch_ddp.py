@@ -162,3 +162,51 @@ def test_state_saved_on_two_ranks_loads_in_one_process(tmp_path):
             o.step()
     for a, b in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _placements(rank, world, out):
+    torch.set_num_threads(1)
+    results = {}
+    for placement in ({}, {"placement": "redundant_below",
+                           "redundant_below": 1 << 20}):
+        torch.manual_seed(0)
+        model = TinyTransformer()
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        config = dict(create_dtensor_config(model), **placement)
+        muon, adamw = split_params(model)
+        opt = Muon([{"params": muon}, {"params": adamw, "use_muon": False,
+                                       "lr": 3e-3}], lr=0.02,
+                   distributed_config=config)
+        sent = 0
+        for s in range(3):
+            x, y = batch(s, n=4 * world)
+            opt.zero_grad()
+            loss_of(ddp, x[rank::world], y[rank::world]).backward()
+            opt.step()
+            sent += opt.last_step_counters["bytes_sent"]
+        results[placement.get("placement", "auto")] = (
+            [p.detach().clone() for p in model.parameters()], sent)
+    try:
+        muon = split_params(model)[0]
+        Muon(muon, distributed_config=dict(create_dtensor_config(muon),
+                                           placement="sometimes"))
+        message = "no error"
+    except ValueError as e:
+        message = str(e)
+    if rank == 0:
+        torch.save({"results": results, "message": message}, out)
+
+
+def test_placement_redundant_below_orthogonalizes_on_every_rank(tmp_path):
+    # DDP leaves the whole gradient on every rank: below the threshold each
+    # rank orthogonalizes its own copy (nothing crosses), with the same
+    # bits as one owner sending its result.
+    out = str(tmp_path / "placement.pt")
+    run_ranks(_placements, 2, out)
+    got = torch.load(out)
+    (once, once_sent), (redundant, redundant_sent) = (
+        got["results"]["auto"], got["results"]["redundant_below"])
+    assert once_sent > 0 and redundant_sent == 0, (once_sent, redundant_sent)
+    for a, b in zip(once, redundant):
+        assert torch.equal(a, b)
+    assert "sometimes" in got["message"], got["message"]

@@ -46,13 +46,18 @@ def one_process_reference(model, steps, world, micro=1):
     return opt
 
 
-def _train(rank, world, out, micro):
+def _train(rank, world, out, micro, below=0):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = TinyTransformer()
     start = copy.deepcopy(model)
     ddp = DDP(model)
-    opt = make_opt(model)
+    config = None
+    if below:
+        from muonc.torch import create_dtensor_config
+        config = dict(create_dtensor_config(model), placement="redundant_below",
+                      redundant_below=below)
+    opt = make_opt(model, distributed_config=config)
     opt.reduce_gradients_to_owners(ddp)
     sent = []
     for s in range(STEPS):
@@ -82,7 +87,8 @@ def _train(rank, world, out, micro):
          b["momentum_buffer"].abs().max()).item()
         for a, b in zip(saved["state"].values(), ref_saved["state"].values())
         if "momentum_buffer" in b)
-    matrix_bytes = sum(p.numel() * 4 for p in split_params(model)[0])
+    matrix_bytes = sum(p.numel() * 4 for p in split_params(model)[0]
+                       if p.numel() >= below)
     torch.save({"worst": worst, "moments": moments, "sent": every,
                 "matrix_bytes": matrix_bytes}, out)
 
@@ -103,6 +109,20 @@ def test_owner_reduced_ddp_equals_one_process(tmp_path, world):
     for step in range(STEPS):
         total = sum(got["sent"][r][step] for r in range(world))
         assert total == 2 * (world - 1) * got["matrix_bytes"], (step, total)
+
+
+def test_matrices_kept_on_every_rank_are_all_reduced(tmp_path):
+    # redundant_below=300: out_proj (16 x 16) is orthogonalized by every
+    # rank, so DDP's hook all-reduces its gradient; the others go to their
+    # owners. Nothing crosses for out_proj in the step.
+    out = str(tmp_path / "owner.pt")
+    run_ranks(_train, 2, out, 1, 300)
+    got = torch.load(out)
+    assert got["worst"] < 1e-5, got["worst"]
+    assert got["moments"] < 1e-5, got["moments"]
+    for step in range(STEPS):
+        total = sum(got["sent"][r][step] for r in range(2))
+        assert total == 2 * got["matrix_bytes"], (step, total)
 
 
 def test_no_sync_accumulation_equals_one_process(tmp_path):

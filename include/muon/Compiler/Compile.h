@@ -159,6 +159,13 @@ struct DistributedConfig {
   std::string wireDtype = "f32";
   int64_t gatherBudgetBytes = 0;
   int64_t maxRounds = 8;
+  /// Newton-Schulz placement of matrices whose whole gradient several
+  /// ranks hold (the spec's distributed.placement): "auto" (the default:
+  /// by predicted time on a machine profile; without one, one owner),
+  /// "once", or "redundant_below" with `redundantBelow` (matrices of fewer
+  /// elements are orthogonalized by every holder).
+  std::string placement = "auto";
+  int64_t redundantBelow = 0;
 };
 
 /// The seeds' create_dtensor_config: placements come with the parameters.

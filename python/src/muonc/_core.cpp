@@ -344,8 +344,9 @@ mc::ParamGroup groupOf(nb::dict d) {
 /// names, major first]}, the spec's `split`). `groups`: dicts with name,
 /// algorithm and settings. `mesh`: None (no distributed config: every
 /// holder runs the single-device algorithm) or a dict with shape, names
-/// and optionally assignments {rank: [matrix names]} and wire_dtype ("f32",
-/// the default, or "bf16": the exchanges' element type). `qk_clip`: None or
+/// and optionally assignments {rank: [matrix names]}, wire_dtype ("f32",
+/// the default, or "bf16": the exchanges' element type), placement and
+/// redundant_below (the spec's distributed settings). `qk_clip`: None or
 /// the QK-clip layers, dicts with name, query, key (parameter names),
 /// num_heads, num_kv_heads (optional) and threshold (the spec's
 /// qk_clip.layers).
@@ -410,6 +411,8 @@ PyPlan compileModel(nb::list params, nb::list groups, nb::object mesh,
           nb::cast<std::map<int64_t, std::vector<std::string>>>(
               m["assignments"]);
     config->wireDtype = get<std::string>(m, "wire_dtype", "f32");
+    config->placement = get<std::string>(m, "placement", "auto");
+    config->redundantBelow = get<int64_t>(m, "redundant_below", 0);
   }
   if (!mc::compile(model, config ? &*config : nullptr, plan, error))
     throw StatusError(rt::StatusCode::InvalidArgument, error);

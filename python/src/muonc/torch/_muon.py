@@ -181,6 +181,19 @@ class Muon(torch.optim.Optimizer):
                 self.param_groups.pop()  # all or nothing
                 raise
 
+    def _owner_reduced(self):
+        """(parameter, name, group) of the matrices whose gradients
+        reduce_gradients_to_owners leaves to their owners: those Muon (or
+        another orthogonalizing algorithm) steps, except the ones the
+        config's redundant_below placement keeps on every rank (their
+        gradients are all-reduced, and every rank orthogonalizes them)."""
+        config = self._options["config"] or {}
+        below = (config.get("redundant_below", 0)
+                 if config.get("placement") == "redundant_below" else 0)
+        return [(p, name, g) for p, name, g in self._params
+                if g["algorithm"] not in ELEMENTWISE and
+                p.shape[-2:].numel() >= below]
+
     def _state_dict_of_sums(self):
         """torch's state_dict() with each per-summand state summed over the
         ranks (collective)."""
@@ -239,8 +252,8 @@ class Muon(torch.optim.Optimizer):
                 t.zero_()
         self._ddp_group = ddp_model.process_group
         state = _owner_reduce.HookState(
-            {id(p) for p, _, g in self._params
-             if g["algorithm"] not in ELEMENTWISE}, ddp_model.process_group)
+            {id(p) for p, _, _ in self._owner_reduced()},
+            ddp_model.process_group)
         try:
             ddp_model.register_comm_hook(state,
                                          _owner_reduce.owner_reduce_hook)
@@ -279,11 +292,10 @@ class Muon(torch.optim.Optimizer):
             config = dict(config, mesh=model_mesh(
                 [p for p, _, _ in self._params]))
         if config is not None and opts.get("partial_gradients"):
-            # reduce_gradients_to_owners: the orthogonalized matrices'
-            # gradients are each rank's summand.
+            # reduce_gradients_to_owners: the gradients of the matrices
+            # orthogonalized once are each rank's summand.
             config = dict(config, partial_gradients={
-                name for _, name, g in self._params
-                if g["algorithm"] not in ELEMENTWISE})
+                name for p, name, _ in self._owner_reduced()})
         self._config = config
         self._heads = heads_by_name(self._params)
         threshold, layers = opts["qk_clip"]

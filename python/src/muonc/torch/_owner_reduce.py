@@ -99,16 +99,17 @@ def owner_reduce_hook(state, bucket):
 
 
 def summed_state_views(opt):
-    """This rank's views (opt.state) of the state kept per summand: Muon's
-    momentum, linear in the gradient, so each rank keeps the momentum of
-    its own summand and the owner gets their sum."""
+    """This rank's views (opt.state) of the state kept per summand of the
+    matrices reduced to their owners: Muon's momentum, linear in the
+    gradient, so each rank keeps the momentum of its own summand and the
+    owner gets their sum."""
     from ._settings import ELEMENT_SLOTS
     from ._state import torch_name
     keys = {}
     for s in ELEMENT_SLOTS:
         if s["per_summand"]:
             keys.setdefault(s["algorithm"], []).append(torch_name(s["name"]))
-    return {(p, key): opt.state[p][key] for p, _, g in opt._params
+    return {(p, key): opt.state[p][key] for p, _, g in opt._owner_reduced()
             for key in keys.get(g["algorithm"], ())
             if opt.state.get(p, {}).get(key) is not None}
 
