@@ -18,7 +18,8 @@ interleaved, round after round, on models of the same initial weights:
           the step, not all-reduced (the rest still are, by DDP's hook).
 
 Prints per width and mode the median and best of the slowest rank's step
-(ms) over the rounds, and the bytes each rank sends per step: DDP's ring
+(ms) over the rounds, and the bytes a rank sends per step (the mean over
+the ranks): DDP's ring
 all-reduce (2(N-1)/N of the gradients it reduces) plus muonc's exchanges
 (opt.last_step_counters), against DDP's alone. Not part of `make check`:
 
@@ -134,7 +135,11 @@ def rank_main(rank, args, out):
                     if r:
                         times[mode].append(slowest.item())
                 if mode != "torch":
-                    sent[mode] = opts[0].last_step_counters["bytes_sent"]
+                    # The mean over the ranks: owners send more than others.
+                    mine = torch.tensor(
+                        [float(opts[0].last_step_counters["bytes_sent"])])
+                    dist.all_reduce(mine)
+                    sent[mode] = mine.item() / n
         # DDP's all-reduce (of everything, or in owner mode of what is not
         # reduced to owners), plus muonc's exchanges.
         total = {"torch": allreduce, "muonc": allreduce + sent["muonc"],
