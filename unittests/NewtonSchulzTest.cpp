@@ -33,6 +33,8 @@
 #include <cblas.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <cmath>
 #include <random>
 
@@ -276,13 +278,33 @@ TEST(CpuNsKernel, Choice) {
       << bf16;
   // f32 takes the Gram form by default too (ns_form auto, Jordan's steps).
   EXPECT_EQ(cpu::describeNewtonSchulz(DType::F32, cpu::NsForm::Standard),
-            std::string("f32 products (") + cpu::blasName() + ")");
+            std::string("f32 products (") + cpu::blasKernels() + ")");
   EXPECT_EQ(cpu::describeNewtonSchulz(DType::F32),
-            std::string("f32 products (") + cpu::blasName() +
+            std::string("f32 products (") + cpu::blasKernels() +
                 "); Gram form on wide and tall matrices");
   EXPECT_EQ(cpu::describeNewtonSchulz(DType::F32, cpu::NsForm::Gram),
-            std::string("f32 products (") + cpu::blasName() +
+            std::string("f32 products (") + cpu::blasKernels() +
                 "); Gram form on wide and tall matrices");
+}
+
+/// OpenBLAS's kernels are named ("OpenBLAS, SkylakeX kernels"); the advice
+/// to choose them is given only where the user has not, and names the
+/// kernels this CPU's features call for.
+TEST(CpuBlasKernels, NamedAndAdvised) {
+  const std::string kernels = cpu::blasKernels();
+  EXPECT_EQ(kernels.rfind(cpu::blasName(), 0), 0u) << kernels;
+  const std::string preferred = cpu::preferredBlasKernels();
+  EXPECT_TRUE(preferred.empty() || preferred == "SkylakeX" ||
+              preferred == "Haswell")
+      << preferred;
+  const std::string advice = cpu::blasKernelAdvice();
+  if (std::getenv("OPENBLAS_CORETYPE") || preferred.empty())
+    EXPECT_EQ(advice, "");
+  if (!advice.empty()) {
+    EXPECT_NE(advice.find("OPENBLAS_CORETYPE=" + preferred), std::string::npos)
+        << advice;
+    EXPECT_EQ(kernels.find(preferred + " kernels"), std::string::npos);
+  }
 }
 
 /// The plain bf16 product benchmarks set Newton-Schulz against: exact on
