@@ -33,9 +33,8 @@
 #include <cblas.h>
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 using namespace muon;
