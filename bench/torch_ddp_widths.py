@@ -26,23 +26,14 @@ all-reduce (2(N-1)/N of the gradients it reduces) plus muonc's exchanges
     build/venv/bin/python bench/torch_ddp_widths.py --ranks 2
 """
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "train_gpt.py")
+from example_gpt import load_example, spawn
 MODES = ("torch", "muonc", "placed", "owner")
 VOCAB, CONTEXT, LAYERS = 96, 64, 2
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("train_gpt", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def newton_schulz_f32(grad, ns_coefficients, ns_steps, eps):
@@ -185,10 +176,7 @@ def main():
                    help="placed/owner: matrices of fewer elements are "
                    "orthogonalized by every rank")
     p.add_argument("--port", type=int, default=29571)
-    args = p.parse_args()
-    import torch.multiprocessing as mp
-    mp.start_processes(rank_main, args=(args, None), nprocs=args.ranks,
-                       join=True, start_method="spawn")
+    spawn(rank_main, p.parse_args())
 
 
 if __name__ == "__main__":

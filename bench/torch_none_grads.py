@@ -19,22 +19,13 @@ step made on average (opt.last_step_counters). Not part of `make check`:
     build/venv/bin/python bench/torch_none_grads.py --ranks 2 --rounds 5
 """
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-EXAMPLE = os.path.join(HERE, "..", "examples", "torch", "train_gpt.py")
+from example_gpt import load_example, spawn
 MODES = ("all", "adamw", "muon", "flip")
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("train_gpt", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def rank_main(rank, args, out):
@@ -109,10 +100,7 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--port", type=int, default=29561)
-    args = p.parse_args()
-    import torch.multiprocessing as mp
-    mp.start_processes(rank_main, args=(args, None), nprocs=args.ranks,
-                       join=True, start_method="spawn")
+    spawn(rank_main, p.parse_args())
 
 
 if __name__ == "__main__":
