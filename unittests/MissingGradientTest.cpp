@@ -31,7 +31,7 @@ namespace {
 
 /// Matrices split over a 2 x 2 (fsdp, tp) mesh, one of them a Partial sum
 /// over tp, and AdamW vectors, one of them with a partial gradient too.
-Plan meshPlan() {
+Plan meshPlan(bool withTiny = false) {
   mc::Model model;
   auto param = [&](std::string name, std::vector<int64_t> shape,
                    std::vector<mc::Placement> placements) {
@@ -48,6 +48,8 @@ Plan meshPlan() {
   param("w2", {20, 20}, {P::shard(0), P::replicate()});
   param("norm", {20}, {P::replicate(), P::replicate()});
   param("bias", {36}, {P::shard(0), P::partial()});
+  if (withTiny) // one element: the fsdp axis's second half holds nothing
+    param("tiny", {1}, {P::shard(0), P::replicate()});
   mc::DistributedConfig config =
       mc::createDTensorConfig({{2, 2}, {"fsdp", "tp"}});
   Plan plan;
@@ -62,6 +64,20 @@ int64_t paramIndex(const Plan &plan, const std::string &name) {
       return static_cast<int64_t>(i);
   ADD_FAILURE() << "no parameter " << name;
   return 0;
+}
+
+/// How many ranks hold a piece of parameter `name`.
+int64_t holderCount(const Plan &plan, const std::string &name) {
+  const PlanParam &param = plan.params[paramIndex(plan, name)];
+  int64_t count = 0;
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    bool holds = param.layout.inSubmesh(plan.mesh.coordsOfRank(r));
+    for (const Range &range :
+         param.layout.localBox(plan.mesh, plan.mesh.coordsOfRank(r)))
+      holds = holds && range.size() > 0;
+    count += holds;
+  }
+  return count;
 }
 
 /// Per step, the parameters without a gradient.
@@ -166,18 +182,39 @@ TEST(MissingGradient, LeftOutOnEveryRankEqualsOneRankLeavingItOut) {
   EXPECT_LT(bytes, allBytes);
 }
 
-TEST(MissingGradient, TheSameListsAsBeforeNeedNoSecondExchange) {
-  // The set is agreed on again only at a step where some rank's list
-  // differs from the last agreed one (steps 1, 4 and 5); otherwise the
-  // step's one control all-gather (and the device-error check after the
-  // work) is all it takes. The values still equal one rank's.
+TEST(MissingGradient, ListsTheSameOnEveryRankNeedNoSecondExchange) {
+  // Every rank holds every parameter of this plan, so every rank's list is
+  // the step's set: the step's one control all-gather (and the
+  // device-error check after the work) is all it takes, whether the set
+  // changes or not. The values still equal one rank's.
   const Plan plan = meshPlan();
   const Missing missing = {{1, {"w1", "norm"}}, {2, {"w1", "norm"}},
                            {3, {"w1", "norm"}}, {5, {"wo"}},
                            {6, {"wo"}}};
   std::vector<std::vector<StepCounters>> counters =
       expectEqualsOneRank(plan, 7, missing);
-  const std::vector<int64_t> expected = {2, 3, 2, 2, 3, 3, 2};
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    ASSERT_EQ(counters[r].size(), 7u);
+    for (size_t s = 0; s < 7; ++s)
+      EXPECT_EQ(counters[r][s].controlCollectives, 2)
+          << "rank " << r << ", step " << s;
+  }
+}
+
+TEST(MissingGradient, ListsThatDifferBetweenRanksAreExchanged) {
+  // `tiny` (one element over the fsdp axis) is held by ranks 0 and 1 only:
+  // without its gradient, their lists name it and the others' do not, so
+  // the ranks exchange the lists where they change (step 1), and keep the
+  // last set while none does (step 2). Lists that become the same on every
+  // rank (empty at step 3, a matrix every rank holds at step 4) need no
+  // exchange.
+  const Plan plan = meshPlan(/*withTiny=*/true);
+  ASSERT_EQ(holderCount(plan, "tiny"), 2);
+  const Missing missing = {{1, {"tiny", "w2"}}, {2, {"tiny", "w2"}},
+                           {4, {"w1"}}};
+  std::vector<std::vector<StepCounters>> counters =
+      expectEqualsOneRank(plan, 5, missing);
+  const std::vector<int64_t> expected = {2, 3, 2, 2, 2};
   for (int64_t r = 0; r < plan.worldSize; ++r) {
     ASSERT_EQ(counters[r].size(), expected.size());
     for (size_t s = 0; s < expected.size(); ++s)

@@ -23,6 +23,21 @@ bool isTimeoutError(std::string_view error) {
          error.find(kTimeoutTail, at) != std::string_view::npos;
 }
 
+bool Communicator::allGatherWords(const std::vector<uint64_t> &mine,
+                                  std::vector<uint64_t> &all,
+                                  double timeoutSeconds, std::string &error) {
+  const size_t n = mine.size();
+  all.assign(n * static_cast<size_t>(size()), 0);
+  std::vector<uint64_t> words;
+  for (size_t w = 0; w < n; ++w) {
+    if (!allGather(mine[w], words, timeoutSeconds, error))
+      return false;
+    for (size_t r = 0; r < words.size(); ++r)
+      all[r * n + w] = words[r];
+  }
+  return true;
+}
+
 bool Communicator::allGatherBytes(const std::vector<char> &bytes,
                                   std::vector<std::vector<char>> &all,
                                   double timeoutSeconds, std::string &error) {

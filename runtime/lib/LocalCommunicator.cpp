@@ -169,6 +169,30 @@ bool LocalCommunicator::allGather(uint64_t value, std::vector<uint64_t> &values,
   return true;
 }
 
+bool LocalCommunicator::allGatherWords(const std::vector<uint64_t> &mine,
+                                       std::vector<uint64_t> &all,
+                                       double timeoutSeconds,
+                                       std::string &error) {
+  std::vector<char> bytes(mine.size() * sizeof(uint64_t));
+  if (!mine.empty())
+    std::memcpy(bytes.data(), mine.data(), bytes.size());
+  std::vector<std::vector<char>> every;
+  if (!exchangeBytes(bytes, every, timeoutSeconds, error))
+    return false;
+  all.assign(mine.size() * every.size(), 0);
+  for (size_t r = 0; r < every.size(); ++r) {
+    if (every[r].size() != bytes.size()) {
+      error = "rank " + std::to_string(r) + " gathered " +
+              std::to_string(every[r].size() / sizeof(uint64_t)) +
+              " words, this rank " + std::to_string(mine.size());
+      return false;
+    }
+    if (!bytes.empty())
+      std::memcpy(all.data() + r * mine.size(), every[r].data(), bytes.size());
+  }
+  return true;
+}
+
 bool LocalCommunicator::allReduceMin(int64_t value, int64_t &result,
                                      double timeoutSeconds,
                                      std::string &error) {

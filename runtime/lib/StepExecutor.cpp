@@ -775,15 +775,16 @@ void StepExecutor::recordTrace(const ScheduleStep &s, double begin) {
 }
 
 namespace {
-// The agreement before a step: every rank's word, all-gathered. The top 24
-// bits say what stops the rank (0 nothing, 1 unbound storage, 2 + i a
-// non-finite gradient in parameter i); bit 39 says that the rank's list of
-// parameters without a gradient is not the one it had at the last
-// agreement on them (whose set the ranks then agree on again in a second
-// exchange, which a step whose lists are as before never makes: the set
-// is the last one); the low 39 bits carry its group settings' hash. The
-// bits keep the check in the one collective the step already makes; two
-// ranks with different settings collide with probability 2^-39.
+// The agreement before a step: every rank's two words, all-gathered in
+// one collective. In the first, the top 24 bits say what stops the rank (0
+// nothing, 1 unbound storage, 2 + i a non-finite gradient in parameter i);
+// bit 39 says that the rank's list of parameters without a gradient is not
+// the one it had at the last agreement on them; the low 39 bits carry its
+// group settings' hash (two ranks with different settings collide with
+// probability 2^-39). The second is the hash of that list. Lists as before
+// keep the last set; changed lists that are the same on every rank (DDP,
+// FSDP: every rank holds every parameter) are the set; only lists that
+// differ between ranks are exchanged (agreeOnMissingGradients).
 constexpr int kStatusShift = 40;
 constexpr uint64_t kMissingChanged = uint64_t(1) << 39;
 constexpr uint64_t kHashMask = kMissingChanged - 1;
@@ -813,14 +814,21 @@ Status StepExecutor::step(StepResult &result) {
   }
   const std::vector<int64_t> mine = missingGradients();
   const bool changed = mine != agreedMine;
-  std::vector<uint64_t> words;
+  std::vector<uint64_t> all;
   std::string error;
   ++lastCounters.controlCollectives;
-  if (!comm.allGather((stop << kStatusShift) |
-                          (changed ? kMissingChanged : 0) |
-                          (groupsHash() & kHashMask),
-                      words, options.timeoutSeconds, error))
+  if (!comm.allGatherWords({(stop << kStatusShift) |
+                                (changed ? kMissingChanged : 0) |
+                                (groupsHash() & kHashMask),
+                            listHash(mine)},
+                           all, options.timeoutSeconds, error))
     return transportFailure("checking gradients for NaN/Inf: ", error);
+  std::vector<uint64_t> words(all.size() / 2);
+  bool sameLists = true;
+  for (size_t r = 0; r < words.size(); ++r) {
+    words[r] = all[2 * r];
+    sameLists = sameLists && all[2 * r + 1] == all[1];
+  }
   std::vector<int64_t> unbound, otherSettings;
   int64_t firstBad = -1, badRank = -1;
   bool anyChanged = false;
@@ -847,10 +855,12 @@ Status StepExecutor::step(StepResult &result) {
     return failedPrecondition("rank " + std::to_string(unbound[0]) +
                               " has not bound every parameter it holds; "
                               "nothing was changed");
-  if (anyChanged)
-    MUON_RETURN_IF_ERROR(agreeOnMissingGradients(mine));
-  else
+  if (!anyChanged)
     skipped = agreedSkipped;
+  else if (sameLists && heldEverywhere(mine))
+    adoptMissingGradients(mine);
+  else
+    MUON_RETURN_IF_ERROR(agreeOnMissingGradients(mine));
   if (firstBad >= 0) {
     // The skipped step's forward pass made the logits: they go with it.
     for (std::vector<float> &logits : qkLogits)
@@ -907,6 +917,49 @@ std::vector<int64_t> StepExecutor::missingGradients() const {
     if (locals[i].elements && !locals[i].grad)
       mine.push_back(static_cast<int64_t>(i));
   return mine;
+}
+
+uint64_t StepExecutor::listHash(const std::vector<int64_t> &list) {
+  // FNV-1a over the indices; 0 for an empty list.
+  if (list.empty())
+    return 0;
+  uint64_t h = 14695981039346656037ull;
+  for (int64_t i : list)
+    for (int b = 0; b < 8; ++b) {
+      h ^= (static_cast<uint64_t>(i) >> (8 * b)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  return h;
+}
+
+bool StepExecutor::heldEverywhere(const std::vector<int64_t> &list) {
+  if (heldByAll.empty())
+    heldByAll.assign(locals.size(), -1);
+  for (int64_t i : list) {
+    if (heldByAll[i] < 0) {
+      heldByAll[i] = 1;
+      for (int64_t r = 0; r < planRef.worldSize && heldByAll[i]; ++r)
+        heldByAll[i] = holds(planRef, planRef.params[i], r);
+    }
+    if (!heldByAll[i])
+      return false;
+  }
+  return true;
+}
+
+void StepExecutor::adoptMissingGradients(const std::vector<int64_t> &mine) {
+  // The same list on every rank, of parameters every rank holds: every
+  // holder of each has no gradient, and every other parameter has one
+  // everywhere. The set is the list, with no exchange.
+  std::vector<bool> none;
+  if (!mine.empty()) {
+    none.assign(locals.size(), false);
+    for (int64_t i : mine)
+      none[i] = true;
+  }
+  skipped = none;
+  agreedSkipped = std::move(none);
+  agreedMine = mine;
 }
 
 Status

@@ -110,6 +110,9 @@ std::vector<char> toBytes(nb::handle object) {
 ///       which the runtime's wait() makes)
 ///   all_gather_int(value: int) -> list[int]   (uint64 values)
 ///   all_gather_bytes(data: bytes) -> list[bytes]
+///   all_gather_words(words: list[int]) -> list[int]   (optional: every
+///       rank's uint64 words, rank after rank; else one all_gather_int
+///       per word)
 ///   abort(code: int) -> None
 /// An exception in a callback becomes the call's error.
 class PyCommunicator final : public rt::Communicator {
@@ -169,6 +172,23 @@ public:
     return call(error, [&] {
       values = nb::cast<std::vector<uint64_t>>(
           object.attr("all_gather_int")(value));
+    });
+  }
+  bool allGatherWords(const std::vector<uint64_t> &mine,
+                      std::vector<uint64_t> &all, double timeout,
+                      std::string &error) override {
+    // A communicator of the user's own may lack it: one all_gather_int
+    // per word then.
+    if (!nb::hasattr(object, "all_gather_words"))
+      return Communicator::allGatherWords(mine, all, timeout, error);
+    return call(error, [&] {
+      all = nb::cast<std::vector<uint64_t>>(
+          object.attr("all_gather_words")(mine));
+      if (all.size() != mine.size() * static_cast<size_t>(theSize))
+        throw std::runtime_error(
+            "all_gather_words returned " + std::to_string(all.size()) +
+            " words for " + std::to_string(theSize) + " ranks of " +
+            std::to_string(mine.size()));
     });
   }
   bool allReduceMin(int64_t value, int64_t &result, double timeout,

@@ -30,6 +30,11 @@ public:
   bool allReduceMin(int64_t v, int64_t &r, double t, std::string &e) override {
     return base.allReduceMin(v, r, t, e);
   }
+  bool allGatherWords(const std::vector<uint64_t> &m,
+                      std::vector<uint64_t> &a, double t,
+                      std::string &e) override {
+    return base.allGatherWords(m, a, t, e);
+  }
   bool gatherToRoot(const std::vector<char> &b,
                     std::vector<std::vector<char>> &a, double t,
                     std::string &e) override {

@@ -106,6 +106,16 @@ class TorchCommunicator:
         dist.all_gather(every, mine, group=self.group)
         return [int(t.item()) & ((1 << 64) - 1) for t in every]
 
+    def all_gather_words(self, words):
+        """Every rank's words (unsigned 64-bit, the same count on each), in
+        one all_gather, rank after rank."""
+        signed = [w - (1 << 64) if w >= (1 << 63) else w for w in words]
+        mine = torch.tensor(signed, dtype=torch.int64, device=self._device)
+        every = [torch.empty_like(mine) for _ in range(self._size)]
+        dist.all_gather(every, mine, group=self.group)
+        return [int(v) & ((1 << 64) - 1)
+                for t in every for v in t.tolist()]
+
     def all_gather_bytes(self, data):
         every = [None] * self._size
         dist.all_gather_object(every, bytes(data), group=self.group)

@@ -335,6 +335,21 @@ bool MpiCommunicator::allGather(uint64_t value, std::vector<uint64_t> &values,
       timeoutSeconds, error);
 }
 
+bool MpiCommunicator::allGatherWords(const std::vector<uint64_t> &mine,
+                                     std::vector<uint64_t> &all,
+                                     double timeoutSeconds,
+                                     std::string &error) {
+  const int n = static_cast<int>(mine.size());
+  all.assign(mine.size() * state->size, 0);
+  return runControl(
+      state->mpi,
+      [&](MPI_Request &request) {
+        return MPI_Iallgather(mine.data(), n, MPI_UINT64_T, all.data(), n,
+                              MPI_UINT64_T, state->comm, &request);
+      },
+      timeoutSeconds, error);
+}
+
 bool MpiCommunicator::allReduceMin(int64_t value, int64_t &result,
                                    double timeoutSeconds, std::string &error) {
   return runControl(

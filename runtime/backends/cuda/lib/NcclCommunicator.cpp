@@ -63,6 +63,11 @@ public:
                     std::string &error) override {
     return bootstrap.allReduceMin(value, result, timeoutSeconds, error);
   }
+  bool allGatherWords(const std::vector<uint64_t> &mine,
+                      std::vector<uint64_t> &all, double timeoutSeconds,
+                      std::string &error) override {
+    return bootstrap.allGatherWords(mine, all, timeoutSeconds, error);
+  }
   bool gatherToRoot(const std::vector<char> &bytes,
                     std::vector<std::vector<char>> &atRoot,
                     double timeoutSeconds, std::string &error) override {

@@ -75,6 +75,12 @@ public:
                          double timeoutSeconds, std::string &error) = 0;
   virtual bool allReduceMin(int64_t value, int64_t &result,
                             double timeoutSeconds, std::string &error) = 0;
+  /// Every rank's `mine` (each rank the same number of words), on every
+  /// rank, rank after rank. The default is one allGather per word;
+  /// transports override it with one collective.
+  virtual bool allGatherWords(const std::vector<uint64_t> &mine,
+                              std::vector<uint64_t> &all,
+                              double timeoutSeconds, std::string &error);
   /// Every rank's bytes, at rank 0 (empty elsewhere).
   virtual bool gatherToRoot(const std::vector<char> &bytes,
                             std::vector<std::vector<char>> &atRoot,
@@ -126,6 +132,12 @@ public:
                  std::string &) override;
   bool allReduceMin(int64_t value, int64_t &result, double,
                     std::string &) override;
+  bool allGatherWords(const std::vector<uint64_t> &mine,
+                      std::vector<uint64_t> &all, double,
+                      std::string &) override {
+    all = mine;
+    return true;
+  }
   bool gatherToRoot(const std::vector<char> &bytes,
                     std::vector<std::vector<char>> &atRoot, double,
                     std::string &) override;

@@ -42,6 +42,11 @@ public:
                     std::string &error) override {
     return inner.allReduceMin(value, result, timeoutSeconds, error);
   }
+  bool allGatherWords(const std::vector<uint64_t> &mine,
+                      std::vector<uint64_t> &all, double timeoutSeconds,
+                      std::string &error) override {
+    return inner.allGatherWords(mine, all, timeoutSeconds, error);
+  }
   bool gatherToRoot(const std::vector<char> &bytes,
                     std::vector<std::vector<char>> &atRoot,
                     double timeoutSeconds, std::string &error) override {

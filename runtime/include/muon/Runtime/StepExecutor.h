@@ -267,6 +267,14 @@ private:
   Status runSchedule();
   /// This rank's parameters without a gradient (of those it holds).
   std::vector<int64_t> missingGradients() const;
+  /// A hash of such a list, the same on ranks with the same list.
+  static uint64_t listHash(const std::vector<int64_t> &list);
+  /// Whether every rank holds each parameter of `list` (cached per
+  /// parameter in heldByAll).
+  bool heldEverywhere(const std::vector<int64_t> &list);
+  /// Takes `mine` as the step's set: what every rank decides alike when
+  /// every rank has that same list of parameters every rank holds.
+  void adoptMissingGradients(const std::vector<int64_t> &mine);
   /// The parameters without a gradient on every rank that holds them, into
   /// `skipped`, from every rank's `mine`, when some rank's list changed
   /// since the last agreement; refused when a parameter has a gradient on
@@ -336,6 +344,8 @@ private:
   /// the same, and consistent: the agreement needs no second exchange.
   std::vector<int64_t> agreedMine;
   std::vector<bool> agreedSkipped;
+  /// Per parameter: whether every rank holds it (-1 not yet known).
+  std::vector<int8_t> heldByAll;
   /// The per-row state slots of the matrices this rank orthogonalizes, by
   /// (matrix, step) for each enabled per-matrix step; zero redundancy:
   /// nowhere else.
