@@ -217,3 +217,47 @@ def test_one_process_is_refused():
     with pytest.raises(FailedPreconditionError, match="one data-parallel "
                        "axis of several ranks"):
         opt.reduce_gradients_to_owners(model)
+
+
+def _add_group_after_switch(rank, world, out):
+    # A Muon group added after the switch joins the matrices reduced to
+    # their owners (the hook reads the optimizer's latest plan): the run
+    # equals plain DDP with the same group added at the same step.
+    torch.set_num_threads(1)
+    results = {}
+    for mode in ("ddp", "owner"):
+        torch.manual_seed(0)
+        model = TinyTransformer()
+        ddp = DDP(model)
+        muon, adamw = split_params(model)
+        head = model.head.weight
+        opt = Muon([{"params": [p for p in muon if p is not head]},
+                    {"params": adamw, "use_muon": False, "lr": 3e-3}],
+                   lr=0.02)
+        if mode == "owner":
+            opt.reduce_gradients_to_owners(ddp)
+        for s in range(STEPS):
+            if s == 2:
+                opt.add_param_group({"params": [head]})
+            x, y = batch(s, n=4 * world)
+            model.zero_grad()
+            loss_of(ddp, x[rank::world], y[rank::world]).backward()
+            opt.step()
+        # The momentum (summed over the ranks in owner mode): a head
+        # gradient reduced twice would double it, which Newton-Schulz's
+        # normalization hides from the weights.
+        saved = opt.state_dict()["state"]
+        results[mode] = [p.detach().clone() for p in model.parameters()] + [
+            saved[i]["momentum_buffer"] for i in sorted(saved)
+            if "momentum_buffer" in saved[i]]
+    if rank == 0:
+        worst = max(((p - q).abs().max() / q.abs().max()).item()
+                    for p, q in zip(results["owner"], results["ddp"]))
+        torch.save(worst, out)
+
+
+def test_a_group_added_after_the_switch_is_reduced_to_owners(tmp_path):
+    out = str(tmp_path / "worst.pt")
+    run_ranks(_add_group_after_switch, 2, out)
+    worst = torch.load(out)
+    assert worst < 1e-5, worst

@@ -155,18 +155,7 @@ bool LocalCommunicator::exchangeBytes(std::vector<char> mine,
 
 bool LocalCommunicator::allGather(uint64_t value, std::vector<uint64_t> &values,
                                   double timeoutSeconds, std::string &error) {
-  std::vector<char> bytes(sizeof(value));
-  std::memcpy(bytes.data(), &value, sizeof(value));
-  std::vector<std::vector<char>> all;
-  if (!exchangeBytes(bytes, all, timeoutSeconds, error))
-    return false;
-  values.clear();
-  for (const std::vector<char> &b : all) {
-    uint64_t v;
-    std::memcpy(&v, b.data(), sizeof(v));
-    values.push_back(v);
-  }
-  return true;
+  return allGatherWords({value}, values, timeoutSeconds, error);
 }
 
 bool LocalCommunicator::allGatherWords(const std::vector<uint64_t> &mine,

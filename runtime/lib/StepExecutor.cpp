@@ -951,12 +951,18 @@ void StepExecutor::adoptMissingGradients(const std::vector<int64_t> &mine) {
   // The same list on every rank, of parameters every rank holds: every
   // holder of each has no gradient, and every other parameter has one
   // everywhere. The set is the list, with no exchange.
-  std::vector<bool> none;
-  if (!mine.empty()) {
-    none.assign(locals.size(), false);
-    for (int64_t i : mine)
-      none[i] = true;
-  }
+  std::vector<bool> none(locals.size(), false);
+  for (int64_t i : mine)
+    none[i] = true;
+  settleMissingGradients(mine, std::move(none));
+}
+
+void StepExecutor::settleMissingGradients(const std::vector<int64_t> &mine,
+                                          std::vector<bool> none) {
+  // Every rank decides alike from the same words or lists: they all
+  // remember this agreement, or (refused) none does.
+  if (std::find(none.begin(), none.end(), true) == none.end())
+    none.clear();
   skipped = none;
   agreedSkipped = std::move(none);
   agreedMine = mine;
@@ -1014,13 +1020,7 @@ StepExecutor::agreeOnMissingGradients(const std::vector<int64_t> &mine) {
           "; every rank that holds a piece of it must have a gradient, or "
           "none (nothing was changed)");
   }
-  // Every rank makes the same decision from the same lists: they all
-  // remember this agreement, or (refused) none does.
-  if (std::find(none.begin(), none.end(), true) == none.end())
-    none.clear();
-  skipped = none;
-  agreedSkipped = std::move(none);
-  agreedMine = mine;
+  settleMissingGradients(mine, std::move(none));
   return okStatus();
 }
 

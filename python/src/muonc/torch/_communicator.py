@@ -100,11 +100,7 @@ class TorchCommunicator:
                 at += c
 
     def all_gather_int(self, value):
-        signed = value - (1 << 64) if value >= (1 << 63) else value
-        mine = torch.tensor([signed], dtype=torch.int64, device=self._device)
-        every = [torch.empty_like(mine) for _ in range(self._size)]
-        dist.all_gather(every, mine, group=self.group)
-        return [int(t.item()) & ((1 << 64) - 1) for t in every]
+        return self.all_gather_words([value])
 
     def all_gather_words(self, words):
         """Every rank's words (unsigned 64-bit, the same count on each), in

@@ -245,22 +245,20 @@ class Muon(torch.optim.Optimizer):
         except BaseException:
             self._options["partial_gradients"] = False
             raise
+        try:
+            ddp_model.register_comm_hook(
+                _owner_reduce.HookState(self, ddp_model.process_group),
+                _owner_reduce.owner_reduce_hook)
+        except RuntimeError:
+            self._options["partial_gradients"] = False
+            self._rebuild()  # the momentum is still whole on every rank
+            raise
+        self._ddp_group = ddp_model.process_group
         if dist.get_rank(ddp_model.process_group) != 0:
             # Every rank carried the whole momentum over; as summands, rank
             # 0's is the sum and the others start from zero.
             for t in _owner_reduce.summed_state_views(self).values():
                 t.zero_()
-        self._ddp_group = ddp_model.process_group
-        state = _owner_reduce.HookState(
-            {id(p) for p, _, _ in self._owner_reduced()},
-            ddp_model.process_group)
-        try:
-            ddp_model.register_comm_hook(state,
-                                         _owner_reduce.owner_reduce_hook)
-        except RuntimeError:
-            self._options["partial_gradients"] = False
-            self._rebuild()
-            raise
 
     # --- building the plan and the engine ------------------------------------
 
@@ -291,11 +289,15 @@ class Muon(torch.optim.Optimizer):
             # A hand-written config for DTensor parameters: find the mesh.
             config = dict(config, mesh=model_mesh(
                 [p for p, _, _ in self._params]))
-        if config is not None and opts.get("partial_gradients"):
-            # reduce_gradients_to_owners: the gradients of the matrices
-            # orthogonalized once are each rank's summand.
+        # reduce_gradients_to_owners: the gradients of the matrices
+        # orthogonalized once are each rank's summand (DDP's hook reads
+        # _owner_ids at every bucket, so a group added later joins them).
+        owned = (self._owner_reduced() if opts.get("partial_gradients")
+                 else [])
+        self._owner_ids = {id(p) for p, _, _ in owned}
+        if config is not None and owned:
             config = dict(config, partial_gradients={
-                name for p, name, _ in self._owner_reduced()})
+                name for _, name, _ in owned})
         self._config = config
         self._heads = heads_by_name(self._params)
         threshold, layers = opts["qk_clip"]
@@ -715,7 +717,7 @@ class Muon(torch.optim.Optimizer):
 # What _build sets, restored by a _rebuild that fails.
 _BUILT = ("_engine", "_params", "_unsupported", "_device", "_config",
           "_heads", "_qk_heads", "_slots", "_pushed", "_plan_settings",
-          "_names")
+          "_names", "_owner_ids")
 
 
 def _precisions(options, device):

@@ -57,11 +57,12 @@ def check_ddp(ddp_model, optimizer_params, world_size):
 
 
 class HookState:
-    """What the hook needs: the ids of the parameters whose gradients the
-    matrices' owners sum, and the DDP process group."""
+    """What the hook needs: the optimizer (its _owner_ids: the parameters
+    whose gradients the matrices' owners sum, as of its latest plan) and
+    the DDP process group."""
 
-    def __init__(self, stepped, group):
-        self.stepped = stepped
+    def __init__(self, optimizer, group):
+        self.optimizer = optimizer
         self.group = group
         self.size = dist.get_world_size(group)
 
@@ -75,9 +76,10 @@ def owner_reduce_hook(state, bucket):
     buffer.div_(state.size)
     # The bucket's buffer holds its parameters' gradients one after the
     # other, in the order of bucket.parameters().
+    owned = state.optimizer._owner_ids
     rest, at = [], 0
     for p in bucket.parameters():
-        if id(p) not in state.stepped:
+        if id(p) not in owned:
             rest.append((at, p.numel()))
         at += p.numel()
     if not rest:

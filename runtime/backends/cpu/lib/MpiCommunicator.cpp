@@ -325,14 +325,7 @@ void MpiCommunicator::progress() {
 
 bool MpiCommunicator::allGather(uint64_t value, std::vector<uint64_t> &values,
                                 double timeoutSeconds, std::string &error) {
-  values.assign(state->size, 0);
-  return runControl(
-      state->mpi,
-      [&](MPI_Request &request) {
-        return MPI_Iallgather(&value, 1, MPI_UINT64_T, values.data(), 1,
-                              MPI_UINT64_T, state->comm, &request);
-      },
-      timeoutSeconds, error);
+  return allGatherWords({value}, values, timeoutSeconds, error);
 }
 
 bool MpiCommunicator::allGatherWords(const std::vector<uint64_t> &mine,

@@ -275,6 +275,10 @@ private:
   /// Takes `mine` as the step's set: what every rank decides alike when
   /// every rank has that same list of parameters every rank holds.
   void adoptMissingGradients(const std::vector<int64_t> &mine);
+  /// The step's set `none` (one flag per parameter), agreed from this
+  /// rank's list `mine`: what the next steps keep while no list changes.
+  void settleMissingGradients(const std::vector<int64_t> &mine,
+                              std::vector<bool> none);
   /// The parameters without a gradient on every rank that holds them, into
   /// `skipped`, from every rank's `mine`, when some rank's list changed
   /// since the last agreement; refused when a parameter has a gradient on
