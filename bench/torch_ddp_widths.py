@@ -13,9 +13,10 @@ interleaved, round after round, on models of the same initial weights:
   placed  muonc with the placement redundant_below=--redundant-below: the
           smaller matrices orthogonalized by every rank (DDP left their
           whole gradient there), the others once;
-  owner   placed, with opt.reduce_gradients_to_owners(ddp): the gradients
-          of the matrices orthogonalized once are summed on their owners by
-          the step, not all-reduced (the rest still are, by DDP's hook).
+  owner   muonc with opt.reduce_gradients_to_owners(ddp): DDP's hook
+          reduces each matrix's gradient to its owner during the backward
+          pass instead of all-reducing it (AdamW's gradients are still
+          all-reduced, by the same hook).
 
 Prints per width and mode the median and best of the slowest rank's step
 (ms) over the rounds, and the bytes a rank sends per step (the mean over
@@ -67,7 +68,7 @@ def make_mode(gpt, mode, d, heads, below):
     else:
         from muonc.torch import create_dtensor_config
         config = create_dtensor_config(model)
-        if mode != "muonc":
+        if mode == "placed":
             config.update(placement="redundant_below", redundant_below=below)
         opts = [Muon([{"params": muon, "lr": 0.02, "weight_decay": 0.1},
                       {"params": adamw, "use_muon": False, "lr": 3e-3,
@@ -97,8 +98,8 @@ def rank_main(rank, args, out):
         allreduce = 2 * (n - 1) / n * params * 4
         # What DDP's hook still all-reduces in owner mode: every gradient
         # but those of the matrices reduced to their owners.
-        owned = sum(p.numel() for p, _, _ in runs["owner"][2][0]
-                    ._owner_reduced())
+        owned = sum(n for spans in runs["owner"][2][0]
+                    ._owner_segments.values() for _, n, _ in spans)
         owner_allreduce = 2 * (n - 1) / n * (params - owned) * 4
         times = {m: [] for m in MODES}
         sent = {m: 0 for m in MODES}
@@ -173,7 +174,7 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--redundant-below", type=int, default=40000,
-                   help="placed/owner: matrices of fewer elements are "
+                   help="placed: matrices of fewer elements are "
                    "orthogonalized by every rank")
     p.add_argument("--port", type=int, default=29571)
     spawn(rank_main, p.parse_args())

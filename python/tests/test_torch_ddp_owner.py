@@ -1,6 +1,5 @@
-"""Muon.reduce_gradients_to_owners(ddp): DDP's hook leaves the optimizer's
-gradients unreduced and the step sums them on their owners, 2 and 4 gloo
-ranks against one process."""
+"""Muon.reduce_gradients_to_owners(ddp): DDP's hook reduces each matrix's
+gradient to its owner only, 2 and 4 gloo ranks against one process."""
 import copy
 
 import pytest
@@ -24,10 +23,10 @@ def make_opt(model, **kw):
                                     "lr": 3e-3}], lr=0.02, **kw)
 
 
-def one_process_reference(model, steps, world, micro=1):
+def one_process_reference(model, steps, world, micro=1, clip=None):
     """The same training in this process: each rank's gradient (of its
     slice of each micro-batch, accumulated) divided by the world size, as
-    DDP's mean, summed in rank order."""
+    DDP's mean, summed in rank order; clipped by torch's clip_grad_norm_."""
     opt = make_opt(model, distributed_config=ONE)
     for s in range(steps):
         per_rank = []
@@ -42,11 +41,13 @@ def one_process_reference(model, steps, world, micro=1):
             for r in range(1, world):
                 total += per_rank[r][i]
             p.grad = total
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
     return opt
 
 
-def _train(rank, world, out, micro, below=0):
+def _train(rank, world, out, micro, below=0, clip=None):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = TinyTransformer()
@@ -59,7 +60,7 @@ def _train(rank, world, out, micro, below=0):
                       redundant_below=below)
     opt = make_opt(model, distributed_config=config)
     opt.reduce_gradients_to_owners(ddp)
-    sent = []
+    sent, norms = [], []
     for s in range(STEPS):
         opt.zero_grad()
         for m in range(micro):
@@ -69,17 +70,28 @@ def _train(rank, world, out, micro, below=0):
                     loss_of(ddp, x[rank::world], y[rank::world]).backward()
             else:
                 loss_of(ddp, x[rank::world], y[rank::world]).backward()
+        if clip is not None:
+            norms.append(opt.clip_grad_norm_(clip))
         opt.step()
         sent.append(opt.last_step_counters["bytes_sent"])
     saved = opt.state_dict()  # collective: every rank
+    # Loaded back, each rank keeps its own matrices' momentum: the sums
+    # over the ranks are the saved ones again (not N times them).
+    opt.load_state_dict(saved)
+    again = opt.state_dict()
+    reloaded = all(torch.equal(a[k], b[k]) for a, b in
+                   zip(saved["state"].values(), again["state"].values())
+                   for k in a if torch.is_tensor(a[k]))
     every = [None] * world
     dist.all_gather_object(every, sent)
     if rank:
         return
     ref_model = start
-    ref = one_process_reference(ref_model, STEPS, world, micro)
+    ref = one_process_reference(ref_model, STEPS, world, micro, clip)
     worst = max(((p - q).abs().max() / q.abs().max()).item()
                 for p, q in zip(model.parameters(), ref_model.parameters()))
+    exact = all(torch.equal(p, q) for p, q in zip(model.parameters(),
+                                                  ref_model.parameters()))
     # The momentum, summed over the ranks by state_dict().
     ref_saved = ref.state_dict()
     moments = max(
@@ -87,10 +99,16 @@ def _train(rank, world, out, micro, below=0):
          b["momentum_buffer"].abs().max()).item()
         for a, b in zip(saved["state"].values(), ref_saved["state"].values())
         if "momentum_buffer" in b)
+    exact = exact and all(
+        torch.equal(a["momentum_buffer"], b["momentum_buffer"])
+        for a, b in zip(saved["state"].values(), ref_saved["state"].values())
+        if "momentum_buffer" in b)
     matrix_bytes = sum(p.numel() * 4 for p in split_params(model)[0]
                        if p.numel() >= below)
     torch.save({"worst": worst, "moments": moments, "sent": every,
-                "matrix_bytes": matrix_bytes}, out)
+                "matrix_bytes": matrix_bytes, "exact": exact,
+                "reloaded": reloaded,
+                "norms": norms}, out)
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -98,8 +116,12 @@ def test_owner_reduced_ddp_equals_one_process(tmp_path, world):
     out = str(tmp_path / "owner.pt")
     run_ranks(_train, world, out, 1)
     got = torch.load(out)
-    # Each rank's momentum is kept on its own summand and summed by the
-    # owner: the same arithmetic as one process's in another order.
+    # The owner gets the mean gradient (gloo's reduce) and steps it as one
+    # process does: on 2 ranks the same sum bit for bit; on 4 gloo's ring
+    # adds the summands in another order than rank order.
+    if world == 2:
+        assert got["exact"], (got["worst"], got["moments"])
+    assert got["reloaded"]
     assert got["worst"] < 1e-5, got["worst"]
     assert got["moments"] < 1e-5, got["moments"]
     # Every step the ranks together send for the Muon matrices what DDP's
@@ -129,8 +151,18 @@ def test_no_sync_accumulation_equals_one_process(tmp_path):
     out = str(tmp_path / "owner.pt")
     run_ranks(_train, 2, out, 3)
     got = torch.load(out)
-    assert got["worst"] < 1e-5, got["worst"]
-    assert got["moments"] < 1e-5, got["moments"]
+    assert got["exact"], (got["worst"], got["moments"])
+
+
+def test_clip_grad_norm_takes_the_norm_over_the_owners(tmp_path):
+    # max_norm 0.05 is below every step's norm, so every step is clipped;
+    # with each rank's own part of the norm the ranks would clip by
+    # different factors and the weights would differ from one process's.
+    out = str(tmp_path / "owner.pt")
+    run_ranks(_train, 2, out, 1, 0, 0.05)
+    got = torch.load(out)
+    assert all(n > 0.05 for n in got["norms"]), got["norms"]
+    assert got["exact"], (got["worst"], got["moments"])
 
 
 def _others_and_switch(rank, world, out):
@@ -186,7 +218,8 @@ def _errors(rank, world, out):
     messages = []
     for call in (lambda: opt.reduce_gradients_to_owners(model),
                  lambda: opt.reduce_gradients_to_owners(ddp),
-                 lambda: opt.reduce_gradients_to_owners(ddp)):
+                 lambda: opt.reduce_gradients_to_owners(ddp),
+                 opt.local_state_dict):
         try:
             call()
             messages.append("no error")
@@ -208,6 +241,10 @@ def test_errors(tmp_path):
     assert messages[2] == ("FailedPreconditionError: failed precondition: "
                            "the gradients are already reduced to their "
                            "owners"), messages[2]
+    assert messages[3].startswith("FailedPreconditionError: failed "
+                                  "precondition: local_state_dict() is not "
+                                  "available once the gradients are reduced "
+                                  "to their owners"), messages[3]
     assert issubclass(MuonTypeError, TypeError)
 
 
@@ -261,3 +298,52 @@ def test_a_group_added_after_the_switch_is_reduced_to_owners(tmp_path):
     run_ranks(_add_group_after_switch, 2, out)
     worst = torch.load(out)
     assert worst < 1e-5, worst
+
+
+def _nan_summand(rank, world, out):
+    # Rank 1's summand is NaN at step 1: every owner's sum is NaN, so the
+    # step is skipped on every rank and nothing changes; the next step goes
+    # on.
+    import warnings
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    ddp = DDP(model)
+    opt = make_opt(model)
+    opt.reduce_gradients_to_owners(ddp)
+    seen = {}
+    for s in range(3):
+        opt.zero_grad()
+        x, y = batch(s, n=4 * world)
+        loss = loss_of(ddp, x[rank::world], y[rank::world])
+        if s == 1 and rank == 1:
+            loss = loss * float("nan")
+        loss.backward()
+        weights = [p.detach().clone() for p in model.parameters()]
+        state = [t.clone() for p in model.parameters()
+                 for t in opt.state[p].values() if torch.is_tensor(t)]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            opt.step()
+        after = [t for p in model.parameters()
+                 for t in opt.state[p].values() if torch.is_tensor(t)]
+        seen[s] = {
+            "skipped": any("step skipped" in str(w.message) for w in caught),
+            "weights_kept": all(torch.equal(a, p) for a, p in
+                                zip(weights, model.parameters())),
+            "state_kept": all(torch.equal(a, b) for a, b in zip(state, after))}
+    every = [None] * world
+    dist.all_gather_object(every, seen)
+    if rank == 0:
+        torch.save(every, out)
+
+
+def test_a_nan_summand_skips_the_step_on_every_rank(tmp_path):
+    out = str(tmp_path / "nan.pt")
+    run_ranks(_nan_summand, 2, out)
+    for rank, seen in enumerate(torch.load(out)):
+        assert seen[1] == {"skipped": True, "weights_kept": True,
+                           "state_kept": True}, (rank, seen[1])
+        for s in (0, 2):
+            assert not seen[s]["skipped"] and not seen[s]["weights_kept"], (
+                rank, s, seen[s])

@@ -127,10 +127,8 @@ def layout_of(p, name, config):
     from torch.distributed.tensor.placement_types import _StridedShard
     names = list(config["names"])
     if not is_dtensor(p):
-        # Whole on every rank; its gradient too, unless DDP leaves each
-        # rank's summand for the owners to sum (reduce_gradients_to_owners).
-        partial = name in config.get("partial_gradients", ())
-        return ["P" if partial else "R"] * len(names), {}
+        # Whole on every rank, and so is its gradient.
+        return ["R"] * len(names), {}
     mesh = config.get("mesh")
     pm = p.device_mesh
     if mesh is None:

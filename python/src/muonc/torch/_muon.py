@@ -151,6 +151,7 @@ class Muon(torch.optim.Optimizer):
         self._qk_pending = {}
         self._qk_clipped = 0
         self._last_step = {}
+        self._hook = None  # reduce_gradients_to_owners' DDP hook state
         super().__init__(params, defaults)
         self._build()
 
@@ -181,22 +182,9 @@ class Muon(torch.optim.Optimizer):
                 self.param_groups.pop()  # all or nothing
                 raise
 
-    def _owner_reduced(self):
-        """(parameter, name, group) of the matrices whose gradients
-        reduce_gradients_to_owners leaves to their owners: those Muon (or
-        another orthogonalizing algorithm) steps, except the ones the
-        config's redundant_below placement keeps on every rank (their
-        gradients are all-reduced, and every rank orthogonalizes them)."""
-        config = self._options["config"] or {}
-        below = (config.get("redundant_below", 0)
-                 if config.get("placement") == "redundant_below" else 0)
-        return [(p, name, g) for p, name, g in self._params
-                if g["algorithm"] not in ELEMENTWISE and
-                p.shape[-2:].numel() >= below]
-
     def _state_dict_of_sums(self):
-        """torch's state_dict() with each per-summand state summed over the
-        ranks (collective)."""
+        """torch's state_dict() with each state kept as summands (owner
+        reduction) summed over the ranks (collective)."""
         sums = _owner_reduce.summed_state(self, self._ddp_group)
         # torch packs the per-parameter dicts themselves: new ones for the
         # sums, the views' own put back after.
@@ -212,53 +200,68 @@ class Muon(torch.optim.Optimizer):
 
     def reduce_gradients_to_owners(self, ddp_model):
         """Under DDP, moves no more bytes than DDP's all-reduce alone: the
-        module's communication hook leaves each rank's gradient of the
-        matrices this optimizer orthogonalizes unreduced (scaled by 1/N, as
-        DDP's mean), and the step sums the summands on each matrix's owner,
-        steps it there and sends the update back. Gradients of other
-        parameters (AdamW's, other optimizers') are all-reduced as before. Collective (the plan is compiled again, the
-        state kept); call it once, on every rank, before the backward pass
-        whose gradients the next step uses. Between it and a step, the
-        parameters' .grad hold summands: what reads gradients across ranks
-        (clip_grad_norm_, logging their norm) sees this rank's part only.
-        Muon's momentum, linear in the gradient, is kept per rank on its
-        own summand (opt.state shows this rank's part); state_dict() sums
-        it over the ranks, so it is collective then: call it on every rank,
-        as under FSDP."""
+        module's communication hook reduces the gradient of each matrix
+        this optimizer orthogonalizes to its owner only (one reduce per
+        owner and bucket, started during the backward pass as DDP's
+        all-reduce is), and the owner steps it and sends the update back.
+        Gradients of other parameters (AdamW's, other optimizers', matrices
+        the placement keeps on every rank) are all-reduced as before.
+
+        Call it once, on every rank, before the backward pass whose
+        gradients the next step uses. After backward a matrix's ``.grad``
+        is the mean gradient on its owner and zero on the other ranks: use
+        ``opt.clip_grad_norm_`` (the global norm), not
+        ``torch.nn.utils.clip_grad_norm_`` (this rank's part). Muon's
+        momentum lives on the owners (opt.state shows zeros elsewhere);
+        ``state_dict()`` sums it over the ranks, so it is collective then:
+        call it on every rank, as under FSDP."""
         if self._comm is None or self._config is None or \
+                self._options["communicator"] == "mpi" or \
                 self._config.get("dtensor") or \
                 len(self._config["shape"]) != 1:
             raise FailedPreconditionError(
                 "failed precondition: reduce_gradients_to_owners is for "
                 "plain (DDP) parameters over one data-parallel axis of "
-                "several ranks")
-        if self._options.get("partial_gradients"):
+                "several ranks, through a torch process group")
+        if self._options.get("owner_reduced"):
             raise FailedPreconditionError(
                 "failed precondition: the gradients are already reduced to "
                 "their owners")
+        group = self._options["process_group"] or self._config.get("group")
+        ranks = (dist.get_process_group_ranks(group) if group is not None
+                 else list(range(dist.get_world_size())))
         _owner_reduce.check_ddp(ddp_model,
-                                [(p, n) for p, n, _ in self._params],
-                                self._engine.world_size)
-        self._options["partial_gradients"] = True
-        try:
-            self._rebuild()
-        except BaseException:
-            self._options["partial_gradients"] = False
-            raise
-        try:
-            ddp_model.register_comm_hook(
-                _owner_reduce.HookState(self, ddp_model.process_group),
-                _owner_reduce.owner_reduce_hook)
-        except RuntimeError:
-            self._options["partial_gradients"] = False
-            self._rebuild()  # the momentum is still whole on every rank
-            raise
+                                [(p, n) for p, n, _ in self._params], ranks)
+        segments = _owner_reduce.owner_segments(self)
+        hook = _owner_reduce.HookState(self, ddp_model.process_group)
+        ddp_model.register_comm_hook(hook, _owner_reduce.owner_reduce_hook)
+        self._hook = hook
+        self._options["owner_reduced"] = True
+        self._owner_segments = segments
         self._ddp_group = ddp_model.process_group
-        if dist.get_rank(ddp_model.process_group) != 0:
-            # Every rank carried the whole momentum over; as summands, rank
-            # 0's is the sum and the others start from zero.
-            for t in _owner_reduce.summed_state_views(self).values():
-                t.zero_()
+        # Every rank carried the whole momentum over: it stays on the owners.
+        _owner_reduce.keep_owned_state(self)
+
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
+                        error_if_nonfinite: bool = False,
+                        foreach: bool | None = None) -> torch.Tensor:
+        """torch.nn.utils.clip_grad_norm_ over this optimizer's parameters,
+        with the norm of the whole gradient where the ranks hold parts of
+        it: after reduce_gradients_to_owners (each matrix's gradient on its
+        owner only) the norm is taken over the owners, collectively, as
+        FSDP's clip_grad_norm_ does; otherwise it is torch's function as is
+        (which handles DTensor gradients). Returns the total norm."""
+        params = [p for g in self.param_groups for p in g["params"]
+                  if p.grad is not None]
+        if not self._options.get("owner_reduced"):
+            return torch.nn.utils.clip_grad_norm_(
+                params, max_norm, norm_type, error_if_nonfinite, foreach)
+        total = _owner_reduce.total_grad_norm(
+            self, params, norm_type, error_if_nonfinite, foreach)
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total,
+                                             foreach)
+        return total
 
     # --- building the plan and the engine ------------------------------------
 
@@ -289,15 +292,6 @@ class Muon(torch.optim.Optimizer):
             # A hand-written config for DTensor parameters: find the mesh.
             config = dict(config, mesh=model_mesh(
                 [p for p, _, _ in self._params]))
-        # reduce_gradients_to_owners: the gradients of the matrices
-        # orthogonalized once are each rank's summand (DDP's hook reads
-        # _owner_ids at every bucket, so a group added later joins them).
-        owned = (self._owner_reduced() if opts.get("partial_gradients")
-                 else [])
-        self._owner_ids = {id(p) for p, _, _ in owned}
-        if config is not None and owned:
-            config = dict(config, partial_gradients={
-                name for _, name, _ in owned})
         self._config = config
         self._heads = heads_by_name(self._params)
         threshold, layers = opts["qk_clip"]
@@ -325,6 +319,10 @@ class Muon(torch.optim.Optimizer):
                                for g in self.param_groups
                                if g["algorithm"] == "muon"}
         _state.attach_views(self)
+        # reduce_gradients_to_owners: DDP's hook reads the owners of this
+        # plan at every bucket, so a group added later joins them.
+        self._owner_segments = (_owner_reduce.owner_segments(self)
+                                if opts.get("owner_reduced") else {})
 
     def _named_params(self, config):
         """(parameter, name, group) of every parameter the plan steps, each
@@ -408,6 +406,9 @@ class Muon(torch.optim.Optimizer):
             self._engine.load_state_dict(
                 {"steps": raw["steps"], "pieces": pieces, "groups": [],
                  "row_states": row_states}, False)
+            if self._options.get("owner_reduced"):
+                # The owners may have moved: the momentum follows them.
+                _owner_reduce.gather_to_new_owners(self)
         except BaseException:
             for k, v in kept.items():
                 setattr(self, k, v)
@@ -540,6 +541,11 @@ class Muon(torch.optim.Optimizer):
             values.copy_(copy)
         self._qk_clipped = result["qk_clipped_heads"]
         self._last_step = {k: result[k] for k in _COUNTERS}
+        if self._hook is not None:
+            # The reductions DDP's hook started during backward.
+            sent, received = self._hook.take_counters()
+            self._last_step["bytes_sent"] += sent
+            self._last_step["bytes_received"] += received
         if not result["applied"]:
             warnings.warn(f"muonc: step skipped: gradient of "
                           f"{result['non_finite_param']} has NaN or Inf "
@@ -558,7 +564,7 @@ class Muon(torch.optim.Optimizer):
         matrices' owners (collective then). The groups carry
         ``muonc_steps``, the optimizer's step count."""
         _state.refresh_row_states(self)
-        if self._options.get("partial_gradients"):
+        if self._options.get("owner_reduced"):
             saved = self._state_dict_of_sums()
         else:
             saved = super().state_dict()
@@ -574,7 +580,15 @@ class Muon(torch.optim.Optimizer):
         """This rank's state as pieces by global box (plain tensors, no
         DTensor): the list of every rank's local_state_dict() loads under
         any other layout or world size (load_state_dict takes the list),
-        e.g. saved with torch.save on 4 ranks, loaded on 2."""
+        e.g. saved with torch.save on 4 ranks, loaded on 2. Not under
+        reduce_gradients_to_owners, whose momentum is in parts on the
+        ranks: state_dict() sums them."""
+        if self._options.get("owner_reduced"):
+            raise FailedPreconditionError(
+                "failed precondition: local_state_dict() is not available "
+                "once the gradients are reduced to their owners (the "
+                "momentum lives on the owners); use state_dict(), on every "
+                "rank, or torch.distributed.checkpoint")
         groups = super().state_dict()["param_groups"]
         return _state.local_state_dict(self, groups)
 
@@ -633,6 +647,9 @@ class Muon(torch.optim.Optimizer):
                 self._params = [(p, name, groups[index[id(g)]])
                                 for p, name, g in self._params]
             load()
+            if self._options.get("owner_reduced"):
+                # Loaded whole on every rank: it stays on the owners.
+                _owner_reduce.keep_owned_state(self)
         except BaseException:
             for k, v in kept.items():
                 setattr(self, k, v)
@@ -717,7 +734,7 @@ class Muon(torch.optim.Optimizer):
 # What _build sets, restored by a _rebuild that fails.
 _BUILT = ("_engine", "_params", "_unsupported", "_device", "_config",
           "_heads", "_qk_heads", "_slots", "_pushed", "_plan_settings",
-          "_names", "_owner_ids")
+          "_names", "_owner_segments")
 
 
 def _precisions(options, device):
