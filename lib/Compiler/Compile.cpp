@@ -306,6 +306,7 @@ bool compile(const Model &model, const DistributedConfig *config, Plan &plan,
     overrides.placement = config->placement;
     if (config->placement == "redundant_below")
       overrides.redundantBelow = config->redundantBelow;
+    overrides.machine = config->placementMachine;
   }
   mlir::FailureOr<Plan> compiled = mlir::muon::compileModule(*module, overrides);
   if (mlir::failed(compiled)) {

@@ -210,3 +210,59 @@ def test_placement_redundant_below_orthogonalizes_on_every_rank(tmp_path):
     for a, b in zip(once, redundant):
         assert torch.equal(a, b)
     assert "sometimes" in got["message"], got["message"]
+
+
+def _auto_placement(rank, world, out):
+    # placement "auto" on a given machine: over a link of 1 MB/s every
+    # matrix of this model costs less orthogonalized where its whole
+    # gradient is (each rank, nothing sent); at 1 kflop/s and 100 GB/s
+    # each has one owner. Bad machines are refused naming the key.
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    muon, adamw = split_params(model)
+    got = {}
+    for name, machine in (("slow link", {"ns_flops_per_second": 1e12,
+                                         "bytes_per_second": 1e6,
+                                         "latency_seconds": 1e-3}),
+                          ("slow flops", {"ns_flops_per_second": 1e3,
+                                          "bytes_per_second": 1e11})):
+        config = dict(create_dtensor_config(model), placement="auto",
+                      placement_machine=machine)
+        opt = Muon([{"params": muon}, {"params": adamw, "use_muon": False}],
+                   distributed_config=config)
+        got[name] = opt.assignments
+    errors = []
+    for machine in ({"bytes_per_second": 1e9},
+                    {"ns_flops_per_second": 1e12, "bytes_per_second": 1e9,
+                     "latency": 1e-6},
+                    {"ns_flops_per_second": "fast", "bytes_per_second": 1e9}):
+        try:
+            Muon(muon, distributed_config=dict(
+                create_dtensor_config(muon), placement_machine=machine))
+            errors.append("no error")
+        except ValueError as e:
+            errors.append(str(e))
+    if rank == 0:
+        torch.save({"assignments": got, "errors": errors,
+                    "matrices": len(muon)}, out)
+
+
+def test_placement_auto_decides_on_the_given_machine(tmp_path):
+    out = str(tmp_path / "auto.pt")
+    run_ranks(_auto_placement, 2, out)
+    got = torch.load(out)
+    slow_link, slow_flops = (got["assignments"]["slow link"],
+                             got["assignments"]["slow flops"])
+    n = got["matrices"]
+    # Redundant: every rank orthogonalizes every matrix.
+    assert all(len(slow_link[r]) == n for r in (0, 1)), slow_link
+    # Once: each matrix on one rank.
+    assert len(slow_flops[0]) + len(slow_flops[1]) == n, slow_flops
+    assert not set(slow_flops[0]) & set(slow_flops[1]), slow_flops
+    assert got["errors"][0].endswith("ns_flops_per_second and "
+                                     "bytes_per_second must be given and "
+                                     "> 0"), got["errors"][0]
+    assert "unknown key 'latency'" in got["errors"][1], got["errors"][1]
+    assert "placement_machine['ns_flops_per_second']: expected a finite " \
+        "number >= 0" in got["errors"][2], got["errors"][2]

@@ -25,6 +25,7 @@
 #ifndef MUON_COMPILER_COMPILE_H
 #define MUON_COMPILER_COMPILE_H
 
+#include "muon/Plan/Placement.h"
 #include "muon/Plan/Plan.h"
 
 #include <cstdint>
@@ -166,6 +167,9 @@ struct DistributedConfig {
   /// elements are orthogonalized by every holder).
   std::string placement = "auto";
   int64_t redundantBelow = 0;
+  /// The machine "auto" predicts on (a profile's numbers, as muon-run
+  /// --placement-profile reads them); not valid(): one owner per matrix.
+  PlacementMachine placementMachine;
 };
 
 /// The seeds' create_dtensor_config: placements come with the parameters.

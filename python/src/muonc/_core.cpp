@@ -47,9 +47,12 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -358,6 +361,54 @@ mc::ParamGroup groupOf(nb::dict d) {
   return g;
 }
 
+/// The machine placement "auto" predicts on, from a dict of a profile's
+/// numbers: ns_flops_per_second, bytes_per_second (both > 0),
+/// latency_seconds, and for several nodes inter_bytes_per_second,
+/// inter_latency_seconds, ranks_per_node (>= 0). Unknown keys and other
+/// values raise ValueError naming the key.
+muon::PlacementMachine placementMachineOf(nb::handle given) {
+  if (!nb::isinstance<nb::dict>(given))
+    throw StatusError(rt::StatusCode::InvalidArgument,
+                      "placement_machine: expected a dict of numbers");
+  muon::PlacementMachine machine;
+  const std::pair<const char *, double *> numbers[] = {
+      {"ns_flops_per_second", &machine.nsFlopsPerSecond},
+      {"bytes_per_second", &machine.bytesPerSecond},
+      {"latency_seconds", &machine.latencySeconds},
+      {"inter_bytes_per_second", &machine.interBytesPerSecond},
+      {"inter_latency_seconds", &machine.interLatencySeconds}};
+  for (auto [key, value] : nb::borrow<nb::dict>(given)) {
+    std::string name = nb::cast<std::string>(nb::str(key));
+    double number = -1;
+    if (!nb::isinstance<bool>(value) &&
+        (nb::isinstance<nb::int_>(value) || nb::isinstance<nb::float_>(value)))
+      number = nb::cast<double>(value);
+    if (!std::isfinite(number) || number < 0)
+      throw StatusError(rt::StatusCode::InvalidArgument,
+                        "placement_machine['" + name +
+                            "']: expected a finite number >= 0");
+    if (name == "ranks_per_node") {
+      machine.ranksPerNode = static_cast<int64_t>(number);
+      continue;
+    }
+    auto it = std::find_if(std::begin(numbers), std::end(numbers),
+                           [&](const auto &n) { return name == n.first; });
+    if (it == std::end(numbers))
+      throw StatusError(rt::StatusCode::InvalidArgument,
+                        "placement_machine: unknown key '" + name +
+                            "' (expected ns_flops_per_second, "
+                            "bytes_per_second, latency_seconds, "
+                            "inter_bytes_per_second, inter_latency_seconds, "
+                            "ranks_per_node)");
+    *it->second = number;
+  }
+  if (!machine.valid())
+    throw StatusError(rt::StatusCode::InvalidArgument,
+                      "placement_machine: ns_flops_per_second and "
+                      "bytes_per_second must be given and > 0");
+  return machine;
+}
+
 /// compile(params, groups, mesh) -> plan JSON. `params`: dicts with name,
 /// shape, dtype ("f32"/"bf16"/"f16"), group (a group's name), placements
 /// (one "R"/"S(d)"/"P" per mesh axis), optionally split ({dim: [axis
@@ -366,7 +417,8 @@ mc::ParamGroup groupOf(nb::dict d) {
 /// holder runs the single-device algorithm) or a dict with shape, names
 /// and optionally assignments {rank: [matrix names]}, wire_dtype ("f32",
 /// the default, or "bf16": the exchanges' element type), placement and
-/// redundant_below (the spec's distributed settings). `qk_clip`: None or
+/// redundant_below (the spec's distributed settings), placement_machine
+/// (placementMachineOf). `qk_clip`: None or
 /// the QK-clip layers, dicts with name, query, key (parameter names),
 /// num_heads, num_kv_heads (optional) and threshold (the spec's
 /// qk_clip.layers).
@@ -433,6 +485,8 @@ PyPlan compileModel(nb::list params, nb::list groups, nb::object mesh,
     config->wireDtype = get<std::string>(m, "wire_dtype", "f32");
     config->placement = get<std::string>(m, "placement", "auto");
     config->redundantBelow = get<int64_t>(m, "redundant_below", 0);
+    if (m.contains("placement_machine") && !m["placement_machine"].is_none())
+      config->placementMachine = placementMachineOf(m["placement_machine"]);
   }
   if (!mc::compile(model, config ? &*config : nullptr, plan, error))
     throw StatusError(rt::StatusCode::InvalidArgument, error);

@@ -82,7 +82,8 @@ def compile_plan(params, groups, config, heads, qk_clip, ns_dtype,
     if config is not None:
         mesh = {k: config[k] for k in ("shape", "names", "async")}
         mesh["wire_dtype"] = wire_dtype
-        for key in ("assignments", "placement", "redundant_below"):
+        for key in ("assignments", "placement", "redundant_below",
+                    "placement_machine"):
             if key in config:
                 mesh[key] = config[key]
     return _core.compile_model(plan_params, plan_groups, mesh, qk_clip or None)
