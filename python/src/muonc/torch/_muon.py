@@ -719,6 +719,7 @@ class Muon(torch.optim.Optimizer):
         self._options = extras["options"]
         self._qk_pending, self._qk_clipped = extras["qk"]
         self._engine = self._comm = None
+        self._hook = None  # a copy is in one process: no DDP hook
         params = [p for g in self.param_groups for p in g["params"]]
         self._names = {id(p): n for p, n in zip(params, extras["names"])
                        if n is not None}
