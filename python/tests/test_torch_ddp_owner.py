@@ -47,6 +47,12 @@ def one_process_reference(model, steps, world, micro=1, clip=None):
     return opt
 
 
+def worst_difference(got, want):
+    """The largest of max|a - b| / max|b| over pairs of tensors."""
+    return max(((a - b).abs().max() / b.abs().max()).item()
+               for a, b in zip(got, want))
+
+
 def _train(rank, world, out, micro, below=0, clip=None):
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -88,8 +94,7 @@ def _train(rank, world, out, micro, below=0, clip=None):
         return
     ref_model = start
     ref = one_process_reference(ref_model, STEPS, world, micro, clip)
-    worst = max(((p - q).abs().max() / q.abs().max()).item()
-                for p, q in zip(model.parameters(), ref_model.parameters()))
+    worst = worst_difference(model.parameters(), ref_model.parameters())
     exact = all(torch.equal(p, q) for p, q in zip(model.parameters(),
                                                   ref_model.parameters()))
     # The momentum, summed over the ranks by state_dict().
@@ -198,9 +203,7 @@ def _others_and_switch(rank, world, out):
             other.step()
         results[mode] = [p.detach().clone() for p in model.parameters()]
     if rank == 0:
-        worst = max(((p - q).abs().max() / q.abs().max()).item()
-                    for p, q in zip(results["owner"], results["ddp"]))
-        torch.save(worst, out)
+        torch.save(worst_difference(results["owner"], results["ddp"]), out)
 
 
 def test_other_parameters_and_switching_after_steps(tmp_path):
@@ -288,9 +291,7 @@ def _add_group_after_switch(rank, world, out):
             saved[i]["momentum_buffer"] for i in sorted(saved)
             if "momentum_buffer" in saved[i]]
     if rank == 0:
-        worst = max(((p - q).abs().max() / q.abs().max()).item()
-                    for p, q in zip(results["owner"], results["ddp"]))
-        torch.save(worst, out)
+        torch.save(worst_difference(results["owner"], results["ddp"]), out)
 
 
 def test_a_group_added_after_the_switch_is_reduced_to_owners(tmp_path):

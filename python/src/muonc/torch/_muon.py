@@ -185,7 +185,7 @@ class Muon(torch.optim.Optimizer):
     def _state_dict_of_sums(self):
         """torch's state_dict() with each state kept as summands (owner
         reduction) summed over the ranks (collective)."""
-        sums = _owner_reduce.summed_state(self, self._ddp_group)
+        sums = _owner_reduce.summed_state(self)
         # torch packs the per-parameter dicts themselves: new ones for the
         # sums, the views' own put back after.
         kept = {}
@@ -238,7 +238,6 @@ class Muon(torch.optim.Optimizer):
         self._hook = hook
         self._options["owner_reduced"] = True
         self._owner_segments = segments
-        self._ddp_group = ddp_model.process_group
         # Every rank carried the whole momentum over: it stays on the owners.
         _owner_reduce.keep_owned_state(self)
 

@@ -205,14 +205,14 @@ def summed_state_views(opt):
             if opt.state.get(p, {}).get(key) is not None}
 
 
-def summed_state(opt, group):
+def summed_state(opt):
     """{(parameter, torch state key): the state kept as summands, summed
     over the ranks into a new tensor}. Collective."""
     views = summed_state_views(opt)
     sums = {k: v.detach().clone() for k, v in views.items()}
     if sums:
         flat = torch.cat([t.reshape(-1) for t in sums.values()])
-        dist.all_reduce(flat, group=group)
+        dist.all_reduce(flat, group=opt._hook.group)
         at = 0
         for t in sums.values():
             t.copy_(flat[at:at + t.numel()].view_as(t))
@@ -225,7 +225,7 @@ def keep_owned_state(opt):
     whole state (loaded, or carried over from plain DDP) stays on the
     owners only."""
     segments = opt._owner_segments
-    rank = dist.get_rank(opt._ddp_group)
+    rank = opt._hook.rank
     for (p, _), view in summed_state_views(opt).items():
         flat = view.view(-1)
         for start, length, owner in segments[id(p)]:
@@ -236,7 +236,7 @@ def keep_owned_state(opt):
 def gather_to_new_owners(opt):
     """After the plan was compiled again (owners may have moved): every
     rank's summands added up, then kept on the owners. Collective."""
-    for (p, key), total in summed_state(opt, opt._ddp_group).items():
+    for (p, key), total in summed_state(opt).items():
         opt.state[p][key].copy_(total)
     keep_owned_state(opt)
 
@@ -262,7 +262,7 @@ def total_grad_norm(opt, params, norm_type, error_if_nonfinite, foreach):
             norms[i].float() ** norm_type if i in split and not infinite
             else norms[i].float() for i in shared])
         dist.all_reduce(parts, op=dist.ReduceOp.MAX if infinite
-                        else dist.ReduceOp.SUM, group=opt._ddp_group)
+                        else dist.ReduceOp.SUM, group=opt._hook.group)
         for k, i in enumerate(shared):
             value = (parts[k] ** (1.0 / norm_type)
                      if i in split and not infinite else parts[k])
