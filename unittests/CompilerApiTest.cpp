@@ -38,28 +38,24 @@ public:
   explicit CountingCommunicator(Communicator &inner) : inner(inner) {}
   int64_t rank() const override { return inner.rank(); }
   int64_t size() const override { return inner.size(); }
-  bool start(const AllToAllV &x, PendingExchange &p,
-             std::string &e) override {
+  StatusOr<PendingExchange> start(const AllToAllV &x) override {
     for (int64_t c : x.recvCounts)
       received += c * x.elementBytes;
-    return inner.start(x, p, e);
+    return inner.start(x);
   }
-  bool wait(PendingExchange &p, double t, std::string &e) override {
-    return inner.wait(p, t, e);
+  Status wait(PendingExchange &p, double t) override {
+    return inner.wait(p, t);
   }
   void progress() override { inner.progress(); }
-  bool allGather(uint64_t v, std::vector<uint64_t> &vs, double t,
-                 std::string &e) override {
-    return inner.allGather(v, vs, t, e);
+  StatusOr<std::vector<uint64_t>> allGather(uint64_t v, double t) override {
+    return inner.allGather(v, t);
   }
-  bool allReduceMin(int64_t v, int64_t &r, double t,
-                    std::string &e) override {
-    return inner.allReduceMin(v, r, t, e);
+  StatusOr<int64_t> allReduceMin(int64_t v, double t) override {
+    return inner.allReduceMin(v, t);
   }
-  bool gatherToRoot(const std::vector<char> &b,
-                    std::vector<std::vector<char>> &a, double t,
-                    std::string &e) override {
-    return inner.gatherToRoot(b, a, t, e);
+  StatusOr<std::vector<std::vector<char>>>
+  gatherToRoot(const std::vector<char> &b, double t) override {
+    return inner.gatherToRoot(b, t);
   }
   [[noreturn]] void abort(int code) override {
     inner.abort(code);

@@ -25,6 +25,7 @@
 #include <random>
 #include <thread>
 
+using namespace muon;
 using namespace muon::runtime;
 using namespace muon::runtime::cuda;
 namespace fake = muon::fakegpu;
@@ -42,6 +43,21 @@ const nccl::Library &fakeNccl() {
     return l;
   }();
   return *library;
+}
+
+/// The transport's calls as these tests read them: false with `status`.
+bool start(Communicator &comm, const AllToAllV &x, PendingExchange &pending,
+           Status &status) {
+  StatusOr<PendingExchange> started = comm.start(x);
+  status = started.status();
+  if (started.ok())
+    pending = *started;
+  return started.ok();
+}
+bool wait(Communicator &comm, PendingExchange &pending, double seconds,
+          Status &status) {
+  status = comm.wait(pending, seconds);
+  return status.ok();
 }
 
 /// One rank's GPU: a compute stream of the fake and host memory.
@@ -69,19 +85,18 @@ void onRanks(int64_t ranks,
 
 /// A barrier over the bootstrap.
 void barrier(Communicator &bootstrap) {
-  std::vector<uint64_t> ignored;
-  std::string error;
-  ASSERT_TRUE(bootstrap.allGather(0, ignored, 60, error)) << error;
+  StatusOr<std::vector<uint64_t>> ignored = bootstrap.allGather(0, 60);
+  ASSERT_TRUE(ignored.ok()) << ignored.status().text();
 }
 
 std::unique_ptr<Communicator> connect(Communicator &bootstrap,
                                       FakeGpuRank &gpu) {
   NcclPlacement placement = gpu.placement();
-  std::string error;
-  auto comm = setUpNcclCommunicator(bootstrap, &placement, &fakeNccl(), "",
-                                    error);
-  EXPECT_TRUE(comm) << "rank " << bootstrap.rank() << ": " << error;
-  return comm;
+  StatusOr<std::unique_ptr<Communicator>> comm =
+      setUpNcclCommunicator(bootstrap, &placement, &fakeNccl(), okStatus());
+  EXPECT_TRUE(comm.ok()) << "rank " << bootstrap.rank() << ": "
+                         << comm.status().text();
+  return comm.ok() ? std::move(comm).value() : nullptr;
 }
 
 /// After every rank is gone: nothing live, nothing queued, nothing misused.
@@ -212,11 +227,12 @@ TEST_F(NcclCommunicatorTest, ExchangesDeliverEveryByteToItsOffset) {
           exchanges.emplace_back(ExchangePlan(ranks, seed), me, seed);
         }
         std::vector<PendingExchange> pending(exchanges.size());
-        std::string error;
+        Status error;
         for (size_t k = 0; k < exchanges.size(); ++k)
-          ASSERT_TRUE(comm->start(exchanges[k].x, pending[k], error)) << error;
+          ASSERT_TRUE(start(*comm, exchanges[k].x, pending[k], error))
+              << error.text();
         for (size_t k = exchanges.size(); k-- > 0;) {
-          ASSERT_TRUE(comm->wait(pending[k], 30, error)) << error;
+          ASSERT_TRUE(wait(*comm, pending[k], 30, error)) << error.text();
           EXPECT_EQ(pending[k].id, -1);
           exchanges[k].expectReceived(me);
         }
@@ -270,8 +286,8 @@ TEST_F(NcclCommunicatorTest, ExchangesFollowTheComputeStream) {
     x.sendCounts[peer] = x.recvCounts[peer] = 64;
     x.sendOffsets = x.recvOffsets = {0, 0};
     PendingExchange pending;
-    std::string error;
-    ASSERT_TRUE(comm->start(x, pending, error)) << error;
+    Status error;
+    ASSERT_TRUE(start(*comm, x, pending, error)) << error.text();
     barrier(bootstrap); // both started, neither compute stream has run
     if (me == 0) {
       EXPECT_EQ(fake::counters().messages, before)
@@ -279,7 +295,7 @@ TEST_F(NcclCommunicatorTest, ExchangesFollowTheComputeStream) {
     }
     barrier(bootstrap);
     fake::holdStream(gpu.compute, false);
-    ASSERT_TRUE(comm->wait(pending, 30, error)) << error;
+    ASSERT_TRUE(wait(*comm, pending, 30, error)) << error.text();
     for (size_t i = 0; i < recv.size(); ++i)
       ASSERT_EQ(recv[i], pattern(peer, me, static_cast<int64_t>(i), 0)) << i;
   });
@@ -303,19 +319,23 @@ TEST_F(NcclCommunicatorTest, ALostPeerTimesOutAndBreaksTheCommunicator) {
     plan.counts = {{1, 3}, {2, 1}};
     RankExchange exchange(plan, me, 7);
     PendingExchange pending;
-    std::string error;
-    ASSERT_TRUE(comm->start(exchange.x, pending, error)) << error;
+    Status error;
+    ASSERT_TRUE(start(*comm, exchange.x, pending, error)) << error.text();
     if (me == 1) {
-      ASSERT_TRUE(comm->wait(pending, 30, error)) << error;
+      ASSERT_TRUE(wait(*comm, pending, 30, error)) << error.text();
       exchange.expectReceived(me);
       return;
     }
-    EXPECT_FALSE(comm->wait(pending, 0.25, error));
-    EXPECT_EQ(error, "no answer within 0.25 s: a peer died or stalled");
-    EXPECT_FALSE(comm->start(exchange.x, pending, error));
-    EXPECT_EQ(error, "the NCCL communicator is unusable after an earlier "
-                     "failure: no answer within 0.25 s: a peer died or "
-                     "stalled");
+    EXPECT_FALSE(wait(*comm, pending, 0.25, error));
+    EXPECT_EQ(error.code(), StatusCode::DeadlineExceeded);
+    EXPECT_EQ(error.message(),
+              "no answer within 0.25 s: a peer died or stalled");
+    EXPECT_FALSE(start(*comm, exchange.x, pending, error));
+    EXPECT_EQ(error.code(), StatusCode::FailedPrecondition);
+    EXPECT_EQ(error.message(),
+              "the NCCL communicator is unusable after an earlier "
+              "failure: no answer within 0.25 s: a peer died or "
+              "stalled");
   });
   expectCleanEnd(/*destroyed=*/1, /*aborted=*/1);
 }
@@ -334,15 +354,17 @@ TEST_F(NcclCommunicatorTest, AnAsynchronousErrorEndsTheWait) {
     barrier(bootstrap);
     RankExchange exchange = pairExchange(me, 3, 11);
     PendingExchange pending;
-    std::string error;
-    ASSERT_TRUE(comm->start(exchange.x, pending, error)) << error;
+    Status error;
+    ASSERT_TRUE(start(*comm, exchange.x, pending, error)) << error.text();
     if (me == 1) {
-      EXPECT_TRUE(comm->wait(pending, 30, error)) << error;
+      EXPECT_TRUE(wait(*comm, pending, 30, error)) << error.text();
       return;
     }
-    EXPECT_FALSE(comm->wait(pending, 5, error));
-    EXPECT_EQ(error, "NCCL: remote process exited or there was a network "
-                     "error (NCCL error 6)");
+    EXPECT_FALSE(wait(*comm, pending, 5, error));
+    EXPECT_EQ(error.code(), StatusCode::Unavailable);
+    EXPECT_EQ(error.message(),
+              "NCCL: remote process exited or there was a network "
+              "error (NCCL error 6)");
   });
   expectCleanEnd(1, 1);
 }
@@ -370,13 +392,15 @@ TEST_F(NcclCommunicatorTest, AFailedCallInTheGroupFailsTheStart) {
       fake::failNext(call, 0, 2);
       RankExchange exchange = pairExchange(me, 2, 5);
       PendingExchange pending;
-      std::string error;
-      EXPECT_FALSE(comm->start(exchange.x, pending, error));
-      EXPECT_EQ(error, message);
+      Status error;
+      EXPECT_FALSE(start(*comm, exchange.x, pending, error));
+      EXPECT_EQ(error.message(), message);
       EXPECT_EQ(pending.id, -1);
-      EXPECT_FALSE(comm->start(exchange.x, pending, error));
-      EXPECT_EQ(error, "the NCCL communicator is unusable after an earlier "
-                       "failure: " + message);
+      EXPECT_FALSE(start(*comm, exchange.x, pending, error));
+      EXPECT_EQ(error.message(),
+                "the NCCL communicator is unusable after an earlier "
+                "failure: " +
+                    message);
     });
     expectCleanEnd(1, 1);
   }
@@ -391,40 +415,45 @@ TEST_F(NcclCommunicatorTest, MalformedExchangesAreRefusedHarmlessly) {
     ASSERT_TRUE(comm);
     RankExchange good(ExchangePlan(2, 3), me, 3);
     PendingExchange pending;
-    std::string error;
+    Status error;
 
     AllToAllV bad = good.x;
     bad.sendCounts.pop_back();
-    EXPECT_FALSE(comm->start(bad, pending, error));
-    EXPECT_EQ(error, "an exchange needs a count and an offset per rank and a "
-                     "positive element size");
+    EXPECT_FALSE(start(*comm, bad, pending, error));
+    EXPECT_EQ(error.code(), StatusCode::InvalidArgument);
+    EXPECT_EQ(error.message(),
+              "an exchange needs a count and an offset per rank and a "
+              "positive element size");
     bad = good.x;
     bad.elementBytes = 0;
-    EXPECT_FALSE(comm->start(bad, pending, error));
+    EXPECT_FALSE(start(*comm, bad, pending, error));
     bad = good.x;
     bad.recvOffsets[1 - me] = -4;
-    EXPECT_FALSE(comm->start(bad, pending, error));
-    EXPECT_EQ(error, "an exchange count or offset of -4 elements is out of "
-                     "range");
+    EXPECT_FALSE(start(*comm, bad, pending, error));
+    EXPECT_EQ(error.message(),
+              "an exchange count or offset of -4 elements is out of "
+              "range");
     bad = good.x;
     bad.elementBytes = 8;
     bad.sendCounts[1 - me] = int64_t(1) << 61;
-    EXPECT_FALSE(comm->start(bad, pending, error));
-    EXPECT_NE(error.find("out of range"), std::string::npos) << error;
+    EXPECT_FALSE(start(*comm, bad, pending, error));
+    EXPECT_NE(error.message().find("out of range"), std::string::npos)
+        << error.text();
     bad = good.x;
     bad.sendCounts[me] = bad.recvCounts[me] + 1;
-    EXPECT_FALSE(comm->start(bad, pending, error));
-    EXPECT_EQ(error, "an exchange sends " + std::to_string(bad.sendCounts[me]) +
-                         " elements to its own rank but receives " +
-                         std::to_string(bad.recvCounts[me]));
+    EXPECT_FALSE(start(*comm, bad, pending, error));
+    EXPECT_EQ(error.message(), "an exchange sends " +
+                                   std::to_string(bad.sendCounts[me]) +
+                                   " elements to its own rank but receives " +
+                                   std::to_string(bad.recvCounts[me]));
     EXPECT_EQ(pending.id, -1);
     PendingExchange never;
     never.id = 41;
-    EXPECT_FALSE(comm->wait(never, 1, error));
-    EXPECT_EQ(error, "wait on an exchange that was not started");
+    EXPECT_FALSE(wait(*comm, never, 1, error));
+    EXPECT_EQ(error.message(), "wait on an exchange that was not started");
 
-    ASSERT_TRUE(comm->start(good.x, pending, error)) << error;
-    ASSERT_TRUE(comm->wait(pending, 30, error)) << error;
+    ASSERT_TRUE(start(*comm, good.x, pending, error)) << error.text();
+    ASSERT_TRUE(wait(*comm, pending, 30, error)) << error.text();
     good.expectReceived(me);
   });
   expectCleanEnd(2, 0);
@@ -439,9 +468,10 @@ TEST_F(NcclCommunicatorTest, OneRanksSetUpFailureFailsEveryRank) {
     NcclPlacement placement = gpu.placement();
     auto comm = setUpNcclCommunicator(
         bootstrap, me == 1 ? nullptr : &placement,
-        me == 1 ? nullptr : &fakeNccl(), me == 1 ? "no GPU for this rank" : "",
-        errors[me]);
-    EXPECT_FALSE(comm);
+        me == 1 ? nullptr : &fakeNccl(),
+        me == 1 ? unavailable("no GPU for this rank") : okStatus());
+    ASSERT_FALSE(comm.ok());
+    errors[me] = comm.status().message();
   });
   EXPECT_EQ(errors[0], "setting up NCCL: rank 1 could not (see its message)");
   EXPECT_EQ(errors[1], "setting up NCCL: no GPU for this rank");
@@ -457,8 +487,10 @@ TEST_F(NcclCommunicatorTest, NcclFailuresAtSetUpAreNamed) {
   onRanks(2, [&](Communicator &bootstrap, int64_t me) {
     FakeGpuRank gpu;
     NcclPlacement placement = gpu.placement();
-    EXPECT_FALSE(setUpNcclCommunicator(bootstrap, &placement, &fakeNccl(), "",
-                                       errors[me]));
+    auto comm =
+        setUpNcclCommunicator(bootstrap, &placement, &fakeNccl(), okStatus());
+    ASSERT_FALSE(comm.ok());
+    errors[me] = comm.status().message();
   });
   EXPECT_EQ(errors[0],
             "setting up NCCL: ncclGetUniqueId: internal error (NCCL error 3)");
@@ -471,8 +503,10 @@ TEST_F(NcclCommunicatorTest, NcclFailuresAtSetUpAreNamed) {
   onRanks(2, [&](Communicator &bootstrap, int64_t me) {
     FakeGpuRank gpu;
     NcclPlacement placement = gpu.placement();
-    EXPECT_FALSE(setUpNcclCommunicator(bootstrap, &placement, &fakeNccl(), "",
-                                       errors[me]));
+    auto comm =
+        setUpNcclCommunicator(bootstrap, &placement, &fakeNccl(), okStatus());
+    ASSERT_FALSE(comm.ok());
+    errors[me] = comm.status().message();
   });
   for (const std::string &error : errors)
     EXPECT_EQ(error, std::string("setting up NCCL 2.28.3 (") +

@@ -294,10 +294,10 @@ TEST_F(StepGraphTest, NcclExchangesAreRecordedIntoTheGraph) {
       threads.emplace_back([&, r] {
         LocalCommunicator bootstrap(world, r);
         std::unique_ptr<Device> gpu = makeGpu();
-        std::string error;
-        std::unique_ptr<Communicator> nccl =
-            cuda::createNcclCommunicator(bootstrap, *gpu, error);
-        ASSERT_TRUE(nccl) << error;
+        StatusOr<std::unique_ptr<Communicator>> created =
+            cuda::createNcclCommunicator(bootstrap, *gpu);
+        ASSERT_TRUE(created.ok()) << created.status().text();
+        std::unique_ptr<Communicator> nccl = std::move(created).value();
         EXPECT_TRUE(nccl->recordable());
         {
           RankRun run(plan, *nccl, *gpu, graphs);

@@ -34,7 +34,7 @@ inline void onEveryRank(
       runtime::LocalCommunicator comm(world, r);
       runtime::cpu::CpuDevice device;
       std::unique_ptr<runtime::Optimizer> opt;
-      runtime::Status s =
+      muon::Status s =
           runtime::Optimizer::create(plan, comm, device, {20.0}, opt);
       ASSERT_TRUE(s.ok()) << s.message();
       body(r, *opt, device);

@@ -63,8 +63,7 @@ struct OneRank {
   std::unique_ptr<runtime::Optimizer> opt;
   std::vector<std::vector<float>> values, grads;
   explicit OneRank(const Plan &plan) {
-    runtime::Status s =
-        runtime::Optimizer::create(plan, comm, device, {}, opt);
+    muon::Status s = runtime::Optimizer::create(plan, comm, device, {}, opt);
     EXPECT_TRUE(opt) << s.message();
     for (size_t i = 0; opt && i < plan.params.size(); ++i) {
       int64_t n = elementsOf(plan.params[i].layout.shape);

@@ -44,6 +44,7 @@ using namespace muon::runtime;
 using muon::fnv1a;
 using muon::kFnvOffsetBasis;
 using muon::readInputFile;
+using muon::Status;
 using trainer::Tensors;
 namespace limits = muon::limits;
 

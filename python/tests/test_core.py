@@ -155,3 +155,51 @@ def test_group_settings_table_is_what_the_group_dicts_hold():
     assert muon["normuon_beta2"]["only_with"] == "normuon"
     assert muon["weight_decay_mode"]["names"] == ["decoupled", "cautious",
                                                   "none"]
+
+
+class _PeerThatNeverAnswers:
+    """A communicator of the user's own (rank 0 of 2) whose collectives
+    raise `error`, as a torch process group does when a peer is gone."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def rank(self):
+        return 0
+
+    def size(self):
+        return 2
+
+    def all_gather_int(self, value):
+        raise self.error
+
+    def all_gather_bytes(self, data):
+        raise self.error
+
+    def all_to_all_v(self, *args):
+        raise self.error
+
+    def abort(self, code):
+        raise AssertionError("abort is for fatal errors only")
+
+
+def test_a_transport_timeout_is_deadline_exceeded_not_unavailable():
+    # The status code travels from the transport to Python unchanged: a
+    # TimeoutError in the communicator is DeadlineExceededError (a
+    # RuntimeError, as torch.distributed's timeouts are), any other failure
+    # UnavailableError.
+    s = spec()
+    s["mesh"] = {"shape": [2], "names": ["dp"]}
+    s["distributed"] = {}
+    s["params"][0]["placements"] = ["S(0)"]
+    plan = muonc.compile_spec(s)
+    with pytest.raises(muonc.DeadlineExceededError,
+                       match="comparing plans: python communicator: "
+                             "TimeoutError: gone$") as late:
+        muonc.Optimizer(plan, _PeerThatNeverAnswers(TimeoutError("gone")))
+    assert isinstance(late.value, RuntimeError)
+    assert not isinstance(late.value, muonc.UnavailableError)
+    with pytest.raises(muonc.UnavailableError,
+                       match="ConnectionResetError: connection reset$"):
+        muonc.Optimizer(plan, _PeerThatNeverAnswers(
+            ConnectionResetError("connection reset")))

@@ -14,6 +14,8 @@
 #include <vector>
 
 using namespace muon::runtime;
+using muon::Status;
+using muon::StatusCode;
 
 struct muon_optimizer {
   // Destroyed in reverse: the optimizer, then its transport, its device and
@@ -35,23 +37,9 @@ muon_status fail(muon_status status, std::string message) {
   return status;
 }
 
-/// The C code of a runtime status: bad input (nothing changed) or a failed
-/// run, by the status's code, never by its text.
-muon_status codeOf(StatusCode code) {
-  switch (code) {
-  case StatusCode::Ok:
-    return MUON_OK;
-  case StatusCode::InvalidArgument:
-  case StatusCode::FailedPrecondition:
-  case StatusCode::NotFound:
-  case StatusCode::DataLoss:
-    return MUON_INVALID;
-  case StatusCode::ResourceExhausted:
-  case StatusCode::Unavailable:
-  case StatusCode::Internal:
-    return MUON_FAILED;
-  }
-  return MUON_FAILED;
+/// The C code of a status: the same canonical number.
+muon_status codeOf(muon::StatusCode code) {
+  return static_cast<muon_status>(static_cast<int>(code));
 }
 
 muon_status report(const Status &status) {
@@ -92,10 +80,11 @@ const std::vector<GroupInfoField> &groupInfoFields() {
 muon_status create(const char *planPath, std::unique_ptr<Communicator> base,
                    const muon_options &options, muon_optimizer **out) {
   if (!planPath || !out)
-    return fail(MUON_INVALID, "a plan path and an output handle are needed");
+    return fail(MUON_INVALID_ARGUMENT,
+                "a plan path and an output handle are needed");
   *out = nullptr;
   if (!(options.timeout_seconds > 0))
-    return fail(MUON_INVALID, "the timeout must be positive");
+    return fail(MUON_INVALID_ARGUMENT, "the timeout must be positive");
   auto handle = std::make_unique<muon_optimizer>();
   handle->base = std::move(base);
   if (muon_status s = report(createDevice(
@@ -141,9 +130,9 @@ bool checked(const muon_optimizer *opt) {
 muon_status checkpoint(muon_optimizer *opt, const char *dir,
                        int withParameters, bool save) {
   if (!checked(opt))
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   if (!dir)
-    return fail(MUON_INVALID, "a checkpoint directory is needed");
+    return fail(MUON_INVALID_ARGUMENT, "a checkpoint directory is needed");
   return report(save
                     ? opt->optimizer->saveCheckpoint(dir, withParameters != 0)
                     : opt->optimizer->loadCheckpoint(dir, withParameters != 0));
@@ -157,6 +146,10 @@ bool knownDtype(muon_dtype dtype) {
 extern "C" {
 
 const char *muon_last_error(void) { return lastError.c_str(); }
+
+const char *muon_status_name(muon_status status) {
+  return muon::statusCodeName(static_cast<muon::StatusCode>(status));
+}
 
 const char *muon_runtime_version(void) { return MUON_RUNTIME_VERSION_STRING; }
 
@@ -179,7 +172,8 @@ muon_status muon_optimizer_create(const char *planPath, int64_t mpiCommFortran,
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized)
-    return fail(MUON_INVALID, "MPI is not initialized; call MPI_Init first");
+    return fail(MUON_FAILED_PRECONDITION,
+                "MPI is not initialized; call MPI_Init first");
   MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(mpiCommFortran));
   return create(planPath, std::make_unique<MpiCommunicator>(comm), o, out);
 }
@@ -192,7 +186,7 @@ muon_status muon_optimizer_create_mpi(const char *planPath,
   muon_options_init(&options);
   options.timeout_seconds = timeoutSeconds;
   if (mpiCommFortran < 0)
-    return fail(MUON_INVALID, "an MPI communicator is needed");
+    return fail(MUON_INVALID_ARGUMENT, "an MPI communicator is needed");
   return muon_optimizer_create(planPath, mpiCommFortran, &options, out);
 }
 
@@ -223,12 +217,13 @@ int64_t muon_optimizer_steps(const muon_optimizer *opt) {
 muon_status muon_optimizer_param(const muon_optimizer *opt, int64_t index,
                                  muon_param_info *out) {
   if (!checked(opt))
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   const std::vector<ParamSlot> &slots = opt->optimizer->params();
   if (!out || index < 0 || index >= static_cast<int64_t>(slots.size()))
-    return fail(MUON_INVALID, "parameter index " + std::to_string(index) +
-                                  " is out of range [0, " +
-                                  std::to_string(slots.size()) + ")");
+    return fail(MUON_INVALID_ARGUMENT, "parameter index " +
+                                           std::to_string(index) +
+                                           " is out of range [0, " +
+                                           std::to_string(slots.size()) + ")");
   const ParamSlot &slot = slots[index];
   out->name = slot.name.c_str();
   out->dtype = static_cast<muon_dtype>(slot.dtype);
@@ -247,9 +242,9 @@ muon_status muon_optimizer_bind(muon_optimizer *opt, const char *name,
                                 void *values, const void *grad,
                                 muon_dtype dtype, int64_t elements) {
   if (!checked(opt))
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   if (!name)
-    return fail(MUON_INVALID, "a parameter name is needed");
+    return fail(MUON_INVALID_ARGUMENT, "a parameter name is needed");
   return muon_optimizer_bind_typed(opt, name, values, dtype, grad, dtype,
                                    elements);
 }
@@ -259,12 +254,13 @@ muon_status muon_optimizer_bind_typed(muon_optimizer *opt, const char *name,
                                       const void *grad, muon_dtype grad_dtype,
                                       int64_t elements) {
   if (!checked(opt))
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   if (!name)
-    return fail(MUON_INVALID, "a parameter name is needed");
+    return fail(MUON_INVALID_ARGUMENT, "a parameter name is needed");
   for (muon_dtype dtype : {value_dtype, grad_dtype})
     if (!knownDtype(dtype))
-      return fail(MUON_INVALID, "unknown dtype " + std::to_string(dtype));
+      return fail(MUON_INVALID_ARGUMENT,
+                  "unknown dtype " + std::to_string(dtype));
   return report(opt->optimizer->bind(name, values,
                                      static_cast<DType>(value_dtype), grad,
                                      static_cast<DType>(grad_dtype), elements));
@@ -272,7 +268,7 @@ muon_status muon_optimizer_bind_typed(muon_optimizer *opt, const char *name,
 
 muon_status muon_optimizer_step(muon_optimizer *opt, int *applied) {
   if (!checked(opt))
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   StepResult result;
   if (muon_status s = report(opt->optimizer->step(result)); s != MUON_OK)
     return s;
@@ -290,12 +286,13 @@ int64_t muon_optimizer_qk_clip_count(const muon_optimizer *opt) {
 muon_status muon_optimizer_qk_clip(const muon_optimizer *opt, int64_t index,
                                    muon_qk_clip_info *out) {
   if (!checked(opt))
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   const std::vector<muon::QkClipLayer> &layers = opt->optimizer->qkClipLayers();
   if (!out || index < 0 || index >= static_cast<int64_t>(layers.size()))
-    return fail(MUON_INVALID, "QK-clip layer index " + std::to_string(index) +
-                                  " is out of range [0, " +
-                                  std::to_string(layers.size()) + ")");
+    return fail(MUON_INVALID_ARGUMENT, "QK-clip layer index " +
+                                           std::to_string(index) +
+                                           " is out of range [0, " +
+                                           std::to_string(layers.size()) + ")");
   const muon::QkClipLayer &l = layers[index];
   out->name = l.name.c_str();
   out->query = l.query.c_str();
@@ -311,9 +308,9 @@ muon_status muon_optimizer_set_qk_max_logits(muon_optimizer *opt,
                                              const float *logits,
                                              int64_t count) {
   if (!checked(opt))
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   if (!layer)
-    return fail(MUON_INVALID, "a QK-clip layer name is needed");
+    return fail(MUON_INVALID_ARGUMENT, "a QK-clip layer name is needed");
   return report(opt->optimizer->setQkMaxLogits(layer, logits, count));
 }
 
@@ -325,12 +322,12 @@ int64_t muon_optimizer_group_count(const muon_optimizer *opt) {
 muon_status muon_optimizer_group(const muon_optimizer *opt, int64_t index,
                                  muon_group_info *out) {
   if (!checked(opt))
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   const std::vector<muon::PlanGroup> &groups = opt->optimizer->groups();
   if (!out || index < 0 || index >= static_cast<int64_t>(groups.size()))
-    return fail(MUON_INVALID, "group index " + std::to_string(index) +
-                                  " is out of range [0, " +
-                                  std::to_string(groups.size()) + ")");
+    return fail(MUON_INVALID_ARGUMENT, "group index " + std::to_string(index) +
+                                           " is out of range [0, " +
+                                           std::to_string(groups.size()) + ")");
   const muon::PlanGroup &g = groups[index];
   *out = muon_group_info{};
   out->name = g.name.c_str();
@@ -346,12 +343,12 @@ muon_status muon_optimizer_group(const muon_optimizer *opt, int64_t index,
 muon_status muon_optimizer_group_algorithm(const muon_optimizer *opt,
                                            int64_t index, const char **name) {
   if (!checked(opt))
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   const std::vector<muon::PlanGroup> &groups = opt->optimizer->groups();
   if (!name || index < 0 || index >= static_cast<int64_t>(groups.size()))
-    return fail(MUON_INVALID, "group index " + std::to_string(index) +
-                                  " is out of range [0, " +
-                                  std::to_string(groups.size()) + ")");
+    return fail(MUON_INVALID_ARGUMENT, "group index " + std::to_string(index) +
+                                           " is out of range [0, " +
+                                           std::to_string(groups.size()) + ")");
   *name = muon::algorithmName(groups[index].algorithm);
   return MUON_OK;
 }
@@ -359,9 +356,10 @@ muon_status muon_optimizer_group_algorithm(const muon_optimizer *opt,
 muon_status muon_optimizer_set_group(muon_optimizer *opt, const char *name,
                                      const muon_group_info *options) {
   if (!checked(opt))
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   if (!name || !options)
-    return fail(MUON_INVALID, "a group name and its options are needed");
+    return fail(MUON_INVALID_ARGUMENT,
+                "a group name and its options are needed");
   const muon::PlanGroup *current = opt->optimizer->group(name);
   if (!current)
     return report(opt->optimizer->setGroupLr(name, options->lr)); // names them
@@ -385,7 +383,7 @@ const GroupSetting *findSetting(const muon_optimizer *opt, const char *group,
   if (!checked(opt))
     return nullptr;
   if (!group || !name) {
-    fail(MUON_INVALID, "a group name and a setting name are needed");
+    fail(MUON_INVALID_ARGUMENT, "a group name and a setting name are needed");
     return nullptr;
   }
   found = opt->optimizer->group(group);
@@ -393,8 +391,8 @@ const GroupSetting *findSetting(const muon_optimizer *opt, const char *group,
     std::string names;
     for (const muon::PlanGroup &g : opt->optimizer->groups())
       names += std::string(names.empty() ? "" : ", ") + "'" + g.name + "'";
-    fail(MUON_INVALID, std::string("no group named '") + group +
-                           "' (the plan's groups: " + names + ")");
+    fail(MUON_NOT_FOUND, std::string("no group named '") + group +
+                             "' (the plan's groups: " + names + ")");
     return nullptr;
   }
   // The settings described once (muon/Plan/GroupSettings.h).
@@ -406,10 +404,11 @@ const GroupSetting *findSetting(const muon_optimizer *opt, const char *group,
     mine += std::string(mine.empty() ? "" : ", ") + s.name +
             (isText ? " (text)" : "");
   }
-  fail(MUON_INVALID, std::string("group '") + group + "' (" +
-                         muon::algorithmName(found->algorithm) +
-                         ") has no " + (text ? "text" : "number") +
-                         " setting '" + name + "'; its settings: " + mine);
+  fail(MUON_INVALID_ARGUMENT, std::string("group '") + group + "' (" +
+                                  muon::algorithmName(found->algorithm) +
+                                  ") has no " + (text ? "text" : "number") +
+                                  " setting '" + name +
+                                  "'; its settings: " + mine);
   return nullptr;
 }
 
@@ -421,9 +420,9 @@ muon_status muon_optimizer_group_setting(const muon_optimizer *opt,
   const muon::PlanGroup *g = nullptr;
   const GroupSetting *s = findSetting(opt, group, name, false, g);
   if (!s)
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   if (!value)
-    return fail(MUON_INVALID, "a place for the value is needed");
+    return fail(MUON_INVALID_ARGUMENT, "a place for the value is needed");
   *value = muon::settingValue(*s, *g);
   return MUON_OK;
 }
@@ -434,11 +433,11 @@ muon_status muon_optimizer_set_group_setting(muon_optimizer *opt,
   const muon::PlanGroup *g = nullptr;
   const GroupSetting *s = findSetting(opt, group, name, false, g);
   if (!s)
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   if (s->kind == GroupSetting::Kind::Flag && value != 0.0 && value != 1.0)
-    return fail(MUON_INVALID, std::string("group '") + group + "': " + name +
-                                  " is a boolean: 0 or 1, not " +
-                                  std::to_string(value));
+    return fail(MUON_INVALID_ARGUMENT,
+                std::string("group '") + group + "': " + name +
+                    " is a boolean: 0 or 1, not " + std::to_string(value));
   muon::PlanGroup updated = *g;
   muon::setSettingValue(*s, updated, value);
   return report(opt->optimizer->setGroupSettings(group, updated));
@@ -451,9 +450,9 @@ muon_status muon_optimizer_group_setting_text(const muon_optimizer *opt,
   const muon::PlanGroup *g = nullptr;
   const GroupSetting *s = findSetting(opt, group, name, true, g);
   if (!s)
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   if (!value)
-    return fail(MUON_INVALID, "a place for the value is needed");
+    return fail(MUON_INVALID_ARGUMENT, "a place for the value is needed");
   *value = muon::settingName(*s, *g).c_str();
   return MUON_OK;
 }
@@ -465,9 +464,9 @@ muon_status muon_optimizer_set_group_setting_text(muon_optimizer *opt,
   const muon::PlanGroup *g = nullptr;
   const GroupSetting *s = findSetting(opt, group, name, true, g);
   if (!s)
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   if (!value)
-    return fail(MUON_INVALID, "a value is needed");
+    return fail(MUON_INVALID_ARGUMENT, "a value is needed");
   muon::PlanGroup updated = *g;
   muon::setSettingName(*s, updated, value);
   return report(opt->optimizer->setGroupSettings(group, updated));
@@ -476,9 +475,9 @@ muon_status muon_optimizer_set_group_setting_text(muon_optimizer *opt,
 muon_status muon_optimizer_set_group_lr(muon_optimizer *opt, const char *name,
                                         double lr) {
   if (!checked(opt))
-    return MUON_INVALID;
+    return MUON_INVALID_ARGUMENT;
   if (!name)
-    return fail(MUON_INVALID, "a group name is needed");
+    return fail(MUON_INVALID_ARGUMENT, "a group name is needed");
   return report(opt->optimizer->setGroupLr(name, lr));
 }
 

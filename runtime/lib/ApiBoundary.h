@@ -12,7 +12,7 @@
 #ifndef MUON_RUNTIME_LIB_APIBOUNDARY_H
 #define MUON_RUNTIME_LIB_APIBOUNDARY_H
 
-#include "muon/Runtime/Status.h"
+#include "muon/Support/Status.h"
 
 #include <string>
 

@@ -19,6 +19,7 @@
 
 #include "muon/Runtime/CheckpointFormat.h"
 #include "muon/Runtime/MatrixStep.h"
+#include "muon/Support/Escape.h"
 #include "muon/Support/Fnv.h"
 #include "muon/Support/InputFile.h"
 #include "muon/Support/Limits.h"
@@ -62,27 +63,25 @@ std::string hexId(uint64_t id) {
   return text;
 }
 
-/// Every rank's outcome of its local part (`mine`, empty for success):
-/// true when every rank succeeded. Otherwise `error` is this rank's own
-/// problem or, on a rank that had none, the first failing rank's, so that
-/// every rank's message says what went wrong and where.
-bool agree(Communicator &comm, const std::string &mine, double timeoutSeconds,
-           std::string &error) {
-  std::vector<std::vector<char>> all;
-  if (!comm.allGatherBytes(std::vector<char>(mine.begin(), mine.end()), all,
-                           timeoutSeconds, error))
-    return false;
-  if (!mine.empty()) {
-    error = mine;
-    return false;
-  }
+/// Every rank's outcome of its local part (`mine`, empty for success): ok
+/// when every rank succeeded. Otherwise a `code` status with this rank's
+/// own problem or, on a rank that had none, the first failing rank's, so
+/// that every rank's message says what went wrong and where (escaped: it
+/// quotes what files hold); a transport's failure as the transport says it.
+Status agree(Communicator &comm, const std::string &mine, StatusCode code,
+             double timeoutSeconds) {
+  MUON_ASSIGN_OR_RETURN(
+      std::vector<std::vector<char>> all,
+      comm.allGatherBytes(std::vector<char>(mine.begin(), mine.end()),
+                          timeoutSeconds));
+  if (!mine.empty())
+    return Status(code, escapeBytes(mine));
   for (size_t r = 0; r < all.size(); ++r)
-    if (!all[r].empty()) {
-      error = "rank " + std::to_string(r) + ": " +
-              std::string(all[r].begin(), all[r].end());
-      return false;
-    }
-  return true;
+    if (!all[r].empty())
+      return Status(code,
+                    "rank " + std::to_string(r) + ": " +
+                        escapeBytes(std::string(all[r].begin(), all[r].end())));
+  return okStatus();
 }
 
 /// Removes the rank files of earlier saves from `dir` (no longer named by
@@ -324,17 +323,16 @@ private:
 
 } // namespace
 
-bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
-                                    std::string &error) {
+Status Optimizer::saveCheckpointFiles(const std::string &dir,
+                                      bool withParameters) {
   const Plan &plan = thePlan;
   const int64_t rank = comm.rank();
   // One id for this save on every rank (rank 0's).
-  std::vector<uint64_t> ids;
-  if (!comm.allGather(idProposal(rank), ids, options.timeoutSeconds, error)) {
-    error = "saving a checkpoint: " + error;
-    return false;
-  }
-  checkpoint::CheckpointHead head{hexId(ids[0]), steps, withParameters};
+  StatusOr<std::vector<uint64_t>> ids =
+      comm.allGather(idProposal(rank), options.timeoutSeconds);
+  if (!ids.ok())
+    return ids.status().withContext("saving a checkpoint: ");
+  checkpoint::CheckpointHead head{hexId((*ids)[0]), steps, withParameters};
   const std::string path = dir + "/" + checkpoint::rankFileName(head.id, rank);
 
   // This rank's file, and its entry of the manifest's index.
@@ -365,27 +363,29 @@ bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
   });
   // Rank 0 collects the index; then every rank wrote its file, or nobody's
   // counts.
-  std::vector<std::vector<char>> indexes;
-  if (!comm.gatherToRoot(std::vector<char>(index.begin(), index.end()), indexes,
-                         options.timeoutSeconds, error)) {
-    error = "saving a checkpoint: " + error;
-    return false;
-  }
-  auto abandon = [&]() {
+  StatusOr<std::vector<std::vector<char>>> indexes = comm.gatherToRoot(
+      std::vector<char>(index.begin(), index.end()), options.timeoutSeconds);
+  if (!indexes.ok())
+    return indexes.status().withContext("saving a checkpoint: ");
+  auto abandon = [&](const Status &failure) {
     if (wrote)
       ::unlink(path.c_str());
-    error = "saving a checkpoint: " + error + "; the previous checkpoint in '" +
-            dir + "' is unchanged";
-    return false;
+    return Status(failure.code(), "saving a checkpoint: " + failure.message() +
+                                      "; the previous checkpoint in '" +
+                                      escapeBytes(dir) + "' is unchanged");
   };
-  if (!agree(comm, mine, options.timeoutSeconds, error))
-    return abandon();
+  // A local failure is the files' (or an empty path, which is input).
+  const StatusCode localCode =
+      dir.empty() ? StatusCode::InvalidArgument : StatusCode::Unavailable;
+  if (Status all = agree(comm, mine, localCode, options.timeoutSeconds);
+      !all.ok())
+    return abandon(all);
   // The manifest makes the save complete.
   std::string manifestError;
   if (rank == 0)
     guardedLocalPart(manifestError, [&] {
       std::vector<std::string> texts;
-      for (const std::vector<char> &i : indexes)
+      for (const std::vector<char> &i : *indexes)
         texts.emplace_back(i.begin(), i.end());
       std::string text =
           checkpoint::encodeManifest(plan, head, executor->groups(), texts);
@@ -393,15 +393,17 @@ bool Optimizer::saveCheckpointFiles(const std::string &dir, bool withParameters,
                       manifestError))
         syncDirectory(dir, manifestError);
     });
-  if (!agree(comm, manifestError, options.timeoutSeconds, error))
-    return abandon();
+  if (Status all =
+          agree(comm, manifestError, localCode, options.timeoutSeconds);
+      !all.ok())
+    return abandon(all);
   if (rank == 0)
     removeStaleFiles(dir, head.id);
-  return true;
+  return okStatus();
 }
 
-bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
-                                    std::string &error) {
+Status Optimizer::loadCheckpointFiles(const std::string &dir,
+                                      bool withParameters) {
   const Plan &plan = thePlan;
   const int64_t rank = comm.rank();
   ioCounters = {};
@@ -486,12 +488,14 @@ bool Optimizer::loadCheckpointFiles(const std::string &dir, bool withParameters,
     local.groups = manifest.groups;
   });
   // All or nothing.
-  if (!agree(comm, mine, options.timeoutSeconds, error)) {
-    error = "loading a checkpoint: " + error + "; nothing was changed";
-    return false;
-  }
+  // A checkpoint that does not fit is input like any other.
+  if (Status all = agree(comm, mine, StatusCode::InvalidArgument,
+                         options.timeoutSeconds);
+      !all.ok())
+    return Status(all.code(), "loading a checkpoint: " + all.message() +
+                                  "; nothing was changed");
   applyState(local, withParameters);
-  return true;
+  return okStatus();
 }
 
 } // namespace muon::runtime

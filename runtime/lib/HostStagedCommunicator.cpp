@@ -27,9 +27,8 @@ coveredRanges(const std::vector<int64_t> &counts,
   return merged;
 }
 
-bool HostStagedCommunicator::start(const AllToAllV &exchange,
-                                   PendingExchange &pending,
-                                   std::string &error) {
+StatusOr<PendingExchange>
+HostStagedCommunicator::start(const AllToAllV &exchange) {
   Staged s;
   Ranges sendRanges = coveredRanges(exchange.sendCounts, exchange.sendOffsets,
                                     exchange.elementBytes);
@@ -46,15 +45,17 @@ bool HostStagedCommunicator::start(const AllToAllV &exchange,
   AllToAllV host = exchange;
   host.sendBuffer = s.send.data();
   host.recvBuffer = s.recv.data();
-  if (!inner.start(host, s.innerPending, error)) {
+  StatusOr<PendingExchange> innerPending = inner.start(host);
+  if (!innerPending.ok()) {
     // Part of the exchange may be posted: its host buffers stay until this
     // communicator goes (the run is failing).
     abandoned.push_back(std::move(s));
-    return false;
+    return innerPending.status();
   }
-  pending.id = nextId++;
+  s.innerPending = *innerPending;
+  PendingExchange pending{nextId++};
   staged.emplace(pending.id, std::move(s));
-  return true;
+  return pending;
 }
 
 void HostStagedCommunicator::abort(int exitCode) {
@@ -62,26 +63,26 @@ void HostStagedCommunicator::abort(int exitCode) {
   std::_Exit(exitCode); // not reached: the inner transport ends the process
 }
 
-bool HostStagedCommunicator::wait(PendingExchange &pending,
-                                  double timeoutSeconds, std::string &error) {
+Status HostStagedCommunicator::wait(PendingExchange &pending,
+                                    double timeoutSeconds) {
   auto it = staged.find(pending.id);
-  if (it == staged.end()) {
-    error = "waiting for an exchange that was not started";
-    return false;
-  }
+  if (it == staged.end())
+    return failedPrecondition("waiting for an exchange that was not started");
   Staged &s = it->second;
-  if (!inner.wait(s.innerPending, timeoutSeconds, error)) {
+  Status status = inner.wait(s.innerPending, timeoutSeconds);
+  if (!status.ok()) {
     // A failed wait leaves the transfers posted (MPI may still write into
     // `recv`, a progress thread may still test them): keep the buffers.
     abandoned.push_back(std::move(s));
     staged.erase(it);
-    return false;
+    return status;
   }
   for (const auto &[begin, end] : s.recvRanges)
     device.copyToDevice(static_cast<char *>(s.deviceRecv) + begin,
                         s.recv.data() + begin, end - begin);
   staged.erase(it);
-  return true;
+  pending.id = -1;
+  return okStatus();
 }
 
 } // namespace muon::runtime

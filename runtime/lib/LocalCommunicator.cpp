@@ -70,48 +70,41 @@ LocalCommunicator::LocalCommunicator(LocalWorld &world, int64_t rank)
 
 int64_t LocalCommunicator::size() const { return world.size(); }
 
-bool LocalCommunicator::start(const AllToAllV &exchange,
-                              PendingExchange &pending, std::string &error) {
+StatusOr<PendingExchange> LocalCommunicator::start(const AllToAllV &exchange) {
   LocalWorld::State &s = *world.state;
   size_t n = s.size;
   if (exchange.sendCounts.size() != n || exchange.recvCounts.size() != n ||
-      exchange.sendOffsets.size() != n || exchange.recvOffsets.size() != n) {
-    error = "an exchange needs one count and offset per rank";
-    return false;
-  }
+      exchange.sendOffsets.size() != n || exchange.recvOffsets.size() != n)
+    return invalidArgument("an exchange needs one count and offset per rank");
   std::lock_guard<std::mutex> lock(s.mutex);
   int64_t id = issued++;
   Slot &slot = s.slot(id);
   slot.calls[me] = exchange;
   ++slot.posted;
   s.changed.notify_all();
-  pending.id = id;
-  return true;
+  return PendingExchange{id};
 }
 
-bool LocalCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
-                             std::string &error) {
+Status LocalCommunicator::wait(PendingExchange &pending,
+                               double timeoutSeconds) {
   LocalWorld::State &s = *world.state;
   int64_t id = pending.id, n = s.size;
   Clock::time_point deadline = deadlineAfter(timeoutSeconds);
   std::unique_lock<std::mutex> lock(s.mutex);
-  if (!s.allPosted(lock, id, deadline)) {
-    error = timeoutError(timeoutSeconds);
-    return false;
-  }
+  if (!s.allPosted(lock, id, deadline))
+    return deadlineExceeded(timeoutSeconds);
   // Pull every peer's part for this rank.
   const std::vector<AllToAllV> &calls = s.slots[id].calls;
   const AllToAllV &mine = calls[me];
-  bool ok = true;
+  Status status;
   for (int64_t p = 0; p < n; ++p) {
     const AllToAllV &peer = calls[p];
     if (peer.sendCounts[me] != mine.recvCounts[p] ||
         peer.elementBytes != mine.elementBytes) {
-      error = "rank " + std::to_string(p) + " sends " +
-              std::to_string(peer.sendCounts[me]) + " elements but rank " +
-              std::to_string(me) + " expects " +
-              std::to_string(mine.recvCounts[p]);
-      ok = false;
+      status = unavailable("rank " + std::to_string(p) + " sends " +
+                           std::to_string(peer.sendCounts[me]) +
+                           " elements but rank " + std::to_string(me) +
+                           " expects " + std::to_string(mine.recvCounts[p]));
       continue;
     }
     if (mine.recvCounts[p])
@@ -121,18 +114,15 @@ bool LocalCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
                       peer.sendOffsets[me] * peer.elementBytes,
                   mine.recvCounts[p] * mine.elementBytes);
   }
-  if (!s.finish(lock, id, deadline)) {
-    error = timeoutError(timeoutSeconds);
-    return false;
-  }
+  if (!s.finish(lock, id, deadline))
+    return deadlineExceeded(timeoutSeconds);
   pending.id = -1;
-  return ok;
+  return status;
 }
 
-bool LocalCommunicator::exchangeBytes(std::vector<char> mine,
-                                      std::vector<std::vector<char>> &all,
-                                      double timeoutSeconds,
-                                      std::string &error) {
+StatusOr<std::vector<std::vector<char>>>
+LocalCommunicator::exchangeBytes(std::vector<char> mine,
+                                 double timeoutSeconds) {
   LocalWorld::State &s = *world.state;
   Clock::time_point deadline = deadlineAfter(timeoutSeconds);
   std::unique_lock<std::mutex> lock(s.mutex);
@@ -141,77 +131,65 @@ bool LocalCommunicator::exchangeBytes(std::vector<char> mine,
   slot.bytes[me] = std::move(mine);
   ++slot.posted;
   s.changed.notify_all();
-  if (!s.allPosted(lock, id, deadline)) {
-    error = timeoutError(timeoutSeconds);
-    return false;
-  }
-  all = s.slots[id].bytes;
-  if (!s.finish(lock, id, deadline)) {
-    error = timeoutError(timeoutSeconds);
-    return false;
-  }
-  return true;
+  if (!s.allPosted(lock, id, deadline))
+    return deadlineExceeded(timeoutSeconds);
+  std::vector<std::vector<char>> all = s.slots[id].bytes;
+  if (!s.finish(lock, id, deadline))
+    return deadlineExceeded(timeoutSeconds);
+  return all;
 }
 
-bool LocalCommunicator::allGather(uint64_t value, std::vector<uint64_t> &values,
-                                  double timeoutSeconds, std::string &error) {
-  return allGatherWords({value}, values, timeoutSeconds, error);
+StatusOr<std::vector<uint64_t>>
+LocalCommunicator::allGather(uint64_t value, double timeoutSeconds) {
+  return allGatherWords({value}, timeoutSeconds);
 }
 
-bool LocalCommunicator::allGatherWords(const std::vector<uint64_t> &mine,
-                                       std::vector<uint64_t> &all,
-                                       double timeoutSeconds,
-                                       std::string &error) {
+StatusOr<std::vector<uint64_t>>
+LocalCommunicator::allGatherWords(const std::vector<uint64_t> &mine,
+                                  double timeoutSeconds) {
   std::vector<char> bytes(mine.size() * sizeof(uint64_t));
   if (!mine.empty())
     std::memcpy(bytes.data(), mine.data(), bytes.size());
-  std::vector<std::vector<char>> every;
-  if (!exchangeBytes(bytes, every, timeoutSeconds, error))
-    return false;
-  all.assign(mine.size() * every.size(), 0);
+  MUON_ASSIGN_OR_RETURN(std::vector<std::vector<char>> every,
+                        exchangeBytes(bytes, timeoutSeconds));
+  std::vector<uint64_t> all(mine.size() * every.size(), 0);
   for (size_t r = 0; r < every.size(); ++r) {
-    if (every[r].size() != bytes.size()) {
-      error = "rank " + std::to_string(r) + " gathered " +
-              std::to_string(every[r].size() / sizeof(uint64_t)) +
-              " words, this rank " + std::to_string(mine.size());
-      return false;
-    }
+    if (every[r].size() != bytes.size())
+      return invalidArgument(
+          "rank " + std::to_string(r) + " gathered " +
+          std::to_string(every[r].size() / sizeof(uint64_t)) +
+          " words, this rank " + std::to_string(mine.size()));
     if (!bytes.empty())
       std::memcpy(all.data() + r * mine.size(), every[r].data(), bytes.size());
   }
-  return true;
+  return all;
 }
 
-bool LocalCommunicator::allReduceMin(int64_t value, int64_t &result,
-                                     double timeoutSeconds,
-                                     std::string &error) {
-  std::vector<uint64_t> values;
-  if (!allGather(static_cast<uint64_t>(value), values, timeoutSeconds, error))
-    return false;
-  result = value;
+StatusOr<int64_t> LocalCommunicator::allReduceMin(int64_t value,
+                                                  double timeoutSeconds) {
+  MUON_ASSIGN_OR_RETURN(
+      std::vector<uint64_t> values,
+      allGather(static_cast<uint64_t>(value), timeoutSeconds));
+  int64_t result = value;
   for (uint64_t v : values)
     result = std::min(result, static_cast<int64_t>(v));
-  return true;
+  return result;
 }
 
-bool LocalCommunicator::gatherToRoot(const std::vector<char> &bytes,
-                                     std::vector<std::vector<char>> &atRoot,
-                                     double timeoutSeconds,
-                                     std::string &error) {
-  std::vector<std::vector<char>> all;
-  if (!exchangeBytes(bytes, all, timeoutSeconds, error))
-    return false;
-  atRoot.clear();
-  if (me == 0)
-    atRoot = std::move(all);
-  return true;
+StatusOr<std::vector<std::vector<char>>>
+LocalCommunicator::gatherToRoot(const std::vector<char> &bytes,
+                                double timeoutSeconds) {
+  MUON_ASSIGN_OR_RETURN(std::vector<std::vector<char>> all,
+                        exchangeBytes(bytes, timeoutSeconds));
+  if (me != 0)
+    all.clear();
+  return all;
 }
 
-bool LocalCommunicator::allGatherBytes(const std::vector<char> &bytes,
-                                       std::vector<std::vector<char>> &all,
-                                       double timeoutSeconds,
-                                       std::string &error) {
-  return exchangeBytes(bytes, all, timeoutSeconds, error);
+StatusOr<std::vector<std::vector<char>>>
+LocalCommunicator::allGatherBytes(const std::vector<char> &bytes,
+                                  double timeoutSeconds) {
+  return exchangeBytes(bytes, timeoutSeconds);
 }
 
 void LocalCommunicator::abort(int exitCode) { std::_Exit(exitCode); }

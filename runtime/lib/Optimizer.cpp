@@ -268,12 +268,11 @@ Status Optimizer::gatherParameter(const std::string &name, float *whole,
     device.copyToDevice(send.data(), mine.data(), mine.size() * 4);
   call.sendBuffer = send.data();
   call.recvBuffer = recv.data();
-  PendingExchange pending;
-  std::string error;
-  if (!comm.start(call, pending, error) ||
-      !comm.wait(pending, options.timeoutSeconds, error))
-    return Status(StatusCode::Unavailable,
-                  "gathering '" + name + "': " + error);
+  StatusOr<PendingExchange> pending = comm.start(call);
+  Status moved = pending.ok() ? comm.wait(*pending, options.timeoutSeconds)
+                              : pending.status();
+  if (!moved.ok())
+    return moved.withContext("gathering '" + name + "': ");
   if (!receive)
     return okStatus();
   std::vector<float> pieces(recvTotal);
@@ -354,25 +353,13 @@ Status Optimizer::step(StepResult &result) {
 
 Status Optimizer::saveCheckpoint(const std::string &dir, bool withParameters) {
   // The checks and the save are collective: every rank fails alike.
-  return guardedCall("saving a checkpoint", [&] {
-    std::string error;
-    if (!saveCheckpointFiles(dir, withParameters, error))
-      return Status(dir.empty() ? StatusCode::InvalidArgument
-                                : StatusCode::Unavailable,
-                    escapeBytes(error));
-    return okStatus();
-  });
+  return guardedCall("saving a checkpoint",
+                     [&] { return saveCheckpointFiles(dir, withParameters); });
 }
 
 Status Optimizer::loadCheckpoint(const std::string &dir, bool withParameters) {
-  // A checkpoint that does not fit is input like any other. Its messages
-  // quote what the files hold: escaped.
-  return guardedCall("loading a checkpoint", [&] {
-    std::string error;
-    if (!loadCheckpointFiles(dir, withParameters, error))
-      return invalidArgument(escapeBytes(error));
-    return okStatus();
-  });
+  return guardedCall("loading a checkpoint",
+                     [&] { return loadCheckpointFiles(dir, withParameters); });
 }
 
 DType Optimizer::nsDtype() const { return executor->nsPrecision(); }

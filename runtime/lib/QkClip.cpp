@@ -38,12 +38,13 @@ Status StepExecutor::agreeOnQkLogits(std::vector<std::vector<float>> &maxima) {
   }
   std::vector<char> bytes(mine.size() * sizeof(float));
   std::memcpy(bytes.data(), mine.data(), bytes.size());
-  std::vector<std::vector<char>> all;
-  std::string error;
   ++lastCounters.controlCollectives;
-  if (!comm.allGatherBytes(bytes, all, options.timeoutSeconds, error))
-    return Status(StatusCode::Unavailable,
-                  "QK-clip: sharing the attention logits: " + error);
+  StatusOr<std::vector<std::vector<char>>> gathered =
+      comm.allGatherBytes(bytes, options.timeoutSeconds);
+  if (!gathered.ok())
+    return gathered.status().withContext(
+        "QK-clip: sharing the attention logits: ");
+  const std::vector<std::vector<char>> &all = *gathered;
   for (const std::vector<char> &theirs : all)
     if (theirs.size() != bytes.size())
       return Status(StatusCode::Internal, "QK-clip: a rank sent " +

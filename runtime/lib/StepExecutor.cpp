@@ -44,13 +44,6 @@ Status StepExecutor::allocate(DeviceBuffer &buffer, int64_t bytes,
                     std::to_string(bytes) + " bytes)");
 }
 
-/// A communicator's failure: a peer that did not answer in time, or a
-/// transport error.
-static Status transportFailure(const std::string &context,
-                               const std::string &error) {
-  return Status(StatusCode::Unavailable, context + error);
-}
-
 Status StepExecutor::initialize() {
   const Plan &plan = planRef;
   myRank = comm.rank();
@@ -68,12 +61,12 @@ Status StepExecutor::initialize() {
   // (on the CPU, bf16 where it has bf16 products), so the word compared
   // carries it in its low two bits.
   constexpr uint64_t kPrecisionBits = 3;
-  std::vector<uint64_t> hashes;
-  std::string error;
-  if (!comm.allGather((planHash(plan) & ~kPrecisionBits) |
-                          static_cast<uint64_t>(nsDtype),
-                      hashes, options.timeoutSeconds, error))
-    return transportFailure("start-up: comparing plans: ", error);
+  StatusOr<std::vector<uint64_t>> gathered = comm.allGather(
+      (planHash(plan) & ~kPrecisionBits) | static_cast<uint64_t>(nsDtype),
+      options.timeoutSeconds);
+  if (!gathered.ok())
+    return gathered.status().withContext("start-up: comparing plans: ");
+  const std::vector<uint64_t> &hashes = *gathered;
   std::vector<int64_t> differ, otherPrecision;
   for (size_t r = 0; r < hashes.size(); ++r)
     if ((hashes[r] | kPrecisionBits) != (hashes[0] | kPrecisionBits))
@@ -500,20 +493,22 @@ Status StepExecutor::startExchange(int64_t index) {
   // transport that reads the buffers from outside the device's queue waits
   // for it (Communicator::start).
   // A step checked against its graph moves nothing: the replay will.
-  std::string error;
-  if (pass != Pass::Checking && !comm.start(call, flight.pending, error))
-    return transportFailure("starting " + describeExchange(index) + ": ",
-                            error);
+  if (pass == Pass::Checking)
+    return okStatus();
+  StatusOr<PendingExchange> pending = comm.start(call);
+  if (!pending.ok())
+    return pending.status().withContext("starting " + describeExchange(index) +
+                                        ": ");
+  flight.pending = *pending;
   return okStatus();
 }
 
 Status StepExecutor::finishExchange(int64_t index) {
   InFlight &flight = inFlight.at(index);
-  std::string error;
-  if (pass != Pass::Checking &&
-      !comm.wait(flight.pending, options.timeoutSeconds, error))
-    return transportFailure("waiting for " + describeExchange(index) + ": ",
-                            error);
+  if (pass != Pass::Checking)
+    MUON_RETURN_IF_ERROR(
+        comm.wait(flight.pending, options.timeoutSeconds)
+            .withContext("waiting for " + describeExchange(index) + ": "));
   const Exchange &ex = planRef.exchanges[index];
   const RankExchangeView &view = layout->views[index];
   const int64_t width = dtypeBytes(wire);
@@ -814,15 +809,15 @@ Status StepExecutor::step(StepResult &result) {
   }
   const std::vector<int64_t> mine = missingGradients();
   const bool changed = mine != agreedMine;
-  std::vector<uint64_t> all;
-  std::string error;
   ++lastCounters.controlCollectives;
-  if (!comm.allGatherWords({(stop << kStatusShift) |
-                                (changed ? kMissingChanged : 0) |
-                                (groupsHash() & kHashMask),
-                            listHash(mine)},
-                           all, options.timeoutSeconds, error))
-    return transportFailure("checking gradients for NaN/Inf: ", error);
+  StatusOr<std::vector<uint64_t>> gathered = comm.allGatherWords(
+      {(stop << kStatusShift) | (changed ? kMissingChanged : 0) |
+           (groupsHash() & kHashMask),
+       listHash(mine)},
+      options.timeoutSeconds);
+  if (!gathered.ok())
+    return gathered.status().withContext("checking gradients for NaN/Inf: ");
+  const std::vector<uint64_t> &all = *gathered;
   std::vector<uint64_t> words(all.size() / 2);
   bool sameLists = true;
   for (size_t r = 0; r < words.size(); ++r) {
@@ -885,9 +880,8 @@ Status StepExecutor::step(StepResult &result) {
       lastCounters.graph == GraphUse::Replayed) {
     // The graph's exchanges have no wait of their own: the transport's
     // deadline and error checks cover the whole replay.
-    std::string error;
-    if (!comm.waitForReplay(options.timeoutSeconds, error))
-      return transportFailure("waiting for the step graph: ", error);
+    MUON_RETURN_IF_ERROR(comm.waitForReplay(options.timeoutSeconds)
+                             .withContext("waiting for the step graph: "));
   }
   device.synchronize();
   lastCounters.peakWorkingBytes = peakBytes;
@@ -978,12 +972,13 @@ StepExecutor::agreeOnMissingGradients(const std::vector<int64_t> &mine) {
   std::vector<char> bytes(mine.size() * sizeof(int64_t));
   if (!mine.empty())
     std::memcpy(bytes.data(), mine.data(), bytes.size());
-  std::vector<std::vector<char>> every;
-  std::string error;
   ++lastCounters.controlCollectives;
-  if (!comm.allGatherBytes(bytes, every, options.timeoutSeconds, error))
-    return transportFailure("agreeing on the parameters without a gradient: ",
-                            error);
+  StatusOr<std::vector<std::vector<char>>> gathered =
+      comm.allGatherBytes(bytes, options.timeoutSeconds);
+  if (!gathered.ok())
+    return gathered.status().withContext(
+        "agreeing on the parameters without a gradient: ");
+  const std::vector<std::vector<char>> &every = *gathered;
   const int64_t count = static_cast<int64_t>(locals.size());
   const int64_t ranks = static_cast<int64_t>(every.size());
   // without[i]: the ranks that named parameter i.
@@ -1042,12 +1037,13 @@ Status StepExecutor::agreeOnDeviceErrors() {
     mine = stepFailure;
   stepFailure = okStatus();
   const int64_t none = std::numeric_limits<int64_t>::max();
-  int64_t first = none;
-  std::string error;
   ++lastCounters.controlCollectives;
-  if (!comm.allReduceMin(mine.ok() ? none : myRank, first,
-                         options.timeoutSeconds, error))
-    return transportFailure("checking the step's device errors: ", error);
+  StatusOr<int64_t> firstFailed =
+      comm.allReduceMin(mine.ok() ? none : myRank, options.timeoutSeconds);
+  if (!firstFailed.ok())
+    return firstFailed.status().withContext(
+        "checking the step's device errors: ");
+  const int64_t first = *firstFailed;
   if (first == none)
     return okStatus();
   std::string text =

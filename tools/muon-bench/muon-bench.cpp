@@ -341,7 +341,7 @@ int runStep(int argc, char **argv) {
   std::unique_ptr<runtime::Optimizer> optimizer;
   runtime::OptimizerOptions options;
   options.graphs = graphs;
-  if (runtime::Status s =
+  if (muon::Status s =
           runtime::Optimizer::create(plan, self, device, options, optimizer);
       !s.ok())
     return fail(s.message());
@@ -362,7 +362,7 @@ int runStep(int argc, char **argv) {
     device.synchronize();
     const double start = clockSeconds();
     runtime::StepResult result;
-    if (runtime::Status status = optimizer->step(result); !status.ok())
+    if (muon::Status status = optimizer->step(result); !status.ok())
       return fail("step " + std::to_string(s) + ": " + status.message());
     device.synchronize();
     if (s >= untimed)
@@ -489,7 +489,7 @@ int runOrthogonalize(int argc, char **argv) {
   device.copyToDevice(x.data(), host.data(), elements * 4);
   device.newtonSchulz(x.floats(), 1, rows, cols, abc, eps, dtype);
   device.copyToHost(host.data(), x.data(), elements * 4);
-  if (runtime::Status s = device.takeError(); !s.ok())
+  if (muon::Status s = device.takeError(); !s.ok())
     return fail(s.message());
   std::ofstream out(output, std::ios::binary);
   if (!out.write(reinterpret_cast<const char *>(host.data()), elements * 4))

@@ -61,40 +61,34 @@ static int localEnv(const char *name, int fallback) {
 }
 #endif
 
-bool openBackend(const RunFlags &flags, runtime::Communicator &mpi,
-                 RankBackend &backend, std::string &error) {
+Status openBackend(const RunFlags &flags, runtime::Communicator &mpi,
+                   RankBackend &backend) {
   // Devices and transports come from the runtime's registry, as for any
   // program that embeds it; this build adds the CUDA backend when it has it.
 #ifdef MUON_HAVE_CUDA
   runtime::cuda::registerBackend();
 #endif
-  auto opened = [&](const runtime::Status &s) {
-    if (!s.ok())
-      error = s.message();
-    return s.ok();
-  };
   auto transport = [&](const std::string &kind, const char *description) {
-    if (!opened(runtime::createCommunicator(kind, mpi, *backend.device,
-                                            backend.transport)))
-      return false;
+    MUON_RETURN_IF_ERROR(runtime::createCommunicator(kind, mpi, *backend.device,
+                                                     backend.transport));
     backend.description += description;
-    return true;
+    return okStatus();
   };
   if (flags.backend == "cpu") {
     backend.description = "cpu";
-    if (!opened(runtime::createDevice("cpu", backend.device)))
-      return false;
-    return flags.transport != "host" || transport("host", ", host-staged MPI");
+    MUON_RETURN_IF_ERROR(runtime::createDevice("cpu", backend.device));
+    return flags.transport == "host" ? transport("host", ", host-staged MPI")
+                                     : okStatus();
   }
 #ifdef MUON_HAVE_CUDA
-  int gpus = runtime::cuda::deviceCount(error);
+  std::string why;
+  int gpus = runtime::cuda::deviceCount(why);
   if (gpus < 1)
-    return false;
+    return unavailable(why);
   int localRank = localEnv("OMPI_COMM_WORLD_LOCAL_RANK", 0);
   int localSize = localEnv("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
   const std::string device = "cuda:" + std::to_string(localRank % gpus);
-  if (!opened(runtime::createDevice(device, backend.device)))
-    return false;
+  MUON_RETURN_IF_ERROR(runtime::createDevice(device, backend.device));
   backend.description = device;
   bool nccl = flags.transport == "nccl" ||
               (flags.transport == "auto" && localSize <= gpus);
@@ -102,8 +96,7 @@ bool openBackend(const RunFlags &flags, runtime::Communicator &mpi,
   return nccl ? transport("nccl", ", nccl")
               : transport("host", ", host-staged MPI");
 #else
-  error = "this muon-run is built without the CUDA backend";
-  return false;
+  return unimplemented("this muon-run is built without the CUDA backend");
 #endif
 }
 

@@ -35,9 +35,9 @@ struct RankBackend {
 };
 
 /// Rank side: opens the backend `flags` names over `mpi`. Collective (NCCL
-/// start-up): every rank calls it. False with `error`.
-bool openBackend(const RunFlags &flags, runtime::Communicator &mpi,
-                 RankBackend &backend, std::string &error);
+/// start-up): every rank calls it.
+Status openBackend(const RunFlags &flags, runtime::Communicator &mpi,
+                   RankBackend &backend);
 
 } // namespace muon::tool
 

@@ -20,10 +20,15 @@ namespace muon::tool {
 using namespace muon::runtime;
 
 std::string rankError(int64_t rank, const std::string &error) {
+  return "rank " + std::to_string(rank) + ": " + error;
+}
+
+std::string rankError(int64_t rank, const Status &status) {
   // The runtime names no flag in a timeout (the caller chose the limit);
   // here the caller is muon-run.
-  return "rank " + std::to_string(rank) + ": " + error +
-         (isTimeoutError(error) ? " (see --timeout)" : "");
+  return rankError(rank, status.text()) +
+         (status.code() == StatusCode::DeadlineExceeded ? " (see --timeout)"
+                                                        : "");
 }
 
 namespace {

@@ -44,8 +44,10 @@ int finishAtRoot(const Plan &plan, const RunFlags &flags,
 /// Exit codes beyond the contract's 0/1/2: a run that failed.
 inline constexpr int kRunFailed = 3;
 
-/// "rank R: <error>" as muon-run prints it.
+/// "rank R: <error>" as muon-run prints it; a status that is a timeout
+/// also names the flag that sets it.
 std::string rankError(int64_t rank, const std::string &error);
+std::string rankError(int64_t rank, const Status &status);
 
 } // namespace muon::tool
 

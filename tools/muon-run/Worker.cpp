@@ -72,10 +72,19 @@ private:
     printError(rankError(rank, message));
   }
   /// A collective's failure ends the run on every rank.
-  [[noreturn]] void abortRun(const std::string &message) {
-    fail(message);
+  [[noreturn]] void abortRun(const Status &status) {
+    printError(rankError(rank, status));
     comm.abort(kRunFailed);
     std::_Exit(kRunFailed); // abort() does not return; this says so
+  }
+  /// Rank 0 gets every rank's `bytes`, or the run ends with `what` failed.
+  std::vector<std::vector<char>> gatherOrAbort(const std::vector<char> &bytes,
+                                               const char *what) {
+    StatusOr<std::vector<std::vector<char>>> all =
+        comm.gatherToRoot(bytes, flags.timeoutSeconds);
+    if (!all.ok())
+      abortRun(all.status().withContext(std::string(what) + ": "));
+    return std::move(all).value();
   }
   /// The injected faults that act on the plan and the gradients.
   std::vector<NonFiniteInjection> applyPlanFaults();
@@ -135,7 +144,7 @@ StepsOutcome Rank::runSteps(Optimizer &optimizer, SyntheticModel &model,
     auto start = std::chrono::steady_clock::now();
     StepResult result;
     if (Status status = optimizer.step(result); !status.ok())
-      abortRun(status.message());
+      abortRun(status);
     double seconds = std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - start)
                          .count();
@@ -213,29 +222,23 @@ StepsOutcome Rank::runSteps(Optimizer &optimizer, SyntheticModel &model,
 Gathered Rank::gather(const StepsOutcome &outcome,
                       const SyntheticModel &model) {
   Gathered at;
-  std::string error;
-  if (!comm.gatherToRoot(encode(outcome.run), at.runs, flags.timeoutSeconds,
-                         error))
-    abortRun("collecting figures: " + error);
-  if (!flags.traceFile.empty() &&
-      !comm.gatherToRoot(encodeTrace(outcome.lastTrace), at.traces,
-                         flags.timeoutSeconds, error))
-    abortRun("collecting traces: " + error);
+  at.runs = gatherOrAbort(encode(outcome.run), "collecting figures");
+  if (!flags.traceFile.empty())
+    at.traces =
+        gatherOrAbort(encodeTrace(outcome.lastTrace), "collecting traces");
   std::vector<char> owned;
   for (const std::string &label : outcome.planned.owned) {
     owned.insert(owned.end(), label.begin(), label.end());
     owned.push_back('\n');
   }
-  if (!comm.gatherToRoot(owned, at.owned, flags.timeoutSeconds, error))
-    abortRun("collecting figures: " + error);
+  at.owned = gatherOrAbort(owned, "collecting figures");
   if (flags.verify) {
     std::vector<char> mine;
     for (size_t i = 0; i < plan.params.size(); ++i) {
       std::vector<float> piece = model.values(i);
       append(mine, piece.data(), piece.size());
     }
-    if (!comm.gatherToRoot(mine, at.pieces, flags.timeoutSeconds, error))
-      abortRun("collecting parameters to verify: " + error);
+    at.pieces = gatherOrAbort(mine, "collecting parameters to verify");
   }
   return at;
 }
@@ -307,28 +310,30 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv,
   });
   MpiCommunicator mpi(argc, argv);
   RankBackend backend;
-  std::string error;
-  bool opened = planLoaded &&
-                mpi.setProgress(flags.mpiProgress == "thread"
-                                    ? MpiProgress::Thread
-                                : flags.mpiProgress == "calls"
-                                    ? MpiProgress::Calls
-                                    : MpiProgress::Auto,
-                                error) &&
-                openBackend(flags, mpi, backend, error);
+  Status openStatus;
+  if (planLoaded) {
+    openStatus =
+        mpi.setProgress(flags.mpiProgress == "thread"  ? MpiProgress::Thread
+                        : flags.mpiProgress == "calls" ? MpiProgress::Calls
+                                                       : MpiProgress::Auto);
+    if (openStatus.ok())
+      openStatus = openBackend(flags, mpi, backend);
+  }
+  const bool opened = planLoaded && openStatus.ok();
   // Every rank agrees before any runs: one that could not load its part of
   // the plan (exit 2, as a bad plan always is) or open its device ends the
   // run on all of them.
-  int64_t mine = !planLoaded ? 0 : opened ? 2 : 1, everyone = 0;
-  std::string agreeError;
-  if (!mpi.allReduceMin(mine, everyone, flags.timeoutSeconds, agreeError)) {
-    printError(
-        rankError(mpi.rank(), opened || !planLoaded ? agreeError : error));
+  int64_t mine = !planLoaded ? 0 : opened ? 2 : 1;
+  StatusOr<int64_t> agreed = mpi.allReduceMin(mine, flags.timeoutSeconds);
+  if (!agreed.ok()) {
+    printError(rankError(mpi.rank(),
+                         opened || !planLoaded ? agreed.status() : openStatus));
     mpi.abort(kRunFailed);
   }
+  const int64_t everyone = *agreed;
   if (everyone < 2) {
     if (planLoaded && !opened)
-      printError(rankError(mpi.rank(), error));
+      printError(rankError(mpi.rank(), openStatus));
     return everyone == 0 ? 2 : kRunFailed;
   }
   Communicator &comm = backend.transport ? *backend.transport

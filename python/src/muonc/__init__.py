@@ -20,20 +20,23 @@ from . import _blas
 # Before the extension loads OpenBLAS, which reads it once (see _blas).
 _blas.prefer_kernels()
 
-from ._core import (  # noqa: E402DataLossError, FailedPreconditionError, InternalError,
-                    InvalidArgumentError, MuonError, MuonTypeError,
-                    NotFoundError, Optimizer, ResourceExhaustedError,
-                    Plan, UnavailableError, compile_model, cpu_newton_schulz)
+from ._core import (  # noqa: E402
+    CancelledError, DataLossError, DeadlineExceededError,
+    FailedPreconditionError, InternalError, InvalidArgumentError, MuonError,
+    MuonTypeError, NotFoundError, Optimizer, Plan, ResourceExhaustedError,
+    UnavailableError, UnimplementedError, compile_model, cpu_newton_schulz)
 from . import _core  # noqa: E402
 from ._core import compile_spec as _compile_spec  # noqa: E402
 
 # Errors: MuonError, and per kind a class that is also the builtin
 # exception torch raises for it (InvalidArgumentError is a ValueError,
-# FailedPreconditionError a RuntimeError, ...).
+# FailedPreconditionError a RuntimeError, ...), one per status code.
 __all__ = ["MuonError", "InvalidArgumentError", "FailedPreconditionError",
            "NotFoundError", "DataLossError", "ResourceExhaustedError",
-           "UnavailableError", "InternalError", "MuonTypeError", "Optimizer", "Plan",
-           "compile_model", "compile_spec", "cpu_newton_schulz", "load_plan"]
+           "UnavailableError", "DeadlineExceededError", "CancelledError",
+           "UnimplementedError", "InternalError", "MuonTypeError", "Optimizer",
+           "Plan", "compile_model", "compile_spec", "cpu_newton_schulz",
+           "load_plan"]
 __version__ = _core.__version__  # the project's VERSION file
 
 

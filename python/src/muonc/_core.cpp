@@ -55,6 +55,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -68,14 +69,14 @@ namespace {
 /// A failed Status, raised in Python as the muonc exception of its code
 /// (errorClasses), with the text "invalid argument: ...".
 struct StatusError : std::runtime_error {
-  StatusError(rt::StatusCode code, const std::string &message)
-      : std::runtime_error(std::string(rt::statusCodeName(code)) + ": " +
+  StatusError(muon::StatusCode code, const std::string &message)
+      : std::runtime_error(std::string(muon::statusCodeName(code)) + ": " +
                            message),
         code(code) {}
-  rt::StatusCode code;
+  muon::StatusCode code;
 };
 
-void check(const rt::Status &status) {
+void check(const muon::Status &status) {
   if (!status.ok())
     throw StatusError(status.code(), status.message());
 }
@@ -127,8 +128,7 @@ public:
   int64_t rank() const override { return theRank; }
   int64_t size() const override { return theSize; }
 
-  bool start(const rt::AllToAllV &x, rt::PendingExchange &pending,
-             std::string &) override {
+  muon::StatusOr<rt::PendingExchange> start(const rt::AllToAllV &x) override {
     // Recorded here, run in wait(): every rank waits for its exchanges in
     // the plan's order, as it starts them, so the process group's blocking
     // all-to-all matches across ranks.
@@ -149,42 +149,42 @@ public:
       if (call.rc[p])
         call.recvEnd = std::max(call.recvEnd, call.ro[p] + call.rc[p]);
     }
-    pending.id = nextId++;
+    rt::PendingExchange pending{nextId++};
     calls[pending.id] = std::move(call);
-    return true;
+    return pending;
   }
-  bool wait(rt::PendingExchange &pending, double,
-            std::string &error) override {
+  muon::Status wait(rt::PendingExchange &pending, double) override {
     auto it = calls.find(pending.id);
-    if (it == calls.end()) {
-      error = "python communicator: wait for an exchange never started";
-      return false;
-    }
+    if (it == calls.end())
+      return muon::failedPrecondition(
+          "python communicator: wait for an exchange never started");
     Call c = std::move(it->second);
     calls.erase(it);
     pending.id = -1;
-    return call(error, [&] {
+    return call([&] {
       object.attr("all_to_all_v")(bytesView(c.send, c.sendEnd), c.sc, c.so,
                                   bytesView(c.recv, c.recvEnd), c.rc, c.ro);
     });
   }
   void progress() override {}
 
-  bool allGather(uint64_t value, std::vector<uint64_t> &values, double,
-                 std::string &error) override {
-    return call(error, [&] {
+  muon::StatusOr<std::vector<uint64_t>> allGather(uint64_t value,
+                                                  double) override {
+    std::vector<uint64_t> values;
+    MUON_RETURN_IF_ERROR(call([&] {
       values = nb::cast<std::vector<uint64_t>>(
           object.attr("all_gather_int")(value));
-    });
+    }));
+    return values;
   }
-  bool allGatherWords(const std::vector<uint64_t> &mine,
-                      std::vector<uint64_t> &all, double timeout,
-                      std::string &error) override {
+  muon::StatusOr<std::vector<uint64_t>>
+  allGatherWords(const std::vector<uint64_t> &mine, double timeout) override {
     // A communicator of the user's own may lack it: one all_gather_int
     // per word then.
     if (!nb::hasattr(object, "all_gather_words"))
-      return Communicator::allGatherWords(mine, all, timeout, error);
-    return call(error, [&] {
+      return Communicator::allGatherWords(mine, timeout);
+    std::vector<uint64_t> all;
+    MUON_RETURN_IF_ERROR(call([&] {
       all = nb::cast<std::vector<uint64_t>>(
           object.attr("all_gather_words")(mine));
       if (all.size() != mine.size() * static_cast<size_t>(theSize))
@@ -192,47 +192,43 @@ public:
             "all_gather_words returned " + std::to_string(all.size()) +
             " words for " + std::to_string(theSize) + " ranks of " +
             std::to_string(mine.size()));
-    });
+    }));
+    return all;
   }
-  bool allReduceMin(int64_t value, int64_t &result, double timeout,
-                    std::string &error) override {
-    std::vector<uint64_t> all;
+  muon::StatusOr<int64_t> allReduceMin(int64_t value, double timeout) override {
     // Two's complement keeps the order of signed values after the flip of
     // the sign bit.
     const uint64_t flip = uint64_t(1) << 63;
-    if (!allGather(static_cast<uint64_t>(value) ^ flip, all, timeout, error))
-      return false;
+    MUON_ASSIGN_OR_RETURN(
+        std::vector<uint64_t> all,
+        allGather(static_cast<uint64_t>(value) ^ flip, timeout));
     uint64_t least = all.empty() ? static_cast<uint64_t>(value) ^ flip : all[0];
     for (uint64_t v : all)
       least = std::min(least, v);
-    result = static_cast<int64_t>(least ^ flip);
-    return true;
+    return static_cast<int64_t>(least ^ flip);
   }
-  bool gatherToRoot(const std::vector<char> &bytes,
-                    std::vector<std::vector<char>> &atRoot, double timeout,
-                    std::string &error) override {
+  muon::StatusOr<std::vector<std::vector<char>>>
+  gatherToRoot(const std::vector<char> &bytes, double timeout) override {
+    MUON_ASSIGN_OR_RETURN(std::vector<std::vector<char>> all,
+                          allGatherBytes(bytes, timeout));
+    if (theRank != 0)
+      all.clear();
+    return all;
+  }
+  muon::StatusOr<std::vector<std::vector<char>>>
+  allGatherBytes(const std::vector<char> &bytes, double) override {
     std::vector<std::vector<char>> all;
-    if (!allGatherBytes(bytes, all, timeout, error))
-      return false;
-    atRoot.clear();
-    if (theRank == 0)
-      atRoot = std::move(all);
-    return true;
-  }
-  bool allGatherBytes(const std::vector<char> &bytes,
-                      std::vector<std::vector<char>> &all, double,
-                      std::string &error) override {
-    return call(error, [&] {
+    MUON_RETURN_IF_ERROR(call([&] {
       nb::object result = object.attr("all_gather_bytes")(
           nb::bytes(bytes.data(), bytes.size()));
-      all.clear();
       for (nb::handle item : result)
         all.push_back(toBytes(item));
       if (static_cast<int64_t>(all.size()) != theSize)
         throw std::runtime_error("all_gather_bytes returned " +
                                  std::to_string(all.size()) + " items for " +
                                  std::to_string(theSize) + " ranks");
-    });
+    }));
+    return all;
   }
   [[noreturn]] void abort(int exitCode) override {
     try {
@@ -243,16 +239,28 @@ public:
   }
 
 private:
-  template <typename F> bool call(std::string &error, F &&f) {
+  /// Runs a callback: a Python TimeoutError is the peer's deadline, any
+  /// other exception the transport's failure.
+  template <typename F> muon::Status call(F &&f) {
     try {
       f();
-      return true;
+      return muon::okStatus();
     } catch (nb::python_error &e) {
-      error = std::string("python communicator: ") + e.what();
+      // "TimeoutError: <its message>", not what() with the whole traceback.
+      std::string text;
+      try {
+        text = nb::cast<std::string>(nb::handle(e.type()).attr("__name__")) +
+               ": " + nb::cast<std::string>(nb::str(e.value()));
+      } catch (...) {
+        text = e.what();
+      }
+      return muon::Status(e.matches(PyExc_TimeoutError)
+                              ? muon::StatusCode::DeadlineExceeded
+                              : muon::StatusCode::Unavailable,
+                          "python communicator: " + text);
     } catch (std::exception &e) {
-      error = std::string("python communicator: ") + e.what();
+      return muon::unavailable(std::string("python communicator: ") + e.what());
     }
-    return false;
   }
 
   struct Call {
@@ -282,14 +290,16 @@ mc::Placement placementOf(nb::handle item) {
     return mc::Placement::partial();
   if (text.size() > 3 && text.rfind("S(", 0) == 0 && text.back() == ')')
     return mc::Placement::shard(std::stoll(text.substr(2, text.size() - 3)));
-  throw StatusError(rt::StatusCode::InvalidArgument, "placement '" + text + "': expected \"R\", \"P\" or \"S(dim)\"");
+  throw StatusError(muon::StatusCode::InvalidArgument,
+                    "placement '" + text +
+                        "': expected \"R\", \"P\" or \"S(dim)\"");
 }
 
 /// The registered algorithm called `name` (muon/Plan/Algorithm.h).
 muon::AlgorithmId algorithmOf(const std::string &name) {
   if (std::optional<muon::AlgorithmId> a = muon::findAlgorithm(name))
     return *a;
-  throw StatusError(rt::StatusCode::InvalidArgument,
+  throw StatusError(muon::StatusCode::InvalidArgument,
                     "a group's algorithm is " + muon::algorithmNames() +
                         ", not \"" + name + "\"");
 }
@@ -307,7 +317,7 @@ void applyGroupDict(nb::dict d, muon::PlanGroup &g, bool strict) {
       for (const GroupSetting &s : muon::algorithmOf(g.algorithm).settings)
         known = known || key == s.jsonKey;
       if (!known)
-        throw StatusError(rt::StatusCode::InvalidArgument,
+        throw StatusError(muon::StatusCode::InvalidArgument,
                           "'" + key + "' is not a " +
                               muon::algorithmOf(g.algorithm).title +
                               " group setting");
@@ -319,8 +329,9 @@ void applyGroupDict(nb::dict d, muon::PlanGroup &g, bool strict) {
       if (d.contains(s.jsonKey) && !d[s.jsonKey].is_none()) {
         auto values = nb::cast<std::vector<double>>(d[s.jsonKey]);
         if (i >= values.size())
-          throw StatusError(rt::StatusCode::InvalidArgument, "'" + std::string(s.jsonKey) +
-                                 "' has too few values");
+          throw StatusError(muon::StatusCode::InvalidArgument,
+                            "'" + std::string(s.jsonKey) +
+                                "' has too few values");
         muon::setSettingValue(s, g, values[i]);
       }
     } else if (!d.contains(s.name) || d[s.name].is_none()) {
@@ -354,7 +365,8 @@ mc::ParamGroup groupOf(nb::dict d) {
     if (d.contains("ns_coefficients") && !d["ns_coefficients"].is_none()) {
       auto c = nb::cast<std::vector<double>>(d["ns_coefficients"]);
       if (c.size() != 3)
-        throw StatusError(rt::StatusCode::InvalidArgument, "ns_coefficients must be (a, b, c)");
+        throw StatusError(muon::StatusCode::InvalidArgument,
+                          "ns_coefficients must be (a, b, c)");
       g.ns.nsCoefficients = {{c[0], c[1], c[2]}};
     }
   }
@@ -368,7 +380,7 @@ mc::ParamGroup groupOf(nb::dict d) {
 /// values raise ValueError naming the key.
 muon::PlacementMachine placementMachineOf(nb::handle given) {
   if (!nb::isinstance<nb::dict>(given))
-    throw StatusError(rt::StatusCode::InvalidArgument,
+    throw StatusError(muon::StatusCode::InvalidArgument,
                       "placement_machine: expected a dict of numbers");
   muon::PlacementMachine machine;
   const std::pair<const char *, double *> numbers[] = {
@@ -384,7 +396,7 @@ muon::PlacementMachine placementMachineOf(nb::handle given) {
         (nb::isinstance<nb::int_>(value) || nb::isinstance<nb::float_>(value)))
       number = nb::cast<double>(value);
     if (!std::isfinite(number) || number < 0)
-      throw StatusError(rt::StatusCode::InvalidArgument,
+      throw StatusError(muon::StatusCode::InvalidArgument,
                         "placement_machine['" + name +
                             "']: expected a finite number >= 0");
     if (name == "ranks_per_node") {
@@ -394,7 +406,7 @@ muon::PlacementMachine placementMachineOf(nb::handle given) {
     auto it = std::find_if(std::begin(numbers), std::end(numbers),
                            [&](const auto &n) { return name == n.first; });
     if (it == std::end(numbers))
-      throw StatusError(rt::StatusCode::InvalidArgument,
+      throw StatusError(muon::StatusCode::InvalidArgument,
                         "placement_machine: unknown key '" + name +
                             "' (expected ns_flops_per_second, "
                             "bytes_per_second, latency_seconds, "
@@ -403,7 +415,7 @@ muon::PlacementMachine placementMachineOf(nb::handle given) {
     *it->second = number;
   }
   if (!machine.valid())
-    throw StatusError(rt::StatusCode::InvalidArgument,
+    throw StatusError(muon::StatusCode::InvalidArgument,
                       "placement_machine: ns_flops_per_second and "
                       "bytes_per_second must be given and > 0");
   return machine;
@@ -489,7 +501,7 @@ PyPlan compileModel(nb::list params, nb::list groups, nb::object mesh,
       config->placementMachine = placementMachineOf(m["placement_machine"]);
   }
   if (!mc::compile(model, config ? &*config : nullptr, plan, error))
-    throw StatusError(rt::StatusCode::InvalidArgument, error);
+    throw StatusError(muon::StatusCode::InvalidArgument, error);
   return PyPlan{std::move(plan)};
 }
 
@@ -553,14 +565,14 @@ const muonc::MpiPlugin &loadMpi() {
   const std::string library = overridden ? chosen : MUONC_MPI_LIBRARY;
   if (!dlopen(library.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
     const char *why = dlerror();
-    throw StatusError(
-        rt::StatusCode::Unavailable,
-        "comm=\"mpi\" needs MPI: cannot load " + library +
-            (overridden ? " (MUON_MPI_LIBRARY)"
-                        : " (Open MPI's library: install Open MPI, e.g. "
-                          "`apt install openmpi-bin`, or point "
-                          "MUON_MPI_LIBRARY at a compatible libmpi)") +
-            ": " + (why ? why : "unknown dlopen error"));
+    throw StatusError(muon::StatusCode::Unavailable,
+                      "comm=\"mpi\" needs MPI: cannot load " + library +
+                          (overridden
+                               ? " (MUON_MPI_LIBRARY)"
+                               : " (Open MPI's library: install Open MPI, e.g. "
+                                 "`apt install openmpi-bin`, or point "
+                                 "MUON_MPI_LIBRARY at a compatible libmpi)") +
+                          ": " + (why ? why : "unknown dlopen error"));
   }
   Dl_info self;
   std::string plugin = "libmuonc_mpi.so";
@@ -575,9 +587,9 @@ const muonc::MpiPlugin &loadMpi() {
                        : nullptr;
   if (!entry) {
     const char *why = dlerror();
-    throw StatusError(rt::StatusCode::Unavailable,
-                      "comm=\"mpi\": cannot load muonc's MPI plugin " +
-                          plugin + " over " + library + ": " +
+    throw StatusError(muon::StatusCode::Unavailable,
+                      "comm=\"mpi\": cannot load muonc's MPI plugin " + plugin +
+                          " over " + library + ": " +
                           (why ? why : "unknown dlopen error"));
   }
   mpiPlugin = entry();
@@ -609,8 +621,9 @@ void mpiFinalize() {
 rt::cpu::NsForm nsFormOrDefault(const std::string &nsForm) {
   rt::cpu::NsForm form = rt::cpu::CpuDeviceOptions::nsFormFromEnvironment();
   if (!nsForm.empty() && !rt::cpu::parseNsForm(nsForm, form))
-    throw StatusError(rt::StatusCode::InvalidArgument, "ns_form '" + nsForm +
-                      "': expected 'auto', 'standard' or 'gram'");
+    throw StatusError(muon::StatusCode::InvalidArgument,
+                      "ns_form '" + nsForm +
+                          "': expected 'auto', 'standard' or 'gram'");
   return form;
 }
 
@@ -627,9 +640,9 @@ public:
       base = std::make_unique<rt::SingleRankCommunicator>();
     } else if (nb::isinstance<nb::str>(comm)) {
       if (nb::cast<std::string>(comm) != "mpi")
-        throw StatusError(rt::StatusCode::InvalidArgument, "comm '" +
-                          nb::cast<std::string>(comm) +
-                          "': expected None, \"mpi\" or a communicator");
+        throw StatusError(muon::StatusCode::InvalidArgument,
+                          "comm '" + nb::cast<std::string>(comm) +
+                              "': expected None, \"mpi\" or a communicator");
       base = ensureMpi().worldCommunicator();
       releaseGil = true;
     } else {
@@ -664,7 +677,7 @@ public:
     muon::Plan parsed;
     std::string error;
     if (!muon::parsePlan(text, parsed, error))
-      throw StatusError(rt::StatusCode::InvalidArgument, "plan: " + error);
+      throw StatusError(muon::StatusCode::InvalidArgument, "plan: " + error);
     check(rt::Optimizer::create(std::move(parsed), *communicator, *device,
                                 options, opt));
   }
@@ -708,7 +721,7 @@ public:
     if (!grad.is_none()) {
       AnyArray g = bindable(name, "grad", grad);
       if (v.size() != g.size())
-        throw StatusError(rt::StatusCode::InvalidArgument,
+        throw StatusError(muon::StatusCode::InvalidArgument,
                           "parameter '" + name + "': values hold " +
                               std::to_string(v.size()) + " elements, grad " +
                               std::to_string(g.size()));
@@ -770,11 +783,12 @@ public:
   /// order.
   nb::dict step(std::optional<uintptr_t> stream) {
     rt::StepResult result;
-    rt::Status status;
+    muon::Status status;
     if (stream && !onGpu)
-      throw StatusError(rt::StatusCode::InvalidArgument, "a stream is for an optimizer on a "
+      throw StatusError(muon::StatusCode::InvalidArgument,
+                        "a stream is for an optimizer on a "
                         "GPU; this one runs on the " +
-                        std::string(device->name()));
+                            std::string(device->name()));
     orderWithStream(stream, /*before=*/true);
     if (releaseGil) {
       nb::gil_scoped_release unlocked;
@@ -927,9 +941,10 @@ public:
         for (int64_t d : slot->shape)
           n *= d;
       if (slot && static_cast<int64_t>(a.size()) != n)
-        throw StatusError(rt::StatusCode::InvalidArgument, "gather_parameter '" + name + "': out holds " +
-                               std::to_string(a.size()) + " elements, not " +
-                               std::to_string(n));
+        throw StatusError(muon::StatusCode::InvalidArgument,
+                          "gather_parameter '" + name + "': out holds " +
+                              std::to_string(a.size()) + " elements, not " +
+                              std::to_string(n));
       whole = a.data();
     }
     check(opt->gatherParameter(name, whole, root));
@@ -948,13 +963,16 @@ public:
       return;
     }
     if (name != "cuda" && name.rfind("cuda:", 0) != 0)
-      throw StatusError(rt::StatusCode::InvalidArgument, "device '" + name +
-                        "': expected 'cpu', 'cuda' or 'cuda:N'");
+      throw StatusError(muon::StatusCode::InvalidArgument,
+                        "device '" + name +
+                            "': expected 'cpu', 'cuda' or 'cuda:N'");
     if (!cudaBuilt())
-      throw StatusError(rt::StatusCode::Unavailable, "device '" + name +
-                        "': muonc was built without the CUDA backend "
-                        "(Muon::Cuda); GPU tensors need a build where CMake "
-                        "found nvcc and cuBLAS");
+      throw StatusError(
+          muon::StatusCode::Unavailable,
+          "device '" + name +
+              "': muonc was built without the CUDA backend "
+              "(Muon::Cuda); GPU tensors need a build where CMake "
+              "found nvcc and cuBLAS");
     // The registry checks the name and the GPUs; the device itself is made
     // with the form asked for (the GPU's ns_form means the CPU's). cuBLAS
     // is searched for first where pip put NVIDIA's wheels.
@@ -970,7 +988,7 @@ public:
       device.reset();
       device = rt::cuda::createDevice(ordinal, options, error);
       if (!device)
-        throw StatusError(rt::StatusCode::Unavailable,
+        throw StatusError(muon::StatusCode::Unavailable,
                           "device '" + name + "': " + error);
     }
 #endif
@@ -1018,11 +1036,12 @@ public:
     }
     if (!ok)
       throw StatusError(
-          rt::StatusCode::InvalidArgument,
+          muon::StatusCode::InvalidArgument,
           "parameter '" + name + "' " + which +
-          ": on the wrong device (DLPack device type " + std::to_string(type) +
-          ", id " + std::to_string(a.device_id()) + "); this optimizer runs " +
-          (onGpu ? "on cuda:" + std::to_string(ordinal) : "on the CPU"));
+              ": on the wrong device (DLPack device type " +
+              std::to_string(type) + ", id " + std::to_string(a.device_id()) +
+              "); this optimizer runs " +
+              (onGpu ? "on cuda:" + std::to_string(ordinal) : "on the CPU"));
     return a;
   }
 
@@ -1036,7 +1055,7 @@ public:
     bool ok = before ? rt::cuda::waitForStream(*device, handle, error)
                      : rt::cuda::streamWaitsForDevice(*device, handle, error);
     if (!ok)
-      throw StatusError(rt::StatusCode::InvalidArgument, "stream: " + error);
+      throw StatusError(muon::StatusCode::InvalidArgument, "stream: " + error);
 #else
     (void)stream;
     (void)before;
@@ -1050,19 +1069,17 @@ public:
   /// communicator (the bridge's control messages when it runs over MPI).
   nb::list allGatherBytes(nb::bytes mine) {
     std::vector<char> bytes(mine.c_str(), mine.c_str() + mine.size());
-    std::vector<std::vector<char>> all;
-    std::string error;
-    bool ok;
+    auto gather = [&] { return base->allGatherBytes(bytes, timeoutSeconds); };
+    std::optional<muon::StatusOr<std::vector<std::vector<char>>>> all;
     if (releaseGil) {
       nb::gil_scoped_release release;
-      ok = base->allGatherBytes(bytes, all, timeoutSeconds, error);
+      all.emplace(gather());
     } else {
-      ok = base->allGatherBytes(bytes, all, timeoutSeconds, error);
+      all.emplace(gather());
     }
-    if (!ok)
-      throw StatusError(rt::StatusCode::Unavailable, error);
+    check(all->status());
     nb::list out;
-    for (const std::vector<char> &b : all)
+    for (const std::vector<char> &b : **all)
       out.append(nb::bytes(b.data(), b.size()));
     return out;
   }
@@ -1080,15 +1097,14 @@ public:
 /// both a MuonError and the builtin exception torch raises for that kind
 /// of failure, so that code written for torch.optim catches them.
 struct ErrorClass {
-  rt::StatusCode code;
+  muon::StatusCode code;
   const char *name;
   PyObject *builtin;
   const char *doc;
 };
 
-PyObject *statusErrors[8] = {};
-static_assert(static_cast<int>(rt::StatusCode::Internal) < 8,
-              "statusErrors holds a class per status code");
+/// The class of each status code, by the code's number; 0 is MuonError.
+PyObject *statusErrors[muon::kStatusCodeCount] = {};
 PyObject *typeErrorClass = nullptr;
 
 PyObject *newErrorClass(nb::module_ &m, const char *name, PyObject *bases,
@@ -1108,21 +1124,30 @@ void defineErrors(nb::module_ &m) {
       "Every error muonc raises; each is also the builtin exception torch "
       "raises for its kind (ValueError for bad input, ...).");
   const ErrorClass classes[] = {
-      {rt::StatusCode::InvalidArgument, "InvalidArgumentError",
+      {muon::StatusCode::InvalidArgument, "InvalidArgumentError",
        PyExc_ValueError, "Bad input: nothing was changed."},
-      {rt::StatusCode::FailedPrecondition, "FailedPreconditionError",
+      {muon::StatusCode::FailedPrecondition, "FailedPreconditionError",
        PyExc_RuntimeError,
        "A call not possible in the present state: nothing was changed."},
-      {rt::StatusCode::NotFound, "NotFoundError", PyExc_LookupError,
+      {muon::StatusCode::NotFound, "NotFoundError", PyExc_LookupError,
        "A parameter, group or file that is not there."},
-      {rt::StatusCode::DataLoss, "DataLossError", PyExc_RuntimeError,
+      {muon::StatusCode::DataLoss, "DataLossError", PyExc_RuntimeError,
        "Data that fails its checks (a damaged checkpoint or plan)."},
-      {rt::StatusCode::ResourceExhausted, "ResourceExhaustedError",
+      {muon::StatusCode::ResourceExhausted, "ResourceExhaustedError",
        PyExc_RuntimeError, "The device has no room."},
-      {rt::StatusCode::Unavailable, "UnavailableError", PyExc_RuntimeError,
+      {muon::StatusCode::Unavailable, "UnavailableError", PyExc_RuntimeError,
        "A peer, a transport or a file outside the process failed."},
-      {rt::StatusCode::Internal, "InternalError", PyExc_RuntimeError,
+      {muon::StatusCode::Internal, "InternalError", PyExc_RuntimeError,
        "The device reported an error."},
+      {muon::StatusCode::DeadlineExceeded, "DeadlineExceededError",
+       PyExc_RuntimeError,
+       "A peer did not answer within the timeout: it died or stalled "
+       "(a RuntimeError, as torch.distributed's timeouts are)."},
+      {muon::StatusCode::Cancelled, "CancelledError", PyExc_RuntimeError,
+       "The work was stopped by its caller."},
+      {muon::StatusCode::Unimplemented, "UnimplementedError",
+       PyExc_NotImplementedError,
+       "Something this build or this backend does not do."},
   };
   for (const ErrorClass &c : classes) {
     nb::tuple bases = nb::make_tuple(nb::handle(base), nb::handle(c.builtin));
@@ -1139,9 +1164,10 @@ void defineErrors(nb::module_ &m) {
       std::rethrow_exception(p);
     } catch (const StatusError &e) {
       const int code = static_cast<int>(e.code);
-      PyObject *cls = code > 0 && code < 8 && statusErrors[code]
-                          ? statusErrors[code]
-                          : statusErrors[0];
+      PyObject *cls =
+          code > 0 && code < muon::kStatusCodeCount && statusErrors[code]
+              ? statusErrors[code]
+              : statusErrors[0];
       PyErr_SetString(cls, e.what());
     } catch (const ArgumentTypeError &e) {
       PyErr_SetString(typeErrorClass, e.what());
@@ -1172,7 +1198,7 @@ static void defineModule(nb::module_ &m) {
             PyPlan p;
             std::string error;
             if (!muon::parsePlan(text, p.plan, error))
-              throw StatusError(rt::StatusCode::InvalidArgument,
+              throw StatusError(muon::StatusCode::InvalidArgument,
                                 "plan: " + error);
             return p;
           },
@@ -1196,7 +1222,7 @@ static void defineModule(nb::module_ &m) {
         std::string error;
         PyPlan p;
         if (!mc::compileSpec(spec, wireDtype, p.plan, error))
-          throw StatusError(rt::StatusCode::InvalidArgument, error);
+          throw StatusError(muon::StatusCode::InvalidArgument, error);
         return p;
       },
       "spec"_a, "wire_dtype"_a = "",
@@ -1302,8 +1328,9 @@ static void defineModule(nb::module_ &m) {
                  d && (*d == rt::DType::F32 || *d == rt::DType::BF16))
           dtype = *d;
         else
-          throw StatusError(rt::StatusCode::InvalidArgument, "ns_dtype '" + nsDtype +
-                            "': expected 'auto', 'f32' or 'bf16'");
+          throw StatusError(muon::StatusCode::InvalidArgument,
+                            "ns_dtype '" + nsDtype +
+                                "': expected 'auto', 'f32' or 'bf16'");
         return rt::cpu::describeNewtonSchulz(dtype, form);
       },
       "ns_dtype"_a, "ns_form"_a = "auto",

@@ -14,23 +14,24 @@ namespace {
 /// Whether initialize started MPI (and finalize may end it).
 bool initializedHere = false;
 
-rt::Status initialize() {
+muon::Status initialize() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (finalized)
-    return rt::Status(rt::StatusCode::FailedPrecondition,
-                      "MPI is already finalized");
+    return muon::Status(muon::StatusCode::FailedPrecondition,
+                        "MPI is already finalized");
   if (initialized)
-    return rt::okStatus();
+    return muon::okStatus();
   // MULTIPLE lets the communicator's progress thread run while the caller
   // (torch, another library) may call MPI too.
   int provided = MPI_THREAD_SINGLE;
   if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) !=
       MPI_SUCCESS)
-    return rt::Status(rt::StatusCode::Unavailable, "MPI_Init_thread failed");
+    return muon::Status(muon::StatusCode::Unavailable,
+                        "MPI_Init_thread failed");
   initializedHere = true;
-  return rt::okStatus();
+  return muon::okStatus();
 }
 
 void world(int &rank, int &size) {

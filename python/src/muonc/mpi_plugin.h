@@ -15,7 +15,7 @@
 #define MUONC_MPI_PLUGIN_H
 
 #include "muon/Runtime/Communicator.h"
-#include "muon/Runtime/Status.h"
+#include "muon/Support/Status.h"
 
 #include <memory>
 
@@ -25,7 +25,7 @@ struct MpiPlugin {
   /// Initializes MPI (MPI_THREAD_MULTIPLE) unless the program did (mpi4py);
   /// FailedPrecondition once MPI is finalized, Unavailable when it cannot
   /// start.
-  muon::runtime::Status (*initialize)();
+  muon::Status (*initialize)();
   /// The rank and size of MPI_COMM_WORLD (after initialize).
   void (*world)(int &rank, int &size);
   /// Finalizes MPI if initialize started it and nobody finalized it.

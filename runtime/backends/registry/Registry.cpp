@@ -16,34 +16,28 @@ public:
   explicit BorrowedCommunicator(Communicator &base) : base(base) {}
   int64_t rank() const override { return base.rank(); }
   int64_t size() const override { return base.size(); }
-  bool start(const AllToAllV &x, PendingExchange &p, std::string &e) override {
-    return base.start(x, p, e);
+  StatusOr<PendingExchange> start(const AllToAllV &x) override {
+    return base.start(x);
   }
-  bool wait(PendingExchange &p, double t, std::string &e) override {
-    return base.wait(p, t, e);
-  }
+  Status wait(PendingExchange &p, double t) override { return base.wait(p, t); }
   void progress() override { base.progress(); }
-  bool allGather(uint64_t v, std::vector<uint64_t> &vs, double t,
-                 std::string &e) override {
-    return base.allGather(v, vs, t, e);
+  StatusOr<std::vector<uint64_t>> allGather(uint64_t v, double t) override {
+    return base.allGather(v, t);
   }
-  bool allReduceMin(int64_t v, int64_t &r, double t, std::string &e) override {
-    return base.allReduceMin(v, r, t, e);
+  StatusOr<int64_t> allReduceMin(int64_t v, double t) override {
+    return base.allReduceMin(v, t);
   }
-  bool allGatherWords(const std::vector<uint64_t> &m,
-                      std::vector<uint64_t> &a, double t,
-                      std::string &e) override {
-    return base.allGatherWords(m, a, t, e);
+  StatusOr<std::vector<uint64_t>> allGatherWords(const std::vector<uint64_t> &m,
+                                                 double t) override {
+    return base.allGatherWords(m, t);
   }
-  bool gatherToRoot(const std::vector<char> &b,
-                    std::vector<std::vector<char>> &a, double t,
-                    std::string &e) override {
-    return base.gatherToRoot(b, a, t, e);
+  StatusOr<std::vector<std::vector<char>>>
+  gatherToRoot(const std::vector<char> &b, double t) override {
+    return base.gatherToRoot(b, t);
   }
-  bool allGatherBytes(const std::vector<char> &b,
-                      std::vector<std::vector<char>> &a, double t,
-                      std::string &e) override {
-    return base.allGatherBytes(b, a, t, e);
+  StatusOr<std::vector<std::vector<char>>>
+  allGatherBytes(const std::vector<char> &b, double t) override {
+    return base.allGatherBytes(b, t);
   }
   [[noreturn]] void abort(int code) override { base.abort(code); }
 

@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
   /* A plan file that is not there: a status and a message. */
   muon_optimizer *missing = NULL;
   EXPECT(muon_optimizer_create_single("/nonexistent/plan.json", &missing) ==
-         MUON_INVALID);
+         MUON_NOT_FOUND);
   EXPECT(missing == NULL);
   EXPECT(strstr(muon_last_error(), "cannot read the plan file") != NULL);
   /* Options: a device no registered backend has is refused, by name. */
@@ -89,16 +89,22 @@ int main(int argc, char **argv) {
   EXPECT(strcmp(options.device, "cpu") == 0 && options.timeout_seconds > 0);
   options.device = "tpu";
   EXPECT(muon_optimizer_create(argv[1], -1, &options, &missing) ==
-         MUON_INVALID);
+         MUON_NOT_FOUND);
   EXPECT(strstr(muon_last_error(), "unknown device 'tpu'") != NULL);
   muon_options_init(&options);
   options.transport = "carrier-pigeon";
   EXPECT(muon_optimizer_create(argv[1], -1, &options, &missing) ==
-         MUON_INVALID);
+         MUON_NOT_FOUND);
   EXPECT(strstr(muon_last_error(), "unknown transport 'carrier-pigeon'") !=
          NULL);
   EXPECT(missing == NULL);
 
+  /* Every status is the runtime's own code, with its canonical number. */
+  EXPECT(MUON_INVALID_ARGUMENT == 3 && MUON_DEADLINE_EXCEEDED == 4 &&
+         MUON_UNAVAILABLE == 14);
+  EXPECT(strcmp(muon_status_name(MUON_DEADLINE_EXCEEDED),
+                "deadline exceeded") == 0);
+  EXPECT(strcmp(muon_status_name(MUON_NOT_FOUND), "not found") == 0);
   EXPECT(strlen(muon_runtime_version()) > 0);
   EXPECT(strcmp(muon_runtime_version(), MUON_RUNTIME_VERSION_STRING) == 0);
   int64_t rank = muon_optimizer_rank(opt);
@@ -107,11 +113,11 @@ int main(int argc, char **argv) {
   float **grads = calloc((size_t)count, sizeof(float *));
   float **saved = calloc((size_t)count, sizeof(float *));
   muon_param_info info;
-  EXPECT(muon_optimizer_param(opt, count, &info) == MUON_INVALID);
+  EXPECT(muon_optimizer_param(opt, count, &info) == MUON_INVALID_ARGUMENT);
 
   /* A step before binding fails on every rank and changes nothing. */
   int applied = -1;
-  EXPECT(muon_optimizer_step(opt, &applied) == MUON_INVALID);
+  EXPECT(muon_optimizer_step(opt, &applied) == MUON_FAILED_PRECONDITION);
   EXPECT(strstr(muon_last_error(), "has not bound") != NULL);
   EXPECT(muon_optimizer_steps(opt) == 0);
 
@@ -130,18 +136,18 @@ int main(int argc, char **argv) {
     }
     /* Wrong sizes and types are refused. */
     EXPECT(muon_optimizer_bind(opt, info.name, values[i], grads[i], MUON_F32,
-                               n + 1) == MUON_INVALID);
+                               n + 1) == MUON_INVALID_ARGUMENT);
     EXPECT(strstr(muon_last_error(), "elements of it") != NULL);
-    EXPECT(muon_optimizer_bind(opt, info.name, values[i], grads[i],
-                               MUON_BF16, n) == MUON_INVALID);
+    EXPECT(muon_optimizer_bind(opt, info.name, values[i], grads[i], MUON_BF16,
+                               n) == MUON_INVALID_ARGUMENT);
     EXPECT(muon_optimizer_bind_typed(opt, info.name, values[i], MUON_F32,
                                      grads[i], (muon_dtype)7,
-                                     n) == MUON_INVALID);
+                                     n) == MUON_INVALID_ARGUMENT);
     EXPECT(muon_optimizer_bind(opt, info.name, values[i], grads[i], MUON_F32,
                                n) == MUON_OK);
   }
   EXPECT(muon_optimizer_bind(opt, "no.such.param", NULL, NULL, MUON_F32, 0) ==
-         MUON_INVALID);
+         MUON_NOT_FOUND);
   EXPECT(strstr(muon_last_error(), "no parameter named") != NULL);
 
   /* The groups: the plan's two, and settings checked before they count. */
@@ -164,10 +170,11 @@ int main(int argc, char **argv) {
   EXPECT(muon_optimizer_group_algorithm(opt, 1, &algorithm) == MUON_OK &&
          strcmp(algorithm, "adamw") == 0);
   EXPECT(muon_optimizer_group_algorithm(opt, 99, &algorithm) ==
-         MUON_INVALID);
-  EXPECT(muon_optimizer_set_group_lr(opt, "muon", -1.0) == MUON_INVALID);
+         MUON_INVALID_ARGUMENT);
+  EXPECT(muon_optimizer_set_group_lr(opt, "muon", -1.0) ==
+         MUON_INVALID_ARGUMENT);
   EXPECT(strstr(muon_last_error(), "expected a finite number >= 0") != NULL);
-  EXPECT(muon_optimizer_set_group_lr(opt, "head", 0.1) == MUON_INVALID);
+  EXPECT(muon_optimizer_set_group_lr(opt, "head", 0.1) == MUON_NOT_FOUND);
   EXPECT(muon_optimizer_group(opt, 0, &group) == MUON_OK &&
          group.lr == base[0]);
   group.momentum = 0.9;
@@ -197,39 +204,39 @@ int main(int argc, char **argv) {
                                       &number) == MUON_OK &&
          number == 0.5);
   EXPECT(muon_optimizer_set_group_setting(opt, "muon", "extra_scale_factor",
-                                          -1.0) == MUON_INVALID);
+                                          -1.0) == MUON_INVALID_ARGUMENT);
   EXPECT(muon_optimizer_set_group_setting(opt, "muon", "extra_scale_factor",
                                           1.0) == MUON_OK);
   EXPECT(muon_optimizer_group_setting(opt, "muon", "nesterov", &number) ==
              MUON_OK &&
          number == 1.0);
   EXPECT(muon_optimizer_set_group_setting(opt, "muon", "nesterov", 0.5) ==
-         MUON_INVALID);
+         MUON_INVALID_ARGUMENT);
   EXPECT(strstr(muon_last_error(), "is a boolean") != NULL);
   EXPECT(muon_optimizer_set_group_setting(opt, "muon", "normuon", 1.0) ==
-         MUON_INVALID);
+         MUON_INVALID_ARGUMENT);
   EXPECT(muon_optimizer_group_setting(opt, "muon", "normuon", &number) ==
              MUON_OK &&
          number == 0.0);
   EXPECT(muon_optimizer_set_group_setting(opt, "muon", "momentum", -0.5) ==
-         MUON_INVALID);
+         MUON_INVALID_ARGUMENT);
   EXPECT(muon_optimizer_group_setting(opt, "muon", "momentum", &number) ==
              MUON_OK &&
          number == 0.9);
   EXPECT(muon_optimizer_group_setting(opt, "muon", "beta1", &number) ==
-         MUON_INVALID);
+         MUON_INVALID_ARGUMENT);
   EXPECT(strstr(muon_last_error(), "has no number setting 'beta1'") != NULL);
   EXPECT(strstr(muon_last_error(), "adjust_lr (text)") != NULL);
   EXPECT(muon_optimizer_group_setting(opt, "muon", "adjust_lr", &number) ==
-         MUON_INVALID);
+         MUON_INVALID_ARGUMENT);
   EXPECT(muon_optimizer_group_setting(opt, "nope", "lr", &number) ==
-         MUON_INVALID);
+         MUON_INVALID_ARGUMENT);
   EXPECT(strstr(muon_last_error(), "no group named 'nope'") != NULL);
   EXPECT(muon_optimizer_group_setting_text(opt, "muon", "adjust_lr",
                                            &text) == MUON_OK &&
          strcmp(text, "original") == 0);
-  EXPECT(muon_optimizer_set_group_setting_text(opt, "muon", "adjust_lr",
-                                               "sideways") == MUON_INVALID);
+  EXPECT(muon_optimizer_set_group_setting_text(
+             opt, "muon", "adjust_lr", "sideways") == MUON_INVALID_ARGUMENT);
   EXPECT(muon_optimizer_set_group_setting_text(
              opt, "muon", "weight_decay_mode", "cautious") == MUON_OK);
   EXPECT(muon_optimizer_group_setting_text(opt, "muon", "weight_decay_mode",
@@ -245,28 +252,30 @@ int main(int argc, char **argv) {
                                             0.99) == MUON_OK);
     EXPECT(muon_optimizer_group(opt, 1, &other) == MUON_OK &&
            other.beta2 == 0.99);
-    EXPECT(muon_optimizer_group_setting(opt, other.name, "momentum",
-                                        &number) == MUON_INVALID);
+    EXPECT(muon_optimizer_group_setting(opt, other.name, "momentum", &number) ==
+           MUON_INVALID_ARGUMENT);
   }
 
   /* QK-clip: logits only for the plan's layers, one finite value per
    * head; with layers, every head above the threshold each step. */
   float logits[64];
   EXPECT(muon_optimizer_set_qk_max_logits(opt, "no.such.layer", logits, 1) ==
-         MUON_INVALID);
+         MUON_INVALID_ARGUMENT);
   EXPECT(strstr(muon_last_error(), "no layer named 'no.such.layer'") != NULL);
   int64_t layers = muon_optimizer_qk_clip_count(opt);
   muon_qk_clip_info clip;
-  EXPECT(muon_optimizer_qk_clip(opt, layers, &clip) == MUON_INVALID);
+  EXPECT(muon_optimizer_qk_clip(opt, layers, &clip) == MUON_INVALID_ARGUMENT);
   for (int64_t l = 0; l < layers; ++l) {
     EXPECT(muon_optimizer_qk_clip(opt, l, &clip) == MUON_OK);
     EXPECT(clip.num_heads <= 64);
     logits[0] = NAN;
     EXPECT(muon_optimizer_set_qk_max_logits(opt, clip.name, logits,
-                                            clip.num_heads) == MUON_INVALID);
+                                            clip.num_heads) ==
+           MUON_INVALID_ARGUMENT);
     EXPECT(strstr(muon_last_error(), "is not finite") != NULL);
-    EXPECT(muon_optimizer_set_qk_max_logits(
-               opt, clip.name, logits, clip.num_heads + 1) == MUON_INVALID);
+    EXPECT(muon_optimizer_set_qk_max_logits(opt, clip.name, logits,
+                                            clip.num_heads + 1) ==
+           MUON_INVALID_ARGUMENT);
     EXPECT(strstr(muon_last_error(), "logits were given") != NULL);
   }
   for (int s = 0; s < 3; ++s) {
@@ -314,9 +323,9 @@ int main(int argc, char **argv) {
            0);
   }
   EXPECT(muon_optimizer_load_checkpoint(opt, "/nonexistent", 1) ==
-         MUON_INVALID);
+         MUON_INVALID_ARGUMENT);
   /* An empty path would have written into the root directory. */
-  EXPECT(muon_optimizer_save_checkpoint(opt, "", 1) == MUON_INVALID);
+  EXPECT(muon_optimizer_save_checkpoint(opt, "", 1) == MUON_INVALID_ARGUMENT);
   EXPECT(strstr(muon_last_error(), "path is empty") != NULL);
 
   /* The first matrix this rank orthogonalizes, if any. */

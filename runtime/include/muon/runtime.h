@@ -31,18 +31,38 @@ typedef struct muon_optimizer muon_optimizer;
 #define MUON_RUNTIME_VERSION_STRING "0.3.0"
 const char *muon_runtime_version(void);
 
-/* Each call's status comes from the runtime's own status code (never from
- * the message text); muon_last_error() has the message. */
+/* Each call's status is the runtime's own status code (never read from the
+ * message text): the canonical codes of absl::Status, gRPC and IREE, with
+ * their numbers. muon_last_error() has the message. */
 typedef enum muon_status {
   MUON_OK = 0,
+  /* The caller stopped the work. */
+  MUON_CANCELLED = 1,
   /* Bad input: a plan, an argument, a binding, a checkpoint that does not
-   * fit, a call before its preconditions (a step with unbound storage,
-   * ranks with different group settings). Nothing changed. */
-  MUON_INVALID = 2,
-  /* The run failed: a peer did not answer in time, the device ran out of
-   * memory or reported an error, a file could not be written. */
-  MUON_FAILED = 3
+   * fit. Nothing changed. */
+  MUON_INVALID_ARGUMENT = 3,
+  /* A peer did not answer within the timeout (timeout_seconds): it died or
+   * stalled. */
+  MUON_DEADLINE_EXCEEDED = 4,
+  /* A file, parameter or group that is not there. */
+  MUON_NOT_FOUND = 5,
+  /* The device has no room. */
+  MUON_RESOURCE_EXHAUSTED = 8,
+  /* A call before its preconditions (a step with unbound storage, ranks
+   * with different group settings). Nothing changed. */
+  MUON_FAILED_PRECONDITION = 9,
+  /* Something this build or backend does not do. */
+  MUON_UNIMPLEMENTED = 12,
+  /* The device reported an error (e.g. a CUDA error). */
+  MUON_INTERNAL = 13,
+  /* A transport failed, a file could not be written. */
+  MUON_UNAVAILABLE = 14,
+  /* Data that fails its checks (a damaged checkpoint or plan file). */
+  MUON_DATA_LOSS = 15
 } muon_status;
+
+/* "ok", "invalid argument", "deadline exceeded", ...: a code's name. */
+const char *muon_status_name(muon_status status);
 
 typedef enum muon_dtype { MUON_F32 = 0, MUON_BF16 = 1, MUON_F16 = 2 } muon_dtype;
 

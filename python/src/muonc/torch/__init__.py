@@ -21,14 +21,18 @@ exchanges over a process group), _plan (compiling the plan), _state (the
 state between the runtime and torch's formats), _qk_clip, and _muon (the
 optimizer).
 """
-from .._core import (DataLossError, FailedPreconditionError, InternalError,
+from .._core import (CancelledError, DataLossError, DeadlineExceededError,
+                     FailedPreconditionError, InternalError,
                      InvalidArgumentError, MuonError, MuonTypeError,
-                     NotFoundError, ResourceExhaustedError, UnavailableError)
+                     NotFoundError, ResourceExhaustedError, UnavailableError,
+                     UnimplementedError)
 from ._communicator import TorchCommunicator, launched_by_mpirun
 from ._layouts import create_dtensor_config
 from ._muon import Muon
 
 __all__ = ["Muon", "MuonError", "InvalidArgumentError",
            "FailedPreconditionError", "NotFoundError", "DataLossError",
-           "ResourceExhaustedError", "UnavailableError", "InternalError",
-           "MuonTypeError", "TorchCommunicator", "create_dtensor_config"]
+           "ResourceExhaustedError", "UnavailableError",
+           "DeadlineExceededError", "CancelledError", "UnimplementedError",
+           "InternalError", "MuonTypeError", "TorchCommunicator",
+           "create_dtensor_config"]

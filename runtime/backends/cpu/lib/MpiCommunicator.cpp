@@ -88,11 +88,14 @@ void MpiCommunicator::State::stopThread() {
   stopPoller = false;
 }
 
-static std::string mpiError(int code) {
+/// A failed MPI call: a transport failure, with MPI's own words.
+static Status mpiError(int code, const char *call = nullptr) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(code, text, &length);
-  return std::string(text, length);
+  std::string message(text, length);
+  return unavailable(call ? std::string(call) + " failed: " + message
+                          : message);
 }
 
 /// Returns errors as codes (reported with the rank, not as MPI's abort) and
@@ -116,8 +119,7 @@ MpiCommunicator::MpiCommunicator(int *argc, char ***argv)
     state->ownsInit = true;
   }
   setUp(*state);
-  std::string ignored;
-  setProgress(MpiProgress::Auto, ignored);
+  (void)setProgress(MpiProgress::Auto); // Auto never fails
 }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm)
@@ -125,8 +127,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm)
   MPI_Comm_dup(comm, &state->comm);
   state->ownsComm = true;
   setUp(*state);
-  std::string ignored;
-  setProgress(MpiProgress::Auto, ignored);
+  (void)setProgress(MpiProgress::Auto); // Auto never fails
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -148,12 +149,11 @@ MpiCommunicator::~MpiCommunicator() {
 int64_t MpiCommunicator::rank() const { return state->rank; }
 int64_t MpiCommunicator::size() const { return state->size; }
 
-bool MpiCommunicator::setProgress(MpiProgress mode, std::string &error,
-                                  int64_t intervalMicroseconds) {
-  if (intervalMicroseconds < 1 || intervalMicroseconds > 1000000) {
-    error = "the progress interval must be in [1, 1000000] microseconds";
-    return false;
-  }
+Status MpiCommunicator::setProgress(MpiProgress mode,
+                                    int64_t intervalMicroseconds) {
+  if (intervalMicroseconds < 1 || intervalMicroseconds > 1000000)
+    return invalidArgument(
+        "the progress interval must be in [1, 1000000] microseconds");
   // Our own MPI calls are serialized by `state->mpi`; anyone else's are the
   // caller's business, so an MPI we did not initialize must allow any
   // thread to call it at any time unless Thread is asked for explicitly.
@@ -167,12 +167,11 @@ bool MpiCommunicator::setProgress(MpiProgress mode, std::string &error,
     thread = anyThread || (state->ownsInit && serialized);
     break;
   case MpiProgress::Thread:
-    if (!serialized) {
-      error = "a progress thread needs MPI_THREAD_SERIALIZED or better, and "
-              "this MPI was initialized with a lower thread level (initialize "
-              "it with MPI_Init_thread, or use progress by calls)";
-      return false;
-    }
+    if (!serialized)
+      return failedPrecondition(
+          "a progress thread needs MPI_THREAD_SERIALIZED or better, and "
+          "this MPI was initialized with a lower thread level (initialize "
+          "it with MPI_Init_thread, or use progress by calls)");
     thread = true;
     break;
   }
@@ -180,41 +179,36 @@ bool MpiCommunicator::setProgress(MpiProgress mode, std::string &error,
   state->interval = std::chrono::microseconds(intervalMicroseconds);
   if (thread)
     state->poller = std::thread([s = state.get()] { s->pollLoop(); });
-  return true;
+  return okStatus();
 }
 
 bool MpiCommunicator::progressThread() const {
   return state->poller.joinable();
 }
 
-
 /// MPI counts are ints: larger exchanges must be split by the planner.
-static bool toInts(const std::vector<int64_t> &in, std::vector<int> &out,
-                   std::string &error) {
+static Status toInts(const std::vector<int64_t> &in, std::vector<int> &out) {
   out.resize(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] < 0 || in[i] > INT_MAX) {
-      error = "an exchange of " + std::to_string(in[i]) +
-              " elements exceeds MPI's int counts; lower "
-              "gather_budget_bytes so that rounds are smaller";
-      return false;
-    }
+    if (in[i] < 0 || in[i] > INT_MAX)
+      return invalidArgument("an exchange of " + std::to_string(in[i]) +
+                             " elements exceeds MPI's int counts; lower "
+                             "gather_budget_bytes so that rounds are smaller");
     out[i] = static_cast<int>(in[i]);
   }
-  return true;
+  return okStatus();
 }
 
-bool MpiCommunicator::start(const AllToAllV &x, PendingExchange &pending,
-                            std::string &error) {
+StatusOr<PendingExchange> MpiCommunicator::start(const AllToAllV &x) {
   State::Call call;
-  if (!toInts(x.sendCounts, call.sendCounts, error) ||
-      !toInts(x.sendOffsets, call.sendOffsets, error) ||
-      !toInts(x.recvCounts, call.recvCounts, error) ||
-      !toInts(x.recvOffsets, call.recvOffsets, error))
-    return false;
+  MUON_RETURN_IF_ERROR(toInts(x.sendCounts, call.sendCounts));
+  MUON_RETURN_IF_ERROR(toInts(x.sendOffsets, call.sendOffsets));
+  MUON_RETURN_IF_ERROR(toInts(x.recvCounts, call.recvCounts));
+  MUON_RETURN_IF_ERROR(toInts(x.recvOffsets, call.recvOffsets));
   MPI_Datatype type = x.elementBytes == 4   ? MPI_FLOAT
                       : x.elementBytes == 2 ? state->twoBytes
                                             : MPI_BYTE;
+  PendingExchange pending;
   {
     std::lock_guard<std::mutex> lock(state->mpi);
     int64_t id = state->nextId++;
@@ -226,22 +220,20 @@ bool MpiCommunicator::start(const AllToAllV &x, PendingExchange &pending,
                             &stored.request);
     if (rc != MPI_SUCCESS) {
       state->calls.erase(id);
-      error = "MPI_Ialltoallv failed: " + mpiError(rc);
-      return false;
+      return mpiError(rc, "MPI_Ialltoallv");
     }
     ++state->inFlight;
     pending.id = id;
   }
   state->wake.notify_one();
-  return true;
+  return pending;
 }
 
 /// Polls until `test` (called with `mpi` held) reports completion or the
 /// deadline passes. Sleeping between polls keeps oversubscribed ranks from
 /// starving the ones that compute.
 template <typename Test>
-static bool pollUntilDone(std::mutex &mpi, Test test, double timeoutSeconds,
-                          std::string &error) {
+static Status pollUntilDone(std::mutex &mpi, Test test, double timeoutSeconds) {
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::duration<double>(timeoutSeconds);
   int spins = 0;
@@ -252,16 +244,12 @@ static bool pollUntilDone(std::mutex &mpi, Test test, double timeoutSeconds,
       std::lock_guard<std::mutex> lock(mpi);
       rc = test(done);
     }
-    if (rc != MPI_SUCCESS) {
-      error = mpiError(rc);
-      return false;
-    }
+    if (rc != MPI_SUCCESS)
+      return mpiError(rc);
     if (done)
-      return true;
-    if (std::chrono::steady_clock::now() > deadline) {
-      error = timeoutError(timeoutSeconds);
-      return false;
-    }
+      return okStatus();
+    if (std::chrono::steady_clock::now() > deadline)
+      return deadlineExceeded(timeoutSeconds);
     if (++spins > 64)
       std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
@@ -270,28 +258,22 @@ static bool pollUntilDone(std::mutex &mpi, Test test, double timeoutSeconds,
 /// Starts a small control collective with `start` (called with `mpi` held)
 /// and waits for it. The progress thread never sees these requests.
 template <typename Start>
-static bool runControl(std::mutex &mpi, Start start, double timeoutSeconds,
-                       std::string &error) {
+static Status runControl(std::mutex &mpi, Start start, double timeoutSeconds) {
   MPI_Request request = MPI_REQUEST_NULL;
   int rc = MPI_SUCCESS;
   {
     std::lock_guard<std::mutex> lock(mpi);
     rc = start(request);
   }
-  if (rc != MPI_SUCCESS) {
-    error = mpiError(rc);
-    return false;
-  }
+  if (rc != MPI_SUCCESS)
+    return mpiError(rc);
   return pollUntilDone(
       mpi,
-      [&](int &done) {
-        return MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-      },
-      timeoutSeconds, error);
+      [&](int &done) { return MPI_Test(&request, &done, MPI_STATUS_IGNORE); },
+      timeoutSeconds);
 }
 
-bool MpiCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
-                           std::string &error) {
+Status MpiCommunicator::wait(PendingExchange &pending, double timeoutSeconds) {
   State &s = *state;
   State::Call *call = nullptr;
   {
@@ -300,19 +282,16 @@ bool MpiCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
     if (it != s.calls.end())
       call = &it->second; // map nodes stay put while others come and go
   }
-  if (!call) {
-    error = "wait on an exchange that was not started";
-    return false;
-  }
-  bool ok = pollUntilDone(
-      s.mpi, [&](int &done) { return s.test(*call, done); }, timeoutSeconds,
-      error);
-  if (ok) {
+  if (!call)
+    return failedPrecondition("wait on an exchange that was not started");
+  Status status = pollUntilDone(
+      s.mpi, [&](int &done) { return s.test(*call, done); }, timeoutSeconds);
+  if (status.ok()) {
     std::lock_guard<std::mutex> lock(s.mpi);
     s.calls.erase(pending.id);
   }
   pending.id = -1;
-  return ok;
+  return status;
 }
 
 void MpiCommunicator::progress() {
@@ -323,123 +302,121 @@ void MpiCommunicator::progress() {
   }
 }
 
-bool MpiCommunicator::allGather(uint64_t value, std::vector<uint64_t> &values,
-                                double timeoutSeconds, std::string &error) {
-  return allGatherWords({value}, values, timeoutSeconds, error);
+StatusOr<std::vector<uint64_t>>
+MpiCommunicator::allGather(uint64_t value, double timeoutSeconds) {
+  return allGatherWords({value}, timeoutSeconds);
 }
 
-bool MpiCommunicator::allGatherWords(const std::vector<uint64_t> &mine,
-                                     std::vector<uint64_t> &all,
-                                     double timeoutSeconds,
-                                     std::string &error) {
+StatusOr<std::vector<uint64_t>>
+MpiCommunicator::allGatherWords(const std::vector<uint64_t> &mine,
+                                double timeoutSeconds) {
   const int n = static_cast<int>(mine.size());
-  all.assign(mine.size() * state->size, 0);
-  return runControl(
+  std::vector<uint64_t> all(mine.size() * state->size, 0);
+  MUON_RETURN_IF_ERROR(runControl(
       state->mpi,
       [&](MPI_Request &request) {
         return MPI_Iallgather(mine.data(), n, MPI_UINT64_T, all.data(), n,
                               MPI_UINT64_T, state->comm, &request);
       },
-      timeoutSeconds, error);
+      timeoutSeconds));
+  return all;
 }
 
-bool MpiCommunicator::allReduceMin(int64_t value, int64_t &result,
-                                   double timeoutSeconds, std::string &error) {
-  return runControl(
+StatusOr<int64_t> MpiCommunicator::allReduceMin(int64_t value,
+                                                double timeoutSeconds) {
+  int64_t result = value;
+  MUON_RETURN_IF_ERROR(runControl(
       state->mpi,
       [&](MPI_Request &request) {
         return MPI_Iallreduce(&value, &result, 1, MPI_INT64_T, MPI_MIN,
                               state->comm, &request);
       },
-      timeoutSeconds, error);
+      timeoutSeconds));
+  return result;
 }
 
-bool MpiCommunicator::gatherToRoot(const std::vector<char> &bytes,
-                                   std::vector<std::vector<char>> &atRoot,
-                                   double timeoutSeconds, std::string &error) {
-  if (bytes.size() > INT_MAX) {
-    error = "more than 2 GiB to gather at rank 0";
-    return false;
-  }
-  int mine = static_cast<int>(bytes.size());
-  std::vector<int> counts(state->size), offsets(state->size);
-  if (!runControl(
-          state->mpi,
-          [&](MPI_Request &request) {
-            return MPI_Igather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT,
-                               0, state->comm, &request);
-          },
-          timeoutSeconds, error))
-    return false;
+/// Every rank's byte count and where its bytes land in the concatenation,
+/// through `countsOf` (an MPI_Igather or MPI_Iallgather of one int).
+/// InvalidArgument past 2 GiB in all (MPI's int displacements).
+template <typename Counts>
+static Status countsAndOffsets(std::mutex &mpi, Counts countsOf,
+                               std::vector<int> &counts,
+                               std::vector<int> &offsets, const char *where,
+                               double timeoutSeconds) {
+  MUON_RETURN_IF_ERROR(runControl(mpi, countsOf, timeoutSeconds));
   int64_t total = 0;
-  for (int r = 0; r < state->size; ++r) {
+  for (size_t r = 0; r < counts.size(); ++r) {
     offsets[r] = static_cast<int>(total);
     total += counts[r];
+    if (total > INT_MAX)
+      return invalidArgument(std::string("more than 2 GiB to gather ") + where);
   }
-  if (total > INT_MAX) {
-    error = "more than 2 GiB to gather at rank 0";
-    return false;
-  }
-  std::vector<char> all(state->rank == 0 ? total : 0);
-  if (!runControl(
-          state->mpi,
-          [&](MPI_Request &request) {
-            return MPI_Igatherv(bytes.data(), mine, MPI_BYTE, all.data(),
-                                counts.data(), offsets.data(), MPI_BYTE, 0,
-                                state->comm, &request);
-          },
-          timeoutSeconds, error))
-    return false;
-  atRoot.clear();
-  if (state->rank == 0)
-    for (int r = 0; r < state->size; ++r)
-      atRoot.emplace_back(all.begin() + offsets[r],
-                          all.begin() + offsets[r] + counts[r]);
-  return true;
+  return okStatus();
 }
 
-bool MpiCommunicator::allGatherBytes(const std::vector<char> &bytes,
-                                     std::vector<std::vector<char>> &all,
-                                     double timeoutSeconds,
-                                     std::string &error) {
-  if (bytes.size() > INT_MAX) {
-    error = "more than 2 GiB to gather on every rank";
-    return false;
-  }
+/// The concatenation `gathered` cut back into one piece per rank.
+static std::vector<std::vector<char>>
+piecesOf(const std::vector<char> &gathered, const std::vector<int> &counts,
+         const std::vector<int> &offsets) {
+  std::vector<std::vector<char>> pieces;
+  for (size_t r = 0; r < counts.size(); ++r)
+    pieces.emplace_back(gathered.begin() + offsets[r],
+                        gathered.begin() + offsets[r] + counts[r]);
+  return pieces;
+}
+
+StatusOr<std::vector<std::vector<char>>>
+MpiCommunicator::gatherToRoot(const std::vector<char> &bytes,
+                              double timeoutSeconds) {
+  if (bytes.size() > INT_MAX)
+    return invalidArgument("more than 2 GiB to gather at rank 0");
   int mine = static_cast<int>(bytes.size());
   std::vector<int> counts(state->size), offsets(state->size);
-  if (!runControl(
-          state->mpi,
-          [&](MPI_Request &request) {
-            return MPI_Iallgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT,
-                                  state->comm, &request);
-          },
-          timeoutSeconds, error))
-    return false;
-  int64_t total = 0;
-  for (int r = 0; r < state->size; ++r) {
-    offsets[r] = static_cast<int>(total);
-    total += counts[r];
-    if (total > INT_MAX) {
-      error = "more than 2 GiB to gather on every rank";
-      return false;
-    }
-  }
-  std::vector<char> gathered(total);
-  if (!runControl(
-          state->mpi,
-          [&](MPI_Request &request) {
-            return MPI_Iallgatherv(
-                bytes.data(), mine, MPI_BYTE, gathered.data(), counts.data(),
-                offsets.data(), MPI_BYTE, state->comm, &request);
-          },
-          timeoutSeconds, error))
-    return false;
-  all.clear();
-  for (int r = 0; r < state->size; ++r)
-    all.emplace_back(gathered.begin() + offsets[r],
-                     gathered.begin() + offsets[r] + counts[r]);
-  return true;
+  MUON_RETURN_IF_ERROR(countsAndOffsets(
+      state->mpi,
+      [&](MPI_Request &request) {
+        return MPI_Igather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0,
+                           state->comm, &request);
+      },
+      counts, offsets, "at rank 0", timeoutSeconds));
+  std::vector<char> all(state->rank == 0 ? offsets.back() + counts.back() : 0);
+  MUON_RETURN_IF_ERROR(runControl(
+      state->mpi,
+      [&](MPI_Request &request) {
+        return MPI_Igatherv(bytes.data(), mine, MPI_BYTE, all.data(),
+                            counts.data(), offsets.data(), MPI_BYTE, 0,
+                            state->comm, &request);
+      },
+      timeoutSeconds));
+  if (state->rank != 0)
+    return std::vector<std::vector<char>>{};
+  return piecesOf(all, counts, offsets);
+}
+
+StatusOr<std::vector<std::vector<char>>>
+MpiCommunicator::allGatherBytes(const std::vector<char> &bytes,
+                                double timeoutSeconds) {
+  if (bytes.size() > INT_MAX)
+    return invalidArgument("more than 2 GiB to gather on every rank");
+  int mine = static_cast<int>(bytes.size());
+  std::vector<int> counts(state->size), offsets(state->size);
+  MUON_RETURN_IF_ERROR(countsAndOffsets(
+      state->mpi,
+      [&](MPI_Request &request) {
+        return MPI_Iallgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT,
+                              state->comm, &request);
+      },
+      counts, offsets, "on every rank", timeoutSeconds));
+  std::vector<char> gathered(offsets.back() + counts.back());
+  MUON_RETURN_IF_ERROR(runControl(
+      state->mpi,
+      [&](MPI_Request &request) {
+        return MPI_Iallgatherv(bytes.data(), mine, MPI_BYTE, gathered.data(),
+                               counts.data(), offsets.data(), MPI_BYTE,
+                               state->comm, &request);
+      },
+      timeoutSeconds));
+  return piecesOf(gathered, counts, offsets);
 }
 
 void MpiCommunicator::abort(int exitCode) {

@@ -110,21 +110,23 @@ bool streamWaitsForDevice(Device &device, void *stream, std::string &error) {
   return gpu && gpu->orderBefore(static_cast<cudaStream_t>(stream), error);
 }
 
-std::unique_ptr<Communicator> createNcclCommunicator(Communicator &bootstrap,
-                                                     Device &device,
-                                                     std::string &error) {
-  std::string local;
-  const nccl::Library *library = nccl::load(local);
+StatusOr<std::unique_ptr<Communicator>>
+createNcclCommunicator(Communicator &bootstrap, Device &device) {
+  std::string loadError;
+  const nccl::Library *library = nccl::load(loadError);
+  Status local;
   auto *gpu = dynamic_cast<CudaDevice *>(&device);
-  if (library && !gpu)
-    local = std::string("NCCL needs a device from cuda::createDevice, not "
-                        "the ") +
-            device.name() + " device";
+  if (!library)
+    local = unavailable(loadError);
+  else if (!gpu)
+    local = invalidArgument(
+        std::string("NCCL needs a device from cuda::createDevice, not the ") +
+        device.name() + " device");
   std::optional<NcclPlacement> placement;
   if (gpu)
     placement.emplace(NcclPlacement{*gpu, gpu->ordinal(), gpu->stream()});
   return setUpNcclCommunicator(bootstrap, placement ? &*placement : nullptr,
-                               library, local, error);
+                               library, local);
 }
 
 void registerBackend() {
@@ -157,10 +159,11 @@ void registerBackend() {
   });
   registerTransport("nccl", [](Communicator &base, Device &device,
                                std::unique_ptr<Communicator> &out) {
-    std::string error;
-    out = createNcclCommunicator(base, device, error);
-    if (!out)
-      return Status(StatusCode::Unavailable, "transport 'nccl': " + error);
+    StatusOr<std::unique_ptr<Communicator>> comm =
+        createNcclCommunicator(base, device);
+    if (!comm.ok())
+      return comm.status().withContext("transport 'nccl': ");
+    out = std::move(comm).value();
     return okStatus();
   });
 }

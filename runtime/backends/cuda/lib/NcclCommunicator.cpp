@@ -40,43 +40,40 @@ public:
   ~NcclCommunicator() override;
 
   /// Local set-up: the communication stream, and NCCL's id on rank 0.
-  bool prepare(std::string &error);
+  Status prepare();
   /// Collective: every rank learns rank 0's id, joins the NCCL
   /// communicator and exchanges a byte with every peer.
-  bool connect(std::string &error);
+  Status connect();
 
   int64_t rank() const override { return bootstrap.rank(); }
   int64_t size() const override { return bootstrap.size(); }
-  bool start(const AllToAllV &exchange, PendingExchange &pending,
-             std::string &error) override;
-  bool wait(PendingExchange &pending, double timeoutSeconds,
-            std::string &error) override;
+  StatusOr<PendingExchange> start(const AllToAllV &exchange) override;
+  Status wait(PendingExchange &pending, double timeoutSeconds) override;
   void progress() override {} // NCCL moves data on the GPU by itself
   /// NCCL's sends and receives are stream work (NCCL supports capture).
   bool recordable() const override { return true; }
-  bool waitForReplay(double timeoutSeconds, std::string &error) override;
-  bool allGather(uint64_t value, std::vector<uint64_t> &values,
-                 double timeoutSeconds, std::string &error) override {
-    return bootstrap.allGather(value, values, timeoutSeconds, error);
+  Status waitForReplay(double timeoutSeconds) override;
+  StatusOr<std::vector<uint64_t>> allGather(uint64_t value,
+                                            double timeoutSeconds) override {
+    return bootstrap.allGather(value, timeoutSeconds);
   }
-  bool allReduceMin(int64_t value, int64_t &result, double timeoutSeconds,
-                    std::string &error) override {
-    return bootstrap.allReduceMin(value, result, timeoutSeconds, error);
+  StatusOr<int64_t> allReduceMin(int64_t value,
+                                 double timeoutSeconds) override {
+    return bootstrap.allReduceMin(value, timeoutSeconds);
   }
-  bool allGatherWords(const std::vector<uint64_t> &mine,
-                      std::vector<uint64_t> &all, double timeoutSeconds,
-                      std::string &error) override {
-    return bootstrap.allGatherWords(mine, all, timeoutSeconds, error);
+  StatusOr<std::vector<uint64_t>>
+  allGatherWords(const std::vector<uint64_t> &mine,
+                 double timeoutSeconds) override {
+    return bootstrap.allGatherWords(mine, timeoutSeconds);
   }
-  bool gatherToRoot(const std::vector<char> &bytes,
-                    std::vector<std::vector<char>> &atRoot,
-                    double timeoutSeconds, std::string &error) override {
-    return bootstrap.gatherToRoot(bytes, atRoot, timeoutSeconds, error);
+  StatusOr<std::vector<std::vector<char>>>
+  gatherToRoot(const std::vector<char> &bytes, double timeoutSeconds) override {
+    return bootstrap.gatherToRoot(bytes, timeoutSeconds);
   }
-  bool allGatherBytes(const std::vector<char> &bytes,
-                      std::vector<std::vector<char>> &all,
-                      double timeoutSeconds, std::string &error) override {
-    return bootstrap.allGatherBytes(bytes, all, timeoutSeconds, error);
+  StatusOr<std::vector<std::vector<char>>>
+  allGatherBytes(const std::vector<char> &bytes,
+                 double timeoutSeconds) override {
+    return bootstrap.allGatherBytes(bytes, timeoutSeconds);
   }
   [[noreturn]] void abort(int exitCode) override {
     bootstrap.abort(exitCode);
@@ -88,23 +85,24 @@ private:
   /// fails with `why`. It does not call ncclCommAbort, which may block until
   /// the node's other ranks abort too (NVIDIA/nccl#863): a failing run goes
   /// on to abort() (MPI_Abort ends every rank), and the destructor aborts
-  /// the NCCL communicator for a caller that carries on.
-  void abandon(const std::string &why);
+  /// the NCCL communicator for a caller that carries on. Returns `why`.
+  Status abandon(Status why);
+  /// FailedPrecondition naming the earlier failure, once abandoned.
+  Status usable() const;
   cudaEvent_t takeEvent();
   /// Polls `done` until it completes, NCCL reports an asynchronous error or
-  /// `timeoutSeconds` pass; false with `failure`.
-  bool pollUntilDone(cudaEvent_t done, double timeoutSeconds,
-                     std::string &failure);
+  /// `timeoutSeconds` pass.
+  Status pollUntilDone(cudaEvent_t done, double timeoutSeconds);
   /// Whether the compute stream is being recorded into a graph.
   bool recording() const;
-  bool validate(const AllToAllV &x, std::string &error) const;
+  Status validate(const AllToAllV &x) const;
 
   Communicator &bootstrap;
   NcclPlacement gpu;
   const nccl::Library &nccl;
   nccl::UniqueId id = {};
   nccl::Comm comm = nullptr;
-  std::string brokenBy; // set once abandoned: comm is then never used
+  Status brokenBy; // not ok once abandoned: comm is then never used
   cudaStream_t commStream = nullptr;
   cudaEvent_t ready = nullptr; // the compute stream's point a start follows
   std::map<int64_t, cudaEvent_t> inFlight;
@@ -117,7 +115,7 @@ NcclCommunicator::~NcclCommunicator() {
   if (comm) {
     // An exchange never waited for, or one that failed, may wait on a peer
     // forever: abort.
-    if (inFlight.empty() && brokenBy.empty()) {
+    if (inFlight.empty() && brokenBy.ok()) {
       MUON_CUDA_CHECK(cudaStreamSynchronize(commStream));
       nccl.commDestroy(comm);
     } else {
@@ -134,7 +132,7 @@ NcclCommunicator::~NcclCommunicator() {
     MUON_CUDA_CHECK(cudaStreamDestroy(commStream));
 }
 
-bool NcclCommunicator::prepare(std::string &error) {
+Status NcclCommunicator::prepare() {
   CurrentDevice current(gpu.ordinal);
   cudaError_t status =
       cudaStreamCreateWithFlags(&commStream, cudaStreamNonBlocking);
@@ -142,32 +140,29 @@ bool NcclCommunicator::prepare(std::string &error) {
     status = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
-    error = "creating the communication stream: " + describe(status);
-    return false;
+    return internalError("creating the communication stream: " +
+                         describe(status));
   }
   if (rank() == 0) {
     nccl::Result result = nccl.getUniqueId(&id);
-    if (result != nccl::kSuccess) {
-      error = "ncclGetUniqueId: " + nccl.describe(result);
-      return false;
-    }
+    if (result != nccl::kSuccess)
+      return unavailable("ncclGetUniqueId: " + nccl.describe(result));
   }
-  return true;
+  return okStatus();
 }
 
-bool NcclCommunicator::connect(std::string &error) {
+Status NcclCommunicator::connect() {
   // Rank 0's id, 8 bytes per all-gather.
   constexpr int kWords = sizeof(nccl::UniqueId) / sizeof(uint64_t);
   static_assert(kWords * sizeof(uint64_t) == sizeof(nccl::UniqueId));
   uint64_t words[kWords];
   std::memcpy(words, id.internal, sizeof(words));
   for (int w = 0; w < kWords; ++w) {
-    std::vector<uint64_t> values;
-    if (!bootstrap.allGather(words[w], values, kSetupTimeoutSeconds, error)) {
-      error = "sharing NCCL's id: " + error;
-      return false;
-    }
-    words[w] = values.at(0);
+    StatusOr<std::vector<uint64_t>> values =
+        bootstrap.allGather(words[w], kSetupTimeoutSeconds);
+    if (!values.ok())
+      return values.status().withContext("sharing NCCL's id: ");
+    words[w] = values->at(0);
   }
   std::memcpy(id.internal, words, sizeof(words));
 
@@ -177,8 +172,7 @@ bool NcclCommunicator::connect(std::string &error) {
                                             static_cast<int>(rank()));
     if (result != nccl::kSuccess) {
       comm = nullptr;
-      error = "ncclCommInitRank: " + nccl.describe(result);
-      return false;
+      return unavailable("ncclCommInitRank: " + nccl.describe(result));
     }
   }
 
@@ -186,10 +180,9 @@ bool NcclCommunicator::connect(std::string &error) {
   // rather than inside the first exchange of a step.
   const int64_t ranks = size();
   DeviceBuffer send(gpu.device, ranks), recv(gpu.device, ranks);
-  if (!send.ok() || !recv.ok()) {
-    error = "no room on the GPU for the warm-up exchange";
-    return false;
-  }
+  if (!send.ok() || !recv.ok())
+    return Status(StatusCode::ResourceExhausted,
+                  "no room on the GPU for the warm-up exchange");
   AllToAllV x;
   x.sendBuffer = send.data();
   x.recvBuffer = recv.data();
@@ -200,19 +193,27 @@ bool NcclCommunicator::connect(std::string &error) {
     x.sendOffsets.push_back(p);
     x.recvOffsets.push_back(p);
   }
-  PendingExchange pending;
-  if (!start(x, pending, error) ||
-      !wait(pending, kSetupTimeoutSeconds, error)) {
-    error = "the warm-up exchange: " + error;
-    return false;
-  }
+  StatusOr<PendingExchange> pending = start(x);
+  Status status =
+      pending.ok() ? wait(*pending, kSetupTimeoutSeconds) : pending.status();
+  if (!status.ok())
+    return status.withContext("the warm-up exchange: ");
   gpu.device.synchronize(); // before the buffers go
-  return true;
+  return okStatus();
 }
 
-void NcclCommunicator::abandon(const std::string &why) {
-  if (brokenBy.empty())
+Status NcclCommunicator::abandon(Status why) {
+  if (brokenBy.ok())
     brokenBy = why;
+  return why;
+}
+
+Status NcclCommunicator::usable() const {
+  if (brokenBy.ok())
+    return okStatus();
+  return failedPrecondition(
+      "the NCCL communicator is unusable after an earlier failure: " +
+      brokenBy.message());
 }
 
 cudaEvent_t NcclCommunicator::takeEvent() {
@@ -226,43 +227,32 @@ cudaEvent_t NcclCommunicator::takeEvent() {
   return event;
 }
 
-bool NcclCommunicator::validate(const AllToAllV &x, std::string &error) const {
+Status NcclCommunicator::validate(const AllToAllV &x) const {
   const size_t ranks = static_cast<size_t>(size());
   if (x.sendCounts.size() != ranks || x.sendOffsets.size() != ranks ||
       x.recvCounts.size() != ranks || x.recvOffsets.size() != ranks ||
-      x.elementBytes <= 0) {
-    error = "an exchange needs a count and an offset per rank and a positive "
-            "element size";
-    return false;
-  }
+      x.elementBytes <= 0)
+    return invalidArgument("an exchange needs a count and an offset per rank "
+                           "and a positive element size");
   const int64_t limit = std::numeric_limits<int64_t>::max() / x.elementBytes;
   for (const std::vector<int64_t> *values :
        {&x.sendCounts, &x.sendOffsets, &x.recvCounts, &x.recvOffsets})
     for (int64_t v : *values)
-      if (v < 0 || v > limit) {
-        error = "an exchange count or offset of " + std::to_string(v) +
-                " elements is out of range";
-        return false;
-      }
+      if (v < 0 || v > limit)
+        return invalidArgument("an exchange count or offset of " +
+                               std::to_string(v) + " elements is out of range");
   const size_t me = static_cast<size_t>(rank());
-  if (x.sendCounts[me] != x.recvCounts[me]) {
-    error = "an exchange sends " + std::to_string(x.sendCounts[me]) +
-            " elements to its own rank but receives " +
-            std::to_string(x.recvCounts[me]);
-    return false;
-  }
-  return true;
+  if (x.sendCounts[me] != x.recvCounts[me])
+    return invalidArgument("an exchange sends " +
+                           std::to_string(x.sendCounts[me]) +
+                           " elements to its own rank but receives " +
+                           std::to_string(x.recvCounts[me]));
+  return okStatus();
 }
 
-bool NcclCommunicator::start(const AllToAllV &x, PendingExchange &pending,
-                             std::string &error) {
-  if (!brokenBy.empty()) {
-    error = "the NCCL communicator is unusable after an earlier failure: " +
-            brokenBy;
-    return false;
-  }
-  if (!validate(x, error))
-    return false;
+StatusOr<PendingExchange> NcclCommunicator::start(const AllToAllV &x) {
+  MUON_RETURN_IF_ERROR(usable());
+  MUON_RETURN_IF_ERROR(validate(x));
   CurrentDevice current(gpu.ordinal);
   const int64_t width = x.elementBytes, me = rank();
   const char *send = static_cast<const char *>(x.sendBuffer);
@@ -305,52 +295,43 @@ bool NcclCommunicator::start(const AllToAllV &x, PendingExchange &pending,
   result = nccl.groupEnd();
   if (result != nccl::kSuccess && failure.empty())
     failure = "ncclGroupEnd: " + nccl.describe(result);
-  if (!failure.empty()) {
-    abandon(failure);
-    error = failure;
-    return false;
-  }
+  if (!failure.empty())
+    return abandon(unavailable(failure));
 
   cudaEvent_t done = takeEvent();
   MUON_CUDA_CHECK(cudaEventRecord(done, commStream));
   const int64_t handle = nextId++;
   inFlight[handle] = done;
-  pending.id = handle;
-  return true;
+  return PendingExchange{handle};
 }
 
-bool NcclCommunicator::wait(PendingExchange &pending, double timeoutSeconds,
-                            std::string &error) {
+Status NcclCommunicator::wait(PendingExchange &pending, double timeoutSeconds) {
   auto it = inFlight.find(pending.id);
-  if (it == inFlight.end()) {
-    error = "wait on an exchange that was not started";
-    return false;
-  }
+  if (it == inFlight.end())
+    return failedPrecondition("wait on an exchange that was not started");
   cudaEvent_t done = it->second;
   inFlight.erase(it);
   pending.id = -1;
   CurrentDevice current(gpu.ordinal);
-  if (!brokenBy.empty()) {
+  if (Status broken = usable(); !broken.ok()) {
     MUON_CUDA_CHECK(cudaEventDestroy(done));
-    error = "the NCCL communicator is unusable after an earlier failure: " +
-            brokenBy;
-    return false;
+    return broken;
   }
 
   // While the device records a step graph, the wait is the graph's
   // dependency on the exchange: nothing to poll (the graph has not run).
-  std::string failure;
-  if (!recording() && !pollUntilDone(done, timeoutSeconds, failure)) {
-    abandon(failure);
-    // Released by CUDA once the aborted work completes.
-    MUON_CUDA_CHECK(cudaEventDestroy(done));
-    error = failure;
-    return false;
+  if (!recording()) {
+    Status status = pollUntilDone(done, timeoutSeconds);
+    if (!status.ok()) {
+      // Released by CUDA once the aborted work completes.
+      MUON_CUDA_CHECK(cudaEventDestroy(done));
+      return abandon(status);
+    }
   }
   // What arrived is read by work queued on the compute stream from now on.
   MUON_CUDA_CHECK(cudaStreamWaitEvent(gpu.computeStream, done, 0));
   spareEvents.push_back(done);
-  return true;
+  return okStatus();
 }
 
 bool NcclCommunicator::recording() const {
@@ -359,94 +340,76 @@ bool NcclCommunicator::recording() const {
          status != cudaStreamCaptureStatusNone;
 }
 
-bool NcclCommunicator::pollUntilDone(cudaEvent_t done, double timeoutSeconds,
-                                     std::string &failure) {
+Status NcclCommunicator::pollUntilDone(cudaEvent_t done,
+                                       double timeoutSeconds) {
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::duration<double>(timeoutSeconds);
   int spins = 0;
   while (true) {
     cudaError_t status = cudaEventQuery(done);
     if (status == cudaSuccess)
-      return true;
-    if (status != cudaErrorNotReady) {
-      failure = "the GPU failed during an exchange: " + describe(status);
-    } else {
-      nccl::Result async = nccl::kSuccess;
-      nccl::Result result = nccl.commGetAsyncError(comm, &async);
-      if (result != nccl::kSuccess)
-        failure = "ncclCommGetAsyncError: " + nccl.describe(result);
-      else if (async != nccl::kSuccess && async != nccl::kInProgress)
-        failure = "NCCL: " + nccl.describe(async);
-      else if (std::chrono::steady_clock::now() > deadline)
-        failure = timeoutError(timeoutSeconds);
-    }
-    if (!failure.empty())
-      return false;
+      return okStatus();
+    if (status != cudaErrorNotReady)
+      return internalError("the GPU failed during an exchange: " +
+                           describe(status));
+    nccl::Result async = nccl::kSuccess;
+    nccl::Result result = nccl.commGetAsyncError(comm, &async);
+    if (result != nccl::kSuccess)
+      return unavailable("ncclCommGetAsyncError: " + nccl.describe(result));
+    if (async != nccl::kSuccess && async != nccl::kInProgress)
+      return unavailable("NCCL: " + nccl.describe(async));
+    if (std::chrono::steady_clock::now() > deadline)
+      return deadlineExceeded(timeoutSeconds);
     if (++spins > 64)
       std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
-bool NcclCommunicator::waitForReplay(double timeoutSeconds,
-                                     std::string &error) {
-  if (!brokenBy.empty()) {
-    error = "the NCCL communicator is unusable after an earlier failure: " +
-            brokenBy;
-    return false;
-  }
+Status NcclCommunicator::waitForReplay(double timeoutSeconds) {
+  MUON_RETURN_IF_ERROR(usable());
   CurrentDevice current(gpu.ordinal);
   // The replayed exchanges end before the compute stream's work queued so
   // far does: its end is theirs.
   cudaEvent_t done = takeEvent();
   MUON_CUDA_CHECK(cudaEventRecord(done, gpu.computeStream));
-  std::string failure;
-  if (!pollUntilDone(done, timeoutSeconds, failure)) {
-    abandon(failure);
+  Status status = pollUntilDone(done, timeoutSeconds);
+  if (!status.ok()) {
     MUON_CUDA_CHECK(cudaEventDestroy(done));
-    error = failure;
-    return false;
+    return abandon(status);
   }
   spareEvents.push_back(done);
-  return true;
+  return okStatus();
 }
 
 } // namespace
 
-std::unique_ptr<Communicator>
+StatusOr<std::unique_ptr<Communicator>>
 setUpNcclCommunicator(Communicator &bootstrap, const NcclPlacement *gpu,
-                      const nccl::Library *library, std::string local,
-                      std::string &error) {
+                      const nccl::Library *library, Status local) {
   // Every rank prepares what it can alone, then all agree before the
   // collective part, so that one rank's failure fails every rank at once
   // instead of leaving the others waiting.
   std::unique_ptr<NcclCommunicator> comm;
-  if (local.empty()) {
+  if (local.ok()) {
     comm = std::make_unique<NcclCommunicator>(bootstrap, *gpu, *library);
-    if (!comm->prepare(local))
+    local = comm->prepare();
+    if (!local.ok())
       comm.reset();
   }
   const int64_t none = std::numeric_limits<int64_t>::max();
-  int64_t firstFailed = none;
-  if (!bootstrap.allReduceMin(local.empty() ? none : bootstrap.rank(),
-                              firstFailed, kSetupTimeoutSeconds, error)) {
-    error = "setting up NCCL: " + error;
-    return nullptr;
-  }
-  if (!local.empty()) {
-    error = "setting up NCCL: " + local;
-    return nullptr;
-  }
-  if (firstFailed != none) {
-    error = "setting up NCCL: rank " + std::to_string(firstFailed) +
-            " could not (see its message)";
-    return nullptr;
-  }
-  if (!comm->connect(error)) {
-    error = "setting up NCCL " + library->version() + " (" + library->file +
-            "): " + error;
-    return nullptr;
-  }
-  return comm;
+  StatusOr<int64_t> firstFailed = bootstrap.allReduceMin(
+      local.ok() ? none : bootstrap.rank(), kSetupTimeoutSeconds);
+  if (!firstFailed.ok())
+    return firstFailed.status().withContext("setting up NCCL: ");
+  if (!local.ok())
+    return local.withContext("setting up NCCL: ");
+  if (*firstFailed != none)
+    return unavailable("setting up NCCL: rank " + std::to_string(*firstFailed) +
+                       " could not (see its message)");
+  if (Status status = comm->connect(); !status.ok())
+    return status.withContext("setting up NCCL " + library->version() + " (" +
+                              library->file + "): ");
+  return std::unique_ptr<Communicator>(std::move(comm));
 }
 
 } // namespace muon::runtime::cuda

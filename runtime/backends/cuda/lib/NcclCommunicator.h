@@ -30,14 +30,13 @@ struct NcclPlacement {
   cudaStream_t computeStream = nullptr;
 };
 
-/// Collective over `bootstrap`. `local` is this rank's failure so far
-/// (empty when none; `gpu` and `library` are then non-null): every rank
-/// prepares, all agree, then they join one NCCL communicator and warm it
-/// up. nullptr with `error` on every rank when any rank fails.
-std::unique_ptr<Communicator>
+/// Collective over `bootstrap`. `local` is this rank's failure so far (ok
+/// when none; `gpu` and `library` are then non-null): every rank prepares,
+/// all agree, then they join one NCCL communicator and warm it up. A
+/// failure on every rank when any rank fails.
+StatusOr<std::unique_ptr<Communicator>>
 setUpNcclCommunicator(Communicator &bootstrap, const NcclPlacement *gpu,
-                      const nccl::Library *library, std::string local,
-                      std::string &error);
+                      const nccl::Library *library, Status local);
 
 } // namespace muon::runtime::cuda
 

@@ -18,7 +18,7 @@
 
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Device.h"
-#include "muon/Runtime/Status.h"
+#include "muon/Support/Status.h"
 
 #include <functional>
 #include <memory>

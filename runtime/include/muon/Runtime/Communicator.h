@@ -1,18 +1,20 @@
 //===- Communicator.h - What the runtime needs from a transport -*- C++ -*-===//
 //
 // The runtime moves data only through this interface: MPI on the CPU
-// (MpiCommunicator), NCCL on the GPU later, and a one-rank communicator for
-// the single-device reference and for tests. Every collective is started and
-// then waited for with a deadline, so a dead or stalled peer ends the run
-// with an error instead of a hang.
+// (MpiCommunicator), NCCL on the GPU (NcclCommunicator), threads of one
+// process (LocalCommunicator), torch.distributed (muonc's), and a one-rank
+// communicator for the single-device reference and for tests. Every
+// collective is started and then waited for with a deadline, so a dead or
+// stalled peer ends the run with DeadlineExceeded instead of a hang.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_COMMUNICATOR_H
 #define MUON_RUNTIME_COMMUNICATOR_H
 
+#include "muon/Support/Status.h"
+
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace muon::runtime {
@@ -42,15 +44,13 @@ public:
   /// The send buffer's contents may still be queued on the device (a GPU's
   /// stream): a transport that reads it from outside that queue waits for
   /// the device first, as HostStagedCommunicator does; NCCL orders itself
-  /// after the device's stream. Returns false with `error` set when the
-  /// exchange cannot be expressed (counts beyond what the transport
-  /// addresses).
-  virtual bool start(const AllToAllV &exchange, PendingExchange &pending,
-                     std::string &error) = 0;
-  /// Waits for a started exchange for at most `timeoutSeconds`. Returns false
-  /// with `error` set on a timeout or a transport failure.
-  virtual bool wait(PendingExchange &pending, double timeoutSeconds,
-                    std::string &error) = 0;
+  /// after the device's stream. InvalidArgument when the exchange cannot be
+  /// expressed (counts beyond what the transport addresses).
+  virtual StatusOr<PendingExchange> start(const AllToAllV &exchange) = 0;
+  /// Waits for a started exchange for at most `timeoutSeconds`:
+  /// DeadlineExceeded on a timeout (deadlineExceeded()), Unavailable on a
+  /// transport failure.
+  virtual Status wait(PendingExchange &pending, double timeoutSeconds) = 0;
   /// Lets started exchanges advance while the caller computes (transports
   /// without a progress thread move data only inside their own calls).
   virtual void progress() = 0;
@@ -62,37 +62,34 @@ public:
   virtual bool recordable() const { return false; }
   /// After a replayed step graph whose exchanges this transport started:
   /// waits at most `timeoutSeconds` for the device's work queued so far,
-  /// watching for the transport's errors as wait() does. False with `error`.
-  virtual bool waitForReplay(double timeoutSeconds, std::string &error) {
+  /// watching for the transport's errors as wait() does.
+  virtual Status waitForReplay(double timeoutSeconds) {
     (void)timeoutSeconds;
-    (void)error;
-    return true;
+    return okStatus();
   }
 
   /// Small control collectives (never counted as payload), with the same
-  /// deadline: every rank's value, and the minimum over ranks.
-  virtual bool allGather(uint64_t value, std::vector<uint64_t> &values,
-                         double timeoutSeconds, std::string &error) = 0;
-  virtual bool allReduceMin(int64_t value, int64_t &result,
-                            double timeoutSeconds, std::string &error) = 0;
+  /// deadline and errors as wait(): every rank's value, and the minimum
+  /// over ranks.
+  virtual StatusOr<std::vector<uint64_t>> allGather(uint64_t value,
+                                                    double timeoutSeconds) = 0;
+  virtual StatusOr<int64_t> allReduceMin(int64_t value,
+                                         double timeoutSeconds) = 0;
   /// Every rank's `mine` (each rank the same number of words), on every
   /// rank, rank after rank. The default is one allGather per word;
   /// transports override it with one collective.
-  virtual bool allGatherWords(const std::vector<uint64_t> &mine,
-                              std::vector<uint64_t> &all,
-                              double timeoutSeconds, std::string &error);
+  virtual StatusOr<std::vector<uint64_t>>
+  allGatherWords(const std::vector<uint64_t> &mine, double timeoutSeconds);
   /// Every rank's bytes, at rank 0 (empty elsewhere).
-  virtual bool gatherToRoot(const std::vector<char> &bytes,
-                            std::vector<std::vector<char>> &atRoot,
-                            double timeoutSeconds, std::string &error) = 0;
+  virtual StatusOr<std::vector<std::vector<char>>>
+  gatherToRoot(const std::vector<char> &bytes, double timeoutSeconds) = 0;
   /// Every rank's bytes, on every rank, in rank order. The default is built
   /// from allGather: the lengths, then 8 bytes per round for the longest
   /// (one round when every rank sends nothing), so any transport has it;
   /// transports with a variable-length all-gather override it. Meant for
   /// small control messages (an error a peer hit).
-  virtual bool allGatherBytes(const std::vector<char> &bytes,
-                              std::vector<std::vector<char>> &all,
-                              double timeoutSeconds, std::string &error);
+  virtual StatusOr<std::vector<std::vector<char>>>
+  allGatherBytes(const std::vector<char> &bytes, double timeoutSeconds);
 
   /// Ends every rank of the run with `exitCode` (after a fatal error on one
   /// rank, the others must not wait for it).
@@ -105,45 +102,35 @@ public:
 std::string shareText(Communicator &comm, int64_t root, const std::string &text,
                       double timeoutSeconds);
 
-/// The error of a wait that had no answer within its timeout of `seconds`:
-/// "no answer within 2 s: a peer died or stalled". Every transport reports
-/// a timeout with it. It names no tool flag: the caller chose the timeout
-/// (OptimizerOptions::timeoutSeconds, the C API's timeout_seconds, ...), so
-/// a tool that prints the error adds its own hint (isTimeoutError).
-std::string timeoutError(double seconds);
-/// Whether `error`, possibly after prefixes that give context, is a
-/// timeoutError.
-bool isTimeoutError(std::string_view error);
-
 /// The communicator of a run with one rank: exchanges can only be empty, and
 /// collectives return the rank's own values.
 class SingleRankCommunicator final : public Communicator {
 public:
   int64_t rank() const override { return 0; }
   int64_t size() const override { return 1; }
-  bool start(const AllToAllV &exchange, PendingExchange &pending,
-             std::string &error) override;
-  bool wait(PendingExchange &pending, double timeoutSeconds,
-            std::string &error) override;
+  StatusOr<PendingExchange> start(const AllToAllV &exchange) override;
+  Status wait(PendingExchange &pending, double timeoutSeconds) override;
   void progress() override {}
   /// Its exchanges are empty: nothing to record.
   bool recordable() const override { return true; }
-  bool allGather(uint64_t value, std::vector<uint64_t> &values, double,
-                 std::string &) override;
-  bool allReduceMin(int64_t value, int64_t &result, double,
-                    std::string &) override;
-  bool allGatherWords(const std::vector<uint64_t> &mine,
-                      std::vector<uint64_t> &all, double,
-                      std::string &) override {
-    all = mine;
-    return true;
+  StatusOr<std::vector<uint64_t>> allGather(uint64_t value, double) override {
+    return std::vector<uint64_t>{value};
   }
-  bool gatherToRoot(const std::vector<char> &bytes,
-                    std::vector<std::vector<char>> &atRoot, double,
-                    std::string &) override;
-  bool allGatherBytes(const std::vector<char> &bytes,
-                      std::vector<std::vector<char>> &all, double,
-                      std::string &) override;
+  StatusOr<int64_t> allReduceMin(int64_t value, double) override {
+    return value;
+  }
+  StatusOr<std::vector<uint64_t>>
+  allGatherWords(const std::vector<uint64_t> &mine, double) override {
+    return mine;
+  }
+  StatusOr<std::vector<std::vector<char>>>
+  gatherToRoot(const std::vector<char> &bytes, double) override {
+    return std::vector<std::vector<char>>{bytes};
+  }
+  StatusOr<std::vector<std::vector<char>>>
+  allGatherBytes(const std::vector<char> &bytes, double) override {
+    return std::vector<std::vector<char>>{bytes};
+  }
   [[noreturn]] void abort(int exitCode) override;
 };
 

@@ -20,7 +20,7 @@
 #include "muon/Plan/Plan.h"
 #include "muon/Runtime/DType.h"
 #include "muon/Runtime/ElementStep.h"
-#include "muon/Runtime/Status.h"
+#include "muon/Support/Status.h"
 
 #include <algorithm>
 #include <array>

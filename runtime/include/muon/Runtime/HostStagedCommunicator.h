@@ -29,33 +29,30 @@ public:
 
   int64_t rank() const override { return inner.rank(); }
   int64_t size() const override { return inner.size(); }
-  bool start(const AllToAllV &exchange, PendingExchange &pending,
-             std::string &error) override;
-  bool wait(PendingExchange &pending, double timeoutSeconds,
-            std::string &error) override;
+  StatusOr<PendingExchange> start(const AllToAllV &exchange) override;
+  Status wait(PendingExchange &pending, double timeoutSeconds) override;
   void progress() override { inner.progress(); }
-  bool allGather(uint64_t value, std::vector<uint64_t> &values,
-                 double timeoutSeconds, std::string &error) override {
-    return inner.allGather(value, values, timeoutSeconds, error);
+  StatusOr<std::vector<uint64_t>> allGather(uint64_t value,
+                                            double timeoutSeconds) override {
+    return inner.allGather(value, timeoutSeconds);
   }
-  bool allReduceMin(int64_t value, int64_t &result, double timeoutSeconds,
-                    std::string &error) override {
-    return inner.allReduceMin(value, result, timeoutSeconds, error);
+  StatusOr<int64_t> allReduceMin(int64_t value,
+                                 double timeoutSeconds) override {
+    return inner.allReduceMin(value, timeoutSeconds);
   }
-  bool allGatherWords(const std::vector<uint64_t> &mine,
-                      std::vector<uint64_t> &all, double timeoutSeconds,
-                      std::string &error) override {
-    return inner.allGatherWords(mine, all, timeoutSeconds, error);
+  StatusOr<std::vector<uint64_t>>
+  allGatherWords(const std::vector<uint64_t> &mine,
+                 double timeoutSeconds) override {
+    return inner.allGatherWords(mine, timeoutSeconds);
   }
-  bool gatherToRoot(const std::vector<char> &bytes,
-                    std::vector<std::vector<char>> &atRoot,
-                    double timeoutSeconds, std::string &error) override {
-    return inner.gatherToRoot(bytes, atRoot, timeoutSeconds, error);
+  StatusOr<std::vector<std::vector<char>>>
+  gatherToRoot(const std::vector<char> &bytes, double timeoutSeconds) override {
+    return inner.gatherToRoot(bytes, timeoutSeconds);
   }
-  bool allGatherBytes(const std::vector<char> &bytes,
-                      std::vector<std::vector<char>> &all,
-                      double timeoutSeconds, std::string &error) override {
-    return inner.allGatherBytes(bytes, all, timeoutSeconds, error);
+  StatusOr<std::vector<std::vector<char>>>
+  allGatherBytes(const std::vector<char> &bytes,
+                 double timeoutSeconds) override {
+    return inner.allGatherBytes(bytes, timeoutSeconds);
   }
   [[noreturn]] void abort(int exitCode) override;
 

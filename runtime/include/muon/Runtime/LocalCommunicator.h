@@ -39,31 +39,26 @@ public:
 
   int64_t rank() const override { return me; }
   int64_t size() const override;
-  bool start(const AllToAllV &exchange, PendingExchange &pending,
-             std::string &error) override;
-  bool wait(PendingExchange &pending, double timeoutSeconds,
-            std::string &error) override;
+  StatusOr<PendingExchange> start(const AllToAllV &exchange) override;
+  Status wait(PendingExchange &pending, double timeoutSeconds) override;
   void progress() override {}
-  bool allGather(uint64_t value, std::vector<uint64_t> &values,
-                 double timeoutSeconds, std::string &error) override;
-  bool allReduceMin(int64_t value, int64_t &result, double timeoutSeconds,
-                    std::string &error) override;
-  bool gatherToRoot(const std::vector<char> &bytes,
-                    std::vector<std::vector<char>> &atRoot,
-                    double timeoutSeconds, std::string &error) override;
-  bool allGatherWords(const std::vector<uint64_t> &mine,
-                      std::vector<uint64_t> &all, double timeoutSeconds,
-                      std::string &error) override;
-  bool allGatherBytes(const std::vector<char> &bytes,
-                      std::vector<std::vector<char>> &all,
-                      double timeoutSeconds, std::string &error) override;
+  StatusOr<std::vector<uint64_t>> allGather(uint64_t value,
+                                            double timeoutSeconds) override;
+  StatusOr<int64_t> allReduceMin(int64_t value, double timeoutSeconds) override;
+  StatusOr<std::vector<std::vector<char>>>
+  gatherToRoot(const std::vector<char> &bytes, double timeoutSeconds) override;
+  StatusOr<std::vector<uint64_t>>
+  allGatherWords(const std::vector<uint64_t> &mine,
+                 double timeoutSeconds) override;
+  StatusOr<std::vector<std::vector<char>>>
+  allGatherBytes(const std::vector<char> &bytes,
+                 double timeoutSeconds) override;
   [[noreturn]] void abort(int exitCode) override;
 
 private:
   /// Every rank posts `mine` and gets every rank's bytes in rank order.
-  bool exchangeBytes(std::vector<char> mine,
-                     std::vector<std::vector<char>> &all,
-                     double timeoutSeconds, std::string &error);
+  StatusOr<std::vector<std::vector<char>>> exchangeBytes(std::vector<char> mine,
+                                                         double timeoutSeconds);
 
   LocalWorld &world;
   int64_t me;

@@ -35,8 +35,8 @@
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/DType.h"
 #include "muon/Runtime/Device.h"
-#include "muon/Runtime/Status.h"
 #include "muon/Runtime/StepExecutor.h"
+#include "muon/Support/Status.h"
 
 #include <cstdint>
 #include <map>
@@ -329,10 +329,8 @@ private:
   static Status createImpl(Plan plan, Communicator &comm, Device &device,
                            const OptimizerOptions &options,
                            std::unique_ptr<Optimizer> &out);
-  bool saveCheckpointFiles(const std::string &dir, bool withParameters,
-                           std::string &error);
-  bool loadCheckpointFiles(const std::string &dir, bool withParameters,
-                           std::string &error);
+  Status saveCheckpointFiles(const std::string &dir, bool withParameters);
+  Status loadCheckpointFiles(const std::string &dir, bool withParameters);
   bool stateDictImpl(bool withParameters, StateDict &dict,
                      std::string &error) const;
   bool loadStateDictImpl(const StateDict &dict, bool withParameters,

@@ -16,12 +16,12 @@
 #ifndef MUON_RUNTIME_STEPEXECUTOR_H
 #define MUON_RUNTIME_STEPEXECUTOR_H
 
+#include "muon/Plan/ElementState.h"
 #include "muon/Plan/Plan.h"
 #include "muon/Plan/Trace.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Device.h"
-#include "muon/Plan/ElementState.h"
-#include "muon/Runtime/Status.h"
+#include "muon/Support/Status.h"
 
 #include <array>
 #include <chrono>

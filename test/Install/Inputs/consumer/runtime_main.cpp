@@ -12,7 +12,7 @@ int main(int argc, char **argv) {
   muon::runtime::SingleRankCommunicator comm;
   muon::runtime::cpu::CpuDevice device;
   std::unique_ptr<muon::runtime::Optimizer> opt;
-  if (muon::runtime::Status s =
+  if (muon::Status s =
           muon::runtime::Optimizer::load(argv[1], comm, device, {}, opt);
       !s.ok()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());

@@ -121,14 +121,13 @@ double gemmSeconds(Device &device, int64_t m, int64_t n, int64_t k, DType dtype,
 /// (allGather, allReduceMin, gatherToRoot, abort) go through `bootstrap` (an
 /// MPI communicator), which also carries NCCL's unique id from rank 0 to
 /// every rank. Loads libnccl.so.2 with dlopen (MUON_NCCL_LIBRARY overrides
-/// the file name); nullptr with `error` when it cannot. `device` must come
+/// the file name); Unavailable when it cannot. `device` must come
 /// from createDevice and outlive the communicator, as must `bootstrap`.
 /// Collective over `bootstrap`: every rank calls it, and every rank fails
 /// when one cannot set up. Warms the communicator up (one tiny all-to-all),
 /// so that the first exchange of a step does not pay for NCCL's connections.
-std::unique_ptr<Communicator> createNcclCommunicator(Communicator &bootstrap,
-                                                     Device &device,
-                                                     std::string &error);
+StatusOr<std::unique_ptr<Communicator>>
+createNcclCommunicator(Communicator &bootstrap, Device &device);
 
 /// Registers the device backend "cuda" ("cuda", "cuda:N") and the transport
 /// "nccl" with the runtime's registry (muon/Runtime/Backends.h). Whoever
