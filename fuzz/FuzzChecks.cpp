@@ -24,11 +24,11 @@ void checkCompiledPlan(const Plan &plan) {
   if (json::Error bad = validatePlan(plan); !bad.empty())
     trap("the compiler produced a plan its validator refuses: " + bad.str());
   std::string text = renderPlan(plan);
-  Plan reread;
-  std::string error;
-  if (!parsePlan(text, reread, error))
-    trap("the plan file of a compiled plan does not read back: " + error);
-  if (renderPlan(reread) != text)
+  StatusOr<Plan> reread = parsePlan(text);
+  if (!reread.ok())
+    trap("the plan file of a compiled plan does not read back: " +
+         reread.status().text());
+  if (renderPlan(*reread) != text)
     trap("the plan file does not round-trip");
 }
 

@@ -36,9 +36,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 static void check(std::string_view bytes) {
-  std::string error;
-  muon::Plan whole;
-  bool wholeOk = muon::parsePlanBinary(bytes, whole, error);
+  muon::StatusOr<muon::Plan> parsed = muon::parsePlanBinary(bytes);
+  const bool wholeOk = parsed.ok();
+  muon::Plan whole = wholeOk ? std::move(parsed).value() : muon::Plan();
   if (wholeOk) {
     if (!muon::validatePlan(whole).empty())
       muon::fuzz::trap("an accepted binary plan fails validatePlan");
@@ -50,8 +50,10 @@ static void check(std::string_view bytes) {
   int64_t world = wholeOk ? whole.worldSize : 8;
   std::vector<muon::Plan> parts;
   for (int64_t r = 0; r < world && r < 16; ++r) {
-    muon::Plan part;
-    bool ok = muon::parsePlanSlice(bytes, r, part, error);
+    muon::StatusOr<muon::Plan> slice = muon::parsePlanSlice(bytes, r);
+    const bool ok = slice.ok();
+    const std::string error = slice.status().text();
+    muon::Plan part = ok ? std::move(slice).value() : muon::Plan();
     if (ok && !muon::validatePlanSlice(part).empty())
       muon::fuzz::trap("an accepted part fails validatePlanSlice");
     if (wholeOk) {

@@ -15,10 +15,10 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string text(reinterpret_cast<const char *>(data), size);
-  muon::Plan plan;
-  std::string error;
-  if (!muon::parsePlan(text, plan, error))
+  muon::StatusOr<muon::Plan> parsed = muon::parsePlan(text);
+  if (!parsed.ok())
     return 0;
+  const muon::Plan &plan = *parsed;
   muon::fuzz::checkCompiledPlan(plan);
   if (muon::fuzz::smallEnoughToRun(plan))
     muon::fuzz::runEveryRank(plan);

@@ -548,9 +548,9 @@ TEST_F(FakeGpuTest, NewtonSchulzRunsInPartsWhenTheWorkspaceDoesNotFit) {
   std::vector<std::vector<float>> results;
   std::vector<int64_t> normLaunches;
   for (bool limited : {false, true}) {
-    std::string error;
-    std::unique_ptr<Device> gpu = runtime::cuda::createDevice(0, error);
-    ASSERT_TRUE(gpu) << error;
+    StatusOr<std::unique_ptr<Device>> made = runtime::cuda::createDevice(0);
+    ASSERT_TRUE(made.ok()) << made.status().text();
+    std::unique_ptr<Device> gpu = std::move(made).value();
     DeviceBuffer buffer(*gpu, static_cast<int64_t>(x.size() * 4));
     ASSERT_TRUE(buffer.ok());
     gpu->copyToDevice(buffer.data(), x.data(), buffer.size());
@@ -585,9 +585,9 @@ TEST_F(FakeGpuTest, NewtonSchulzRunsInPartsWhenTheWorkspaceDoesNotFit) {
 
 /// A device that runs out of memory says so with nullptr, no misuse.
 TEST_F(FakeGpuTest, AllocationBeyondTheMemoryFails) {
-  std::string error;
-  std::unique_ptr<Device> gpu = runtime::cuda::createDevice(0, error);
-  ASSERT_TRUE(gpu) << error;
+  StatusOr<std::unique_ptr<Device>> made = runtime::cuda::createDevice(0);
+  ASSERT_TRUE(made.ok()) << made.status().text();
+  std::unique_ptr<Device> gpu = std::move(made).value();
   fake::setMemoryLimit(fake::counters().deviceBytes + 1000);
   EXPECT_EQ(gpu->allocate(2000), nullptr);
   void *fits = gpu->allocate(500);
@@ -602,16 +602,17 @@ TEST_F(FakeGpuTest, AllocationBeyondTheMemoryFails) {
 /// device's work (reading the new parameters). Each held stream would run
 /// the other's write last without the order.
 TEST_F(FakeGpuTest, DeviceOrdersWithTheCallersStream) {
-  std::string error;
-  std::unique_ptr<Device> gpu = runtime::cuda::createDevice(0, error);
-  ASSERT_TRUE(gpu) << error;
+  StatusOr<std::unique_ptr<Device>> made = runtime::cuda::createDevice(0);
+  ASSERT_TRUE(made.ok()) << made.status().text();
+  std::unique_ptr<Device> gpu = std::move(made).value();
   cudaStream_t deviceStream =
       static_cast<runtime::cuda::CudaDevice &>(*gpu).stream();
   uint8_t *buf = device(std::vector<uint8_t>(64, 7));
 
   fake::holdStream(stream, true); // the caller's write, still queued
   ASSERT_EQ(cudaMemsetAsync(buf, 0x3f, 64, stream), cudaSuccess);
-  ASSERT_TRUE(runtime::cuda::waitForStream(*gpu, stream, error)) << error;
+  Status ordered = runtime::cuda::waitForStream(*gpu, stream);
+  ASSERT_TRUE(ordered.ok()) << ordered.text();
   gpu->zero(buf, 64);
   fake::holdStream(stream, false);
   gpu->synchronize();
@@ -619,8 +620,8 @@ TEST_F(FakeGpuTest, DeviceOrdersWithTheCallersStream) {
 
   fake::holdStream(deviceStream, true); // the device's write, still queued
   gpu->zero(buf, 64);
-  ASSERT_TRUE(runtime::cuda::streamWaitsForDevice(*gpu, stream, error))
-      << error;
+  ordered = runtime::cuda::streamWaitsForDevice(*gpu, stream);
+  ASSERT_TRUE(ordered.ok()) << ordered.text();
   ASSERT_EQ(cudaMemsetAsync(buf, 0x3f, 64, stream), cudaSuccess);
   fake::holdStream(deviceStream, false);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -628,12 +629,13 @@ TEST_F(FakeGpuTest, DeviceOrdersWithTheCallersStream) {
   EXPECT_EQ(gpu->takeError().code(), StatusCode::Ok);
 
   cpu::CpuDevice host;
-  EXPECT_FALSE(runtime::cuda::waitForStream(host, stream, error));
-  EXPECT_NE(error.find("cuda::createDevice, not the cpu device"),
+  Status refused = runtime::cuda::waitForStream(host, stream);
+  EXPECT_EQ(refused.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(refused.message().find("cuda::createDevice, not the cpu device"),
             std::string::npos)
-      << error;
-  // The same error string after a failure: success says so by its result.
-  EXPECT_TRUE(runtime::cuda::streamWaitsForDevice(*gpu, stream, error));
+      << refused.text();
+  // A failure leaves nothing behind: the next call succeeds.
+  EXPECT_TRUE(runtime::cuda::streamWaitsForDevice(*gpu, stream).ok());
   gpu->synchronize();
   gpu.reset();
   EXPECT_EQ(fake::counters().liveEvents, 0);

@@ -255,12 +255,11 @@ private:
 };
 
 std::unique_ptr<Device> gpuWithForm(NsForm form) {
-  std::string error;
   cuda::DeviceOptions options;
   options.nsForm = form;
-  std::unique_ptr<Device> gpu = cuda::createDevice(0, options, error);
-  EXPECT_TRUE(gpu) << error;
-  return gpu;
+  StatusOr<std::unique_ptr<Device>> gpu = cuda::createDevice(0, options);
+  EXPECT_TRUE(gpu.ok()) << gpu.status().text();
+  return gpu.ok() ? std::move(gpu).value() : nullptr;
 }
 
 /// `x` (count matrices) through the GPU's Newton-Schulz; the path it took.
@@ -460,16 +459,19 @@ TEST_F(CudaNewtonSchulzTest, FormsAreChosenAsOnTheCpu) {
     }
   }
   setenv(cuda::kNsFormVariable, "standard", 1);
-  std::string error, path;
-  std::unique_ptr<Device> fromEnv = cuda::createDevice(0, error);
-  ASSERT_TRUE(fromEnv) << error;
-  onGpu(*fromEnv, wide, 1, 24, 96, kJordan, DType::BF16, &path);
+  std::string path;
+  StatusOr<std::unique_ptr<Device>> fromEnv = cuda::createDevice(0);
+  ASSERT_TRUE(fromEnv.ok()) << fromEnv.status().text();
+  onGpu(**fromEnv, wide, 1, 24, 96, kJordan, DType::BF16, &path);
   EXPECT_EQ(path.find("Gram"), std::string::npos) << path;
   setenv(cuda::kNsFormVariable, "fastest", 1);
-  EXPECT_FALSE(cuda::createDevice(0, error));
-  EXPECT_NE(error.find("MUON_CUDA_NS_FORM must be auto, standard or gram"),
+  StatusOr<std::unique_ptr<Device>> refused = cuda::createDevice(0);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::InvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                "MUON_CUDA_NS_FORM must be auto, standard or gram"),
             std::string::npos)
-      << error;
+      << refused.status().text();
   unsetenv(cuda::kNsFormVariable);
 }
 

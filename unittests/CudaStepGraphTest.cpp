@@ -173,10 +173,9 @@ public:
 };
 
 std::unique_ptr<Device> makeGpu() {
-  std::string error;
-  std::unique_ptr<Device> gpu = cuda::createDevice(0, error);
-  EXPECT_TRUE(gpu) << error;
-  return gpu;
+  StatusOr<std::unique_ptr<Device>> gpu = cuda::createDevice(0);
+  EXPECT_TRUE(gpu.ok()) << gpu.status().text();
+  return gpu.ok() ? std::move(gpu).value() : nullptr;
 }
 
 /// Both outcomes hold the same bits.

@@ -10,6 +10,7 @@
 #include "GroupSettingValues.h"
 #include "PlanModel.h"
 
+#include "PlanRead.h"
 #include "muon/Plan/Algorithm.h"
 #include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/PlanBinary.h"
@@ -57,10 +58,11 @@ TEST(GroupSettings, EverySettingSurvivesBothPlanFormats) {
 
     Plan fromJson, fromBinary;
     std::string error;
-    ASSERT_TRUE(parsePlan(renderPlan(plan), fromJson, error))
+    ASSERT_TRUE(take(parsePlan(renderPlan(plan)), fromJson, error))
         << s.name << ": " << error;
     EXPECT_EQ(valueOf(s, fromJson.groups[group]), want) << s.name << " (JSON)";
-    ASSERT_TRUE(parsePlanBinary(renderPlanBinary(plan), fromBinary, error))
+    ASSERT_TRUE(
+        take(parsePlanBinary(renderPlanBinary(plan)), fromBinary, error))
         << s.name << ": " << error;
     EXPECT_EQ(valueOf(s, fromBinary.groups[group]), want)
         << s.name << " (binary)";

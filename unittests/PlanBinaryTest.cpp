@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "PlanModel.h"
 
+#include "PlanRead.h"
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Validate.h"
@@ -58,12 +59,12 @@ TEST(PlanBinary, WholeRoundTripsToTheSamePlan) {
   ASSERT_TRUE(isPlanBinary(bytes));
   Plan back;
   std::string error;
-  ASSERT_TRUE(parsePlanBinary(bytes, back, error)) << error;
+  ASSERT_TRUE(take(parsePlanBinary(bytes), back, error)) << error;
   EXPECT_EQ(renderPlan(back), renderPlan(plan));
   EXPECT_EQ(renderPlanBinary(back), bytes);
   // And through JSON.
   Plan fromJson;
-  ASSERT_TRUE(parsePlan(renderPlan(plan), fromJson, error)) << error;
+  ASSERT_TRUE(take(parsePlan(renderPlan(plan)), fromJson, error)) << error;
   EXPECT_EQ(renderPlanBinary(fromJson), bytes);
 }
 
@@ -78,7 +79,7 @@ TEST(PlanBinary, NorMuonIsAFlagBitAndItsBeta2) {
   std::string a = renderPlanBinary(off), b = renderPlanBinary(on);
   Plan back;
   std::string error;
-  ASSERT_TRUE(parsePlanBinary(b, back, error)) << error;
+  ASSERT_TRUE(take(parsePlanBinary(b), back, error)) << error;
   EXPECT_TRUE(back.groups[0].flag("normuon"));
   EXPECT_EQ(back.groups[0].number("normuon_beta2"), 0.9);
   EXPECT_EQ(renderPlan(back), renderPlan(on));
@@ -94,7 +95,7 @@ TEST(PlanBinary, NorMuonIsAFlagBitAndItsBeta2) {
   EXPECT_EQ(static_cast<uint8_t>(b[at]), 1 | 8);
   b[at] = static_cast<char>(static_cast<uint8_t>(b[at]) | 16);
   resealPlanBinary(b);
-  EXPECT_FALSE(parsePlanBinary(b, back, error));
+  EXPECT_FALSE(take(parsePlanBinary(b), back, error));
   EXPECT_NE(error.find("bits above 3 are not defined"), std::string::npos)
       << error;
 }
@@ -114,7 +115,7 @@ TEST(PlanBinary, TableOnlySettingsTravelInTheTailByName) {
   EXPECT_EQ(b.size(), a.size() + 1 + 1 + name.size() + 8); // count, str, f64
   Plan back;
   std::string error;
-  ASSERT_TRUE(parsePlanBinary(b, back, error)) << error;
+  ASSERT_TRUE(take(parsePlanBinary(b), back, error)) << error;
   EXPECT_EQ(back.groups[0].number("extra_scale_factor"), 0.25);
   EXPECT_EQ(renderPlan(back), renderPlan(on));
   EXPECT_EQ(renderPlanBinary(back), b);
@@ -129,7 +130,7 @@ TEST(PlanBinary, TableOnlySettingsTravelInTheTailByName) {
   std::string unknown = b;
   unknown[at + name.size()] = 'q'; // "extra_scale_factoq"
   resealPlanBinary(unknown);
-  EXPECT_FALSE(parsePlanBinary(unknown, back, error));
+  EXPECT_FALSE(take(parsePlanBinary(unknown), back, error));
   EXPECT_NE(error.find("groups[0]"), std::string::npos) << error;
   EXPECT_NE(error.find("setting 'extra_scale_factoq' in the tail is not a "
                        "Muon group's setting"),
@@ -139,7 +140,7 @@ TEST(PlanBinary, TableOnlySettingsTravelInTheTailByName) {
   ASSERT_EQ(empty[at - 1], '\x01'); // the tail's count
   empty[at - 1] = '\x00';
   resealPlanBinary(empty);
-  EXPECT_FALSE(parsePlanBinary(empty, back, error));
+  EXPECT_FALSE(take(parsePlanBinary(empty), back, error));
   EXPECT_NE(error.find("an empty settings tail"), std::string::npos) << error;
 }
 
@@ -220,12 +221,12 @@ TEST(PlanBinary, RoundOrderIsKept) {
     std::string bytes = renderPlanBinary(plan);
     Plan back;
     std::string error;
-    ASSERT_TRUE(parsePlanBinary(bytes, back, error)) << error;
+    ASSERT_TRUE(take(parsePlanBinary(bytes), back, error)) << error;
     EXPECT_EQ(back.rounds, plan.rounds) << "reversed " << reversed;
     EXPECT_EQ(renderPlan(back), renderPlan(plan));
     for (int64_t r = 0; r < plan.worldSize; ++r) {
       Plan slice;
-      ASSERT_TRUE(parsePlanSlice(bytes, r, slice, error)) << error;
+      ASSERT_TRUE(take(parsePlanSlice(bytes, r), slice, error)) << error;
       expectSameSlice(slice, slicePlan(plan, r));
     }
   }
@@ -238,7 +239,7 @@ TEST(PlanBinary, EachRankLoadsItsPartOfTheWhole) {
     Plan slice;
     std::string error;
     SliceLoadStats stats;
-    ASSERT_TRUE(parsePlanSlice(bytes, r, slice, error, &stats)) << error;
+    ASSERT_TRUE(take(parsePlanSlice(bytes, r, &stats), slice, error)) << error;
     expectSameSlice(slice, slicePlan(plan, r));
     EXPECT_TRUE(validatePlanSlice(slicePlan(plan, r)).empty());
     // Exactly the header, the shared section, one index entry and its own
@@ -287,13 +288,17 @@ TEST(PlanBinary, RanksDoNotReadOtherRanksSections) {
   std::string error;
   for (int64_t r = 0; r < 3; ++r) {
     Plan slice;
-    EXPECT_TRUE(parsePlanSlice(bytes, r, slice, error)) << error;
+    EXPECT_TRUE(take(parsePlanSlice(bytes, r), slice, error)) << error;
   }
   Plan slice, whole;
-  EXPECT_FALSE(parsePlanSlice(bytes, 3, slice, error));
+  // A damaged file is told from a plan that does not fit by its code.
+  StatusCode code = StatusCode::Ok;
+  EXPECT_FALSE(take(parsePlanSlice(bytes, 3), slice, error, &code));
   EXPECT_CONTAINS(error, "rank 3's section: checksum mismatch");
-  EXPECT_FALSE(parsePlanBinary(bytes, whole, error));
+  EXPECT_EQ(code, StatusCode::DataLoss);
+  EXPECT_FALSE(take(parsePlanBinary(bytes), whole, error, &code));
   EXPECT_CONTAINS(error, "rank 3's section: checksum mismatch");
+  EXPECT_EQ(code, StatusCode::DataLoss);
 }
 
 TEST(PlanBinary, ReadLimitIsEnforced) {
@@ -301,13 +306,13 @@ TEST(PlanBinary, ReadLimitIsEnforced) {
   std::string bytes = renderPlanBinary(plan);
   Plan slice;
   std::string error;
-  EXPECT_FALSE(parsePlanSlice(bytes, 1, slice, error, nullptr, 100));
+  EXPECT_FALSE(take(parsePlanSlice(bytes, 1, nullptr, 100), slice, error));
   EXPECT_CONTAINS(error, "rank 1's part of the plan is ");
   EXPECT_CONTAINS(error, "above the read limit of 100 bytes");
   SliceLoadStats stats;
-  EXPECT_TRUE(parsePlanSlice(bytes, 1, slice, error, &stats));
+  EXPECT_TRUE(take(parsePlanSlice(bytes, 1, &stats), slice, error));
   EXPECT_TRUE(
-      parsePlanSlice(bytes, 1, slice, error, nullptr, stats.bytesRead));
+      take(parsePlanSlice(bytes, 1, nullptr, stats.bytesRead), slice, error));
 }
 
 TEST(PlanBinary, FileLoadMatchesMemory) {
@@ -323,19 +328,22 @@ TEST(PlanBinary, FileLoadMatchesMemory) {
     Plan fromFile, fromMemory;
     std::string error;
     SliceLoadStats a, b;
-    ASSERT_TRUE(loadPlanSlice(path, r, fromFile, error, &a)) << error;
-    ASSERT_TRUE(parsePlanSlice(bytes, r, fromMemory, error, &b)) << error;
+    ASSERT_TRUE(take(loadPlanSlice(path, r, &a), fromFile, error)) << error;
+    ASSERT_TRUE(take(parsePlanSlice(bytes, r, &b), fromMemory, error)) << error;
     expectSameSlice(fromFile, fromMemory);
     EXPECT_EQ(fromFile.fileId, fromMemory.fileId);
     EXPECT_EQ(a.bytesRead, b.bytesRead);
   }
   Plan slice;
   std::string error;
-  EXPECT_FALSE(loadPlanSlice(path, 4, slice, error));
+  StatusCode code = StatusCode::Ok;
+  EXPECT_FALSE(take(loadPlanSlice(path, 4), slice, error, &code));
   EXPECT_CONTAINS(error, "rank 4 is not in the plan's world of 4 ranks");
+  EXPECT_EQ(code, StatusCode::InvalidArgument);
   unlink(path);
-  EXPECT_FALSE(loadPlanSlice(path, 0, slice, error));
+  EXPECT_FALSE(take(loadPlanSlice(path, 0), slice, error, &code));
   EXPECT_CONTAINS(error, "cannot read the plan file");
+  EXPECT_EQ(code, StatusCode::NotFound);
 }
 
 TEST(PlanBinary, DamagedHeadersAreRefused) {
@@ -343,19 +351,24 @@ TEST(PlanBinary, DamagedHeadersAreRefused) {
   std::string bytes = renderPlanBinary(plan);
   Plan out;
   std::string error;
-  EXPECT_FALSE(parsePlanSlice(bytes.substr(0, 50), 0, out, error));
+  EXPECT_FALSE(take(parsePlanSlice(bytes.substr(0, 50), 0), out, error));
   EXPECT_CONTAINS(error, "not a binary plan file");
-  EXPECT_FALSE(parsePlanSlice(bytes.substr(0, bytes.size() - 1), 0, out, error));
+  StatusCode code = StatusCode::Ok;
+  EXPECT_FALSE(take(parsePlanSlice(bytes.substr(0, bytes.size() - 1), 0), out,
+                    error, &code));
   EXPECT_CONTAINS(error, "truncated or appended to");
+  EXPECT_EQ(code, StatusCode::DataLoss);
   std::string other = bytes;
   other[8] = 6; // version 6: after redundant matrices' 5
-  EXPECT_FALSE(parsePlanSlice(other, 0, out, error));
+  EXPECT_FALSE(take(parsePlanSlice(other, 0), out, error, &code));
   EXPECT_CONTAINS(error, "format version 6 is not supported (this reader "
                          "reads muon-plan-bin/2 to 5)");
+  EXPECT_EQ(code, StatusCode::InvalidArgument);
   other = bytes;
   other[20] = 1; // world size, under the header checksum
-  EXPECT_FALSE(parsePlanSlice(other, 0, out, error));
+  EXPECT_FALSE(take(parsePlanSlice(other, 0), out, error, &code));
   EXPECT_CONTAINS(error, "header: checksum mismatch");
+  EXPECT_EQ(code, StatusCode::DataLoss);
 }
 
 TEST(PlanBinary, EveryByteFlipIsRefusedOrHarmless) {
@@ -374,13 +387,13 @@ TEST(PlanBinary, EveryByteFlipIsRefusedOrHarmless) {
         resealPlanBinary(damaged);
       std::string error;
       Plan whole;
-      if (parsePlanBinary(damaged, whole, error))
+      if (take(parsePlanBinary(damaged), whole, error))
         EXPECT_TRUE(validatePlan(whole).empty());
       else
         EXPECT_FALSE(error.empty());
       for (int64_t r = 0; r < plan.worldSize; ++r) {
         Plan slice;
-        if (parsePlanSlice(damaged, r, slice, error))
+        if (take(parsePlanSlice(damaged, r), slice, error))
           EXPECT_TRUE(validatePlanSlice(slice).empty());
         else
           EXPECT_FALSE(error.empty());
@@ -419,19 +432,19 @@ TEST(PlanBinary, SeveralNewtonSchulzConfigurationsAreVersion4) {
   EXPECT_EQ(u64At(bytes, 8) & 0xffffffff, kPlanBinaryNsConfigsVersion);
   Plan back;
   std::string error;
-  ASSERT_TRUE(parsePlanBinary(bytes, back, error)) << error;
+  ASSERT_TRUE(take(parsePlanBinary(bytes), back, error)) << error;
   EXPECT_EQ(renderPlan(back), renderPlan(plan));
   EXPECT_EQ(renderPlanBinary(back), bytes);
   Plan fromJson;
-  ASSERT_TRUE(parsePlan(renderPlan(plan), fromJson, error)) << error;
+  ASSERT_TRUE(take(parsePlan(renderPlan(plan)), fromJson, error)) << error;
   EXPECT_EQ(renderPlanBinary(fromJson), bytes);
   for (int64_t r = 0; r < plan.worldSize; ++r) {
     Plan slice;
-    ASSERT_TRUE(parsePlanSlice(bytes, r, slice, error)) << error;
+    ASSERT_TRUE(take(parsePlanSlice(bytes, r), slice, error)) << error;
     expectSameSlice(slice, slicePlan(plan, r));
   }
   Plan rank0;
-  ASSERT_TRUE(parsePlanSlice(bytes, 0, rank0, error)) << error;
+  ASSERT_TRUE(take(parsePlanSlice(bytes, 0), rank0, error)) << error;
   ASSERT_EQ(rank0.nsBatches[0].size(), 2u);
   EXPECT_EQ(rank0.nsBatches[0][1].config, 1);
   EXPECT_EQ(rank0.ns.configs[1], otherNsConfig());
@@ -443,7 +456,7 @@ TEST(PlanBinary, NewtonSchulzConfigurationIndicesAreChecked) {
     resealPlanBinary(changed);
     Plan plan;
     std::string error;
-    EXPECT_FALSE(parsePlanBinary(changed, plan, error));
+    EXPECT_FALSE(take(parsePlanBinary(changed), plan, error));
     return error;
   };
   // The count: 2, then configuration 0 (5 steps, 5 triples, 3.4445 first).
@@ -475,6 +488,6 @@ TEST(PlanBinary, NewtonSchulzConfigurationIndicesAreChecked) {
   resealPlanBinary(mixed);
   Plan slice;
   std::string error;
-  EXPECT_FALSE(parsePlanSlice(mixed, 0, slice, error));
+  EXPECT_FALSE(take(parsePlanSlice(mixed, 0), slice, error));
   EXPECT_CONTAINS(error, "not the batch's 0");
 }

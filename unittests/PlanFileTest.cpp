@@ -1,9 +1,10 @@
 //===- PlanFileTest.cpp - Reading and validating plan files ---------------===//
 #include "PlanModel.h"
 
+#include "PlanRead.h"
 #include "muon/Plan/PlanFile.h"
-#include "muon/Planner/Schedule.h"
 #include "muon/Plan/Validate.h"
+#include "muon/Planner/Schedule.h"
 
 #include <gtest/gtest.h>
 
@@ -39,7 +40,7 @@ std::string goodPlan() { return renderPlan(goodPlanModel()); }
 std::string readError(const std::string &text) {
   Plan plan;
   std::string error;
-  EXPECT_FALSE(parsePlan(text, plan, error)) << text;
+  EXPECT_FALSE(take(parsePlan(text), plan, error)) << text;
   return error;
 }
 
@@ -55,11 +56,29 @@ std::string replace(std::string text, const std::string &from,
       << "'" << (haystack) << "' lacks '" << (needle) << "'"
 } // namespace
 
+TEST(PlanFile, ErrorsCarryTheirJsonPathAsTheLocation) {
+  const std::string text = goodPlan();
+  StatusOr<Plan> bad =
+      parsePlan(replace(text, "\"send\":[[0,8,0]]", "\"send\":[[0,9,0]]"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(bad.status().location(), "ranks[1].exchanges[0].send");
+  EXPECT_EQ(bad.status().message(),
+            "counts and offsets do not match the transfers");
+  StatusOr<Plan> world =
+      parsePlan(replace(text, "\"world_size\":4", "\"world_size\":0"));
+  ASSERT_FALSE(world.ok());
+  EXPECT_EQ(world.status().location(), "world_size");
+  StatusOr<Plan> notJson = parsePlan("{\"format\": ");
+  ASSERT_FALSE(notJson.ok());
+  EXPECT_EQ(notJson.status().code(), StatusCode::InvalidArgument);
+}
+
 TEST(PlanFile, RoundTrip) {
   std::string text = goodPlan();
   Plan plan;
   std::string error;
-  ASSERT_TRUE(parsePlan(text, plan, error)) << error;
+  ASSERT_TRUE(take(parsePlan(text), plan, error)) << error;
   EXPECT_EQ(renderPlan(plan), text);
   // Rank 1 sends its two rows (8 elements) to rank 0 in the gather.
   RankExchangeView view = rankExchangeView(plan.exchanges[0], 1);
@@ -216,7 +235,7 @@ TEST(PlanFile, SeveralNewtonSchulzConfigurationsRoundTrip) {
                         "\"matrices\":[1]}");
   Plan back;
   std::string error;
-  ASSERT_TRUE(parsePlan(text, back, error)) << error;
+  ASSERT_TRUE(take(parsePlan(text), back, error)) << error;
   ASSERT_EQ(back.ns.configs.size(), 2u);
   EXPECT_EQ(back.ns.configs[0], plan.ns.configs[0]);
   EXPECT_EQ(back.ns.configs[1], otherNsConfig());

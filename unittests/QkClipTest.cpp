@@ -9,6 +9,8 @@
 // layers are refused with nothing changed.
 //
 //===----------------------------------------------------------------------===//
+#include "OneRankOptimizer.h"
+#include "PlanRead.h"
 #include "muon/Compiler/Compile.h"
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
@@ -17,7 +19,6 @@
 #include "muon/Runtime/ElementMath.h"
 #include "muon/Runtime/LocalCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
-#include "OneRankOptimizer.h"
 
 #include "ElementSteps.h"
 
@@ -426,7 +427,7 @@ TEST(QkClip, PlansCarryTheLayersAndTheValidatorChecksThem) {
   std::string text = renderPlan(plan);
   Plan back;
   std::string error;
-  ASSERT_TRUE(parsePlan(text, back, error)) << error;
+  ASSERT_TRUE(take(parsePlan(text), back, error)) << error;
   ASSERT_EQ(back.qkClip.size(), 2u);
   EXPECT_EQ(back.qkClip[0].query, "wq");
   EXPECT_EQ(back.qkClip[0].numKvHeads, 2);
@@ -435,10 +436,10 @@ TEST(QkClip, PlansCarryTheLayersAndTheValidatorChecksThem) {
   EXPECT_EQ(renderPlan(back), text);
   // The binary format: version 3 with the layers, whole and sliced.
   std::string bytes = renderPlanBinary(plan);
-  ASSERT_TRUE(parsePlanBinary(bytes, back, error)) << error;
+  ASSERT_TRUE(take(parsePlanBinary(bytes), back, error)) << error;
   EXPECT_EQ(renderPlan(back), text);
   Plan slice;
-  ASSERT_TRUE(parsePlanSlice(bytes, 1, slice, error)) << error;
+  ASSERT_TRUE(take(parsePlanSlice(bytes, 1), slice, error)) << error;
   ASSERT_EQ(slice.qkClip.size(), 2u);
   EXPECT_EQ(slice.qkClip[1].key, "wk2");
   EXPECT_TRUE(validatePlanSlice(slice).empty())

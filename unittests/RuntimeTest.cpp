@@ -1,5 +1,6 @@
 //===- RuntimeTest.cpp - Runtime kernels and the one-rank executor --------===//
 #include "muon/Plan/GroupSettings.h"
+#include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Planner/Schedule.h"
 #include "muon/Runtime/Backends.h"
@@ -14,6 +15,7 @@
 #include "muon/Support/OutputFile.h"
 
 #include "ElementSteps.h"
+#include "PlanModel.h"
 
 #include <gtest/gtest.h>
 
@@ -903,14 +905,33 @@ TEST(Backends, DevicesAndTransportsByName) {
       << s.message();
   // A backend registers itself under its name; "name:N" reaches it too.
   std::string asked;
-  registerDeviceBackend(
-      "mock", [&](const std::string &name, std::unique_ptr<Device> &out) {
-        asked = name;
-        out = std::make_unique<CpuDevice>();
-        return okStatus();
-      });
-  ASSERT_TRUE(createDevice("mock:3", device).ok());
+  BackendOptions given;
+  registerDeviceBackend("mock", [&](const std::string &name,
+                                    const BackendOptions &options,
+                                    std::unique_ptr<Device> &out) {
+    asked = name;
+    given = options;
+    out = std::make_unique<CpuDevice>();
+    return okStatus();
+  });
+  ASSERT_TRUE(createDevice("mock:3", {{"color", "blue"}}, device).ok());
   EXPECT_EQ(asked, "mock:3");
+  EXPECT_EQ(given, (BackendOptions{{"color", "blue"}}));
+  // The CPU takes its options by name and refuses the others, naming them.
+  ASSERT_TRUE(
+      createDevice("cpu", {{"ns_form", "gram"}, {"blas_threads", "1"}}, device)
+          .ok());
+  s = createDevice("cpu", {{"ns_form", "fast"}}, device);
+  EXPECT_EQ(s.code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(s.message(),
+            "device 'cpu': ns_form 'fast': expected 'auto', 'standard' or "
+            "'gram'");
+  s = createDevice("cpu", {{"blas_threads", "0"}}, device);
+  EXPECT_EQ(s.message(),
+            "device 'cpu': blas_threads '0': expected a count in [1, 4096]");
+  s = createDevice("cpu", {{"colour", "blue"}}, device);
+  EXPECT_EQ(s.message(), "device 'cpu' has no option 'colour'; its options: "
+                         "'ns_form', 'blas_threads'");
   std::vector<std::string> names = deviceBackends();
   EXPECT_NE(std::find(names.begin(), names.end(), "mock"), names.end());
 
@@ -925,6 +946,36 @@ TEST(Backends, DevicesAndTransportsByName) {
   EXPECT_EQ(*values, std::vector<uint64_t>{7});
   s = createCommunicator("smoke-signals", self, cpu, comm);
   EXPECT_EQ(s.code(), StatusCode::NotFound);
+}
+
+/// Optimizer::load reports the plan reader's code as is: a damaged binary
+/// plan is DataLoss, a file that is not there NotFound, a sound plan for
+/// another world InvalidArgument.
+TEST(Optimizer, LoadReportsThePlanReadersCode) {
+  char dir[] = "/tmp/muon-load-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/plan.bin";
+  const std::string bytes = renderPlanBinary(planModel());
+  SingleRankCommunicator one;
+  CpuDevice cpu;
+  std::unique_ptr<Optimizer> opt;
+  auto loadWith = [&](const std::string &contents) {
+    std::ofstream(path, std::ios::binary) << contents;
+    return Optimizer::load(path, one, cpu, {}, opt);
+  };
+  Status damaged = loadWith(bytes.substr(0, bytes.size() - 1));
+  EXPECT_EQ(damaged.code(), StatusCode::DataLoss) << damaged.text();
+  EXPECT_NE(damaged.message().find("truncated or appended to"),
+            std::string::npos)
+      << damaged.text();
+  Status otherWorld = loadWith(bytes);
+  EXPECT_EQ(otherWorld.code(), StatusCode::InvalidArgument)
+      << otherWorld.text();
+  ::unlink(path.c_str());
+  Status missing = Optimizer::load(path, one, cpu, {}, opt);
+  EXPECT_EQ(missing.code(), StatusCode::NotFound) << missing.text();
+  EXPECT_FALSE(opt);
+  ::rmdir(dir);
 }
 
 } // namespace

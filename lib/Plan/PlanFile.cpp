@@ -713,23 +713,18 @@ bool PlanReader::read(const Value &root, Plan &plan,
 }
 } // namespace
 
-bool parsePlan(const std::string &text, Plan &plan, std::string &error) {
+StatusOr<Plan> parsePlan(const std::string &text) {
   Value root;
   json::Error jsonError;
-  if (!json::parse(text, root, jsonError)) {
-    error = jsonError.str();
-    return false;
-  }
+  if (!json::parse(text, root, jsonError))
+    return json::toStatus(jsonError);
+  Plan plan;
   PlanReader reader;
   std::vector<SliceTable> tables;
-  if (!reader.read(root, plan, tables)) {
-    error = reader.error().str();
-    return false;
-  }
-  if (json::Error bad = validatePlan(plan); !bad.empty()) {
-    error = bad.str();
-    return false;
-  }
+  if (!reader.read(root, plan, tables))
+    return json::toStatus(reader.error());
+  if (json::Error bad = validatePlan(plan); !bad.empty())
+    return json::toStatus(bad);
   // The ready-made counts and offsets must match the transfers.
   for (size_t e = 0; e < plan.exchanges.size(); ++e) {
     std::vector<RankExchangeView> views =
@@ -743,15 +738,14 @@ bool parsePlan(const std::string &text, Plan &plan, std::string &error) {
         for (size_t k = 0; same && k < got.size(); ++k)
           same = got[k][0] == want[k].peer && got[k][1] == want[k].elements &&
                  got[k][2] == want[k].offset;
-        if (!same) {
-          error = key(index(key(index("ranks", r), "exchanges"), e),
-                      side ? "recv" : "send") +
-                  ": counts and offsets do not match the transfers";
-          return false;
-        }
+        if (!same)
+          return invalidArgument(
+              "counts and offsets do not match the transfers",
+              key(index(key(index("ranks", r), "exchanges"), e),
+                  side ? "recv" : "send"));
       }
   }
-  return true;
+  return plan;
 }
 
 } // namespace muon

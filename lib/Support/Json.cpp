@@ -15,6 +15,10 @@ namespace muon::json {
 
 std::string Error::str() const { return showPath(path) + ": " + message; }
 
+Status toStatus(const Error &error) {
+  return invalidArgument(error.message, showPath(error.path));
+}
+
 std::string key(const std::string &path, std::string_view k) {
   return path.empty() ? std::string(k) : path + "." + std::string(k);
 }

@@ -29,12 +29,13 @@ Status Optimizer::load(const std::string &planPath, Communicator &comm,
                        std::unique_ptr<Optimizer> &out) {
   return guardedCall("loading a plan", [&]() -> Status {
     // A binary plan: this rank reads and checks only its own part.
-    Plan plan;
     std::string error, text;
     if (looksLikePlanBinary(readInputPrefix(planPath, kPlanBinaryProbeSize))) {
-      if (!loadPlanSlice(planPath, comm.rank(), plan, error))
-        return invalidArgument(escapeBytes(error));
-      return create(std::move(plan), comm, device, options, out);
+      StatusOr<Plan> slice = loadPlanSlice(planPath, comm.rank());
+      if (!slice.ok())
+        return Status(slice.status().code(),
+                      escapeBytes(slice.status().text()));
+      return create(std::move(slice).value(), comm, device, options, out);
     }
     if (!readInputFile(planPath, limits::kMaxTextFileBytes, text, error,
                        "the plan file"))
@@ -42,9 +43,11 @@ Status Optimizer::load(const std::string &planPath, Communicator &comm,
                         ? StatusCode::NotFound
                         : StatusCode::InvalidArgument,
                     error);
-    if (!parsePlan(text, plan, error))
-      return invalidArgument(escapeBytes(planPath + ": " + error));
-    return create(std::move(plan), comm, device, options, out);
+    StatusOr<Plan> plan = parsePlan(text);
+    if (!plan.ok())
+      return invalidArgument(
+          escapeBytes(planPath + ": " + plan.status().text()));
+    return create(std::move(plan).value(), comm, device, options, out);
   });
 }
 

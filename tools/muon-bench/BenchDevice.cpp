@@ -118,9 +118,9 @@ public:
   }
   double gemmSeconds(int64_t m, int64_t n, int64_t k, runtime::DType dtype,
                      int repeats) override {
-    std::string error;
-    double s = runtime::cuda::gemmSeconds(*gpu, m, n, k, dtype, repeats, error);
-    return s > 0 ? s : 0;
+    StatusOr<double> s =
+        runtime::cuda::gemmSeconds(*gpu, m, n, k, dtype, repeats);
+    return s.ok() && *s > 0 ? *s : 0;
   }
 
 private:
@@ -137,15 +137,19 @@ std::unique_ptr<BenchDevice> openBenchDevice(const std::string &backend,
     return std::make_unique<CpuBench>(blasThreads);
 #ifdef MUON_HAVE_CUDA
   if (backend == "cuda") {
-    std::string why;
-    if (runtime::cuda::deviceCount(why) < 1) {
-      error = "--backend cuda: no usable GPU here (" + why + ")";
+    StatusOr<int> gpus = runtime::cuda::deviceCount();
+    if (!gpus.ok()) {
+      error = "--backend cuda: no usable GPU here (" + gpus.status().message() +
+              ")";
       return nullptr;
     }
-    std::unique_ptr<runtime::Device> gpu = runtime::cuda::createDevice(0, error);
-    if (!gpu)
+    StatusOr<std::unique_ptr<runtime::Device>> gpu =
+        runtime::cuda::createDevice(0);
+    if (!gpu.ok()) {
+      error = gpu.status().text();
       return nullptr;
-    return std::make_unique<CudaBench>(std::move(gpu));
+    }
+    return std::make_unique<CudaBench>(std::move(gpu).value());
   }
 #else
   if (backend == "cuda") {

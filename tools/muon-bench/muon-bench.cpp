@@ -317,14 +317,15 @@ int runStep(int argc, char **argv) {
   if (!wireDtype.empty())
     return fail("--wire-dtype is for --ranks (a plan's wire is compiled "
                 "in)");
-  Plan plan;
   std::string text, error;
   if (!readInputFile(planPath, limits::kMaxBinaryPlanFileBytes, text, error,
                      "plan file"))
     return fail(error);
-  if (looksLikePlanBinary(text) ? !parsePlanBinary(text, plan, error)
-                                : !parsePlan(text, plan, error))
-    return fail(planPath + ": " + escapeBytes(error));
+  StatusOr<Plan> parsed =
+      looksLikePlanBinary(text) ? parsePlanBinary(text) : parsePlan(text);
+  if (!parsed.ok())
+    return fail(planPath + ": " + escapeBytes(parsed.status().text()));
+  Plan plan = std::move(parsed).value();
   if (plan.worldSize != 1)
     return fail(format("%s is a plan for %lld ranks; muon-bench step runs "
                        "one-rank plans (give a spec and --ranks N for more)",
@@ -532,15 +533,15 @@ int runPlanLoad(int argc, char **argv) {
     // The heap the loaded part occupies: malloc's bytes in use after the
     // load (the part alive, the loader's temporaries freed) minus before.
     struct mallinfo2 before = mallinfo2();
-    std::string error;
     auto start = std::chrono::steady_clock::now();
-    bool ok = loadPlanSlice(planPath, rank, slice, error, &stats, readLimit);
+    StatusOr<Plan> loaded = loadPlanSlice(planPath, rank, &stats, readLimit);
     // Wall time: a load waits for the file, which CPU time would not see.
     times.push_back(std::chrono::duration<double>(
                         std::chrono::steady_clock::now() - start)
                         .count());
-    if (!ok)
-      return fail(error);
+    if (!loaded.ok())
+      return fail(loaded.status().text());
+    slice = std::move(loaded).value();
     heapBytes = static_cast<int64_t>(mallinfo2().uordblks) -
                 static_cast<int64_t>(before.uordblks);
   }

@@ -24,16 +24,16 @@ bool checkBackend(const Plan &plan, const RunFlags &flags,
   if (flags.backend != "cuda")
     return true;
 #ifdef MUON_HAVE_CUDA
-  std::string why;
-  int gpus = runtime::cuda::deviceCount(why);
-  if (gpus < 1) {
-    error = "--backend cuda: no usable GPU here (" + why + ")";
+  StatusOr<int> gpus = runtime::cuda::deviceCount();
+  if (!gpus.ok()) {
+    error =
+        "--backend cuda: no usable GPU here (" + gpus.status().message() + ")";
     return false;
   }
-  if (flags.transport == "nccl" && plan.worldSize > gpus)
+  if (flags.transport == "nccl" && plan.worldSize > *gpus)
     error = "--transport nccl needs a GPU per rank: " +
             std::to_string(plan.worldSize) + " ranks but " +
-            std::to_string(gpus) + " GPU(s) here (use --transport host)";
+            std::to_string(*gpus) + " GPU(s) here (use --transport host)";
   return error.empty();
 #else
   (void)plan;
@@ -76,15 +76,14 @@ Status openBackend(const RunFlags &flags, runtime::Communicator &mpi,
   };
   if (flags.backend == "cpu") {
     backend.description = "cpu";
-    MUON_RETURN_IF_ERROR(runtime::createDevice("cpu", backend.device));
+    MUON_RETURN_IF_ERROR(runtime::createDevice(
+        "cpu", {{"blas_threads", std::to_string(flags.blasThreads)}},
+        backend.device));
     return flags.transport == "host" ? transport("host", ", host-staged MPI")
                                      : okStatus();
   }
 #ifdef MUON_HAVE_CUDA
-  std::string why;
-  int gpus = runtime::cuda::deviceCount(why);
-  if (gpus < 1)
-    return unavailable(why);
+  MUON_ASSIGN_OR_RETURN(const int gpus, runtime::cuda::deviceCount());
   int localRank = localEnv("OMPI_COMM_WORLD_LOCAL_RANK", 0);
   int localSize = localEnv("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
   const std::string device = "cuda:" + std::to_string(localRank % gpus);

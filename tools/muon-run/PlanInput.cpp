@@ -44,20 +44,25 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
       return false;
     }
     if (sliceRank >= 0) {
-      if (!loadPlanSlice(path, sliceRank, plan, error)) {
-        printError("rank " + std::to_string(sliceRank) + ": " + error);
+      StatusOr<Plan> slice = loadPlanSlice(path, sliceRank);
+      if (!slice.ok()) {
+        printError("rank " + std::to_string(sliceRank) + ": " +
+                   slice.status().text());
         return false;
       }
+      plan = std::move(slice).value();
       return true;
     }
     if (!readInput(path, limits::kMaxBinaryPlanFileBytes, text, error)) {
       printError(error);
       return false;
     }
-    if (!parsePlanBinary(text, plan, error)) {
-      printError(path + ": " + error);
+    StatusOr<Plan> whole = parsePlanBinary(text);
+    if (!whole.ok()) {
+      printError(path + ": " + whole.status().text());
       return false;
     }
+    plan = std::move(whole).value();
     return true;
   }
   if (!readInput(path, limits::kMaxTextFileBytes, text, error)) {
@@ -78,10 +83,12 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
                         "apply to specs and IR only");
       return false;
     }
-    if (!parsePlan(text, plan, error)) {
-      printError(path + ": " + error);
+    StatusOr<Plan> parsed = parsePlan(text);
+    if (!parsed.ok()) {
+      printError(path + ": " + parsed.status().text());
       return false;
     }
+    plan = std::move(parsed).value();
     return true;
   }
   if (!haveCompiler()) {

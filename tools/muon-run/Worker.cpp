@@ -13,7 +13,6 @@
 #include "RootReport.h"
 
 #include "muon/Plan/Trace.h"
-#include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Cpu/MpiCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"
@@ -251,7 +250,6 @@ int Rank::run(const std::string &mpiProgress) {
            " (use -np " + std::to_string(plan.worldSize) + ")");
     return 2;
   }
-  cpu::setBlasThreads(static_cast<int>(flags.blasThreads));
   RunFacts facts;
   facts.nonFinite = applyPlanFaults();
   facts.mpiProgress = mpiProgress;

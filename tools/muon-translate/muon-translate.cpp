@@ -118,15 +118,16 @@ int main(int argc, char **argv) {
   std::string text;
   if (convertPlanFlag) {
     std::string_view bytes(input->getBufferStart(), input->getBufferSize());
-    ::muon::Plan plan;
     bool binary = ::muon::looksLikePlanBinary(bytes);
-    bool ok = binary ? ::muon::parsePlanBinary(bytes, plan, error)
-                     : ::muon::parsePlan(std::string(bytes), plan, error);
-    if (!ok) {
+    ::muon::StatusOr<::muon::Plan> parsed =
+        binary ? ::muon::parsePlanBinary(bytes)
+               : ::muon::parsePlan(std::string(bytes));
+    if (!parsed.ok()) {
       llvm::errs() << "muon-translate: " << inputFilename << ": "
-                   << ::muon::escapeBytes(error) << "\n";
+                   << ::muon::escapeBytes(parsed.status().text()) << "\n";
       return 2;
     }
+    const ::muon::Plan &plan = *parsed;
     if (!renderAs(plan, binary ? "json" : "binary", text))
       return 2;
   } else if (importSpecFlag) {

@@ -25,6 +25,7 @@
 
 #include "muon/Plan/Plan.h"
 #include "muon/Plan/TransferSink.h"
+#include "muon/Support/Status.h"
 
 #include <cstdint>
 #include <memory>
@@ -106,7 +107,10 @@ private:
 
 /// Reads and checks a whole binary plan: on success `plan` is what
 /// parsePlan gives for the same plan's JSON form.
-bool parsePlanBinary(std::string_view bytes, Plan &plan, std::string &error);
+/// InvalidArgument for what is not a valid plan, DataLoss for a damaged
+/// file (a checksum that does not match, a file shorter or longer than its
+/// header says, an encoding that is not the plan's own).
+StatusOr<Plan> parsePlanBinary(std::string_view bytes);
 
 /// What loading one rank's part cost.
 struct SliceLoadStats {
@@ -123,17 +127,18 @@ inline constexpr int64_t kDefaultSliceReadLimit = int64_t(256) << 20;
 
 /// Loads rank `rank`'s part of the binary plan file at `path`, reading only
 /// the bytes it needs (pread), and checks it (validatePlanSlice). Refuses to
-/// read more than `readLimit` bytes. `error` names the file, the section and
-/// the problem.
-bool loadPlanSlice(const std::string &path, int64_t rank, Plan &slice,
-                   std::string &error, SliceLoadStats *stats = nullptr,
-                   int64_t readLimit = kDefaultSliceReadLimit);
+/// read more than `readLimit` bytes. The status names the file, the section
+/// and the problem (NotFound for a file that is not there; codes otherwise
+/// as parsePlanBinary's).
+StatusOr<Plan> loadPlanSlice(const std::string &path, int64_t rank,
+                             SliceLoadStats *stats = nullptr,
+                             int64_t readLimit = kDefaultSliceReadLimit);
 
 /// The same from a file already in memory (tests, the fuzzer); reads, and
 /// counts in `stats`, only the bytes loadPlanSlice would.
-bool parsePlanSlice(std::string_view bytes, int64_t rank, Plan &slice,
-                    std::string &error, SliceLoadStats *stats = nullptr,
-                    int64_t readLimit = kDefaultSliceReadLimit);
+StatusOr<Plan> parsePlanSlice(std::string_view bytes, int64_t rank,
+                              SliceLoadStats *stats = nullptr,
+                              int64_t readLimit = kDefaultSliceReadLimit);
 
 /// Rank `rank`'s part of a whole plan, as loadPlanSlice builds it from the
 /// plan's binary file (fileId aside, which only a file has).

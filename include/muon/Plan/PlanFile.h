@@ -12,6 +12,7 @@
 #define MUON_PLAN_PLANFILE_H
 
 #include "muon/Plan/Plan.h"
+#include "muon/Support/Status.h"
 
 #include <string>
 
@@ -22,9 +23,9 @@ namespace muon {
 /// covers (ranks must agree on the exchanges, not on the learning rate).
 std::string renderPlan(const Plan &plan, bool withGroupSettings = true);
 
-/// Parses and checks a plan file. Returns false with `error` naming the
-/// JSON path of the first problem.
-bool parsePlan(const std::string &text, Plan &plan, std::string &error);
+/// Parses and checks a plan file: InvalidArgument with the JSON path of the
+/// first problem as its location.
+StatusOr<Plan> parsePlan(const std::string &text);
 
 } // namespace muon
 

@@ -20,6 +20,8 @@
 #ifndef MUON_SUPPORT_JSON_H
 #define MUON_SUPPORT_JSON_H
 
+#include "muon/Support/Status.h"
+
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
@@ -42,6 +44,10 @@ struct Error {
   /// "path: message" ("<root>: message" for the document).
   std::string str() const;
 };
+
+/// The error as the project's one Status: InvalidArgument, its path as the
+/// location (so text() is str()).
+Status toStatus(const Error &error);
 
 /// Parses `text` under the rules above into `out`.
 bool parse(std::string_view text, Value &out, Error &error);

@@ -78,7 +78,7 @@ struct StatusError : std::runtime_error {
 
 void check(const muon::Status &status) {
   if (!status.ok())
-    throw StatusError(status.code(), status.message());
+    throw StatusError(status.code(), status.text());
 }
 
 /// A type that is not what the call takes, raised as muonc.MuonTypeError.
@@ -674,12 +674,10 @@ public:
       check(rt::Optimizer::load(text, *communicator, *device, options, opt));
       return;
     }
-    muon::Plan parsed;
-    std::string error;
-    if (!muon::parsePlan(text, parsed, error))
-      throw StatusError(muon::StatusCode::InvalidArgument, "plan: " + error);
-    check(rt::Optimizer::create(std::move(parsed), *communicator, *device,
-                                options, opt));
+    muon::StatusOr<muon::Plan> parsed = muon::parsePlan(text);
+    check(parsed.status().withContext("plan: "));
+    check(rt::Optimizer::create(std::move(parsed).value(), *communicator,
+                                *device, options, opt));
   }
 
   ~PyOptimizer() {
@@ -955,43 +953,27 @@ public:
   /// form, muon/Runtime/NsForm.h) or "" for MUON_CPU_NS_FORM's (auto
   /// unset).
   void createDevice(const std::string &name, const std::string &nsForm) {
-    const rt::cpu::NsForm form = nsFormOrDefault(nsForm);
-    if (name == "cpu") {
-      rt::cpu::CpuDeviceOptions options;
-      options.nsForm = form;
-      device = std::make_unique<rt::cpu::CpuDevice>(options);
-      return;
-    }
-    if (name != "cuda" && name.rfind("cuda:", 0) != 0)
+    if (name != "cpu" && name != "cuda" && name.rfind("cuda:", 0) != 0)
       throw StatusError(muon::StatusCode::InvalidArgument,
                         "device '" + name +
                             "': expected 'cpu', 'cuda' or 'cuda:N'");
-    if (!cudaBuilt())
+    if (name != "cpu" && !cudaBuilt())
       throw StatusError(
           muon::StatusCode::Unavailable,
           "device '" + name +
               "': muonc was built without the CUDA backend "
               "(Muon::Cuda); GPU tensors need a build where CMake "
               "found nvcc and cuBLAS");
-    // The registry checks the name and the GPUs; the device itself is made
-    // with the form asked for (the GPU's ns_form means the CPU's). cuBLAS
-    // is searched for first where pip put NVIDIA's wheels.
-    addCudaLibraryDirectories();
-    check(rt::createDevice(name, device));
-    onGpu = true;
-    ordinal = name == "cuda" ? 0 : std::atoi(name.c_str() + 5);
-#if MUONC_HAVE_CUDA
-    rt::cuda::DeviceOptions options;
-    options.nsForm = form;
-    if (options.nsForm != rt::cuda::DeviceOptions::nsFormFromEnvironment()) {
-      std::string error;
-      device.reset();
-      device = rt::cuda::createDevice(ordinal, options, error);
-      if (!device)
-        throw StatusError(muon::StatusCode::Unavailable,
-                          "device '" + name + "': " + error);
-    }
-#endif
+    // Opened through the registry, as a trainer does. The GPU's ns_form
+    // means the CPU's: "" is MUON_CPU_NS_FORM's on either device.
+    rt::BackendOptions options;
+    options["ns_form"] = rt::nsFormName(nsFormOrDefault(nsForm));
+    if (name != "cpu")
+      // cuBLAS is searched for first where pip put NVIDIA's wheels.
+      addCudaLibraryDirectories();
+    check(rt::createDevice(name, options, device));
+    onGpu = name != "cpu";
+    ordinal = !onGpu ? -1 : name == "cuda" ? 0 : std::atoi(name.c_str() + 5);
   }
 
   /// Where pip put NVIDIA's CUDA wheels (torch's nvidia-cublas): searched
@@ -1050,12 +1032,10 @@ public:
 #if MUONC_HAVE_CUDA
     if (!stream || !onGpu)
       return;
-    std::string error;
     void *handle = reinterpret_cast<void *>(*stream);
-    bool ok = before ? rt::cuda::waitForStream(*device, handle, error)
-                     : rt::cuda::streamWaitsForDevice(*device, handle, error);
-    if (!ok)
-      throw StatusError(muon::StatusCode::InvalidArgument, "stream: " + error);
+    check((before ? rt::cuda::waitForStream(*device, handle)
+                  : rt::cuda::streamWaitsForDevice(*device, handle))
+              .withContext("stream: "));
 #else
     (void)stream;
     (void)before;
@@ -1190,16 +1170,16 @@ static void defineModule(nb::module_ &m) {
   nb::class_<PyPlan>(m, "Plan",
                      "A compiled plan (compile_model, compile_spec), which "
                      "Optimizer takes as it is.")
-      .def("json", [](const PyPlan &p) { return muon::renderPlan(p.plan); },
-           "The plan file's text (muon-plan/1 JSON).")
+      .def(
+          "json", [](const PyPlan &p) { return muon::renderPlan(p.plan); },
+          "The plan file's text (muon-plan/1 JSON).")
       .def_static(
           "from_json",
           [](const std::string &text) {
+            muon::StatusOr<muon::Plan> parsed = muon::parsePlan(text);
+            check(parsed.status().withContext("plan: "));
             PyPlan p;
-            std::string error;
-            if (!muon::parsePlan(text, p.plan, error))
-              throw StatusError(muon::StatusCode::InvalidArgument,
-                                "plan: " + error);
+            p.plan = std::move(parsed).value();
             return p;
           },
           "text"_a, "A plan from its file's text, checked.")
@@ -1349,14 +1329,15 @@ static void defineModule(nb::module_ &m) {
   m.def(
       "cuda_device_count",
       [] {
-        std::string why;
 #if MUONC_HAVE_CUDA
-        int count = rt::cuda::deviceCount(why);
+        muon::StatusOr<int> count = rt::cuda::deviceCount();
+        if (count.ok())
+          return nb::make_tuple(*count, std::string());
+        return nb::make_tuple(0, count.status().message());
 #else
-        int count = 0;
-        why = "muonc was built without the CUDA backend";
+        return nb::make_tuple(0, std::string("muonc was built without the "
+                                             "CUDA backend"));
 #endif
-        return nb::make_tuple(count, why);
       },
       "(GPUs the CUDA backend sees, why none) -- (0, reason) without them.");
 

@@ -4,6 +4,7 @@
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/HostStagedCommunicator.h"
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -45,19 +46,35 @@ private:
   Communicator &base;
 };
 
+/// The CPU device, with its options (Backends.h).
+Status openCpu(const std::string &name, const BackendOptions &options,
+               std::unique_ptr<Device> &out) {
+  if (name != "cpu")
+    return Status(StatusCode::NotFound,
+                  "device '" + name + "': the CPU has no ordinals");
+  MUON_RETURN_IF_ERROR(
+      checkOptionKeys(name, options, {"ns_form", "blas_threads"}));
+  cpu::CpuDeviceOptions cpuOptions;
+  MUON_RETURN_IF_ERROR(nsFormOption(name, options, cpuOptions.nsForm));
+  if (auto it = options.find("blas_threads"); it != options.end()) {
+    char *end = nullptr;
+    const long threads = std::strtol(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end || threads < 1 || threads > 4096)
+      return invalidArgument("device '" + name + "': blas_threads '" +
+                             it->second + "': expected a count in [1, 4096]");
+    cpu::setBlasThreads(static_cast<int>(threads));
+  }
+  out = std::make_unique<cpu::CpuDevice>(cpuOptions);
+  return okStatus();
+}
+
 struct Registry {
   std::mutex mutex;
   std::map<std::string, DeviceFactory> devices;
   std::map<std::string, TransportFactory> transports;
 
   Registry() {
-    devices["cpu"] = [](const std::string &name, std::unique_ptr<Device> &out) {
-      if (name != "cpu")
-        return Status(StatusCode::NotFound,
-                      "device '" + name + "': the CPU has no ordinals");
-      out = std::make_unique<cpu::CpuDevice>();
-      return okStatus();
-    };
+    devices["cpu"] = openCpu;
     transports["mpi"] = [](Communicator &base, Device &,
                            std::unique_ptr<Communicator> &out) {
       out = std::make_unique<BorrowedCommunicator>(base);
@@ -98,6 +115,38 @@ void registerTransport(const std::string &name, TransportFactory factory) {
 }
 
 Status createDevice(const std::string &name, std::unique_ptr<Device> &out) {
+  return createDevice(name, BackendOptions(), out);
+}
+
+Status checkOptionKeys(const std::string &name, const BackendOptions &options,
+                       std::initializer_list<const char *> known) {
+  for (const auto &[key, value] : options) {
+    bool found = false;
+    for (const char *k : known)
+      found = found || key == k;
+    if (found)
+      continue;
+    std::string names;
+    for (const char *k : known)
+      names += std::string(names.empty() ? "'" : ", '") + k + "'";
+    return invalidArgument(
+        "device '" + name + "' has no option '" + key +
+        "'; its options: " + (names.empty() ? "none" : names));
+  }
+  return okStatus();
+}
+
+Status nsFormOption(const std::string &name, const BackendOptions &options,
+                    NsForm &form) {
+  auto it = options.find("ns_form");
+  if (it != options.end() && !parseNsForm(it->second, form))
+    return invalidArgument("device '" + name + "': ns_form '" + it->second +
+                           "': expected 'auto', 'standard' or 'gram'");
+  return okStatus();
+}
+
+Status createDevice(const std::string &name, const BackendOptions &options,
+                    std::unique_ptr<Device> &out) {
   Registry &r = registry();
   DeviceFactory factory;
   std::string known;
@@ -112,7 +161,7 @@ Status createDevice(const std::string &name, std::unique_ptr<Device> &out) {
   if (!factory)
     return Status(StatusCode::NotFound,
                   "unknown device '" + name + "'; this runtime has " + known);
-  return factory(name, out);
+  return factory(name, options, out);
 }
 
 Status createCommunicator(const std::string &kind, Communicator &base,

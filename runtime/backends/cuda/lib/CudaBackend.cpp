@@ -22,11 +22,12 @@ void addLibraryDirectory(const std::string &directory) {
   cublas::addSearchDirectory(directory);
 }
 
-int deviceCount(std::string &error) {
+StatusOr<int> deviceCount() {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status == cudaSuccess && count > 0)
     return count;
+  std::string error;
   (void)cudaGetLastError();
   int driver = 0, runtime = 0;
   (void)cudaDriverGetVersion(&driver);
@@ -45,7 +46,7 @@ int deviceCount(std::string &error) {
   } else {
     error = "cudaGetDeviceCount failed: " + describe(status);
   }
-  return 0;
+  return unavailable(error);
 }
 
 NsForm DeviceOptions::nsFormFromEnvironment() {
@@ -55,21 +56,15 @@ NsForm DeviceOptions::nsFormFromEnvironment() {
   return form;
 }
 
-std::unique_ptr<Device> createDevice(int ordinal, std::string &error) {
-  return createDevice(ordinal, DeviceOptions(), error);
-}
-
-std::unique_ptr<Device> createDevice(int ordinal, const DeviceOptions &options,
-                                     std::string &error) {
-  int count = deviceCount(error);
-  if (count == 0)
-    return nullptr;
-  if (ordinal < 0 || ordinal >= count) {
-    error = "there is no GPU " + std::to_string(ordinal) + " (" +
-            std::to_string(count) + " visible)";
-    return nullptr;
-  }
-  return CudaDevice::create(ordinal, options, error);
+StatusOr<std::unique_ptr<Device>> createDevice(int ordinal,
+                                               const DeviceOptions &options) {
+  MUON_ASSIGN_OR_RETURN(int count, deviceCount());
+  if (ordinal < 0 || ordinal >= count)
+    return notFound("there is no GPU " + std::to_string(ordinal) + " (" +
+                    std::to_string(count) + " visible)");
+  MUON_ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> device,
+                        CudaDevice::create(ordinal, options));
+  return std::unique_ptr<Device>(std::move(device));
 }
 
 std::string describeDevice(const Device &device) {
@@ -91,23 +86,28 @@ std::string describeNewtonSchulz(const Device &device, DType precision,
          (gram ? "; Gram form on wide and tall matrices" : "");
 }
 
-static CudaDevice *cudaDevice(Device &device, std::string &error) {
+/// `order` (CudaDevice::orderAfter or orderBefore) on a device from
+/// createDevice.
+static Status orderStreams(Device &device, void *stream,
+                           bool (CudaDevice::*order)(cudaStream_t,
+                                                     std::string &)) {
   auto *gpu = dynamic_cast<CudaDevice *>(&device);
   if (!gpu)
-    error = std::string("stream order needs a device from "
-                        "cuda::createDevice, not the ") +
-            device.name() + " device";
-  return gpu;
+    return invalidArgument(std::string("stream order needs a device from "
+                                       "cuda::createDevice, not the ") +
+                           device.name() + " device");
+  std::string error;
+  if (!(gpu->*order)(static_cast<cudaStream_t>(stream), error))
+    return invalidArgument(error);
+  return okStatus();
 }
 
-bool waitForStream(Device &device, void *stream, std::string &error) {
-  CudaDevice *gpu = cudaDevice(device, error);
-  return gpu && gpu->orderAfter(static_cast<cudaStream_t>(stream), error);
+Status waitForStream(Device &device, void *stream) {
+  return orderStreams(device, stream, &CudaDevice::orderAfter);
 }
 
-bool streamWaitsForDevice(Device &device, void *stream, std::string &error) {
-  CudaDevice *gpu = cudaDevice(device, error);
-  return gpu && gpu->orderBefore(static_cast<cudaStream_t>(stream), error);
+Status streamWaitsForDevice(Device &device, void *stream) {
+  return orderStreams(device, stream, &CudaDevice::orderBefore);
 }
 
 StatusOr<std::unique_ptr<Communicator>>
@@ -131,6 +131,7 @@ createNcclCommunicator(Communicator &bootstrap, Device &device) {
 
 void registerBackend() {
   registerDeviceBackend("cuda", [](const std::string &name,
+                                   const BackendOptions &options,
                                    std::unique_ptr<Device> &out) {
     int ordinal = 0;
     if (name != "cuda") {
@@ -142,19 +143,20 @@ void registerBackend() {
                           "'; expected 'cuda' or 'cuda:N'");
       ordinal = static_cast<int>(n);
     }
-    std::string error;
-    int gpus = deviceCount(error);
-    if (gpus < 1)
-      return Status(StatusCode::Unavailable, "device '" + name +
-                                                 "': no usable GPU here (" +
-                                                 error + ")");
-    if (ordinal >= gpus)
-      return Status(StatusCode::Unavailable,
-                    "device '" + name + "': this machine has " +
-                        std::to_string(gpus) + " GPU(s)");
-    out = createDevice(ordinal, error);
-    if (!out)
-      return Status(StatusCode::Unavailable, "device '" + name + "': " + error);
+    MUON_RETURN_IF_ERROR(checkOptionKeys(name, options, {"ns_form"}));
+    DeviceOptions gpuOptions;
+    MUON_RETURN_IF_ERROR(nsFormOption(name, options, gpuOptions.nsForm));
+    StatusOr<int> gpus = deviceCount();
+    if (!gpus.ok())
+      return unavailable("device '" + name + "': no usable GPU here (" +
+                         gpus.status().message() + ")");
+    if (ordinal >= *gpus)
+      return unavailable("device '" + name + "': this machine has " +
+                         std::to_string(*gpus) + " GPU(s)");
+    StatusOr<std::unique_ptr<Device>> made = createDevice(ordinal, gpuOptions);
+    if (!made.ok())
+      return made.status().withContext("device '" + name + "': ");
+    out = std::move(made).value();
     return okStatus();
   });
   registerTransport("nccl", [](Communicator &base, Device &device,

@@ -70,9 +70,9 @@ void checkTeardown(cudaError_t status, const char *what) {
 
 } // namespace
 
-std::unique_ptr<CudaDevice> CudaDevice::create(int ordinal,
-                                               const DeviceOptions &deviceOptions,
-                                               std::string &error) {
+StatusOr<std::unique_ptr<CudaDevice>>
+CudaDevice::create(int ordinal, const DeviceOptions &deviceOptions) {
+  std::string error;
   auto failed = [&](cudaError_t status, const char *what) {
     if (status == cudaSuccess)
       return false;
@@ -83,25 +83,24 @@ std::unique_ptr<CudaDevice> CudaDevice::create(int ordinal,
   };
   cudaDeviceProp props;
   if (failed(cudaGetDeviceProperties(&props, ordinal), "reading properties"))
-    return nullptr;
+    return unavailable(error);
   const std::string arch =
       "sm_" + std::to_string(props.major) + std::to_string(props.minor);
-  if (props.major < 8) {
-    error = "GPU " + std::to_string(ordinal) + " (" + props.name + ", " + arch +
-            ") is too old: the CUDA backend needs compute capability 8.0 or "
-            "newer (bf16 GEMMs; kernels built for sm_80 and sm_90)";
-    return nullptr;
-  }
+  if (props.major < 8)
+    return failedPrecondition(
+        "GPU " + std::to_string(ordinal) + " (" + props.name + ", " + arch +
+        ") is too old: the CUDA backend needs compute capability 8.0 or "
+        "newer (bf16 GEMMs; kernels built for sm_80 and sm_90)");
   NewtonSchulzOptions options;
   if (!newtonSchulzOptionsFromEnv(options, error))
-    return nullptr;
+    return invalidArgument(error);
   options.form = deviceOptions.nsForm;
 
   int previous = -1;
   if (failed(cudaGetDevice(&previous), "cudaGetDevice") ||
       failed(cudaSetDevice(ordinal), "making it current (is it busy, or in "
                                      "exclusive mode?)"))
-    return nullptr;
+    return unavailable(error);
   std::unique_ptr<CudaDevice> device(new CudaDevice(ordinal));
   device->form = options.form;
   char memory[32];
@@ -180,6 +179,8 @@ std::unique_ptr<CudaDevice> CudaDevice::create(int ordinal,
     device.reset(); // its destructor frees what was made
   if (previous != ordinal)
     (void)cudaSetDevice(previous);
+  if (!device)
+    return unavailable(error);
   return device;
 }
 

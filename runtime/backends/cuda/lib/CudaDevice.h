@@ -28,10 +28,12 @@ namespace muon::runtime::cuda {
 
 class CudaDevice final : public Device {
 public:
-  /// The device on GPU `ordinal` (which must exist); nullptr with `error`
-  /// when the GPU is too old or a stream, pool or handle cannot be made.
-  static std::unique_ptr<CudaDevice>
-  create(int ordinal, const DeviceOptions &options, std::string &error);
+  /// The device on GPU `ordinal` (which must exist): FailedPrecondition
+  /// for a GPU too old, InvalidArgument for a MUON_CUDA_* value it cannot
+  /// read, Unavailable when a stream, pool, cuBLAS or its handle cannot be
+  /// had.
+  static StatusOr<std::unique_ptr<CudaDevice>>
+  create(int ordinal, const DeviceOptions &options);
   ~CudaDevice() override;
 
   const char *name() const override { return "cuda"; }

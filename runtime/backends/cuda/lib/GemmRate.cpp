@@ -28,29 +28,27 @@ static void fillRandom(Device &device, const DeviceBuffer &buffer,
                       static_cast<int64_t>(host.size()));
 }
 
-double gemmSeconds(Device &device, int64_t m, int64_t n, int64_t k, DType dtype,
-                   int repeats, std::string &error) {
+StatusOr<double> gemmSeconds(Device &device, int64_t m, int64_t n, int64_t k,
+                             DType dtype, int repeats) {
   auto *gpu = dynamic_cast<CudaDevice *>(&device);
-  if (!gpu) {
-    error = std::string("gemmSeconds needs a device from cuda::createDevice, "
-                        "not the ") +
-            device.name() + " device";
-    return -1;
-  }
+  if (!gpu)
+    return invalidArgument(
+        std::string("gemmSeconds needs a device from cuda::createDevice, "
+                    "not the ") +
+        device.name() + " device");
   if (m <= 0 || n <= 0 || k <= 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX ||
-      repeats < 1) {
-    error = "gemmSeconds: sizes must be in 1..2^31-1 and repeats at least 1";
-    return -1;
-  }
+      repeats < 1)
+    return invalidArgument(
+        "gemmSeconds: sizes must be in 1..2^31-1 and repeats at least 1");
   const DType precision = dtype == DType::BF16 ? DType::BF16 : DType::F32;
   const int64_t width = dtypeBytes(precision);
   DeviceBuffer a(device, m * k * width), b(device, k * n * width),
       c(device, m * n * width);
-  if (!a.ok() || !b.ok() || !c.ok()) {
-    error = "gemmSeconds: no room on the GPU for a " + std::to_string(m) +
-            " x " + std::to_string(k) + " x " + std::to_string(n) + " product";
-    return -1;
-  }
+  if (!a.ok() || !b.ok() || !c.ok())
+    return Status(StatusCode::ResourceExhausted,
+                  "gemmSeconds: no room on the GPU for a " + std::to_string(m) +
+                      " x " + std::to_string(k) + " x " + std::to_string(n) +
+                      " product");
   fillRandom(device, a, m * k, precision, 1);
   fillRandom(device, b, k * n, precision, 2);
 

@@ -570,19 +570,19 @@ void checkNewtonSchulzConfigs(Tally &tally, int ordinal, std::mt19937 &rng,
     setEnv("MUON_CUDA_SYMMETRIC_TILE", config.tile);
     setEnv("MUON_CUDA_GROUPED_GEMM", config.grouped);
     for (NsForm form : {NsForm::Standard, NsForm::Gram}) {
-      std::string error;
       cuda::DeviceOptions options;
       options.nsForm = form;
-      std::unique_ptr<Device> device =
-          cuda::createDevice(ordinal, options, error);
+      StatusOr<std::unique_ptr<Device>> made =
+          cuda::createDevice(ordinal, options);
       std::printf("-- Newton-Schulz, %s, %s form\n", config.label,
                   nsFormName(form));
-      if (!device) {
+      if (!made.ok()) {
         tally.record(false,
                      std::string("creating a device for ") + config.label,
-                     error);
+                     made.status().message());
         continue;
       }
+      std::unique_ptr<Device> device = std::move(made).value();
       auto &gpu = static_cast<CudaDevice &>(*device);
       for (const NsCase &shape : config.shapes)
         for (DType precision : {DType::F32, DType::BF16})
@@ -636,12 +636,13 @@ int bench(int ordinal, std::mt19937 &rng) {
   const char *mins[2] = {"1000000000", "0"};
   for (int i = 0; i < 2; ++i) {
     setEnv("MUON_CUDA_SYMMETRIC_MIN", mins[i]);
-    std::string error;
-    devices[i] = cuda::createDevice(ordinal, error);
-    if (!devices[i]) {
-      std::fprintf(stderr, "muon-cuda-check: %s\n", error.c_str());
+    StatusOr<std::unique_ptr<Device>> made = cuda::createDevice(ordinal);
+    if (!made.ok()) {
+      std::fprintf(stderr, "muon-cuda-check: %s\n",
+                   made.status().message().c_str());
       return 1;
     }
+    devices[i] = std::move(made).value();
   }
   setEnv("MUON_CUDA_SYMMETRIC_MIN", nullptr);
   const std::vector<NsCase> shapes = {{8, 1024, 1024}, {1, 2048, 2048},
@@ -724,15 +725,13 @@ int main(int argc, char **argv) {
     }
   }
 
-  std::string error;
-  std::unique_ptr<Device> device;
-  if (cuda::deviceCount(error) > 0)
-    device = cuda::createDevice(ordinal, error);
-  if (!device) {
+  StatusOr<std::unique_ptr<Device>> made = cuda::createDevice(ordinal);
+  if (!made.ok()) {
     std::fprintf(stderr, "muon-cuda-check: no usable CUDA GPU: %s\n",
-                 error.c_str());
+                 made.status().message().c_str());
     return 1;
   }
+  std::unique_ptr<Device> device = std::move(made).value();
   auto &gpu = static_cast<CudaDevice &>(*device);
   std::printf("muon-cuda-check: GPU %d: %s\n", ordinal,
               gpu.description().c_str());

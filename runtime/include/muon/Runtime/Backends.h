@@ -9,6 +9,8 @@
 //
 //   std::unique_ptr<Device> device;
 //   Status s = createDevice("cuda:0", device);      // or "cpu", "cuda"
+//   s = createDevice("cpu", {{"ns_form", "gram"}, {"blas_threads", "4"}},
+//                    device);                       // with options
 //   std::unique_ptr<Communicator> comm;
 //   s = createCommunicator("nccl", mpi, *device, comm); // or "mpi", "host"
 //
@@ -18,18 +20,32 @@
 
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Device.h"
+#include "muon/Runtime/NsForm.h"
 #include "muon/Support/Status.h"
 
 #include <functional>
+#include <initializer_list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace muon::runtime {
 
+/// What a device is opened with besides its name, by key, as text (what a
+/// flag, the C API or Python hands over). Each backend reads the keys it
+/// knows and refuses any other, naming it:
+///   "ns_form"       "auto", "standard" or "gram": Newton-Schulz's form
+///                   (muon/Runtime/NsForm.h); default: the backend's
+///                   environment variable, else auto      [cpu, cuda]
+///   "blas_threads"  N in [1, 4096]: this process's BLAS and oneDNN
+///                   threads (process-wide); default: BLAS's own   [cpu]
+using BackendOptions = std::map<std::string, std::string>;
+
 /// Makes the device `name` ("cuda", "cuda:1", ...) of a backend.
 using DeviceFactory =
-    std::function<Status(const std::string &name, std::unique_ptr<Device> &)>;
+    std::function<Status(const std::string &name, const BackendOptions &options,
+                         std::unique_ptr<Device> &)>;
 /// Makes a transport over `base` for `device`.
 using TransportFactory = std::function<Status(
     Communicator &base, Device &device, std::unique_ptr<Communicator> &)>;
@@ -45,6 +61,17 @@ void registerTransport(const std::string &name, TransportFactory factory);
 /// has (the message lists those that are), Unavailable for a backend that
 /// finds no device here (the message says why).
 Status createDevice(const std::string &name, std::unique_ptr<Device> &out);
+Status createDevice(const std::string &name, const BackendOptions &options,
+                    std::unique_ptr<Device> &out);
+
+/// For backends: InvalidArgument naming the first key of `options` not in
+/// `known` (and the ones that are), for device `name`.
+Status checkOptionKeys(const std::string &name, const BackendOptions &options,
+                       std::initializer_list<const char *> known);
+/// For backends: `options`' "ns_form" into `form`, left as it is when the
+/// key is absent; InvalidArgument for a value that is not a form.
+Status nsFormOption(const std::string &name, const BackendOptions &options,
+                    NsForm &form);
 
 /// The communicator a rank's exchanges go through, made from `base` (the
 /// MPI communicator of the run, which the result only borrows):

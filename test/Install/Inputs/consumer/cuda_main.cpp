@@ -6,19 +6,19 @@
 #include <string>
 
 int main() {
-  std::string error;
-  int count = muon::runtime::cuda::deviceCount(error);
-  if (count == 0) {
-    std::printf("cuda consumer: no GPU: %s\n", error.c_str());
+  muon::StatusOr<int> count = muon::runtime::cuda::deviceCount();
+  if (!count.ok()) {
+    std::printf("cuda consumer: no GPU: %s\n",
+                count.status().message().c_str());
     return 0;
   }
-  auto device = muon::runtime::cuda::createDevice(0, error);
-  if (!device) {
-    std::printf("cuda consumer: %d GPU(s), device 0 failed: %s\n", count,
-                error.c_str());
+  auto device = muon::runtime::cuda::createDevice(0);
+  if (!device.ok()) {
+    std::printf("cuda consumer: %d GPU(s), device 0 failed: %s\n", *count,
+                device.status().message().c_str());
     return 1;
   }
-  std::printf("cuda consumer: %d GPU(s), %s\n", count,
-              muon::runtime::cuda::describeDevice(*device).c_str());
+  std::printf("cuda consumer: %d GPU(s), %s\n", *count,
+              muon::runtime::cuda::describeDevice(**device).c_str());
   return 0;
 }

@@ -61,9 +61,9 @@ namespace muon::runtime::cuda {
 /// Takes effect until the first device is made.
 void addLibraryDirectory(const std::string &directory);
 
-/// Usable CUDA GPUs; 0 with `error` saying why (no driver, no device, driver
-/// too old), never a crash.
-int deviceCount(std::string &error);
+/// Usable CUDA GPUs (at least 1), or Unavailable saying why there are none
+/// (no driver, no device, a driver too old), never a crash.
+StatusOr<int> deviceCount();
 
 /// The environment variable that picks Newton-Schulz's form for devices
 /// made without DeviceOptions (muon-run's --ns-form sets it for its ranks).
@@ -79,11 +79,12 @@ struct DeviceOptions {
   static NsForm nsFormFromEnvironment();
 };
 
-/// A device on GPU `ordinal` with its own compute stream and cuBLAS handle;
-/// nullptr with `error`.
-std::unique_ptr<Device> createDevice(int ordinal, std::string &error);
-std::unique_ptr<Device> createDevice(int ordinal, const DeviceOptions &options,
-                                     std::string &error);
+/// A device on GPU `ordinal` with its own compute stream and cuBLAS handle:
+/// Unavailable without a usable GPU or cuBLAS, NotFound for an ordinal the
+/// machine does not have, InvalidArgument for a MUON_CUDA_* value it
+/// cannot read, FailedPrecondition for a GPU older than sm_80.
+StatusOr<std::unique_ptr<Device>>
+createDevice(int ordinal, const DeviceOptions &options = DeviceOptions());
 
 /// Orders a device from createDevice with a stream of the caller's on its
 /// GPU (a `cudaStream_t` as `void *`; torch's
@@ -93,9 +94,9 @@ std::unique_ptr<Device> createDevice(int ordinal, const DeviceOptions &options,
 /// now (the gradients). After it, `streamWaitsForDevice(device, s)`: what is
 /// queued on `s` from then on starts after the step's work (the new
 /// parameters, a gradient's memory handed back to a caching allocator).
-/// False with `error` for another device or a stream CUDA refuses.
-bool waitForStream(Device &device, void *stream, std::string &error);
-bool streamWaitsForDevice(Device &device, void *stream, std::string &error);
+/// InvalidArgument for another device or a stream CUDA refuses.
+Status waitForStream(Device &device, void *stream);
+Status streamWaitsForDevice(Device &device, void *stream);
 
 /// "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB)" for a device
 /// from createDevice; its name() for any other.
@@ -112,10 +113,11 @@ std::string describeNewtonSchulz(const Device &device, DType precision,
 /// createDevice) as Newton-Schulz runs its products in `dtype` (BF16: bf16
 /// operands and result, f32 accumulation; otherwise f32 without TF32), on
 /// random data: the median of `repeats` runs after one to warm up, timed
-/// with events on the device's stream. Negative with `error` for another
-/// device, sizes beyond cuBLAS's int range or no room on the GPU.
-double gemmSeconds(Device &device, int64_t m, int64_t n, int64_t k, DType dtype,
-                   int repeats, std::string &error);
+/// with events on the device's stream. InvalidArgument for another device
+/// or sizes beyond cuBLAS's int range, ResourceExhausted without room on
+/// the GPU.
+StatusOr<double> gemmSeconds(Device &device, int64_t m, int64_t n, int64_t k,
+                             DType dtype, int repeats);
 
 /// Payload exchanges over NCCL (one rank per GPU); control collectives
 /// (allGather, allReduceMin, gatherToRoot, abort) go through `bootstrap` (an
