@@ -28,7 +28,7 @@ llvm_config.with_system_environment(["HOME", "TMP", "TEMP", "DNNL_MAX_CPU_ISA"])
 llvm_config.use_default_substitutions()
 llvm_config.add_tool_substitutions(["split-file", "not", "count", "FileCheck"], [config.llvm_tools_dir])
 tool_dirs = [config.muon_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["muon-opt", "muon-translate", "muon-run", "muon-bench", "muon-capi-test", "muon-train-example"], tool_dirs)
+llvm_config.add_tool_substitutions(["muon-opt", "muon-translate", "muon-run", "muon-bench", "muon-capi-test", "muon-capi-lion-test", "muon-train-example"], tool_dirs)
 config.substitutions.append(("expect-exit", os.path.join(config.test_source_root, "Utils", "expect-exit")))
 # mpirun as the tests start it: root in containers, more ranks than cores,
 # and a private session directory per test (concurrent mpiruns sharing one

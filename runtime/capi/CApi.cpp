@@ -31,9 +31,13 @@ struct muon_optimizer {
 
 namespace {
 thread_local std::string lastError;
+/// The code of the calling thread's last failure, for helpers that report
+/// one through a null result.
+thread_local muon_status lastCode = MUON_OK;
 
 muon_status fail(muon_status status, std::string message) {
   lastError = std::move(message);
+  lastCode = status;
   return status;
 }
 
@@ -123,7 +127,7 @@ muon_status create(const char *planPath, std::unique_ptr<Communicator> base,
 bool checked(const muon_optimizer *opt) {
   if (opt && opt->optimizer)
     return true;
-  lastError = "null optimizer handle";
+  fail(MUON_INVALID_ARGUMENT, "null optimizer handle");
   return false;
 }
 
@@ -420,7 +424,7 @@ muon_status muon_optimizer_group_setting(const muon_optimizer *opt,
   const muon::PlanGroup *g = nullptr;
   const GroupSetting *s = findSetting(opt, group, name, false, g);
   if (!s)
-    return MUON_INVALID_ARGUMENT;
+    return lastCode;
   if (!value)
     return fail(MUON_INVALID_ARGUMENT, "a place for the value is needed");
   *value = muon::settingValue(*s, *g);
@@ -433,7 +437,7 @@ muon_status muon_optimizer_set_group_setting(muon_optimizer *opt,
   const muon::PlanGroup *g = nullptr;
   const GroupSetting *s = findSetting(opt, group, name, false, g);
   if (!s)
-    return MUON_INVALID_ARGUMENT;
+    return lastCode;
   if (s->kind == GroupSetting::Kind::Flag && value != 0.0 && value != 1.0)
     return fail(MUON_INVALID_ARGUMENT,
                 std::string("group '") + group + "': " + name +
@@ -450,7 +454,7 @@ muon_status muon_optimizer_group_setting_text(const muon_optimizer *opt,
   const muon::PlanGroup *g = nullptr;
   const GroupSetting *s = findSetting(opt, group, name, true, g);
   if (!s)
-    return MUON_INVALID_ARGUMENT;
+    return lastCode;
   if (!value)
     return fail(MUON_INVALID_ARGUMENT, "a place for the value is needed");
   *value = muon::settingName(*s, *g).c_str();
@@ -464,7 +468,7 @@ muon_status muon_optimizer_set_group_setting_text(muon_optimizer *opt,
   const muon::PlanGroup *g = nullptr;
   const GroupSetting *s = findSetting(opt, group, name, true, g);
   if (!s)
-    return MUON_INVALID_ARGUMENT;
+    return lastCode;
   if (!value)
     return fail(MUON_INVALID_ARGUMENT, "a value is needed");
   muon::PlanGroup updated = *g;

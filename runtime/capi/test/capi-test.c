@@ -230,7 +230,7 @@ int main(int argc, char **argv) {
   EXPECT(muon_optimizer_group_setting(opt, "muon", "adjust_lr", &number) ==
          MUON_INVALID_ARGUMENT);
   EXPECT(muon_optimizer_group_setting(opt, "nope", "lr", &number) ==
-         MUON_INVALID_ARGUMENT);
+         MUON_NOT_FOUND);
   EXPECT(strstr(muon_last_error(), "no group named 'nope'") != NULL);
   EXPECT(muon_optimizer_group_setting_text(opt, "muon", "adjust_lr",
                                            &text) == MUON_OK &&
