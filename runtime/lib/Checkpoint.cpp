@@ -1,6 +1,6 @@
 //===- Checkpoint.cpp - Checkpoints saved and loaded across ranks ---------===//
 //
-// Optimizer::saveCheckpoint and loadCheckpoint over the format's encoder
+// OptimizerState::saveCheckpoint and loadCheckpoint over the format's encoder
 // and decoder (CheckpointFormat.h). Saving is stateDict, then each rank's
 // file, then the manifest from the ranks' indexes (gathered to rank 0).
 // Loading reads the manifest (a bounded read of a regular file), chooses
@@ -11,7 +11,7 @@
 // before anything is committed. docs/runtime.md, "Checkpoints", has the rules.
 //
 //===----------------------------------------------------------------------===//
-#include "muon/Runtime/Optimizer.h"
+#include "OptimizerState.h"
 
 #include "ApiBoundary.h"
 #include "StateChecks.h"
@@ -323,8 +323,8 @@ private:
 
 } // namespace
 
-Status Optimizer::saveCheckpointFiles(const std::string &dir,
-                                      bool withParameters) {
+Status OptimizerState::saveCheckpointFiles(const std::string &dir,
+                                           bool withParameters) {
   const Plan &plan = thePlan;
   const int64_t rank = comm.rank();
   // One id for this save on every rank (rank 0's).
@@ -402,8 +402,8 @@ Status Optimizer::saveCheckpointFiles(const std::string &dir,
   return okStatus();
 }
 
-Status Optimizer::loadCheckpointFiles(const std::string &dir,
-                                      bool withParameters) {
+Status OptimizerState::loadCheckpointFiles(const std::string &dir,
+                                           bool withParameters) {
   const Plan &plan = thePlan;
   const int64_t rank = comm.rank();
   ioCounters = {};

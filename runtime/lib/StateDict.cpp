@@ -1,12 +1,12 @@
 //===- StateDict.cpp - The optimizer state in memory, by global box -------===//
 //
-// Optimizer::stateDict copies this rank's state to the host, one piece per
-// parameter it holds; Optimizer::loadStateDict cuts pieces of any layout to
-// this rank's (StateCut.h), checks what it would apply (StateChecks.h) and
+// OptimizerState::stateDict copies this rank's state to the host, one piece per
+// parameter it holds; OptimizerState::loadStateDict cuts pieces of any layout
+// to this rank's (StateCut.h), checks what it would apply (StateChecks.h) and
 // writes it back. Checkpoints are built on both (Checkpoint.cpp).
 //
 //===----------------------------------------------------------------------===//
-#include "muon/Runtime/Optimizer.h"
+#include "OptimizerState.h"
 
 #include "ApiBoundary.h"
 #include "StateChecks.h"
@@ -26,7 +26,7 @@ namespace muon::runtime {
 
 using namespace statecut;
 
-Status Optimizer::stateDict(bool withParameters, StateDict &dict) const {
+Status OptimizerState::stateDict(bool withParameters, StateDict &dict) const {
   return guardedCall("taking a state dict", [&] {
     std::string error;
     if (!stateDictImpl(withParameters, dict, error))
@@ -35,7 +35,8 @@ Status Optimizer::stateDict(bool withParameters, StateDict &dict) const {
   });
 }
 
-Status Optimizer::loadStateDict(const StateDict &dict, bool withParameters) {
+Status OptimizerState::loadStateDict(const StateDict &dict,
+                                     bool withParameters) {
   return guardedCall("loading a state dict", [&] {
     std::string error;
     if (!loadStateDictImpl(dict, withParameters, error))
@@ -45,7 +46,7 @@ Status Optimizer::loadStateDict(const StateDict &dict, bool withParameters) {
 }
 
 std::string
-Optimizer::checkSavedGroups(const std::vector<PlanGroup> &saved) const {
+OptimizerState::checkSavedGroups(const std::vector<PlanGroup> &saved) const {
   for (const PlanGroup &g : saved) {
     const PlanGroup *mine = group(g.name);
     if (!mine)
@@ -61,13 +62,13 @@ Optimizer::checkSavedGroups(const std::vector<PlanGroup> &saved) const {
   return "";
 }
 
-void Optimizer::applySavedGroups(const std::vector<PlanGroup> &saved) {
+void OptimizerState::applySavedGroups(const std::vector<PlanGroup> &saved) {
   for (const PlanGroup &g : saved)
     executor->setGroup(findGroup(executor->groups(), g.name), g);
 }
 
-bool Optimizer::stateDictImpl(bool withParameters, StateDict &dict,
-                              std::string &error) const {
+bool OptimizerState::stateDictImpl(bool withParameters, StateDict &dict,
+                                   std::string &error) const {
   StateDict out;
   out.steps = steps;
   out.groups = executor->groups();
@@ -117,11 +118,11 @@ bool Optimizer::stateDictImpl(bool withParameters, StateDict &dict,
   return true;
 }
 
-bool Optimizer::cutRowStates(const std::vector<RowStatePiece> &saved,
-                             const std::vector<PlanGroup> &savedGroups,
-                             const std::string &what,
-                             std::vector<RowStatePiece> &out,
-                             std::string &error) const {
+bool OptimizerState::cutRowStates(const std::vector<RowStatePiece> &saved,
+                                  const std::vector<PlanGroup> &savedGroups,
+                                  const std::string &what,
+                                  std::vector<RowStatePiece> &out,
+                                  std::string &error) const {
   const Plan &plan = thePlan;
   // Every saved row state names a matrix of this model, by parameter and
   // slice, and has its rows.
@@ -190,8 +191,9 @@ bool Optimizer::cutRowStates(const std::vector<RowStatePiece> &saved,
   return true;
 }
 
-bool Optimizer::loadStateDictImpl(const StateDict &dict, bool withParameters,
-                                  std::string &error) {
+bool OptimizerState::loadStateDictImpl(const StateDict &dict,
+                                       bool withParameters,
+                                       std::string &error) {
   const Plan &plan = thePlan;
   // Everything is checked and cut into a staging dict first; the state
   // changes only when all of it fits.
@@ -262,7 +264,7 @@ bool Optimizer::loadStateDictImpl(const StateDict &dict, bool withParameters,
   return true;
 }
 
-void Optimizer::applyState(const StateDict &local, bool withParameters) {
+void OptimizerState::applyState(const StateDict &local, bool withParameters) {
   size_t next = 0;
   for (size_t i = 0; i < slots.size(); ++i) {
     const ParamSlot &slot = slots[i];

@@ -138,6 +138,9 @@ struct CheckpointIoCounters {
   int64_t slotsRead = 0;   // saved states (one piece's one state) read from
 };
 
+/// What an Optimizer holds (runtime/lib/OptimizerState.h).
+class OptimizerState;
+
 class Optimizer {
 public:
   /// Reads and validates a plan file, then as `create`. A binary plan
@@ -164,7 +167,7 @@ public:
   /// With a rank's part of a binary plan, only this rank's entry is filled.
   std::map<int64_t, std::vector<std::string>> assignments() const;
 
-  const std::vector<ParamSlot> &params() const { return slots; }
+  const std::vector<ParamSlot> &params() const;
   /// The slot of parameter `name`, or null.
   const ParamSlot *param(const std::string &name) const;
 
@@ -189,7 +192,7 @@ public:
 
   /// The parameter groups with the settings the next step uses: the plan's
   /// starting values, as changed since (torch.optim's param_groups).
-  const std::vector<PlanGroup> &groups() const { return executor->groups(); }
+  const std::vector<PlanGroup> &groups() const;
   /// The group named `name`, or null.
   const PlanGroup *group(const std::string &name) const;
   /// Changes a group's hyper-parameters for the steps that follow (a
@@ -224,9 +227,7 @@ public:
   Status setQkMaxLogits(const std::string &layer, const float *logits,
                         int64_t count);
   /// The plan's QK-clip layers (empty: QK-clip is off).
-  const std::vector<QkClipLayer> &qkClipLayers() const {
-    return thePlan.qkClip;
-  }
+  const std::vector<QkClipLayer> &qkClipLayers() const;
 
   /// Assembles parameter `name` whole (row-major over its shape, as f32)
   /// from the ranks' pieces, for evaluation or export: into `whole` on rank
@@ -248,7 +249,7 @@ public:
   /// error (on every rank). A gradient with NaN or Inf on any rank skips the
   /// step on every rank, changing nothing (`result.applied` false).
   Status step(StepResult &result);
-  int64_t stepsTaken() const { return steps; }
+  int64_t stepsTaken() const;
 
   /// This rank's optimizer state of parameter `name` in place, for views of
   /// it (muonc.torch's `opt.state`): element slot `slot` of its algorithm
@@ -290,7 +291,7 @@ public:
   /// rank read. Collective.
   Status loadCheckpoint(const std::string &dir, bool withParameters);
   /// What the last loadCheckpoint read on this rank.
-  const CheckpointIoCounters &checkpointIo() const { return ioCounters; }
+  const CheckpointIoCounters &checkpointIo() const;
 
   /// This rank's optimizer state, one piece per parameter it holds, with
   /// the step count and the groups' current settings; with
@@ -318,52 +319,15 @@ public:
   const std::vector<TraceEvent> &trace() const;
   /// The compiled plan, with the groups' starting settings (groups() has
   /// the current ones).
-  const Plan &plan() const { return thePlan; }
+  const Plan &plan() const;
   /// The element type Newton-Schulz runs in: the plan's ns_dtype, "auto"
   /// resolved to the device's default.
   DType nsDtype() const;
 
 private:
-  Optimizer(Plan plan, Communicator &comm, Device &device,
-            const OptimizerOptions &options);
-  static Status createImpl(Plan plan, Communicator &comm, Device &device,
-                           const OptimizerOptions &options,
-                           std::unique_ptr<Optimizer> &out);
-  Status saveCheckpointFiles(const std::string &dir, bool withParameters);
-  Status loadCheckpointFiles(const std::string &dir, bool withParameters);
-  bool stateDictImpl(bool withParameters, StateDict &dict,
-                     std::string &error) const;
-  bool loadStateDictImpl(const StateDict &dict, bool withParameters,
-                         std::string &error);
-  /// The groups of a state dict or checkpoint, checked against this
-  /// optimizer's (each known by name, of the same algorithm, with sound
-  /// settings): empty when they fit.
-  std::string checkSavedGroups(const std::vector<PlanGroup> &saved) const;
-  void applySavedGroups(const std::vector<PlanGroup> &saved);
-
-  Plan thePlan;
-  Communicator &comm;
-  Device &device;
-  OptimizerOptions options;
-  std::unique_ptr<StepExecutor> executor;
-  std::vector<ParamSlot> slots;
-  std::map<std::string, size_t> slotOf;
-  std::vector<void *> values; // bound storage, per parameter
-  int64_t steps = 0;
-  CheckpointIoCounters ioCounters;
-
-  // Checkpoint and state-dict support (StateDict.cpp): writes a state cut
-  // to this rank's pieces (one piece per parameter it holds, in order)
-  // into the optimizer state and the bound values.
-  void applyState(const StateDict &local, bool withParameters);
-  /// The row states this rank needs (one per matrix it keeps per-row state
-  /// for, in rowStateMatrices order) from `saved`, checked: each names a
-  /// known parameter, matrix and state and has the matrix's rows; a matrix
-  /// without one gets zeros unless `savedGroups` has its group as NorMuon.
-  bool cutRowStates(const std::vector<RowStatePiece> &saved,
-                    const std::vector<PlanGroup> &savedGroups,
-                    const std::string &what, std::vector<RowStatePiece> &out,
-                    std::string &error) const;
+  explicit Optimizer(std::unique_ptr<OptimizerState> state);
+  /// Everything else (lib/OptimizerState.h): the header stays the API.
+  std::unique_ptr<OptimizerState> state;
 };
 
 } // namespace muon::runtime
