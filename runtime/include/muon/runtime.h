@@ -27,8 +27,9 @@ extern "C" {
 
 typedef struct muon_optimizer muon_optimizer;
 
-/* The runtime's version, as a string ("0.3.0"). */
-#define MUON_RUNTIME_VERSION_STRING "0.3.0"
+/* The C API's version, as a string ("0.4.0": statuses are the canonical
+ * codes since 0.4.0; MUON_INVALID and MUON_FAILED are gone). */
+#define MUON_RUNTIME_VERSION_STRING "0.4.0"
 const char *muon_runtime_version(void);
 
 /* Each call's status is the runtime's own status code (never read from the
