@@ -4,7 +4,6 @@
 #include "muon/Plan/Algorithm.h"
 #include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Communicator.h"
-#include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Cpu/MpiCommunicator.h"
 #include "muon/Runtime/Optimizer.h"
 
@@ -50,35 +49,6 @@ muon_status report(const Status &status) {
   if (status.ok())
     return MUON_OK;
   return fail(codeOf(status.code()), status.message());
-}
-
-/// muon_group_info's setting fields, by the setting each holds: a group's
-/// setting of that name, where its algorithm has one (GroupSettings.h).
-struct GroupInfoField {
-  const char *setting;
-  void (*write)(muon_group_info &, double);
-  double (*read)(const muon_group_info &);
-};
-
-/// A field of type double.
-template <double muon_group_info::*Field>
-GroupInfoField numberField(const char *setting) {
-  return {setting, [](muon_group_info &i, double v) { i.*Field = v; },
-          [](const muon_group_info &i) { return i.*Field; }};
-}
-
-const std::vector<GroupInfoField> &groupInfoFields() {
-  static const std::vector<GroupInfoField> fields = {
-      numberField<&muon_group_info::lr>("lr"),
-      numberField<&muon_group_info::weight_decay>("weight_decay"),
-      numberField<&muon_group_info::momentum>("momentum"),
-      {"nesterov", [](muon_group_info &i, double v) { i.nesterov = v != 0; },
-       [](const muon_group_info &i) { return i.nesterov ? 1.0 : 0.0; }},
-      numberField<&muon_group_info::beta1>("beta1"),
-      numberField<&muon_group_info::beta2>("beta2"),
-      numberField<&muon_group_info::eps>("eps"),
-  };
-  return fields;
 }
 
 muon_status create(const char *planPath, std::unique_ptr<Communicator> base,
@@ -160,43 +130,27 @@ const char *muon_runtime_version(void) { return MUON_RUNTIME_VERSION_STRING; }
 void muon_options_init(muon_options *options) {
   if (!options)
     return;
+  options->mpi_comm = -1;
   options->device = "cpu";
   options->transport = "mpi";
   options->timeout_seconds = 120;
 }
 
-muon_status muon_optimizer_create(const char *planPath, int64_t mpiCommFortran,
+muon_status muon_optimizer_create(const char *planPath,
                                   const muon_options *options,
                                   muon_optimizer **out) {
   muon_options defaults;
   muon_options_init(&defaults);
   const muon_options &o = options ? *options : defaults;
-  if (mpiCommFortran < 0)
+  if (o.mpi_comm < 0)
     return create(planPath, std::make_unique<SingleRankCommunicator>(), o, out);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized)
     return fail(MUON_FAILED_PRECONDITION,
                 "MPI is not initialized; call MPI_Init first");
-  MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(mpiCommFortran));
+  MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(o.mpi_comm));
   return create(planPath, std::make_unique<MpiCommunicator>(comm), o, out);
-}
-
-muon_status muon_optimizer_create_mpi(const char *planPath,
-                                      int64_t mpiCommFortran,
-                                      double timeoutSeconds,
-                                      muon_optimizer **out) {
-  muon_options options;
-  muon_options_init(&options);
-  options.timeout_seconds = timeoutSeconds;
-  if (mpiCommFortran < 0)
-    return fail(MUON_INVALID_ARGUMENT, "an MPI communicator is needed");
-  return muon_optimizer_create(planPath, mpiCommFortran, &options, out);
-}
-
-muon_status muon_optimizer_create_single(const char *planPath,
-                                         muon_optimizer **out) {
-  return muon_optimizer_create(planPath, -1, nullptr, out);
 }
 
 void muon_optimizer_destroy(muon_optimizer *opt) { delete opt; }
@@ -231,7 +185,6 @@ muon_status muon_optimizer_param(const muon_optimizer *opt, int64_t index,
   const ParamSlot &slot = slots[index];
   out->name = slot.name.c_str();
   out->dtype = static_cast<muon_dtype>(slot.dtype);
-  out->is_muon = muon::algorithmOf(slot.algorithm).orthogonalizes;
   out->dims = static_cast<int64_t>(slot.shape.size());
   out->shape = slot.shape.data();
   out->box_begin = opt->begins[index].data();
@@ -333,46 +286,10 @@ muon_status muon_optimizer_group(const muon_optimizer *opt, int64_t index,
                                            " is out of range [0, " +
                                            std::to_string(groups.size()) + ")");
   const muon::PlanGroup &g = groups[index];
-  *out = muon_group_info{};
   out->name = g.name.c_str();
-  out->is_muon = g.orthogonalizes();
-  // Each field its setting of the group's algorithm, 0 where it has none.
-  for (const GroupInfoField &f : groupInfoFields())
-    if (const muon::GroupSetting *s =
-            muon::findGroupSetting(g.algorithm, f.setting))
-      f.write(*out, muon::settingValue(*s, g));
+  out->algorithm = muon::algorithmName(g.algorithm);
+  out->orthogonalizes = g.orthogonalizes();
   return MUON_OK;
-}
-
-muon_status muon_optimizer_group_algorithm(const muon_optimizer *opt,
-                                           int64_t index, const char **name) {
-  if (!checked(opt))
-    return MUON_INVALID_ARGUMENT;
-  const std::vector<muon::PlanGroup> &groups = opt->optimizer->groups();
-  if (!name || index < 0 || index >= static_cast<int64_t>(groups.size()))
-    return fail(MUON_INVALID_ARGUMENT, "group index " + std::to_string(index) +
-                                           " is out of range [0, " +
-                                           std::to_string(groups.size()) + ")");
-  *name = muon::algorithmName(groups[index].algorithm);
-  return MUON_OK;
-}
-
-muon_status muon_optimizer_set_group(muon_optimizer *opt, const char *name,
-                                     const muon_group_info *options) {
-  if (!checked(opt))
-    return MUON_INVALID_ARGUMENT;
-  if (!name || !options)
-    return fail(MUON_INVALID_ARGUMENT,
-                "a group name and its options are needed");
-  const muon::PlanGroup *current = opt->optimizer->group(name);
-  if (!current)
-    return report(opt->optimizer->setGroupLr(name, options->lr)); // names them
-  muon::PlanGroup updated = *current;
-  for (const GroupInfoField &f : groupInfoFields())
-    if (const muon::GroupSetting *s =
-            muon::findGroupSetting(updated.algorithm, f.setting))
-      muon::setSettingValue(*s, updated, f.read(*options));
-  return report(opt->optimizer->setGroupSettings(name, updated));
 }
 
 namespace {
@@ -474,15 +391,6 @@ muon_status muon_optimizer_set_group_setting_text(muon_optimizer *opt,
   muon::PlanGroup updated = *g;
   muon::setSettingName(*s, updated, value);
   return report(opt->optimizer->setGroupSettings(group, updated));
-}
-
-muon_status muon_optimizer_set_group_lr(muon_optimizer *opt, const char *name,
-                                        double lr) {
-  if (!checked(opt))
-    return MUON_INVALID_ARGUMENT;
-  if (!name)
-    return fail(MUON_INVALID_ARGUMENT, "a group name is needed");
-  return report(opt->optimizer->setGroupLr(name, lr));
 }
 
 muon_status muon_optimizer_save_checkpoint(muon_optimizer *opt,

@@ -11,7 +11,7 @@ print("version", lib.muon_runtime_version().decode())
 
 class ParamInfo(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int),
-                ("is_muon", ctypes.c_int), ("dims", ctypes.c_int64),
+                ("dims", ctypes.c_int64),
                 ("shape", ctypes.POINTER(ctypes.c_int64)),
                 ("box_begin", ctypes.POINTER(ctypes.c_int64)),
                 ("box_end", ctypes.POINTER(ctypes.c_int64)),
@@ -25,8 +25,8 @@ def check(status):
 
 
 opt = ctypes.c_void_p()
-check(lib.muon_optimizer_create(sys.argv[2].encode(), ctypes.c_int64(-1),
-                                None, ctypes.byref(opt)))
+check(lib.muon_optimizer_create(sys.argv[2].encode(), None,
+                                ctypes.byref(opt)))
 lib.muon_optimizer_param_count.restype = ctypes.c_int64
 lib.muon_optimizer_group_count.restype = ctypes.c_int64
 lib.muon_optimizer_steps.restype = ctypes.c_int64
@@ -42,8 +42,8 @@ for i in range(count):
                                   ctypes.c_int64(info.elements)))
 applied = ctypes.c_int()
 for step in range(2):
-    check(lib.muon_optimizer_set_group_lr(opt, b"muon",
-                                          ctypes.c_double(0.01 * (step + 1))))
+    check(lib.muon_optimizer_set_group_setting(
+        opt, b"muon", b"lr", ctypes.c_double(0.01 * (step + 1))))
     check(lib.muon_optimizer_step(opt, ctypes.byref(applied)))
 changed = "changed" if storage[0][0][0] != 1.0 else "unchanged"
 print(f"{count} params, {lib.muon_optimizer_group_count(opt)} groups, "

@@ -70,30 +70,43 @@ int main(int argc, char **argv) {
       snprintf(checkpoint, sizeof(checkpoint), "%s-%d", argv[argc - 1],
                world / split);
     }
-    EXPECT(muon_optimizer_create_mpi(argv[1], MPI_Comm_c2f(comm), 60.0,
-                                     &opt) == MUON_OK);
+    muon_options world;
+    muon_options_init(&world);
+    world.mpi_comm = MPI_Comm_c2f(comm);
+    world.timeout_seconds = 60.0;
+    EXPECT(muon_optimizer_create(argv[1], &world, &opt) == MUON_OK);
   } else {
-    EXPECT(muon_optimizer_create_single(argv[1], &opt) == MUON_OK);
+    EXPECT(muon_optimizer_create(argv[1], NULL, &opt) == MUON_OK);
+    /* A communicator while MPI is not initialized: refused by its code. */
+    muon_options early;
+    muon_options_init(&early);
+    early.mpi_comm = 0;
+    muon_optimizer *none = NULL;
+    EXPECT(muon_optimizer_create(argv[1], &early, &none) ==
+               MUON_FAILED_PRECONDITION &&
+           none == NULL);
+    EXPECT(strstr(muon_last_error(), "MPI is not initialized") != NULL);
   }
   if (!opt)
     return 1;
   /* A plan file that is not there: a status and a message. */
   muon_optimizer *missing = NULL;
-  EXPECT(muon_optimizer_create_single("/nonexistent/plan.json", &missing) ==
+  EXPECT(muon_optimizer_create("/nonexistent/plan.json", NULL, &missing) ==
          MUON_NOT_FOUND);
   EXPECT(missing == NULL);
   EXPECT(strstr(muon_last_error(), "cannot read the plan file") != NULL);
   /* Options: a device no registered backend has is refused, by name. */
   muon_options options;
   muon_options_init(&options);
-  EXPECT(strcmp(options.device, "cpu") == 0 && options.timeout_seconds > 0);
+  EXPECT(strcmp(options.device, "cpu") == 0 && options.timeout_seconds > 0 &&
+         options.mpi_comm == -1);
   options.device = "tpu";
-  EXPECT(muon_optimizer_create(argv[1], -1, &options, &missing) ==
+  EXPECT(muon_optimizer_create(argv[1], &options, &missing) ==
          MUON_NOT_FOUND);
   EXPECT(strstr(muon_last_error(), "unknown device 'tpu'") != NULL);
   muon_options_init(&options);
   options.transport = "carrier-pigeon";
-  EXPECT(muon_optimizer_create(argv[1], -1, &options, &missing) ==
+  EXPECT(muon_optimizer_create(argv[1], &options, &missing) ==
          MUON_NOT_FOUND);
   EXPECT(strstr(muon_last_error(), "unknown transport 'carrier-pigeon'") !=
          NULL);
@@ -157,31 +170,32 @@ int main(int argc, char **argv) {
   for (int64_t g = 0; g < groups && g < 2; ++g) {
     muon_group_info group;
     EXPECT(muon_optimizer_group(opt, g, &group) == MUON_OK);
-    base[g] = group.lr;
+    EXPECT(muon_optimizer_group_setting(opt, group.name, "lr", &base[g]) ==
+           MUON_OK);
   }
+  /* The groups' algorithms by name (the registry's), and a group index out
+   * of range refused. */
   muon_group_info group;
   EXPECT(muon_optimizer_group(opt, 0, &group) == MUON_OK);
-  EXPECT(strcmp(group.name, "muon") == 0 && group.is_muon == 1);
-  /* The algorithms by name (the registry's), and a group index out of
-   * range refused. */
-  const char *algorithm = NULL;
-  EXPECT(muon_optimizer_group_algorithm(opt, 0, &algorithm) == MUON_OK &&
-         strcmp(algorithm, "muon") == 0);
-  EXPECT(muon_optimizer_group_algorithm(opt, 1, &algorithm) == MUON_OK &&
-         strcmp(algorithm, "adamw") == 0);
-  EXPECT(muon_optimizer_group_algorithm(opt, 99, &algorithm) ==
-         MUON_INVALID_ARGUMENT);
-  EXPECT(muon_optimizer_set_group_lr(opt, "muon", -1.0) ==
+  EXPECT(strcmp(group.name, "muon") == 0 &&
+         strcmp(group.algorithm, "muon") == 0 && group.orthogonalizes == 1);
+  EXPECT(muon_optimizer_group(opt, 1, &group) == MUON_OK &&
+         strcmp(group.algorithm, "adamw") == 0 && group.orthogonalizes == 0);
+  EXPECT(muon_optimizer_group(opt, 99, &group) == MUON_INVALID_ARGUMENT);
+  EXPECT(strstr(muon_last_error(), "group index 99 is out of range") != NULL);
+  double lr = -1;
+  EXPECT(muon_optimizer_set_group_setting(opt, "muon", "lr", -1.0) ==
          MUON_INVALID_ARGUMENT);
   EXPECT(strstr(muon_last_error(), "expected a finite number >= 0") != NULL);
-  EXPECT(muon_optimizer_set_group_lr(opt, "head", 0.1) == MUON_NOT_FOUND);
-  EXPECT(muon_optimizer_group(opt, 0, &group) == MUON_OK &&
-         group.lr == base[0]);
-  group.momentum = 0.9;
-  EXPECT(muon_optimizer_set_group(opt, "muon", &group) == MUON_OK);
+  EXPECT(muon_optimizer_set_group_setting(opt, "head", "lr", 0.1) ==
+         MUON_NOT_FOUND);
+  EXPECT(muon_optimizer_group_setting(opt, "muon", "lr", &lr) == MUON_OK &&
+         lr == base[0]);
+  EXPECT(muon_optimizer_set_group_setting(opt, "muon", "momentum", 0.9) ==
+         MUON_OK);
 
-  /* Settings by name: every field of each algorithm, checked as
-   * muon_optimizer_set_group checks them, refusals changing nothing. */
+  /* Settings by name: every setting of each algorithm, checked before
+   * they count, refusals changing nothing. */
   double number = -1;
   const char *text = NULL;
   EXPECT(muon_optimizer_group_setting(opt, "muon", "momentum", &number) ==
@@ -192,14 +206,17 @@ int main(int argc, char **argv) {
   EXPECT(muon_optimizer_group_setting(opt, "muon", "normuon_beta2",
                                       &number) == MUON_OK &&
          number == 0.9);
-  /* A setting only the settings table names (no C field of its own), and
-   * muon_optimizer_set_group keeps it. */
+  /* Setting one leaves the others as they are. */
   EXPECT(muon_optimizer_group_setting(opt, "muon", "extra_scale_factor",
                                       &number) == MUON_OK &&
          number == 1.0);
   EXPECT(muon_optimizer_set_group_setting(opt, "muon", "extra_scale_factor",
                                           0.5) == MUON_OK);
-  EXPECT(muon_optimizer_set_group(opt, "muon", &group) == MUON_OK);
+  EXPECT(muon_optimizer_set_group_setting(opt, "muon", "lr", base[0]) ==
+         MUON_OK);
+  EXPECT(muon_optimizer_group_setting(opt, "muon", "momentum", &number) ==
+             MUON_OK &&
+         number == 0.9);
   EXPECT(muon_optimizer_group_setting(opt, "muon", "extra_scale_factor",
                                       &number) == MUON_OK &&
          number == 0.5);
@@ -246,12 +263,12 @@ int main(int argc, char **argv) {
              opt, "muon", "weight_decay_mode", "decoupled") == MUON_OK);
   {
     muon_group_info other;
-    EXPECT(muon_optimizer_group(opt, 1, &other) == MUON_OK &&
-           other.is_muon == 0);
+    EXPECT(muon_optimizer_group(opt, 1, &other) == MUON_OK);
     EXPECT(muon_optimizer_set_group_setting(opt, other.name, "beta2",
                                             0.99) == MUON_OK);
-    EXPECT(muon_optimizer_group(opt, 1, &other) == MUON_OK &&
-           other.beta2 == 0.99);
+    EXPECT(muon_optimizer_group_setting(opt, other.name, "beta2", &number) ==
+               MUON_OK &&
+           number == 0.99);
     EXPECT(muon_optimizer_group_setting(opt, other.name, "momentum", &number) ==
            MUON_INVALID_ARGUMENT);
   }
@@ -290,8 +307,9 @@ int main(int argc, char **argv) {
     for (int64_t g = 0; g < groups && g < 2; ++g) {
       muon_group_info info_g;
       EXPECT(muon_optimizer_group(opt, g, &info_g) == MUON_OK);
-      EXPECT(muon_optimizer_set_group_lr(opt, info_g.name,
-                                         base[g] * (s + 1) / 3.0) == MUON_OK);
+      EXPECT(muon_optimizer_set_group_setting(opt, info_g.name, "lr",
+                                              base[g] * (s + 1) / 3.0) ==
+             MUON_OK);
     }
     EXPECT(muon_optimizer_step(opt, &applied) == MUON_OK);
     EXPECT(applied == 1);

@@ -2,13 +2,18 @@
  *
  * Distributed Muon for trainers in any language: opaque handles, status
  * codes, and a message for the last error of the calling thread. It wraps
- * the C++ Optimizer (muon/Runtime/Optimizer.h) on the CPU backend.
+ * the C++ Optimizer (muon/Runtime/Optimizer.h) on the registered backends.
+ * One call creates an optimizer (its options say where it runs) and one
+ * pair of calls reads and sets any group setting by name.
  *
+ *   muon_options options;
+ *   muon_options_init(&options);
+ *   options.mpi_comm = MPI_Comm_c2f(MPI_COMM_WORLD);
  *   muon_optimizer *opt;
- *   if (muon_optimizer_create_mpi("plan.json", MPI_Comm_c2f(MPI_COMM_WORLD),
- *                                 120.0, &opt) != MUON_OK)
+ *   if (muon_optimizer_create("plan.json", &options, &opt) != MUON_OK)
  *     fprintf(stderr, "%s\n", muon_last_error());
  *   muon_optimizer_bind(opt, "wq", values, grad, MUON_F32, elements);
+ *   muon_optimizer_set_group_setting(opt, "muon", "lr", 0.02);
  *   int applied;
  *   muon_optimizer_step(opt, &applied);
  *
@@ -27,9 +32,11 @@ extern "C" {
 
 typedef struct muon_optimizer muon_optimizer;
 
-/* The C API's version, as a string ("0.4.0": statuses are the canonical
- * codes since 0.4.0; MUON_INVALID and MUON_FAILED are gone). */
-#define MUON_RUNTIME_VERSION_STRING "0.4.0"
+/* The C API's version, as a string. 0.5.0: one create call
+ * (muon_optimizer_create with the communicator in its options) and group
+ * settings by name only (muon_group_info names the group's algorithm).
+ * 0.4.0: statuses are the canonical codes. */
+#define MUON_RUNTIME_VERSION_STRING "0.5.0"
 const char *muon_runtime_version(void);
 
 /* Each call's status is the runtime's own status code (never read from the
@@ -73,6 +80,10 @@ const char *muon_last_error(void);
 /* Where an optimizer runs. Initialize with muon_options_init, then change
  * what differs. */
 typedef struct muon_options {
+  /* The MPI communicator to run over, as its Fortran handle
+   * (MPI_Comm_c2f(comm)), so that this header needs no mpi.h; MPI must be
+   * initialized. -1 (the default): this process alone. */
+  int64_t mpi_comm;
   /* "cpu" (default), or "cuda" / "cuda:N" where the library has the CUDA
    * backend registered. */
   const char *device;
@@ -84,26 +95,12 @@ typedef struct muon_options {
 } muon_options;
 void muon_options_init(muon_options *options);
 
-/* An optimizer from a plan file (muon-plan/1 or muon-plan-bin/2) over the
- * MPI communicator given as its Fortran handle (MPI_Comm_c2f(comm); MPI
- * must be initialized), or in this process alone with -1. `options` may be
- * NULL (the defaults). Collective over the communicator. */
+/* An optimizer from a plan file (muon-plan/1 or muon-plan-bin/2), where
+ * `options` says (NULL: the defaults, this process alone on the CPU).
+ * Collective over the options' communicator. */
 muon_status muon_optimizer_create(const char *plan_path,
-                                  int64_t mpi_comm_fortran,
                                   const muon_options *options,
                                   muon_optimizer **out);
-
-/* An optimizer from a plan file (muon-plan/1) over an MPI communicator
- * given as its Fortran handle (MPI_Comm_c2f(comm)), so that this header
- * needs no mpi.h; MPI must be initialized. Waits on peers at most
- * `timeout_seconds`. Collective over the communicator. */
-muon_status muon_optimizer_create_mpi(const char *plan_path,
-                                      int64_t mpi_comm_fortran,
-                                      double timeout_seconds,
-                                      muon_optimizer **out);
-/* An optimizer for a one-rank plan, in this process alone. */
-muon_status muon_optimizer_create_single(const char *plan_path,
-                                         muon_optimizer **out);
 void muon_optimizer_destroy(muon_optimizer *opt);
 
 int64_t muon_optimizer_rank(const muon_optimizer *opt);
@@ -116,10 +113,6 @@ int64_t muon_optimizer_steps(const muon_optimizer *opt);
 typedef struct muon_param_info {
   const char *name;
   muon_dtype dtype;
-  /* 1 where its group's algorithm orthogonalizes its matrices (Muon), 0 for
-   * an element-wise one (AdamW, ...: muon_optimizer_group_algorithm names
-   * it). */
-  int is_muon;
   int64_t dims;
   const int64_t *shape; /* [dims]: the whole tensor */
   /* [dims]: this rank's piece, [box_begin, box_end) per dim, row-major;
@@ -149,44 +142,32 @@ muon_status muon_optimizer_bind_typed(muon_optimizer *opt, const char *name,
                                       const void *grad, muon_dtype grad_dtype,
                                       int64_t elements);
 
-/* A parameter group and its current hyper-parameters (torch.optim's
- * param_groups): each field holds the group's setting of that name where
- * its algorithm has one, else 0. Muon groups have lr, weight_decay,
- * momentum and nesterov; AdamW groups lr, weight_decay, beta1, beta2 and
- * eps; other algorithms theirs (muon_optimizer_group_algorithm; every
- * setting by name: muon_optimizer_group_setting). */
+/* A parameter group (torch.optim's param_groups): its name and its
+ * algorithm's. Its hyper-parameters are read and set by name below. */
 typedef struct muon_group_info {
   const char *name; /* valid while the optimizer lives */
-  int is_muon; /* 1 for an algorithm that orthogonalizes (Muon) */
-  double lr, weight_decay, momentum;
-  int nesterov;
-  double beta1, beta2, eps;
+  /* "muon", "adamw", "lion", ... (the spec's param_groups[i].algorithm);
+   * static storage. */
+  const char *algorithm;
+  /* 1 where the algorithm orthogonalizes its matrices (Muon), 0 for an
+   * element-wise one. */
+  int orthogonalizes;
 } muon_group_info;
 int64_t muon_optimizer_group_count(const muon_optimizer *opt);
 muon_status muon_optimizer_group(const muon_optimizer *opt, int64_t index,
                                  muon_group_info *out);
-/* The name of group `index`'s algorithm: "muon", "adamw", "lion", ... (the
- * spec's param_groups[i].algorithm); static storage. */
-muon_status muon_optimizer_group_algorithm(const muon_optimizer *opt,
-                                           int64_t index, const char **name);
-/* Sets group `name`'s hyper-parameters for the following steps (the fields
- * its algorithm has; `name` in `options` is ignored). Every rank must set
- * the same values before the next step, which refuses to run otherwise. A
- * bad value is refused with nothing changed. */
-muon_status muon_optimizer_set_group(muon_optimizer *opt, const char *name,
-                                     const muon_group_info *options);
-/* A group's settings by name, for every setting of its algorithm (the
- * settings table, muon/Plan/GroupSettings.h; muon_group_info has only the
- * first ones). As numbers (booleans 0 or 1): "lr", "weight_decay" (every
- * algorithm); "momentum", "nesterov", "normuon", "normuon_beta2",
- * "extra_scale_factor" (Muon); "beta1", "beta2", "eps" (AdamW). As text:
- * "adjust_lr", "weight_decay_mode" (Muon). A setting the group's
- * algorithm does not have, or one of the other kind, is refused and the
- * message lists the group's settings. Setting one is muon_optimizer_set_group
- * for that field: checked, nothing changed on a refusal, every rank must set
- * the same before the next step; "normuon" is fixed by the plan. A text
- * value stays valid until the setting changes or the optimizer is
- * destroyed. */
+/* A group's settings by name, every setting of its algorithm (the settings
+ * table, muon/Plan/GroupSettings.h). As numbers (booleans 0 or 1): "lr",
+ * "weight_decay" (every algorithm); "momentum", "nesterov", "normuon",
+ * "normuon_beta2", "extra_scale_factor" (Muon); "beta1", "beta2" (AdamW,
+ * Lion); "eps" (AdamW). As text, through the _text pair: "adjust_lr",
+ * "weight_decay_mode" (Muon). A setting the group's algorithm does not
+ * have, or one of the other kind, is refused and the message lists the
+ * group's settings. Setting one is checked and takes effect at the next
+ * step; a refusal changes nothing; every rank must set the same values
+ * before the next step, which refuses to run otherwise; "normuon" is fixed
+ * by the plan. A text value stays valid until the setting changes or the
+ * optimizer is destroyed. */
 muon_status muon_optimizer_group_setting(const muon_optimizer *opt,
                                          const char *group, const char *name,
                                          double *value);
@@ -201,9 +182,6 @@ muon_status muon_optimizer_set_group_setting_text(muon_optimizer *opt,
                                                   const char *group,
                                                   const char *name,
                                                   const char *value);
-/* Only the learning rate (a schedule's usual change). */
-muon_status muon_optimizer_set_group_lr(muon_optimizer *opt, const char *name,
-                                        double lr);
 /* QK-clip (MuonClip, Kimi K2; the plan's qk_clip layers): a layer's
  * declaration. */
 typedef struct muon_qk_clip_info {

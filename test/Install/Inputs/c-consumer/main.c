@@ -8,7 +8,7 @@
 
 int main(int argc, char **argv) {
   muon_optimizer *opt;
-  if (argc != 2 || muon_optimizer_create_single(argv[1], &opt) != MUON_OK) {
+  if (argc != 2 || muon_optimizer_create(argv[1], NULL, &opt) != MUON_OK) {
     fprintf(stderr, "%s\n", muon_last_error());
     return 1;
   }
@@ -37,17 +37,19 @@ int main(int argc, char **argv) {
   double *base = calloc((size_t)groups, sizeof(double));
   for (int64_t g = 0; g < groups; ++g) {
     muon_group_info info;
-    if (muon_optimizer_group(opt, g, &info) != MUON_OK)
+    if (muon_optimizer_group(opt, g, &info) != MUON_OK ||
+        muon_optimizer_group_setting(opt, info.name, "lr", &base[g]) !=
+            MUON_OK)
       return 1;
-    base[g] = info.lr;
   }
   for (int s = 0; s < 2; ++s) {
     int applied = 0;
     for (int64_t g = 0; g < groups; ++g) {
       muon_group_info info;
       if (muon_optimizer_group(opt, g, &info) != MUON_OK ||
-          muon_optimizer_set_group_lr(opt, info.name,
-                                      (s + 1) * 0.5 * base[g]) != MUON_OK) {
+          muon_optimizer_set_group_setting(opt, info.name, "lr",
+                                           (s + 1) * 0.5 * base[g]) !=
+              MUON_OK) {
         fprintf(stderr, "%s\n", muon_last_error());
         return 1;
       }
