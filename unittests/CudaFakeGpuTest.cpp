@@ -478,6 +478,53 @@ TEST_F(FakeGpuTest, NormuonKernelsMatchCpu) {
   }
 }
 
+/// The device runs a per-matrix step with the kernels registered for the
+/// step's name (NorMuon's: its row kernel launched) and a step this build
+/// has no kernels for on host copies with its host loop (bit for bit the
+/// CPU's; no kernel launched).
+TEST_F(FakeGpuTest, MatrixStepsRunTheKernelsOfTheirName) {
+  const int64_t rows = 6, cols = 40;
+  std::mt19937 rng(5);
+  PlanGroup s(kMuon);
+  s.setFlag("normuon", true);
+  const std::vector<float> x = randomFloats(rows * cols, rng);
+  std::vector<float> v(rows, 1e-3f);
+  StatusOr<std::unique_ptr<Device>> made = runtime::cuda::createDevice(0);
+  ASSERT_TRUE(made.ok()) << made.status().text();
+  std::unique_ptr<Device> gpu = std::move(made).value();
+  const MatrixStep &normuon = matrixSteps().at(0);
+  ASSERT_STREQ(normuon.name, "normuon");
+  MatrixStep unbuilt = normuon;
+  unbuilt.name = "normuon-without-kernels";
+  for (const MatrixStep *step :
+       std::vector<const MatrixStep *>{&normuon, &unbuilt}) {
+    DeviceBuffer dx(*gpu, rows * cols * 4), dv(*gpu, rows * 4);
+    ASSERT_TRUE(dx.ok() && dv.ok());
+    gpu->copyToDevice(dx.data(), x.data(), dx.size());
+    gpu->copyToDevice(dv.data(), v.data(), dv.size());
+    const int64_t before = fake::counters().kernels["normuonRowsKernel"];
+    gpu->runMatrixStep(*step, dx.floats(), rows, cols, dv.floats(),
+                       step->scalars(s));
+    std::vector<float> gotX(x.size()), gotV(rows);
+    gpu->copyToHost(gotX.data(), dx.data(), dx.size());
+    gpu->copyToHost(gotV.data(), dv.data(), dv.size());
+    gpu->synchronize();
+    std::vector<float> wantX = x, wantV = v;
+    normuonStep(wantX.data(), rows, cols, wantV.data(), normuonScalars(s));
+    const int64_t launched =
+        fake::counters().kernels["normuonRowsKernel"] - before;
+    if (step == &normuon) {
+      EXPECT_EQ(launched, 1);
+      for (size_t i = 0; i < x.size(); ++i)
+        ASSERT_NEAR(gotX[i], wantX[i], 2e-6 * std::fabs(wantX[i]) + 1e-9);
+    } else {
+      EXPECT_EQ(launched, 0);
+      EXPECT_EQ(gotX, wantX);
+      EXPECT_EQ(gotV, wantV);
+    }
+  }
+}
+
 /// QK-clip's rescale: rows with a factor of 1 keep their bits, the others
 /// equal the CPU's (Device::scaleRows on a host copy) bit for bit, in f32
 /// and bf16 storage.

@@ -9,7 +9,7 @@ namespace muon::runtime {
 const std::vector<MatrixStep> &matrixSteps() {
   static const std::vector<MatrixStep> steps = {
       // NorMuon (arXiv 2510.05491): normuonStep in ElementMath.h.
-      {"normuon", "NorMuon", "normuon_v",
+      {"normuon", "normuon", "NorMuon", "normuon_v",
        [](const PlanGroup &g) { return StepScalars::of(normuonScalars(g)); },
        [](float *matrix, int64_t rows, int64_t cols, float *state,
           const StepScalars &s) {

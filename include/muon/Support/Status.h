@@ -125,11 +125,7 @@ Status deadlineExceeded(double seconds);
 template <typename T> class [[nodiscard]] StatusOr {
 public:
   /// A failure; `status` must not be ok.
-  StatusOr(Status status) : theStatus(std::move(status)) {
-    assert(!theStatus.ok() && "a StatusOr made from an ok Status has no value");
-    if (theStatus.ok())
-      theStatus = internalError("a result without a value");
-  }
+  StatusOr(Status status) : theStatus(failureOf(std::move(status))) {}
   StatusOr(T value) : theValue(std::move(value)) {}
 
   bool ok() const { return theStatus.ok(); }
@@ -145,6 +141,15 @@ public:
   const T *operator->() const { return &*theValue; }
 
 private:
+  /// `status`, which must be a failure: an ok one becomes Internal (in a
+  /// release build; a debug build stops here).
+  static Status failureOf(Status status) {
+    assert(!status.ok() && "a StatusOr made from an ok Status has no value");
+    if (status.ok())
+      return internalError("a result without a value");
+    return status;
+  }
+
   Status theStatus;
   std::optional<T> theValue;
 };

@@ -40,7 +40,10 @@ public:
   allGatherBytes(const std::vector<char> &b, double t) override {
     return base.allGatherBytes(b, t);
   }
-  [[noreturn]] void abort(int code) override { base.abort(code); }
+  [[noreturn]] void abort(int code) override {
+    base.abort(code);
+    std::abort(); // not reached: the base's abort does not return either
+  }
 
 private:
   Communicator &base;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 namespace muon::runtime::cuda {
@@ -315,32 +316,33 @@ void CudaDevice::runMatrixStep(const MatrixStep &step, float *x, int64_t rows,
                                const StepScalars &scalars) {
   if (rows <= 0 || cols <= 0)
     return;
-  if (std::string_view(step.setting) != "normuon") {
+  const int64_t scratchBytes = matrixStepScratchBytes(step, rows, cols);
+  if (scratchBytes < 0) { // no kernel in this build: on host copies
     Device::runMatrixStep(step, x, rows, cols, state, scalars);
     return;
   }
-  const NormuonScalars normuon = scalars.as<NormuonScalars>();
-  if (!noted(CallKey(RecordedCall::Normuon) << x << rows << cols << state
-                                            << normuon.oneMinusBeta2
-                                            << normuon.eps))
+  CallKey key(RecordedCall::MatrixStep);
+  key << static_cast<const void *>(step.name) << x << rows << cols << state;
+  for (size_t at = 0; at < sizeof(scalars.bytes); at += sizeof(uint64_t)) {
+    uint64_t word;
+    std::memcpy(&word, scalars.bytes + at, sizeof(word));
+    key << word;
+  }
+  if (!noted(key))
     return;
   CurrentDevice current(gpu);
-  // The rows' sums before and after, then the factor; released in stream
-  // order, after the kernels that use it.
-  const int64_t sumBytes = 2 * rows * static_cast<int64_t>(sizeof(double));
-  const int64_t scratchBytes = sumBytes + static_cast<int64_t>(sizeof(float));
+  // Released in stream order, after the kernels that use it.
   void *scratch = graph && graph->active()
                       ? graph->allocate(scratchBytes, /*noted=*/false)
                       : allocate(scratchBytes);
   if (!scratch) {
-    recordFailure("allocating NorMuon's scratch", "out of GPU memory", __FILE__,
-                  __LINE__);
+    const std::string what = std::string("allocating ") + step.title +
+                             "'s scratch";
+    recordFailure(what.c_str(), "out of GPU memory", __FILE__, __LINE__);
     return;
   }
-  launchNormuon(computeStream, x, rows, cols, state, normuon,
-                static_cast<double *>(scratch),
-                reinterpret_cast<float *>(static_cast<char *>(scratch) +
-                                          sumBytes));
+  launchMatrixStep(computeStream, step, x, rows, cols, state, scalars,
+                   scratch);
   release(scratch);
 }
 

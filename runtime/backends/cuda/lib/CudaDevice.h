@@ -48,8 +48,9 @@ public:
   /// runs as the default does, on host copies.
   void runElementStep(const ElementStep &step, const ElementOperands &operands,
                       const StepScalars &scalars) override;
-  /// NorMuon on the GPU (launchNormuon), with scratch from the pool; any
-  /// other step as the default does.
+  /// The step's kernels (launchMatrixStep, found by the step's name), with
+  /// scratch from the pool; a step the build has none for runs as the
+  /// default does, on host copies.
   void runMatrixStep(const MatrixStep &step, float *x, int64_t rows,
                      int64_t cols, float *state,
                      const StepScalars &scalars) override;

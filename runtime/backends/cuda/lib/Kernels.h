@@ -16,11 +16,13 @@
 
 #include "muon/Runtime/Device.h"
 #include "muon/Runtime/ElementMath.h"
+#include "muon/Runtime/MatrixStep.h"
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace muon::runtime::cuda {
 
@@ -91,10 +93,24 @@ void launchPolynomialBase(cudaStream_t stream, const void *r, DType rType,
 void launchRoundToBf16(cudaStream_t stream, const float *in, uint16_t *out,
                        int64_t count, int64_t elements, int64_t stride);
 
+/// The kernels of a registered per-matrix step (MatrixStep.h), found by the
+/// step's name: the bytes of device scratch one call on a rows x cols
+/// matrix needs, -1 when the build has no kernel for the step (the device's
+/// default then runs it on host copies).
+int64_t matrixStepScratchBytes(const MatrixStep &step, int64_t rows,
+                               int64_t cols);
+/// Runs the step on one rows x cols f32 matrix `x` with its per-row state,
+/// using `scratch` (matrixStepScratchBytes of it, released by the caller in
+/// stream order). False when the build has no kernel for the step.
+bool launchMatrixStep(cudaStream_t stream, const MatrixStep &step, float *x,
+                      int64_t rows, int64_t cols, float *state,
+                      const StepScalars &scalars, void *scratch);
+
 /// normuonStep (ElementMath.h) on one rows x cols f32 matrix with its
 /// per-row state `v`, each row's sum of squares by a fixed tree (so the
 /// same on every run, not the CPU's order): `sums` is 2 * rows doubles and
-/// `scale` one float of device scratch.
+/// `scale` one float of device scratch. NorMuon's entry in
+/// launchMatrixStep's table.
 void launchNormuon(cudaStream_t stream, float *x, int64_t rows, int64_t cols,
                    float *v, const NormuonScalars &scalars, double *sums,
                    float *scale);

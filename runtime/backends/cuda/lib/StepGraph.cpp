@@ -30,8 +30,8 @@ const char *callName(RecordedCall call) {
     return "runElementStep";
   case RecordedCall::CopyBox:
     return "copyBox";
-  case RecordedCall::Normuon:
-    return "normuon";
+  case RecordedCall::MatrixStep:
+    return "runMatrixStep";
   case RecordedCall::NewtonSchulz:
     return "newtonSchulz";
   }

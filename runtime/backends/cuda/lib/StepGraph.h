@@ -48,7 +48,7 @@ enum class RecordedCall : uint64_t {
   Zero,
   ElementStep,
   CopyBox,
-  Normuon,
+  MatrixStep,
   NewtonSchulz,
 };
 

@@ -6,7 +6,8 @@
 // its per-row state slot (one f32 per row of the whole matrix, kept only on
 // the owner), the scalars it derives from its group's settings and one host
 // loop over its arithmetic (ElementMath.h), every device's default
-// (Device::runMatrixStep; the CUDA backend runs NorMuon's kernels). The
+// (Device::runMatrixStep; a backend may add kernels for a step by its name,
+// as the CUDA backend does for NorMuon's). The
 // executor runs every enabled step on each gathered matrix, in registry
 // order, and allocates the slots; state dicts and checkpoints carry the
 // slots by their names; the optimizer refuses to switch a step on or off
@@ -26,6 +27,8 @@
 namespace muon::runtime {
 
 struct MatrixStep {
+  /// Its name: backends find their kernels for it by this name.
+  const char *name;
   /// The group setting that turns the step on ("normuon": a fixed flag of
   /// the settings table, muon/Plan/GroupSettings.h) and the variant's name
   /// in messages.
