@@ -946,6 +946,23 @@ TEST(Backends, DevicesAndTransportsByName) {
   EXPECT_EQ(*values, std::vector<uint64_t>{7});
   s = createCommunicator("smoke-signals", self, cpu, comm);
   EXPECT_EQ(s.code(), StatusCode::NotFound);
+
+  // Process groups: "single" is built in; "mpi" is there only once a
+  // program that links MPI registers it (cpu::registerMpiBackend), which
+  // this one does not.
+  std::unique_ptr<Communicator> ranks;
+  ASSERT_TRUE(createProcessGroup("single", {}, ranks).ok());
+  EXPECT_EQ(ranks->size(), 1);
+  EXPECT_FALSE(ranks->progressThread());
+  s = createProcessGroup("single", {{"comm", "0"}}, ranks);
+  EXPECT_EQ(s.code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(s.message(), "process group 'single' has no option 'comm'; its "
+                         "options: none");
+  s = createProcessGroup("mpi", {}, ranks);
+  EXPECT_EQ(s.code(), StatusCode::NotFound);
+  EXPECT_EQ(s.message(),
+            "unknown process group 'mpi'; this runtime has 'single'");
+  EXPECT_EQ(processGroups(), std::vector<std::string>{"single"});
 }
 
 /// Optimizer::load reports the plan reader's code as is: a damaged binary

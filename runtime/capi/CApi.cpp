@@ -4,7 +4,7 @@
 #include "muon/Plan/Algorithm.h"
 #include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Communicator.h"
-#include "muon/Runtime/Cpu/MpiCommunicator.h"
+#include "muon/Runtime/Cpu/MpiBackend.h"
 #include "muon/Runtime/Optimizer.h"
 
 #include <cstring>
@@ -51,8 +51,20 @@ muon_status report(const Status &status) {
   return fail(codeOf(status.code()), status.message());
 }
 
-muon_status create(const char *planPath, std::unique_ptr<Communicator> base,
-                   const muon_options &options, muon_optimizer **out) {
+/// The options' ranks: MPI's (its process group registered on first use)
+/// or this process alone.
+Status openRanks(const muon_options &options,
+                 std::unique_ptr<Communicator> &out) {
+  if (options.mpi_comm < 0)
+    return createProcessGroup("single", {}, out);
+  static const bool registered = (cpu::registerMpiBackend(), true);
+  (void)registered;
+  return createProcessGroup(
+      "mpi", {{"comm", std::to_string(options.mpi_comm)}}, out);
+}
+
+muon_status create(const char *planPath, const muon_options &options,
+                   muon_optimizer **out) {
   if (!planPath || !out)
     return fail(MUON_INVALID_ARGUMENT,
                 "a plan path and an output handle are needed");
@@ -60,7 +72,8 @@ muon_status create(const char *planPath, std::unique_ptr<Communicator> base,
   if (!(options.timeout_seconds > 0))
     return fail(MUON_INVALID_ARGUMENT, "the timeout must be positive");
   auto handle = std::make_unique<muon_optimizer>();
-  handle->base = std::move(base);
+  if (muon_status s = report(openRanks(options, handle->base)); s != MUON_OK)
+    return s;
   if (muon_status s = report(createDevice(
           options.device ? options.device : "cpu", handle->device));
       s != MUON_OK)
@@ -141,16 +154,7 @@ muon_status muon_optimizer_create(const char *planPath,
                                   muon_optimizer **out) {
   muon_options defaults;
   muon_options_init(&defaults);
-  const muon_options &o = options ? *options : defaults;
-  if (o.mpi_comm < 0)
-    return create(planPath, std::make_unique<SingleRankCommunicator>(), o, out);
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized)
-    return fail(MUON_FAILED_PRECONDITION,
-                "MPI is not initialized; call MPI_Init first");
-  MPI_Comm comm = MPI_Comm_f2c(static_cast<MPI_Fint>(o.mpi_comm));
-  return create(planPath, std::make_unique<MpiCommunicator>(comm), o, out);
+  return create(planPath, options ? *options : defaults, out);
 }
 
 void muon_optimizer_destroy(muon_optimizer *opt) { delete opt; }

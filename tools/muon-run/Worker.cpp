@@ -13,7 +13,8 @@
 #include "RootReport.h"
 
 #include "muon/Plan/Trace.h"
-#include "muon/Runtime/Cpu/MpiCommunicator.h"
+#include "muon/Runtime/Backends.h"
+#include "muon/Runtime/Cpu/MpiBackend.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/Format.h"
@@ -291,8 +292,7 @@ int runRank(Plan &plan, const RunFlags &flags, Communicator &comm,
 
 } // namespace
 
-int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv,
-              bool planLoaded) {
+int runWorker(Plan plan, const RunFlags &flags, bool planLoaded) {
   // A crash ends the rank at once, so that mpirun notices and ends the run:
   // a crash handler that symbolizes a stack trace can stall a rank for
   // seconds, or deadlock when the crash corrupted the heap.
@@ -306,39 +306,43 @@ int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv,
     (void)!::write(STDERR_FILENO, message, sizeof(message) - 1);
     std::_Exit(kRunFailed);
   });
-  MpiCommunicator mpi(argc, argv);
+  // The launcher's ranks, with progress as --mpi-progress says once there
+  // is a plan to run. A failure here is the same on every rank (the same
+  // flags and MPI), so each reports it and leaves.
+  cpu::registerMpiBackend();
+  std::unique_ptr<Communicator> ranks;
+  BackendOptions rankOptions;
+  if (planLoaded)
+    rankOptions["progress"] = flags.mpiProgress;
+  if (Status s = createProcessGroup("mpi", rankOptions, ranks); !s.ok()) {
+    printError(s.text());
+    return kRunFailed;
+  }
   RankBackend backend;
   Status openStatus;
-  if (planLoaded) {
-    openStatus =
-        mpi.setProgress(flags.mpiProgress == "thread"  ? MpiProgress::Thread
-                        : flags.mpiProgress == "calls" ? MpiProgress::Calls
-                                                       : MpiProgress::Auto);
-    if (openStatus.ok())
-      openStatus = openBackend(flags, mpi, backend);
-  }
+  if (planLoaded)
+    openStatus = openBackend(flags, *ranks, backend);
   const bool opened = planLoaded && openStatus.ok();
   // Every rank agrees before any runs: one that could not load its part of
   // the plan (exit 2, as a bad plan always is) or open its device ends the
   // run on all of them.
   int64_t mine = !planLoaded ? 0 : opened ? 2 : 1;
-  StatusOr<int64_t> agreed = mpi.allReduceMin(mine, flags.timeoutSeconds);
+  StatusOr<int64_t> agreed = ranks->allReduceMin(mine, flags.timeoutSeconds);
   if (!agreed.ok()) {
-    printError(rankError(mpi.rank(),
+    printError(rankError(ranks->rank(),
                          opened || !planLoaded ? agreed.status() : openStatus));
-    mpi.abort(kRunFailed);
+    ranks->abort(kRunFailed);
   }
   const int64_t everyone = *agreed;
   if (everyone < 2) {
     if (planLoaded && !opened)
-      printError(rankError(mpi.rank(), openStatus));
+      printError(rankError(ranks->rank(), openStatus));
     return everyone == 0 ? 2 : kRunFailed;
   }
-  Communicator &comm = backend.transport ? *backend.transport
-                                         : static_cast<Communicator &>(mpi);
+  Communicator &comm = backend.transport ? *backend.transport : *ranks;
   // NCCL moves its own exchanges; MPI ones advance as --mpi-progress says.
   std::string progress = !backend.viaMpi || comm.size() == 1 ? ""
-                         : mpi.progressThread()       ? "thread"
+                         : ranks->progressThread()    ? "thread"
                                                       : "calls";
   return runRank(plan, flags, comm, *backend.device, progress);
 }

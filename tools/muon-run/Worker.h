@@ -14,8 +14,7 @@ namespace muon::tool {
 /// report. Returns the process's exit code.
 /// One rank of a run. `planLoaded` false: this rank could not load its part
 /// of the plan (it printed why); every rank then leaves with exit code 2.
-int runWorker(Plan plan, const RunFlags &flags, int *argc, char ***argv,
-              bool planLoaded = true);
+int runWorker(Plan plan, const RunFlags &flags, bool planLoaded = true);
 
 } // namespace muon::tool
 

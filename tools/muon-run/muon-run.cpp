@@ -583,8 +583,7 @@ int main(int argc, char **argv) {
                                      : -1)) {
     if (!worker || flags.dryRun)
       return 2;
-    return ::muon::tool::runWorker(std::move(plan), run, &argc, &argv,
-                                   /*planLoaded=*/false);
+    return ::muon::tool::runWorker(std::move(plan), run, /*planLoaded=*/false);
   }
   // A run setting, not a compile one: it changes no exchange.
   if (parser.given("ns-dtype"))
@@ -600,7 +599,7 @@ int main(int argc, char **argv) {
   if (worker) {
     if (flags.dryRun)
       return fail("--dry-run compiles only; run it without mpirun");
-    return ::muon::tool::runWorker(std::move(plan), run, &argc, &argv);
+    return ::muon::tool::runWorker(std::move(plan), run);
   }
   if (flags.dryRun) {
     int rc = dryRunReport(plan, compile.stream, writer.get());

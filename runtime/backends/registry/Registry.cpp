@@ -75,9 +75,17 @@ struct Registry {
   std::mutex mutex;
   std::map<std::string, DeviceFactory> devices;
   std::map<std::string, TransportFactory> transports;
+  std::map<std::string, ProcessGroupFactory> groups;
 
   Registry() {
     devices["cpu"] = openCpu;
+    groups["single"] = [](const BackendOptions &options,
+                          std::unique_ptr<Communicator> &out) {
+      MUON_RETURN_IF_ERROR(
+          checkOptionKeys("single", options, {}, "process group"));
+      out = std::make_unique<SingleRankCommunicator>();
+      return okStatus();
+    };
     transports["mpi"] = [](Communicator &base, Device &,
                            std::unique_ptr<Communicator> &out) {
       out = std::make_unique<BorrowedCommunicator>(base);
@@ -103,18 +111,52 @@ template <typename Map> std::string listOf(const Map &map) {
   return names;
 }
 
+/// Registers `factory` as `name` in one of the registry's maps.
+template <typename Map>
+void add(Map Registry::*map, const std::string &name,
+         typename Map::mapped_type factory) {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  (r.*map)[name] = std::move(factory);
+}
+
+/// The names registered in one of the registry's maps, sorted.
+template <typename Map>
+std::vector<std::string> namesOf(Map Registry::*map) {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto &[name, factory] : r.*map)
+    names.push_back(name);
+  return names;
+}
+
+/// The factory registered as `name` in one of the registry's maps, or an
+/// empty one with `known` listing the names there are.
+template <typename Map>
+typename Map::mapped_type factoryOf(Map Registry::*map,
+                                    const std::string &name,
+                                    std::string &known) {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  known = listOf(r.*map);
+  auto it = (r.*map).find(name);
+  return it != (r.*map).end() ? it->second : typename Map::mapped_type();
+}
+
 } // namespace
 
 void registerDeviceBackend(const std::string &backend, DeviceFactory factory) {
-  Registry &r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  r.devices[backend] = std::move(factory);
+  add(&Registry::devices, backend, std::move(factory));
 }
 
 void registerTransport(const std::string &name, TransportFactory factory) {
-  Registry &r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  r.transports[name] = std::move(factory);
+  add(&Registry::transports, name, std::move(factory));
+}
+
+void registerProcessGroup(const std::string &name,
+                          ProcessGroupFactory factory) {
+  add(&Registry::groups, name, std::move(factory));
 }
 
 Status createDevice(const std::string &name, std::unique_ptr<Device> &out) {
@@ -122,7 +164,8 @@ Status createDevice(const std::string &name, std::unique_ptr<Device> &out) {
 }
 
 Status checkOptionKeys(const std::string &name, const BackendOptions &options,
-                       std::initializer_list<const char *> known) {
+                       std::initializer_list<const char *> known,
+                       const char *kind) {
   for (const auto &[key, value] : options) {
     bool found = false;
     for (const char *k : known)
@@ -133,7 +176,7 @@ Status checkOptionKeys(const std::string &name, const BackendOptions &options,
     for (const char *k : known)
       names += std::string(names.empty() ? "'" : ", '") + k + "'";
     return invalidArgument(
-        "device '" + name + "' has no option '" + key +
+        std::string(kind) + " '" + name + "' has no option '" + key +
         "'; its options: " + (names.empty() ? "none" : names));
   }
   return okStatus();
@@ -150,17 +193,10 @@ Status nsFormOption(const std::string &name, const BackendOptions &options,
 
 Status createDevice(const std::string &name, const BackendOptions &options,
                     std::unique_ptr<Device> &out) {
-  Registry &r = registry();
-  DeviceFactory factory;
   std::string known;
-  {
-    std::lock_guard<std::mutex> lock(r.mutex);
-    // "cuda:1" is the backend "cuda"'s device 1.
-    auto it = r.devices.find(name.substr(0, name.find(':')));
-    if (it != r.devices.end())
-      factory = it->second;
-    known = listOf(r.devices);
-  }
+  // "cuda:1" is the backend "cuda"'s device 1.
+  DeviceFactory factory =
+      factoryOf(&Registry::devices, name.substr(0, name.find(':')), known);
   if (!factory)
     return Status(StatusCode::NotFound,
                   "unknown device '" + name + "'; this runtime has " + known);
@@ -169,38 +205,35 @@ Status createDevice(const std::string &name, const BackendOptions &options,
 
 Status createCommunicator(const std::string &kind, Communicator &base,
                           Device &device, std::unique_ptr<Communicator> &out) {
-  Registry &r = registry();
-  TransportFactory factory;
   std::string known;
-  {
-    std::lock_guard<std::mutex> lock(r.mutex);
-    auto it = r.transports.find(kind);
-    if (it != r.transports.end())
-      factory = it->second;
-    known = listOf(r.transports);
-  }
+  TransportFactory factory = factoryOf(&Registry::transports, kind, known);
   if (!factory)
     return Status(StatusCode::NotFound, "unknown transport '" + kind +
                                             "'; this runtime has " + known);
   return factory(base, device, out);
 }
 
+Status createProcessGroup(const std::string &name,
+                          const BackendOptions &options,
+                          std::unique_ptr<Communicator> &out) {
+  std::string known;
+  ProcessGroupFactory factory = factoryOf(&Registry::groups, name, known);
+  if (!factory)
+    return Status(StatusCode::NotFound, "unknown process group '" + name +
+                                            "'; this runtime has " + known);
+  return factory(options, out);
+}
+
 std::vector<std::string> deviceBackends() {
-  Registry &r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  std::vector<std::string> names;
-  for (const auto &[name, factory] : r.devices)
-    names.push_back(name);
-  return names;
+  return namesOf(&Registry::devices);
 }
 
 std::vector<std::string> transports() {
-  Registry &r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  std::vector<std::string> names;
-  for (const auto &[name, factory] : r.transports)
-    names.push_back(name);
-  return names;
+  return namesOf(&Registry::transports);
+}
+
+std::vector<std::string> processGroups() {
+  return namesOf(&Registry::groups);
 }
 
 } // namespace muon::runtime

@@ -2,17 +2,21 @@
 //
 // The runtime's backends, by the names users write (`muon-run --backend`,
 // the C API's options): one place that knows which are there, so that the
-// tools, the C API and a trainer open them the same way. The CPU device and
-// the "mpi" and "host" transports are always registered; another backend is
-// its own folder under runtime/backends/ that registers its factories (the
-// CUDA backend: cuda::registerBackend(), called by whoever links it).
+// tools, the C API and a trainer open them the same way. The CPU device,
+// the "single" process group and the "mpi" and "host" transports are always
+// registered; another backend is its own folder under runtime/backends/
+// that registers its factories (MPI's process group:
+// cpu::registerMpiBackend(); the CUDA backend: cuda::registerBackend();
+// each called by whoever links it).
 //
+//   std::unique_ptr<Communicator> ranks;
+//   Status s = createProcessGroup("mpi", {{"progress", "thread"}}, ranks);
 //   std::unique_ptr<Device> device;
-//   Status s = createDevice("cuda:0", device);      // or "cpu", "cuda"
+//   s = createDevice("cuda:0", device);             // or "cpu", "cuda"
 //   s = createDevice("cpu", {{"ns_form", "gram"}, {"blas_threads", "4"}},
 //                    device);                       // with options
 //   std::unique_ptr<Communicator> comm;
-//   s = createCommunicator("nccl", mpi, *device, comm); // or "mpi", "host"
+//   s = createCommunicator("nccl", *ranks, *device, comm); // or "mpi", "host"
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_BACKENDS_H
@@ -49,12 +53,31 @@ using DeviceFactory =
 /// Makes a transport over `base` for `device`.
 using TransportFactory = std::function<Status(
     Communicator &base, Device &device, std::unique_ptr<Communicator> &)>;
+/// Makes a process group: the ranks of a run, which transports are built
+/// over.
+using ProcessGroupFactory = std::function<Status(
+    const BackendOptions &options, std::unique_ptr<Communicator> &)>;
 
-/// Registers a device backend for the names `backend` and `backend:N`, and
-/// a transport; a later registration of the same name replaces the
-/// earlier. Thread-safe.
+/// Registers a device backend for the names `backend` and `backend:N`, a
+/// transport, and a process group; a later registration of the same name
+/// replaces the earlier. Thread-safe.
 void registerDeviceBackend(const std::string &backend, DeviceFactory factory);
 void registerTransport(const std::string &name, TransportFactory factory);
+void registerProcessGroup(const std::string &name,
+                          ProcessGroupFactory factory);
+
+/// The ranks of a run, by name, with options as for devices:
+///  - "single": this process alone (no options);
+///  - "mpi", once registered (cpu::registerMpiBackend(), in MuonRuntimeMpi):
+///    MPI_COMM_WORLD, initializing MPI when nobody has; or with option
+///    "comm", the Fortran handle (MPI_Comm_c2f) of a communicator of an MPI
+///    the caller initialized (FailedPrecondition when MPI is not); option
+///    "progress": "auto" (default), "thread" or "calls" (MpiProgress).
+/// NotFound for a name not registered (the message lists those that are).
+/// Collective for "mpi".
+Status createProcessGroup(const std::string &name,
+                          const BackendOptions &options,
+                          std::unique_ptr<Communicator> &out);
 
 /// A device by name: "cpu"; "cuda" (the first GPU) or "cuda:N" once the
 /// CUDA backend is registered. NotFound for a name no registered backend
@@ -65,9 +88,11 @@ Status createDevice(const std::string &name, const BackendOptions &options,
                     std::unique_ptr<Device> &out);
 
 /// For backends: InvalidArgument naming the first key of `options` not in
-/// `known` (and the ones that are), for device `name`.
+/// `known` (and the ones that are), for `kind` ("device", "process group")
+/// `name`.
 Status checkOptionKeys(const std::string &name, const BackendOptions &options,
-                       std::initializer_list<const char *> known);
+                       std::initializer_list<const char *> known,
+                       const char *kind = "device");
 /// For backends: `options`' "ns_form" into `form`, left as it is when the
 /// key is absent; InvalidArgument for a value that is not a form.
 Status nsFormOption(const std::string &name, const BackendOptions &options,
@@ -83,10 +108,11 @@ Status nsFormOption(const std::string &name, const BackendOptions &options,
 Status createCommunicator(const std::string &kind, Communicator &base,
                           Device &device, std::unique_ptr<Communicator> &out);
 
-/// What is registered: device backend names ("cpu", "cuda") and transports
-/// ("mpi", "host", "nccl"), sorted.
+/// What is registered: device backend names ("cpu", "cuda"), transports
+/// ("mpi", "host", "nccl") and process groups ("mpi", "single"), sorted.
 std::vector<std::string> deviceBackends();
 std::vector<std::string> transports();
+std::vector<std::string> processGroups();
 
 } // namespace muon::runtime
 

@@ -94,6 +94,10 @@ public:
   /// Ends every rank of the run with `exitCode` (after a fatal error on one
   /// rank, the others must not wait for it).
   [[noreturn]] virtual void abort(int exitCode) = 0;
+
+  /// Whether exchanges in flight advance on a thread of their own (MPI's
+  /// progress thread), not only inside this communicator's calls.
+  virtual bool progressThread() const { return false; }
 };
 
 /// Rank `root`'s `text` on every rank (at most 4 KiB of it), through the

@@ -79,7 +79,7 @@ public:
   /// exchange in flight.
   Status setProgress(MpiProgress mode, int64_t intervalMicroseconds = 50);
   /// Whether a progress thread is running.
-  bool progressThread() const;
+  bool progressThread() const override;
 
   struct State; // the MPI objects (MpiCommunicator.cpp)
 
