@@ -159,6 +159,7 @@ Status readHeader(std::string_view bytes, uint64_t actualSize, Header &h) {
 // Shared section
 //===----------------------------------------------------------------------===//
 
+namespace {
 /// The group settings (GroupSettings.h) that have a slot of their own in a
 /// group's record: those of Muon and AdamW as the format had them before
 /// the settings tail. Every other setting, and every setting of the
@@ -183,6 +184,7 @@ std::vector<const GroupSetting *> tailSettings(const PlanGroup &g) {
       tail.push_back(&s);
   return tail;
 }
+} // namespace
 
 /// Whether the plan is written as version 4 (kPlanBinaryNsConfigsVersion).
 bool severalNsConfigs(const Plan &plan) { return plan.ns.configs.size() > 1; }
@@ -210,6 +212,7 @@ void decodeOwner(PlanMatrix &m, int64_t value) {
   m.owner = m.redundant ? -2 - value : value;
 }
 
+namespace {
 /// One Newton-Schulz configuration: steps, the coefficient table, eps.
 void encodeNsConfig(Out &o, const NewtonSchulzConfig &c) {
   o.svarint(c.nsSteps);
@@ -230,6 +233,7 @@ NewtonSchulzConfig decodeNsConfig(In &in) {
   c.eps = in.f64();
   return c;
 }
+} // namespace
 
 /// Settings, mesh, parameters, the exchanges' phases and the schedule: what
 /// every rank needs whole.
@@ -348,6 +352,7 @@ std::string encodeShared(const Plan &plan, int64_t totalMatrices) {
   return s;
 }
 
+namespace {
 /// Decodes a group's settings tail (encodeShared) into g: each name a
 /// setting of g's algorithm without a slot of its own, at most once.
 bool decodeSettingsTail(In &in, PlanGroup &g) {
@@ -383,6 +388,7 @@ bool decodeSettingsTail(In &in, PlanGroup &g) {
                    "only when settings follow)");
   return in.ok();
 }
+} // namespace
 
 /// Decodes the shared section of a file of format `version` into `plan`
 /// (settings, mesh, params, the exchanges' phases and rounds, the

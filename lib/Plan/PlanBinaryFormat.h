@@ -351,16 +351,6 @@ inline int64_t localIndex(const std::vector<int64_t> &ids, int64_t id) {
 // The codec (PlanBinaryCodec.cpp)
 //===----------------------------------------------------------------------===//
 
-/// The group settings (GroupSettings.h) that have a slot of their own in a
-/// group's record: those of Muon and AdamW as the format had them before
-/// the settings tail. Every other setting, and every setting of the
-/// algorithms registered since, travels in the tail, by name, so that a
-/// setting or an algorithm added to the registry needs no change here.
-bool hasFixedSlot(const GroupSetting &s);
-
-/// The settings of g's tail: those without a slot that files hold.
-std::vector<const GroupSetting *> tailSettings(const PlanGroup &g);
-
 /// Whether the plan is written as version 4 (kPlanBinaryNsConfigsVersion).
 bool severalNsConfigs(const Plan &plan);
 
@@ -375,21 +365,11 @@ int64_t encodedOwner(const PlanMatrix &m);
 /// The inverse of encodedOwner (the validator checks what it means).
 void decodeOwner(PlanMatrix &m, int64_t value);
 
-/// One Newton-Schulz configuration: steps, the coefficient table, eps.
-void encodeNsConfig(Out &o, const NewtonSchulzConfig &c);
-
 /// Settings, mesh, parameters, the exchanges' phases and the schedule: what
 /// every rank needs whole.
 std::string encodeShared(const Plan &plan, int64_t totalMatrices);
 
 Status readHeader(std::string_view bytes, uint64_t actualSize, Header &h);
-
-/// Decodes a group's settings tail (encodeShared) into g: each name a
-/// setting of g's algorithm without a slot of its own, at most once.
-bool decodeSettingsTail(In &in, PlanGroup &g);
-
-/// encodeNsConfig's inverse; the validator checks the values.
-NewtonSchulzConfig decodeNsConfig(In &in);
 
 /// Decodes the shared section of a file of format `version` into `plan`
 /// (settings, mesh, params, the exchanges' phases and rounds, the
