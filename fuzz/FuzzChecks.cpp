@@ -21,8 +21,9 @@ namespace muon::fuzz {
 }
 
 void checkCompiledPlan(const Plan &plan) {
-  if (json::Error bad = validatePlan(plan); !bad.empty())
-    trap("the compiler produced a plan its validator refuses: " + bad.str());
+  if (Status bad = validatePlan(plan); !bad.ok())
+    trap("the compiler produced a plan its validator refuses: " +
+         json::describe(bad));
   std::string text = renderPlan(plan);
   StatusOr<Plan> reread = parsePlan(text);
   if (!reread.ok())

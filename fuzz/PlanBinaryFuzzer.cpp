@@ -40,7 +40,7 @@ static void check(std::string_view bytes) {
   const bool wholeOk = parsed.ok();
   muon::Plan whole = wholeOk ? std::move(parsed).value() : muon::Plan();
   if (wholeOk) {
-    if (!muon::validatePlan(whole).empty())
+    if (!muon::validatePlan(whole).ok())
       muon::fuzz::trap("an accepted binary plan fails validatePlan");
     if (muon::renderPlanBinary(whole) != bytes)
       muon::fuzz::trap("an accepted binary plan does not re-encode to itself");
@@ -54,7 +54,7 @@ static void check(std::string_view bytes) {
     const bool ok = slice.ok();
     const std::string error = slice.status().text();
     muon::Plan part = ok ? std::move(slice).value() : muon::Plan();
-    if (ok && !muon::validatePlanSlice(part).empty())
+    if (ok && !muon::validatePlanSlice(part).ok())
       muon::fuzz::trap("an accepted part fails validatePlanSlice");
     if (wholeOk) {
       if (!ok)

@@ -53,8 +53,8 @@ TEST(GroupSettings, EverySettingSurvivesBothPlanFormats) {
     const std::string want = valueOf(s, g);
     ASSERT_NE(want, before) << s.name;
     EXPECT_EQ(checkSetting(s, g), "") << s.name;
-    EXPECT_TRUE(validatePlan(plan).empty())
-        << s.name << ": " << validatePlan(plan).str();
+    EXPECT_TRUE(validatePlan(plan).ok())
+        << s.name << ": " << json::describe(validatePlan(plan));
 
     Plan fromJson, fromBinary;
     std::string error;
@@ -84,7 +84,7 @@ TEST(GroupSettings, TheValidatorRefusesEveryNumberOutOfRange) {
       setSettingValue(s, g, bad);
       const std::string why = checkSetting(s, g);
       EXPECT_NE(why, "") << s.name << " = " << bad;
-      const std::string error = validatePlan(plan).str();
+      const std::string error = json::describe(validatePlan(plan));
       EXPECT_NE(error.find(s.errorField), std::string::npos)
           << s.name << ": " << error;
       EXPECT_NE(error.find(why), std::string::npos) << s.name << ": " << error;

@@ -12,19 +12,16 @@ namespace {
 /// The error of parsing `text` ("path: message"), or "" when it parses.
 std::string parseError(const std::string &text) {
   json::Value v;
-  json::Error error;
-  if (json::parse(text, v, error))
-    return "";
-  return error.str();
+  Status status = json::parse(text, v);
+  return status.ok() ? "" : json::describe(status);
 }
 } // namespace
 
 TEST(Json, AcceptsPlainJson) {
   json::Value v;
-  json::Error error;
-  ASSERT_TRUE(json::parse(R"({"a": [1, -2, 3.5, "x", true, null], "b": {}})",
-                          v, error))
-      << error.str();
+  Status status =
+      json::parse(R"({"a": [1, -2, 3.5, "x", true, null], "b": {}})", v);
+  ASSERT_TRUE(status.ok()) << json::describe(status);
   EXPECT_EQ(v["a"][1].get<int64_t>(), -2);
   EXPECT_TRUE(v["a"][2].is_number_float());
   EXPECT_TRUE(v["b"].is_object());
@@ -94,29 +91,31 @@ TEST(Json, ParseErrorsNameThePath) {
 
 TEST(Json, ReaderChecksTypesAndRanges) {
   json::Value v;
-  json::Error error;
-  ASSERT_TRUE(json::parse(R"({"i": 3, "f": 2.0, "s": "x", "l": [1, 2, 70000]})",
-                          v, error));
+  ASSERT_TRUE(
+      json::parse(R"({"i": 3, "f": 2.0, "s": "x", "l": [1, 2, 70000]})", v)
+          .ok());
   json::Reader rd;
   EXPECT_EQ(rd.integer(json::Reader::get(v, "i"), "i", 0, 10), 3);
   EXPECT_FALSE(rd.integer(json::Reader::get(v, "f"), "f"));
-  EXPECT_EQ(rd.error().str(), "f: expected an integer, got a fraction");
+  EXPECT_EQ(json::describe(rd.error()),
+            "f: expected an integer, got a fraction");
   rd.clear();
   EXPECT_EQ(rd.number(json::Reader::get(v, "i"), "i"), 3.0);
   EXPECT_FALSE(rd.limited(&v["l"][2], "l[2]", 1, limits::kMaxWorldSize,
                           "ranks"));
-  EXPECT_EQ(rd.error().str(),
+  EXPECT_EQ(json::describe(rd.error()),
             "l[2]: 70000 is above the limit of 2^16 (65536) ranks");
   rd.clear();
   EXPECT_FALSE(rd.oneOf(json::Reader::get(v, "s"), "s", {"a", "b", "c"}));
-  EXPECT_EQ(rd.error().str(),
+  EXPECT_EQ(json::describe(rd.error()),
             "s: unknown value \"x\"; expected \"a\", \"b\" or \"c\"");
   rd.clear();
   EXPECT_FALSE(rd.object(json::Reader::get(v, "nope"), "nope"));
-  EXPECT_EQ(rd.error().str(), "nope: missing");
+  EXPECT_EQ(json::describe(rd.error()), "nope: missing");
   rd.clear();
   EXPECT_FALSE(rd.knownKeys(v, "", {"i", "f", "s"}));
-  EXPECT_EQ(rd.error().str(), "l: unknown key 'l'; expected one of i, f, s");
+  EXPECT_EQ(json::describe(rd.error()),
+            "l: unknown key 'l'; expected one of i, f, s");
 }
 
 TEST(Limits, CheckedArithmetic) {

@@ -40,7 +40,7 @@ inline Plan planModel(int64_t maxRounds = 2) {
   ScheduleOptions options;
   options.maxRounds = maxRounds;
   EXPECT_TRUE(schedulePlan(plan, options, error)) << error;
-  EXPECT_TRUE(validatePlan(plan).empty()) << validatePlan(plan).str();
+  EXPECT_TRUE(validatePlan(plan).ok()) << json::describe(validatePlan(plan));
   return plan;
 }
 
@@ -91,7 +91,7 @@ inline Plan nsGroupsPlanModel(int64_t maxRounds = 1) {
   ScheduleOptions options;
   options.maxRounds = maxRounds;
   EXPECT_TRUE(schedulePlan(plan, options, error)) << error;
-  EXPECT_TRUE(validatePlan(plan).empty()) << validatePlan(plan).str();
+  EXPECT_TRUE(validatePlan(plan).ok()) << json::describe(validatePlan(plan));
   return plan;
 }
 

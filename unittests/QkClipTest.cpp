@@ -442,8 +442,8 @@ TEST(QkClip, PlansCarryTheLayersAndTheValidatorChecksThem) {
   ASSERT_TRUE(take(parsePlanSlice(bytes, 1), slice, error)) << error;
   ASSERT_EQ(slice.qkClip.size(), 2u);
   EXPECT_EQ(slice.qkClip[1].key, "wk2");
-  EXPECT_TRUE(validatePlanSlice(slice).empty())
-      << validatePlanSlice(slice).str();
+  EXPECT_TRUE(validatePlanSlice(slice).ok())
+      << json::describe(validatePlanSlice(slice));
   // Without layers the plan has no qk_clip key at all, and the binary
   // plan is version 2 as before.
   Model plain = attentionModel();
@@ -469,9 +469,9 @@ TEST(QkClip, PlansCarryTheLayersAndTheValidatorChecksThem) {
   for (const Case &c : cases) {
     Plan bad = plan;
     c.edit(bad.qkClip[0]);
-    json::Error e = validatePlan(bad);
-    EXPECT_EQ(e.path, c.path) << e.str();
-    EXPECT_NE(e.message.find(c.says), std::string::npos) << e.str();
+    Status e = validatePlan(bad);
+    EXPECT_EQ(e.location(), c.path) << json::describe(e);
+    EXPECT_NE(e.message().find(c.says), std::string::npos) << json::describe(e);
   }
   // The compiler refuses the same, naming the spec's JSON path.
   Model bad = attentionModel();

@@ -505,7 +505,7 @@ Plan fsdpModel() {
 /// the thread one when `staged`) and expects the reference's parameters.
 static void runFsdpOnThreads(bool staged) {
   Plan plan = fsdpModel();
-  ASSERT_TRUE(validatePlan(plan).empty()) << validatePlan(plan).str();
+  ASSERT_TRUE(validatePlan(plan).ok()) << json::describe(validatePlan(plan));
   const int64_t steps = 3;
   // Every rank in a thread of its own; each writes its pieces back into
   // whole tensors (disjoint elements).

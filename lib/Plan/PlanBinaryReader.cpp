@@ -125,8 +125,8 @@ Status loadSlice(Source &src, int64_t rank, Plan &slice, int64_t readLimit) {
     }
   }
   std::string().swap(shared);
-  if (json::Error bad = validatePlanHeader(slice); !bad.empty()) {
-    return invalidArgument("shared section: " + bad.str());
+  if (Status bad = validatePlanHeader(slice); !bad.ok()) {
+    return invalidArgument("shared section: " + json::describe(bad));
   }
   std::string section;
   MUON_RETURN_IF_ERROR(src.read(offset, size, section));
@@ -148,8 +148,9 @@ Status loadSlice(Source &src, int64_t rank, Plan &slice, int64_t readLimit) {
   if (!decodeSection(in, geo, rank, slice, nullptr)) {
     return invalidArgument(in.error);
   }
-  if (json::Error bad = validatePlanSlice(slice); !bad.empty()) {
-    return invalidArgument("rank " + num(rank) + "'s section: " + bad.str());
+  if (Status bad = validatePlanSlice(slice); !bad.ok()) {
+    return invalidArgument("rank " + num(rank) +
+                           "'s section: " + json::describe(bad));
   }
   return okStatus();
 }
@@ -174,8 +175,8 @@ Status decodePlanBinary(std::string_view bytes, Plan &plan) {
       return invalidArgument(in.error);
     }
   }
-  if (json::Error bad = validatePlanHeader(plan); !bad.empty()) {
-    return invalidArgument("shared section: " + bad.str());
+  if (Status bad = validatePlanHeader(plan); !bad.ok()) {
+    return invalidArgument("shared section: " + json::describe(bad));
   }
   Geometry geo(plan);
   if (geo.totalMatrices() != totalMatrices) {
@@ -304,8 +305,8 @@ Status decodePlanBinary(std::string_view bytes, Plan &plan) {
             (i < nt ? "transfer " + num(i) : "reduction " + num(i - nt)) +
             " is in no rank's section");
       }
-  if (json::Error bad = validatePlan(plan); !bad.empty()) {
-    return invalidArgument(bad.str());
+  if (Status bad = validatePlan(plan); !bad.ok()) {
+    return invalidArgument(json::describe(bad));
   }
   // A valid plan has one encoding: anything else (a transfer's two copies
   // that disagree, a section listing matrices its rank has nothing to do

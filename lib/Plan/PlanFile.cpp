@@ -258,7 +258,7 @@ using SliceTable = std::vector<std::array<std::vector<std::vector<int64_t>>, 2>>
 class PlanReader {
 public:
   bool read(const Value &root, Plan &plan, std::vector<SliceTable> &tables);
-  const json::Error &error() const { return rd.error(); }
+  const Status &error() const { return rd.error(); }
 
 private:
   const Value *get(const Value &o, std::string_view k) {
@@ -711,20 +711,26 @@ bool PlanReader::read(const Value &root, Plan &plan,
       });
   return rd.ok();
 }
+
+/// A JSON status as parsePlan returns it: its location the path as messages
+/// show it ("<root>" for the document), so that text() is "path: message"
+/// for every problem, as callers print it.
+Status shown(const Status &bad) {
+  return invalidArgument(bad.message(), json::showPath(bad.location()));
+}
 } // namespace
 
 StatusOr<Plan> parsePlan(const std::string &text) {
   Value root;
-  json::Error jsonError;
-  if (!json::parse(text, root, jsonError))
-    return json::toStatus(jsonError);
+  if (Status bad = json::parse(text, root); !bad.ok())
+    return shown(bad);
   Plan plan;
   PlanReader reader;
   std::vector<SliceTable> tables;
   if (!reader.read(root, plan, tables))
-    return json::toStatus(reader.error());
-  if (json::Error bad = validatePlan(plan); !bad.empty())
-    return json::toStatus(bad);
+    return shown(reader.error());
+  if (Status bad = validatePlan(plan); !bad.ok())
+    return shown(bad);
   // The ready-made counts and offsets must match the transfers.
   for (size_t e = 0; e < plan.exchanges.size(); ++e) {
     std::vector<RankExchangeView> views =

@@ -38,14 +38,14 @@ class Checker {
 public:
   explicit Checker(const Plan &plan) : plan(plan) {}
 
-  json::Error run() {
+  Status run() {
     if (settings() && mesh() && params() && qkClip() &&
         (plan.isSlice() ? sliceMatrices() : matrices()) && rounds() &&
         batches() && exchanges() && transfers() && reductions())
       schedule();
     return err;
   }
-  json::Error header() {
+  Status header() {
     if (settings() && mesh() && params())
       qkClip();
     return err;
@@ -53,8 +53,8 @@ public:
 
 private:
   bool fail(const std::string &path, const std::string &message) {
-    if (err.empty())
-      err = {path, message};
+    if (err.ok())
+      err = invalidArgument(message, path);
     return false;
   }
   /// A list of `count` `what` must stay within `limit`.
@@ -148,7 +148,7 @@ private:
   }
 
   const Plan &plan;
-  json::Error err;
+  Status err;
   std::vector<std::vector<int64_t>> coords; // per rank
   std::vector<int64_t> roundOf;             // per matrix
 };
@@ -193,8 +193,9 @@ bool Checker::settings() {
     if (auto [it, inserted] = names.try_emplace(g.name, i); !inserted)
       return fail(key(path, "name"), "'" + g.name + "' is also the name of " +
                                          index("groups", it->second));
-    if (json::Error bad = checkGroupSettings(g); !bad.empty())
-      return fail(bad.path.empty() ? path : key(path, bad.path), bad.message);
+    if (Status bad = checkGroupSettings(g); !bad.ok())
+      return fail(bad.location().empty() ? path : key(path, bad.location()),
+                  bad.message());
     const int64_t configs = static_cast<int64_t>(plan.ns.configs.size());
     if (g.orthogonalizes() && (g.nsConfig < 0 || g.nsConfig >= configs))
       return fail(key(path, "ns_config"),
@@ -261,9 +262,9 @@ bool Checker::qkClip() {
     if (auto [it, inserted] = names.try_emplace(l.name, i); !inserted)
       return fail(key(path, "name"), "'" + l.name + "' is also the name of " +
                                          index("qk_clip", it->second));
-    if (json::Error bad = checkQkClipLayer(l, shapeOf(l.query), shapeOf(l.key));
-        !bad.empty())
-      return fail(key(path, bad.path), bad.message);
+    if (Status bad = checkQkClipLayer(l, shapeOf(l.query), shapeOf(l.key));
+        !bad.ok())
+      return fail(key(path, bad.location()), bad.message());
   }
   return true;
 }
@@ -977,15 +978,13 @@ void Checker::schedule() {
 
 } // namespace
 
-json::Error validatePlan(const Plan &plan) { return Checker(plan).run(); }
+Status validatePlan(const Plan &plan) { return Checker(plan).run(); }
 
-json::Error validatePlanHeader(const Plan &plan) {
-  return Checker(plan).header();
-}
+Status validatePlanHeader(const Plan &plan) { return Checker(plan).header(); }
 
-json::Error validatePlanSlice(const Plan &plan) {
+Status validatePlanSlice(const Plan &plan) {
   if (!plan.isSlice())
-    return {"", "expected one rank's part of a plan"};
+    return invalidArgument("expected one rank's part of a plan");
   return Checker(plan).run();
 }
 
@@ -993,53 +992,61 @@ namespace {
 std::string shortNumber(double v) { return format("%g", v); }
 } // namespace
 
-json::Error checkQkClipLayer(const QkClipLayer &layer,
-                             const std::vector<int64_t> *queryShape,
-                             const std::vector<int64_t> *keyShape) {
+Status checkQkClipLayer(const QkClipLayer &layer,
+                        const std::vector<int64_t> *queryShape,
+                        const std::vector<int64_t> *keyShape) {
   if (!std::isfinite(layer.threshold) || layer.threshold <= 0)
-    return {"threshold", "expected a finite number > 0, got " +
-                             shortNumber(layer.threshold)};
+    return invalidArgument("expected a finite number > 0, got " +
+                               shortNumber(layer.threshold),
+                           "threshold");
   if (layer.numHeads < 1)
-    return {"num_heads", "expected at least 1, got " + num(layer.numHeads)};
+    return invalidArgument("expected at least 1, got " + num(layer.numHeads),
+                           "num_heads");
   if (layer.numKvHeads < 1 || layer.numHeads % layer.numKvHeads)
-    return {"num_kv_heads", "expected a divisor of num_heads (" +
-                                num(layer.numHeads) + "), got " +
-                                num(layer.numKvHeads)};
+    return invalidArgument("expected a divisor of num_heads (" +
+                               num(layer.numHeads) + "), got " +
+                               num(layer.numKvHeads),
+                           "num_kv_heads");
   for (auto [field, name, shape, heads] :
        {std::tuple{"query", &layer.query, queryShape, layer.numHeads},
         std::tuple{"key", &layer.key, keyShape, layer.numKvHeads}}) {
     if (!shape)
-      return {field, "no parameter named '" + *name + "'"};
+      return invalidArgument("no parameter named '" + *name + "'", field);
     if (shape->size() != 2)
-      return {field, "parameter '" + *name + "' has " + num(shape->size()) +
-                         " dims; QK-clip scales the rows of a 2-D [out, in] "
-                         "weight"};
+      return invalidArgument("parameter '" + *name + "' has " +
+                                 num(shape->size()) +
+                                 " dims; QK-clip scales the rows of a 2-D "
+                                 "[out, in] weight",
+                             field);
     if ((*shape)[0] % heads)
-      return {field, "parameter '" + *name + "' has " + num((*shape)[0]) +
-                         " rows, not a multiple of its " + num(heads) +
-                         " heads"};
+      return invalidArgument(
+          "parameter '" + *name + "' has " + num((*shape)[0]) +
+              " rows, not a multiple of its " + num(heads) + " heads",
+          field);
   }
   if (layer.query == layer.key)
-    return {"key", "the same parameter as the query ('" + layer.key + "')"};
-  return {};
+    return invalidArgument(
+        "the same parameter as the query ('" + layer.key + "')", "key");
+  return okStatus();
 }
 
-json::Error checkGroupSettings(const PlanGroup &group) {
+Status checkGroupSettings(const PlanGroup &group) {
   if (!validAlgorithm(group.algorithm))
-    return {"algorithm", "algorithm " + num(group.algorithm) +
-                             " is not registered (" +
-                             num(algorithms().size()) + " algorithms)"};
+    return invalidArgument("algorithm " + num(group.algorithm) +
+                               " is not registered (" +
+                               num(algorithms().size()) + " algorithms)",
+                           "algorithm");
   const std::vector<GroupSetting> &settings =
       algorithmOf(group.algorithm).settings;
   if (group.settings.size() != settings.size())
-    return {"", "holds " + num(group.settings.size()) + " settings but " +
-                    algorithmOf(group.algorithm).title + " has " +
-                    num(settings.size())};
+    return invalidArgument(
+        "holds " + num(group.settings.size()) + " settings but " +
+        algorithmOf(group.algorithm).title + " has " + num(settings.size()));
   // The rules are the settings' own (GroupSettings.h), in its order.
   for (const GroupSetting &setting : settings)
     if (std::string why = checkSetting(setting, group); !why.empty())
-      return {setting.errorField, why};
-  return {};
+      return invalidArgument(why, setting.errorField);
+  return okStatus();
 }
 
 } // namespace muon

@@ -148,15 +148,14 @@ bool parseProfile(const std::string &text, const std::string &file,
                   const std::string &name, Profile &profile,
                   std::string &error) {
   Value root;
-  json::Error jsonError;
-  if (!json::parse(text, root, jsonError)) {
-    error = file + ": " + jsonError.str();
+  if (Status bad = json::parse(text, root); !bad.ok()) {
+    error = file + ": " + json::describe(bad);
     return false;
   }
   json::Reader rd;
   const Value *profiles = profilesOf(rd, root);
   if (!profiles) {
-    error = file + ": " + rd.error().str();
+    error = file + ": " + json::describe(rd.error());
     return false;
   }
   // Every profile is checked, not only the one asked for: a file with a
@@ -167,7 +166,7 @@ bool parseProfile(const std::string &text, const std::string &file,
     Profile p;
     p.name = it.key();
     if (!o || !readProfile(rd, *o, path, p)) {
-      error = file + ": " + rd.error().str();
+      error = file + ": " + json::describe(rd.error());
       return false;
     }
     if (it.key() == name)
@@ -188,8 +187,7 @@ bool parseProfile(const std::string &text, const std::string &file,
 std::vector<std::string> profileNames(const std::string &text) {
   std::vector<std::string> names;
   Value root;
-  json::Error jsonError;
-  if (!json::parse(text, root, jsonError))
+  if (!json::parse(text, root).ok())
     return names;
   json::Reader rd;
   if (const Value *profiles = profilesOf(rd, root))

@@ -13,12 +13,6 @@
 
 namespace muon::json {
 
-std::string Error::str() const { return showPath(path) + ": " + message; }
-
-Status toStatus(const Error &error) {
-  return invalidArgument(error.message, showPath(error.path));
-}
-
 std::string key(const std::string &path, std::string_view k) {
   return path.empty() ? std::string(k) : path + "." + std::string(k);
 }
@@ -29,6 +23,10 @@ std::string index(const std::string &path, size_t i) {
 
 std::string showPath(const std::string &path) {
   return path.empty() ? "<root>" : path;
+}
+
+std::string describe(const Status &status) {
+  return showPath(status.location()) + ": " + status.message();
 }
 
 namespace {
@@ -83,7 +81,7 @@ std::string lineColumn(std::string_view text, size_t offset) {
 class StrictBuilder {
 public:
   StrictBuilder(std::string_view text, const char **last, Value &root,
-                Error &error)
+                Status &error)
       : text(text), last(last), root(root), error(error) {}
 
   bool null() { return place(Value(nullptr)); }
@@ -274,38 +272,34 @@ private:
   }
   bool failAt(const std::string &path, const std::string &message,
               std::optional<size_t> offset) {
-    if (error.empty()) {
-      error.path = path;
-      error.message = message;
-      if (offset)
-        error.message += " (" + lineColumn(text, *offset) + ")";
-    }
+    if (error.ok())
+      error = invalidArgument(
+          offset ? message + " (" + lineColumn(text, *offset) + ")" : message,
+          path);
     return false;
   }
 
   std::string_view text;
   const char **last;
   Value &root;
-  Error &error;
+  Status &error;
   std::vector<Frame> frames;
   Value *slot = nullptr; // objects: where the current key's value goes
 };
 
 } // namespace
 
-bool parse(std::string_view text, Value &out, Error &error) {
-  error = {};
+Status parse(std::string_view text, Value &out) {
+  Status error;
   const char *last = nullptr;
   Value root;
   StrictBuilder builder(text, &last, root, error);
   TrackingIterator begin(text.data(), &last),
       end(text.data() + text.size(), &last);
-  bool ok = Value::sax_parse(begin, end, &builder);
-  if (!ok && error.empty())
-    error = {"", "invalid JSON"};
-  if (ok)
-    out = std::move(root);
-  return ok;
+  if (!Value::sax_parse(begin, end, &builder))
+    return error.ok() ? invalidArgument("invalid JSON") : error;
+  out = std::move(root);
+  return okStatus();
 }
 
 //===----------------------------------------------------------------------===//
@@ -313,8 +307,8 @@ bool parse(std::string_view text, Value &out, Error &error) {
 //===----------------------------------------------------------------------===//
 
 bool Reader::fail(const std::string &path, const std::string &message) {
-  if (err.empty())
-    err = {path, message};
+  if (err.ok())
+    err = invalidArgument(message, path);
   return false;
 }
 

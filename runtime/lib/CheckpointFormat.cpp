@@ -375,9 +375,8 @@ bool checkIntegrity(std::string_view text, const std::string &name,
   size_t at = hashLineAt(text);
   if (at == std::string_view::npos) {
     json::Value old;
-    json::Error ignored;
     std::string format;
-    if (json::parse(text, old, ignored) && old.is_object() &&
+    if (json::parse(text, old).ok() && old.is_object() &&
         old.contains("format") && old["format"].is_string())
       format = old["format"].get<std::string>();
     if (format == "muon-checkpoint/1" || format == "muon-checkpoint/2")
@@ -423,7 +422,7 @@ public:
     if (root && readHead(*root) && readModel(*root) && readGroups(*root))
       readFiles(*root);
     if (problem.empty() && !rd.ok())
-      problem = name + ": " + rd.error().str();
+      problem = name + ": " + json::describe(rd.error());
     error = problem;
     return problem.empty();
   }
@@ -712,9 +711,8 @@ bool decodeManifest(std::string_view text, const std::string &name,
   if (!checkIntegrity(text, name, error))
     return false;
   json::Value manifest;
-  json::Error jsonError;
-  if (!json::parse(text, manifest, jsonError)) {
-    error = name + ": " + jsonError.str();
+  if (Status bad = json::parse(text, manifest); !bad.ok()) {
+    error = name + ": " + json::describe(bad);
     return false;
   }
   return ManifestReader(plan, name, out).read(manifest, error);
@@ -781,8 +779,7 @@ bool checkRankFile(RankFileBytes &file, const std::string &name,
   if (hash != fnv1a(header))
     return bad("its header does not match its checksum");
   json::Value h;
-  json::Error jsonError;
-  if (!json::parse(header, h, jsonError) || !h.is_object())
+  if (!json::parse(header, h).ok() || !h.is_object())
     return bad("its header is not a JSON object");
   // Compared as JSON values: a field of the wrong type differs.
   const std::string id = h.value("checkpoint_id", nlohmann::json()).dump();

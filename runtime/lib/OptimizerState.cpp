@@ -64,8 +64,8 @@ Status OptimizerState::createImpl(Plan plan, Communicator &comm, Device &device,
                                   const OptimizerOptions &options,
                                   std::unique_ptr<OptimizerState> &out) {
   // A plan built in memory gets the checks a plan file gets.
-  if (json::Error bad = validatePlan(plan); !bad.empty())
-    return invalidArgument("the plan is not sound: " + bad.str());
+  if (Status bad = validatePlan(plan); !bad.ok())
+    return invalidArgument("the plan is not sound: " + json::describe(bad));
   if (comm.size() != plan.worldSize)
     return invalidArgument("the plan is for " + std::to_string(plan.worldSize) +
                            " ranks but the communicator has " +
@@ -178,9 +178,9 @@ Status OptimizerState::setGroupSettings(const std::string &name,
           "per-row state: compile the plan with it)");
   PlanGroup updated = current;
   updated.settings = group.settings;
-  if (json::Error bad = checkGroupSettings(updated); !bad.empty())
-    return invalidArgument("group '" + name + "': " + bad.path + ": " +
-                           bad.message + " (nothing was changed)");
+  if (Status bad = checkGroupSettings(updated); !bad.ok())
+    return invalidArgument("group '" + name + "': " + bad.location() + ": " +
+                           bad.message() + " (nothing was changed)");
   executor->setGroup(index, updated);
   return okStatus();
 }

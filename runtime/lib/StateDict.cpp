@@ -56,8 +56,8 @@ OptimizerState::checkSavedGroups(const std::vector<PlanGroup> &saved) const {
              (validAlgorithm(g.algorithm) ? algorithmName(g.algorithm)
                                           : "an unknown algorithm") +
              " there but " + algorithmName(mine->algorithm) + " here";
-    if (json::Error bad = checkGroupSettings(g); !bad.empty())
-      return "group '" + g.name + "': " + bad.path + ": " + bad.message;
+    if (Status bad = checkGroupSettings(g); !bad.ok())
+      return "group '" + g.name + "': " + bad.location() + ": " + bad.message();
   }
   return "";
 }

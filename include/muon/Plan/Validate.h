@@ -22,6 +22,10 @@
 // With all of that true, the step executor's reads and writes stay inside
 // the buffers it sizes from the same plan.
 //
+// Each check returns the first problem as an InvalidArgument Status whose
+// location is the plan-file JSON path, raw ("" for the plan itself), so that
+// a caller can nest it under its own path; json::describe prints it.
+//
 //===----------------------------------------------------------------------===//
 #ifndef MUON_PLAN_VALIDATE_H
 #define MUON_PLAN_VALIDATE_H
@@ -32,28 +36,28 @@
 namespace muon {
 
 /// The first problem, at its plan-file JSON path ("exchanges[2].transfers[7]");
-/// empty when the plan is sound.
-json::Error validatePlan(const Plan &plan);
+/// ok when the plan is sound.
+Status validatePlan(const Plan &plan);
 
 /// A group's hyper-parameters in range (finite, non-negative, momentum and
 /// betas below 1, a known adjust_lr), at the path of the field inside the
-/// group ("lr", "betas[1]"); empty when sound. What validatePlan checks of
+/// group ("lr", "betas[1]"); ok when sound. What validatePlan checks of
 /// every group, and what a trainer's new settings must pass.
-json::Error checkGroupSettings(const PlanGroup &group);
+Status checkGroupSettings(const PlanGroup &group);
 
 /// A QK-clip layer against its parameters' shapes (null: no such
 /// parameter): both exist and are 2-D, num_heads >= 1 divides the query's
 /// rows, num_kv_heads >= 1 divides num_heads and the key's rows, the
 /// threshold is finite and > 0. The path is the field inside the layer
-/// ("key", "num_heads"); empty when sound. validatePlan and the dialect's
+/// ("key", "num_heads"); ok when sound. validatePlan and the dialect's
 /// verifier both ask it.
-json::Error checkQkClipLayer(const QkClipLayer &layer,
-                             const std::vector<int64_t> *queryShape,
-                             const std::vector<int64_t> *keyShape);
+Status checkQkClipLayer(const QkClipLayer &layer,
+                        const std::vector<int64_t> *queryShape,
+                        const std::vector<int64_t> *keyShape);
 
 /// The checks of the parts every rank reads whole (settings, mesh,
 /// parameters): what must hold before anything indexes with them.
-json::Error validatePlanHeader(const Plan &plan);
+Status validatePlanHeader(const Plan &plan);
 
 /// The checks of one rank's part of a plan (Plan::sliceRank >= 0), as
 /// strictly as validatePlan checks the whole, for everything that part holds:
@@ -64,7 +68,7 @@ json::Error validatePlanHeader(const Plan &plan);
 /// gather (if any) and its scatter. What it cannot see (other ranks' counts
 /// agreeing with its own) the launching side checks with validatePlan.
 /// Costs O(what the rank holds), plus O(world size) for the mesh.
-json::Error validatePlanSlice(const Plan &plan);
+Status validatePlanSlice(const Plan &plan);
 
 } // namespace muon
 

@@ -10,8 +10,11 @@
 //  - nesting is at most limits::kMaxJsonDepth deep (the parser does not
 //    recurse, and the limit keeps the document's own teardown shallow);
 //  - strings are valid UTF-8 without control characters (NUL included).
-// Errors carry the JSON path of the problem ("params[2].shape[1]", "" for
-// the document) so that tools print `file: path: message`.
+// Errors are the project's one Status, InvalidArgument, with the JSON path
+// of the problem ("params[2].shape[1]", "" for the document) as its
+// location: the raw path, because callers nest it under their own (a plan's
+// group, a spec's layer). Tools print `file: ` + describe(status), which
+// shows the document as "<root>".
 //
 // Reader gives typed access to a parsed document by path; its first error
 // sticks, so a reader can check a whole section and report once.
@@ -36,39 +39,31 @@ namespace muon::json {
 
 using Value = nlohmann::json;
 
-/// A problem and where it is.
-struct Error {
-  std::string path; // "" for the whole document
-  std::string message;
-  bool empty() const { return message.empty(); }
-  /// "path: message" ("<root>: message" for the document).
-  std::string str() const;
-};
-
-/// The error as the project's one Status: InvalidArgument, its path as the
-/// location (so text() is str()).
-Status toStatus(const Error &error);
-
-/// Parses `text` under the rules above into `out`.
-bool parse(std::string_view text, Value &out, Error &error);
+/// Parses `text` under the rules above into `out`; on an error `out` is
+/// unchanged.
+Status parse(std::string_view text, Value &out);
 
 /// "a.b" and "a[3]": how paths grow.
 std::string key(const std::string &path, std::string_view k);
 std::string index(const std::string &path, size_t i);
 /// How messages show a path: "<root>" for the document.
 std::string showPath(const std::string &path);
+/// A failed status whose location is a JSON path, as tools print it:
+/// "path: message" ("<root>: message" for the document).
+std::string describe(const Status &status);
 
 class Reader {
 public:
   static constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
   static constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
-  bool ok() const { return err.empty(); }
-  const Error &error() const { return err; }
+  bool ok() const { return err.ok(); }
+  /// The first error: InvalidArgument at its path; ok when there is none.
+  const Status &error() const { return err; }
   /// Records `message` at `path` unless an error is already recorded.
   /// Always returns false.
   bool fail(const std::string &path, const std::string &message);
-  void clear() { err = {}; }
+  void clear() { err = okStatus(); }
 
   /// Typed access. `v` is the value at `path`, or nullptr when the key is
   /// absent ("missing"). On a wrong type or range the error is recorded and
@@ -112,7 +107,7 @@ public:
                  const std::vector<std::string_view> &allowed);
 
 private:
-  Error err;
+  Status err;
 };
 
 } // namespace muon::json

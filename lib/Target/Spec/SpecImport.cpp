@@ -141,7 +141,7 @@ private:
 };
 
 const JsonValue *SpecImporter::report() {
-  (void)fail(rd.error().path, rd.error().message);
+  (void)fail(rd.error().location(), rd.error().message());
   rd.clear();
   return nullptr;
 }
@@ -888,14 +888,14 @@ LogicalResult SpecImporter::importQkClip(const JsonValue &v,
       auto it = shapes.find(name);
       return it == shapes.end() ? nullptr : &it->second;
     };
-    ::muon::json::Error bad = ::muon::checkQkClipLayer(
-        layer, shapeOf(layer.query), shapeOf(layer.key));
-    if (!bad.empty()) {
+    ::muon::Status bad = ::muon::checkQkClipLayer(layer, shapeOf(layer.query),
+                                                  shapeOf(layer.key));
+    if (!bad.ok()) {
       // The threshold inherited from qk_clip is reported there.
-      std::string at = bad.path == "threshold" && !get(*l, "threshold")
+      std::string at = bad.location() == "threshold" && !get(*l, "threshold")
                            ? std::string("qk_clip.threshold")
-                           : key(path, bad.path);
-      return fail(at, bad.message);
+                           : key(path, bad.location());
+      return fail(at, bad.message());
     }
     QkClipOp::create(builder, at(path), builder.getStringAttr(layer.name),
                      FlatSymbolRefAttr::get(ctx, layer.query),
@@ -1376,10 +1376,10 @@ LogicalResult SpecImporter::importHeads(const JsonValue &p,
 
 OwningOpRef<ModuleOp> SpecImporter::run(StringRef text) {
   JsonValue parsed;
-  ::muon::json::Error error;
-  if (!::muon::json::parse(std::string_view(text.data(), text.size()), parsed,
-                           error)) {
-    (void)fail(error.path, error.message);
+  ::muon::Status bad =
+      ::muon::json::parse(std::string_view(text.data(), text.size()), parsed);
+  if (!bad.ok()) {
+    (void)fail(bad.location(), bad.message());
     return nullptr;
   }
   return run(parsed);

@@ -1046,12 +1046,12 @@ LogicalResult QkClipOp::verify() {
   layer.numHeads = static_cast<int64_t>(getNumHeads());
   layer.numKvHeads = static_cast<int64_t>(getNumKvHeads());
   layer.threshold = getThreshold().convertToDouble();
-  ::muon::json::Error bad =
+  ::muon::Status bad =
       ::muon::checkQkClipLayer(layer, queryShape ? &*queryShape : nullptr,
                                keyShape ? &*keyShape : nullptr);
-  if (!bad.empty())
-    return emitOpError() << "layer '" << getLayer() << "': " << bad.path << ": "
-                         << bad.message;
+  if (!bad.ok())
+    return emitOpError() << "layer '" << getLayer() << "': " << bad.location()
+                         << ": " << bad.message();
   return success();
 }
 
