@@ -1,7 +1,10 @@
 """muonc.torch.Muon under FSDP2, TP x FSDP and HSDP (4 processes, gloo, CPU)
-against one process, and its state resharded from 4 ranks to 2.
+against one process, and its state resharded from 4 ranks to 2. HSDP runs
+twice: each matrix orthogonalized once, and once per replica (the
+placement "redundant_below": each replica's own owner, so the step's
+exchanges stay inside a replica).
 
-One spawn of 4 ranks trains the three layouts in turn (each from the same
+One spawn of 4 ranks trains the four layouts in turn (each from the same
 initial model, the global batch split over the data-parallel ranks),
 records every step's whole gradients and the final parameters, saves a
 checkpoint of the FSDP2 run half-way (torch.distributed.checkpoint, and
@@ -26,7 +29,9 @@ from conftest import batch, dcp_load, loss_of, run_ranks  # noqa: E402
 
 VOCAB, D, FF = 30, 16, 32
 STEPS, SAVE_AT = 4, 2
-LAYOUTS = ("fsdp", "tp_fsdp", "hsdp")
+LAYOUTS = ("fsdp", "tp_fsdp", "hsdp", "hsdp_per_replica")
+# Every matrix of Net below this size: orthogonalized once per replica.
+PER_REPLICA = {"placement": "redundant_below", "redundant_below": 1 << 20}
 
 
 class Net(torch.nn.Module):
@@ -57,9 +62,10 @@ def named_groups(model, skip=()):
                                "lr": 3e-3}]
 
 
-def make_opt(model, **kw):
+def make_opt(model, placement=None, **kw):
     return Muon(named_groups(model, **kw), lr=0.02,
-                distributed_config=create_dtensor_config(model))
+                distributed_config=dict(create_dtensor_config(model),
+                                        **(placement or {})))
 
 
 def whole(t):
@@ -92,7 +98,7 @@ def build(layout, rank, world):
         fully_shard(model.block, mesh=mesh["dp"])
         fully_shard(model, mesh=mesh["dp"])
         return model, mesh.get_coordinate()[0], 2
-    assert layout == "hsdp"
+    assert layout in ("hsdp", "hsdp_per_replica")
     mesh = init_device_mesh("cpu", (2, world // 2),
                             mesh_dim_names=("replicate", "shard"))
     fully_shard(model.block, mesh=mesh)
@@ -138,7 +144,8 @@ def _four_ranks(rank, world, out):
     for layout in LAYOUTS:
         model, dp_rank, dp = build(layout, rank, world)
         config = create_dtensor_config(model)
-        opt = make_opt(model)
+        placement = PER_REPLICA if layout == "hsdp_per_replica" else None
+        opt = make_opt(model, placement)
         check_layout(model, opt)
         record = {"config": {k: config[k] for k in ("shape", "names")},
                   "placements": {n: [repr(x) for x in p.placements]
@@ -163,7 +170,7 @@ def _four_ranks(rank, world, out):
         # DCP's state dict API in this layout: a fresh optimizer over the
         # same model takes the state, the same whole tensors.
         _, osd = get_state_dict(model, opt)
-        fresh = make_opt(model)
+        fresh = make_opt(model, placement)
         set_optimizer_state_dict(model, fresh, osd)
         record["state"] = whole_state(opt)
         record["dcp_state"] = whole_state(fresh)
@@ -307,10 +314,20 @@ def test_layout_is_what_torch_made(runs, layout):
         assert record["config"] == {"shape": [2, 2],
                                     "names": ["replicate", "shard"]}
         assert placements["head.weight"] == ["Replicate()", "Shard(dim=0)"]
-    # Module names in the plan; each Muon matrix orthogonalized once.
-    owned = sorted(m for ms in record["assignments"].values() for m in ms)
-    assert owned == sorted(n for n, p in record["init"].items()
-                           if p.ndim == 2 and "embed" not in n)
+    # Module names in the plan; each Muon matrix orthogonalized once, or
+    # once per replica: by one rank of ranks {0, 1} and one of {2, 3}.
+    matrices = sorted(n for n, p in record["init"].items()
+                      if p.ndim == 2 and "embed" not in n)
+    owners = {}
+    for rank, ms in record["assignments"].items():
+        for m in ms:
+            owners.setdefault(m, []).append(int(rank))
+    assert sorted(owners) == matrices
+    for m, ranks in owners.items():
+        if layout == "hsdp_per_replica":
+            assert sorted(r // 2 for r in ranks) == [0, 1], (m, ranks)
+        else:
+            assert len(ranks) == 1, (m, ranks)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
