@@ -37,6 +37,7 @@
 
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/CommandLine.h"
@@ -576,6 +577,9 @@ int runPlanLoad(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  // OpenBLAS's fast kernels on a CPU newer than it (its floors measure
+  // what the tools run).
+  ::muon::runtime::cpu::restartWithPreferredBlasKernels(argv);
   const char *usage =
       "usage: muon-bench ns [options]     Newton-Schulz against its floor\n"
       "       muon-bench step PLAN [options]  optimizer steps of a plan\n"

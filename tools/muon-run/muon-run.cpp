@@ -347,6 +347,8 @@ static void printPlanSchedule(const ::muon::Plan &plan) {
 }
 
 int main(int argc, char **argv) {
+  // OpenBLAS's fast kernels on a CPU newer than it, here and in the ranks.
+  ::muon::runtime::cpu::restartWithPreferredBlasKernels(argv);
   ::muon::cli::Parser parser(
       "muon-run", "muon-run: compile a Muon model, run its optimizer step on "
                   "MPI ranks and verify it against one device");

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <unistd.h>
 
 namespace muon::runtime::cpu {
 
@@ -427,6 +428,17 @@ std::string blasKernelAdvice() {
          " kernels on this CPU, which it does not know; its " + better +
          " kernels run here and are about 5x faster in f32: set "
          "OPENBLAS_CORETYPE=" + better + " before the process starts";
+}
+
+void restartWithPreferredBlasKernels(char **argv) {
+  if (blasKernelAdvice().empty())
+    return;
+  const std::string kernels = preferredBlasKernels();
+  if (setenv("OPENBLAS_CORETYPE", kernels.c_str(), 1) != 0)
+    return;
+  execv("/proc/self/exe", argv);
+  // Still here: run on as before, with the variable taken back.
+  unsetenv("OPENBLAS_CORETYPE");
 }
 
 bool bf16Gemm(const uint16_t *a, const uint16_t *b, uint16_t *c, int64_t m,

@@ -155,6 +155,17 @@ std::string preferredBlasKernels();
 /// the process starts.
 std::string blasKernelAdvice();
 
+/// For a program's main, before anything else: where blasKernelAdvice()
+/// has advice, takes it for the user -- sets OPENBLAS_CORETYPE to
+/// preferredBlasKernels() and restarts the program in place (execv of
+/// /proc/self/exe with `argv`: the same process, arguments and standard
+/// streams), so that it and the ranks it starts run the faster kernels.
+/// Returns doing nothing when OPENBLAS_CORETYPE is set (by the user, or by
+/// this restart: it happens at most once), when OpenBLAS's kernels are not
+/// its generic ones, or when the restart fails. muon-run and muon-bench
+/// call it; a library cannot (OpenBLAS has loaded by then).
+void restartWithPreferredBlasKernels(char **argv);
+
 /// c = a b, row-major bf16 a (m x k) and b (k x n), f32 accumulation, bf16
 /// c, on the products bf16 Newton-Schulz uses: the rate benchmarks set it
 /// against. False with `error` where this process has no bf16 products.
