@@ -507,6 +507,8 @@ int train(const Options &o, Communicator &comm, DataParallel &dp) {
 } // namespace
 
 int main(int argc, char **argv) {
+  // OpenBLAS's fast kernels on a CPU newer than it (a no-op elsewhere).
+  muon::runtime::cpu::restartWithPreferredBlasKernels(argv);
   Options o = parse(argc, argv);
   if (!o.writeSpec.empty()) {
     if (o.output.empty())
