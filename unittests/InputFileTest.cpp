@@ -39,16 +39,21 @@ TEST(InputFile, ReadsRegularFilesWholeAndAtOffsets) {
   Scratch scratch;
   const std::string path = scratch.path("text");
   std::ofstream(path) << "hello, file";
-  std::string text, error;
-  ASSERT_TRUE(readInputFile(path, 100, text, error)) << error;
-  EXPECT_EQ(text, "hello, file");
+  StatusOr<std::string> text = readInputFile(path, 100);
+  ASSERT_TRUE(text.ok()) << text.status().text();
+  EXPECT_EQ(*text, "hello, file");
   InputFile file;
-  ASSERT_TRUE(file.open(path, error)) << error;
+  Status opened = file.open(path);
+  ASSERT_TRUE(opened.ok()) << opened.text();
   EXPECT_EQ(file.size(), 11);
   char five[5];
-  ASSERT_TRUE(file.readAt(five, 5, 7, error) == false);
-  EXPECT_CONTAINS(error, "the file ends at byte 11, before 12");
-  ASSERT_TRUE(file.readAt(five, 4, 7, error)) << error;
+  // A file shorter than asked for is damaged, not unavailable.
+  Status past = file.readAt(five, 5, 7);
+  EXPECT_EQ(past.code(), StatusCode::DataLoss);
+  EXPECT_CONTAINS(past.message(), "the file ends at byte 11, before 12");
+  EXPECT_EQ(file.readAt(five, -1, 0).code(), StatusCode::InvalidArgument);
+  Status within = file.readAt(five, 4, 7);
+  ASSERT_TRUE(within.ok()) << within.text();
   EXPECT_EQ(std::string(five, 4), "file");
   EXPECT_EQ(readInputPrefix(path, 5), "hello");
   EXPECT_EQ(readInputPrefix(path, 50), "hello, file");
@@ -64,28 +69,34 @@ TEST(InputFile, RefusesWhatIsNotARegularFile) {
   for (const Case &c : {Case{fifo, "a FIFO (named pipe)"},
                         Case{scratch.dir, "a directory"},
                         Case{"/dev/zero", "a character device"}}) {
-    std::string text, error;
     // A FIFO without a writer would block a plain open() for ever.
-    EXPECT_FALSE(readInputFile(c.path, 100, text, error, "the input"));
-    EXPECT_EQ(error, "cannot read the input '" + c.path + "': it is " +
-                         c.kind + ", not a regular file");
+    StatusOr<std::string> text = readInputFile(c.path, 100, "the input");
+    EXPECT_EQ(text.status().code(), StatusCode::InvalidArgument);
+    EXPECT_EQ(text.status().message(), "cannot read the input '" + c.path +
+                                           "': it is " + c.kind +
+                                           ", not a regular file");
     EXPECT_EQ(readInputPrefix(c.path, 8), "");
   }
-  std::string text, error;
-  EXPECT_FALSE(readInputFile(scratch.path("missing"), 100, text, error));
-  EXPECT_CONTAINS(error, "No such file or directory");
+  StatusOr<std::string> missing = readInputFile(scratch.path("missing"), 100);
+  EXPECT_EQ(missing.status().code(), StatusCode::NotFound);
+  EXPECT_CONTAINS(missing.status().message(), "No such file or directory");
+  InputFile file;
+  EXPECT_EQ(file.open(scratch.path("missing") + "/below").code(),
+            StatusCode::NotFound);
 }
 
 TEST(InputFile, RefusesFilesPastTheLimit) {
   Scratch scratch;
   const std::string path = scratch.path("big");
   std::ofstream(path) << std::string(101, 'x');
-  std::string text, error;
-  EXPECT_FALSE(readInputFile(path, 100, text, error, "the input"));
-  EXPECT_EQ(error, "cannot read the input '" + path +
-                       "': it is larger than the limit of 100 bytes");
-  EXPECT_TRUE(readInputFile(path, 101, text, error)) << error;
-  EXPECT_EQ(text.size(), 101u);
+  StatusOr<std::string> over = readInputFile(path, 100, "the input");
+  EXPECT_EQ(over.status().code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(over.status().message(),
+            "cannot read the input '" + path +
+                "': it is larger than the limit of 100 bytes");
+  StatusOr<std::string> within = readInputFile(path, 101);
+  ASSERT_TRUE(within.ok()) << within.status().text();
+  EXPECT_EQ(within->size(), 101u);
 }
 
 TEST(Escape, KeepsPrintableTextAndEscapesTheRest) {

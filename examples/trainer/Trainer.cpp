@@ -45,6 +45,7 @@ using muon::fnv1a;
 using muon::kFnvOffsetBasis;
 using muon::readInputFile;
 using muon::Status;
+using muon::StatusOr;
 using trainer::Tensors;
 namespace limits = muon::limits;
 
@@ -372,11 +373,11 @@ int train(const Options &o, Communicator &comm, DataParallel &dp) {
                  message.c_str());
     return 1;
   };
-  std::string data, error;
-  if (!readInputFile(o.data, limits::kMaxTextFileBytes, data, error,
-                     "the training text"))
-    return fail(error);
-  const std::vector<int> text = trainer::encode(data);
+  StatusOr<std::string> data =
+      readInputFile(o.data, limits::kMaxTextFileBytes, "the training text");
+  if (!data.ok())
+    return fail(data.status().message());
+  const std::vector<int> text = trainer::encode(*data);
 
   // The optimizer, from the plan compiled ahead of time for this layout.
   cpu::CpuDevice device;
@@ -518,13 +519,14 @@ int main(int argc, char **argv) {
     return out ? 0 : 1;
   }
   if (o.checkGradients) {
-    std::string data, error;
-    if (!readInputFile(o.data, limits::kMaxTextFileBytes, data, error,
-                       "the training text")) {
-      std::fprintf(stderr, "muon-train-example: %s\n", error.c_str());
+    StatusOr<std::string> data =
+        readInputFile(o.data, limits::kMaxTextFileBytes, "the training text");
+    if (!data.ok()) {
+      std::fprintf(stderr, "muon-train-example: %s\n",
+                   data.status().message().c_str());
       return 1;
     }
-    return checkGradients(trainer::encode(data), o.seed);
+    return checkGradients(trainer::encode(*data), o.seed);
   }
   cpu::setBlasThreads(1);
   if (o.ranks == 1) {

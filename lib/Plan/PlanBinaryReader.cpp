@@ -49,21 +49,16 @@ private:
 class FileSource : public Source {
 public:
   Status open(const std::string &path) {
-    std::string error;
-    if (!file.open(path, error, "the plan file"))
-      return Status(::access(path.c_str(), F_OK) != 0
-                        ? StatusCode::NotFound
-                        : StatusCode::InvalidArgument,
-                    error);
+    MUON_RETURN_IF_ERROR(file.open(path, "the plan file"));
     size = static_cast<uint64_t>(file.size());
     return okStatus();
   }
   Status read(uint64_t offset, uint64_t n, std::string &out) override {
     out.resize(n);
-    std::string why;
-    if (!file.readAt(out.data(), static_cast<int64_t>(n),
-                     static_cast<int64_t>(offset), why))
-      return unavailable("read failed: " + why);
+    MUON_RETURN_IF_ERROR(file
+                             .readAt(out.data(), static_cast<int64_t>(n),
+                                     static_cast<int64_t>(offset))
+                             .withContext("read failed: "));
     bytesRead += static_cast<int64_t>(n);
     return okStatus();
   }

@@ -114,14 +114,14 @@ checkpoint::ValueSink appendTo(std::vector<float> &out) {
 bool readManifest(const std::string &dir, const Plan &plan, Manifest &out,
                   int64_t &bytesRead, std::string &error) {
   const std::string path = dir + "/" + checkpoint::kManifestName;
-  std::string text, why;
-  if (!readInputFile(path, limits::kMaxTextFileBytes, text, why,
-                     "the checkpoint manifest")) {
-    error = "no checkpoint in '" + dir + "': " + why;
+  StatusOr<std::string> text = readInputFile(
+      path, limits::kMaxTextFileBytes, "the checkpoint manifest");
+  if (!text.ok()) {
+    error = "no checkpoint in '" + dir + "': " + text.status().message();
     return false;
   }
-  bytesRead = static_cast<int64_t>(text.size());
-  return checkpoint::decodeManifest(text, path, plan, out, error);
+  bytesRead = static_cast<int64_t>(text->size());
+  return checkpoint::decodeManifest(*text, path, plan, out, error);
 }
 
 /// Reads the saved states a load needs from the rank files of one
@@ -231,11 +231,10 @@ private:
   /// Opens the manifest's file `file` and checks its header.
   bool open(size_t file, InputFile &opened, std::string &error) {
     const std::string path = pathOf(file);
-    std::string why;
-    if (!opened.open(path, why, "checkpoint file")) {
-      error = ::access(path.c_str(), F_OK) != 0 && errno == ENOENT
+    if (Status s = opened.open(path, "checkpoint file"); !s.ok()) {
+      error = s.code() == StatusCode::NotFound
                   ? "checkpoint file '" + path + "' is missing"
-                  : why;
+                  : s.message();
       return false;
     }
     ++io.filesOpened;

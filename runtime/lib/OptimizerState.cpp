@@ -30,7 +30,7 @@ Status OptimizerState::load(const std::string &planPath, Communicator &comm,
                             std::unique_ptr<OptimizerState> &out) {
   return guardedCall("loading a plan", [&]() -> Status {
     // A binary plan: this rank reads and checks only its own part.
-    std::string error, text;
+    std::string text;
     if (looksLikePlanBinary(readInputPrefix(planPath, kPlanBinaryProbeSize))) {
       StatusOr<Plan> slice = loadPlanSlice(planPath, comm.rank());
       if (!slice.ok())
@@ -38,12 +38,9 @@ Status OptimizerState::load(const std::string &planPath, Communicator &comm,
                       escapeBytes(slice.status().text()));
       return create(std::move(slice).value(), comm, device, options, out);
     }
-    if (!readInputFile(planPath, limits::kMaxTextFileBytes, text, error,
-                       "the plan file"))
-      return Status(::access(planPath.c_str(), F_OK) != 0
-                        ? StatusCode::NotFound
-                        : StatusCode::InvalidArgument,
-                    error);
+    MUON_ASSIGN_OR_RETURN(
+        text, readInputFile(planPath, limits::kMaxTextFileBytes,
+                            "the plan file"));
     StatusOr<Plan> plan = parsePlan(text);
     if (!plan.ok())
       return invalidArgument(

@@ -72,10 +72,12 @@ int runCommand(const std::vector<std::string> &argv) {
 }
 
 bool readJson(const std::string &path, json &value, std::string &error) {
-  std::string text;
-  if (!readInputFile(path, limits::kMaxTextFileBytes, text, error))
+  StatusOr<std::string> text = readInputFile(path, limits::kMaxTextFileBytes);
+  if (!text.ok()) {
+    error = text.status().message();
     return false;
-  value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  }
+  value = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) {
     error = "'" + path + "' is not JSON";
     return false;

@@ -318,10 +318,12 @@ int runStep(int argc, char **argv) {
   if (!wireDtype.empty())
     return fail("--wire-dtype is for --ranks (a plan's wire is compiled "
                 "in)");
-  std::string text, error;
-  if (!readInputFile(planPath, limits::kMaxBinaryPlanFileBytes, text, error,
-                     "plan file"))
-    return fail(error);
+  StatusOr<std::string> read =
+      readInputFile(planPath, limits::kMaxBinaryPlanFileBytes, "plan file");
+  if (!read.ok())
+    return fail(read.status().message());
+  const std::string &text = *read;
+  std::string error;
   StatusOr<Plan> parsed =
       looksLikePlanBinary(text) ? parsePlanBinary(text) : parsePlan(text);
   if (!parsed.ok())
@@ -473,10 +475,10 @@ int runOrthogonalize(int argc, char **argv) {
   std::string error;
   {
     InputFile in;
-    if (!in.open(input, error, "input file"))
-      return fail(error);
+    if (Status s = in.open(input, "input file"); !s.ok())
+      return fail(s.message());
     if (in.size() != elements * 4 ||
-        !in.readAt(host.data(), elements * 4, 0, error))
+        !in.readAt(host.data(), elements * 4, 0).ok())
       return fail(format("'%s' is not %lld f32 values", input.c_str(),
                          static_cast<long long>(elements)));
   }

@@ -65,12 +65,13 @@ int main(int argc, char **argv) {
   muon::installSignalCleanup();
   // A regular file of bounded size (or standard input): a FIFO, a
   // directory or /dev/zero is refused, not waited on or read forever.
-  std::string source;
-  if (!muon::readInputFile(inputFilename, muon::limits::kMaxTextFileBytes,
-                           source, error, "input file")) {
-    llvm::errs() << "muon-opt: " << error << "\n";
+  muon::StatusOr<std::string> read = muon::readInputFile(
+      inputFilename, muon::limits::kMaxTextFileBytes, "input file");
+  if (!read.ok()) {
+    llvm::errs() << "muon-opt: " << read.status().message() << "\n";
     return 2;
   }
+  const std::string &source = *read;
   std::unique_ptr<llvm::MemoryBuffer> input =
       llvm::MemoryBuffer::getMemBufferCopy(
           source, inputFilename == "-" ? std::string("<stdin>")

@@ -32,8 +32,10 @@ static std::string formatDouble(double v) {
 
 /// A report or trace a rank staged (at most limits::kMaxTextFileBytes).
 static bool readFile(const std::string &path, std::string &text) {
-  std::string error;
-  return readInputFile(path, limits::kMaxTextFileBytes, text, error);
+  StatusOr<std::string> read = readInputFile(path, limits::kMaxTextFileBytes);
+  if (read.ok())
+    text = std::move(read).value();
+  return read.ok();
 }
 
 /// Bytes all ranks of a run on this machine hold at most, roughly: every

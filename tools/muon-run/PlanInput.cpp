@@ -16,7 +16,13 @@ namespace muon::tool {
 /// and the reason.
 static bool readInput(const std::string &path, int64_t limit, std::string &text,
                       std::string &error) {
-  return readInputFile(path, limit, text, error, "input file");
+  StatusOr<std::string> read = readInputFile(path, limit, "input file");
+  if (!read.ok()) {
+    error = read.status().message();
+    return false;
+  }
+  text = std::move(read).value();
+  return true;
 }
 
 int64_t rankFromEnvironment() {

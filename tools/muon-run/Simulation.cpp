@@ -19,14 +19,15 @@ bool loadProfile(const std::string &name, std::string file,
                  sim::Profile &profile, std::string &fileUsed,
                  std::string &error) {
   fileUsed = file.empty() ? defaultProfilesFile() : file;
-  std::string text;
-  if (!readInputFile(fileUsed, limits::kMaxTextFileBytes, text, error,
-                     "the profiles file")) {
+  StatusOr<std::string> text =
+      readInputFile(fileUsed, limits::kMaxTextFileBytes, "the profiles file");
+  if (!text.ok()) {
+    error = text.status().message();
     if (file.empty())
       error += " (installed with muon-run; pass --profiles FILE)";
     return false;
   }
-  return sim::parseProfile(text, fileUsed, name, profile, error);
+  return sim::parseProfile(*text, fileUsed, name, profile, error);
 }
 
 void addSimulation(const Plan &plan, const sim::Profile &profile,

@@ -99,15 +99,16 @@ int main(int argc, char **argv) {
   muon::installSignalCleanup();
   // A regular file of bounded size (or standard input): a FIFO, a
   // directory or /dev/zero is refused, not waited on or read forever.
-  std::string source;
-  if (!::muon::readInputFile(inputFilename,
-                             convertPlanFlag
-                                 ? ::muon::limits::kMaxBinaryPlanFileBytes
-                                 : ::muon::limits::kMaxTextFileBytes,
-                             source, error, "input file")) {
-    llvm::errs() << "muon-translate: " << error << "\n";
+  ::muon::StatusOr<std::string> read = ::muon::readInputFile(
+      inputFilename,
+      convertPlanFlag ? ::muon::limits::kMaxBinaryPlanFileBytes
+                      : ::muon::limits::kMaxTextFileBytes,
+      "input file");
+  if (!read.ok()) {
+    llvm::errs() << "muon-translate: " << read.status().message() << "\n";
     return 2;
   }
+  const std::string &source = *read;
   std::unique_ptr<llvm::MemoryBuffer> input = llvm::MemoryBuffer::getMemBuffer(
       source,
       inputFilename == "-" ? std::string("<stdin>") : inputFilename.getValue());

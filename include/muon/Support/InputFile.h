@@ -19,6 +19,8 @@
 #ifndef MUON_SUPPORT_INPUTFILE_H
 #define MUON_SUPPORT_INPUTFILE_H
 
+#include "muon/Support/Status.h"
+
 #include <cstdint>
 #include <string>
 
@@ -34,19 +36,20 @@ public:
   InputFile &operator=(InputFile &&other) noexcept;
   ~InputFile() { close(); }
 
-  /// Opens `path` as described above. False with `error` = "cannot read
-  /// <what> '<path>': <why>" (why: the system's reason, or "it is a
-  /// directory, not a regular file", ...).
-  bool open(const std::string &path, std::string &error,
-            const std::string &what = "file");
+  /// Opens `path` as described above. On failure the message is "cannot
+  /// read <what> '<path>': <why>" (why: the system's reason, or "it is a
+  /// directory, not a regular file", ...), the code NotFound for a path
+  /// that is not there, InvalidArgument for something that is not a
+  /// regular file, Unavailable for the system's other refusals.
+  Status open(const std::string &path, const std::string &what = "file");
   bool isOpen() const { return descriptor >= 0; }
   int fd() const { return descriptor; }
   /// The file's size when it was opened.
   int64_t size() const { return bytes; }
-  /// Reads exactly `count` bytes at `offset`. False with `error` saying
-  /// why (the system's reason, or that the file ends before).
-  bool readAt(void *to, int64_t count, int64_t offset,
-              std::string &error) const;
+  /// Reads exactly `count` bytes at `offset`: DataLoss when the file ends
+  /// before (a file shorter than what it says of itself), Unavailable with
+  /// the system's reason for a failed read.
+  Status readAt(void *to, int64_t count, int64_t offset) const;
   void close();
 
 private:
@@ -54,12 +57,14 @@ private:
   int64_t bytes = 0;
 };
 
-/// Reads all of the file at `path` into `text`: a regular file of at most
-/// `limit` bytes. "-" is standard input, read to its end (it may be a pipe
-/// or a terminal: the caller asked for it), also at most `limit` bytes.
-/// False with `error` naming the path (and `what` it is, "input file").
-bool readInputFile(const std::string &path, int64_t limit, std::string &text,
-                   std::string &error, const std::string &what = "file");
+/// All of the file at `path`: a regular file of at most `limit` bytes. "-"
+/// is standard input, read to its end (it may be a pipe or a terminal: the
+/// caller asked for it), also at most `limit` bytes. A failure's message
+/// names the path (and `what` it is, "input file"); its code is open()'s,
+/// InvalidArgument for a file over the limit, ResourceExhausted when it
+/// does not fit in memory.
+StatusOr<std::string> readInputFile(const std::string &path, int64_t limit,
+                                    const std::string &what = "file");
 
 /// The first `size` bytes of the regular file at `path`, fewer when it is
 /// shorter; empty when it cannot be opened or read (readInputFile then

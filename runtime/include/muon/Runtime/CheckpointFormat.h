@@ -195,7 +195,10 @@ public:
   int64_t size() const override { return file.size(); }
   bool read(void *to, int64_t bytes, int64_t offset,
             std::string &error) override {
-    return file.readAt(to, bytes, offset, error);
+    Status read = file.readAt(to, bytes, offset);
+    if (!read.ok())
+      error = read.message();
+    return read.ok();
   }
 
 private:
