@@ -99,6 +99,40 @@ TEST(InputFile, RefusesFilesPastTheLimit) {
   EXPECT_EQ(within->size(), 101u);
 }
 
+/// The output helpers' statuses: a bad output path is InvalidArgument
+/// before any work, a write that fails Unavailable with the path in front,
+/// a streamed writer's own code kept, and nothing moved into place.
+TEST(OutputFile, ReportsEachFailureByItsCode) {
+  Scratch scratch;
+  const std::string input = scratch.path("in"), out = scratch.path("out");
+  std::ofstream(input) << "input";
+  Status same = checkOutputs({input}, {{"-o", input}});
+  EXPECT_EQ(same.code(), StatusCode::InvalidArgument);
+  EXPECT_CONTAINS(same.message(), "is the same file as the input");
+  EXPECT_EQ(checkOutputs({input}, {{"-o", scratch.path("no/dir/out")}})
+                .code(),
+            StatusCode::InvalidArgument);
+  ASSERT_TRUE(checkOutputs({input}, {{"-o", out}}).ok());
+  Status missing = writeOutput(scratch.path("no/dir/out"), "text");
+  EXPECT_EQ(missing.code(), StatusCode::Unavailable);
+  EXPECT_CONTAINS(missing.message(), "cannot write '" + scratch.path("no/dir/out"));
+  StreamedOutput refusing{out, [](int, bool) {
+                            return Status(StatusCode::Internal, "no bytes");
+                          }};
+  Status streamed = writeOutputs({{input, "replaced"}}, {refusing});
+  EXPECT_EQ(streamed.code(), StatusCode::Internal);
+  EXPECT_EQ(streamed.message(), "cannot write '" + out + "': no bytes");
+  // All or none: the text output that was staged did not replace the input.
+  StatusOr<std::string> kept = readInputFile(input, 100);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(*kept, "input");
+  EXPECT_EQ(::access(out.c_str(), F_OK), -1);
+  ASSERT_TRUE(makeDirectories(scratch.path("a/b/c")).ok());
+  EXPECT_TRUE(syncDirectory(scratch.path("a/b")).ok());
+  EXPECT_EQ(syncDirectory(scratch.path("nowhere")).code(),
+            StatusCode::Unavailable);
+}
+
 TEST(Escape, KeepsPrintableTextAndEscapesTheRest) {
   EXPECT_EQ(escapeBytes("plain text, 100%"), "plain text, 100%");
   // Valid UTF-8 of printable characters stays.

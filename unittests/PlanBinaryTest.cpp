@@ -175,9 +175,8 @@ TEST(PlanBinary, FinishToAFileOrAPipeWritesTheSameBytes) {
   char path[] = "/tmp/muon-plan-bin-XXXXXX";
   int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
-  std::string error;
-  ASSERT_TRUE(fedWriter(plan)->finishTo(plan, fd, /*seekable=*/true, error))
-      << error;
+  Status toFile = fedWriter(plan)->finishTo(plan, fd, /*seekable=*/true);
+  ASSERT_TRUE(toFile.ok()) << toFile.text();
   ASSERT_EQ(lseek(fd, 0, SEEK_SET), 0);
   EXPECT_EQ(readAll(fd), bytes);
   close(fd);
@@ -185,9 +184,9 @@ TEST(PlanBinary, FinishToAFileOrAPipeWritesTheSameBytes) {
 
   int pipeFds[2];
   ASSERT_EQ(pipe(pipeFds), 0);
-  ASSERT_TRUE(fedWriter(plan)->finishTo(plan, pipeFds[1], /*seekable=*/false,
-                                        error))
-      << error;
+  Status toPipe =
+      fedWriter(plan)->finishTo(plan, pipeFds[1], /*seekable=*/false);
+  ASSERT_TRUE(toPipe.ok()) << toPipe.text();
   close(pipeFds[1]);
   EXPECT_EQ(readAll(pipeFds[0]), bytes);
   close(pipeFds[0]);
@@ -199,8 +198,10 @@ TEST(PlanBinary, FinishToAFileOrAPipeWritesTheSameBytes) {
   writer.add(0, true, {1, 0, 0, {2, 4}, {0, 4}, 0});
   writer.add(0, true, {3, 2, 9, {6, 8}, {0, 4}, 0});
   ASSERT_EQ(pipe(pipeFds), 0);
-  EXPECT_FALSE(writer.finishTo(plan, pipeFds[1], false, error));
-  EXPECT_CONTAINS(error, "names a matrix one of its ends does not hold");
+  Status refused = writer.finishTo(plan, pipeFds[1], false);
+  EXPECT_EQ(refused.code(), StatusCode::Internal);
+  EXPECT_CONTAINS(refused.message(),
+                  "names a matrix one of its ends does not hold");
   close(pipeFds[1]);
   EXPECT_EQ(readAll(pipeFds[0]), "");
   close(pipeFds[0]);

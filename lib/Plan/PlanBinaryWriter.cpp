@@ -431,24 +431,21 @@ std::string PlanBinaryWriter::finish(const Plan &plan) {
   return std::move(out.buffer);
 }
 
-bool PlanBinaryWriter::finishTo(const Plan &plan, int fd, bool seekable,
-                                std::string &error) {
+Status PlanBinaryWriter::finishTo(const Plan &plan, int fd, bool seekable) {
   FileOutput out(seekable ? fd : -1);
-  if (!encode(plan, out)) {
-    error = out.error.empty()
-                ? "internal error: the compiled plan could not be written as "
-                  "a binary plan (a transfer names a matrix one of its ends "
-                  "does not hold)"
-                : out.error;
-    return false;
-  }
+  if (!encode(plan, out))
+    return out.error.empty()
+               ? internalError("internal error: the compiled plan could not "
+                               "be written as a binary plan (a transfer "
+                               "names a matrix one of its ends does not "
+                               "hold)")
+               : unavailable(out.error);
   if (seekable)
-    return true;
+    return okStatus();
   // In order from the start: what a pipe takes.
   if (writeFully(fd, out.buffer.data(), out.buffer.size()))
-    return true;
-  error = std::strerror(errno);
-  return false;
+    return okStatus();
+  return unavailable(std::strerror(errno));
 }
 
 std::string renderPlanBinary(const Plan &plan) {

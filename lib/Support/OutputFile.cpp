@@ -98,9 +98,8 @@ bool writeFully(int fd, const char *data, size_t size, int64_t offset) {
   return true;
 }
 
-bool checkOutputs(const std::vector<std::string> &inputs,
-                  const std::vector<OutputTarget> &outputs,
-                  std::string &error) {
+Status checkOutputs(const std::vector<std::string> &inputs,
+                    const std::vector<OutputTarget> &outputs) {
   struct Known {
     std::string what;
     bool exists;
@@ -125,8 +124,7 @@ bool checkOutputs(const std::vector<std::string> &inputs,
     bool exists = stat(out.path.c_str(), &st) == 0;
     std::string canon = canonical(out.path);
     if (exists && S_ISDIR(st.st_mode)) {
-      error = name + " is a directory";
-      return false;
+      return invalidArgument(name + " is a directory");
     }
     for (const Known &k : seen) {
       bool same = exists && k.exists ? k.dev == st.st_dev && k.ino == st.st_ino
@@ -136,8 +134,7 @@ bool checkOutputs(const std::vector<std::string> &inputs,
           k.what.rfind("the input", 0) != 0)
         same = false;
       if (same) {
-        error = name + " is the same file as " + k.what;
-        return false;
+        return invalidArgument(name + " is the same file as " + k.what);
       }
     }
     std::string target;
@@ -145,41 +142,39 @@ bool checkOutputs(const std::vector<std::string> &inputs,
       std::string dir = dirOf(target);
       struct stat ds;
       if (stat(dir.c_str(), &ds) != 0 || !S_ISDIR(ds.st_mode)) {
-        error = name + ": the directory '" + dir + "' does not exist";
-        return false;
+        return invalidArgument(name + ": the directory '" + dir +
+                               "' does not exist");
       }
       if (access(dir.c_str(), W_OK | X_OK) != 0) {
-        error = name + ": the directory '" + dir + "' is not writable";
-        return false;
+        return invalidArgument(name + ": the directory '" + dir +
+                               "' is not writable");
       }
     } else if (access(out.path.c_str(), W_OK) != 0) {
-      error = name + " is not writable: " + errnoText(errno);
-      return false;
+      return invalidArgument(name + " is not writable: " + errnoText(errno));
     }
     if (exists)
       seen.push_back({name, true, st.st_dev, st.st_ino, canon});
     else
       seen.push_back({name, false, 0, 0, canon});
   }
-  return true;
+  return okStatus();
 }
 
-bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &files,
-                  std::string &error) {
-  return writeOutputs(files, {}, error);
+Status
+writeOutputs(const std::vector<std::pair<std::string, std::string>> &files) {
+  return writeOutputs(files, {});
 }
 
-bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &texts,
-                  const std::vector<StreamedOutput> &streamed,
-                  std::string &error) {
+Status
+writeOutputs(const std::vector<std::pair<std::string, std::string>> &texts,
+             const std::vector<StreamedOutput> &streamed) {
   // Texts are outputs whose writer copies a string out.
   std::vector<StreamedOutput> files;
   for (const auto &[path, text] : texts)
-    files.push_back({path, [&text = text](int fd, bool, std::string &why) {
+    files.push_back({path, [&text = text](int fd, bool) {
                        if (writeFully(fd, text.data(), text.size()))
-                         return true;
-                       why = errnoText(errno);
-                       return false;
+                         return okStatus();
+                       return unavailable(errnoText(errno));
                      }});
   files.insert(files.end(), streamed.begin(), streamed.end());
   struct Staged {
@@ -212,9 +207,8 @@ bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &texts,
     name.push_back(0);
     int fd = mkstemp(name.data());
     if (fd < 0) {
-      error = "cannot write '" + path + "': " + errnoText(errno);
       discard();
-      return false;
+      return unavailable("cannot write '" + path + "': " + errnoText(errno));
     }
     temp = name.data();
     staged.push_back({temp, target, registerCleanup(temp)});
@@ -224,28 +218,22 @@ bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &texts,
     struct stat old;
     fchmod(fd, stat(target.c_str(), &old) == 0 ? (old.st_mode & 07777)
                                                : (0666 & ~mask));
-    std::string why;
-    bool ok = file.write(fd, /*seekable=*/true, why);
-    if (ok && fsync(fd) != 0) {
-      ok = false;
-      why = errnoText(errno);
-    }
-    if (close(fd) != 0 && ok) {
-      ok = false;
-      why = errnoText(errno);
-    }
-    if (!ok) {
-      error = "cannot write '" + path + "': " + why;
+    Status wrote = file.write(fd, /*seekable=*/true);
+    if (wrote.ok() && fsync(fd) != 0)
+      wrote = unavailable(errnoText(errno));
+    if (close(fd) != 0 && wrote.ok())
+      wrote = unavailable(errnoText(errno));
+    if (!wrote.ok()) {
       discard();
-      return false;
+      return wrote.withContext("cannot write '" + path + "': ");
     }
   }
   for (size_t i = 0; i < staged.size(); ++i)
     if (rename(staged[i].temp.c_str(), staged[i].target.c_str()) != 0) {
-      error = "cannot move the new '" + staged[i].target +
-              "' into place: " + errnoText(errno);
+      const std::string why = errnoText(errno);
       discard();
-      return false;
+      return unavailable("cannot move the new '" + staged[i].target +
+                         "' into place: " + why);
     }
   for (const Staged &s : staged)
     unregisterCleanup(s.handle);
@@ -254,20 +242,15 @@ bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &texts,
     const std::string &path = file->path;
     int fd = path == "-" ? STDOUT_FILENO
                          : open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) {
-      error = "cannot write '" + path + "': " + errnoText(errno);
-      return false;
-    }
-    std::string why;
-    bool ok = file->write(fd, /*seekable=*/false, why);
+    if (fd < 0)
+      return unavailable("cannot write '" + path + "': " + errnoText(errno));
+    Status wrote = file->write(fd, /*seekable=*/false);
     if (fd != STDOUT_FILENO)
       close(fd);
-    if (!ok) {
-      error = "cannot write '" + path + "': " + why;
-      return false;
-    }
+    if (!wrote.ok())
+      return wrote.withContext("cannot write '" + path + "': ");
   }
-  return true;
+  return okStatus();
 }
 
 void installSignalCleanup() {
@@ -301,27 +284,26 @@ void unregisterCleanup(int handle) {
     cleanupUsed[handle].store(false);
 }
 
-bool makeDirectories(const std::string &dir, std::string &error) {
+Status makeDirectories(const std::string &dir) {
   for (size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
     std::string prefix = dir.substr(0, at);
-    if (::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) {
-      error =
-          "cannot create the directory '" + prefix + "': " + errnoText(errno);
-      return false;
-    }
+    if (::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST)
+      return unavailable("cannot create the directory '" + prefix +
+                         "': " + errnoText(errno));
     if (at == std::string::npos)
-      return true;
+      return okStatus();
   }
 }
 
-bool syncDirectory(const std::string &dir, std::string &error) {
+Status syncDirectory(const std::string &dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  bool ok = fd >= 0 && ::fsync(fd) == 0;
-  if (!ok)
-    error = "cannot flush the directory '" + dir + "': " + errnoText(errno);
+  Status synced = fd >= 0 && ::fsync(fd) == 0
+                      ? okStatus()
+                      : unavailable("cannot flush the directory '" + dir +
+                                    "': " + errnoText(errno));
   if (fd >= 0)
     ::close(fd);
-  return ok;
+  return synced;
 }
 
 void removeTree(const std::string &path) {

@@ -343,22 +343,29 @@ Status OptimizerState::saveCheckpointFiles(const std::string &dir,
       return;
     }
     StateDict local;
-    if (!makeDirectories(dir, mine) ||
-        !stateDictImpl(withParameters, local, mine))
+    if (Status made = makeDirectories(dir); !made.ok()) {
+      mine = made.message();
+      return;
+    }
+    if (!stateDictImpl(withParameters, local, mine))
       return;
     checkpoint::RankFile file =
         checkpoint::encodeRankFile(plan, head, rank, local);
     index = file.index;
     // Written straight from the state dict: a large state is not copied
     // into one buffer first.
-    StreamedOutput out{path, [&](int fd, bool, std::string &why) {
-                         if (file.write(fd))
-                           return true;
-                         why = std::strerror(errno);
-                         return false;
+    StreamedOutput out{path, [&](int fd, bool) {
+                         return file.write(fd)
+                                    ? okStatus()
+                                    : unavailable(std::strerror(errno));
                        }};
-    if (writeOutputs({}, {out}, mine) && syncDirectory(dir, mine))
+    Status written = writeOutputs({}, {out});
+    if (written.ok())
+      written = syncDirectory(dir);
+    if (written.ok())
       wrote = true;
+    else
+      mine = written.message();
   });
   // Rank 0 collects the index; then every rank wrote its file, or nobody's
   // counts.
@@ -388,9 +395,12 @@ Status OptimizerState::saveCheckpointFiles(const std::string &dir,
         texts.emplace_back(i.begin(), i.end());
       std::string text =
           checkpoint::encodeManifest(plan, head, executor->groups(), texts);
-      if (writeOutput(dir + "/" + checkpoint::kManifestName, text,
-                      manifestError))
-        syncDirectory(dir, manifestError);
+      Status written =
+          writeOutput(dir + "/" + checkpoint::kManifestName, text);
+      if (written.ok())
+        written = syncDirectory(dir);
+      if (!written.ok())
+        manifestError = written.message();
     });
   if (Status all =
           agree(comm, manifestError, localCode, options.timeoutSeconds);

@@ -57,9 +57,10 @@ int main(int argc, char **argv) {
   // The output is checked before any work and written only once the passes
   // succeeded (atomically, never over the input): MLIR's own driver would
   // open it first, truncating an input given as the output.
-  std::string error;
-  if (!muon::checkOutputs({inputFilename}, {{"-o", outputFilename}}, error)) {
-    llvm::errs() << "muon-opt: " << error << "\n";
+  if (muon::Status bad =
+          muon::checkOutputs({inputFilename}, {{"-o", outputFilename}});
+      !bad.ok()) {
+    llvm::errs() << "muon-opt: " << bad.message() << "\n";
     return 2;
   }
   muon::installSignalCleanup();
@@ -82,8 +83,8 @@ int main(int argc, char **argv) {
   if (mlir::failed(mlir::MlirOptMain(os, std::move(input), registry, config)))
     return 2;
   os.flush();
-  if (!muon::writeOutput(outputFilename, text, error)) {
-    llvm::errs() << "muon-opt: " << error << "\n";
+  if (muon::Status bad = muon::writeOutput(outputFilename, text); !bad.ok()) {
+    llvm::errs() << "muon-opt: " << bad.message() << "\n";
     return 2;
   }
   return 0;

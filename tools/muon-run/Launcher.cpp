@@ -102,9 +102,8 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
   std::string planPath = dir->path() + "/plan.bin";
   std::string stagedReport = dir->path() + "/report.json";
   std::string stagedTrace = dir->path() + "/trace.json";
-  std::string error;
-  if (!writeOutput(planPath, renderPlanBinary(plan), error)) {
-    printError(error);
+  if (Status bad = writeOutput(planPath, renderPlanBinary(plan)); !bad.ok()) {
+    printError(bad.message());
     return 2;
   }
 
@@ -183,8 +182,8 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
       }
       outputs.push_back({flags.traceFile, trace});
     }
-    if (!writeOutputs(outputs, error)) {
-      printError(error);
+    if (Status bad = writeOutputs(outputs); !bad.ok()) {
+      printError(bad.message());
       return 2;
     }
     return code;

@@ -150,9 +150,8 @@ bool writeReportAndTrace(const Plan &plan, const RunFlags &flags,
       }
     outputs.push_back({flags.traceFile, renderTrace(plan, events, "measured")});
   }
-  std::string error;
-  if (!writeOutputs(outputs, error)) {
-    fail(error);
+  if (Status bad = writeOutputs(outputs); !bad.ok()) {
+    fail(bad.message());
     return false;
   }
   return true;

@@ -259,8 +259,8 @@ static int dryRunReport(const ::muon::Plan &plan, ::muon::TransferSink *stream,
   if (!flags.planFile.empty() && streamed && writer) {
     // Straight into the file as each rank's section is made.
     streamedOutputs.push_back(
-        {flags.planFile, [&](int fd, bool seekable, std::string &error) {
-           return writer->finishTo(plan, fd, seekable, error);
+        {flags.planFile, [&](int fd, bool seekable) {
+           return writer->finishTo(plan, fd, seekable);
          }});
   } else if (!flags.planFile.empty()) {
     outputs.push_back({flags.planFile, renderPlanAs(plan)});
@@ -276,9 +276,9 @@ static int dryRunReport(const ::muon::Plan &plan, ::muon::TransferSink *stream,
         {flags.traceFile,
          ::muon::renderTrace(plan, events,
                              "simulated: " + report.simulation->profile)});
-  std::string error;
-  if (!::muon::writeOutputs(outputs, streamedOutputs, error))
-    return fail(error);
+  if (::muon::Status bad = ::muon::writeOutputs(outputs, streamedOutputs);
+      !bad.ok())
+    return fail(bad.message());
   if (flags.quiet)
     return 0;
   int64_t received = 0, busiest = 0;
@@ -485,21 +485,19 @@ int main(int argc, char **argv) {
   // Outputs are checked before any work: never over the input or each
   // other, and only into a directory that exists.
   {
-    std::string error;
-    if (!::muon::checkOutputs(
-            {flags.inputFilename},
-            {{"--report", flags.reportFile},
-             {"--plan", flags.planFile},
-             {"--trace", flags.traceFile}},
-            error))
-      return fail(error);
-    if (!flags.profilesFile.empty() &&
-        !::muon::checkOutputs({flags.profilesFile},
-                              {{"--report", flags.reportFile},
-                               {"--plan", flags.planFile},
-                               {"--trace", flags.traceFile}},
-                              error))
-      return fail(error);
+    const std::vector<::muon::OutputTarget> outputs = {
+        {"--report", flags.reportFile},
+        {"--plan", flags.planFile},
+        {"--trace", flags.traceFile}};
+    if (::muon::Status bad =
+            ::muon::checkOutputs({flags.inputFilename}, outputs);
+        !bad.ok())
+      return fail(bad.message());
+    if (!flags.profilesFile.empty())
+      if (::muon::Status bad =
+              ::muon::checkOutputs({flags.profilesFile}, outputs);
+          !bad.ok())
+        return fail(bad.message());
   }
   if (flags.dryRun && !flags.traceFile.empty() && flags.simulate.empty())
     return fail("--trace with --dry-run writes the simulated step: it needs "
@@ -628,9 +626,10 @@ int main(int argc, char **argv) {
       return fail(error);
   }
   if (!flags.planFile.empty()) {
-    std::string error;
-    if (!::muon::writeOutput(flags.planFile, renderPlanAs(plan), error))
-      return fail(error);
+    if (::muon::Status bad =
+            ::muon::writeOutput(flags.planFile, renderPlanAs(plan));
+        !bad.ok())
+      return fail(bad.message());
   }
   if (flags.printSchedule)
     printPlanSchedule(plan);

@@ -91,9 +91,10 @@ int main(int argc, char **argv) {
                  << "'; expected json or binary\n";
     return 2;
   }
-  std::string error;
-  if (!muon::checkOutputs({inputFilename}, {{"-o", outputFilename}}, error)) {
-    llvm::errs() << "muon-translate: " << error << "\n";
+  if (muon::Status bad =
+          muon::checkOutputs({inputFilename}, {{"-o", outputFilename}});
+      !bad.ok()) {
+    llvm::errs() << "muon-translate: " << bad.message() << "\n";
     return 2;
   }
   muon::installSignalCleanup();
@@ -176,8 +177,8 @@ int main(int argc, char **argv) {
     if (!renderAs(*plan, "json", text))
       return 2;
   }
-  if (!muon::writeOutput(outputFilename, text, error)) {
-    llvm::errs() << "muon-translate: " << error << "\n";
+  if (muon::Status bad = muon::writeOutput(outputFilename, text); !bad.ok()) {
+    llvm::errs() << "muon-translate: " << bad.message() << "\n";
     return 2;
   }
   return 0;

@@ -93,9 +93,10 @@ public:
   /// regular file, written with pwrite): each rank's section goes out as it
   /// is made, so the file is never whole in memory (280 MB at 16,384
   /// ranks); otherwise (a pipe) it is made in memory, then written in
-  /// order. False with `error` set when the plan is invalid (as finish()
-  /// returning "") or a write fails. The shape of StreamedOutput::write.
-  bool finishTo(const Plan &plan, int fd, bool seekable, std::string &error);
+  /// order. Internal when the plan cannot be written (as finish()
+  /// returning ""), Unavailable when a write fails. The shape of
+  /// StreamedOutput::write.
+  Status finishTo(const Plan &plan, int fd, bool seekable);
   std::vector<RankFigures> figures(const Plan &plan) const override;
 
 private:

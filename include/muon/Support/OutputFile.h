@@ -22,6 +22,8 @@
 #ifndef MUON_SUPPORT_OUTPUTFILE_H
 #define MUON_SUPPORT_OUTPUTFILE_H
 
+#include "muon/Support/Status.h"
+
 #include <functional>
 #include <string>
 #include <utility>
@@ -36,16 +38,16 @@ struct OutputTarget {
 };
 
 /// The checks above, before any work. `inputs` are paths the tool reads
-/// ("-" and empty entries are skipped). Returns false with `error` set.
-bool checkOutputs(const std::vector<std::string> &inputs,
-                  const std::vector<OutputTarget> &outputs,
-                  std::string &error);
+/// ("-" and empty entries are skipped). InvalidArgument naming the output
+/// that fails them.
+Status checkOutputs(const std::vector<std::string> &inputs,
+                    const std::vector<OutputTarget> &outputs);
 
 /// Writes every (path, text): all regular files are staged first, and none
-/// is moved into place unless every one was written. Returns false with
-/// `error` naming the output that failed.
-bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &files,
-                  std::string &error);
+/// is moved into place unless every one was written. Unavailable naming
+/// the output that failed (or the writer's own code, below).
+Status
+writeOutputs(const std::vector<std::pair<std::string, std::string>> &files);
 
 /// Writes all `size` bytes to `fd`, retrying short writes and EINTR: in
 /// order from the descriptor's position, or with `offset` >= 0 at that
@@ -54,25 +56,24 @@ bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &files,
 bool writeFully(int fd, const char *data, size_t size, int64_t offset = -1);
 
 /// An output produced straight into its file, for one too large to hold
-/// in memory twice (a 16,384-rank binary plan). `write(fd, seekable, error)`
-/// gets the open file: for a regular file (staged under a temporary name)
+/// in memory twice (a 16,384-rank binary plan). `write(fd, seekable)` gets
+/// the open file: for a regular file (staged under a temporary name)
 /// `seekable` is true and it may pwrite anywhere; otherwise (a pipe, a
-/// terminal, standard output) it must write in order from the start. It
-/// returns false with `error` set (the path is added) to fail every output.
+/// terminal, standard output) it must write in order from the start. A
+/// failure it returns (the path is put in front) fails every output.
 struct StreamedOutput {
   std::string path;
-  std::function<bool(int fd, bool seekable, std::string &error)> write;
+  std::function<Status(int fd, bool seekable)> write;
 };
 
 /// writeOutputs with some outputs streamed: the same staging, all or none.
-bool writeOutputs(const std::vector<std::pair<std::string, std::string>> &files,
-                  const std::vector<StreamedOutput> &streamed,
-                  std::string &error);
+Status
+writeOutputs(const std::vector<std::pair<std::string, std::string>> &files,
+             const std::vector<StreamedOutput> &streamed);
 
 /// One file.
-inline bool writeOutput(const std::string &path, const std::string &text,
-                        std::string &error) {
-  return writeOutputs({{path, text}}, error);
+inline Status writeOutput(const std::string &path, const std::string &text) {
+  return writeOutputs({{path, text}});
 }
 
 /// Makes SIGINT, SIGTERM and SIGHUP remove the temporary files being
@@ -91,13 +92,13 @@ void unregisterCleanup(int handle);
 void removeTree(const std::string &path);
 
 /// Creates directory `dir` and its missing parents (several processes may
-/// race to: the first creates, the others find it). False with `error`
-/// naming the part that could not be created.
-bool makeDirectories(const std::string &dir, std::string &error);
+/// race to: the first creates, the others find it). Unavailable naming the
+/// part that could not be created.
+Status makeDirectories(const std::string &dir);
 
 /// Flushes directory `dir`'s entries to disk, so that files renamed into
 /// it survive a crash (writeOutputs flushes the files themselves).
-bool syncDirectory(const std::string &dir, std::string &error);
+Status syncDirectory(const std::string &dir);
 
 } // namespace muon
 
