@@ -287,21 +287,10 @@ Status OptimizerState::gatherParameter(const std::string &name, float *whole,
     const int64_t n = elementsOf(r);
     if (!n)
       continue;
-    const std::vector<Range> &box = boxes[r];
-    std::vector<int64_t> at(box.size());
-    for (size_t d = 0; d < box.size(); ++d)
-      at[d] = box[d].begin;
-    for (int64_t e = 0; e < n; ++e) {
-      int64_t flat = 0;
-      for (size_t d = 0; d < shape.size(); ++d)
-        flat = flat * shape[d] + at[d];
-      whole[flat] = pieces[call.recvOffsets[r] + e];
-      for (size_t d = box.size(); d-- > 0;) {
-        if (++at[d] < box[d].end)
-          break;
-        at[d] = box[d].begin;
-      }
-    }
+    const float *piece = pieces.data() + call.recvOffsets[r];
+    forEachElement(shape, boxes[r], [&](int64_t local, int64_t global) {
+      whole[global] = piece[local];
+    });
   }
   return okStatus();
 }

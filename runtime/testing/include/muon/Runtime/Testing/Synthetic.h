@@ -26,34 +26,6 @@ namespace muon::runtime {
 float syntheticValue(uint64_t seed, const std::string &param, int64_t stream,
                      int64_t index, int64_t summand);
 
-/// Calls `fn(local, global)` for every element of `box` (row-major), with
-/// its index in the box and in the whole tensor of shape `shape`.
-template <typename Fn>
-void forEachElement(const std::vector<int64_t> &shape,
-                    const std::vector<Range> &box, Fn fn) {
-  if (box.size() != shape.size()) // outside the parameter's sub-mesh
-    return;
-  int64_t count = 1;
-  for (const Range &r : box)
-    count *= r.size();
-  if (!count)
-    return;
-  std::vector<int64_t> at(box.size());
-  for (size_t d = 0; d < box.size(); ++d)
-    at[d] = box[d].begin;
-  for (int64_t local = 0; local < count; ++local) {
-    int64_t global = 0;
-    for (size_t d = 0; d < shape.size(); ++d)
-      global = global * shape[d] + at[d];
-    fn(local, global);
-    for (size_t d = box.size(); d-- > 0;) {
-      if (++at[d] < box[d].end)
-        break;
-      at[d] = box[d].begin;
-    }
-  }
-}
-
 /// Where a synthetic gradient gets a NaN (fault injection for tests).
 struct NonFiniteInjection {
   std::string param;
