@@ -587,6 +587,74 @@ TEST(HostStagedCommunicator, CopiesOnlyTheNamedRanges) {
   EXPECT_EQ(received[1], (std::vector<float>{-7, -7, -7, 2, 3, -7}));
 }
 
+/// Data parallelism on 2 ranks: an 8 x 4 Muon matrix whole on both, owned
+/// by rank 0, so its gather moves nothing and only the scatter crosses.
+Plan replicatedModel() {
+  Plan plan;
+  plan.worldSize = 2;
+  plan.distributed = true;
+  plan.mesh.shape = {2};
+  plan.params.push_back({"w", "f32", kMuon, 0, {{8, 4}, {{}, {}}, {}, {}}});
+  plan.ns.configs[0].coefficients.assign(5, {3.4445, -4.775, 2.0315});
+  plan.matrices.push_back({"w", 0, -1, 8, 4, 0, nsFlops(8, 4, 5)});
+  plan.nsMatrices = {{0}, {}};
+  Exchange gather{Exchange::Phase::Gather, 0, {}, {}};
+  Exchange scatter{Exchange::Phase::Scatter, 0, {}, {}};
+  scatter.transfers.push_back({0, 1, 0, {0, 8}, {0, 4}, 0});
+  plan.exchanges = {gather, scatter};
+  std::string error;
+  EXPECT_TRUE(schedulePlan(plan, {}, error)) << error;
+  return plan;
+}
+
+TEST(Optimizer, AnExchangeThatMovesNothingIsNotRun) {
+  // The whole plan says the gather is empty on every rank: no rank calls
+  // the transport for it. A rank's slice keeps only its own transfers, so
+  // an empty list there proves nothing: both exchanges run.
+  const Plan whole = replicatedModel();
+  ASSERT_TRUE(validatePlan(whole).ok()) << json::describe(validatePlan(whole));
+  for (bool sliced : {false, true}) {
+    LocalWorld world(2);
+    std::vector<std::string> errors(2);
+    std::vector<int64_t> exchanges(2, -1);
+    std::vector<std::vector<float>> distributed = wholeTensors(whole);
+    std::vector<std::thread> ranks;
+    for (int64_t r = 0; r < 2; ++r)
+      ranks.emplace_back([&, r] {
+        const Plan plan = sliced ? slicePlan(whole, r) : whole;
+        LocalCommunicator local(world, r);
+        CpuDevice device;
+        std::unique_ptr<Optimizer> opt;
+        errors[r] =
+            Optimizer::create(plan, local, device, {10.0}, opt).message();
+        if (!opt)
+          return;
+        SyntheticModel model(*opt, device, 5, {1});
+        for (int64_t s = 0; s < 2; ++s) {
+          model.makeGradients(s, 1, {});
+          StepResult result;
+          if (!(errors[r] = opt->step(result).message()).empty())
+            return;
+        }
+        exchanges[r] = opt->counters().exchanges;
+        if (r == 1) // the rank that receives the update
+          model.copyInto(distributed);
+      });
+    for (std::thread &t : ranks)
+      t.join();
+    for (const std::string &e : errors)
+      ASSERT_EQ(e, "");
+    EXPECT_EQ(exchanges, std::vector<int64_t>(2, sliced ? 2 : 1))
+        << (sliced ? "slices" : "whole plan");
+    CpuDevice device;
+    std::vector<std::vector<float>> reference;
+    std::string error;
+    ASSERT_TRUE(runReference(whole, device, 5, 2, 1, {}, reference, error))
+        << error;
+    EXPECT_EQ(distributed[0], reference[0]);
+  }
+}
+
 TEST(LocalCommunicator, AStalledPeerTimesOut) {
   LocalWorld world(2);
   LocalCommunicator comm(world, 0);

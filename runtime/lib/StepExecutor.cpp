@@ -410,6 +410,16 @@ std::string StepExecutor::describeExchange(int64_t index) const {
          ")";
 }
 
+namespace {
+/// Whether an exchange sends nothing from any rank to any other, which
+/// every rank decides alike from a whole plan. A rank's slice of a plan
+/// keeps only its own transfers, so there an empty list says nothing of
+/// the other ranks: the exchange runs.
+bool movesNothing(const Plan &plan, const Exchange &ex) {
+  return !plan.isSlice() && ex.transfers.empty() && ex.reductions.empty();
+}
+} // namespace
+
 Status StepExecutor::startExchange(int64_t index) {
   const Exchange &ex = planRef.exchanges[index];
   const RankExchangeView &view = layout->views[index];
@@ -492,9 +502,13 @@ Status StepExecutor::startExchange(int64_t index) {
   // The packing copies are queued on the device, not necessarily done: a
   // transport that reads the buffers from outside the device's queue waits
   // for it (Communicator::start).
-  // A step checked against its graph moves nothing: the replay will.
-  if (pass == Pass::Checking)
+  // A step checked against its graph moves nothing: the replay will. An
+  // exchange without transfers (a data-parallel plan's gathers: the whole
+  // gradient is already on its owner) moves nothing on any rank, so no rank
+  // calls the transport: a collective costs a round trip even when empty.
+  if (pass == Pass::Checking || movesNothing(planRef, ex))
     return okStatus();
+  ++lastCounters.exchanges;
   StatusOr<PendingExchange> pending = comm.start(call);
   if (!pending.ok())
     return pending.status().withContext("starting " + describeExchange(index) +
@@ -505,11 +519,11 @@ Status StepExecutor::startExchange(int64_t index) {
 
 Status StepExecutor::finishExchange(int64_t index) {
   InFlight &flight = inFlight.at(index);
-  if (pass != Pass::Checking)
+  const Exchange &ex = planRef.exchanges[index];
+  if (pass != Pass::Checking && !movesNothing(planRef, ex))
     MUON_RETURN_IF_ERROR(
         comm.wait(flight.pending, options.timeoutSeconds)
             .withContext("waiting for " + describeExchange(index) + ": "));
-  const Exchange &ex = planRef.exchanges[index];
   const RankExchangeView &view = layout->views[index];
   const int64_t width = dtypeBytes(wire);
   const char *recvBytes = static_cast<const char *>(flight.recv.data());

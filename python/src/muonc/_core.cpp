@@ -112,6 +112,10 @@ std::vector<char> toBytes(nb::handle object) {
 ///                recv: uint8[], recv_counts, recv_offsets) -> None
 ///       (counts and offsets in bytes; the exchange completes in the call,
 ///       which the runtime's wait() makes)
+///   start_all_to_all_v(same arguments) -> handle with wait() -> None
+///       (optional: the exchange started in the runtime's start() and
+///       finished by handle.wait() in its wait(), so that it moves while
+///       the step computes; else all_to_all_v in wait())
 ///   all_gather_int(value: int) -> list[int]   (uint64 values)
 ///   all_gather_bytes(data: bytes) -> list[bytes]
 ///   all_gather_words(words: list[int]) -> list[int]   (optional: every
@@ -124,14 +128,16 @@ public:
   explicit PyCommunicator(nb::object object) : object(std::move(object)) {
     theRank = nb::cast<int64_t>(this->object.attr("rank")());
     theSize = nb::cast<int64_t>(this->object.attr("size")());
+    canStart = nb::hasattr(this->object, "start_all_to_all_v");
   }
   int64_t rank() const override { return theRank; }
   int64_t size() const override { return theSize; }
 
   muon::StatusOr<rt::PendingExchange> start(const rt::AllToAllV &x) override {
-    // Recorded here, run in wait(): every rank waits for its exchanges in
-    // the plan's order, as it starts them, so the process group's blocking
-    // all-to-all matches across ranks.
+    // Started here when the object can (every rank starts its exchanges in
+    // the plan's order, so the process group's collectives match across
+    // ranks); else recorded here and run in wait(), which every rank also
+    // reaches in the plan's order.
     Call call;
     call.send = x.sendBuffer;
     call.recv = x.recvBuffer;
@@ -149,6 +155,13 @@ public:
       if (call.rc[p])
         call.recvEnd = std::max(call.recvEnd, call.ro[p] + call.rc[p]);
     }
+    if (canStart) {
+      MUON_RETURN_IF_ERROR(this->call([&] {
+        call.handle = object.attr("start_all_to_all_v")(
+            bytesView(call.send, call.sendEnd), call.sc, call.so,
+            bytesView(call.recv, call.recvEnd), call.rc, call.ro);
+      }));
+    }
     rt::PendingExchange pending{nextId++};
     calls[pending.id] = std::move(call);
     return pending;
@@ -162,8 +175,12 @@ public:
     calls.erase(it);
     pending.id = -1;
     return call([&] {
-      object.attr("all_to_all_v")(bytesView(c.send, c.sendEnd), c.sc, c.so,
-                                  bytesView(c.recv, c.recvEnd), c.rc, c.ro);
+      if (c.handle.is_valid())
+        c.handle.attr("wait")();
+      else
+        object.attr("all_to_all_v")(bytesView(c.send, c.sendEnd), c.sc,
+                                    c.so, bytesView(c.recv, c.recvEnd), c.rc,
+                                    c.ro);
     });
   }
   void progress() override {}
@@ -268,8 +285,10 @@ private:
     void *recv = nullptr;
     std::vector<int64_t> sc, so, rc, ro;
     int64_t sendEnd = 0, recvEnd = 0;
+    nb::object handle; // start_all_to_all_v's, when the object has it
   };
   nb::object object;
+  bool canStart = false;
   int64_t theRank = 0, theSize = 1, nextId = 0;
   std::map<int64_t, Call> calls;
 };
@@ -809,6 +828,7 @@ public:
     d["bytes_received"] = c.bytesReceived;
     d["ns_flops"] = c.nsFlops;
     d["control_collectives"] = c.controlCollectives;
+    d["exchanges"] = c.exchanges;
     return d;
   }
 

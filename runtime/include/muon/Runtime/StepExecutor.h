@@ -51,6 +51,9 @@ struct StepCounters {
   /// missing gradients, QK-clip logits, device errors), beside the
   /// exchanges of the plan.
   int64_t controlCollectives = 0;
+  /// The plan's exchanges the step ran over the transport: those that move
+  /// something between ranks (an exchange with no transfers is not run).
+  int64_t exchanges = 0;
   /// The most device memory the optimizer held at once during the step:
   /// its state (momentum, moments, update buffers) plus the exchange and
   /// Newton-Schulz buffers alive at that moment.
