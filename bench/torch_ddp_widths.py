@@ -15,8 +15,9 @@ interleaved, round after round, on models of the same initial weights:
           whole gradient there), the others once;
   owner   muonc with opt.reduce_gradients_to_owners(ddp): DDP's hook
           reduces each matrix's gradient to its owner during the backward
-          pass instead of all-reducing it (AdamW's gradients are still
-          all-reduced, by the same hook).
+          pass instead of all-reducing it (one all_to_all per bucket;
+          AdamW's gradients summed in shares by it and gathered at the
+          step).
 
 Prints per width and mode the median and best of the slowest rank's step
 (ms) over the rounds, and the bytes a rank sends per step (the mean over
@@ -96,11 +97,15 @@ def rank_main(rank, args, out):
                 for m in MODES}
         params = sum(p.numel() for p in runs["torch"][0].parameters())
         allreduce = 2 * (n - 1) / n * params * 4
-        # What DDP's hook still all-reduces in owner mode: every gradient
-        # but those of the matrices reduced to their owners.
-        owned = sum(n for spans in runs["owner"][2][0]
-                    ._owner_segments.values() for _, n, _ in spans)
-        owner_allreduce = 2 * (n - 1) / n * (params - owned) * 4
+        # What DDP's hook still all-reduces in owner mode: the gradients of
+        # parameters outside muonc's optimizer (none here). Its own
+        # gradients (matrices to owners, AdamW's in shares) are counted in
+        # opt.last_step_counters.
+        ours = {id(p) for g in runs["owner"][2][0].param_groups
+                for p in g["params"]}
+        foreign = sum(p.numel() for p in runs["owner"][0].parameters()
+                      if id(p) not in ours)
+        owner_allreduce = 2 * (n - 1) / n * foreign * 4
         times = {m: [] for m in MODES}
         sent = {m: 0 for m in MODES}
         g = torch.Generator().manual_seed(1)

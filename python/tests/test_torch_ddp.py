@@ -1,5 +1,6 @@
 """muonc.torch.Muon under DDP: 2 processes (gloo, CPU) against one."""
 import copy
+import json
 
 import pytest
 
@@ -184,8 +185,12 @@ def _placements(rank, world, out):
             loss_of(ddp, x[rank::world], y[rank::world]).backward()
             opt.step()
             sent += opt.last_step_counters["bytes_sent"]
+        plan = json.loads(opt.engine.plan_json())
         results[placement.get("placement", "auto")] = (
-            [p.detach().clone() for p in model.parameters()], sent)
+            [p.detach().clone() for p in model.parameters()], sent,
+            opt.last_step_counters["exchanges"],
+            [e["phase"] for e in plan["exchanges"] if e["transfers"]],
+            len(plan["exchanges"]))
     try:
         muon = split_params(model)[0]
         Muon(muon, distributed_config=dict(create_dtensor_config(muon),
@@ -204,9 +209,16 @@ def test_placement_redundant_below_orthogonalizes_on_every_rank(tmp_path):
     out = str(tmp_path / "placement.pt")
     run_ranks(_placements, 2, out)
     got = torch.load(out)
-    (once, once_sent), (redundant, redundant_sent) = (
+    (once, once_sent, once_run, once_moving, once_planned), (
+        redundant, redundant_sent, redundant_run, _, _) = (
         got["results"]["auto"], got["results"]["redundant_below"])
     assert once_sent > 0 and redundant_sent == 0, (once_sent, redundant_sent)
+    # Only the exchanges that move something run: the scatters of the
+    # updates. The gathers are empty (each rank has the whole gradient).
+    assert once_moving and set(once_moving) == {"scatter"}, once_moving
+    assert once_run == len(once_moving) < once_planned, (
+        once_run, once_moving, once_planned)
+    assert redundant_run == 0, redundant_run
     for a, b in zip(once, redundant):
         assert torch.equal(a, b)
     assert "sometimes" in got["message"], got["message"]

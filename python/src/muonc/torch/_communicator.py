@@ -69,35 +69,37 @@ class TorchCommunicator:
 
     def all_to_all_v(self, send, send_counts, send_offsets, recv, recv_counts,
                      recv_offsets):
+        self.start_all_to_all_v(send, send_counts, send_offsets, recv,
+                                recv_counts, recv_offsets).wait()
+
+    def start_all_to_all_v(self, send, send_counts, send_offsets, recv,
+                           recv_counts, recv_offsets):
+        """Starts the exchange (counts and offsets in bytes) on the group's
+        own threads and returns what finishes it: its wait() leaves the
+        received bytes in `recv`. The runtime starts an exchange before the
+        Newton-Schulz it overlaps and waits for it after."""
         send_t = torch.from_numpy(send)
         recv_t = torch.from_numpy(recv)
-        packed_send = _packed(send_counts, send_offsets)
-        packed_recv = _packed(recv_counts, recv_offsets)
-        if packed_send:
+        if _packed(send_counts, send_offsets):
             inp = send_t[: sum(send_counts)]
         else:
             inp = torch.cat([send_t[o:o + c] for o, c in
                              zip(send_offsets, send_counts)])
+        packed_recv = _packed(recv_counts, recv_offsets)
         out = (recv_t[: sum(recv_counts)] if packed_recv
                else torch.empty(sum(recv_counts), dtype=torch.uint8))
-        if self._device is None:
-            dist.all_to_all_single(out, inp,
-                                   output_split_sizes=list(recv_counts),
-                                   input_split_sizes=list(send_counts),
-                                   group=self.group)
-        else:
-            out_d = torch.empty(out.numel(), dtype=torch.uint8,
-                                device=self._device)
-            dist.all_to_all_single(out_d, inp.to(self._device),
-                                   output_split_sizes=list(recv_counts),
-                                   input_split_sizes=list(send_counts),
-                                   group=self.group)
-            out.copy_(out_d)  # waits for the collective
-        if not packed_recv:
-            at = 0
-            for o, c in zip(recv_offsets, recv_counts):
-                recv_t[o:o + c] = out[at:at + c]
-                at += c
+        staged = None
+        if self._device is not None:
+            staged = torch.empty(out.numel(), dtype=torch.uint8,
+                                 device=self._device)
+            inp = inp.to(self._device)
+        work = dist.all_to_all_single(
+            out if staged is None else staged, inp,
+            output_split_sizes=list(recv_counts),
+            input_split_sizes=list(send_counts), group=self.group,
+            async_op=True)
+        return _PendingExchange(work, inp, out, staged, None if packed_recv
+                                else (recv_t, recv_counts, recv_offsets))
 
     def all_gather_int(self, value):
         return self.all_gather_words([value])
@@ -119,6 +121,27 @@ class TorchCommunicator:
 
     def abort(self, code):
         os._exit(code)
+
+
+class _PendingExchange:
+    """An all_to_all_v on its way: the work, and the tensors it reads and
+    writes (kept alive until it is done)."""
+
+    def __init__(self, work, inp, out, staged, scatter):
+        self._work, self._inp, self._out = work, inp, out
+        self._staged, self._scatter = staged, scatter
+
+    def wait(self):
+        self._work.wait()
+        if self._staged is not None:
+            self._out.copy_(self._staged)  # waits for the collective
+        if self._scatter is not None:
+            recv_t, counts, offsets = self._scatter
+            at = 0
+            for o, c in zip(offsets, counts):
+                recv_t[o:o + c] = self._out[at:at + c]
+                at += c
+        self._work = self._inp = self._out = self._staged = None
 
 
 _OWNED = weakref.WeakSet()

@@ -40,7 +40,7 @@ _WIRE_DTYPES = ("f32", "bf16")
 
 
 _COUNTERS = ("bytes_sent", "bytes_received", "ns_flops",
-             "control_collectives")
+             "control_collectives", "exchanges")
 
 
 class Muon(torch.optim.Optimizer):
@@ -201,16 +201,22 @@ class Muon(torch.optim.Optimizer):
     def reduce_gradients_to_owners(self, ddp_model):
         """Under DDP, moves no more bytes than DDP's all-reduce alone: the
         module's communication hook reduces the gradient of each matrix
-        this optimizer orthogonalizes to its owner only (one reduce per
-        owner and bucket, started during the backward pass as DDP's
-        all-reduce is), and the owner steps it and sends the update back.
-        Gradients of other parameters (AdamW's, other optimizers', matrices
-        the placement keeps on every rank) are all-reduced as before.
+        this optimizer orthogonalizes to its owner only (one all_to_all per
+        bucket, started during the backward pass as DDP's all-reduce is),
+        and the owner steps it and sends the update back. This optimizer's
+        other gradients (AdamW's, matrices the placement keeps on every
+        rank) ride in the same all_to_all: on 2 ranks both summands to
+        both ranks; on more, summed in shares, one per rank, gathered
+        whole at the start of step() (or clip_grad_norm_).
+        Every sum adds the ranks' gradients in rank order, as one process
+        would, so training equals one process bit for bit. Gradients of
+        parameters of other optimizers are all-reduced as DDP would.
 
         Call it once, on every rank, before the backward pass whose
-        gradients the next step uses. After backward a matrix's ``.grad``
-        is the mean gradient on its owner and zero on the other ranks: use
-        ``opt.clip_grad_norm_`` (the global norm), not
+        gradients the next step uses. Between backward and step a matrix's
+        ``.grad`` is the mean gradient on its owner and zero on the other
+        ranks, and on more than 2 ranks the other gradients are whole
+        only in this rank's share: use ``opt.clip_grad_norm_`` (the global norm), not
         ``torch.nn.utils.clip_grad_norm_`` (this rank's part). Muon's
         momentum lives on the owners (opt.state shows zeros elsewhere);
         ``state_dict()`` sums it over the ranks, so it is collective then:
@@ -256,6 +262,7 @@ class Muon(torch.optim.Optimizer):
         if not self._options.get("owner_reduced"):
             return torch.nn.utils.clip_grad_norm_(
                 params, max_norm, norm_type, error_if_nonfinite, foreach)
+        _owner_reduce.finish_gradients(self._hook)
         total = _owner_reduce.total_grad_norm(
             self, params, norm_type, error_if_nonfinite, foreach)
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total,
@@ -450,10 +457,11 @@ class Muon(torch.optim.Optimizer):
     def last_step_counters(self):
         """What the last step did on this rank: ``bytes_sent`` and
         ``bytes_received`` (the plan's exchanges: gradient pieces to owners,
-        updates back), ``ns_flops`` (its Newton-Schulz) and
-        ``control_collectives`` (its small agreements: gradient checks,
-        settings, parameters without a gradient, device errors). Empty
-        before the first step."""
+        updates back), ``exchanges`` (how many of the plan's exchanges ran
+        over the process group: those that move something), ``ns_flops``
+        (its Newton-Schulz) and ``control_collectives`` (its small
+        agreements: gradient checks, settings, parameters without a
+        gradient, device errors). Empty before the first step."""
         return dict(self._last_step)
 
     # --- the step --------------------------------------------------------
@@ -530,6 +538,9 @@ class Muon(torch.optim.Optimizer):
                                       for p, _, _ in self._params):
             self._qk_pending = {}  # no step: its logits go with it
             return loss
+        if self._hook is not None:
+            # The shared gradients the hook summed in shares, whole again.
+            _owner_reduce.finish_gradients(self._hook)
         self._push_settings()
         write_back = self._bind()
         for name, logits in self._qk_pending.items():

@@ -4,11 +4,22 @@ DDP all-reduces every gradient (2(N-1)/N of the bytes per rank); muonc then
 sends each orthogonalized update from its owner to the other ranks
 ((N-1)/N more). With ``Muon.reduce_gradients_to_owners(ddp_model)``, DDP's
 communication hook reduces each matrix's gradient to the one rank that
-orthogonalizes it instead: one ``reduce`` per owner and bucket, started as
-DDP hands the bucket over during the backward pass, so it overlaps the
-rest of backward as DDP's all-reduce does. Each non-owner sends its
-summand once ((N-1)/N of the bytes) and the owner's update comes back
-((N-1)/N): DDP's all-reduce volume and no more.
+orthogonalizes it instead, as DDP hands the bucket over during the backward
+pass, so it overlaps the rest of backward as DDP's all-reduce does. Each
+non-owner sends its summand once ((N-1)/N of the bytes) and the owner's
+update comes back ((N-1)/N): DDP's all-reduce volume and no more.
+
+One all_to_all per bucket does it: a reduce-scatter whose pieces are whole
+matrices, each rank summing the summands it receives in rank order. The
+optimizer's other gradients (AdamW's, matrices the placement keeps on
+every rank), which every rank needs whole, ride in the same all_to_all:
+on 2 ranks each sends the other its summand (an all-reduce's bytes); on
+more, as one share per rank, summed there and gathered by one all_to_all
+at the step (a reduce-scatter and an all-gather, an all-reduce's bytes). So
+every gradient is the rank-order sum one process computes, bit for bit on
+any number of ranks (a backend's all-reduce or reduce adds in its own
+order), and on gloo an all_to_all costs less than the per-owner reduces
+it replaces (docs/performance.md).
 
 After the hook a matrix's ``.grad`` is the mean over ranks on its owner and
 zero elsewhere. The step is the plain data-parallel plan's (the gradient
@@ -20,9 +31,8 @@ is kept as summands whose sum over the ranks is the true one
 A communication hook rather than a wrapper of our own: DDP keeps doing what
 users rely on (buckets, ``no_sync`` accumulation, unused-parameter
 detection, broadcasting buffers), and the hook is torch's documented way to
-change how a bucket is reduced. Gradients of parameters the optimizer does
-not orthogonalize alone (AdamW's, another optimizer's, matrices the
-placement keeps on every rank) are all-reduced as DDP would.
+change how a bucket is reduced. Gradients of parameters of other
+optimizers are all-reduced as DDP would: they are whole after backward.
 """
 import torch
 import torch.distributed as dist
@@ -31,8 +41,8 @@ from .._core import InvalidArgumentError, MuonTypeError
 from ._settings import ELEMENT_SLOTS, ELEMENTWISE
 from ._state import torch_name
 
-__all__ = ["HookState", "check_ddp", "owner_reduce_hook", "owner_segments",
-           "summed_state"]
+__all__ = ["HookState", "check_ddp", "finish_gradients", "owner_reduce_hook",
+           "owner_segments", "summed_state"]
 
 
 def check_ddp(ddp_model, optimizer_params, group_ranks):
@@ -89,18 +99,34 @@ def owner_segments(opt):
 
 class HookState:
     """What the hook needs: the optimizer (its _owner_segments, as of its
-    latest plan, so a group added later joins), the process group, and the
-    bytes this rank's reductions moved since the last step (what a reduce
-    carries whatever the backend's algorithm: each non-owner's summand once
-    to the owner)."""
+    latest plan, so a group added later joins), the process group, the
+    shared gradients whose gathering waits for the step (`pending`: bucket
+    index -> [(parameter, start, length, holder rank)]), and the bytes this
+    rank moved since the last step."""
 
     def __init__(self, optimizer, group):
         self.optimizer = optimizer
         self.group = group
         self.size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
+        self.pending = {}
+        # Bucket index -> (send, receive) buffers, kept from step to step:
+        # a fresh bucket-sized tensor costs its pages' faults every step.
+        self.buffers = {}
         self.bytes_sent = 0
         self.bytes_received = 0
+
+    def buffers_for(self, bucket, sending, receiving):
+        """The bucket's send and receive buffers of these sizes (in its
+        gradients' dtype and device)."""
+        buffer = bucket.buffer()
+        held = self.buffers.get(bucket.index())
+        if held is None or held[0].dtype != buffer.dtype or \
+                held[0].device != buffer.device or \
+                held[0].numel() < sending or held[1].numel() < receiving:
+            held = (buffer.new_empty(sending), buffer.new_empty(receiving))
+            self.buffers[bucket.index()] = held
+        return held[0][:sending], held[1][:receiving]
 
     def take_counters(self):
         sent, received = self.bytes_sent, self.bytes_received
@@ -108,67 +134,169 @@ class HookState:
         return sent, received
 
 
-def _spans_by_owner(segments, bucket):
-    """{owner rank, or None for all-reduce: [(start, length)]} over the
-    bucket's buffer, which holds its parameters' gradients one after the
-    other in the order of bucket.parameters(); adjacent spans merged."""
-    spans = {}
+class _Spans:
+    """Runs of a flat buffer, adjacent ones merged."""
 
-    def add(owner, start, length):
+    def __init__(self):
+        self.runs = []
+        self.total = 0
+
+    def add(self, start, length):
         if not length:
             return
-        runs = spans.setdefault(owner, [])
-        if runs and runs[-1][0] + runs[-1][1] == start:
-            runs[-1] = (runs[-1][0], runs[-1][1] + length)
+        if self.runs and self.runs[-1][0] + self.runs[-1][1] == start:
+            self.runs[-1] = (self.runs[-1][0], self.runs[-1][1] + length)
         else:
-            runs.append((start, length))
+            self.runs.append((start, length))
+        self.total += length
 
+    def take(self, buffer):
+        if len(self.runs) == 1:
+            a, n = self.runs[0]
+            return buffer[a:a + n]
+        return torch.cat([buffer[a:a + n] for a, n in self.runs])
+
+    def put(self, buffer, values):
+        at = 0
+        for a, n in self.runs:
+            buffer[a:a + n].copy_(values[at:at + n])
+            at += n
+
+    def zero(self, buffer):
+        for a, n in self.runs:
+            buffer[a:a + n].zero_()
+
+
+def _bucket_layout(state, bucket):
+    """Where each element of the bucket's buffer goes (the buffer holds its
+    parameters' gradients one after the other, in the order of
+    bucket.parameters()):
+
+    * `to`: [_Spans] by rank: what that rank sums. The matrices it alone
+      orthogonalizes, and of the optimizer's other gradients (AdamW's,
+      matrices the placement keeps on every rank): on 2 ranks all of them
+      (each rank sends the other its summand, an all-reduce's bytes, and
+      nothing is left for the step); on more, one contiguous share per
+      rank, gathered at the step (sending every summand to every rank
+      would cost N-1 times the bytes where an all-reduce costs 2(N-1)/N);
+    * `theirs`: _Spans of the matrices other ranks orthogonalize (zeroed
+      here after the exchange);
+    * `shares`: [(parameter, start, length, rank)] of the shares;
+    * `foreign`: _Spans of parameters of other optimizers, all-reduced as
+      DDP would (their gradients are whole after backward)."""
+    opt = state.optimizer
+    segments = opt._owner_segments
+    mine = {id(p) for p, _, _ in opt._params}
+    to = [_Spans() for _ in range(state.size)]
+    theirs, foreign = _Spans(), _Spans()
+    shared = []  # (parameter, start in it, length, start in the buffer)
     at = 0
     for p in bucket.parameters():
+        if id(p) not in mine:
+            foreign.add(at, p.numel())
+            at += p.numel()
+            continue
         done = 0
         for start, length, owner in segments.get(id(p), ()):
-            add(None, at + done, start - done)
-            add(owner, at + start, length)
+            if start > done:
+                shared.append((p, done, start - done, at + done))
+            to[owner].add(at + start, length)
+            if owner != state.rank:
+                theirs.add(at + start, length)
             done = start + length
-        add(None, at + done, p.numel() - done)
+        if p.numel() > done:
+            shared.append((p, done, p.numel() - done, at + done))
         at += p.numel()
-    return spans
+    if state.size <= 2:
+        for _, _, length, where in shared:
+            for spans in to:
+                spans.add(where, length)
+        return to, theirs, [], foreign
+    total = sum(n for _, _, n, _ in shared)
+    bounds = [total * r // state.size for r in range(state.size + 1)]
+    shares = []
+    rank, used = 0, 0  # `used`: the shared elements before this piece
+    for p, start, length, where in shared:
+        while length:
+            while used >= bounds[rank + 1]:
+                rank += 1
+            n = min(length, bounds[rank + 1] - used)
+            to[rank].add(where, n)
+            shares.append((p, start, n, rank))
+            start, where, length, used = start + n, where + n, length - n, \
+                used + n
+    return to, theirs, shares, foreign
 
 
 def owner_reduce_hook(state, bucket):
     """DDP communication hook: the bucket's gradients scaled by 1/N (DDP's
-    mean); each owner's matrices reduced to it, the rest all-reduced; on
-    return a matrix's gradient is the mean on its owner and zero
-    elsewhere."""
+    mean), then one all_to_all: each rank sends every other rank its
+    summand of what that rank sums (its matrices; the optimizer's other
+    gradients, or on more than 2 ranks its share of them) and adds the
+    summands it receives in rank order, as one process adding the ranks'
+    gradients does, bit for bit on any number of ranks. On return a
+    matrix's gradient is the mean on its owner and zero elsewhere; shares
+    are gathered by the step (finish_gradients); other optimizers'
+    gradients are all-reduced."""
     buffer = bucket.buffer()
     buffer.div_(state.size)
-    spans = _spans_by_owner(state.optimizer._owner_segments, bucket)
+    to, theirs, shares, foreign = _bucket_layout(state, bucket)
+    if bucket.index() == 0:
+        state.pending = {}  # a new backward pass: the last one's are stale
+    if shares:
+        state.pending[bucket.index()] = shares
+    me, size = state.rank, state.size
     started = []
-    for owner, runs in spans.items():
-        flat = (buffer[runs[0][0]:runs[0][0] + runs[0][1]] if len(runs) == 1
-                else torch.cat([buffer[a:a + n] for a, n in runs]))
-        if owner is None:
-            work = dist.all_reduce(flat, group=state.group, async_op=True)
-        else:
-            work = dist.reduce(flat, group=state.group, group_dst=owner,
-                               async_op=True)
-            size = flat.numel() * flat.element_size()
-            if owner == state.rank:
-                state.bytes_received += (state.size - 1) * size
-            else:
-                state.bytes_sent += size
-        started.append((owner, runs, flat, work))
+    own = to[me]
+    exchanged = any(t.total for t in to)
+    if exchanged:
+        send, received = state.buffers_for(
+            bucket, sum(to[r].total for r in range(size) if r != me),
+            (size - 1) * own.total)
+        at = 0
+        for r in range(size):
+            if r != me:
+                for a, n in to[r].runs:
+                    send[at:at + n].copy_(buffer[a:a + n])
+                    at += n
+        started.append(dist.all_to_all_single(
+            received, send,
+            output_split_sizes=[0 if r == me else own.total
+                                for r in range(size)],
+            input_split_sizes=[0 if r == me else to[r].total
+                               for r in range(size)],
+            group=state.group, async_op=True))
+        width = buffer.element_size()
+        state.bytes_sent += send.numel() * width
+        state.bytes_received += received.numel() * width
+    if foreign.total:
+        flat = foreign.take(buffer)
+        started.append(dist.all_reduce(flat, group=state.group,
+                                       async_op=True))
 
     def put_back(_):
-        for owner, runs, flat, _ in started:
-            if owner is not None and owner != state.rank:
-                for a, n in runs:
-                    buffer[a:a + n].zero_()
-            elif len(runs) > 1:
-                taken = 0
-                for a, n in runs:
-                    buffer[a:a + n].copy_(flat[taken:taken + n])
-                    taken += n
+        if exchanged:
+            if own.total:
+                # Rank order, in place: the ranks before this one added up
+                # in the received buffer, that sum added to this rank's
+                # summand (a + b is b + a, bit for bit), then the rest.
+                parts = received.view(size - 1, own.total)
+                mine = own.take(buffer)  # a view of the buffer if one run
+                total = None
+                for r in range(size):
+                    if r == me:
+                        if total is not None:
+                            mine.add_(total)
+                        total = mine
+                    elif total is None:
+                        total = parts[r - (r > me)]
+                    else:
+                        total.add_(parts[r - (r > me)])
+                if len(own.runs) > 1:
+                    own.put(buffer, mine)
+            theirs.zero(buffer)
+        if foreign.total and len(foreign.runs) > 1:
+            foreign.put(buffer, flat)
         return buffer
 
     if not started:
@@ -178,11 +306,53 @@ def owner_reduce_hook(state, bucket):
     if buffer.is_cuda:
         # One stream runs the group's collectives in order: the last one's
         # future (whose value carries its stream's event) covers them all.
-        return started[-1][3].get_future().then(put_back)
+        return started[-1].get_future().then(put_back)
     # A CPU backend may run them on several threads: wait for every one
     # (a wait() inside the callback can deadlock gloo's workers).
     return torch.futures.collect_all(
-        [work.get_future() for _, _, _, work in started]).then(put_back)
+        [work.get_future() for work in started]).then(put_back)
+
+
+def finish_gradients(state):
+    """Gathers the shared gradients' shares that the hook summed on each
+    rank (one all_to_all over every bucket of the last backward pass), so
+    that every rank holds them whole before the step or the norm. A no-op
+    when nothing waits."""
+    pending, state.pending = state.pending, {}
+    shares = [s for index in sorted(pending) for s in pending[index]]
+    if not shares:
+        return
+    me, size = state.rank, state.size
+
+    def flat(p):
+        return p.grad.view(-1) if p.grad is not None else None
+
+    held = [[] for _ in range(size)]
+    for p, start, length, rank in shares:
+        held[rank].append((p, start, length))
+    counts = [sum(n for _, _, n in held[r]) for r in range(size)]
+    sample = next(p for p, _, _, _ in shares)
+    mine = [flat(p)[a:a + n] if p.grad is not None else
+            sample.new_zeros(n) for p, a, n in held[me]]
+    mine = torch.cat(mine) if mine else sample.new_empty(0)
+    send = mine.repeat(size - 1)
+    received = sample.new_empty(sum(counts) - counts[me])
+    dist.all_to_all_single(
+        received, send,
+        output_split_sizes=[0 if r == me else counts[r] for r in range(size)],
+        input_split_sizes=[0 if r == me else counts[me] for r in range(size)],
+        group=state.group)
+    width = received.element_size()
+    state.bytes_sent += send.numel() * width
+    state.bytes_received += received.numel() * width
+    at = 0
+    for r in range(size):
+        if r == me:
+            continue
+        for p, a, n in held[r]:
+            if p.grad is not None:
+                flat(p)[a:a + n].copy_(received[at:at + n])
+            at += n
 
 
 def _per_summand_keys():
@@ -243,29 +413,67 @@ def gather_to_new_owners(opt):
 
 def total_grad_norm(opt, params, norm_type, error_if_nonfinite, foreach):
     """The norm of the whole gradient of `params` (those with a .grad) as
-    torch.nn.utils.get_total_norm computes it in one process, with each
-    owner-reduced parameter's norm taken over its owners (collective). A
-    matrix with one owner contributes the owner's norm as is, so the total
-    is the one-process total bit for bit; a batched parameter whose
-    matrices have several owners adds their norms' powers."""
+    torch.nn.utils.get_total_norm computes it in one process, collective
+    over the ranks, bit for bit. A matrix with one owner contributes the
+    owner's norm as is (the other ranks add zeros); a parameter whose
+    matrices have several owners is summed whole first (each element comes
+    from one rank, the others add zeros) and its norm taken as one process
+    takes it. The infinity norm takes the largest of the ranks' norms,
+    which is exact as it is."""
     norm_type = float(norm_type)
     segments = opt._owner_segments
     norms = [torch.linalg.vector_norm(p.grad, norm_type) for p in params]
     shared = [i for i, p in enumerate(params) if id(p) in segments]
     if shared:
-        infinite = norm_type == float("inf")
-        split = {i for i in shared
-                 if len({o for _, _, o in segments[id(params[i])]}) > 1 or
-                 sum(n for _, n, _ in segments[id(params[i])]) <
-                 params[i].numel()}
-        parts = torch.stack([
-            norms[i].float() ** norm_type if i in split and not infinite
-            else norms[i].float() for i in shared])
-        dist.all_reduce(parts, op=dist.ReduceOp.MAX if infinite
-                        else dist.ReduceOp.SUM, group=opt._hook.group)
-        for k, i in enumerate(shared):
-            value = (parts[k] ** (1.0 / norm_type)
-                     if i in split and not infinite else parts[k])
-            norms[i] = value.to(norms[i].dtype)
+        group = opt._hook.group
+        if norm_type == float("inf"):
+            parts = torch.stack([norms[i].float() for i in shared])
+            dist.all_reduce(parts, op=dist.ReduceOp.MAX, group=group)
+            for k, i in enumerate(shared):
+                norms[i] = parts[k].to(norms[i].dtype)
+        else:
+            whole = [i for i in shared if _several_holders(
+                segments[id(params[i])], params[i].numel())]
+            single = [i for i in shared if i not in whole]
+            rank = opt._hook.rank
+            flat = torch.cat(
+                [torch.stack([norms[i].float() for i in single]).reshape(-1)
+                 if single else params[0].grad.new_zeros(0).float()] +
+                [_this_ranks_part(params[i], segments[id(params[i])], rank)
+                 .float() for i in whole])
+            dist.all_reduce(flat, group=group)
+            for k, i in enumerate(single):
+                norms[i] = flat[k].to(norms[i].dtype)
+            at = len(single)
+            for i in whole:
+                n = params[i].numel()
+                norms[i] = torch.linalg.vector_norm(
+                    flat[at:at + n].to(params[i].grad.dtype), norm_type)
+                at += n
     return torch.nn.utils.get_total_norm(norms, norm_type,
                                          error_if_nonfinite, foreach)
+
+
+def _several_holders(spans, numel):
+    """Whether a parameter's gradient is in parts on several ranks: its
+    matrices have different owners, or some of it is on every rank."""
+    return len({o for _, _, o in spans}) > 1 or \
+        sum(n for _, n, _ in spans) < numel
+
+
+def _this_ranks_part(p, spans, rank):
+    """p's gradient (flat) where this rank holds it alone, the part every
+    rank holds on rank 0 only, zeros elsewhere: summed over the ranks, the
+    whole gradient, each element exact."""
+    flat = p.grad.reshape(-1)
+    part = torch.zeros_like(flat)
+    done = 0
+    for start, length, owner in spans:
+        if rank == 0:
+            part[done:start] = flat[done:start]
+        if owner == rank:
+            part[start:start + length] = flat[start:start + length]
+        done = start + length
+    if rank == 0:
+        part[done:] = flat[done:]
+    return part
