@@ -65,8 +65,8 @@ def _train(rank, world, out, micro, below=0, clip=None):
     config = None
     if below:
         from muonc.torch import create_dtensor_config
-        config = dict(create_dtensor_config(model), placement="redundant_below",
-                      redundant_below=below)
+        config = dict(create_dtensor_config(model),
+                      placement="redundant_below", redundant_below=below)
     opt = make_opt(model, distributed_config=config)
     opt.reduce_gradients_to_owners(ddp)
     sent, norms = [], []

@@ -216,11 +216,11 @@ class Muon(torch.optim.Optimizer):
         gradients the next step uses. Between backward and step a matrix's
         ``.grad`` is the mean gradient on its owner and zero on the other
         ranks, and on more than 2 ranks the other gradients are whole
-        only in this rank's share: use ``opt.clip_grad_norm_`` (the global norm), not
-        ``torch.nn.utils.clip_grad_norm_`` (this rank's part). Muon's
-        momentum lives on the owners (opt.state shows zeros elsewhere);
-        ``state_dict()`` sums it over the ranks, so it is collective then:
-        call it on every rank, as under FSDP."""
+        only in this rank's share: use ``opt.clip_grad_norm_`` (the global
+        norm), not ``torch.nn.utils.clip_grad_norm_`` (this rank's part).
+        Muon's momentum lives on the owners (opt.state shows zeros
+        elsewhere); ``state_dict()`` sums it over the ranks, so it is
+        collective then: call it on every rank, as under FSDP."""
         if self._comm is None or self._config is None or \
                 self._options["communicator"] == "mpi" or \
                 self._config.get("dtensor") or \
