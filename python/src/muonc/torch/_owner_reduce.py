@@ -277,21 +277,9 @@ def owner_reduce_hook(state, bucket):
     def put_back(_):
         if exchanged:
             if own.total:
-                # Rank order, in place: the ranks before this one added up
-                # in the received buffer, that sum added to this rank's
-                # summand (a + b is b + a, bit for bit), then the rest.
-                parts = received.view(size - 1, own.total)
                 mine = own.take(buffer)  # a view of the buffer if one run
-                total = None
-                for r in range(size):
-                    if r == me:
-                        if total is not None:
-                            mine.add_(total)
-                        total = mine
-                    elif total is None:
-                        total = parts[r - (r > me)]
-                    else:
-                        total.add_(parts[r - (r > me)])
+                _add_in_rank_order(mine, received.view(size - 1, own.total),
+                                   me)
                 if len(own.runs) > 1:
                     own.put(buffer, mine)
             theirs.zero(buffer)
@@ -313,6 +301,22 @@ def owner_reduce_hook(state, bucket):
         [work.get_future() for work in started]).then(put_back)
 
 
+def _add_in_rank_order(mine, others, me):
+    """Leaves in `mine` (this rank's summand) the sum of every rank's
+    summand added in rank order, as one process adds them; `others` holds
+    the other ranks' summands, one row each in rank order, and is used as
+    scratch. In place: the ranks before this one are added up in their
+    rows, that sum is added to this rank's summand (a + b is b + a, bit
+    for bit), then the rest."""
+    if me:
+        total = others[0]
+        for row in others[1:me]:
+            total.add_(row)
+        mine.add_(total)
+    for row in others[me:]:
+        mine.add_(row)
+
+
 def finish_gradients(state):
     """Gathers the shared gradients' shares that the hook summed on each
     rank (one all_to_all over every bucket of the last backward pass), so
@@ -323,16 +327,12 @@ def finish_gradients(state):
     if not shares:
         return
     me, size = state.rank, state.size
-
-    def flat(p):
-        return p.grad.view(-1) if p.grad is not None else None
-
     held = [[] for _ in range(size)]
     for p, start, length, rank in shares:
         held[rank].append((p, start, length))
     counts = [sum(n for _, _, n in held[r]) for r in range(size)]
-    sample = next(p for p, _, _, _ in shares)
-    mine = [flat(p)[a:a + n] if p.grad is not None else
+    sample = shares[0][0]
+    mine = [p.grad.view(-1)[a:a + n] if p.grad is not None else
             sample.new_zeros(n) for p, a, n in held[me]]
     mine = torch.cat(mine) if mine else sample.new_empty(0)
     send = mine.repeat(size - 1)
@@ -351,7 +351,7 @@ def finish_gradients(state):
             continue
         for p, a, n in held[r]:
             if p.grad is not None:
-                flat(p)[a:a + n].copy_(received[at:at + n])
+                p.grad.view(-1)[a:a + n].copy_(received[at:at + n])
             at += n
 
 
