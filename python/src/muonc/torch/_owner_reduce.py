@@ -113,6 +113,9 @@ class HookState:
         # Bucket index -> (send, receive) buffers, kept from step to step:
         # a fresh bucket-sized tensor costs its pages' faults every step.
         self.buffers = {}
+        # Bucket index -> its _BucketLayout, until DDP rebuilds its buckets
+        # or the optimizer compiles a new plan.
+        self.layouts = {}
         self.bytes_sent = 0
         self.bytes_received = 0
 
@@ -128,6 +131,19 @@ class HookState:
             self.buffers[bucket.index()] = held
         return held[0][:sending], held[1][:receiving]
 
+    def layout_of(self, bucket):
+        """The bucket's _BucketLayout, computed again only when its
+        parameters or the plan's owners changed."""
+        params = bucket.parameters()
+        segments = self.optimizer._owner_segments
+        held = self.layouts.get(bucket.index())
+        if held is None or held.segments is not segments or \
+                len(held.params) != len(params) or \
+                any(a is not b for a, b in zip(held.params, params)):
+            held = _BucketLayout(self, params, segments)
+            self.layouts[bucket.index()] = held
+        return held
+
     def take_counters(self):
         sent, received = self.bytes_sent, self.bytes_received
         self.bytes_sent = self.bytes_received = 0
@@ -135,42 +151,60 @@ class HookState:
 
 
 class _Spans:
-    """Runs of a flat buffer, adjacent ones merged."""
+    """Runs (start, length, kind) of a flat buffer in order, adjacent ones
+    of the same kind merged."""
 
     def __init__(self):
         self.runs = []
         self.total = 0
 
-    def add(self, start, length):
+    def add(self, start, length, kind=None):
         if not length:
             return
-        if self.runs and self.runs[-1][0] + self.runs[-1][1] == start:
-            self.runs[-1] = (self.runs[-1][0], self.runs[-1][1] + length)
+        if self.runs and self.runs[-1][0] + self.runs[-1][1] == start and \
+                self.runs[-1][2] == kind:
+            self.runs[-1] = (self.runs[-1][0], self.runs[-1][1] + length,
+                             kind)
         else:
-            self.runs.append((start, length))
+            self.runs.append((start, length, kind))
         self.total += length
 
     def take(self, buffer):
         if len(self.runs) == 1:
-            a, n = self.runs[0]
+            a, n, _ = self.runs[0]
             return buffer[a:a + n]
-        return torch.cat([buffer[a:a + n] for a, n in self.runs])
+        return torch.cat([buffer[a:a + n] for a, n, _ in self.runs])
 
     def put(self, buffer, values):
         at = 0
-        for a, n in self.runs:
+        for a, n, _ in self.runs:
             buffer[a:a + n].copy_(values[at:at + n])
             at += n
 
     def zero(self, buffer):
-        for a, n in self.runs:
+        for a, n, _ in self.runs:
             buffer[a:a + n].zero_()
 
+    def complement(self, numel):
+        """The runs of [0, numel) outside these."""
+        rest, done = _Spans(), 0
+        for a, n, _ in self.runs:
+            rest.add(done, a - done)
+            done = a + n
+        rest.add(done, numel - done)
+        return rest
 
-def _bucket_layout(state, bucket):
-    """Where each element of the bucket's buffer goes (the buffer holds its
+
+# Kinds of the runs sent to a rank: the matrices it alone orthogonalizes
+# (divided by N into the send buffer, then zeroed here), and the rest (kept
+# here too, so divided in place first and copied).
+_THEIRS, _KEPT = "theirs", "kept"
+
+
+class _BucketLayout:
+    """Where each element of a bucket's buffer goes (the buffer holds its
     parameters' gradients one after the other, in the order of
-    bucket.parameters()):
+    bucket.parameters()), computed once per bucket and plan:
 
     * `to`: [_Spans] by rank: what that rank sums. The matrices it alone
       orthogonalizes, and of the optimizer's other gradients (AdamW's,
@@ -180,40 +214,57 @@ def _bucket_layout(state, bucket):
       rank, gathered at the step (sending every summand to every rank
       would cost N-1 times the bytes where an all-reduce costs 2(N-1)/N);
     * `theirs`: _Spans of the matrices other ranks orthogonalize (zeroed
-      here after the exchange);
+      here after the exchange); `kept`: the rest of the buffer;
     * `shares`: [(parameter, start, length, rank)] of the shares;
     * `foreign`: _Spans of parameters of other optimizers, all-reduced as
-      DDP would (their gradients are whole after backward)."""
-    opt = state.optimizer
-    segments = opt._owner_segments
-    mine = {id(p) for p, _, _ in opt._params}
-    to = [_Spans() for _ in range(state.size)]
-    theirs, foreign = _Spans(), _Spans()
-    shared = []  # (parameter, start in it, length, start in the buffer)
-    at = 0
-    for p in bucket.parameters():
-        if id(p) not in mine:
-            foreign.add(at, p.numel())
+      DDP would (their gradients are whole after backward);
+    * `sending`, `receiving`: the all_to_all's split sizes by rank."""
+
+    def __init__(self, state, params, segments):
+        self.params = params
+        self.segments = segments
+        me, size = state.rank, state.size
+        mine = {id(p) for p, _, _ in state.optimizer._params}
+        to = [_Spans() for _ in range(size)]
+        theirs, foreign = _Spans(), _Spans()
+        shared = []  # (parameter, start in it, length, start in the buffer)
+        at = 0
+        for p in params:
+            if id(p) not in mine:
+                foreign.add(at, p.numel())
+                at += p.numel()
+                continue
+            done = 0
+            for start, length, owner in segments.get(id(p), ()):
+                if start > done:
+                    shared.append((p, done, start - done, at + done))
+                to[owner].add(at + start, length,
+                              _KEPT if owner == me else _THEIRS)
+                if owner != me:
+                    theirs.add(at + start, length)
+                done = start + length
+            if p.numel() > done:
+                shared.append((p, done, p.numel() - done, at + done))
             at += p.numel()
-            continue
-        done = 0
-        for start, length, owner in segments.get(id(p), ()):
-            if start > done:
-                shared.append((p, done, start - done, at + done))
-            to[owner].add(at + start, length)
-            if owner != state.rank:
-                theirs.add(at + start, length)
-            done = start + length
-        if p.numel() > done:
-            shared.append((p, done, p.numel() - done, at + done))
-        at += p.numel()
-    if state.size <= 2:
+        self.shares = _share_out(shared, to, size)
+        self.to, self.theirs, self.foreign = to, theirs, foreign
+        self.kept = theirs.complement(at)
+        self.sending = [0 if r == me else to[r].total for r in range(size)]
+        self.receiving = [0 if r == me else to[me].total
+                          for r in range(size)]
+
+
+def _share_out(shared, to, size):
+    """Adds the shared gradients' pieces to the ranks that sum them (every
+    rank on 2 ranks; one contiguous share per rank on more) and returns the
+    shares to gather at the step: [(parameter, start, length, rank)]."""
+    if size <= 2:
         for _, _, length, where in shared:
             for spans in to:
-                spans.add(where, length)
-        return to, theirs, [], foreign
+                spans.add(where, length, _KEPT)
+        return []
     total = sum(n for _, _, n, _ in shared)
-    bounds = [total * r // state.size for r in range(state.size + 1)]
+    bounds = [total * r // size for r in range(size + 1)]
     shares = []
     rank, used = 0, 0  # `used`: the shared elements before this piece
     for p, start, length, where in shared:
@@ -221,11 +272,34 @@ def _bucket_layout(state, bucket):
             while used >= bounds[rank + 1]:
                 rank += 1
             n = min(length, bounds[rank + 1] - used)
-            to[rank].add(where, n)
+            to[rank].add(where, n, _KEPT)
             shares.append((p, start, n, rank))
             start, where, length, used = start + n, where + n, length - n, \
                 used + n
-    return to, theirs, shares, foreign
+    return shares
+
+
+def _scale_and_pack(layout, buffer, send, me, size):
+    """Divides the bucket by N (DDP's mean) and fills the send buffer, in
+    one pass over each element: what stays here is divided in place and
+    copied, the matrices of other owners are divided straight into the
+    send buffer (and zeroed here after the exchange). The same division,
+    so the same bits as dividing the whole buffer first."""
+    if layout.theirs.total:
+        for a, n, _ in layout.kept.runs:
+            buffer[a:a + n].div_(size)
+    else:
+        buffer.div_(size)
+    at = 0
+    for r in range(size):
+        if r == me:
+            continue
+        for a, n, kind in layout.to[r].runs:
+            if kind == _THEIRS:
+                torch.div(buffer[a:a + n], size, out=send[at:at + n])
+            else:
+                send[at:at + n].copy_(buffer[a:a + n])
+            at += n
 
 
 def owner_reduce_hook(state, bucket):
@@ -239,36 +313,29 @@ def owner_reduce_hook(state, bucket):
     are gathered by the step (finish_gradients); other optimizers'
     gradients are all-reduced."""
     buffer = bucket.buffer()
-    buffer.div_(state.size)
-    to, theirs, shares, foreign = _bucket_layout(state, bucket)
+    layout = state.layout_of(bucket)
     if bucket.index() == 0:
         state.pending = {}  # a new backward pass: the last one's are stale
-    if shares:
-        state.pending[bucket.index()] = shares
+    if layout.shares:
+        state.pending[bucket.index()] = layout.shares
     me, size = state.rank, state.size
+    own = layout.to[me]
     started = []
-    own = to[me]
-    exchanged = any(t.total for t in to)
+    exchanged = any(layout.sending) or own.total
     if exchanged:
-        send, received = state.buffers_for(
-            bucket, sum(to[r].total for r in range(size) if r != me),
-            (size - 1) * own.total)
-        at = 0
-        for r in range(size):
-            if r != me:
-                for a, n in to[r].runs:
-                    send[at:at + n].copy_(buffer[a:a + n])
-                    at += n
+        send, received = state.buffers_for(bucket, sum(layout.sending),
+                                           sum(layout.receiving))
+        _scale_and_pack(layout, buffer, send, me, size)
         started.append(dist.all_to_all_single(
-            received, send,
-            output_split_sizes=[0 if r == me else own.total
-                                for r in range(size)],
-            input_split_sizes=[0 if r == me else to[r].total
-                               for r in range(size)],
-            group=state.group, async_op=True))
+            received, send, output_split_sizes=layout.receiving,
+            input_split_sizes=layout.sending, group=state.group,
+            async_op=True))
         width = buffer.element_size()
         state.bytes_sent += send.numel() * width
         state.bytes_received += received.numel() * width
+    else:
+        buffer.div_(size)
+    foreign = layout.foreign
     if foreign.total:
         flat = foreign.take(buffer)
         started.append(dist.all_reduce(flat, group=state.group,
@@ -276,13 +343,12 @@ def owner_reduce_hook(state, bucket):
 
     def put_back(_):
         if exchanged:
-            if own.total:
-                mine = own.take(buffer)  # a view of the buffer if one run
-                _add_in_rank_order(mine, received.view(size - 1, own.total),
-                                   me)
-                if len(own.runs) > 1:
-                    own.put(buffer, mine)
-            theirs.zero(buffer)
+            rows = received.view(size - 1, own.total)
+            at = 0
+            for a, n, _ in own.runs:
+                _add_in_rank_order(buffer[a:a + n], rows[:, at:at + n], me)
+                at += n
+            layout.theirs.zero(buffer)
         if foreign.total and len(foreign.runs) > 1:
             foreign.put(buffer, flat)
         return buffer
