@@ -26,6 +26,14 @@ all-reduce (2(N-1)/N of the gradients it reduces) plus muonc's exchanges
 (opt.last_step_counters), against DDP's alone. Not part of `make check`:
 
     build/venv/bin/python bench/torch_ddp_widths.py --ranks 2
+
+The ranks talk over loopback, where a byte costs about a memory copy. To
+give them a link of a given bandwidth instead (as root; it shapes all of
+the machine's loopback traffic until removed):
+
+    tc qdisc add dev lo root tbf rate 2gbit burst 256kb latency 100ms
+    build/venv/bin/python bench/torch_ddp_widths.py --ranks 2
+    tc qdisc del dev lo root
 """
 import argparse
 import os
