@@ -218,7 +218,8 @@ class _BucketLayout:
     * `shares`: [(parameter, start, length, rank)] of the shares;
     * `foreign`: _Spans of parameters of other optimizers, all-reduced as
       DDP would (their gradients are whole after backward);
-    * `sending`, `receiving`: the all_to_all's split sizes by rank."""
+    * `sending`, `receiving`: the all_to_all's split sizes by rank, and
+      `exchanged`: whether there is one."""
 
     def __init__(self, state, params, segments):
         self.params = params
@@ -252,6 +253,8 @@ class _BucketLayout:
         self.sending = [0 if r == me else to[r].total for r in range(size)]
         self.receiving = [0 if r == me else to[me].total
                           for r in range(size)]
+        # Every rank decides alike: some rank sums something.
+        self.exchanged = any(spans.total for spans in to)
 
 
 def _share_out(shared, to, size):
@@ -281,15 +284,15 @@ def _share_out(shared, to, size):
 
 def _scale_and_pack(layout, buffer, send, me, size):
     """Divides the bucket by N (DDP's mean) and fills the send buffer, in
-    one pass over each element: what stays here is divided in place and
-    copied, the matrices of other owners are divided straight into the
-    send buffer (and zeroed here after the exchange). The same division,
-    so the same bits as dividing the whole buffer first."""
-    if layout.theirs.total:
-        for a, n, _ in layout.kept.runs:
-            buffer[a:a + n].div_(size)
-    else:
-        buffer.div_(size)
+    one pass over each element: what stays here is divided in place (and
+    copied where it is sent too), the matrices of other owners are divided
+    straight into the send buffer (and zeroed here after the exchange).
+    The same division, so the same bits as dividing the whole buffer
+    first."""
+    for a, n, _ in layout.kept.runs:
+        buffer[a:a + n].div_(size)
+    if not layout.exchanged:
+        return
     at = 0
     for r in range(size):
         if r == me:
@@ -321,11 +324,10 @@ def owner_reduce_hook(state, bucket):
     me, size = state.rank, state.size
     own = layout.to[me]
     started = []
-    exchanged = any(layout.sending) or own.total
-    if exchanged:
-        send, received = state.buffers_for(bucket, sum(layout.sending),
-                                           sum(layout.receiving))
-        _scale_and_pack(layout, buffer, send, me, size)
+    send, received = state.buffers_for(bucket, sum(layout.sending),
+                                       sum(layout.receiving))
+    _scale_and_pack(layout, buffer, send, me, size)
+    if layout.exchanged:
         started.append(dist.all_to_all_single(
             received, send, output_split_sizes=layout.receiving,
             input_split_sizes=layout.sending, group=state.group,
@@ -333,8 +335,6 @@ def owner_reduce_hook(state, bucket):
         width = buffer.element_size()
         state.bytes_sent += send.numel() * width
         state.bytes_received += received.numel() * width
-    else:
-        buffer.div_(size)
     foreign = layout.foreign
     if foreign.total:
         flat = foreign.take(buffer)
@@ -342,7 +342,7 @@ def owner_reduce_hook(state, bucket):
                                        async_op=True))
 
     def put_back(_):
-        if exchanged:
+        if layout.exchanged:
             rows = received.view(size - 1, own.total)
             at = 0
             for a, n, _ in own.runs:
