@@ -20,7 +20,7 @@ import torch.distributed as dist
 from .. import _core
 from .._core import (FailedPreconditionError, InvalidArgumentError,
                      MuonTypeError)
-from . import _owner_reduce, _state
+from . import _owner_reduce, _owner_state, _state
 from ._communicator import TorchCommunicator, launched_by_mpirun
 from ._layouts import (create_dtensor_config, current_stream,
                        engine_device_name, is_dtensor, local, model_mesh,
@@ -185,7 +185,7 @@ class Muon(torch.optim.Optimizer):
     def _state_dict_of_sums(self):
         """torch's state_dict() with each state kept as summands (owner
         reduction) summed over the ranks (collective)."""
-        sums = _owner_reduce.summed_state(self)
+        sums = _owner_state.summed_state(self)
         # torch packs the per-parameter dicts themselves: new ones for the
         # sums, the views' own put back after.
         kept = {}
@@ -245,7 +245,7 @@ class Muon(torch.optim.Optimizer):
         self._options["owner_reduced"] = True
         self._owner_segments = segments
         # Every rank carried the whole momentum over: it stays on the owners.
-        _owner_reduce.keep_owned_state(self)
+        _owner_state.keep_owned_state(self)
 
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
@@ -263,7 +263,7 @@ class Muon(torch.optim.Optimizer):
             return torch.nn.utils.clip_grad_norm_(
                 params, max_norm, norm_type, error_if_nonfinite, foreach)
         _owner_reduce.finish_gradients(self._hook)
-        total = _owner_reduce.total_grad_norm(
+        total = _owner_state.total_grad_norm(
             self, params, norm_type, error_if_nonfinite, foreach)
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total,
                                              foreach)
@@ -414,7 +414,7 @@ class Muon(torch.optim.Optimizer):
                  "row_states": row_states}, False)
             if self._options.get("owner_reduced"):
                 # The owners may have moved: the momentum follows them.
-                _owner_reduce.gather_to_new_owners(self)
+                _owner_state.gather_to_new_owners(self)
         except BaseException:
             for k, v in kept.items():
                 setattr(self, k, v)
@@ -659,7 +659,7 @@ class Muon(torch.optim.Optimizer):
             load()
             if self._options.get("owner_reduced"):
                 # Loaded whole on every rank: it stays on the owners.
-                _owner_reduce.keep_owned_state(self)
+                _owner_state.keep_owned_state(self)
         except BaseException:
             for k, v in kept.items():
                 setattr(self, k, v)
