@@ -432,3 +432,54 @@ def test_clip_grad_norm_of_a_parameter_with_several_owners(tmp_path):
     assert got["owners"] == [0, 1], got["owners"]
     assert got["norms"] == got["ref_norms"], (got["norms"], got["ref_norms"])
     assert got["exact"]
+
+
+def _others_gradients_unread(rank, world, out):
+    # What a rank holds in .grad for a matrix another rank owns is not read
+    # by the step (its momentum there is zero and stays so, the owner's
+    # NaN check sees the sum): garbage written there changes nothing.
+    import warnings
+    torch.set_num_threads(1)
+    runs = []
+    for garbage in (None, 7.0, float("nan")):
+        torch.manual_seed(0)
+        model = TinyTransformer()
+        ddp = DDP(model)
+        opt = make_opt(model)
+        opt.reduce_gradients_to_owners(ddp)
+        others = [p for p in model.parameters()
+                  if id(p) in opt._owner_segments and
+                  all(o != rank for _, _, o in opt._owner_segments[id(p)])]
+        skipped = False
+        for s in range(3):
+            opt.zero_grad()
+            x, y = batch(s, n=4 * world)
+            loss_of(ddp, x[rank::world], y[rank::world]).backward()
+            if garbage is not None:
+                for p in others:
+                    p.grad.fill_(garbage)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                opt.step()
+            skipped |= any("step skipped" in str(w.message) for w in caught)
+        momentum = [opt.state[p]["momentum_buffer"] for p in others]
+        runs.append({"weights": [p.detach().clone()
+                                 for p in model.parameters()],
+                     "others": len(others), "skipped": skipped,
+                     "zero": all(not m.any() for m in momentum)})
+    every = [None] * world
+    dist.all_gather_object(every, runs)
+    if rank == 0:
+        torch.save(every, out)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_the_other_ranks_matrix_gradients_are_not_read(tmp_path, world):
+    out = str(tmp_path / "others.pt")
+    run_ranks(_others_gradients_unread, world, out)
+    for rank, (clean, sevens, nans) in enumerate(torch.load(out)):
+        assert clean["others"] > 0, rank
+        for run in (clean, sevens, nans):
+            assert not run["skipped"] and run["zero"], (rank, run)
+            assert all(torch.equal(a, b) for a, b in
+                       zip(run["weights"], clean["weights"])), rank

@@ -275,6 +275,14 @@ muon_status muon_optimizer_set_qk_max_logits(muon_optimizer *opt,
   return report(opt->optimizer->setQkMaxLogits(layer, logits, count));
 }
 
+muon_status muon_optimizer_set_gradients_reduced_to_owners(muon_optimizer *opt,
+                                                           int on) {
+  if (!checked(opt))
+    return MUON_INVALID_ARGUMENT;
+  opt->optimizer->setGradientsReducedToOwners(on != 0);
+  return MUON_OK;
+}
+
 int64_t muon_optimizer_group_count(const muon_optimizer *opt) {
   return checked(opt) ? static_cast<int64_t>(opt->optimizer->groups().size())
                       : -1;

@@ -74,6 +74,9 @@ Status Optimizer::gatherParameter(const std::string &name, float *whole,
                                   int64_t root) {
   return state->gatherParameter(name, whole, root);
 }
+void Optimizer::setGradientsReducedToOwners(bool on) {
+  state->setGradientsReducedToOwners(on);
+}
 Status Optimizer::step(StepResult &result) { return state->step(result); }
 int64_t Optimizer::stepsTaken() const { return state->stepsTaken(); }
 float *Optimizer::stateData(const std::string &name, std::string_view slot) {

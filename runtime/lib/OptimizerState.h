@@ -44,6 +44,9 @@ public:
 
   Status setQkMaxLogits(const std::string &layer, const float *logits,
                         int64_t count);
+  void setGradientsReducedToOwners(bool on) {
+    executor->setGradientsReducedToOwners(on);
+  }
   const std::vector<QkClipLayer> &qkClipLayers() const {
     return thePlan.qkClip;
   }

@@ -213,6 +213,27 @@ void StepExecutor::bind(int64_t param, void *values, const void *grad,
   locals[param].gradType = gradType;
 }
 
+void StepExecutor::setGradientsReducedToOwners(bool on) {
+  zeroHere.assign(on ? locals.size() : 0, false);
+  if (on) {
+    // A parameter is zero here when it is orthogonalized, held whole (not
+    // a partial summand, which the plan gathers itself) and no matrix of it
+    // is orthogonalized on this rank.
+    for (size_t i = 0; i < locals.size(); ++i)
+      zeroHere[i] = planRef.params[i].orthogonalized() &&
+                    !planRef.params[i].layout.isPartial() &&
+                    locals[i].elements > 0;
+    for (const PlanMatrix &m : planRef.matrices)
+      if (m.owner < 0 || m.owner == myRank || m.redundant)
+        zeroHere[m.paramIndex] = false;
+  }
+  // A recorded step graph ran the momentum of every parameter.
+  if (graphReady) {
+    device.dropRecording();
+    graphReady = false;
+  }
+}
+
 void StepExecutor::setGroup(int64_t index, const PlanGroup &group) {
   currentGroups[index] = group;
   // The settings the plan fixes stay the plan's (NorMuon: which matrices
@@ -817,7 +838,7 @@ Status StepExecutor::step(StepResult &result) {
     stop = kUnbound;
   for (size_t i = 0; i < locals.size() && stop == 0; ++i) {
     const LocalParam &local = locals[i];
-    if (local.elements && local.grad &&
+    if (local.elements && local.grad && !isZeroHere(i) &&
         !device.allFinite(local.grad, local.gradType, local.elements))
       stop = std::min<uint64_t>(kNonFiniteBase + i, kMaxStatus);
   }
@@ -1204,7 +1225,8 @@ Status StepExecutor::runSchedule() {
     switch (s.kind) {
     case Kind::Momentum:
       for (size_t i = 0; i < locals.size(); ++i)
-        if (locals[i].prepareStep && locals[i].elements && !isSkipped(i))
+        if (locals[i].prepareStep && locals[i].elements && !isSkipped(i) &&
+            !isZeroHere(i))
           prepare(static_cast<int64_t>(i));
       break;
     case Kind::Start:

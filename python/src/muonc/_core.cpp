@@ -1415,6 +1415,14 @@ static void defineModule(nb::module_ &m) {
                                     : std::string("cpu");
                    })
       .def("step", &PyOptimizer::step, "stream"_a = nb::none())
+      .def(
+          "set_gradients_reduced_to_owners",
+          [](PyOptimizer &o, bool on) {
+            o.opt->setGradientsReducedToOwners(on);
+          },
+          "on"_a,
+          "Says each matrix's gradient is reduced to its owner (zero on the "
+          "other ranks): the steps skip its momentum and NaN check there.")
       .def("set_qk_max_logits", &PyOptimizer::setQkMaxLogits, "layer"_a,
            "logits"_a,
            "QK-clip's step input: layer's per-query-head max logits for the "

@@ -273,6 +273,13 @@ int main(int argc, char **argv) {
            MUON_INVALID_ARGUMENT);
   }
 
+  /* The owner-reduction promise: set and unset on a live optimizer, refused
+   * without one (one rank here: every matrix is its own, nothing skipped). */
+  EXPECT(muon_optimizer_set_gradients_reduced_to_owners(NULL, 1) ==
+         MUON_INVALID_ARGUMENT);
+  EXPECT(muon_optimizer_set_gradients_reduced_to_owners(opt, 1) == MUON_OK);
+  EXPECT(muon_optimizer_set_gradients_reduced_to_owners(opt, 0) == MUON_OK);
+
   /* QK-clip: logits only for the plan's layers, one finite value per
    * head; with layers, every head above the threshold each step. */
   float logits[64];

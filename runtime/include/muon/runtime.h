@@ -204,6 +204,13 @@ muon_status muon_optimizer_set_qk_max_logits(muon_optimizer *opt,
                                              const char *layer,
                                              const float *logits,
                                              int64_t count);
+/* For a trainer that reduces each matrix's gradient to the rank that
+ * orthogonalizes it, leaving zero on the other ranks: with `on` non-zero,
+ * the steps that follow skip the momentum and the NaN check of the
+ * parameters whose matrices all have another owner (their momentum is
+ * zero here; the owner's is the whole). Not collective; off by default. */
+muon_status muon_optimizer_set_gradients_reduced_to_owners(muon_optimizer *opt,
+                                                           int on);
 /* One step; `*applied` is 0 when a NaN/Inf gradient on some rank skipped
  * it (nothing changed). Collective. */
 muon_status muon_optimizer_step(muon_optimizer *opt, int *applied);

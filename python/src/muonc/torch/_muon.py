@@ -220,7 +220,10 @@ class Muon(torch.optim.Optimizer):
         norm), not ``torch.nn.utils.clip_grad_norm_`` (this rank's part).
         Muon's momentum lives on the owners (opt.state shows zeros
         elsewhere); ``state_dict()`` sums it over the ranks, so it is
-        collective then: call it on every rank, as under FSDP."""
+        collective then: call it on every rank, as under FSDP. The step
+        reads a matrix's gradient on its owner only: the other ranks skip
+        its momentum (zero) and its NaN check (the owner checks the
+        sum)."""
         if self._comm is None or self._config is None or \
                 self._options["communicator"] == "mpi" or \
                 self._config.get("dtensor") or \
@@ -246,6 +249,7 @@ class Muon(torch.optim.Optimizer):
         self._owner_segments = segments
         # Every rank carried the whole momentum over: it stays on the owners.
         _owner_state.keep_owned_state(self)
+        self._engine.set_gradients_reduced_to_owners(True)
 
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
@@ -329,6 +333,10 @@ class Muon(torch.optim.Optimizer):
         # plan at every bucket, so a group added later joins them.
         self._owner_segments = (_owner_reduce.owner_segments(self)
                                 if opts.get("owner_reduced") else {})
+        # Zero gradients outside the owners: the engine leaves their
+        # momentum (zero) alone there.
+        self._engine.set_gradients_reduced_to_owners(
+            bool(opts.get("owner_reduced")))
 
     def _named_params(self, config):
         """(parameter, name, group) of every parameter the plan steps, each

@@ -26,7 +26,9 @@ zero elsewhere. The step is the plain data-parallel plan's (the gradient
 counted whole where it is): the owner's momentum is the momentum of the
 mean, the others' stays zero, so Muon's momentum, linear in the gradient,
 is kept as summands whose sum over the ranks is the true one
-(``state_dict()`` sums them).
+(``state_dict()`` sums them). The engine is told
+(``set_gradients_reduced_to_owners``): it skips the momentum and the NaN
+check of the matrices a rank does not own, (N-1)/N of that work.
 
 A communication hook rather than a wrapper of our own: DDP keeps doing what
 users rely on (buckets, ``no_sync`` accumulation, unused-parameter

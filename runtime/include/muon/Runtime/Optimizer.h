@@ -229,6 +229,18 @@ public:
   /// The plan's QK-clip layers (empty: QK-clip is off).
   const std::vector<QkClipLayer> &qkClipLayers() const;
 
+  /// For a trainer that reduces each matrix's gradient to the rank that
+  /// orthogonalizes it (assignments()) instead of to every rank, so that
+  /// on the other ranks the bound gradient of that matrix is zero (what
+  /// muonc.torch's reduce_gradients_to_owners does under DDP). Its momentum
+  /// there is then zero too (the owner's is the whole), and with `on` the
+  /// steps that follow skip that momentum and that NaN check (the owner's
+  /// check sees the sum) for every parameter whose matrices all have
+  /// another owner: (N-1)/N of the momentum work on N ranks. The caller
+  /// keeps the promise; a non-zero gradient there is ignored. Not
+  /// collective; off by default.
+  void setGradientsReducedToOwners(bool on);
+
   /// Assembles parameter `name` whole (row-major over its shape, as f32)
   /// from the ranks' pieces, for evaluation or export: into `whole` on rank
   /// `root`, or on every rank when `root` is -1; `whole` is left alone on

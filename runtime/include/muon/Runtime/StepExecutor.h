@@ -146,6 +146,15 @@ public:
   /// a layer no rank set is not clipped.
   void setQkMaxLogits(int64_t layer, std::vector<float> logits);
 
+  /// Says that the caller reduces each matrix's gradient to the rank that
+  /// orthogonalizes it (muonc.torch's owner reduction under DDP): on every
+  /// other holder the gradient is zero, so is the momentum (a summand of
+  /// the true one), and stepping it would only keep zero at zero. With
+  /// `on`, the steps that follow skip the momentum and the NaN check of a
+  /// parameter whose matrices all have another owner (the owner's check
+  /// sees its sum); the update from the owner is applied as before.
+  void setGradientsReducedToOwners(bool on);
+
   /// One optimizer step. A parameter whose gradient is null on every rank
   /// that holds a piece of it is left out, as torch skips a parameter whose
   /// grad is None: its values, state and step count stay as they are, and
@@ -292,6 +301,9 @@ private:
   bool isSkipped(int64_t param) const {
     return !skipped.empty() && skipped[param];
   }
+  bool isZeroHere(size_t param) const {
+    return !zeroHere.empty() && zeroHere[param];
+  }
   /// After the work: a device error on any rank fails the step on every
   /// rank, with the first failing rank's message.
   Status agreeOnDeviceErrors();
@@ -346,6 +358,9 @@ private:
   const StepLayout *layout = nullptr;
   /// The parameters the running step leaves out (empty: none).
   std::vector<bool> skipped;
+  /// Per parameter: its gradient and momentum are zero here, left alone
+  /// (setGradientsReducedToOwners; empty: none).
+  std::vector<bool> zeroHere;
   /// The last agreement on missing gradients: this rank's own list then,
   /// and the step's set it gave. While no rank's list changes, the set is
   /// the same, and consistent: the agreement needs no second exchange.
