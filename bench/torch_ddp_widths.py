@@ -2,7 +2,7 @@
 """A whole DDP training step (zero_grad, forward, backward, optimizer step)
 of the example GPT (examples/torch/train_gpt.py, 2 blocks; Muon on the 8
 block matrices qkv 3d x d, proj d x d, fc 4d x d, out d x 4d, AdamW on the
-rest) at several widths d, on N spawned gloo ranks, in three modes timed
+rest) at several widths d, on N spawned gloo ranks, in the modes below timed
 interleaved, round after round, on models of the same initial weights:
 
   torch   DDP all-reduces every gradient; torch.optim.Muon orthogonalizes
@@ -18,6 +18,9 @@ interleaved, round after round, on models of the same initial weights:
           pass instead of all-reducing it (one all_to_all per bucket;
           AdamW's gradients summed in shares by it and gathered at the
           step).
+  owner_all  (only with --modes) owner with the engine stepping the
+          momentum of every matrix on every rank, as before 490dc14 (the
+          zero momentum of the matrices a rank does not own included).
 
 Prints per width and mode the median and best of the slowest rank's step
 (ms) over the rounds, and the bytes a rank sends per step (the mean over
@@ -43,6 +46,7 @@ import time
 
 from example_gpt import load_example, spawn
 MODES = ("torch", "muonc", "placed", "owner")
+EXTRA_MODES = ("owner_all",)
 VOCAB, CONTEXT, LAYERS = 96, 64, 2
 
 
@@ -83,8 +87,10 @@ def make_mode(gpt, mode, d, heads, below):
                       {"params": adamw, "use_muon": False, "lr": 3e-3,
                        "weight_decay": 0.1}], ns_dtype="f32",
                      adjust_lr_fn="original", distributed_config=config)]
-        if mode == "owner":
+        if mode in ("owner", "owner_all"):
             opts[0].reduce_gradients_to_owners(ddp)
+        if mode == "owner_all":
+            opts[0].engine.set_gradients_reduced_to_owners(False)
     return model, ddp, opts
 
 
@@ -101,28 +107,32 @@ def rank_main(rank, args, out):
     n = args.ranks
     rows = []
     for d in args.widths:
+        modes = args.modes
         runs = {m: make_mode(gpt, m, d, args.heads, args.redundant_below)
-                for m in MODES}
-        params = sum(p.numel() for p in runs["torch"][0].parameters())
+                for m in modes}
+        first = runs[modes[0]][0]
+        params = sum(p.numel() for p in first.parameters())
         allreduce = 2 * (n - 1) / n * params * 4
         # What DDP's hook still all-reduces in owner mode: the gradients of
         # parameters outside muonc's optimizer (none here). Its own
         # gradients (matrices to owners, AdamW's in shares) are counted in
         # opt.last_step_counters.
-        ours = {id(p) for g in runs["owner"][2][0].param_groups
-                for p in g["params"]}
-        foreign = sum(p.numel() for p in runs["owner"][0].parameters()
-                      if id(p) not in ours)
+        owners = [runs[m] for m in modes if m.startswith("owner")]
+        foreign = 0
+        for model, _, opts in owners[:1]:
+            ours = {id(p) for g in opts[0].param_groups for p in g["params"]}
+            foreign = sum(p.numel() for p in model.parameters()
+                          if id(p) not in ours)
         owner_allreduce = 2 * (n - 1) / n * foreign * 4
-        times = {m: [] for m in MODES}
-        sent = {m: 0 for m in MODES}
+        times = {m: [] for m in modes}
+        sent = {m: 0 for m in modes}
         g = torch.Generator().manual_seed(1)
         for r in range(args.rounds + 1):  # round 0 warms up
             # The same batches for every mode.
             xs = [torch.randint(0, VOCAB, (args.batch * n, CONTEXT + 1),
                                 generator=g)[rank::n]
                   for _ in range(args.steps)]
-            for mode in MODES:
+            for mode in modes:
                 model, ddp, opts = runs[mode]
                 for x in xs:
                     dist.barrier()
@@ -147,23 +157,23 @@ def rank_main(rank, args, out):
                     sent[mode] = mine.item() / n
         # DDP's all-reduce (of everything, or in owner mode of what is not
         # reduced to owners), plus muonc's exchanges.
-        total = {"torch": allreduce, "muonc": allreduce + sent["muonc"],
-                 "placed": allreduce + sent["placed"],
-                 "owner": owner_allreduce + sent["owner"]}
-        for mode in MODES:
+        total = {m: (allreduce if m == "torch" else
+                     owner_allreduce + sent[m] if m.startswith("owner") else
+                     allreduce + sent[m]) for m in modes}
+        for mode in modes:
             rows.append((d, mode, statistics.median(times[mode]),
                          min(times[mode]), total[mode], allreduce))
         # Every mode trained the same batches from the same weights.
-        ref = list(runs["torch"][0].parameters())
-        for mode in ("muonc", "placed", "owner"):
+        ref = list(first.parameters())
+        for mode in modes[1:]:
             worst = max(((p - q).abs().max() / q.abs().max()).item()
                         for p, q in zip(runs[mode][0].parameters(), ref))
-            rows.append((d, mode + " vs torch", worst))
+            rows.append((d, f"{mode} vs {modes[0]}", worst))
     if rank == 0:
         print(f"{n} ranks (gloo, 1 thread each), 2-block GPT, batch "
               f"{args.batch}x{CONTEXT} per rank, {args.rounds} rounds x "
               f"{args.steps} steps per mode; whole step, the slowest rank's")
-        print(f"{'d':>4} {'mode':6} {'median ms':>10} {'best ms':>9} "
+        print(f"{'d':>4} {'mode':9} {'median ms':>10} {'best ms':>9} "
               f"{'MB sent/rank':>13} {'vs DDP':>7}")
         for row in rows:
             if len(row) == 3:
@@ -171,7 +181,7 @@ def rank_main(rank, args, out):
                       f"of the weights {row[2]:.2e}")
                 continue
             d, mode, med, best, total, allreduce = row
-            print(f"{d:>4} {mode:6} {med * 1e3:10.1f} {best * 1e3:9.1f} "
+            print(f"{d:>4} {mode:9} {med * 1e3:10.1f} {best * 1e3:9.1f} "
                   f"{total / 1e6:13.3f} {total / allreduce:7.2f}")
         sys.stdout.flush()
     dist.destroy_process_group()
@@ -189,6 +199,10 @@ def main():
     p.add_argument("--redundant-below", type=int, default=40000,
                    help="placed: matrices of fewer elements are "
                    "orthogonalized by every rank")
+    p.add_argument("--modes", nargs="+", default=list(MODES),
+                   choices=MODES + EXTRA_MODES,
+                   help="the modes to time, interleaved in this order (the "
+                   "first is the reference of the weights' comparison)")
     p.add_argument("--port", type=int, default=29571)
     spawn(rank_main, p.parse_args())
 
