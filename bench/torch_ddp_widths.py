@@ -23,10 +23,13 @@ interleaved, round after round, on models of the same initial weights:
           zero momentum of the matrices a rank does not own included).
 
 Prints per width and mode the median and best of the slowest rank's step
-(ms) over the rounds, and the bytes a rank sends per step (the mean over
+(ms) over the rounds, the bytes a rank sends per step (the mean over
 the ranks): DDP's ring
 all-reduce (2(N-1)/N of the gradients it reduces) plus muonc's exchanges
-(opt.last_step_counters), against DDP's alone. Not part of `make check`:
+(opt.last_step_counters), against DDP's alone, and `paired`: the median
+over the rounds of the mode's step against the faster of the other modes
+in the same round (below 1: faster than all of them). Not part of `make
+check`:
 
     build/venv/bin/python bench/torch_ddp_widths.py --ranks 2
 
@@ -64,6 +67,20 @@ def newton_schulz_f32(grad, ns_coefficients, ns_steps, eps):
         gram = x @ x.T
         x = a * x + (b * gram + c * gram @ gram) @ x
     return x.T if tall else x
+
+
+def paired_ratios(times, steps):
+    """{mode: the median over the rounds of (its median step in the round /
+    the faster of the other modes' median steps in that round)}. The modes
+    of one round ran minutes apart at most, so the ratio is less exposed
+    to the machine's drift than the medians over the whole run are."""
+    rounds = len(next(iter(times.values()))) // steps
+    per_round = {m: [statistics.median(t[r * steps:(r + 1) * steps])
+                     for r in range(rounds)] for m, t in times.items()}
+    return {m: statistics.median(
+                own[r] / min(per_round[o][r] for o in per_round if o != m)
+                for r in range(rounds)) if len(per_round) > 1 else 1.0
+            for m, own in per_round.items()}
 
 
 def make_mode(gpt, mode, d, heads, below):
@@ -160,9 +177,11 @@ def rank_main(rank, args, out):
         total = {m: (allreduce if m == "torch" else
                      owner_allreduce + sent[m] if m.startswith("owner") else
                      allreduce + sent[m]) for m in modes}
+        paired = paired_ratios(times, args.steps)
         for mode in modes:
             rows.append((d, mode, statistics.median(times[mode]),
-                         min(times[mode]), total[mode], allreduce))
+                         min(times[mode]), total[mode], allreduce,
+                         paired[mode]))
         # Every mode trained the same batches from the same weights.
         ref = list(first.parameters())
         for mode in modes[1:]:
@@ -174,15 +193,16 @@ def rank_main(rank, args, out):
               f"{args.batch}x{CONTEXT} per rank, {args.rounds} rounds x "
               f"{args.steps} steps per mode; whole step, the slowest rank's")
         print(f"{'d':>4} {'mode':9} {'median ms':>10} {'best ms':>9} "
-              f"{'MB sent/rank':>13} {'vs DDP':>7}")
+              f"{'MB sent/rank':>13} {'vs DDP':>7} {'paired':>8}")
         for row in rows:
             if len(row) == 3:
                 print(f"{row[0]:>4} {row[1]}: largest relative difference "
                       f"of the weights {row[2]:.2e}")
                 continue
-            d, mode, med, best, total, allreduce = row
+            d, mode, med, best, total, allreduce, paired = row
             print(f"{d:>4} {mode:9} {med * 1e3:10.1f} {best * 1e3:9.1f} "
-                  f"{total / 1e6:13.3f} {total / allreduce:7.2f}")
+                  f"{total / 1e6:13.3f} {total / allreduce:7.2f} "
+                  f"{paired:8.3f}")
         sys.stdout.flush()
     dist.destroy_process_group()
 
