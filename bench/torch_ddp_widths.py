@@ -28,8 +28,9 @@ the ranks): DDP's ring
 all-reduce (2(N-1)/N of the gradients it reduces) plus muonc's exchanges
 (opt.last_step_counters), against DDP's alone, and `paired`: the median
 over the rounds of the mode's step against the faster of the other modes
-in the same round (below 1: faster than all of them). Not part of `make
-check`:
+in the same round (below 1: faster than all of them), and `step ms`: the
+median of the slowest rank's optimizer step alone (opt.step(); the hook's
+work is in the backward pass). Not part of `make check`:
 
     build/venv/bin/python bench/torch_ddp_widths.py --ranks 2
 
@@ -142,6 +143,7 @@ def rank_main(rank, args, out):
                           if id(p) not in ours)
         owner_allreduce = 2 * (n - 1) / n * foreign * 4
         times = {m: [] for m in modes}
+        steps = {m: [] for m in modes}  # opt.step() alone
         sent = {m: 0 for m in modes}
         g = torch.Generator().manual_seed(1)
         for r in range(args.rounds + 1):  # round 0 warms up
@@ -159,13 +161,15 @@ def rank_main(rank, args, out):
                     logits = ddp(x[:, :-1])
                     F.cross_entropy(logits.reshape(-1, VOCAB),
                                     x[:, 1:].reshape(-1)).backward()
+                    stepping = time.perf_counter()
                     for o in opts:
                         o.step()
-                    elapsed = time.perf_counter() - start
-                    slowest = torch.tensor([elapsed])
+                    end = time.perf_counter()
+                    slowest = torch.tensor([end - start, end - stepping])
                     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
                     if r:
-                        times[mode].append(slowest.item())
+                        times[mode].append(slowest[0].item())
+                        steps[mode].append(slowest[1].item())
                 if mode != "torch":
                     # The mean over the ranks: owners send more than others.
                     mine = torch.tensor(
@@ -181,7 +185,7 @@ def rank_main(rank, args, out):
         for mode in modes:
             rows.append((d, mode, statistics.median(times[mode]),
                          min(times[mode]), total[mode], allreduce,
-                         paired[mode]))
+                         paired[mode], statistics.median(steps[mode])))
         # Every mode trained the same batches from the same weights.
         ref = list(first.parameters())
         for mode in modes[1:]:
@@ -193,16 +197,17 @@ def rank_main(rank, args, out):
               f"{args.batch}x{CONTEXT} per rank, {args.rounds} rounds x "
               f"{args.steps} steps per mode; whole step, the slowest rank's")
         print(f"{'d':>4} {'mode':9} {'median ms':>10} {'best ms':>9} "
-              f"{'MB sent/rank':>13} {'vs DDP':>7} {'paired':>8}")
+              f"{'MB sent/rank':>13} {'vs DDP':>7} {'paired':>8} "
+              f"{'step ms':>8}")
         for row in rows:
             if len(row) == 3:
                 print(f"{row[0]:>4} {row[1]}: largest relative difference "
                       f"of the weights {row[2]:.2e}")
                 continue
-            d, mode, med, best, total, allreduce, paired = row
+            d, mode, med, best, total, allreduce, paired, step = row
             print(f"{d:>4} {mode:9} {med * 1e3:10.1f} {best * 1e3:9.1f} "
                   f"{total / 1e6:13.3f} {total / allreduce:7.2f} "
-                  f"{paired:8.3f}")
+                  f"{paired:8.3f} {step * 1e3:8.1f}")
         sys.stdout.flush()
     dist.destroy_process_group()
 
