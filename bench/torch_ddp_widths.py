@@ -26,11 +26,11 @@ Prints per width and mode the median and best of the slowest rank's step
 (ms) over the rounds, the bytes a rank sends per step (the mean over
 the ranks): DDP's ring
 all-reduce (2(N-1)/N of the gradients it reduces) plus muonc's exchanges
-(opt.last_step_counters), against DDP's alone, and `paired`: the median
-over the rounds of the mode's step against the faster of the other modes
-in the same round (below 1: faster than all of them), and `step ms`: the
-median of the slowest rank's optimizer step alone (opt.step(); the hook's
-work is in the backward pass). Not part of `make check`:
+(opt.last_step_counters), against DDP's alone; `paired`: the median over
+the rounds of the mode's step against the faster of the other modes in
+the same round (below 1: faster than all of them); `step ms`: the median
+of the slowest rank's optimizer step alone (opt.step(); the hook's work
+is in the backward pass). Not part of `make check`:
 
     build/venv/bin/python bench/torch_ddp_widths.py --ranks 2
 
@@ -73,8 +73,8 @@ def newton_schulz_f32(grad, ns_coefficients, ns_steps, eps):
 def paired_ratios(times, steps):
     """{mode: the median over the rounds of (its median step in the round /
     the faster of the other modes' median steps in that round)}. The modes
-    of one round ran minutes apart at most, so the ratio is less exposed
-    to the machine's drift than the medians over the whole run are."""
+    of one round run within a minute of each other, so the ratio is less
+    exposed to the machine's drift than the medians over the whole run."""
     rounds = len(next(iter(times.values()))) // steps
     per_round = {m: [statistics.median(t[r * steps:(r + 1) * steps])
                      for r in range(rounds)] for m, t in times.items()}
@@ -124,8 +124,8 @@ def rank_main(rank, args, out):
     gpt = load_example()
     n = args.ranks
     rows = []
+    modes = args.modes
     for d in args.widths:
-        modes = args.modes
         runs = {m: make_mode(gpt, m, d, args.heads, args.redundant_below)
                 for m in modes}
         first = runs[modes[0]][0]
