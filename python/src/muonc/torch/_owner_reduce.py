@@ -184,9 +184,18 @@ class _Spans:
             buffer[a:a + n].copy_(values[at:at + n])
             at += n
 
-    def zero(self, buffer):
-        for a, n, _ in self.runs:
-            buffer[a:a + n].zero_()
+    def views(self, buffer):
+        """The runs as views of `buffer`."""
+        return [buffer[a:a + n] for a, n, _ in self.runs]
+
+    def packed_views(self, packed):
+        """The runs' places in `packed`, which holds them one after the
+        other."""
+        views, at = [], 0
+        for _, n, _ in self.runs:
+            views.append(packed[at:at + n])
+            at += n
+        return views
 
     def complement(self, numel):
         """The runs of [0, numel) outside these."""
@@ -228,6 +237,7 @@ class _BucketLayout:
         self.params = params
         self.segments = segments
         me, size = state.rank, state.size
+        self.me, self.size = me, size
         mine = {id(p) for p, _, _ in state.optimizer._params}
         to = [_Spans() for _ in range(size)]
         theirs, foreign = _Spans(), _Spans()
@@ -258,6 +268,52 @@ class _BucketLayout:
                           for r in range(size)]
         # Every rank decides alike: some rank sums something.
         self.exchanged = any(spans.total for spans in to)
+        self._views = None
+
+    def views(self, buffer, send, received):
+        """The _BucketViews of these buffers, made again only when one of
+        them moved (the cached views keep the old ones alive, so an address
+        seen again is the same buffer)."""
+        key = (buffer.data_ptr(), send.data_ptr(), received.data_ptr())
+        if self._views is None or self._views.key != key:
+            self._views = _BucketViews(self, key, buffer, send, received)
+        return self._views
+
+
+class _BucketViews:
+    """A layout's runs as views of one bucket buffer and its send and
+    receive buffers, so that the hook's element work is a few foreach
+    calls (one dispatch each for all the runs) rather than an operation
+    per run, which at small widths cost more than the arithmetic:
+
+    * `kept`: the buffer's runs that stay here (divided in place);
+    * `sent_from`, `sent_to`: every run sent to another rank, in the
+      buffer and in the send buffer, in send order; `sent_theirs`: those
+      of the send buffer that are other owners' matrices (divided there);
+    * `mine`: the runs this rank sums; `rows`: for each other rank in rank
+      order, its summand of them in the receive buffer;
+    * `theirs`: the buffer's runs of other owners' matrices (zeroed)."""
+
+    def __init__(self, layout, key, buffer, send, received):
+        self.key = key
+        me, size = layout.me, layout.size
+        self.kept = layout.kept.views(buffer)
+        self.sent_from, self.sent_to, self.sent_theirs = [], [], []
+        at = 0
+        for r in range(size):
+            if r == me:
+                continue
+            for a, n, kind in layout.to[r].runs:
+                self.sent_from.append(buffer[a:a + n])
+                self.sent_to.append(send[at:at + n])
+                if kind == _THEIRS:
+                    self.sent_theirs.append(send[at:at + n])
+                at += n
+        own = layout.to[me]
+        self.mine = own.views(buffer)
+        rows = received.view(size - 1, own.total)
+        self.rows = [own.packed_views(row) for row in rows]
+        self.theirs = layout.theirs.views(buffer)
 
 
 def _share_out(shared, to, size):
@@ -285,27 +341,19 @@ def _share_out(shared, to, size):
     return shares
 
 
-def _scale_and_pack(layout, buffer, send, me, size):
-    """Divides the bucket by N (DDP's mean) and fills the send buffer, in
-    one pass over each element: what stays here is divided in place (and
-    copied where it is sent too), the matrices of other owners are divided
-    straight into the send buffer (and zeroed here after the exchange).
-    The same division, so the same bits as dividing the whole buffer
-    first."""
-    for a, n, _ in layout.kept.runs:
-        buffer[a:a + n].div_(size)
-    if not layout.exchanged:
-        return
-    at = 0
-    for r in range(size):
-        if r == me:
-            continue
-        for a, n, kind in layout.to[r].runs:
-            if kind == _THEIRS:
-                torch.div(buffer[a:a + n], size, out=send[at:at + n])
-            else:
-                send[at:at + n].copy_(buffer[a:a + n])
-            at += n
+def _scale_and_pack(views, size):
+    """Divides the bucket by N (DDP's mean) and fills the send buffer, each
+    element divided once: what stays here is divided in place (then copied
+    where it is sent too), the other owners' matrices are copied as they
+    are and divided in the send buffer (and zeroed here after the
+    exchange). The same division, so the same bits as dividing the whole
+    buffer first."""
+    if views.kept:
+        torch._foreach_div_(views.kept, size)
+    if views.sent_to:
+        torch._foreach_copy_(views.sent_to, views.sent_from)
+    if views.sent_theirs:
+        torch._foreach_div_(views.sent_theirs, size)
 
 
 def owner_reduce_hook(state, bucket):
@@ -325,11 +373,11 @@ def owner_reduce_hook(state, bucket):
     if layout.shares:
         state.pending[bucket.index()] = layout.shares
     me, size = state.rank, state.size
-    own = layout.to[me]
     started = []
     send, received = state.buffers_for(bucket, sum(layout.sending),
                                        sum(layout.receiving))
-    _scale_and_pack(layout, buffer, send, me, size)
+    views = layout.views(buffer, send, received)
+    _scale_and_pack(views, size)
     if layout.exchanged:
         started.append(dist.all_to_all_single(
             received, send, output_split_sizes=layout.receiving,
@@ -346,12 +394,10 @@ def owner_reduce_hook(state, bucket):
 
     def put_back(_):
         if layout.exchanged:
-            rows = received.view(size - 1, own.total)
-            at = 0
-            for a, n, _ in own.runs:
-                _add_in_rank_order(buffer[a:a + n], rows[:, at:at + n], me)
-                at += n
-            layout.theirs.zero(buffer)
+            if views.mine:
+                _add_in_rank_order(views.mine, views.rows, me)
+            if views.theirs:
+                torch._foreach_zero_(views.theirs)
         if foreign.total and len(foreign.runs) > 1:
             foreign.put(buffer, flat)
         return buffer
@@ -370,20 +416,20 @@ def owner_reduce_hook(state, bucket):
         [work.get_future() for work in started]).then(put_back)
 
 
-def _add_in_rank_order(mine, others, me):
-    """Leaves in `mine` (this rank's summand) the sum of every rank's
-    summand added in rank order, as one process adds them; `others` holds
-    the other ranks' summands, one row each in rank order, and is used as
-    scratch. In place: the ranks before this one are added up in their
-    rows, that sum is added to this rank's summand (a + b is b + a, bit
-    for bit), then the rest."""
+def _add_in_rank_order(mine, rows, me):
+    """Leaves in `mine` (this rank's summands, a list of runs) the sum of
+    every rank's summands added in rank order, as one process adds them;
+    `rows` holds the other ranks' summands of the same runs, one list per
+    rank in rank order, and is used as scratch. In place: the ranks before
+    this one are added up in their rows, that sum is added to this rank's
+    summand (a + b is b + a, bit for bit), then the rest."""
     if me:
-        total = others[0]
-        for row in others[1:me]:
-            total.add_(row)
-        mine.add_(total)
-    for row in others[me:]:
-        mine.add_(row)
+        total = rows[0]
+        for row in rows[1:me]:
+            torch._foreach_add_(total, row)
+        torch._foreach_add_(mine, total)
+    for row in rows[me:]:
+        torch._foreach_add_(mine, row)
 
 
 def finish_gradients(state):
