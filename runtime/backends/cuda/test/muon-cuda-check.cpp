@@ -34,7 +34,12 @@
 //    form where the CPU runs it (f32; bf16 where it has oneDNN's bf16
 //    products), else against its standard form (a line says which), with
 //    the same limits: the Gram form's phases round at other points, which
-//    in bf16 measured within the standard form's distance.
+//    in bf16 measured within the standard form's distance. A CPU without
+//    bf16 products runs bf16 on f32 products rounded to bf16, so there the
+//    GPU's bf16 Gram form is two roundings away from the CPU's standard
+//    form: 5e-3 to 4.0e-2 measured over the 17 such cases of --small (an
+//    AVX2 AMD EPYC, 2026-11-28). The limit there is 1e-1, still ten times
+//    below a wrong or transposed product's O(1).
 // Each configuration of the symmetric path (MUON_CUDA_SYMMETRIC_MIN,
 // MUON_CUDA_SYMMETRIC_TILE, MUON_CUDA_GROUPED_GEMM) gets a device of its
 // own, so small shapes exercise multi-tile plans with short last tiles, and
@@ -491,11 +496,15 @@ void checkNewtonSchulz(Tally &tally, CudaDevice &gpu, NsForm form,
   bool guardsKept = std::equal(got, got + guard, image.begin()) &&
                     std::equal(got + guard + total, got + 2 * guard + total,
                                image.begin() + guard + total);
-  const double tolerance = precision == DType::BF16 ? 2e-2 : 1e-5;
-  const double relative =
-      relativeDifference(got + guard, want.data(), shape.count, elements);
   const std::string path = gpu.lastNewtonSchulzPath();
   const bool gpuGram = path.find("Gram") != std::string::npos;
+  const bool otherRoundings = precision == DType::BF16 && gpuGram &&
+                              !cpuGram && !cpu::cpuHasBf16Products();
+  const double tolerance = precision == DType::BF16
+                               ? (otherRoundings ? 1e-1 : 2e-2)
+                               : 1e-5;
+  const double relative =
+      relativeDifference(got + guard, want.data(), shape.count, elements);
   std::string what =
       std::string("newtonSchulz ") + dtypeName(precision) + " " +
       nsFormName(form) + " " + std::to_string(shape.count) + " x " +
