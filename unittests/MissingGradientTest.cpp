@@ -172,11 +172,11 @@ expectEqualsOneRank(const Plan &plan, int64_t steps, const Missing &missing) {
   SyntheticModel model(*one, device, 7, summandCounts(plan));
   train(reference, *one, model, steps, missing, nullptr);
   for (size_t i = 0; i < plan.params.size(); ++i) {
-    const std::vector<float> one = model.values(static_cast<int64_t>(i));
+    const std::vector<float> alone = model.values(static_cast<int64_t>(i));
     if (roundedInAnotherOrder(plan.params[i]))
-      expectWithinUlps(distributed[i], one, 4, plan.params[i].name);
+      expectWithinUlps(distributed[i], alone, 4, plan.params[i].name);
     else
-      EXPECT_EQ(distributed[i], one) << plan.params[i].name;
+      EXPECT_EQ(distributed[i], alone) << plan.params[i].name;
   }
   return counters;
 }
