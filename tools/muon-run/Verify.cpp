@@ -30,10 +30,10 @@ double partialRelativeTolerance(const Plan &plan, DType nsDtype) {
 /// same algorithm in bf16 on both sides, within 5e-2, since a product that
 /// sums in another order can round to the neighbouring bf16 value (2^-8
 /// relative) and five iterations carry that on. A CPU without bf16
-/// products runs the reference's bf16 on f32 products rounded to bf16, one
-/// more rounding per product than the GPU's, and only in the standard form:
-/// within 1e-1 then (the fake GPU's runs measured up to 5.2e-2 on an AVX2
-/// CPU; a wrong product is off by O(1)).
+/// products runs the reference's bf16 in the standard form only, where a
+/// GPU runs the Gram form on wide and tall matrices, whose phases round at
+/// other points: within 1e-1 then (the fake GPU's runs measured up to
+/// 5.2e-2 on an AVX2 CPU; a wrong product is off by O(1)).
 double updateRelativeTolerance(DType nsDtype) {
   if (nsDtype != DType::BF16)
     return 1e-5;

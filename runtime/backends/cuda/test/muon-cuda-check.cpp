@@ -35,11 +35,12 @@
 //    products), else against its standard form (a line says which), with
 //    the same limits: the Gram form's phases round at other points, which
 //    in bf16 measured within the standard form's distance. A CPU without
-//    bf16 products runs bf16 on f32 products rounded to bf16, so there the
-//    GPU's bf16 Gram form is two roundings away from the CPU's standard
-//    form: 5e-3 to 4.0e-2 measured over the 17 such cases of --small (an
-//    AVX2 AMD EPYC, 2026-11-28). The limit there is 1e-1, still ten times
-//    below a wrong or transposed product's O(1).
+//    bf16 products runs bf16 in the standard form only (bf16 operands, f32
+//    products and sums, as the GPU), so there the GPU's bf16 Gram form is
+//    compared with the CPU's bf16 standard form: 5e-3 to 4.0e-2 apart over
+//    the 17 such cases of --small (an AVX2 AMD EPYC, 2026-11-28). The limit
+//    there is 1e-1, still ten times below a wrong or transposed product's
+//    O(1).
 // Each configuration of the symmetric path (MUON_CUDA_SYMMETRIC_MIN,
 // MUON_CUDA_SYMMETRIC_TILE, MUON_CUDA_GROUPED_GEMM) gets a device of its
 // own, so small shapes exercise multi-tile plans with short last tiles, and
