@@ -27,7 +27,9 @@ from muonc.torch import Muon, MuonError, create_dtensor_config  # noqa: E402
 from muonc.torch import _state as muonc_state  # noqa: E402
 from conftest import batch, dcp_load, loss_of, run_ranks  # noqa: E402
 
-VOCAB, D, FF = 30, 16, 32
+# FF = 30 is split unevenly under TP x FSDP: TP's 15 rows a rank, FSDP's 8
+# and 7 of those (a strided split that does not divide the dim).
+VOCAB, D, FF = 30, 16, 30
 STEPS, SAVE_AT = 4, 2
 LAYOUTS = ("fsdp", "tp_fsdp", "hsdp", "hsdp_per_replica")
 # Every matrix of Net below this size: orthogonalized once per replica.
@@ -82,7 +84,7 @@ def build(layout, rank, world):
     model = Net()
     if layout == "fsdp":
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
-        # linear1.weight (32 x 16) sharded on its columns.
+        # linear1.weight (FF x 16) sharded on its columns.
         fully_shard(model.block, mesh=mesh, shard_placement_fn=lambda p:
                     Shard(1) if p.shape == (FF, D) else Shard(0))
         fully_shard(model, mesh=mesh)
@@ -147,7 +149,11 @@ def _four_ranks(rank, world, out):
         placement = PER_REPLICA if layout == "hsdp_per_replica" else None
         opt = make_opt(model, placement)
         check_layout(model, opt)
-        record = {"config": {k: config[k] for k in ("shape", "names")},
+        rows = [None] * world
+        torch.distributed.all_gather_object(
+            rows, model.block.linear1.weight.to_local().shape[0])
+        record = {"linear1_rows": rows,
+                  "config": {k: config[k] for k in ("shape", "names")},
                   "placements": {n: [repr(x) for x in p.placements]
                                  for n, p in model.named_parameters()},
                   "assignments": opt.assignments,
@@ -251,12 +257,6 @@ def _two_ranks(rank, world, out):
         torch.save(result, os.path.join(out, "two.pt"))
 
 
-
-
-
-
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("fsdp"))
@@ -309,6 +309,9 @@ def test_layout_is_what_torch_made(runs, layout):
             "_StridedShard(dim=0, sf=2)", "Shard(dim=0)"]
         assert placements["block.linear2.weight"] == [
             "Shard(dim=0)", "Shard(dim=1)"]
+        # Nested torch.chunk: TP's 15 rows, FSDP's 8 and 7 of them (a flat
+        # split of 30 in 4 would be 8, 8, 8, 6).
+        assert record["linear1_rows"] == [8, 8, 7, 7]
         assert placements["head.weight"] == ["Shard(dim=0)"]  # dp sub-mesh
     else:
         assert record["config"] == {"shape": [2, 2],
