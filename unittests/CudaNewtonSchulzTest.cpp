@@ -445,17 +445,13 @@ TEST_F(CudaNewtonSchulzTest, FormsAreChosenAsOnTheCpu) {
           << path;
       onGpu(*gpu, square, 1, 32, 32, *c.abc, precision, &path);
       EXPECT_EQ(path.find("Gram"), std::string::npos) << path;
-      // The CPU decides the same for these shapes (bf16 where it has its
-      // Gram form: oneDNN's bf16 products).
+      // The CPU decides the same for these shapes, in bf16 on oneDNN and
+      // on BLAS alike.
       cpu::CpuDeviceOptions cpuOptions;
       cpuOptions.nsForm = c.form;
-      const bool cpuHasGram =
-          precision == DType::F32 || cpu::CpuDevice(cpuOptions).nsKernel(
-                                         precision) ==
-                                         cpu::CpuNsKernel::OneDnnBf16;
       EXPECT_EQ(cpu::usesGramNewtonSchulz(cpuOptions, precision, 24, 96,
                                           *c.abc),
-                c.wideGram && cpuHasGram);
+                c.wideGram);
     }
   }
   setenv(cuda::kNsFormVariable, "standard", 1);

@@ -3,8 +3,9 @@
 // The CPU backend can run Newton-Schulz on wide and tall matrices in its
 // Gram form: the same polynomials, applied through the m x m Gram matrix
 // and restarted from X every few steps; f32 in GramNewtonSchulz.h (phases
-// of 2 and 3 steps), bf16 on oneDNN (OneDnnNewtonSchulz.h, phases of 2;
-// its bounds are kBf16Bound and the ratios below). For f32 this checks it
+// of 2 and 3 steps), bf16 in phases of 2 on oneDNN (OneDnnNewtonSchulz.h,
+// CPUs with bf16 products) and on BLAS (GramNewtonSchulz.h, f32 products
+// rounded to bf16); bf16's bounds are kBf16Bound and the ratios below. For f32 this checks it
 // and the standard form against the standard iteration in double, on a
 // Gaussian matrix and on a skewed spectrum (rank 8 with singular values
 // from 100 to 0.5, plus 5% noise: the case where R's rounding errors grow
@@ -141,7 +142,9 @@ double relativeError(const std::vector<float> &x,
 /// coefficients (what auto runs in the Gram form) 0.80-0.99x Gaussian,
 /// 0.96-0.97x skewed (1.03-1.15x Gaussian while H's a was added after its
 /// rounding); with Polar Express's 1.7-2.8x Gaussian, 1.08-1.12x skewed
-/// (why auto keeps the standard form for them). Phases of 3 steps
+/// (why auto keeps the standard form for them). On BLAS (AVX2, OpenBLAS's
+/// Zen kernels): Jordan's 0.82-0.99x Gaussian, 0.96-0.97x skewed; Polar
+/// Express's 1.7-2.8x Gaussian, 1.08-1.12x skewed. Phases of 3 steps
 /// diverged on skewed inputs (docs/performance.md): the bounds catch that.
 constexpr double kBf16Bound = 8e-2, kBf16JordanRatio = 1.2, kBf16Ratio = 3.0;
 
@@ -161,6 +164,7 @@ struct Case {
   int64_t rows, cols;
   const char *preset;
   bool skewed;
+  bool oneDnn = false; // bf16: on oneDNN's bf16 products, else on BLAS
 };
 
 class GramNewtonSchulz : public ::testing::TestWithParam<Case> {};
@@ -231,13 +235,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GramNewtonSchulz,
                              {{160, 480}, {480, 160}, {192, 480}})),
                          caseName);
 
-/// bf16 on oneDNN: the Gram form in phases of 2 steps (the default, auto)
-/// against the standard form, both against the iteration in double.
+/// bf16 on oneDNN and on BLAS (f32 products rounded to bf16, what CPUs
+/// without bf16 products run): the Gram form in phases of 2 steps (the
+/// default, auto) against the same kernel's standard form, both against
+/// the iteration in double.
 class GramNewtonSchulzBf16 : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GramNewtonSchulzBf16, AgainstDoubleAndTheStandardForm) {
   const Case c = GetParam();
-  if (!cpu::oneDnnBuilt() || !cpu::cpuHasBf16Products())
+  if (c.oneDnn && (!cpu::oneDnnBuilt() || !cpu::cpuHasBf16Products()))
     GTEST_SKIP() << "UNSUPPORTED: no bf16 products here ("
                  << cpu::describeNewtonSchulz(DType::BF16) << ")";
   std::optional<std::vector<NsTriple>> table = nsPreset(c.preset, 5);
@@ -253,6 +259,10 @@ TEST_P(GramNewtonSchulzBf16, AgainstDoubleAndTheStandardForm) {
   autoOptions.nsForm = NsForm::Auto;
   gramOptions.nsForm = NsForm::Gram;
   standardOptions.nsForm = NsForm::Standard;
+  for (CpuDeviceOptions *o : {&autoOptions, &gramOptions, &standardOptions})
+    o->oneDnn = c.oneDnn;
+  ASSERT_EQ(CpuDevice(gramOptions).nsKernel(DType::BF16),
+            c.oneDnn ? cpu::CpuNsKernel::OneDnnBf16 : cpu::CpuNsKernel::Blas);
   // auto: the Gram form with Jordan's coefficients, not Polar Express's.
   ASSERT_EQ(
       cpu::usesGramNewtonSchulz(autoOptions, DType::BF16, c.rows, c.cols, abc),
@@ -297,37 +307,48 @@ TEST_P(GramNewtonSchulzBf16, AgainstDoubleAndTheStandardForm) {
   EXPECT_EQ(elsewhere, gram);
 }
 
-// 1:3 and 1:2.5 with 64-wide block columns (2 full and a partial one, and
-// 3 full), wide and tall, and 1:3 with 128 rows (2 full).
-INSTANTIATE_TEST_SUITE_P(Shapes, GramNewtonSchulzBf16,
-                         ::testing::ValuesIn(casesOf({{160, 480},
-                                                      {480, 160},
-                                                      {192, 480},
-                                                      {128, 384}})),
-                         caseName);
+/// Each case on oneDNN and on BLAS.
+std::vector<Case> onBothKernels(std::vector<Case> cases) {
+  std::vector<Case> all;
+  for (Case c : cases)
+    for (bool oneDnn : {true, false}) {
+      c.oneDnn = oneDnn;
+      all.push_back(c);
+    }
+  return all;
+}
+
+// 1:3 and 1:2.5 with 64-wide block columns or 64-row blocks (2 full and a
+// partial one, and 3 full), wide and tall, and 1:3 with 128 rows (2 full).
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GramNewtonSchulzBf16,
+    ::testing::ValuesIn(onBothKernels(
+        casesOf({{160, 480}, {480, 160}, {192, 480}, {128, 384}}))),
+    [](const ::testing::TestParamInfo<Case> &info) {
+      return caseName(info) + (info.param.oneDnn ? "_onednn" : "_blas");
+    });
 
 /// Where the bf16 Gram form runs: by default (auto, with coefficients
 /// whose every a is at most 4) and with gram, on wide and tall matrices
 /// from 2:3 on at 5 steps (the run's flops at most 0.92 of the standard
 /// form's), never square, never a single step, never with the standard
-/// form; only where bf16 runs on oneDNN.
+/// form; on oneDNN (where the CPU has bf16 products) and on BLAS alike.
 TEST(GramNewtonSchulzBf16, Choice) {
-  CpuDeviceOptions automatic, gram, standard, blas;
+  CpuDeviceOptions automatic, gram, standard, blas, blasGram;
   automatic.nsForm = NsForm::Auto;
   gram.nsForm = NsForm::Gram;
   standard.nsForm = NsForm::Standard;
   blas.oneDnn = false;
+  blasGram.oneDnn = false;
+  blasGram.nsForm = NsForm::Gram;
   auto uses = [](const CpuDeviceOptions &o, int64_t rows, int64_t cols,
                  int64_t steps) {
     return usesWithJordan(o, DType::BF16, rows, cols, steps);
   };
-  EXPECT_FALSE(uses(blas, 768, 3072, 5));
   EXPECT_FALSE(uses(standard, 768, 3072, 5));
-  if (!cpu::oneDnnBuilt() || !cpu::cpuHasBf16Products()) {
-    EXPECT_FALSE(uses(automatic, 768, 3072, 5));
-    GTEST_SKIP() << "UNSUPPORTED: no bf16 products here";
-  }
-  for (const CpuDeviceOptions &on : {automatic, gram}) {
+  // automatic and gram run on oneDNN where the CPU has bf16 products, else
+  // on BLAS as blas and blasGram do.
+  for (const CpuDeviceOptions &on : {automatic, gram, blas, blasGram}) {
     EXPECT_TRUE(uses(on, 768, 3072, 5));
     EXPECT_TRUE(uses(on, 3072, 768, 5));
     EXPECT_TRUE(uses(on, 768, 2304, 5));
@@ -342,10 +363,10 @@ TEST(GramNewtonSchulzBf16, Choice) {
   // Coefficients with an a above 4 (Polar Express's first step, 8.2):
   // auto keeps the standard form; gram runs as asked.
   const std::vector<std::array<double, 3>> polar = *nsPreset("polar_express", 5);
-  EXPECT_FALSE(cpu::usesGramNewtonSchulz(automatic, DType::BF16, 768, 3072,
-                                         polar));
-  EXPECT_TRUE(
-      cpu::usesGramNewtonSchulz(gram, DType::BF16, 768, 3072, polar));
+  for (const CpuDeviceOptions *o : {&automatic, &blas})
+    EXPECT_FALSE(cpu::usesGramNewtonSchulz(*o, DType::BF16, 768, 3072, polar));
+  for (const CpuDeviceOptions *o : {&gram, &blasGram})
+    EXPECT_TRUE(cpu::usesGramNewtonSchulz(*o, DType::BF16, 768, 3072, polar));
 }
 
 /// Where the f32 Gram form runs: 5 steps from 3:5 on (it does at most 0.8

@@ -29,15 +29,11 @@ double partialRelativeTolerance(const Plan &plan, DType nsDtype) {
 /// reference moved it: f32 Newton-Schulz (no TF32) within 1e-5; bf16, the
 /// same algorithm in bf16 on both sides, within 5e-2, since a product that
 /// sums in another order can round to the neighbouring bf16 value (2^-8
-/// relative) and five iterations carry that on. A CPU without bf16
-/// products runs the reference's bf16 in the standard form only, where a
-/// GPU runs the Gram form on wide and tall matrices, whose phases round at
-/// other points: within 1e-1 then (the fake GPU's runs measured up to
-/// 5.2e-2 on an AVX2 CPU; a wrong product is off by O(1)).
+/// relative) and five iterations carry that on. Both sides choose the
+/// form (standard or Gram) with the same rule (NsForm.h), the CPU on
+/// oneDNN's bf16 products or on BLAS's f32 products rounded to bf16.
 double updateRelativeTolerance(DType nsDtype) {
-  if (nsDtype != DType::BF16)
-    return 1e-5;
-  return cpu::cpuHasBf16Products() ? 5e-2 : 1e-1;
+  return nsDtype == DType::BF16 ? 5e-2 : 1e-5;
 }
 
 /// The spacing of `type`'s values at `value`'s magnitude. Each step rounds

@@ -2,6 +2,7 @@
 #include "muon/Runtime/Cpu/CpuDevice.h"
 
 #include "GramNewtonSchulz.h"
+#include "RoundBf16.h"
 #include "muon/Runtime/MatrixStep.h"
 
 #ifdef MUON_HAVE_ONEDNN
@@ -56,31 +57,28 @@ bool cpuHasBf16Products() {
 std::string describeNewtonSchulz(DType precision, NsForm form,
                                  const std::vector<std::array<double, 3>> &abc) {
   const std::string blas = blasKernels();
-  const char *gramNote = "; Gram form on wide and tall matrices";
+  const bool gram = form == NsForm::Gram ||
+                    (form == NsForm::Auto &&
+                     GramNewtonSchulz::keepsAccuracy(abc));
+  const std::string gramNote =
+      gram ? "; Gram form on wide and tall matrices" : "";
   if (chooseNsKernel(precision, oneDnnBuilt(), cpuHasBf16Products()) ==
       CpuNsKernel::OneDnnBf16) {
 #ifdef MUON_HAVE_ONEDNN
     OneDnnCpu cpu = oneDnnCpu();
-    const bool gram = form == NsForm::Gram ||
-                      (form == NsForm::Auto &&
-                       GramNewtonSchulz::keepsAccuracy(abc));
     return "bf16 products, f32 accumulation (oneDNN " + cpu.version + ", " +
-           cpu.isa + ")" + (gram ? gramNote : "");
+           cpu.isa + ")" + gramNote;
 #endif
   }
   if (precision != DType::BF16)
-    return "f32 products (" + blas + ")" +
-           (form == NsForm::Gram || (form == NsForm::Auto &&
-                                     GramNewtonSchulz::keepsAccuracy(abc))
-                ? gramNote
-                : "");
+    return "f32 products (" + blas + ")" + gramNote;
 #ifdef MUON_HAVE_ONEDNN
   return "f32 products rounded to bf16 (" + blas +
          "; this CPU has no bf16 products: oneDNN " + oneDnnCpu().version +
-         " runs " + oneDnnCpu().isa + ")";
+         " runs " + oneDnnCpu().isa + ")" + gramNote;
 #else
   return "f32 products rounded to bf16 (" + blas +
-         "; built without oneDNN, MUON_ONEDNN=OFF)";
+         "; built without oneDNN, MUON_ONEDNN=OFF)" + gramNote;
 #endif
 }
 
@@ -104,16 +102,15 @@ bool usesGramNewtonSchulz(const CpuDeviceOptions &options, DType precision,
   const bool wanted = options.nsForm == NsForm::Gram ||
                       (options.nsForm == NsForm::Auto &&
                        GramNewtonSchulz::keepsAccuracy(abc));
-  if (precision != DType::BF16)
-    return wanted && GramNewtonSchulz::pays(m, n, steps);
+  if (!wanted)
+    return false;
 #ifdef MUON_HAVE_ONEDNN
-  return wanted &&
-         chooseNsKernel(precision, oneDnnBuilt() && options.oneDnn,
-                        cpuHasBf16Products()) == CpuNsKernel::OneDnnBf16 &&
-         OneDnnNewtonSchulz::gramPays(m, n, steps, options.bf16Tile);
-#else
-  return false; // bf16 on f32 products has only the standard form
+  if (chooseNsKernel(precision, oneDnnBuilt() && options.oneDnn,
+                     cpuHasBf16Products()) == CpuNsKernel::OneDnnBf16)
+    return OneDnnNewtonSchulz::gramPays(m, n, steps, options.bf16Tile);
 #endif
+  // f32, and bf16 on f32 BLAS products (GramNewtonSchulz.cpp).
+  return GramNewtonSchulz::pays(precision, m, n, steps);
 }
 
 CpuDevice::CpuDevice(CpuDeviceOptions options) : options(options) {}
@@ -227,22 +224,11 @@ int64_t CpuDevice::newtonSchulz(float *x, int64_t count, int64_t rows,
   return flops;
 }
 
-/// roundToBf16 (DType.cpp, round to nearest even, NaN stays a quiet NaN)
-/// inlined, so that the rounding passes over whole matrices vectorize.
-static inline float bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  bits = value != value ? (bits | 0x00400000u) & 0xFFFF0000u
-                        : (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
-  std::memcpy(&value, &bits, 4);
-  return value;
-}
-
 /// Rounds every value to bf16 (a no-op for f32 runs).
 static void roundAll(float *x, int64_t n, bool toBf16) {
   if (toBf16)
     for (int64_t i = 0; i < n; ++i)
-      x[i] = bf16(x[i]);
+      x[i] = roundBf16(x[i]);
 }
 
 /// `ssyrk` writes only the lower triangle of the m x m A = X X^T. This pass
@@ -261,7 +247,7 @@ static void mirrorLowerInto(float *s, float *copy, int64_t m, bool toBf16) {
         float *copyRow = copy + i * m;
         const int64_t jEnd = std::min(j1, i + 1);
         for (int64_t j = j0; j < jEnd; ++j) {
-          float v = toBf16 ? bf16(row[j]) : row[j];
+          float v = toBf16 ? roundBf16(row[j]) : row[j];
           row[j] = v;
           copyRow[j] = v;
           s[j * m + i] = v;
@@ -282,26 +268,32 @@ int64_t CpuDevice::newtonSchulzOne(
   // rounding of the input is fused into the same pass.
   double sumSq = 0;
   for (int64_t i = 0; i < elements; ++i) {
-    float v = toBf16 ? bf16(x[i]) : x[i];
+    float v = toBf16 ? roundBf16(x[i]) : x[i];
     x[i] = v;
     sumSq += static_cast<double>(v) * v;
   }
   float norm = static_cast<float>(std::sqrt(sumSq));
   if (toBf16)
-    norm = bf16(norm);
+    norm = roundBf16(norm);
   norm = std::max(norm, static_cast<float>(eps));
   for (int64_t i = 0; i < elements; ++i) {
     float v = x[i] / norm;
-    x[i] = toBf16 ? bf16(v) : v;
+    x[i] = toBf16 ? roundBf16(v) : v;
   }
-  const int64_t steps = static_cast<int64_t>(abc.size());
-  if (!toBf16 &&
-      usesGramNewtonSchulz(options, DType::F32, rows, cols, abc)) {
+  // The contract's dense count (Device.h), 4 m^2 n + 2 m^3 a step,
+  // whichever form runs.
+  const int64_t side = std::min(rows, cols);
+  const int64_t flops = static_cast<int64_t>(abc.size()) *
+                        (4 * side * elements + 2 * side * side * side);
+  // The Gram form's phases, then (bf16's odd last step) standard steps.
+  const DType precision = toBf16 ? DType::BF16 : DType::F32;
+  size_t first = 0;
+  if (usesGramNewtonSchulz(options, precision, rows, cols, abc)) {
     if (!gramForm)
       gramForm = std::make_unique<GramNewtonSchulz>();
-    gramForm->run(x, rows, cols, abc);
-    const int64_t m = std::min(rows, cols), n = std::max(rows, cols);
-    return steps * (4 * m * m * n + 2 * m * m * m); // the contract's count
+    first = static_cast<size_t>(gramForm->run(x, rows, cols, abc, precision));
+    if (first == abc.size())
+      return flops;
   }
 
   // X is m x n with m <= n; a tall matrix is the transpose of one, read
@@ -321,10 +313,10 @@ int64_t CpuDevice::newtonSchulzOne(
   // iteration's last product writes the other one, so nothing is copied
   // until the end (one copy back after an odd number of iterations).
   float *cur = x, *out = next.data();
-  int64_t flops = 0;
-  for (const std::array<double, 3> &k : abc) {
-    const float a = static_cast<float>(k[0]), b = static_cast<float>(k[1]),
-                c = static_cast<float>(k[2]);
+  for (size_t step = first; step < abc.size(); ++step) {
+    const float a = static_cast<float>(abc[step][0]),
+                b = static_cast<float>(abc[step][1]),
+                c = static_cast<float>(abc[step][2]);
     // A = X X^T, lower triangle: m^2 n flops (a GEMM would take 2 m^2 n).
     cblas_ssyrk(CblasRowMajor, CblasLower, tall ? CblasTrans : CblasNoTrans,
                 M, N, 1.0f, cur, C, 0.0f, A, M);
@@ -344,14 +336,12 @@ int64_t CpuDevice::newtonSchulzOne(
     if (toBf16)
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j <= i; ++j)
-          B[i * m + j] = bf16(B[i * m + j]);
+          B[i * m + j] = roundBf16(B[i * m + j]);
     std::memcpy(out, cur, static_cast<size_t>(elements) * sizeof(float));
     cblas_ssymm(CblasRowMajor, tall ? CblasRight : CblasLeft, CblasLower, R,
                 C, 1.0f, B, M, cur, C, a, out, C);
     roundAll(out, elements, toBf16);
     std::swap(cur, out);
-    // The contract's dense count (Device.h), not the 3 m^2 n + m^3 run.
-    flops += 4 * m * m * n + 2 * m * m * m;
   }
   if (cur != x)
     std::memcpy(x, cur, static_cast<size_t>(elements) * sizeof(float));

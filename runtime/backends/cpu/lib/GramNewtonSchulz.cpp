@@ -1,5 +1,6 @@
-//===- GramNewtonSchulz.cpp - f32 Newton-Schulz on the Gram matrix --------===//
+//===- GramNewtonSchulz.cpp - Newton-Schulz on the Gram matrix, BLAS -----===//
 #include "GramNewtonSchulz.h"
+#include "RoundBf16.h"
 
 #include "muon/Runtime/NsForm.h"
 
@@ -12,6 +13,14 @@
 
 namespace muon::runtime::cpu {
 namespace {
+
+/// Rounds the lower triangle of the m x m `s` to bf16 (bf16 runs: a
+/// product's one rounding of its f32 sums, before the mirror copies it).
+void roundLower(float *s, int64_t m) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j <= i; ++j)
+      s[i * m + j] = roundBf16(s[i * m + j]);
+}
 
 /// Rows of a block of the lower products below: wide enough for sgemm to
 /// run at its rate, narrow enough that the upper triangle it also computes
@@ -35,9 +44,10 @@ void mirrorLower(float *s, int64_t m) {
 
 /// c = a b for m x m a and b whose product is known to be symmetric (both
 /// are polynomials in the same R, so they commute): only the lower block
-/// triangle is multiplied (about m^3 flops instead of 2 m^3), then
-/// mirrored, so c is exactly symmetric.
-void symmetricProduct(const float *a, const float *b, float *c, int64_t m) {
+/// triangle is multiplied (about m^3 flops instead of 2 m^3), rounded to
+/// bf16 in bf16 runs, then mirrored, so c is exactly symmetric.
+void symmetricProduct(const float *a, const float *b, float *c, int64_t m,
+                      bool toBf16) {
   const int M = static_cast<int>(m);
   for (int64_t i0 = 0; i0 < m; i0 += kBlockRows) {
     const int64_t i1 = std::min(m, i0 + kBlockRows);
@@ -45,20 +55,26 @@ void symmetricProduct(const float *a, const float *b, float *c, int64_t m) {
                 static_cast<int>(i1 - i0), static_cast<int>(i1), M, 1.0f,
                 a + i0 * m, M, b, M, 0.0f, c + i0 * m, M);
   }
+  if (toBf16)
+    roundLower(c, m);
   mirrorLower(c, m);
 }
 
 } // namespace
 
-int64_t GramNewtonSchulz::phaseEnd(int64_t start, int64_t steps) {
-  return std::min(steps, start + (start == 0 ? kFirstPhaseSteps : kPhaseSteps));
-}
-
-bool GramNewtonSchulz::pays(int64_t m, int64_t n, int64_t steps) {
-  // syrk and symm: a symmetric product does half a full one's flops (the
-  // lower products' 64-row blocks a little more, which the f32 margin of
-  // gramPays covers).
-  return gramPays(DType::F32, m, n, steps, 0.5);
+bool GramNewtonSchulz::pays(DType precision, int64_t m, int64_t n,
+                            int64_t steps) {
+  if (m <= 0)
+    return false;
+  // f32: syrk and symm do half a full product's flops (the lower products'
+  // 64-row blocks a little more, which f32's margin covers). bf16: the
+  // lower products' blocks counted, (1 + 64 / m) / 2, as oneDNN's block
+  // columns of the same width are, so that both kernels choose alike.
+  const double half =
+      precision == DType::BF16
+          ? (1.0 + static_cast<double>(std::min(kBlockRows, m)) / m) / 2
+          : 0.5;
+  return gramPays(precision, m, n, steps, half);
 }
 
 bool GramNewtonSchulz::keepsAccuracy(
@@ -66,11 +82,13 @@ bool GramNewtonSchulz::keepsAccuracy(
   return gramKeepsAccuracy(abc);
 }
 
-void GramNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
-                           const std::vector<std::array<double, 3>> &abc) {
+int64_t GramNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
+                              const std::vector<std::array<double, 3>> &abc,
+                              DType precision) {
   // X is m x n with m <= n; a tall matrix is the transpose of one, read
   // through the BLAS side and transpose flags, as the standard form does.
   const bool tall = rows > cols;
+  const bool toBf16 = precision == DType::BF16;
   const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
   const int64_t elements = rows * cols;
   const int R = static_cast<int>(rows), C = static_cast<int>(cols);
@@ -83,49 +101,73 @@ void GramNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
   float *r = gram.data(), *h = poly.data(), *q = product.data(),
         *t = scratch.data();
   float *cur = x, *out = next.data();
-  const int64_t steps = static_cast<int64_t>(abc.size());
-  for (int64_t start = 0; start < steps; start = phaseEnd(start, steps)) {
-    const int64_t end = phaseEnd(start, steps);
+  int64_t start = 0;
+  for (int64_t length : gramPhases(precision,
+                                   static_cast<int64_t>(abc.size()))) {
+    // bf16's odd last step is a standard one: the caller's.
+    if (length == 1 && toBf16)
+      break;
+    const int64_t end = start + length;
     // R = X X^T from the current X: the restart that drops R's errors.
     cblas_ssyrk(CblasRowMajor, CblasLower, tall ? CblasTrans : CblasNoTrans,
                 M, N, 1.0f, cur, C, 0.0f, r, M);
+    if (toBf16)
+      roundLower(r, m);
     mirrorLower(r, m);
     for (int64_t step = start; step < end; ++step) {
       const float a = static_cast<float>(abc[step][0]),
                   b = static_cast<float>(abc[step][1]),
                   c = static_cast<float>(abc[step][2]);
-      // H = a I + b R + c R^2 (R^2 = R R^T: syrk, lower triangle, with
-      // b R through its beta term).
-      std::memcpy(t, r, static_cast<size_t>(m * m) * sizeof(float));
-      cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, M, M, c, r, M, b,
-                  t, M);
-      for (int64_t i = 0; i < m; ++i) {
-        t[i * m + i] += a;
-        for (int64_t j = 0; j <= i; ++j)
-          h[i * m + j] = t[i * m + j];
+      // H = a I + b R + c R^2 in f32, R^2 = R R^T by syrk (lower
+      // triangle). bf16 sums (b R + a I) + c R^2 and rounds once, as oneDNN
+      // and the GPU do; f32 keeps (c R^2 + b R) + a, b R through syrk's beta
+      // term (after 10 steps of test_torch_single's model 9.1e-7 from
+      // torch.optim.Muon's f32 iteration; the other order measured 1.01e-6).
+      if (toBf16) {
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j <= i; ++j)
+            t[i * m + j] = b * r[i * m + j];
+          t[i * m + i] += a;
+        }
+        cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, M, M, c, r, M,
+                    1.0f, t, M);
+      } else {
+        std::memcpy(t, r, static_cast<size_t>(m * m) * sizeof(float));
+        cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, M, M, c, r, M, b,
+                    t, M);
+        for (int64_t i = 0; i < m; ++i)
+          t[i * m + i] += a;
       }
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j <= i; ++j)
+          h[i * m + j] = toBf16 ? roundBf16(t[i * m + j]) : t[i * m + j];
       mirrorLower(h, m);
       // Q <- H Q (Q = H on a phase's first step).
       if (step == start) {
         std::memcpy(q, h, static_cast<size_t>(m * m) * sizeof(float));
       } else {
-        symmetricProduct(h, q, t, m);
+        symmetricProduct(h, q, t, m, toBf16);
         std::swap(q, t);
       }
       // R <- H R H, the next step's Gram matrix (not after the phase's
       // last step: the restart recomputes it from X).
       if (step + 1 < end) {
-        symmetricProduct(h, r, t, m);
-        symmetricProduct(h, t, r, m);
+        symmetricProduct(h, r, t, m, toBf16);
+        symmetricProduct(h, t, r, m, toBf16);
       }
     }
     // X <- Q X (X Q for tall): ssymm reads Q's lower triangle.
     cblas_ssymm(CblasRowMajor, tall ? CblasRight : CblasLeft, CblasLower, R,
                 C, 1.0f, q, M, cur, C, 0.0f, out, C);
+    if (toBf16)
+      for (int64_t i = 0; i < elements; ++i)
+        out[i] = roundBf16(out[i]);
     std::swap(cur, out);
+    start = end;
   }
   if (cur != x)
     std::memcpy(x, cur, static_cast<size_t>(elements) * sizeof(float));
+  return start;
 }
 
 } // namespace muon::runtime::cpu

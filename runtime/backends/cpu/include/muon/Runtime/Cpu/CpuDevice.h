@@ -50,8 +50,9 @@ bool oneDnnBuilt();
 bool cpuHasBf16Products();
 
 /// The form Newton-Schulz's steps run in (muon/Runtime/NsForm.h, shared
-/// with the GPU). On the CPU, Auto runs bf16 on oneDNN in 2-step phases (as
-/// accurate as the standard form) and f32 in the phases of
+/// with the GPU). On the CPU, Auto runs bf16 in 2-step phases (as accurate
+/// as the standard form; on oneDNN, else on BLAS's f32 products rounded to
+/// bf16) and f32 in the phases of
 /// GramNewtonSchulz.h (about twice f32's rounding error, far below bf16's;
 /// within 1e-6 of torch.optim.Muon's f32 after 10 steps); Standard runs
 /// every step as torch.optim.Muon does (in bf16, torch's bits on square and
