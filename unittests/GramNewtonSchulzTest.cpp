@@ -5,12 +5,13 @@
 // and restarted from X every few steps; f32 in GramNewtonSchulz.h (phases
 // of 2 and 3 steps), bf16 in phases of 2 on oneDNN (OneDnnNewtonSchulz.h,
 // CPUs with bf16 products) and on BLAS (GramNewtonSchulz.h, f32 products
-// rounded to bf16); bf16's bounds are kBf16Bound and the ratios below. For f32 this checks it
-// and the standard form against the standard iteration in double, on a
-// Gaussian matrix and on a skewed spectrum (rank 8 with singular values
-// from 100 to 0.5, plus 5% noise: the case where R's rounding errors grow
-// most), both coefficient presets, wide and tall, with sides that give
-// several 64-row product blocks and a partial last one.
+// rounded to bf16); bf16's bounds are kBf16Bound and the ratios below.
+// For f32 this checks it and the standard form against the standard
+// iteration in double, on a Gaussian matrix and on a skewed spectrum (rank
+// 8 with singular values from 100 to 0.5, plus 5% noise: the case where
+// R's rounding errors grow most), both coefficient presets, wide and tall,
+// with sides that give several 64-row product blocks and a partial last
+// one.
 //
 // Tolerance: 2e-5 relative Frobenius error against double for the Gram
 // form, 5e-5 for the standard one, and the Gram form within 5x of the

@@ -63,6 +63,10 @@ bool gramPays(DType precision, int64_t m, int64_t n, int64_t steps,
   return gram <= margin * static_cast<double>(steps) * standardStep;
 }
 
+double blockedHalf(int64_t m, int64_t width) {
+  return (1.0 + static_cast<double>(std::min(width, m)) / m) / 2;
+}
+
 bool usesGramForm(NsForm form, DType precision, int64_t rows, int64_t cols,
                   const std::vector<std::array<double, 3>> &abc, double half) {
   const bool wanted = form == NsForm::Gram ||

@@ -68,13 +68,11 @@ bool GramNewtonSchulz::pays(DType precision, int64_t m, int64_t n,
     return false;
   // f32: syrk and symm do half a full product's flops (the lower products'
   // 64-row blocks a little more, which f32's margin covers). bf16: the
-  // lower products' blocks counted, (1 + 64 / m) / 2, as oneDNN's block
-  // columns of the same width are, so that both kernels choose alike.
-  const double half =
-      precision == DType::BF16
-          ? (1.0 + static_cast<double>(std::min(kBlockRows, m)) / m) / 2
-          : 0.5;
-  return gramPays(precision, m, n, steps, half);
+  // lower products' blocks counted, as oneDNN's block columns of the same
+  // width are, so that both kernels choose alike.
+  return gramPays(precision, m, n, steps,
+                  precision == DType::BF16 ? blockedHalf(m, kBlockRows)
+                                           : 0.5);
 }
 
 bool GramNewtonSchulz::keepsAccuracy(

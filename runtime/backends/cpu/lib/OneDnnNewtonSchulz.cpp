@@ -291,8 +291,7 @@ bool OneDnnNewtonSchulz::gramPays(int64_t m, int64_t n, int64_t steps,
   // square shapes model 1.01; 2:3 models 0.90 and measures 0.89).
   if (m <= 0)
     return false;
-  const double half = (1.0 + static_cast<double>(std::min(tile, m)) / m) / 2;
-  return runtime::gramPays(DType::BF16, m, n, steps, half);
+  return runtime::gramPays(DType::BF16, m, n, steps, blockedHalf(m, tile));
 }
 
 bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,

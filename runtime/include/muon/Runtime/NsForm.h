@@ -67,6 +67,12 @@ std::vector<int64_t> gramPhases(DType precision, int64_t steps);
 bool gramPays(DType precision, int64_t m, int64_t n, int64_t steps,
               double half);
 
+/// What a symmetric m x m product costs against a full one when it is
+/// computed as its lower block columns (or rows) of width `width`:
+/// (1 + T/m) / 2 with T = min(width, m); oneDNN's and BLAS's bf16 kernels
+/// on the CPU.
+double blockedHalf(int64_t m, int64_t width);
+
 /// Whether Newton-Schulz in `precision` with the steps `abc` on a
 /// rows x cols matrix runs in the Gram form under `form`, given what a
 /// symmetric product costs on the device.
