@@ -257,15 +257,12 @@ static void mirrorLowerInto(float *s, float *copy, int64_t m, bool toBf16) {
   }
 }
 
-int64_t CpuDevice::newtonSchulzOne(
-    float *x, int64_t rows, int64_t cols,
-    const std::vector<std::array<double, 3>> &abc, double eps, bool toBf16) {
-  const int64_t elements = rows * cols;
-  if (elements == 0)
-    return 0;
-  // Frobenius norm accumulated in double: the same on every rank and in the
-  // reference, since they all run this code on the same values. The bf16
-  // rounding of the input is fused into the same pass.
+/// X / max(||X||, eps) in place, in bf16 with the input and the norm
+/// rounded to bf16 too. The Frobenius norm is accumulated in double: the
+/// same on every rank and in the reference, since they all run this code
+/// on the same values. The bf16 rounding of the input is fused into the
+/// same pass.
+static void normalize(float *x, int64_t elements, double eps, bool toBf16) {
   double sumSq = 0;
   for (int64_t i = 0; i < elements; ++i) {
     float v = toBf16 ? roundBf16(x[i]) : x[i];
@@ -280,11 +277,15 @@ int64_t CpuDevice::newtonSchulzOne(
     float v = x[i] / norm;
     x[i] = toBf16 ? roundBf16(v) : v;
   }
-  // The contract's dense count (Device.h), 4 m^2 n + 2 m^3 a step,
-  // whichever form runs.
-  const int64_t side = std::min(rows, cols);
-  const int64_t flops = static_cast<int64_t>(abc.size()) *
-                        (4 * side * elements + 2 * side * side * side);
+}
+
+int64_t CpuDevice::newtonSchulzOne(
+    float *x, int64_t rows, int64_t cols,
+    const std::vector<std::array<double, 3>> &abc, double eps, bool toBf16) {
+  const int64_t elements = rows * cols;
+  if (elements == 0)
+    return 0;
+  normalize(x, elements, eps, toBf16);
   // The Gram form's phases, then (bf16's odd last step) standard steps.
   const DType precision = toBf16 ? DType::BF16 : DType::F32;
   size_t first = 0;
@@ -292,10 +293,20 @@ int64_t CpuDevice::newtonSchulzOne(
     if (!gramForm)
       gramForm = std::make_unique<GramNewtonSchulz>();
     first = static_cast<size_t>(gramForm->run(x, rows, cols, abc, precision));
-    if (first == abc.size())
-      return flops;
   }
+  if (first < abc.size())
+    standardSteps(x, rows, cols, abc, first, toBf16);
+  // The contract's dense count (Device.h), 4 m^2 n + 2 m^3 a step,
+  // whichever form ran.
+  const int64_t side = std::min(rows, cols);
+  return static_cast<int64_t>(abc.size()) *
+         (4 * side * elements + 2 * side * side * side);
+}
 
+void CpuDevice::standardSteps(float *x, int64_t rows, int64_t cols,
+                              const std::vector<std::array<double, 3>> &abc,
+                              size_t first, bool toBf16) {
+  const int64_t elements = rows * cols;
   // X is m x n with m <= n; a tall matrix is the transpose of one, read
   // through the BLAS side and transpose flags (no copies): A = X^T X and
   // X' = X B' instead of A = X X^T and X' = B' X.
@@ -345,7 +356,6 @@ int64_t CpuDevice::newtonSchulzOne(
   }
   if (cur != x)
     std::memcpy(x, cur, static_cast<size_t>(elements) * sizeof(float));
-  return flops;
 }
 
 void setBlasThreads(int threads) {

@@ -123,6 +123,11 @@ private:
   int64_t newtonSchulzOne(float *x, int64_t rows, int64_t cols,
                           const std::vector<std::array<double, 3>> &abc,
                           double eps, bool bf16);
+  /// The steps abc[first:] in the standard form on the normalized x, with
+  /// symmetric BLAS products (in bf16, each result rounded to bf16).
+  void standardSteps(float *x, int64_t rows, int64_t cols,
+                     const std::vector<std::array<double, 3>> &abc,
+                     size_t first, bool bf16);
 
   std::vector<float> gram, poly, next; // Newton-Schulz workspace
   CpuDeviceOptions options;
