@@ -7,6 +7,7 @@
 #include "muon/Support/Format.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/ModelLimits.h"
+#include "muon/Support/NsCoefficients.h"
 #include "muon/Support/Replicas.h"
 
 #include <algorithm>
@@ -234,6 +235,10 @@ bool Checker::newtonSchulz() {
         if (!std::isfinite(m.coefficients[i][j]))
           return fail(index(index(key(path, "ns_coefficients"), i), j),
                       "expected a finite number");
+    if (std::string why = nsCoefficientsProblem(m.coefficients, m.nsSteps,
+                                                plan.ns.nsDtype);
+        !why.empty() && nsLargestValue(plan.ns.nsDtype))
+      return fail(key(path, "ns_coefficients"), why);
   }
   const std::string &dtype = plan.ns.nsDtype;
   if (dtype != "auto" && dtype != "f32" && dtype != "bf16")

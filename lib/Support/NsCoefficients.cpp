@@ -1,7 +1,9 @@
 //===- NsCoefficients.cpp - Named Newton-Schulz coefficient tables --------===//
 #include "muon/Support/NsCoefficients.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace muon {
 
@@ -54,6 +56,90 @@ std::optional<std::vector<NsTriple>> nsPreset(std::string_view name,
                      p[2] / std::pow(safety, 5)});
   }
   return table;
+}
+
+namespace {
+/// max |a s + b s^3 + c s^5| over s in [0, m]: at s = m or at a root of
+/// p'(s) = a + 3b s^2 + 5c s^4 (a quadratic in u = s^2) inside the
+/// interval; p(0) = 0.
+double largestOnInterval(const NsTriple &t, double m) {
+  const auto [a, b, c] = t;
+  auto p = [&](double s) {
+    const double s2 = s * s;
+    return std::fabs(s * (a + s2 * (b + s2 * c)));
+  };
+  double best = p(m);
+  std::vector<double> roots; // of 5c u^2 + 3b u + a in u = s^2
+  if (c != 0) {
+    const double disc = 9 * b * b - 20 * a * c;
+    if (disc >= 0) {
+      const double r = std::sqrt(disc);
+      roots = {(-3 * b + r) / (10 * c), (-3 * b - r) / (10 * c)};
+    }
+  } else if (b != 0) {
+    roots = {-a / (3 * b)};
+  }
+  for (double u : roots)
+    if (u > 0 && std::sqrt(u) < m)
+      best = std::max(best, p(std::sqrt(u)));
+  return best;
+}
+} // namespace
+
+std::vector<double> nsSingularValueBounds(const std::vector<NsTriple> &table,
+                                          int64_t steps) {
+  std::vector<double> bounds;
+  double m = 1.0;
+  for (int64_t k = 0; k < steps && !table.empty(); ++k) {
+    const NsTriple &t = table[std::min<size_t>(k, table.size() - 1)];
+    m = largestOnInterval(t, m);
+    bounds.push_back(m);
+  }
+  return bounds;
+}
+
+std::optional<double> nsLargestValue(std::string_view dtype) {
+  if (dtype == "f32" || dtype == "bf16" || dtype == "auto")
+    return 3.4028234663852886e38;
+  if (dtype == "f16")
+    return 65504.0;
+  return std::nullopt;
+}
+
+std::string nsCoefficientsProblem(const std::vector<NsTriple> &table,
+                                  int64_t steps, std::string_view dtype) {
+  const std::optional<double> largest = nsLargestValue(dtype);
+  if (!largest)
+    return "unknown Newton-Schulz precision \"" + std::string(dtype) + "\"";
+  for (size_t i = 0; i < table.size(); ++i)
+    for (double x : table[i])
+      if (!std::isfinite(x))
+        return "step " + std::to_string(i) + "'s coefficients are not all "
+               "finite";
+  const double room = *largest / 16;
+  double m = 1.0;
+  const std::vector<double> bounds = nsSingularValueBounds(table, steps);
+  for (size_t k = 0; k < bounds.size(); ++k) {
+    const auto [a, b, c] = table[std::min(k, table.size() - 1)];
+    const double gram = m * m;
+    const double poly = std::fabs(b) * gram + std::fabs(c) * gram * gram;
+    const double worst = std::max({gram, poly, poly * m, std::fabs(a) * m});
+    auto show = [](double v) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3g", v);
+      return std::string(text);
+    };
+    if (!(bounds[k] <= kNsBound))
+      return "step " + std::to_string(k) + " can take a singular value to " +
+             show(bounds[k]) + " (the iteration diverges; at most " +
+             show(kNsBound) + ")";
+    if (!(worst <= room))
+      return "step " + std::to_string(k) + "'s products can reach " +
+             show(worst) + ", past what " + std::string(dtype) +
+             " holds (" + show(*largest) + ")";
+    m = bounds[k];
+  }
+  return {};
 }
 
 } // namespace muon

@@ -16,6 +16,7 @@ import torch.distributed as dist  # noqa: E402
 
 import muonc._core as cpu_core  # noqa: E402
 import muonc.torch as mt  # noqa: E402
+import muonc.torch._binding as binding_module  # noqa: E402
 import muonc.torch._muon as optimizer_module  # noqa: E402
 import muonc.torch._plan as plan_module  # noqa: E402
 
@@ -38,8 +39,8 @@ def use_backend(gpu):
     the legacy default stream) or on the CPU."""
     # The plan is a Plan object of the module that compiles it: the same
     # module's Optimizer takes it.
-    optimizer_module._core = plan_module._core = fake if gpu else cpu_core
-    optimizer_module.engine_device_name = (lambda d: "cuda:0") if gpu else \
+    binding_module._core = plan_module._core = fake if gpu else cpu_core
+    binding_module.engine_device_name = (lambda d: "cuda:0") if gpu else \
         (lambda d: "cpu")
     optimizer_module.current_stream = (lambda d: 0) if gpu else \
         (lambda d: None)

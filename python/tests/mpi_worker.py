@@ -48,7 +48,7 @@ def main(mode, out):
         try:
             Muon(groups(model), lr=0.02,
                  distributed_config={"shape": [world + 1], "names": ["dp"],
-                                     "async": True})
+                                     "async": True}).engine
         except MuonError as e:
             result["world_error"] = str(e)
         try:

@@ -106,8 +106,11 @@ def test_grad_none_on_some_ranks_fails_on_every_rank(tmp_path):
 def _world_mismatch(rank, world, out):
     w = torch.nn.Parameter(torch.randn(4, 4))
     try:
-        Muon([w], distributed_config={"shape": [4], "names": ["dp"],
-                                      "async": True})
+        # The world is read where the plan is made: at the first step.
+        opt = Muon([w], distributed_config={"shape": [4], "names": ["dp"],
+                                            "async": True})
+        w.grad = torch.randn(4, 4)
+        opt.step()
         message = "no error"
     except MuonError as e:
         message = str(e)

@@ -131,6 +131,8 @@ def _stack_under_ep_fsdp(rank, world):
 def _copy_refused(rank, world):
     w = torch.nn.Parameter(torch.randn(4, 4))
     opt = Muon([w])
+    w.grad = torch.randn(4, 4)
+    opt.step()  # its plan spans the ranks from its first step on
     try:
         copy.deepcopy(opt)
     except FailedPreconditionError as e:

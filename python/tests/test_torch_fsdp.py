@@ -224,10 +224,12 @@ def _errors(rank, model, opt):
         torch.ones(2, 4), mesh, [_StridedShard(0, split_factor=2)],
         run_check=False))
     errors["strided"] = _message(lambda: Muon([strided]))
-    # A plan for another world.
+    # A plan for another world: refused where the plan is made, at the
+    # first step (or a property that shows the plan).
     errors["world"] = _message(lambda: Muon(
         named_groups(model), distributed_config=dict(
-            create_dtensor_config(model), shape=[2, 4], names=["a", "dp"])))
+            create_dtensor_config(model), shape=[2, 4],
+            names=["a", "dp"])).engine)
     after = {n: whole(p) for n, p in model.named_parameters()}
     errors["unchanged"] = all(torch.equal(before[n], after[n]) for n in before)
     return errors

@@ -35,18 +35,24 @@ def train(model, opts, steps, schedulers=()):
             sch.step()
 
 
+# torch's iteration (the standard form) sums in another order than BLAS:
+# f32 rounding, compounded over 10 steps, within 1e-6. The default form on
+# wide and tall matrices is the Gram form, whose f32 error is about twice
+# the standard form's (docs/performance.md): 2e-6 (measured up to 1.1e-6 on
+# an AVX-512 CPU, 9.1e-7 on an AVX2 one).
+@pytest.mark.parametrize("form,bound", [("standard", 1e-6), ("auto", 2e-6)])
 @pytest.mark.parametrize("kw", [{}, {"nesterov": False, "weight_decay": 0.05},
                                 {"adjust_lr_fn": "match_rms_adamw"},
                                 {"adjust_lr_fn": "spectral_unclamped"}])
-def test_matches_torch_muon_fp32_ns(fp32_torch_muon, kw):
+def test_matches_torch_muon_fp32_ns(fp32_torch_muon, kw, form, bound):
     torch.manual_seed(0)
     ref = TinyTransformer()
     model = copy.deepcopy(ref)
     train(ref, reference_optimizers(ref, **kw), 10)
-    opt = ours(model, **kw)
+    opt = ours(model, ns_form=form, **kw)
     train(model, [opt], 10)
     worst = max(rel(p, q) for p, q in zip(model.parameters(), ref.parameters()))
-    assert worst < 1e-6, worst
+    assert worst < bound, worst
     # Something did move: the comparison is not of untouched parameters.
     torch.manual_seed(0)
     fresh = TinyTransformer()
@@ -413,12 +419,18 @@ def test_model_parameter_in_no_group():
 
 
 def test_parameters_on_mixed_devices():
+    # Devices are read where the plan is made, at the first step: until
+    # then a framework may still move the parameters (to_empty from meta).
     w = torch.nn.Parameter(torch.randn(4, 4))
     m = torch.nn.Parameter(torch.empty(4, 4, device="meta"))
+    opt = Muon([("a", w), ("b", m)])
+    w.grad = torch.randn(4, 4)
     with pytest.raises(MuonError, match=r"'a' on cpu, 'b' on meta"):
-        Muon([("a", w), ("b", m)])
+        opt.step()
+    opt = Muon([m])
     with pytest.raises(MuonError, match=r"'group0.0' on meta"):
-        Muon([m])
+        opt.state_dict()
+        opt.engine
 
 
 # --- torch.distributed.checkpoint's state dict API ---------------------------

@@ -40,6 +40,34 @@ std::string nsPresetList();
 std::optional<std::vector<NsTriple>> nsPreset(std::string_view name,
                                               int64_t steps);
 
+/// The largest singular value Newton-Schulz can reach at each of `steps`
+/// steps with `table` (one triple for every step, or one per step) from an
+/// input normalized by its Frobenius norm (singular values in [0, 1]).
+/// Each step maps a singular value s to p(s) = a s + b s^3 + c s^5, so the
+/// bound after a step is the largest |p| over [0, bound before]: at an end
+/// of the interval or where p' = 0. Exact in real arithmetic; rounding
+/// moves the computed iterates by a few units in the last place a step.
+std::vector<double> nsSingularValueBounds(const std::vector<NsTriple> &table,
+                                          int64_t steps);
+
+/// The largest magnitude an element type holds (FLT_MAX for "f32" and
+/// "bf16", 65504 for "f16"), or nullopt for another name.
+std::optional<double> nsLargestValue(std::string_view dtype);
+
+/// Why `table` cannot run `steps` Newton-Schulz steps in `dtype` without
+/// overflow, or an empty string where it can: every coefficient finite,
+/// the singular values bounded by kNsBound at every step, and every
+/// intermediate product (X X^T, b A + c A^2, that times X) below a
+/// sixteenth of the element type's largest value. A table that passes
+/// cannot turn a finite input into a non-finite update.
+std::string nsCoefficientsProblem(const std::vector<NsTriple> &table,
+                                  int64_t steps, std::string_view dtype);
+
+/// The largest singular value a Newton-Schulz step may reach: orthogonal
+/// updates have 1; published tables stay below 2.1 (Polar Express's first
+/// steps); 1e4 leaves room for any iteration that still converges.
+inline constexpr double kNsBound = 1e4;
+
 } // namespace muon
 
 #endif // MUON_SUPPORT_NSCOEFFICIENTS_H

@@ -24,6 +24,7 @@
 #include "muon/Compiler/Compile.h"
 #include "muon/Plan/Algorithm.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Support/NsCoefficients.h"
 #include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
@@ -38,6 +39,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -58,6 +60,7 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -295,10 +298,34 @@ private:
 
 // --- Compiling a model --------------------------------------------------
 
+template <typename T> T castNamed(nb::handle value, const std::string &what) {
+  try {
+    return nb::cast<T>(value);
+  } catch (const std::exception &) {
+    std::string shown;
+    try {
+      shown = nb::cast<std::string>(nb::repr(value));
+    } catch (...) {
+      shown = "a value";
+    }
+    if (shown.size() > 60)
+      shown = shown.substr(0, 57) + "...";
+    const char *expected = std::is_same_v<T, int64_t> ? "an integer in int64's range"
+                           : std::is_floating_point_v<T> ? "a number"
+                           : std::is_same_v<T, std::string> ? "a string"
+                                                            : "a value of its kind";
+    throw StatusError(muon::StatusCode::InvalidArgument,
+                      what + ": " + shown + " is not " + expected);
+  }
+}
+
+/// d[key] as a T (fallback where it is missing or None); a value that is
+/// not one (a string for a number, an integer past int64) is the caller's
+/// InvalidArgument naming the key, not nanobind's bare std::bad_cast.
 template <typename T> T get(nb::dict d, const char *key, T fallback) {
   if (!d.contains(key) || d[key].is_none())
     return fallback;
-  return nb::cast<T>(d[key]);
+  return castNamed<T>(d[key], key);
 }
 
 mc::Placement placementOf(nb::handle item) {
@@ -909,13 +936,15 @@ public:
 
   void loadStateDict(nb::dict in, bool withParameters) {
     rt::StateDict dict;
-    dict.steps = nb::cast<int64_t>(in["steps"]);
+    dict.steps = castNamed<int64_t>(in["steps"], "steps");
     for (nb::handle item : nb::cast<nb::list>(in["pieces"])) {
       nb::dict d = nb::cast<nb::dict>(item);
       rt::StatePiece p;
-      p.param = nb::cast<std::string>(d["param"]);
-      for (nb::handle r : nb::cast<nb::list>(d["box"])) {
-        auto range = nb::cast<std::pair<int64_t, int64_t>>(r);
+      p.param = castNamed<std::string>(d["param"], "a piece's param");
+      const std::string where = "parameter '" + p.param + "': a piece's ";
+      for (nb::handle r : castNamed<nb::list>(d["box"], where + "box")) {
+        auto range =
+            castNamed<std::pair<int64_t, int64_t>>(r, where + "box range");
         p.box.push_back({range.first, range.second});
       }
       p.summand = get<int64_t>(d, "summand", 0);
@@ -934,7 +963,7 @@ public:
       for (nb::handle item : nb::cast<nb::list>(in["row_states"])) {
         nb::dict d = nb::cast<nb::dict>(item);
         rt::RowStatePiece r;
-        r.param = nb::cast<std::string>(d["param"]);
+        r.param = castNamed<std::string>(d["param"], "a row state's param");
         r.slice = get<int64_t>(d, "slice", 0);
         r.state = get<std::string>(d, "state", "normuon_v");
         auto a = nb::cast<nb::ndarray<float, nb::device::cpu, nb::c_contig>>(
@@ -1309,6 +1338,19 @@ static void defineModule(nb::module_ &m) {
       "The per-matrix steps (muon/Runtime/MatrixStep.h), one dict per step: "
       "setting (the Muon group flag that turns it on), title, state (its "
       "per-row state slot's name).");
+  m.def(
+      "check_ns_coefficients",
+      [](const std::vector<std::array<double, 3>> &table, int64_t steps,
+         const std::string &dtype) {
+        if (std::string why = muon::nsCoefficientsProblem(table, steps, dtype);
+            !why.empty())
+          throw StatusError(muon::StatusCode::InvalidArgument,
+                            "ns_coefficients " + why);
+      },
+      "table"_a, "steps"_a, "ns_dtype"_a = "f32",
+      "Raises InvalidArgumentError where Newton-Schulz with these "
+      "coefficients (one triple, or one per step) could overflow in "
+      "ns_dtype or diverge (muon/Support/NsCoefficients.h).");
   m.def("mpi_world", &mpiWorld,
         "(rank, size) of MPI_COMM_WORLD, initializing MPI if needed.");
   m.def("mpi_finalize", &mpiFinalize,

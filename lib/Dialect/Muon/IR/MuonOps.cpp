@@ -7,6 +7,7 @@
 #include "muon/Plan/Validate.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/ModelLimits.h"
+#include "muon/Support/NsCoefficients.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -830,12 +831,19 @@ LogicalResult OptimizerOp::verify() {
                          << " triples; expected 1 (for every step) or "
                             "ns_steps = "
                          << steps;
+    std::vector<::muon::NsTriple> triples;
     for (auto [i, row] : llvm::enumerate(table)) {
       auto triple = dyn_cast<DenseF64ArrayAttr>(row);
       if (!triple || triple.size() != 3)
         return emitError() << "optimizer 'ns_coefficients' entry " << i
                            << " must be an (a, b, c) triple";
+      triples.push_back({triple[0], triple[1], triple[2]});
     }
+    // The precision Newton-Schulz runs in is the distributed config's or
+    // the device's; f32 and bf16 share one range, the only one there is.
+    if (std::string why = ::muon::nsCoefficientsProblem(triples, steps, "f32");
+        !why.empty())
+      return emitError() << "optimizer 'ns_coefficients': " << why;
   }
   return success();
 }

@@ -2,7 +2,9 @@
 
 The runtime hands it host memory (a GPU optimizer stages its device buffers
 through the host) and calls back for the plan's packed exchanges and the
-step's small control collectives.
+step's small control collectives. Every wait is bounded by the optimizer's
+deadline (_deadline.py): a wait that runs out raises TimeoutError naming
+the late ranks, which the runtime reports as DeadlineExceededError.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import weakref
 import torch
 import torch.distributed as dist
 
+from ._deadline import Deadline, is_timeout
+
 
 class TorchCommunicator:
     """The runtime's communicator over a torch.distributed process group:
@@ -23,16 +27,20 @@ class TorchCommunicator:
     takes it as it is; an NCCL group gets it copied to and from the current
     GPU."""
 
-    def __init__(self, group=None):
+    def __init__(self, group=None, deadline: Deadline | None = None):
         self.group = group
+        self.deadline = deadline or Deadline(1800.0)
         self._rank = dist.get_rank(group)
         self._size = dist.get_world_size(group)
+        # Global ranks, for naming them.
+        self.ranks = (list(range(dist.get_world_size())) if group is None
+                      else dist.get_process_group_ranks(group))
         self._device = None  # where the group's collectives need tensors
         if dist.get_backend(group) == "nccl":
             self._device = torch.device("cuda", torch.cuda.current_device())
 
     @classmethod
-    def owned(cls, ranks=None):
+    def owned(cls, ranks=None, deadline: Deadline | None = None):
         """A communicator over a gloo group of its own on `ranks` (default:
         every rank), made collectively. Its own because the exchanges move
         CPU tensors (the default group may be NCCL), and because the group
@@ -42,9 +50,11 @@ class TorchCommunicator:
         without an active exception"). A model's own group outlives
         destroy_process_group() whenever FSDP2 holds it, so muonc cannot
         rely on it; its own group it destroys at exit (atexit), which joins
-        those threads."""
-        group = dist.new_group(ranks=ranks, backend="gloo")
-        comm = cls(group)
+        those threads. Its collectives time out at the deadline."""
+        deadline = deadline or Deadline(1800.0)
+        group = dist.new_group(ranks=ranks, backend="gloo",
+                               timeout=deadline.delta)
+        comm = cls(group, deadline)
         _OWNED.add(comm)
         return comm
 
@@ -98,8 +108,19 @@ class TorchCommunicator:
             output_split_sizes=list(recv_counts),
             input_split_sizes=list(send_counts), group=self.group,
             async_op=True)
-        return _PendingExchange(work, inp, out, staged, None if packed_recv
+        return _PendingExchange(self, work, inp, out, staged,
+                                None if packed_recv
                                 else (recv_t, recv_counts, recv_offsets))
+
+    def wait(self, work):
+        """Waits for a collective within the deadline; one that runs out
+        raises TimeoutError naming the late ranks."""
+        try:
+            work.wait(timeout=self.deadline.delta)
+        except RuntimeError as error:
+            if not is_timeout(error):
+                raise
+            raise TimeoutError(self.deadline.late_ranks(self.ranks)) from None
 
     def all_gather_int(self, value):
         return self.all_gather_words([value])
@@ -110,14 +131,34 @@ class TorchCommunicator:
         signed = [w - (1 << 64) if w >= (1 << 63) else w for w in words]
         mine = torch.tensor(signed, dtype=torch.int64, device=self._device)
         every = [torch.empty_like(mine) for _ in range(self._size)]
-        dist.all_gather(every, mine, group=self.group)
+        self.wait(dist.all_gather(every, mine, group=self.group,
+                                  async_op=True))
         return [int(v) & ((1 << 64) - 1)
                 for t in every for v in t.tolist()]
 
     def all_gather_bytes(self, data):
-        every = [None] * self._size
-        dist.all_gather_object(every, bytes(data), group=self.group)
-        return every
+        """Every rank's bytes, in rank order: their lengths, then the bytes
+        padded to the longest, in two all_gathers."""
+        data = bytes(data)
+        lengths = self.all_gather_words([len(data)])
+        longest = max(lengths)
+        mine = torch.zeros(longest, dtype=torch.uint8, device=self._device)
+        if data:
+            mine[:len(data)] = torch.frombuffer(bytearray(data),
+                                                dtype=torch.uint8)
+        every = [torch.empty_like(mine) for _ in range(self._size)]
+        self.wait(dist.all_gather(every, mine, group=self.group,
+                                  async_op=True))
+        return [t[:n].cpu().numpy().tobytes() for t, n in zip(every, lengths)]
+
+    def all_reduce_sum(self, tensor):
+        """Sums a tensor over the ranks in place (the state kept as
+        summands, _owner_state.py)."""
+        on = tensor if self._device is None else tensor.to(self._device)
+        self.wait(dist.all_reduce(on, group=self.group, async_op=True))
+        if on is not tensor:
+            tensor.copy_(on)
+        return tensor
 
     def abort(self, code):
         os._exit(code)
@@ -127,12 +168,13 @@ class _PendingExchange:
     """An all_to_all_v on its way: the work, and the tensors it reads and
     writes (kept alive until it is done)."""
 
-    def __init__(self, work, inp, out, staged, scatter):
+    def __init__(self, comm, work, inp, out, staged, scatter):
+        self._comm = comm
         self._work, self._inp, self._out = work, inp, out
         self._staged, self._scatter = staged, scatter
 
     def wait(self):
-        self._work.wait()
+        self._comm.wait(self._work)
         if self._staged is not None:
             self._out.copy_(self._staged)  # waits for the collective
         if self._scatter is not None:

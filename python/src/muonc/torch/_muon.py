@@ -9,6 +9,7 @@ out, as torch leaves it) and runs the compiled plan.
 """
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from collections import defaultdict
@@ -17,27 +18,26 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import _core
 from .._core import (FailedPreconditionError, InvalidArgumentError,
                      MuonTypeError)
-from . import _owner_reduce, _owner_state, _state
-from ._communicator import TorchCommunicator, launched_by_mpirun
-from ._layouts import (create_dtensor_config, current_stream,
-                       engine_device_name, is_dtensor, local, model_mesh,
-                       shows_expert_dim)
-from ._plan import compile_plan, engine_device
-from ._qk_clip import checked_logits, compile_layers
+from . import _binding, _load_checks, _owner_reduce, _owner_state, _state
+from ._communicator import launched_by_mpirun
+from ._deadline import Deadline
+from ._layouts import current_stream, local, shows_expert_dim
+from ._qk_clip import checked_logits
 from ._settings import (ALGORITHMS, DEFAULT_NS_COEFFICIENTS, ELEMENTWISE,
                         HEAD_KEYS, SETTINGS, STACKED_KEY, check_adjust,
                         check_decay_mode, check_lr, check_muon_group,
-                        check_muon_numbers, check_normuon, heads_by_name,
-                        element_defaults, plan_settings, table_settings,
-                        torch_key)
+                        check_muon_numbers, check_normuon, element_defaults,
+                        plan_settings, table_settings, torch_key)
 
 _NS_DTYPES = ("f32", "bf16", "auto")
 _NS_FORMS = ("auto", "standard", "gram")
 _WIRE_DTYPES = ("f32", "bf16")
 
+
+# consolidate_state_dict() gathered the whole state to another rank.
+_ELSEWHERE = object()
 
 _COUNTERS = ("bytes_sent", "bytes_received", "ns_flops",
              "control_collectives", "exchanges")
@@ -145,15 +145,34 @@ class Muon(torch.optim.Optimizer):
             communicator=communicator, process_group=process_group,
             timeout=timeout, config=distributed_config,
             qk_clip=(qk_clip_threshold, list(qk_clip_layers or [])))
+        self._init_unbound()
+        self._constructed = False
+        super().__init__(params, defaults)
+        _binding.check_arguments(self)
+        self._constructed = True
+
+    def _init_unbound(self):
+        """The optimizer before its plan is built (_binding.py): built at
+        the first step, load_state_dict() of saved state, or a property
+        that shows the plan."""
         self._engine = None
         self._comm = None
+        self._binding = None
+        self._params, self._unsupported = [], []
+        self._device = self._config = None
+        self._heads, self._qk_heads, self._slots = {}, {}, {}
+        self._pushed, self._plan_settings, self._owner_segments = {}, {}, {}
+        self._places = {}
+        self._compiled = {}  # the last plan compiled, by its inputs
         self._names = {}  # id(parameter) -> its name in the plan
         self._qk_pending = {}
         self._qk_clipped = 0
         self._last_step = {}
+        self._loaded_state = False
+        self._step_calls = 0
+        self._consolidated = None  # consolidate_state_dict()'s, until a step
+        self._deadline = Deadline(self._options["timeout"])
         self._hook = None  # reduce_gradients_to_owners' DDP hook state
-        super().__init__(params, defaults)
-        self._build()
 
     # --- parameter groups --------------------------------------------------
 
@@ -174,10 +193,17 @@ class Muon(torch.optim.Optimizer):
         tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
         _resolve_algorithm(param_group, tensors)
         _check_group({**self.defaults, **param_group}, tensors)
+        param_group.setdefault("name", f"group{len(self.param_groups)}")
         super().add_param_group(param_group)
+        if self._constructed and self._engine is None:
+            try:
+                _binding.check_arguments(self)
+            except BaseException:
+                self.param_groups.pop()
+                raise
         if self._engine is not None:
             try:
-                self._rebuild()
+                _binding.rebuild(self)
             except BaseException:
                 self.param_groups.pop()  # all or nothing
                 raise
@@ -224,6 +250,7 @@ class Muon(torch.optim.Optimizer):
         reads a matrix's gradient on its owner only: the other ranks skip
         its momentum (zero) and its NaN check (the owner checks the
         sum)."""
+        self._bound()
         if self._comm is None or self._config is None or \
                 self._options["communicator"] == "mpi" or \
                 self._config.get("dtensor") or \
@@ -273,176 +300,38 @@ class Muon(torch.optim.Optimizer):
                                              foreach)
         return total
 
-    # --- building the plan and the engine ------------------------------------
+    # --- binding to the parameters and the world ---------------------------
 
-    def _build(self):
-        """Compiles the plan of the current groups and makes the engine
-        (collective where distributed); opt.state gets views of its state,
-        which starts at zero."""
-        opts = self._options
-        distributed = dist.is_available() and dist.is_initialized()
-        mpi = opts["communicator"] == "mpi"
-        mpi_size = _mpi_size(distributed) if mpi else 1
-        config = opts["config"]
-        all_params = [p for g in self.param_groups for p in g["params"]]
-        if config is None and distributed:
-            config = create_dtensor_config(all_params)
-        elif config is None and mpi and mpi_size > 1:
-            # Plain tensors on every MPI rank: replicated (DDP-like).
-            config = {"shape": [mpi_size], "names": ["dp"], "async": True,
-                      "group": None, "dtensor": False}
-        self._params, self._unsupported = self._named_params(config)
-        self._device = engine_device(self._params)
-        _check_config_params(config, self._params)
-        if config is not None and config["shape"] == [1] and \
-                not config.get("dtensor"):
-            config = None
-        if config is not None and not config.get("dtensor") and any(
-                is_dtensor(p) for p, _, _ in self._params):
-            # A hand-written config for DTensor parameters: find the mesh.
-            config = dict(config, mesh=model_mesh(
-                [p for p, _, _ in self._params]))
-        self._config = config
-        self._heads = heads_by_name(self._params)
-        threshold, layers = opts["qk_clip"]
-        qk_clip = compile_layers(threshold, layers, self._params)
-        self._qk_heads = {l["name"]: l["num_heads"] for l in qk_clip}
-        ns_dtype, wire_dtype = _precisions(opts, self._device)
-        plan = compile_plan(self._params, self.param_groups, config,
-                            self._heads, qk_clip, ns_dtype, wire_dtype)
-        if self._comm is None and config is not None:
-            self._comm = self._communicator(config, distributed, mpi_size)
-        self._engine = _core.Optimizer(plan, self._comm, opts["timeout"],
-                                       False, opts["ns_form"],
-                                       engine_device_name(self._device))
-        self._slots = {s["name"]: s for s in self._engine.params()}
-        for p, name, _ in self._params:
-            have = tuple(local(p).shape)
-            want = tuple(e - b for b, e in _state.box(self, name, p))
-            if have != want:
-                raise FailedPreconditionError(
-                    f"internal: parameter '{name}': this rank holds a piece "
-                    f"of shape {have}, the plan expects {want}; muonc splits "
-                    "as torch.chunk")
-        self._pushed = {}
-        self._plan_settings = {g["name"]: plan_settings(g)
-                               for g in self.param_groups
-                               if g["algorithm"] == "muon"}
-        _state.attach_views(self)
-        # reduce_gradients_to_owners: DDP's hook reads the owners of this
-        # plan at every bucket, so a group added later joins them.
-        self._owner_segments = (_owner_reduce.owner_segments(self)
-                                if opts.get("owner_reduced") else {})
-        # Zero gradients outside the owners: the engine leaves their
-        # momentum (zero) alone there.
-        self._engine.set_gradients_reduced_to_owners(
-            bool(opts.get("owner_reduced")))
+    def _alone(self):
+        """Whether a plan built now would be one process's (no collective
+        to join)."""
+        config = self._options["config"]
+        return _binding.world_key(self) == ("torch", 1) and (
+            config is None or math.prod(config["shape"]) == 1)
 
-    def _named_params(self, config):
-        """(parameter, name, group) of every parameter the plan steps, each
-        once, and (parameter, name) of those it cannot (complex ones, which
-        a step with their gradient refuses as torch does). Names: kept from
-        an earlier build, else given (param_names, a config made from a
-        module), else "<group name>.<index>"."""
-        known = {}
-        if config is not None and config.get("named_parameters"):
-            known = {id(p): n for n, p in config["named_parameters"]}
-        params, unsupported, taken = [], [], {}
-        for gi, group in enumerate(self.param_groups):
-            group.setdefault("name", f"group{gi}")
-            given = group.get("param_names")
-            for pi, p in enumerate(group["params"]):
-                if id(p) in taken:
-                    continue  # a duplicate, which torch warned about
-                name = self._names.get(id(p)) or (
-                    given[pi] if given else
-                    known.get(id(p), f"{group['name']}.{pi}"))
-                if name in taken.values():
-                    raise InvalidArgumentError(
-                        f"invalid argument: two parameters are named "
-                        f"'{name}'")
-                taken[id(p)] = name
-                if p.is_complex():
-                    unsupported.append((p, name))
-                else:
-                    params.append((p, name, group))
-        self._names = dict(taken)
-        return params, unsupported
-
-    def _communicator(self, config, distributed, mpi_size):
-        """The runtime's communicator for a distributed plan: MPI's world,
-        or a torch process group (the given one, else one of its own)."""
-        size = math.prod(config["shape"])
-        if self._options["communicator"] == "mpi":
-            if mpi_size != size:
-                raise InvalidArgumentError(
-                    f"invalid argument: the plan is for {size} ranks, "
-                    f"MPI_COMM_WORLD has {mpi_size}")
-            return "mpi"
-        if not distributed:
-            raise InvalidArgumentError(
-                f"invalid argument: the distributed config is for {size} "
-                "ranks, but torch.distributed is not initialized")
-        group = self._options["process_group"]
-        if group is None:
-            group = config.get("group")
-        have = (dist.get_world_size(group) if group is not None
-                else dist.get_world_size())
-        if have != size:
-            raise InvalidArgumentError(
-                f"invalid argument: the plan is for {size} ranks, the "
-                f"process group has {have}")
-        return (TorchCommunicator(group) if group is not None
-                else TorchCommunicator.owned())
-
-    def _rebuild(self):
-        """Compiles the plan again for the groups as they are now (a new
-        group, a changed plan setting), carrying every parameter's state
-        over bit for bit; new parameters start from zeros. Collective where
-        distributed. On failure the optimizer is as it was."""
-        kept = {k: getattr(self, k) for k in _BUILT}
-        raw = self._engine.state_dict(False)
-        rows = _state.every_row_state(self, raw)
-        before = {name for _, name, _ in self._params}
-        try:
-            self._build()
-            pieces = list(raw["pieces"])
-            for p, name, group in self._params:
-                if name not in before:
-                    pieces.extend(_state.zero_pieces(self, p, name, group))
-            # Per-row states of the matrices that keep them now.
-            keeping = {name for _, name, g in self._params
-                       if _state.matrix_steps(g)}
-            row_states = [{"param": param, "slice": piece, "state": state,
-                           "values": values}
-                          for (param, piece, state), values in rows.items()
-                          if param in keeping]
-            self._engine.load_state_dict(
-                {"steps": raw["steps"], "pieces": pieces, "groups": [],
-                 "row_states": row_states}, False)
-            if self._options.get("owner_reduced"):
-                # The owners may have moved: the momentum follows them.
-                _owner_state.gather_to_new_owners(self)
-        except BaseException:
-            for k, v in kept.items():
-                setattr(self, k, v)
-            _state.attach_views(self)
-            raise
+    def _bound(self):
+        """Builds the plan on first need, or again where the parameters or
+        the world changed (_binding.py); collective where distributed."""
+        _binding.ensure_bound(self)
+        return self
 
     # --- properties ------------------------------------------------------
 
     @property
     def param_names(self):
-        """The parameters' names in the plan, in the optimizer's order."""
-        return [name for _, name, _ in self._params]
+        """The parameters' names in the plan, in the optimizer's order
+        (builds the plan where it is not yet: collective where
+        distributed)."""
+        return [name for _, name, _ in self._bound()._params]
 
     @property
     def assignments(self):
         """Per rank, the matrices it orthogonalizes (the seeds'
         optimizer.assignments), by parameter name: the module's (from
         named_parameters() pairs or a config made by
-        create_dtensor_config(model)), else "<group name>.<index>"."""
-        return self._engine.assignments()
+        create_dtensor_config(model)), else "<group name>.<index>". Builds
+        the plan where it is not yet (collective where distributed)."""
+        return self._bound()._engine.assignments()
 
     @property
     def communicator(self):
@@ -452,8 +341,9 @@ class Muon(torch.optim.Optimizer):
 
     @property
     def engine(self):
-        """The underlying muonc.Optimizer."""
-        return self._engine
+        """The underlying muonc.Optimizer (builds the plan where it is not
+        yet: collective where distributed)."""
+        return self._bound()._engine
 
     @property
     def qk_clipped_heads(self):
@@ -480,6 +370,7 @@ class Muon(torch.optim.Optimizer):
         list of num_heads numbers), or a dict {layer: logits}. Checked here;
         the next step() passes them and forgets them."""
         given = layer if isinstance(layer, dict) else {layer: logits}
+        self._bound()
         self._qk_pending.update(
             {name: checked_logits(self._qk_heads, name, v)
              for name, v in given.items()})
@@ -495,7 +386,7 @@ class Muon(torch.optim.Optimizer):
                 check_lr(group["lr"])
         if any(plan_settings(g) != self._plan_settings.get(g["name"])
                for g in self.param_groups if g["algorithm"] == "muon"):
-            self._rebuild()
+            _binding.rebuild(self)
         for group in self.param_groups:
             values = table_settings(group, fixed=False)
             if self._pushed.get(group["name"]) != values:
@@ -537,6 +428,11 @@ class Muon(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._engine is None and self._alone() and all(
+                p.grad is None for g in self.param_groups
+                for p in g["params"]):
+            return loss  # nothing to step, as in torch: nothing to build
+        self._bound()
         for p, name in self._unsupported:
             if p.grad is not None:
                 raise FailedPreconditionError(
@@ -546,6 +442,10 @@ class Muon(torch.optim.Optimizer):
                                       for p, _, _ in self._params):
             self._qk_pending = {}  # no step: its logits go with it
             return loss
+        self._consolidated = None
+        self._step_calls += 1
+        if self._comm is not None:
+            self._deadline.announce(f"step {self._step_calls}")
         if self._hook is not None:
             # The shared gradients the hook summed in shares, whole again.
             _owner_reduce.finish_gradients(self._hook)
@@ -555,8 +455,8 @@ class Muon(torch.optim.Optimizer):
             self._engine.set_qk_max_logits(name, logits)
         self._qk_pending = {}
         result = self._engine.step(stream=current_stream(self._device))
-        for values, copy in write_back:
-            values.copy_(copy)
+        for values, contiguous in write_back:
+            values.copy_(contiguous)
         self._qk_clipped = result["qk_clipped_heads"]
         self._last_step = {k: result[k] for k in _COUNTERS}
         if self._hook is not None:
@@ -580,19 +480,60 @@ class Muon(torch.optim.Optimizer):
         saves and reshards it. A NorMuon parameter also has 'normuon_v', its
         per-row second moment, (matrices, rows) float32, gathered from the
         matrices' owners (collective then). The groups carry
-        ``muonc_steps``, the optimizer's step count."""
-        _state.refresh_row_states(self)
+        ``muonc_steps``, the optimizer's step count. Before the plan is
+        built (no step, no load yet) the state is empty, as torch's is.
+
+        Under reduce_gradients_to_owners the momentum lives on the owners,
+        so it is collective: call it on every rank, or call
+        consolidate_state_dict() on every rank first and then state_dict()
+        on the rank it consolidated to (the HF Trainer saves on rank 0
+        alone: muonc.torch.hf.reduce_gradients_to_owners does that)."""
+        if self._engine is None:
+            return self._with_steps(super().state_dict(), 0)
         if self._options.get("owner_reduced"):
-            saved = self._state_dict_of_sums()
-        else:
-            saved = super().state_dict()
-        steps = self._engine.steps_taken
+            if self._consolidated is _ELSEWHERE:
+                raise FailedPreconditionError(
+                    "failed precondition: consolidate_state_dict() gathered "
+                    "the state to another rank: call state_dict() there, "
+                    "or on every rank (collective) without consolidating "
+                    "first")
+            if self._consolidated is not None:
+                return copy.deepcopy(self._consolidated)
+            self._deadline.arrive(
+                "call state_dict() (under reduce_gradients_to_owners it "
+                "gathers the momentum from the owners: call it on every "
+                "rank, or consolidate_state_dict() on every rank before "
+                "state_dict() on one)", self._comm.ranks)
+            _state.refresh_row_states(self)
+            return self._with_steps(self._state_dict_of_sums(),
+                                    self._engine.steps_taken)
+        _state.refresh_row_states(self)
+        return self._with_steps(super().state_dict(),
+                                self._engine.steps_taken)
+
+    @staticmethod
+    def _with_steps(saved, steps):
         if isinstance(saved, dict) and isinstance(saved.get("param_groups"),
                                                   list):
             for g in saved["param_groups"]:
                 g["muonc_steps"] = steps
             saved["muonc"] = {"steps": steps}
         return saved
+
+    def consolidate_state_dict(self, to: int = 0) -> None:
+        """torch's ZeroRedundancyOptimizer protocol, for state spread over
+        the ranks (reduce_gradients_to_owners keeps the momentum on the
+        owners): collective; afterwards, until the next step or load,
+        state_dict() on rank `to` returns the whole state without a
+        collective, so that rank alone may save it, and on the other ranks
+        it raises (as torch's does). Where nothing is spread it does
+        nothing."""
+        if self._engine is None or not self._options.get("owner_reduced"):
+            return
+        self._consolidated = None
+        whole = self.state_dict()
+        rank = dist.get_rank(self._comm.group)
+        self._consolidated = whole if rank == to else _ELSEWHERE
 
     def local_state_dict(self):
         """This rank's state as pieces by global box (plain tensors, no
@@ -607,6 +548,7 @@ class Muon(torch.optim.Optimizer):
                 "once the gradients are reduced to their owners (the "
                 "momentum lives on the owners); use state_dict(), on every "
                 "rank, or torch.distributed.checkpoint")
+        self._bound()
         groups = super().state_dict()["param_groups"]
         return _state.local_state_dict(self, groups)
 
@@ -631,6 +573,7 @@ class Muon(torch.optim.Optimizer):
         if not dicts:
             raise InvalidArgumentError("invalid argument: an empty list of "
                                        "state dicts")
+        _load_checks.check_piece_dicts(dicts)
         # The hyper-parameters are the first dict's, on this optimizer's
         # groups (their parameters and names stay).
         groups = []
@@ -639,6 +582,7 @@ class Muon(torch.optim.Optimizer):
             group.update({k: v for k, v in g.items() if k not in
                           ("params", "param_names", "name", "muonc_steps")})
             groups.append(group)
+        _load_checks.check_groups(groups, self.param_groups)
         self._load_all_or_nothing(
             groups, lambda: _state.load_dicts(self, dicts, groups))
         self.param_groups[:] = groups
@@ -650,17 +594,22 @@ class Muon(torch.optim.Optimizer):
     def _load_all_or_nothing(self, groups, load):
         """Runs `load` (which puts saved state into the engine) on an engine
         whose plan fits `groups`, the groups the optimizer will have: the
-        current one, or one compiled again for them when a setting the plan
-        fixes differs. On failure the optimizer is as it was."""
-        kept = {k: getattr(self, k) for k in _BUILT}
+        current one, or one compiled (again) for them where there is none
+        yet or a setting the plan fixes differs. On failure the optimizer
+        is as it was, opt.state's entries included."""
+        kept = {k: getattr(self, k) for k in _binding.BUILT}
+        kept_names = dict(self._names)
+        entries = {p: dict(e) for p, e in self.state.items()
+                   if isinstance(e, dict)}
         index = {id(g): gi for gi, g in enumerate(self.param_groups)}
         current = self.param_groups
-        replan = any(plan_settings(g) != self._plan_settings.get(g["name"])
-                     for g in groups if g["algorithm"] == "muon")
         try:
+            replan = self._engine is None or any(
+                plan_settings(g) != self._plan_settings.get(g["name"])
+                for g in groups if g["algorithm"] == "muon")
             if replan:
                 self.param_groups = groups
-                self._build()
+                _binding.build(self)
             else:
                 self._params = [(p, name, groups[index[id(g)]])
                                 for p, name, g in self._params]
@@ -671,33 +620,45 @@ class Muon(torch.optim.Optimizer):
         except BaseException:
             for k, v in kept.items():
                 setattr(self, k, v)
+            self._names = kept_names
             self.param_groups = current
-            _state.attach_views(self)
+            for p in [p for p in self.state if p not in entries]:
+                del self.state[p]
+            for p, contents in entries.items():
+                self.state[p].clear()
+                self.state[p].update(contents)
             raise
         finally:
             self.param_groups = current
+        self._loaded_state = True
+        self._consolidated = None
 
     def _install(self, state, groups):
         """torch's load_state_dict, after its hooks, mapping and casts: the
-        state into the engine (all or nothing), then the groups."""
+        whole dict checked (_load_checks.py), then the state into the
+        engine (all or nothing), then the groups. Before the plan is built,
+        a state without entries (state_dict() of an optimizer that has not
+        stepped, as accelerate's prepare() round-trips it) only sets the
+        groups."""
         for g, mine in zip(groups, self.param_groups):
-            algorithm = g.get("algorithm", mine["algorithm"])
-            if algorithm != mine["algorithm"]:
-                raise InvalidArgumentError(
-                    f"invalid argument: group '{mine['name']}' is "
-                    f"{mine['algorithm']} in this optimizer but {algorithm} "
-                    "in the state (nothing was changed)")
-        steps = next((g["muonc_steps"] for g in groups if "muonc_steps" in g),
-                     None)
-        for g, mine in zip(groups, self.param_groups):
-            g.pop("muonc_steps", None)
             # Keys the saved groups lack (a torch.optim.Muon state, an older
             # muonc's) keep this optimizer's values, as torch's optimizers
             # fill in a flag an older state lacks.
             for k, v in mine.items():
                 g.setdefault(k, v)
+        _load_checks.check_groups(groups, self.param_groups)
+        _load_checks.check_torch_state(self, state, groups)
+        steps = next((g["muonc_steps"] for g in groups if "muonc_steps" in g),
+                     None)
+        for g, mine in zip(groups, self.param_groups):
+            g.pop("muonc_steps", None)
             g["name"], g["algorithm"] = mine["name"], mine["algorithm"]
             g["use_muon"] = mine["algorithm"] == "muon"
+        params = {p for g in self.param_groups for p in g["params"]}
+        if self._engine is None and not steps and not any(
+                state.get(p) for p in params):
+            super().__setstate__({"state": state, "param_groups": groups})
+            return
         self._load_all_or_nothing(groups, lambda: _state.load_torch_state(
             self, state, groups, steps))
         super().__setstate__({"state": state, "param_groups": groups})
@@ -713,13 +674,16 @@ class Muon(torch.optim.Optimizer):
                 "copied or pickled (its plan and state span the ranks); save "
                 "and load its state with state_dict() / load_state_dict() or "
                 "torch.distributed.checkpoint")
-        _state.refresh_row_states(self)
+        bound = self._engine is not None
+        if bound:
+            _state.refresh_row_states(self)
         state = dict(super().__getstate__())
         state["_muonc"] = {
             "options": self._options,
             "names": [self._names.get(id(p)) for g in self.param_groups
                       for p in g["params"]],
-            "steps": self._engine.steps_taken,
+            "bound": bound,
+            "steps": self._engine.steps_taken if bound else 0,
             "qk": (self._qk_pending, self._qk_clipped)}
         return state
 
@@ -735,40 +699,21 @@ class Muon(torch.optim.Optimizer):
         saved = state["state"]
         super().__setstate__(dict(state, state=defaultdict(dict)))
         self._options = extras["options"]
+        self._init_unbound()  # a copy is in one process: no DDP hook
         self._qk_pending, self._qk_clipped = extras["qk"]
-        self._engine = self._comm = None
-        self._hook = None  # a copy is in one process: no DDP hook
         params = [p for g in self.param_groups for p in g["params"]]
         self._names = {id(p): n for p, n in zip(params, extras["names"])
                        if n is not None}
-        self._build()
-        _state.load_torch_state(self, saved, self.param_groups,
-                                steps=extras["steps"])
+        if extras.get("bound", True):
+            _binding.build(self)
+            _state.load_torch_state(self, saved, self.param_groups,
+                                    steps=extras["steps"])
         for k, v in saved.items():
-            if not isinstance(k, torch.Tensor):
+            if not isinstance(k, torch.Tensor) or not extras.get("bound",
+                                                                 True):
                 self.state[k] = v  # what hooks put there, kept as torch does
-        _state.attach_views(self)
-
-
-# What _build sets, restored by a _rebuild that fails.
-_BUILT = ("_engine", "_params", "_unsupported", "_device", "_config",
-          "_heads", "_qk_heads", "_slots", "_pushed", "_plan_settings",
-          "_names", "_owner_segments")
-
-
-def _precisions(options, device):
-    """(ns_dtype, wire_dtype) of a step on `device`: as given, else the
-    device's defaults: f32 on the CPU (in the Gram form where it pays: the
-    fastest accurate choice there), bf16 on a GPU (torch.optim.Muon's
-    precision, on tensor cores); bf16 exchanges with bf16 Newton-Schulz,
-    which rounds its input and output to bf16 anyway."""
-    ns_dtype = options["ns_dtype"]
-    if ns_dtype is None:
-        ns_dtype = "bf16" if device.type == "cuda" else "f32"
-    wire_dtype = options["wire_dtype"]
-    if wire_dtype is None:
-        wire_dtype = "bf16" if ns_dtype == "bf16" else "f32"
-    return ns_dtype, wire_dtype
+        if extras.get("bound", True):
+            _state.attach_views(self)
 
 
 def _checked_options(*, ns_dtype, wire_dtype, ns_form, communicator,
@@ -803,19 +748,6 @@ def _checked_options(*, ns_dtype, wire_dtype, ns_form, communicator,
             "ns_form": ns_form, "communicator": communicator,
             "process_group": process_group, "timeout": float(timeout),
             "config": config, "qk_clip": qk_clip}
-
-
-def _mpi_size(distributed):
-    """MPI_COMM_WORLD's size, checked against torch.distributed's ranks."""
-    mpi_rank, mpi_size = _core.mpi_world()
-    if distributed and (dist.get_rank(), dist.get_world_size()) != \
-            (mpi_rank, mpi_size):
-        raise InvalidArgumentError(
-            f"invalid argument: torch.distributed's rank {dist.get_rank()} "
-            f"of {dist.get_world_size()} is MPI's {mpi_rank} of {mpi_size}: "
-            "start torch.distributed with MPI's ranks "
-            "(OMPI_COMM_WORLD_RANK/SIZE) to exchange through MPI")
-    return mpi_size
 
 
 def _resolve_algorithm(group, tensors):
@@ -869,29 +801,3 @@ def _check_group(group, tensors):
             (" (a stack of matrices, such as experts' [E, out, in] weights: "
              f"give its group {STACKED_KEY}=True)" if p.ndim > 2 else
              " (put it in a group with use_muon=False: AdamW)"))
-
-
-def _check_config_params(config, params):
-    """A config made from a module describes exactly the parameters the
-    optimizer steps (its trainable ones)."""
-    if config is None or not config.get("named_parameters"):
-        return
-    mine = {id(p) for p, _, _ in params}
-    missing = [n for n, p in config["named_parameters"]
-               if p.requires_grad and id(p) not in mine]
-    if missing:
-        raise InvalidArgumentError(
-            "invalid argument: parameter" +
-            ("s " if len(missing) > 1 else " ") +
-            ", ".join(f"'{n}'" for n in missing[:5]) +
-            (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "") +
-            " of the model the distributed config describes " +
-            ("are" if len(missing) > 1 else "is") +
-            " in no parameter group: give every trainable parameter to the "
-            "optimizer, or make the config from the parameters it steps")
-    described = {id(p) for _, p in config["named_parameters"]}
-    strangers = [n for p, n, _ in params if id(p) not in described]
-    if strangers:
-        raise InvalidArgumentError(
-            f"invalid argument: parameter '{strangers[0]}' is not a "
-            "parameter of the model the distributed config was made from")

@@ -61,11 +61,14 @@ def _plan_group(group, ns_dtype):
 
 
 def compile_plan(params, groups, config, heads, qk_clip, ns_dtype,
-                 wire_dtype):
+                 wire_dtype, cache=None):
     """The plan (JSON text) of `params` ((parameter, name, group) triples)
     in `groups` (torch's param_groups), laid out by `config` (None: one
     process) with per-head splits `heads` ({name: (heads, dim)}) and the
-    QK-clip layers `qk_clip`."""
+    QK-clip layers `qk_clip`. `cache`: a dict that keeps the last plan by
+    what it was compiled from (an optimizer checks its arguments on the
+    plan at construction and builds with the same plan at its first step
+    when nothing changed)."""
     plan_params = []
     for p, name, group in params:
         entry = {"name": name, "shape": list(p.shape),
@@ -86,4 +89,12 @@ def compile_plan(params, groups, config, heads, qk_clip, ns_dtype,
                     "placement_machine"):
             if key in config:
                 mesh[key] = config[key]
-    return _core.compile_model(plan_params, plan_groups, mesh, qk_clip or None)
+    if cache is None:
+        return _core.compile_model(plan_params, plan_groups, mesh,
+                                   qk_clip or None)
+    key = repr((plan_params, plan_groups, mesh, qk_clip))
+    if cache.get("key") != key:
+        plan = _core.compile_model(plan_params, plan_groups, mesh,
+                                   qk_clip or None)
+        cache.update(key=key, plan=plan)
+    return cache["plan"]

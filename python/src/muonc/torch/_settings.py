@@ -7,6 +7,7 @@ exception classes torch raises (muonc's, which are also ValueError etc.).
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -137,19 +138,48 @@ def plan_settings(group):
 
 # --- torch's checks -----------------------------------------------------
 
+def _number(value, what):
+    """A hyper-parameter as a float: a real number or a 1-element real
+    tensor (torch takes a tensor lr), finite; a string or another type is
+    torch's TypeError (its checks compare it with 0.0), NaN or inf a
+    ValueError (a step with it would write non-finite parameters)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise InvalidArgumentError(f"Tensor {what} must be 1-element")
+        if value.is_complex():
+            raise MuonTypeError(f"invalid argument: {what} is a complex "
+                                "tensor; expected a real number")
+        number = float(value.item())
+    elif isinstance(value, numbers.Real):
+        number = float(value)
+    else:
+        raise MuonTypeError(
+            f"invalid argument: {what} must be a number (float or a "
+            f"1-element tensor), not {type(value).__name__} {value!r}")
+    if not math.isfinite(number):
+        raise InvalidArgumentError(f"invalid argument: {what} is {value!r}; "
+                                   "it must be finite")
+    return number
+
+
 def check_lr(lr):
     if isinstance(lr, torch.Tensor) and lr.numel() != 1:
         raise InvalidArgumentError("Tensor lr must be 1-element")
-    if not 0.0 <= scalar(lr):
+    number = _number(lr, "lr")
+    if not 0.0 <= number:
         raise InvalidArgumentError(
             f"Learning rate should be >= 0 but is: {lr}")
 
 
 def check_muon_numbers(momentum, weight_decay):
-    if not 0.0 <= momentum:
+    if not 0.0 <= _number(momentum, "momentum"):
         raise InvalidArgumentError(
             f"momentum should be >= 0 but is: {momentum}")
-    if not 0.0 <= weight_decay:
+    if _number(momentum, "momentum") > 1.0:
+        raise InvalidArgumentError(
+            f"invalid argument: momentum {momentum} is above 1 (the momentum "
+            "would grow without bound)")
+    if not 0.0 <= _number(weight_decay, "weight_decay"):
         raise InvalidArgumentError(
             f"weight decay should be >= 0 but is: {weight_decay}")
 
@@ -177,9 +207,12 @@ def check_normuon(normuon, beta2):
                                    f"{beta2!r} is not a number in [0, 1)")
 
 
-def check_ns(group):
+def check_ns(group, ns_dtype=None):
     """Newton-Schulz's settings of a Muon group, as torch checks them (and
-    the plan needs them)."""
+    the plan needs them): steps, 3 finite coefficients per step that keep
+    the iteration bounded in the precision it runs in
+    (_core.check_ns_coefficients: the largest singular value it can reach
+    from a normalized input), eps."""
     steps = group["ns_steps"]
     if not isinstance(steps, numbers.Integral) or isinstance(steps, bool):
         raise MuonTypeError(f"invalid argument: ns_steps {steps!r} is not an "
@@ -191,24 +224,67 @@ def check_ns(group):
     if steps < 1:
         raise InvalidArgumentError(f"invalid argument: ns_steps {steps} is "
                                    "not at least 1")
-    if len(tuple(group["ns_coefficients"])) != 3:
+    coefficients = group["ns_coefficients"]
+    if isinstance(coefficients, (str, bytes)) or not hasattr(
+            coefficients, "__len__") or len(tuple(coefficients)) != 3:
         raise InvalidArgumentError(
             "Coefficients must be a tuple of exactly 3 values")
-    if not 0.0 <= scalar(group["eps"]):
+    triple = [_number(c, f"ns_coefficients[{i}]")
+              for i, c in enumerate(coefficients)]
+    _core.check_ns_coefficients([triple], int(steps),
+                                ns_dtype or "f32")
+    if not 0.0 <= _number(group["eps"], "eps"):
         raise InvalidArgumentError(f"invalid argument: eps {group['eps']!r} "
                                    "is not a number >= 0")
 
 
-def check_muon_group(group):
+def check_muon_group(group, ns_dtype=None):
     """Every check of a Muon group's settings: at construction, in
-    add_param_group, and before each step (a scheduler or the user may have
-    changed them)."""
+    add_param_group, in load_state_dict and before each step (a scheduler
+    or the user may have changed them)."""
     check_lr(group["lr"])
     check_muon_numbers(group["momentum"], group["weight_decay"])
     check_adjust(group["adjust_lr_fn"])
     check_decay_mode(group["weight_decay_mode"])
     check_normuon(group["normuon"], group["normuon_beta2"])
-    check_ns(group)
+    check_ns(group, ns_dtype)
+    for x in SETTINGS:
+        if x["algorithm"] == "muon" and x["kind"] == "number" and \
+                torch_key(x) in group and torch_key(x) not in (
+                    "lr", "momentum", "weight_decay", "normuon_beta2"):
+            _check_table_number(x, group[torch_key(x)])
+
+
+def check_element_group(group):
+    """The checks of an element-wise group (AdamW, Lion, ...): every number
+    of the runtime's table finite and >= 0, betas below 1 (torch's
+    AdamW's checks)."""
+    check_lr(group["lr"])
+    for x in SETTINGS:
+        if x["algorithm"] != group["algorithm"] or x["kind"] != "number" or \
+                x["json_key"] == "lr" or x["json_key"] not in group:
+            continue
+        _check_table_number(x, group[x["json_key"]])
+
+
+def _check_table_number(setting, value):
+    """A number of the runtime's settings table (a shared key, "betas", a
+    sequence of them): finite, >= 0, betas below 1."""
+    key = setting["json_key"]
+    values = value
+    if not isinstance(value, (tuple, list)):
+        values = [value]
+    elif len(value) != sum(1 for x in SETTINGS if x["json_key"] == key and
+                           x["algorithm"] == setting["algorithm"]):
+        raise InvalidArgumentError(f"invalid argument: {key} {value!r} has "
+                                   f"{len(value)} values")
+    for i, v in enumerate(values):
+        what = key if len(values) == 1 else f"{key}[{i}]"
+        number = _number(v, what)
+        if number < 0.0 or (key == "betas" and number >= 1.0):
+            bound = "[0, 1)" if key == "betas" else ">= 0"
+            raise InvalidArgumentError(
+                f"invalid argument: {what} {v!r} is not a number {bound}")
 
 
 def heads_by_name(params):

@@ -16,15 +16,17 @@ any other layout or world size.
 from __future__ import annotations
 
 import math
+import numbers
 import pickle
 
 import numpy as np
 import torch
 
-from .._core import InternalError, InvalidArgumentError
+from .._core import InternalError, InvalidArgumentError, MuonTypeError
 from ._layouts import is_dtensor, like, local
-from ._settings import (ALGORITHMS, MATRIX_STEPS, TORCH_STATE_NAMES,
-                        counts_steps, element_slots, table_settings)
+from ._settings import (ALGORITHMS, ELEMENT_SLOTS, MATRIX_STEPS,
+                        TORCH_STATE_NAMES, counts_steps, element_slots,
+                        table_settings)
 
 
 def _title(algorithm):
@@ -35,6 +37,14 @@ def _title(algorithm):
 def torch_name(slot):
     """A runtime state slot's key in torch's state."""
     return TORCH_STATE_NAMES.get(slot, slot)
+
+
+# The keys of opt.state[p] that are the engine's (views of its buffers, the
+# per-row states gathered from it): every other key is a hook's or the
+# user's, which torch's state_dict() keeps as it is.
+ENGINE_KEYS = frozenset(
+    [torch_name(s["name"]) for s in ELEMENT_SLOTS] + ["step"] +
+    [st["state"] for st in MATRIX_STEPS])
 
 
 def box(opt, name, p):
@@ -184,6 +194,8 @@ def pieces_of(opt, p, name, group, entry, foreign):
     DTensors laid out as the parameter). `foreign`: the entry comes from
     a list of several ranks' dicts."""
     if "pieces" in entry:
+        from ._load_checks import check_pieces
+        check_pieces(name, entry)
         return [{"param": name, "box": [tuple(r) for r in pc["box"]],
                  "summand": pc["summand"], "summands": pc["summands"],
                  "step": pc["step"],
@@ -229,14 +241,36 @@ def pieces_of(opt, p, name, group, entry, foreign):
              "step": step, "states": states}]
 
 
+# The largest step count a state may carry: every count below it is exact
+# in float64 (torch's AdamW keeps "step" as a float tensor) and in int64.
+MAX_STEPS = 2 ** 53
+
+
 def _step_count(name, value):
     """A saved step count (a tensor or a number, as torch's AdamW keeps
     it), as an integer."""
-    count = float(value.item() if isinstance(value, torch.Tensor) else value)
-    if not math.isfinite(count) or count < 0 or count != int(count):
-        raise InvalidArgumentError(f"invalid argument: parameter '{name}': "
-                                   f"step {value!r} is not a whole number "
-                                   ">= 0")
+    return checked_count(f"parameter '{name}': step", value)
+
+
+def checked_count(what, value):
+    """A step count (a 1-element tensor or a real number, not a bool), as
+    an integer in [0, MAX_STEPS]; else torch's TypeError or ValueError
+    naming `what`."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.is_complex():
+            raise InvalidArgumentError(
+                f"invalid argument: {what} is a tensor of shape "
+                f"{tuple(value.shape)} and dtype {value.dtype}; expected one "
+                "real number")
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise MuonTypeError(f"invalid argument: {what} is a "
+                            f"{type(value).__name__}, not a number")
+    count = float(value)
+    if not math.isfinite(count) or count < 0 or count != int(count) or \
+            count > MAX_STEPS:
+        raise InvalidArgumentError(f"invalid argument: {what} {value!r} is "
+                                   f"not a whole number in [0, 2**53]")
     return int(count)
 
 
