@@ -264,10 +264,12 @@ TEST(ParamGroups, RanksWithDifferentSettingsAreRefusedBeforeAnythingChanges) {
     t.join();
   for (int64_t r = 0; r < 2; ++r) {
     EXPECT_EQ(first[r].code(), StatusCode::InvalidArgument);
+    // Every rank names the group, the setting and both values.
     EXPECT_EQ(first[r].message(),
-              "ranks [1] set group hyper-parameters different from rank 0's; "
-              "every rank must set the same values before a step (nothing "
-              "was changed)");
+              "ranks [1] set group hyper-parameters different from rank 0's "
+              "(group 'embed' lr: 0.003 on rank 1, 0.0015 on rank 0); every "
+              "rank must set the same values before a step (nothing was "
+              "changed)");
     EXPECT_TRUE(unchanged[r]) << "rank " << r;
     EXPECT_TRUE(second[r].ok()) << second[r].message();
     EXPECT_EQ(steps[r], 1);

@@ -73,7 +73,7 @@ Algorithm adamw() {
           number("lr", 1e-3, NonNegative),
           numberIn("beta1", "betas", "betas[0]", 0.9, UnitInterval),
           numberIn("beta2", "betas", "betas[1]", 0.999, UnitInterval),
-          number("eps", 1e-8, NonNegative),
+          number("eps", 1e-8, Positive),
           number("weight_decay", 0.01, NonNegative),
       },
       {

@@ -206,6 +206,10 @@ std::string checkSetting(const GroupSetting &s, const PlanGroup &g) {
     return "";
   case GroupSetting::Range::UnitInterval:
     return v >= 0 && v < 1 ? "" : "expected a number in [0, 1), got " + got;
+  case GroupSetting::Range::Positive:
+    return std::isfinite(v) && v > 0 ? ""
+                                     : "expected a finite number > 0, got " +
+                                           got;
   }
   return "";
 }

@@ -221,8 +221,10 @@ bool Checker::newtonSchulz() {
     const std::string path = configs.size() == 1
                                  ? "newton_schulz"
                                  : index("newton_schulz.configs", c);
-    if (!nonNegative(m.eps, key(path, "eps")))
-      return false;
+    // The normalization's floor: X / max(||X||, eps) divides a zero
+    // update by zero where eps is 0.
+    if (!std::isfinite(m.eps) || m.eps <= 0)
+      return fail(key(path, "eps"), "expected a finite number > 0");
     if (m.nsSteps < 1 || m.nsSteps > limits::kMaxNsSteps)
       return fail(key(path, "ns_steps"), num(m.nsSteps) + " is outside [1, " +
                                              num(limits::kMaxNsSteps) + "]");

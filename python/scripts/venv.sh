@@ -8,8 +8,10 @@
 # torch is installed the light way (docs/pytorch.md): --no-deps, with its
 # pure-Python requirements and the few small NVIDIA wheels listed in
 # requirements-torch-nodeps.txt, instead of the ~5.4 GB of CUDA wheels a
-# plain `pip install torch` pulls. MUONC_NO_TORCH=1 skips torch (the
-# package then builds and imports; its torch tests are skipped).
+# plain `pip install torch` pulls; then the frameworks of the tests
+# (requirements-frameworks.txt), also --no-deps. MUONC_NO_TORCH=1 skips
+# torch and the frameworks (the package then builds and imports; its
+# torch tests are skipped).
 # MUONC_REQUIREMENTS names another requirement file of python/ than
 # requirements-venv.txt (the wheel's test venv: requirements-test.txt; its
 # build venv: requirements-wheel.txt); PYTHON, the interpreter.
@@ -30,7 +32,8 @@ reqs=("$base")
 for ((i = 0; i < ${#reqs[@]}; i++)); do
   for r in $(sed -n 's/^-r *//p' "${reqs[$i]}"); do reqs+=("$here/$r"); done
 done
-[ "${MUONC_NO_TORCH:-0}" = 1 ] || reqs+=("$here/requirements-torch-nodeps.txt")
+[ "${MUONC_NO_TORCH:-0}" = 1 ] ||
+  reqs+=("$here/requirements-torch-nodeps.txt" "$here/requirements-frameworks.txt")
 stamp_value=$( (cat "${reqs[@]}"; "$python" -VV) | sha256sum | cut -d' ' -f1)
 stamp="$venv/.muonc-stamp"
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_value" ]; then
@@ -44,6 +47,9 @@ pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" -r "$base"
 if [ "${MUONC_NO_TORCH:-0}" != 1 ]; then
   "${pip[@]}" --no-deps -r "$here/requirements-torch-nodeps.txt"
+  # The frameworks the tests run muonc inside, after torch: --no-deps, or
+  # they would pull torch's CUDA wheels.
+  "${pip[@]}" --no-deps -r "$here/requirements-frameworks.txt"
   "$venv/bin/python" -c 'import torch, torch.distributed as d; assert d.is_gloo_available(), "torch has no gloo"' \
     || { echo "venv: torch does not import (see docs/pytorch.md)"; exit 1; }
 fi

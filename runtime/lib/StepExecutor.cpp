@@ -1,5 +1,6 @@
 //===- StepExecutor.cpp - One rank's side of a compiled step --------------===//
 #include "muon/Runtime/StepExecutor.h"
+#include "Disagreement.h"
 #include "StepLayout.h"
 
 #include "muon/Plan/Algorithm.h"
@@ -73,10 +74,21 @@ Status StepExecutor::initialize() {
       differ.push_back(static_cast<int64_t>(r));
     else if (hashes[r] != hashes[0])
       otherPrecision.push_back(static_cast<int64_t>(r));
-  if (!differ.empty())
+  if (!differ.empty()) {
+    // Every rank found it: one more collective says what differs (the
+    // outline holds what every rank of a binary plan reads whole too).
+    std::string what;
+    StatusOr<std::string> d = describeDisagreement(
+        comm, planOutline(plan), differ, options.timeoutSeconds);
+    if (d.ok() && !d->empty())
+      what = " (" + *d + ")";
+    else if (d.ok())
+      what = " (in what the compiler derived from the model: owners, rounds "
+             "or exchanges)";
     return invalidArgument("ranks " + formatRanks(differ) +
-                           " hold a plan different from rank 0's; every rank "
-                           "must load the same plan");
+                           " hold a plan different from rank 0's" + what +
+                           "; every rank must load the same plan");
+  }
   if (!otherPrecision.empty()) {
     const auto name = [](uint64_t word) {
       return dtypeName(static_cast<DType>(word & kPrecisionBits));
@@ -876,11 +888,17 @@ Status StepExecutor::step(StepResult &result) {
       badRank = static_cast<int64_t>(r);
     }
   }
-  if (!otherSettings.empty())
+  if (!otherSettings.empty()) {
+    StatusOr<std::string> d = describeDisagreement(
+        comm, settingsOutline(currentGroups), otherSettings,
+        options.timeoutSeconds);
+    const std::string what = d.ok() && !d->empty() ? " (" + *d + ")" : "";
     return invalidArgument(
         "ranks " + formatRanks(otherSettings) +
-        " set group hyper-parameters different from rank 0's; every rank "
-        "must set the same values before a step (nothing was changed)");
+        " set group hyper-parameters different from rank 0's" + what +
+        "; every rank must set the same values before a step (nothing was "
+        "changed)");
+  }
   if (!unbound.empty())
     return failedPrecondition("rank " + std::to_string(unbound[0]) +
                               " has not bound every parameter it holds; "

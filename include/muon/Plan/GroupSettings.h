@@ -28,8 +28,11 @@ namespace muon {
 struct GroupSetting {
   enum class Kind { Number, Flag, Name };
   /// The values a Number takes: finite and >= 0; that and below 1 (a
-  /// momentum); in [0, 1) (a decay rate, NaN refused).
-  enum class Range { NonNegative, NonNegativeBelowOne, UnitInterval };
+  /// momentum); in [0, 1) (a decay rate, NaN refused); finite and > 0 (a
+  /// divisor's floor, AdamW's eps: 0 would divide a zero gradient's zero
+  /// moment by zero).
+  enum class Range { NonNegative, NonNegativeBelowOne, UnitInterval,
+                     Positive };
 
   /// The setting's name in the C API, Python, the dialect and the
   /// checkpoints' JSON; the plan's and the spec's JSON use `jsonKey`.
@@ -76,6 +79,7 @@ inline constexpr GroupSetting::Range NonNegativeBelowOne =
     GroupSetting::Range::NonNegativeBelowOne;
 inline constexpr GroupSetting::Range UnitInterval =
     GroupSetting::Range::UnitInterval;
+inline constexpr GroupSetting::Range Positive = GroupSetting::Range::Positive;
 GroupSetting number(const char *name, double defaultValue,
                     GroupSetting::Range range);
 GroupSetting flag(const char *name, bool defaultValue);

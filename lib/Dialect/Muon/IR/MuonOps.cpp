@@ -810,9 +810,13 @@ LogicalResult OptimizerOp::verify() {
   };
   if (failed(nonNegative("lr", getLr().convertToDouble())) ||
       failed(nonNegative("weight_decay", getWeightDecay().convertToDouble())) ||
-      failed(nonNegative("momentum", getMomentum().convertToDouble())) ||
-      failed(nonNegative("eps", getEps().convertToDouble())))
+      failed(nonNegative("momentum", getMomentum().convertToDouble())))
     return failure();
+  // Newton-Schulz's normalization floor: 0 divides a zero update by zero.
+  if (!(getEps().convertToDouble() > 0) ||
+      !std::isfinite(getEps().convertToDouble()))
+    return emitError() << "optimizer 'eps' must be a finite number > 0, got "
+                       << getEps().convertToDouble();
   if (getMomentum().convertToDouble() >= 1)
     return emitError() << "optimizer 'momentum' must be in [0, 1), got "
                        << getMomentum().convertToDouble();
@@ -851,11 +855,16 @@ LogicalResult OptimizerOp::verify() {
 LogicalResult AdamWOp::verify() {
   for (auto [key, v] :
        {std::pair<StringRef, double>{"lr", getLr().convertToDouble()},
-        {"eps", getEps().convertToDouble()},
         {"weight_decay", getWeightDecay().convertToDouble()}})
     if (v < 0 || !std::isfinite(v))
       return emitError() << "adamw '" << key
                          << "' must be a finite number >= 0, got " << v;
+  // The second moment's floor: 0 divides a zero gradient's zero moment by
+  // zero.
+  if (!(getEps().convertToDouble() > 0) ||
+      !std::isfinite(getEps().convertToDouble()))
+    return emitError() << "adamw 'eps' must be a finite number > 0, got "
+                       << getEps().convertToDouble();
   if (std::optional<ArrayRef<double>> betas = getBetas()) {
     if (betas->size() != 2)
       return emitError() << "adamw 'betas' must have 2 entries, got "

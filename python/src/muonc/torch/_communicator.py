@@ -151,11 +151,13 @@ class TorchCommunicator:
                                   async_op=True))
         return [t[:n].cpu().numpy().tobytes() for t, n in zip(every, lengths)]
 
-    def all_reduce_sum(self, tensor):
-        """Sums a tensor over the ranks in place (the state kept as
-        summands, _owner_state.py)."""
+    def all_reduce(self, tensor, op=dist.ReduceOp.SUM):
+        """Reduces a tensor over the ranks in place (the state kept as
+        summands and the gradient norm under the owner reduction,
+        _owner_state.py)."""
         on = tensor if self._device is None else tensor.to(self._device)
-        self.wait(dist.all_reduce(on, group=self.group, async_op=True))
+        self.wait(dist.all_reduce(on, op=op, group=self.group,
+                                  async_op=True))
         if on is not tensor:
             tensor.copy_(on)
         return tensor

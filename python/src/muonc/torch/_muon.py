@@ -20,7 +20,8 @@ import torch.distributed as dist
 
 from .._core import (FailedPreconditionError, InvalidArgumentError,
                      MuonTypeError)
-from . import _binding, _load_checks, _owner_reduce, _owner_state, _state
+from . import (_binding, _clipping, _grouping, _load_checks, _owner_reduce,
+               _owner_state, _state)
 from ._communicator import launched_by_mpirun
 from ._deadline import Deadline
 from ._layouts import current_stream, local, shows_expert_dim
@@ -174,6 +175,17 @@ class Muon(torch.optim.Optimizer):
         self._deadline = Deadline(self._options["timeout"])
         self._hook = None  # reduce_gradients_to_owners' DDP hook state
 
+    @classmethod
+    def for_model(cls, model, **kwargs):
+        """The optimizer on the usual split of `model`
+        (muonc.torch.param_groups): Muon for the hidden layers' matrices,
+        AdamW for embeddings, the output head, norms and biases. Takes
+        param_groups' keyword arguments (adamw_lr, adamw_betas, adamw_eps,
+        adamw_weight_decay, adamw_names, muon_names) and this class's;
+        Lightning's configure_optimizers can return it as it is."""
+        split, rest = _grouping.split_kwargs(kwargs)
+        return cls(_grouping.param_groups(model, **split), **rest)
+
     # --- parameter groups --------------------------------------------------
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -239,17 +251,22 @@ class Muon(torch.optim.Optimizer):
         parameters of other optimizers are all-reduced as DDP would.
 
         Call it once, on every rank, before the backward pass whose
-        gradients the next step uses. Between backward and step a matrix's
-        ``.grad`` is the mean gradient on its owner and zero on the other
-        ranks, and on more than 2 ranks the other gradients are whole
-        only in this rank's share: use ``opt.clip_grad_norm_`` (the global
-        norm), not ``torch.nn.utils.clip_grad_norm_`` (this rank's part).
-        Muon's momentum lives on the owners (opt.state shows zeros
-        elsewhere); ``state_dict()`` sums it over the ranks, so it is
-        collective then: call it on every rank, as under FSDP. The step
-        reads a matrix's gradient on its owner only: the other ranks skip
-        its momentum (zero) and its NaN check (the owner checks the
-        sum)."""
+        gradients the next step uses (the HF Trainer wraps the model in
+        DDP inside train(): muonc.torch.hf.reduce_gradients_to_owners does
+        it there). Between backward and step a matrix's ``.grad`` is the
+        mean gradient on its owner and zero on the other ranks, and on
+        more than 2 ranks the other gradients are whole only in this
+        rank's share; so from this call on, ``torch.nn.utils.
+        clip_grad_norm_`` (which every framework's clipping calls) takes
+        the norm of the whole gradient when given this optimizer's
+        parameters, collectively, as ``opt.clip_grad_norm_`` does
+        (_clipping.py). Muon's momentum lives on the owners (opt.state
+        shows zeros elsewhere); ``state_dict()`` sums it over the ranks,
+        so it is collective then: call it on every rank, as under FSDP, or
+        ``consolidate_state_dict()`` on every rank and then
+        ``state_dict()`` on one. The step reads a matrix's gradient on its
+        owner only: the other ranks skip its momentum (zero) and its NaN
+        check (the owner checks the sum)."""
         self._bound()
         if self._comm is None or self._config is None or \
                 self._options["communicator"] == "mpi" or \
@@ -277,6 +294,7 @@ class Muon(torch.optim.Optimizer):
         # Every rank carried the whole momentum over: it stays on the owners.
         _owner_state.keep_owned_state(self)
         self._engine.set_gradients_reduced_to_owners(True)
+        _clipping.install(self)
 
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
@@ -530,10 +548,16 @@ class Muon(torch.optim.Optimizer):
         nothing."""
         if self._engine is None or not self._options.get("owner_reduced"):
             return
+        self._consolidate(dist.get_rank(self._comm.group) == to)
+
+    def _consolidate(self, keep):
+        """Gathers the whole state (collective); this rank keeps it for
+        state_dict() until the next step or load where `keep`."""
+        if self._engine is None or not self._options.get("owner_reduced"):
+            return
         self._consolidated = None
         whole = self.state_dict()
-        rank = dist.get_rank(self._comm.group)
-        self._consolidated = whole if rank == to else _ELSEWHERE
+        self._consolidated = whole if keep else _ELSEWHERE
 
     def local_state_dict(self):
         """This rank's state as pieces by global box (plain tensors, no

@@ -10,8 +10,8 @@ import torch.distributed as dist
 from ._settings import ELEMENT_SLOTS
 from ._state import torch_name
 
-__all__ = ["gather_to_new_owners", "keep_owned_state", "summed_state",
-           "total_grad_norm"]
+__all__ = ["gather_to_new_owners", "grad_norms", "keep_owned_state",
+           "summed_state", "total_grad_norm"]
 
 
 def _per_summand_keys():
@@ -41,7 +41,7 @@ def summed_state(opt):
     sums = {k: v.detach().clone() for k, v in views.items()}
     if sums:
         flat = torch.cat([t.reshape(-1) for t in sums.values()])
-        dist.all_reduce(flat, group=opt._hook.group)
+        opt._comm.all_reduce(flat)
         at = 0
         for t in sums.values():
             t.copy_(flat[at:at + t.numel()].view_as(t))
@@ -73,44 +73,51 @@ def gather_to_new_owners(opt):
 def total_grad_norm(opt, params, norm_type, error_if_nonfinite, foreach):
     """The norm of the whole gradient of `params` (those with a .grad) as
     torch.nn.utils.get_total_norm computes it in one process, collective
-    over the ranks, bit for bit. A matrix with one owner contributes the
-    owner's norm as is (the other ranks add zeros); a parameter whose
-    matrices have several owners is summed whole first (each element comes
-    from one rank, the others add zeros) and its norm taken as one process
-    takes it. The infinity norm takes the largest of the ranks' norms,
-    which is exact as it is."""
+    over the ranks, bit for bit."""
+    return torch.nn.utils.get_total_norm(
+        grad_norms(opt, params, norm_type), norm_type, error_if_nonfinite,
+        foreach)
+
+
+def grad_norms(opt, params, norm_type):
+    """Each parameter's gradient norm (a 0-d tensor, in the order of
+    `params`, those with a .grad) over the whole gradient, collective. A
+    matrix with one owner contributes the owner's norm as is (the other
+    ranks add zeros); a parameter whose matrices have several owners is
+    summed whole first (each element comes from one rank, the others add
+    zeros) and its norm taken as one process takes it. The infinity norm
+    takes the largest of the ranks' norms, which is exact as it is."""
     norm_type = float(norm_type)
     segments = opt._owner_segments
     norms = [torch.linalg.vector_norm(p.grad, norm_type) for p in params]
     shared = [i for i, p in enumerate(params) if id(p) in segments]
-    if shared:
-        group = opt._hook.group
-        if norm_type == float("inf"):
-            parts = torch.stack([norms[i].float() for i in shared])
-            dist.all_reduce(parts, op=dist.ReduceOp.MAX, group=group)
-            for k, i in enumerate(shared):
-                norms[i] = parts[k].to(norms[i].dtype)
-        else:
-            whole = [i for i in shared if _several_holders(
-                segments[id(params[i])], params[i].numel())]
-            single = [i for i in shared if i not in whole]
-            rank = opt._hook.rank
-            flat = torch.cat(
-                [torch.stack([norms[i].float() for i in single]).reshape(-1)
-                 if single else params[0].grad.new_zeros(0).float()] +
-                [_this_ranks_part(params[i], segments[id(params[i])], rank)
-                 .float() for i in whole])
-            dist.all_reduce(flat, group=group)
-            for k, i in enumerate(single):
-                norms[i] = flat[k].to(norms[i].dtype)
-            at = len(single)
-            for i in whole:
-                n = params[i].numel()
-                norms[i] = torch.linalg.vector_norm(
-                    flat[at:at + n].to(params[i].grad.dtype), norm_type)
-                at += n
-    return torch.nn.utils.get_total_norm(norms, norm_type,
-                                         error_if_nonfinite, foreach)
+    if not shared:
+        return norms
+    if norm_type == float("inf"):
+        parts = torch.stack([norms[i].float() for i in shared])
+        opt._comm.all_reduce(parts, op=dist.ReduceOp.MAX)
+        for k, i in enumerate(shared):
+            norms[i] = parts[k].to(norms[i].dtype)
+        return norms
+    whole = [i for i in shared if _several_holders(
+        segments[id(params[i])], params[i].numel())]
+    single = [i for i in shared if i not in whole]
+    rank = opt._hook.rank
+    flat = torch.cat(
+        [torch.stack([norms[i].float() for i in single]).reshape(-1)
+         if single else params[0].grad.new_zeros(0).float()] +
+        [_this_ranks_part(params[i], segments[id(params[i])], rank)
+         .float() for i in whole])
+    opt._comm.all_reduce(flat)
+    for k, i in enumerate(single):
+        norms[i] = flat[k].to(norms[i].dtype)
+    at = len(single)
+    for i in whole:
+        n = params[i].numel()
+        norms[i] = torch.linalg.vector_norm(
+            flat[at:at + n].to(params[i].grad.dtype), norm_type)
+        at += n
+    return norms
 
 
 def _several_holders(spans, numel):

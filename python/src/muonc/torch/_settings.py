@@ -233,9 +233,11 @@ def check_ns(group, ns_dtype=None):
               for i, c in enumerate(coefficients)]
     _core.check_ns_coefficients([triple], int(steps),
                                 ns_dtype or "f32")
-    if not 0.0 <= _number(group["eps"], "eps"):
-        raise InvalidArgumentError(f"invalid argument: eps {group['eps']!r} "
-                                   "is not a number >= 0")
+    if not 0.0 < _number(group["eps"], "eps"):
+        raise InvalidArgumentError(
+            f"invalid argument: eps {group['eps']!r} is not a number > 0 "
+            "(Newton-Schulz divides by max(norm, eps): with 0 a zero update "
+            "is 0 / 0)")
 
 
 def check_muon_group(group, ns_dtype=None):
@@ -249,10 +251,13 @@ def check_muon_group(group, ns_dtype=None):
     check_normuon(group["normuon"], group["normuon_beta2"])
     check_ns(group, ns_dtype)
     for x in SETTINGS:
-        if x["algorithm"] == "muon" and x["kind"] == "number" and \
-                torch_key(x) in group and torch_key(x) not in (
-                    "lr", "momentum", "weight_decay", "normuon_beta2"):
+        if x["algorithm"] != "muon" or torch_key(x) not in group:
+            continue
+        if x["kind"] == "number" and torch_key(x) not in (
+                "lr", "momentum", "weight_decay", "normuon_beta2"):
             _check_table_number(x, group[torch_key(x)])
+        elif x["kind"] == "flag":
+            _check_flag(torch_key(x), group[torch_key(x)])
 
 
 def check_element_group(group):
@@ -261,28 +266,48 @@ def check_element_group(group):
     AdamW's checks)."""
     check_lr(group["lr"])
     for x in SETTINGS:
-        if x["algorithm"] != group["algorithm"] or x["kind"] != "number" or \
-                x["json_key"] == "lr" or x["json_key"] not in group:
+        if x["algorithm"] != group["algorithm"] or x["json_key"] == "lr" or \
+                x["json_key"] not in group:
             continue
-        _check_table_number(x, group[x["json_key"]])
+        value = group[x["json_key"]]
+        if x["kind"] == "number":
+            _check_table_number(x, value)
+        elif x["kind"] == "flag":
+            _check_flag(x["json_key"], value)
+        elif value not in x["names"]:
+            raise InvalidArgumentError(
+                f"invalid argument: {x['json_key']} {value!r} is not one of "
+                + ", ".join(repr(n) for n in x["names"]))
+
+
+def _check_flag(key, value):
+    """A flag (nesterov, ...): True or False, as torch takes it."""
+    if not isinstance(value, bool) and not (
+            isinstance(value, numbers.Integral) and value in (0, 1)):
+        raise MuonTypeError(f"invalid argument: {key} {value!r} is not True "
+                            "or False")
 
 
 def _check_table_number(setting, value):
     """A number of the runtime's settings table (a shared key, "betas", a
     sequence of them): finite, >= 0, betas below 1."""
     key = setting["json_key"]
-    values = value
-    if not isinstance(value, (tuple, list)):
+    shared = sum(1 for x in SETTINGS if x["json_key"] == key and
+                 x["algorithm"] == setting["algorithm"])
+    if shared == 1:
         values = [value]
-    elif len(value) != sum(1 for x in SETTINGS if x["json_key"] == key and
-                           x["algorithm"] == setting["algorithm"]):
-        raise InvalidArgumentError(f"invalid argument: {key} {value!r} has "
-                                   f"{len(value)} values")
+    elif not isinstance(value, (tuple, list)) or len(value) != shared:
+        raise InvalidArgumentError(f"invalid argument: {key} {value!r} is "
+                                   f"not a sequence of {shared} numbers")
+    else:
+        values = value
     for i, v in enumerate(values):
         what = key if len(values) == 1 else f"{key}[{i}]"
         number = _number(v, what)
-        if number < 0.0 or (key == "betas" and number >= 1.0):
-            bound = "[0, 1)" if key == "betas" else ">= 0"
+        if number < 0.0 or (key == "betas" and number >= 1.0) or (
+                key == "eps" and number == 0.0):
+            bound = {"betas": "in [0, 1)", "eps": "> 0 (with 0 a zero "
+                     "gradient's update is 0 / 0)"}.get(key, ">= 0")
             raise InvalidArgumentError(
                 f"invalid argument: {what} {v!r} is not a number {bound}")
 
