@@ -2,8 +2,10 @@
 backend over the fake GPU (_core_fakegpu, unittests/FakeGpu: host memory
 stands in for device memory), against the same training on the CPU
 backend. Run as a script: argv = fake module dir, rank, world, port,
-output JSON. The fake module is imported before torch, so that its CUDA
-symbols bind to the fake, not to the CUDA libraries torch loads."""
+output JSON; or under torchrun with rank "env" (the rank, world and
+address from torchrun's environment; each rank writes <output>.<rank>).
+The fake module is imported before torch, so that its CUDA symbols bind to
+the fake, not to the CUDA libraries torch loads."""
 import json
 import os
 import sys
@@ -61,6 +63,7 @@ def train(gpu, rank, world, dtype):
                   distributed_config=config, ns_dtype="f32")
     assert opt.engine.device == ("cuda:0" if gpu else "cpu"), opt.engine.device
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+    counters = []
     for s in range(STEPS):
         x, y = batch(s, n=4 * world)
         opt.zero_grad(set_to_none=False)  # the gradients stay where they are
@@ -80,11 +83,13 @@ def train(gpu, rank, world, dtype):
                 p.grad.div_(world)
         opt.step()
         sched.step()
+        counters.append(opt.last_step_counters)
     state = opt.state_dict()["state"]
     return ([p.detach().float().clone() for p in model.parameters()],
             [{k: v.float().clone() for k, v in e.items() if k != "step"}
              for _, e in sorted(state.items())],
-            opt.assignments)
+            opt.assignments, {"transport": opt.transport,
+                              "counters": counters})
 
 
 def rel(a, b):
@@ -93,29 +98,39 @@ def rel(a, b):
 
 def main():
     fake_dir, rank, world, port, out = sys.argv[1:6]
-    rank, world = int(rank), int(world)
-    if world > 1:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+    torchrun = rank == "env"
+    if torchrun:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        dist.init_process_group("gloo")
+    else:
+        rank, world = int(rank), int(world)
+        if world > 1:
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            dist.init_process_group("gloo", rank=rank, world_size=world)
     report = {}
     try:
         for name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
-            want, want_state, owners = train(False, rank, world, dtype)
-            got, got_state, gpu_owners = train(True, rank, world, dtype)
+            want, want_state, owners, _ = train(False, rank, world, dtype)
+            got, got_state, gpu_owners, run = train(True, rank, world, dtype)
             report[name] = {
                 "params": max(rel(a, b) for a, b in zip(got, want)),
                 "state": max(rel(a[k], b[k]) for a, b in
                              zip(got_state, want_state) for k in b),
                 "moved": min(rel(a, b) for a, b in
                              zip(want, train_initial(dtype))),
-                "same_owners": gpu_owners == owners}
+                "same_owners": gpu_owners == owners,
+                "transport": run["transport"],
+                "host_copies": [c["host_copies"] for c in run["counters"]],
+                "bytes_sent": sum(c["bytes_sent"] for c in run["counters"])}
         if rank == 0:
             report["errors"] = refusals()
         report["misuses"] = list(fake.fake_misuses())
     finally:
         if world > 1:
             dist.destroy_process_group()
-    if rank == 0:
+    if torchrun:
+        out = f"{out}.{rank}"
+    if rank == 0 or torchrun:
         with open(out, "w") as f:
             json.dump(report, f)
 

@@ -37,10 +37,13 @@ HostStagedCommunicator::start(const AllToAllV &exchange) {
   s.send.resize(sendRanges.empty() ? 0 : sendRanges.back().second);
   s.recv.resize(s.recvRanges.empty() ? 0 : s.recvRanges.back().second);
   // copyToHost waits for the device work that filled the buffer.
-  for (const auto &[begin, end] : sendRanges)
+  for (const auto &[begin, end] : sendRanges) {
     device.copyToHost(s.send.data() + begin,
                       static_cast<const char *>(exchange.sendBuffer) + begin,
                       end - begin);
+    ++copied.copies;
+    copied.bytes += end - begin;
+  }
   s.deviceRecv = exchange.recvBuffer;
   AllToAllV host = exchange;
   host.sendBuffer = s.send.data();
@@ -77,9 +80,12 @@ Status HostStagedCommunicator::wait(PendingExchange &pending,
     staged.erase(it);
     return status;
   }
-  for (const auto &[begin, end] : s.recvRanges)
+  for (const auto &[begin, end] : s.recvRanges) {
     device.copyToDevice(static_cast<char *>(s.deviceRecv) + begin,
                         s.recv.data() + begin, end - begin);
+    ++copied.copies;
+    copied.bytes += end - begin;
+  }
   staged.erase(it);
   pending.id = -1;
   return okStatus();

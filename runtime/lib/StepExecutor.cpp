@@ -839,6 +839,17 @@ Status StepExecutor::step(StepResult &result) {
   lastCounters.workingBytesBound = workingBytesBound;
   peakBytes = liveBytes;
   result = {};
+  // The step's host copies of exchange buffers, however it ends.
+  struct CountCopies {
+    Communicator &comm;
+    StepCounters &counters;
+    const Communicator::HostCopies before;
+    ~CountCopies() {
+      const Communicator::HostCopies after = comm.hostCopies();
+      counters.hostCopies = after.copies - before.copies;
+      counters.hostCopyBytes = after.bytes - before.bytes;
+    }
+  } countCopies{comm, lastCounters, comm.hostCopies()};
   skipped.clear();
   layout = wholeLayout.get();
   for (LocalParam &local : locals)

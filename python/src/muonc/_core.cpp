@@ -679,8 +679,14 @@ public:
   /// else a Python communicator object.
   /// `plan`: a Plan (compile_model's, compile_spec's), the plan file's
   /// JSON text, or with `isFile` a plan file's path (JSON or binary).
+  /// `gpuTransport` (an optimizer on a GPU): "nccl" (the runtime's NCCL
+  /// communicator, bootstrapped over `comm`: exchanges stay on the device),
+  /// "host" (staged through host memory over `comm`, for ranks that share a
+  /// GPU), or "" for the default: NCCL under MPI, host otherwise;
+  /// MUONC_GPU_TRANSPORT overrides either.
   PyOptimizer(nb::object plan, nb::object comm, double timeout, bool isFile,
-              const std::string &nsForm, const std::string &deviceName) {
+              const std::string &nsForm, const std::string &deviceName,
+              const std::string &gpuTransport) {
     createDevice(deviceName, nsForm);
     if (comm.is_none()) {
       base = std::make_unique<rt::SingleRankCommunicator>();
@@ -698,11 +704,14 @@ public:
     if (onGpu) {
       // Device memory: NCCL between MPI's processes (one GPU each), else
       // through host memory (a Python communicator moves host bytes).
-      std::string kind = releaseGil ? "nccl" : "host";
+      std::string kind = !gpuTransport.empty() ? gpuTransport
+                         : releaseGil          ? "nccl"
+                                               : "host";
       if (const char *forced = std::getenv("MUONC_GPU_TRANSPORT"))
         kind = forced;
       check(rt::createCommunicator(kind, *base, *device, transport));
       communicator = transport.get();
+      transportKind = kind;
     }
     timeoutSeconds = timeout;
     rt::OptimizerOptions options;
@@ -856,6 +865,8 @@ public:
     d["ns_flops"] = c.nsFlops;
     d["control_collectives"] = c.controlCollectives;
     d["exchanges"] = c.exchanges;
+    d["host_copies"] = c.hostCopies;
+    d["host_copy_bytes"] = c.hostCopyBytes;
     return d;
   }
 
@@ -1116,6 +1127,7 @@ public:
   /// The ranks' transport: `base` (MPI, the Python communicator), or on a
   /// GPU `transport` over it.
   std::unique_ptr<rt::Communicator> base, transport;
+  std::string transportKind; // "nccl" or "host" on a GPU, "" on the CPU
   std::unique_ptr<rt::Optimizer> opt;
   double timeoutSeconds = 120.0;
   std::map<std::string, nb::object> keep;
@@ -1405,15 +1417,24 @@ static void defineModule(nb::module_ &m) {
 
   nb::class_<PyOptimizer>(m, "Optimizer")
       .def(nb::init<nb::object, nb::object, double, bool,
-                    const std::string &, const std::string &>(),
+                    const std::string &, const std::string &,
+                    const std::string &>(),
            "plan"_a, "comm"_a = nb::none(), "timeout"_a = 120.0,
            "plan_is_file"_a = false, "ns_form"_a = "", "device"_a = "cpu",
+           "gpu_transport"_a = "",
            "An optimizer over a plan (a Plan, its JSON text, or a plan "
            "file's path with plan_is_file); comm: None for one process, else a Python "
            "communicator (muonc.torch.TorchCommunicator); ns_form: "
            "Newton-Schulz's form, 'auto', 'standard' or 'gram' "
            "(default: MUON_CPU_NS_FORM, else auto); device: 'cpu', or 'cuda:N' "
-           "where the CUDA backend is built (cuda_built()).")
+           "where the CUDA backend is built (cuda_built()); gpu_transport: "
+           "on a GPU, 'nccl' (exchanges on the device, NCCL bootstrapped "
+           "over comm) or 'host' (staged through host memory), default "
+           "NCCL under MPI, else host; MUONC_GPU_TRANSPORT overrides it.")
+      .def_prop_ro("transport",
+                   [](PyOptimizer &o) { return o.transportKind; },
+                   "What the exchanges go through on a GPU: 'nccl' or "
+                   "'host'; '' on the CPU.")
       .def_prop_ro("rank", [](PyOptimizer &o) { return o.opt->currentRank(); })
       .def_prop_ro("world_size",
                    [](PyOptimizer &o) { return o.opt->worldSize(); })

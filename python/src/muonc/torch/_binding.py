@@ -203,9 +203,12 @@ def build(opt):
         _arrive(opt, config)
     if opt._comm is None and config is not None:
         opt._comm = _communicator(opt, config, distributed, mpi_size)
+    device = engine_device_name(opt._device)
+    gpu_transport = ""
+    if device != "cpu" and isinstance(opt._comm, TorchCommunicator):
+        gpu_transport = opt._comm.gpu_transport(device)
     opt._engine = _core.Optimizer(plan, opt._comm, opts["timeout"], False,
-                                  opts["ns_form"],
-                                  engine_device_name(opt._device))
+                                  opts["ns_form"], device, gpu_transport)
     opt._slots = {s["name"]: s for s in opt._engine.params()}
     for p, name, _ in opt._params:
         have = tuple(local(p).shape)

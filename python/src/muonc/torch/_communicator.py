@@ -11,6 +11,8 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import socket
+import warnings
 import weakref
 
 import torch
@@ -162,6 +164,23 @@ class TorchCommunicator:
             tensor.copy_(on)
         return tensor
 
+    def gpu_transport(self, device):
+        """How an optimizer on GPU `device` exchanges (collective): "nccl",
+        the runtime's own NCCL communicator bootstrapped over this group
+        (the exchanges stay on the device, ordered with the step's stream),
+        where every rank has a GPU of its own; "host" (staged through host
+        memory over this group) where some ranks share one, which NCCL
+        refuses (a warning says so)."""
+        mine = f"{socket.gethostname()}/{_gpu_identity(device)}"
+        every = [b.decode() for b in self.all_gather_bytes(mine.encode())]
+        if len(set(every)) == len(every):
+            return "nccl"
+        shared = sorted({d for d in every if every.count(d) > 1})
+        warnings.warn(f"muonc: ranks share a GPU ({', '.join(shared)}): "
+                      "the exchanges are staged through host memory "
+                      "(opt.transport == 'host')")
+        return "host"
+
     def abort(self, code):
         os._exit(code)
 
@@ -189,6 +208,15 @@ class _PendingExchange:
 
 
 _OWNED = weakref.WeakSet()
+
+
+def _gpu_identity(device):
+    """Which GPU `device` is: its UUID where torch sees it, else (the fake
+    GPU of the tests, one per process) this process's."""
+    try:
+        return str(torch.cuda.get_device_properties(device).uuid)
+    except (AssertionError, RuntimeError, AttributeError):
+        return f"process {os.getpid()} {device}"
 
 
 def launched_by_mpirun():

@@ -41,7 +41,8 @@ _WIRE_DTYPES = ("f32", "bf16")
 _ELSEWHERE = object()
 
 _COUNTERS = ("bytes_sent", "bytes_received", "ns_flops",
-             "control_collectives", "exchanges")
+             "control_collectives", "exchanges", "host_copies",
+             "host_copy_bytes")
 
 
 class Muon(torch.optim.Optimizer):
@@ -358,6 +359,16 @@ class Muon(torch.optim.Optimizer):
         return self._options["communicator"]
 
     @property
+    def transport(self):
+        """What the plan's exchanges go through: on the CPU the
+        communicator ("torch", "mpi"); on a GPU "nccl" (the runtime's NCCL
+        communicator: the exchanges stay on the device) or "host" (staged
+        through host memory, where ranks share a GPU). Builds the plan
+        where it is not yet."""
+        engine = self._bound()._engine
+        return engine.transport or self._options["communicator"]
+
+    @property
     def engine(self):
         """The underlying muonc.Optimizer (builds the plan where it is not
         yet: collective where distributed)."""
@@ -375,9 +386,12 @@ class Muon(torch.optim.Optimizer):
         ``bytes_received`` (the plan's exchanges: gradient pieces to owners,
         updates back), ``exchanges`` (how many of the plan's exchanges ran
         over the process group: those that move something), ``ns_flops``
-        (its Newton-Schulz) and ``control_collectives`` (its small
+        (its Newton-Schulz), ``control_collectives`` (its small
         agreements: gradient checks, settings, parameters without a
-        gradient, device errors). Empty before the first step."""
+        gradient, device errors), and ``host_copies`` and
+        ``host_copy_bytes`` (copies of exchange buffers between a GPU and
+        host memory: 0 where the exchanges stay on the device,
+        opt.transport "nccl"). Empty before the first step."""
         return dict(self._last_step)
 
     # --- the step --------------------------------------------------------

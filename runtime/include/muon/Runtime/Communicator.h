@@ -98,6 +98,15 @@ public:
   /// Whether exchanges in flight advance on a thread of their own (MPI's
   /// progress thread), not only inside this communicator's calls.
   virtual bool progressThread() const { return false; }
+
+  /// The copies of exchange buffers between device and host memory so far,
+  /// and their bytes: a transport that stages a GPU's exchanges through the
+  /// host counts them (HostStagedCommunicator); where the data stays where
+  /// it is (NCCL on the GPU, MPI on the CPU) there are none.
+  struct HostCopies {
+    int64_t copies = 0, bytes = 0;
+  };
+  virtual HostCopies hostCopies() const { return {}; }
 };
 
 /// Rank `root`'s `text` on every rank (at most 4 KiB of it), through the

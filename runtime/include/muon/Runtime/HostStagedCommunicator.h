@@ -55,6 +55,7 @@ public:
     return inner.allGatherBytes(bytes, timeoutSeconds);
   }
   [[noreturn]] void abort(int exitCode) override;
+  HostCopies hostCopies() const override { return copied; }
 
 private:
   /// Byte ranges [begin, end) of a buffer, merged where they touch.
@@ -73,6 +74,7 @@ private:
   /// flight, so their host buffers live as long as the communicator.
   std::vector<Staged> abandoned;
   int64_t nextId = 0;
+  HostCopies copied;
 };
 
 } // namespace muon::runtime

@@ -54,6 +54,10 @@ struct StepCounters {
   /// The plan's exchanges the step ran over the transport: those that move
   /// something between ranks (an exchange with no transfers is not run).
   int64_t exchanges = 0;
+  /// Copies of exchange buffers between device and host memory during the
+  /// step, and their bytes (Communicator::hostCopies): 0 where exchanges
+  /// stay on the device.
+  int64_t hostCopies = 0, hostCopyBytes = 0;
   /// The most device memory the optimizer held at once during the step:
   /// its state (momentum, moments, update buffers) plus the exchange and
   /// Newton-Schulz buffers alive at that moment.
