@@ -14,9 +14,16 @@ embeddings, the head, the norms and the biases):
   muonc-std      the same with ns_form="standard" (torch's iteration)
   muonc-gloo2    2 processes sharing the device through a gloo process group
                  (each a slice of the batch, gradients averaged; the
-                 optimizer's exchanges host-staged through gloo)
-  muonc-nccl2    2 processes over an NCCL process group, where there are 2
-                 or more GPUs (else skipped, saying so)
+                 optimizer's exchanges host-staged through gloo, as NCCL
+                 refuses two ranks on one GPU: the documented fallback)
+  muonc-nccl2    2 processes over an NCCL process group, each on a GPU of
+                 its own, where there are 2 or more GPUs (else skipped,
+                 saying so): the optimizer's exchanges on the runtime's
+                 NCCL communicator, bootstrapped over torch's group
+
+Every configuration runs under torchrun (python -m torch.distributed.run),
+as users launch; each muonc row says what its exchanges went through
+(opt.transport) and the host copies of exchange buffers it made.
 
 On a lent GPU (bench/gpu/run.sh): `python3 bench/gpu/torch_bridge.py`.
 Without one, `--device cpu` runs the same on CPU tensors (what make check's
@@ -83,7 +90,6 @@ def parse_args(argv=None):
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--config", help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in args.configs.split(","):
@@ -135,7 +141,7 @@ def worker(args):
     import torch.nn.functional as F
 
     optimizer, world, backend, ns_form = CONFIGS[args.config]
-    rank = args.rank
+    rank = int(os.environ.get("RANK", args.rank))  # torchrun's
     if args.device == "cuda":
         if torch.cuda.device_count() == 0:
             raise SystemExit("torch sees no CUDA device")
@@ -145,9 +151,8 @@ def worker(args):
     else:
         device = torch.device("cpu")
         torch.set_num_threads(1)
-    if world > 1:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
-        dist.init_process_group(backend, rank=rank, world_size=world)
+    if world > 1:  # torchrun's address, rank and world
+        dist.init_process_group(backend)
     ex = load_example()
     args.warmup_lr = 20  # the example's warmup of the learning rate
     text = open(ex.CORPUS, encoding="utf-8").read()
@@ -161,7 +166,7 @@ def worker(args):
     opts, scheds = make_optimizers(torch, ex, model, args, optimizer, ns_form)
     order = torch.Generator().manual_seed(args.seed + 1)
     local = args.batch // world
-    losses, step_seconds = [], []
+    losses, step_seconds, host_copies = [], [], 0
     for step in range(args.steps):
         at = torch.randint(0, len(data) - context - 1, (args.batch,),
                            generator=order)
@@ -186,6 +191,8 @@ def worker(args):
             o.step()
         synchronize(torch, device)
         step_seconds.append(time.perf_counter() - start)
+        if optimizer == "muonc":
+            host_copies += opts[0].last_step_counters.get("host_copies", 0)
         for s in scheds:
             s.step()
         value = loss.detach().clone()
@@ -202,6 +209,8 @@ def worker(args):
     if optimizer == "muonc":
         engine = getattr(opts[0], "engine", None)
         result["engine_device"] = getattr(engine, "device", None)
+        result["transport"] = opts[0].transport
+        result["host_copies"] = host_copies
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump(result, f)
@@ -241,17 +250,17 @@ def run_config(args, name, tmp):
         return {"config": name, "skipped": f"NCCL needs {world} GPUs, "
                 f"{gpus} here (gloo shares one)"}
     out = os.path.join(tmp, name + ".json")
-    port = free_port()
-    base = [sys.executable, os.path.abspath(__file__), "--worker",
-            "--config", name, "--device", args.device, "--size", args.size,
-            "--steps", str(args.steps), "--batch", str(args.batch),
-            "--warmup", str(args.warmup), "--lr", str(args.lr),
-            "--adamw-lr", str(args.adamw_lr), "--seed", str(args.seed),
-            "--port", str(port), "--out", out]
+    command = [sys.executable, "-m", "torch.distributed.run",
+               f"--nproc_per_node={world}", f"--master_port={free_port()}",
+               "--master_addr=127.0.0.1", os.path.abspath(__file__),
+               "--worker", "--config", name, "--device", args.device,
+               "--size", args.size, "--steps", str(args.steps),
+               "--batch", str(args.batch), "--warmup", str(args.warmup),
+               "--lr", str(args.lr), "--adamw-lr", str(args.adamw_lr),
+               "--seed", str(args.seed), "--out", out]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    procs = [subprocess.Popen(base + ["--rank", str(r)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for r in range(world)]
+    procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)]
     logs, failed = [], None
     deadline = time.monotonic() + args.timeout
     for r, p in enumerate(procs):
@@ -325,7 +334,7 @@ def print_table(results, reference, args):
           f"after {args.warmup} steps; losses against torch.optim.Muon "
           f"(tolerance {args.tolerance:g} relative)")
     print(f"{'config':<12} {'final loss':>11} {'max rel diff':>12} "
-          f"{'step ms':>9} {'vs torch':>8}  verdict")
+          f"{'step ms':>9} {'vs torch':>8}  {'exchanges':<16} verdict")
     for r in results:
         name = r["config"]
         if "skipped" in r:
@@ -337,10 +346,12 @@ def print_table(results, reference, args):
         rel = r.get("loss_rel_max")
         verdict = "reference" if r is reference else (
             "agrees" if r.get("within_tolerance") else "DIFFERS")
+        where = (f"{r['transport']}, {r['host_copies']} copies"
+                 if "transport" in r else "")
         print(f"{name:<12} {r['losses'][-1]:>11.6f} "
               f"{'' if rel is None else f'{rel:.2e}':>12} "
               f"{r['step_ms_median']:>9.3f} "
-              f"{r.get('step_vs_torch', 1.0):>8.3f}  {verdict}")
+              f"{r.get('step_vs_torch', 1.0):>8.3f}  {where:<16} {verdict}")
     sys.stdout.flush()
 
 
