@@ -23,4 +23,11 @@ std::string format(const char *fmt, ...) {
   return text;
 }
 
+std::string formatList(const std::vector<int64_t> &values) {
+  std::string s = "[";
+  for (size_t i = 0; i < values.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(values[i]);
+  return s + "]";
+}
+
 } // namespace muon

@@ -1,6 +1,7 @@
 //===- Layout.cpp - Sharded-tensor layout math ----------------------------===//
 #include "muon/Support/Layout.h"
 
+#include "muon/Support/Format.h"
 #include "muon/Support/Limits.h"
 
 #include <algorithm>
@@ -338,10 +339,7 @@ std::vector<ParamPiece> paramPieces(const Mesh &mesh,
 }
 
 std::string formatRanks(const std::vector<int64_t> &ranks) {
-  std::string s = "[";
-  for (size_t i = 0; i < ranks.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s + "]";
+  return formatList(ranks);
 }
 
 int64_t numMatrices(const std::vector<int64_t> &shape) {

@@ -3,6 +3,7 @@
 
 #include "muon/Plan/Algorithm.h"
 #include "muon/Plan/GroupSettings.h"
+#include "muon/Support/Format.h"
 
 #include <array>
 #include <cstdio>
@@ -17,17 +18,10 @@ std::string number(double x) {
   return text;
 }
 
-std::string list(const std::vector<int64_t> &values) {
-  std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(values[i]);
-  return out + "]";
-}
-
 std::string layoutText(const ParamLayout &l) {
   std::string split = "[";
   for (size_t d = 0; d < l.splitAxes.size(); ++d)
-    split += (d ? ", " : "") + list(l.splitAxes[d]);
+    split += (d ? ", " : "") + formatList(l.splitAxes[d]);
   split += "]";
   std::string only;
   for (auto [axis, coord] : l.only)
@@ -38,7 +32,7 @@ std::string layoutText(const ParamLayout &l) {
     heads = ", " + std::to_string(l.numHeads) + " heads along dim " +
             std::to_string(l.headSplitDim);
   return "split over mesh axes " + split + ", partial over " +
-         list(l.partialAxes) + only + heads;
+         formatList(l.partialAxes) + only + heads;
 }
 
 std::string table(const std::vector<std::array<double, 3>> &coefficients) {
@@ -119,7 +113,7 @@ std::string firstDifference(const Outline &first, const Outline &theirs,
 Outline planOutline(const Plan &plan) {
   Outline items;
   items.emplace_back("world", std::to_string(plan.worldSize) + " ranks");
-  items.emplace_back("mesh", list(plan.mesh.shape));
+  items.emplace_back("mesh", formatList(plan.mesh.shape));
   items.emplace_back("wire_dtype", plan.wireDtype);
   items.emplace_back("ns_dtype", plan.ns.nsDtype);
   for (size_t c = 0; c < plan.ns.configs.size(); ++c) {
@@ -138,7 +132,7 @@ Outline planOutline(const Plan &plan) {
   }
   for (const PlanParam &p : plan.params) {
     const std::string what = "parameter '" + p.name + "' ";
-    items.emplace_back(what + "shape", list(p.layout.shape));
+    items.emplace_back(what + "shape", formatList(p.layout.shape));
     items.emplace_back(what + "dtype", p.dtype);
     items.emplace_back(what + "group", "'" + plan.groups[p.group].name + "'");
     items.emplace_back(what + "layout", layoutText(p.layout));

@@ -15,6 +15,7 @@ ranks; every rank waits at most the optimizer's timeout for the others
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import pickle
 
@@ -41,6 +42,30 @@ BUILT = ("_engine", "_params", "_unsupported", "_device", "_config",
 
 
 _CPU = torch.device("cpu")
+
+
+@contextlib.contextmanager
+def all_or_nothing(opt):
+    """Restores what a build sets (the engine, the plan's attributes, the
+    names) and opt.state's entries as they were when the body raises: a
+    failed build, rebuild or load leaves the optimizer as it was."""
+    kept = {k: getattr(opt, k) for k in BUILT}
+    names = dict(opt._names)
+    entries = {p: dict(e) for p, e in opt.state.items() if isinstance(e, dict)}
+    groups = opt.param_groups
+    try:
+        yield
+    except BaseException:
+        for k, v in kept.items():
+            setattr(opt, k, v)
+        opt._names = names
+        opt.param_groups = groups
+        for p in [p for p in opt.state if p not in entries]:
+            del opt.state[p]
+        for p, contents in entries.items():
+            opt.state[p].clear()
+            opt.state[p].update(contents)
+        raise
 
 
 def torch_distributed():
@@ -326,8 +351,6 @@ def rebuild(opt, moved=None):
     old names whose tensor left with its state). Collective where
     distributed. On failure the optimizer is as it was."""
     renames, dropped = moved or ({}, set())
-    kept = {k: getattr(opt, k) for k in BUILT}
-    kept_names = dict(opt._names)
     raw = opt._engine.state_dict(False)
     rows = _state.every_row_state(opt, raw)
     pieces = [pc for pc in raw["pieces"] if pc["param"] not in dropped]
@@ -338,7 +361,7 @@ def rebuild(opt, moved=None):
         pieces = _every_rank_pieces(opt, pieces)
     before = {name for _, name, _ in opt._params} - dropped
     old_places = dict(opt._places)
-    try:
+    with all_or_nothing(opt):
         opt._names.update(renames)
         for name in dropped:
             for key, n in list(opt._names.items()):
@@ -361,12 +384,6 @@ def rebuild(opt, moved=None):
         if opt._options.get("owner_reduced"):
             # The owners may have moved: the momentum follows them.
             _owner_state.gather_to_new_owners(opt)
-    except BaseException:
-        for k, v in kept.items():
-            setattr(opt, k, v)
-        opt._names = kept_names
-        _state.attach_views(opt)
-        raise
     _forget_left(opt, old_places)
 
 

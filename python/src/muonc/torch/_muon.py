@@ -635,39 +635,25 @@ class Muon(torch.optim.Optimizer):
         current one, or one compiled (again) for them where there is none
         yet or a setting the plan fixes differs. On failure the optimizer
         is as it was, opt.state's entries included."""
-        kept = {k: getattr(self, k) for k in _binding.BUILT}
-        kept_names = dict(self._names)
-        entries = {p: dict(e) for p, e in self.state.items()
-                   if isinstance(e, dict)}
         index = {id(g): gi for gi, g in enumerate(self.param_groups)}
         current = self.param_groups
-        try:
-            replan = self._engine is None or any(
-                plan_settings(g) != self._plan_settings.get(g["name"])
-                for g in groups if g["algorithm"] == "muon")
-            if replan:
-                self.param_groups = groups
-                _binding.build(self)
-            else:
-                self._params = [(p, name, groups[index[id(g)]])
-                                for p, name, g in self._params]
-            load()
-            if self._options.get("owner_reduced"):
-                # Loaded whole on every rank: it stays on the owners.
-                _owner_state.keep_owned_state(self)
-        except BaseException:
-            for k, v in kept.items():
-                setattr(self, k, v)
-            self._names = kept_names
-            self.param_groups = current
-            for p in [p for p in self.state if p not in entries]:
-                del self.state[p]
-            for p, contents in entries.items():
-                self.state[p].clear()
-                self.state[p].update(contents)
-            raise
-        finally:
-            self.param_groups = current
+        with _binding.all_or_nothing(self):
+            try:
+                replan = self._engine is None or any(
+                    plan_settings(g) != self._plan_settings.get(g["name"])
+                    for g in groups if g["algorithm"] == "muon")
+                if replan:
+                    self.param_groups = groups
+                    _binding.build(self)
+                else:
+                    self._params = [(p, name, groups[index[id(g)]])
+                                    for p, name, g in self._params]
+                load()
+                if self._options.get("owner_reduced"):
+                    # Loaded whole on every rank: it stays on the owners.
+                    _owner_state.keep_owned_state(self)
+            finally:
+                self.param_groups = current
         self._loaded_state = True
         self._consolidated = None
 
