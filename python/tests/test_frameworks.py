@@ -53,6 +53,16 @@ def largest_difference(a, b):
     return max((a[n] - b[n]).abs().max().item() for n in a)
 
 
+def assert_owner_reduced_resumes_on_both_ranks(got):
+    """Each rank trained in owner mode, resumed bit for bit, and the two
+    replicas agree bit for bit."""
+    for r in (0, 1):
+        assert got[r]["straight"]["owner_reduced"]
+        assert not same(got[r]["straight"]["params"],
+                        got[r]["resumed"]["params"])
+    assert not same(got[0]["straight"]["params"], got[1]["straight"]["params"])
+
+
 # --- the Hugging Face Trainer ----------------------------------------------
 
 def test_hf_trainer_one_process_factory_split_and_resume(tmp_path):
@@ -101,11 +111,7 @@ def test_hf_trainer_in_owner_mode_saves_resumes_and_keeps_replicas(hf_two):
     # the optimizer on rank 0 alone (consolidated before), clips with its
     # stock max_grad_norm (the whole gradient's norm), and resumes.
     got = hf_two["owner"]
-    for r in (0, 1):
-        assert got[r]["straight"]["owner_reduced"]
-        assert not same(got[r]["straight"]["params"],
-                        got[r]["resumed"]["params"])
-    assert not same(got[0]["straight"]["params"], got[1]["straight"]["params"])
+    assert_owner_reduced_resumes_on_both_ranks(got)
     assert not same(got[0]["resumed"]["params"], got[1]["resumed"]["params"])
     # The same training as without the owner reduction, up to the order
     # of its sums (rank order, against gloo's all-reduce).
@@ -150,11 +156,7 @@ def lightning_two(tmp_path_factory):
 
 def test_lightning_ddp_owner_mode_with_gradient_clip_val(lightning_two):
     got = lightning_two["owner"]
-    for r in (0, 1):
-        assert got[r]["straight"]["owner_reduced"]
-        assert not same(got[r]["straight"]["params"],
-                        got[r]["resumed"]["params"])
-    assert not same(got[0]["straight"]["params"], got[1]["straight"]["params"])
+    assert_owner_reduced_resumes_on_both_ranks(got)
     plain = lightning_two["plain"]
     assert not same(plain[0]["straight"]["params"],
                     plain[1]["straight"]["params"])

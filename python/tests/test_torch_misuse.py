@@ -115,21 +115,35 @@ def _another_plan(rank, world, out):
     w = torch.nn.Parameter(torch.randn(8, 4 if rank == 0 else 6))
     opt = Muon([("block.w", w)], timeout=TIMEOUT)
     w.grad = torch.ones_like(w)
-    before = w.detach().clone()
+    save_refused_step(opt, [w], f"{out}.{rank}")
+
+
+def save_refused_step(opt, params, path):
+    """Steps `opt`, saving the error's text, whether it is a ValueError,
+    and whether `params` stayed as they were."""
+    before = [p.detach().clone() for p in params]
     cls, text = message(opt.step)
     torch.save({"error": text, "value_error": ValueError in (cls or ()),
-                "unchanged": torch.equal(before, w)}, f"{out}.{rank}")
+                "unchanged": all(torch.equal(a, b) for a, b in
+                                 zip(before, params))}, path)
+
+
+def assert_every_rank_refused(worker, tmp_path, says):
+    """Runs `worker` on 2 ranks: each refused its step with a ValueError
+    that `says` what differs, its parameters unchanged."""
+    out = str(tmp_path / "refused")
+    run_ranks(worker, 2, out)
+    for rank in (0, 1):
+        got = torch.load(f"{out}.{rank}")
+        assert says in got["error"], got["error"]
+        assert got["value_error"] and got["unchanged"]
 
 
 def test_a_rank_with_another_plan_names_the_parameter(tmp_path):
-    out = str(tmp_path / "plan")
-    run_ranks(_another_plan, 2, out)
-    for rank in (0, 1):
-        got = torch.load(f"{out}.{rank}")
-        assert "ranks [1] hold a plan different from rank 0's (parameter " \
-            "'block.w' shape: [8, 6] on rank 1, [8, 4] on rank 0)" in \
-            got["error"], got["error"]
-        assert got["value_error"] and got["unchanged"]
+    assert_every_rank_refused(
+        _another_plan, tmp_path,
+        "ranks [1] hold a plan different from rank 0's (parameter 'block.w' "
+        "shape: [8, 6] on rank 1, [8, 4] on rank 0)")
 
 
 def _another_lr(rank, world, out):
@@ -141,23 +155,14 @@ def _another_lr(rank, world, out):
     opt.step()
     if rank == 1:
         opt.param_groups[1]["lr"] = 1e-3
-    before = [p.detach().clone() for p in model.parameters()]
-    cls, text = message(opt.step)
-    torch.save({"error": text, "value_error": ValueError in (cls or ()),
-                "unchanged": all(torch.equal(a, b) for a, b in
-                                 zip(before, model.parameters()))},
-               f"{out}.{rank}")
+    save_refused_step(opt, list(model.parameters()), f"{out}.{rank}")
 
 
 def test_a_rank_with_another_lr_names_the_group_key_and_values(tmp_path):
-    out = str(tmp_path / "lr")
-    run_ranks(_another_lr, 2, out)
-    for rank in (0, 1):
-        got = torch.load(f"{out}.{rank}")
-        assert "ranks [1] set group hyper-parameters different from rank " \
-            "0's (group 'rest' lr: 0.001 on rank 1, 0.003 on rank 0)" in \
-            got["error"], got["error"]
-        assert got["value_error"] and got["unchanged"]
+    assert_every_rank_refused(
+        _another_lr, tmp_path,
+        "ranks [1] set group hyper-parameters different from rank 0's (group "
+        "'rest' lr: 0.001 on rank 1, 0.003 on rank 0)")
 
 
 # --- one process: arguments ----------------------------------------------------
