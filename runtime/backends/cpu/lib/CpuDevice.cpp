@@ -35,10 +35,6 @@ CpuNsKernel chooseNsKernel(DType precision, bool oneDnnBuilt, bool cpuBf16) {
              : CpuNsKernel::Blas;
 }
 
-DType chooseDefaultNsDtype(bool oneDnnBuilt, bool cpuBf16) {
-  return oneDnnBuilt && cpuBf16 ? DType::BF16 : DType::F32;
-}
-
 bool oneDnnBuilt() {
 #ifdef MUON_HAVE_ONEDNN
   return true;
@@ -122,9 +118,18 @@ CpuNsKernel CpuDevice::nsKernel(DType precision) const {
                         cpuHasBf16Products());
 }
 
-DType CpuDevice::defaultNsDtype() const {
-  return chooseDefaultNsDtype(oneDnnBuilt() && options.oneDnn,
-                              cpuHasBf16Products());
+NsPrecisionChoice CpuDevice::defaultNsPrecision() const {
+  if (options.oneDnn)
+    return processDefaultNsPrecision();
+  NsPrecisionFacts facts;
+  facts.isa = "this device's oneDnn option is off";
+  return chooseDefaultNsPrecision(facts);
+}
+
+DType CpuDevice::defaultNsDtype() const { return defaultNsPrecision().dtype; }
+
+std::string CpuDevice::defaultNsDtypeReason() const {
+  return defaultNsPrecision().reason;
 }
 
 Status CpuDevice::takeError() {
