@@ -64,10 +64,11 @@ struct NsPrecisionChoice {
 
 /// How much faster than sgemm the bf16 products must run for bf16 to be
 /// chosen. The bf16 forms reach a lower share of their products' rate than
-/// the f32 forms on wide matrices (0.58 against 0.47 of the dense floor at
-/// 768x3072, 0.62 against 0.50 at 512x2048, the same at 1024x1024), so
-/// below 1.26x f32 is as fast on some shapes, and it is the more accurate
-/// on every shape (docs/performance.md, issue 52).
+/// the f32 forms on wide matrices (0.58 against 0.48 of the dense floor at
+/// 768x3072, 0.61 against 0.49 at 512x2048, alike at 1024x1024: up to
+/// 1.24x, 1.26x in another sitting), so under that f32 is as fast on some
+/// shapes, and it is the more accurate on every shape (docs/performance.md,
+/// issue 52).
 inline constexpr double kBf16MinSpeedup = 1.3;
 
 /// The rule above, on given facts (unit-tested for every ISA).
