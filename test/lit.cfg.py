@@ -66,23 +66,42 @@ if all(os.access(os.path.join(config.muon_tools_dir, t), os.X_OK) for t in fake_
     llvm_config.add_tool_substitutions(fake_tools, [config.muon_tools_dir])
 
 # The CPU backend's bf16 products (oneDNN on AVX512_BF16 or AMX): where the
-# build has them and this CPU has the instructions, `cpu-bf16`, and ns_dtype
-# "auto" is bf16 on the CPU (a spec's wire follows it in a run). Tests write
-# what depends on it with %cpu_auto_ns ("bf16" or "f32"), as muon-bench
-# reports it.
+# build has them and this CPU has the instructions, `cpu-bf16`, and
+# %cpu_bf16_kernel is "onednn" (else "blas": bf16 rounds f32 products).
 import json
 import subprocess
 
-cpu_auto_ns = "f32"
-try:
-    probe = subprocess.run(
-        [os.path.join(config.muon_tools_dir, "muon-bench"), "ns", "--shapes", "2x2",
-         "--repeats", "1", "--ns-dtype", "bf16", "--json"],
-        capture_output=True, text=True, timeout=120)
-    products = json.loads(probe.stdout.splitlines()[-1])["products"]
-    if probe.returncode == 0 and products.startswith("bf16 products"):
-        cpu_auto_ns = "bf16"
-        config.available_features.add("cpu-bf16")
-except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
-    pass
+
+def bench_ns_json(ns_dtype):
+    """The last JSON line of a tiny `muon-bench ns` run, or None."""
+    try:
+        probe = subprocess.run(
+            [os.path.join(config.muon_tools_dir, "muon-bench"), "ns",
+             "--shapes", "2x2", "--repeats", "1", "--ns-dtype", ns_dtype,
+             "--json"],
+            capture_output=True, text=True, timeout=120)
+        if probe.returncode != 0:
+            return None
+        return json.loads(probe.stdout.splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+
+
+bf16 = bench_ns_json("bf16")
+cpu_bf16_kernel = "blas"
+if bf16 and bf16.get("products", "").startswith("bf16 products"):
+    cpu_bf16_kernel = "onednn"
+    config.available_features.add("cpu-bf16")
+config.substitutions.append(("%cpu_bf16_kernel", cpu_bf16_kernel))
+
+# ns_dtype "auto" on the CPU (NsPrecision.h): bf16 where its products run at
+# least 1.3x sgemm's rate, timed once per process. Timed once here and
+# handed to every test (MUON_CPU_PRODUCT_RATES), so that every process of
+# the suite chooses alike, as muon-run's ranks take their launcher's;
+# %cpu_auto_ns is the choice ("bf16" or "f32"). ns-dtype-auto.test checks
+# the rule on given rates and lets a run time its own.
+auto = bench_ns_json("auto")
+cpu_auto_ns = auto["ns_dtype"] if auto else "f32"
+if auto and auto.get("product_rates"):
+    config.environment["MUON_CPU_PRODUCT_RATES"] = auto["product_rates"]
 config.substitutions.append(("%cpu_auto_ns", cpu_auto_ns))

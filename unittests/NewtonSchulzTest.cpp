@@ -246,21 +246,16 @@ TEST(OneDnnNewtonSchulz, Deterministic) {
 }
 
 /// bf16 runs on oneDNN only where it is built in and the CPU has bf16 dot
-/// products; "auto" is bf16 exactly there. Holds on any CPU.
+/// products (what "auto" is: NsPrecisionTest.cpp). Holds on any CPU.
 TEST(CpuNsKernel, Choice) {
-  using cpu::chooseDefaultNsDtype;
   using cpu::chooseNsKernel;
   EXPECT_EQ(chooseNsKernel(DType::BF16, true, true), CpuNsKernel::OneDnnBf16);
   EXPECT_EQ(chooseNsKernel(DType::BF16, true, false), CpuNsKernel::Blas);
   EXPECT_EQ(chooseNsKernel(DType::BF16, false, true), CpuNsKernel::Blas);
   EXPECT_EQ(chooseNsKernel(DType::F32, true, true), CpuNsKernel::Blas);
-  EXPECT_EQ(chooseDefaultNsDtype(true, true), DType::BF16);
-  EXPECT_EQ(chooseDefaultNsDtype(true, false), DType::F32);
-  EXPECT_EQ(chooseDefaultNsDtype(false, true), DType::F32);
   // This process: the device agrees with the choice for what is here.
   const bool here = haveOneDnnBf16();
   CpuDevice device;
-  EXPECT_EQ(device.defaultNsDtype(), here ? DType::BF16 : DType::F32);
   EXPECT_EQ(device.nsKernel(DType::BF16),
             here ? CpuNsKernel::OneDnnBf16 : CpuNsKernel::Blas);
   EXPECT_EQ(device.nsKernel(DType::F32), CpuNsKernel::Blas);

@@ -494,40 +494,53 @@ TEST(ParamGroups, ADeviceErrorFailsTheStepOnEveryRank) {
   }
 }
 
-TEST(ParamGroups, RanksResolvingAutoDifferentlyAreRefused) {
-  // ns_dtype "auto" is each device's choice: ranks on CPUs of two kinds
-  // (one with bf16 products, one without) would run Newton-Schulz in two
-  // precisions. Every rank refuses to start, naming the odd ones.
+TEST(ParamGroups, AutoIsRank0sChoiceAndAGivenPrecisionIsHonoured) {
+  // ns_dtype "auto" is each device's choice, and devices can choose
+  // differently (on the CPU by the rates their products ran at, two ranks
+  // measuring on either side of the margin, or CPUs of two kinds): every
+  // rank runs rank 0's. A precision the plan names runs on every rank
+  // whatever the devices would choose.
   Plan plan = compileOn(fourGroupModel(), 4);
   ASSERT_EQ(plan.ns.nsDtype, "auto");
-  auto start = [&](const Plan &p, std::vector<Status> &statuses) {
+  std::vector<std::string> reasons(4);
+  auto start = [&](const Plan &p, DType rank0, DType others) {
     LocalWorld world(4);
+    std::vector<Status> statuses(4);
+    std::vector<DType> ran(4, DType::F16);
     std::vector<std::thread> ranks;
     for (int64_t r = 0; r < 4; ++r)
       ranks.emplace_back([&, r] {
         LocalCommunicator comm(world, r);
-        FailingDevice device(false, r == 1 || r == 3 ? DType::BF16 : DType::F32);
+        FailingDevice device(false, r == 0 ? rank0 : others);
         std::unique_ptr<Optimizer> opt;
         statuses[r] = Optimizer::create(p, comm, device, {20.0}, opt);
+        if (statuses[r].ok()) {
+          ran[r] = opt->nsDtype();
+          reasons[r] = opt->nsDtypeReason();
+        }
       });
     for (std::thread &t : ranks)
       t.join();
+    for (int64_t r = 0; r < 4; ++r)
+      EXPECT_TRUE(statuses[r].ok()) << r << ": " << statuses[r].message();
+    return ran;
   };
-  std::vector<Status> statuses(4);
-  start(plan, statuses);
-  for (int64_t r = 0; r < 4; ++r) {
-    EXPECT_EQ(statuses[r].code(), StatusCode::InvalidArgument) << r;
-    EXPECT_EQ(statuses[r].message(),
-              "ranks [1, 3] run Newton-Schulz in bf16 but rank 0 in f32 "
-              "(ns_dtype \"auto\" is each device's choice); set ns_dtype to "
-              "f32 or bf16")
-        << r;
-  }
-  // A plan that says which starts everywhere.
+  const std::vector<DType> allF32(4, DType::F32), allBf16(4, DType::BF16);
+  EXPECT_EQ(start(plan, DType::F32, DType::BF16), allF32);
+  // Each rank says whose choice it runs.
+  EXPECT_EQ(reasons[0], "f32: the failing-cpu device's default");
+  EXPECT_EQ(reasons[1], "f32: rank 0's choice for ns_dtype auto (this "
+                        "rank's device chose bf16: the failing-cpu device's "
+                        "default)");
+  EXPECT_EQ(start(plan, DType::BF16, DType::F32), allBf16);
+  EXPECT_EQ(start(plan, DType::BF16, DType::BF16), allBf16);
   plan.ns.nsDtype = "bf16";
-  start(plan, statuses);
-  for (int64_t r = 0; r < 4; ++r)
-    EXPECT_TRUE(statuses[r].ok()) << r << ": " << statuses[r].message();
+  EXPECT_EQ(start(plan, DType::F32, DType::F32), allBf16);
+  EXPECT_EQ(reasons, std::vector<std::string>(4, "bf16: the plan's ns_dtype"));
+  EXPECT_EQ(start(plan, DType::F32, DType::BF16), allBf16);
+  plan.ns.nsDtype = "f32";
+  EXPECT_EQ(start(plan, DType::BF16, DType::BF16), allF32);
+  EXPECT_EQ(start(plan, DType::BF16, DType::F32), allF32);
 }
 
 /// Three Muon groups and an AdamW one: "jordan" (torch's Newton-Schulz),

@@ -75,6 +75,8 @@ std::string renderReport(const Report &report) {
       {"mpi_progress", report.mpiProgress.empty()
                            ? Json(nullptr)
                            : Json(report.mpiProgress)}};
+  if (!report.nsDtypeReason.empty())
+    root["ns_dtype_reason"] = report.nsDtypeReason;
   if (const auto &s = report.simulation)
     root["simulation"] = {
         {"profile", s->profile},

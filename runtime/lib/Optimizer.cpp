@@ -106,5 +106,8 @@ const std::vector<TraceEvent> &Optimizer::trace() const {
 }
 const Plan &Optimizer::plan() const { return state->plan(); }
 DType Optimizer::nsDtype() const { return state->nsDtype(); }
+const std::string &Optimizer::nsDtypeReason() const {
+  return state->nsDtypeReason();
+}
 
 } // namespace muon::runtime

@@ -358,6 +358,10 @@ Status OptimizerState::loadCheckpoint(const std::string &dir,
 
 DType OptimizerState::nsDtype() const { return executor->nsPrecision(); }
 
+const std::string &OptimizerState::nsDtypeReason() const {
+  return executor->nsPrecisionReason();
+}
+
 float *OptimizerState::stateData(const std::string &name,
                                  std::string_view slot) {
   auto it = slotOf.find(name);

@@ -71,6 +71,7 @@ public:
   const std::vector<TraceEvent> &trace() const;
   const Plan &plan() const { return thePlan; }
   DType nsDtype() const;
+  const std::string &nsDtypeReason() const;
 
 private:
   OptimizerState(Plan plan, Communicator &comm, Device &device,

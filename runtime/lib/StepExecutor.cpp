@@ -53,14 +53,16 @@ Status StepExecutor::initialize() {
                            " ranks but the run has " +
                            std::to_string(comm.size()));
   wire = parseDType(plan.wireDtype).value_or(DType::F32);
-  nsDtype = plan.ns.nsDtype == "auto"
-                ? device.defaultNsDtype()
-                : parseDType(plan.ns.nsDtype).value_or(DType::F32);
+  const bool autoNs = plan.ns.nsDtype == "auto";
+  nsDtype = autoNs ? device.defaultNsDtype()
+                   : parseDType(plan.ns.nsDtype).value_or(DType::F32);
   // Every rank must execute the same plan: exchanges are collectives, and
-  // a rank with another plan would pair wrong buffers or wait forever. And
-  // the same Newton-Schulz precision: "auto" is each rank's device's choice
-  // (on the CPU, bf16 where it has bf16 products), so the word compared
-  // carries it in its low two bits.
+  // a rank with another plan would pair wrong buffers or wait forever. The
+  // word compared carries the rank's Newton-Schulz precision in its low two
+  // bits: "auto" is each rank's device's choice (on the CPU by the rates
+  // its products ran at, which two ranks can measure on either side of the
+  // threshold), and every rank runs rank 0's, so that the ranks, and the
+  // replicas of a matrix orthogonalized on several, compute alike.
   constexpr uint64_t kPrecisionBits = 3;
   StatusOr<std::vector<uint64_t>> gathered = comm.allGather(
       (planHash(plan) & ~kPrecisionBits) | static_cast<uint64_t>(nsDtype),
@@ -68,12 +70,10 @@ Status StepExecutor::initialize() {
   if (!gathered.ok())
     return gathered.status().withContext("start-up: comparing plans: ");
   const std::vector<uint64_t> &hashes = *gathered;
-  std::vector<int64_t> differ, otherPrecision;
+  std::vector<int64_t> differ;
   for (size_t r = 0; r < hashes.size(); ++r)
     if ((hashes[r] | kPrecisionBits) != (hashes[0] | kPrecisionBits))
       differ.push_back(static_cast<int64_t>(r));
-    else if (hashes[r] != hashes[0])
-      otherPrecision.push_back(static_cast<int64_t>(r));
   if (!differ.empty()) {
     // Every rank found it: one more collective says what differs (the
     // outline holds what every rank of a binary plan reads whole too).
@@ -89,15 +89,20 @@ Status StepExecutor::initialize() {
                            " hold a plan different from rank 0's" + what +
                            "; every rank must load the same plan");
   }
-  if (!otherPrecision.empty()) {
-    const auto name = [](uint64_t word) {
-      return dtypeName(static_cast<DType>(word & kPrecisionBits));
-    };
-    return invalidArgument(
-        "ranks " + formatRanks(otherPrecision) + " run Newton-Schulz in " +
-        name(hashes[otherPrecision[0]]) + " but rank 0 in " +
-        name(hashes[0]) + " (ns_dtype \"" + plan.ns.nsDtype +
-        "\" is each device's choice); set ns_dtype to f32 or bf16");
+  // A plan that names the precision gives every rank the same one.
+  nsReason = std::string(dtypeName(nsDtype)) + ": the plan's ns_dtype";
+  if (autoNs) {
+    const DType own = nsDtype;
+    nsDtype = static_cast<DType>(hashes[0] & kPrecisionBits);
+    std::string why = device.defaultNsDtypeReason();
+    if (why.empty())
+      why = std::string(dtypeName(own)) + ": the " + device.name() +
+            " device's default";
+    nsReason = nsDtype == own ? why
+                              : std::string(dtypeName(nsDtype)) +
+                                    ": rank 0's choice for ns_dtype auto "
+                                    "(this rank's device chose " +
+                                    why + ")";
   }
 
   locals.clear();

@@ -46,6 +46,13 @@ public:
   std::string note() const override {
     return runtime::cpu::blasKernelAdvice();
   }
+  std::string productRates() const override {
+    const runtime::cpu::NsPrecisionFacts &facts =
+        runtime::cpu::processNsPrecisionFacts();
+    return facts.bf16Products && facts.rates.f32 > 0 && facts.rates.bf16 > 0
+               ? runtime::cpu::formatProductRates(facts.rates)
+               : "";
+  }
   std::string
   nsProducts(runtime::DType dtype,
              const std::vector<std::array<double, 3>> &abc) const override {

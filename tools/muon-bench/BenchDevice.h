@@ -32,6 +32,10 @@ public:
   /// nothing): on the CPU, OpenBLAS's generic kernels on a CPU it does
   /// not know (runtime::cpu::blasKernelAdvice).
   virtual std::string note() const { return {}; }
+  /// The product rates ns_dtype "auto" was chosen from, as
+  /// MUON_CPU_PRODUCT_RATES writes them ("" where the choice needed none:
+  /// a CPU without bf16 products, a GPU).
+  virtual std::string productRates() const { return {}; }
   /// Median seconds of one (m x k) x (k x n) product in `dtype` (f32 or
   /// bf16 operands, f32 accumulation; no TF32), after a warm-up, on
   /// random data. On the CPU, bf16 is the bf16 products Newton-Schulz
@@ -40,6 +44,14 @@ public:
   virtual double gemmSeconds(int64_t m, int64_t n, int64_t k,
                              runtime::DType dtype, int repeats) = 0;
 };
+
+/// Which of the f32 (0) and bf16 (1) floors is the shorter: the faster
+/// product on this device. f32 on a tie or where bf16's is not known.
+inline int fasterFloor(const double floors[2]) {
+  if (floors[1] <= 0)
+    return 0;
+  return floors[0] <= 0 || floors[1] < floors[0] ? 1 : 0;
+}
 
 /// The clock benchmarks read: wall time (default), or this process's CPU
 /// time (`--clock cpu`, CPU backend with one BLAS thread only), which a

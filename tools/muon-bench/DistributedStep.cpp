@@ -9,7 +9,11 @@
 // Both are set against the floor: the busiest rank's Newton-Schulz flops (the
 // contract's dense count) at the best single-thread GEMM rate measured in
 // the same run, in the element type the run's Newton-Schulz used (bf16
-// products where the CPU has them, else sgemm); both floors are printed.
+// products where the CPU has them, else sgemm), and against the faster of
+// the two floors (what the best choice of precision here allows); both
+// floors are printed, and why the run's precision is what it is (the
+// report's ns_dtype_reason: muon-run decides ns_dtype auto with this
+// process's product rates).
 // The draft runs with the wire of the compiled plan's run (a spec's wire
 // follows Newton-Schulz's element type), so that both move the same kind
 // of bytes.
@@ -17,8 +21,10 @@
 //===----------------------------------------------------------------------===//
 #include "DistributedStep.h"
 
+#include "muon/Runtime/Cpu/NsPrecision.h"
 #include "muon/Support/Format.h"
 #include "muon/Support/InputFile.h"
+#include "muon/Support/JsonWriter.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/Statistics.h"
 
@@ -149,6 +155,7 @@ int64_t makeDraftSpec(const json &spec, const std::vector<MuonParam> &params,
 struct RunFigures {
   double median = 0, min = 0, busiestFlops = 0;
   std::string nsDtype, wireDtype;
+  std::string nsDtypeReason; // "" from a report that has none
 };
 
 bool runFigures(const std::string &path, RunFigures &f, std::string &error) {
@@ -160,6 +167,7 @@ bool runFigures(const std::string &path, RunFigures &f, std::string &error) {
     f.min = r.at("step_seconds").at("min").get<double>();
     f.nsDtype = r.at("ns_dtype").get<std::string>();
     f.wireDtype = r.at("wire_dtype").get<std::string>();
+    f.nsDtypeReason = r.value("ns_dtype_reason", std::string());
     for (const json &rank : r.at("per_rank"))
       f.busiestFlops =
           std::max(f.busiestFlops, rank.at("ns_flops").get<double>());
@@ -213,6 +221,11 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
       return fail("cannot write " + draftPath);
   }
   const std::string muonRun = selfDirectory() + "/muon-run";
+  // muon-run (and its ranks) choose ns_dtype auto from this process's
+  // product rates: the choice printed below is the one that ran, in every
+  // run of the sitting.
+  if (o.nsDtype.empty() || o.nsDtype == "auto")
+    runtime::cpu::shareProductRates();
   auto common = [&](const std::string &input, const std::string &report) {
     std::vector<std::string> argv = {
         muonRun,       input,
@@ -231,7 +244,7 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
   std::vector<double> oursMedian, oursMin, draftMedian, draftMin, f32Rates,
       bf16Rates;
   double oursBusiest = 0, draftBusiest = 0;
-  std::string nsDtype, wireDtype;
+  std::string nsDtype, wireDtype, nsDtypeReason;
   // The GEMM rate of each Muon shape: an m x m by m x n product (m <= n),
   // Newton-Schulz's last product.
   std::vector<std::pair<int64_t, int64_t>> shapes;
@@ -273,6 +286,7 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
       return fail(error);
     nsDtype = a.nsDtype;
     wireDtype = a.wireDtype;
+    nsDtypeReason = a.nsDtypeReason;
     oursMedian.push_back(a.median);
     oursMin.push_back(a.min);
     draftMedian.push_back(b.median);
@@ -295,12 +309,18 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
       *std::max_element(bf16Rates.begin(), bf16Rates.end());
   const double f32Floor = f32Rate > 0 ? oursBusiest / f32Rate : 0;
   const double bf16Floor = bf16Rate > 0 ? oursBusiest / bf16Rate : 0;
-  // The run's own: the element type its Newton-Schulz ran in.
+  // The run's own: the element type its Newton-Schulz ran in; and the
+  // faster of the two, what the best choice on this CPU allows.
   const bool bf16 = nsDtype == "bf16";
   const double rate = bf16 ? bf16Rate : f32Rate;
   const double floor = bf16 ? bf16Floor : f32Floor;
+  const double floors[2] = {f32Floor, bf16Floor};
+  const int fastest = fasterFloor(floors);
+  const char *fastestDtype = fastest ? "bf16" : "f32";
+  const double fastestFloor = floors[fastest];
   const double oBest = best(oursMin), oMed = median(oursMedian);
   const double dBest = best(draftMin), dMed = median(draftMedian);
+  auto over = [](double a, double b) { return b > 0 ? a / b : 0; };
   if (o.json) {
     std::printf(
         "{\"spec\": \"%s\", \"ranks\": %lld, \"steps\": %lld, \"repeats\": "
@@ -311,12 +331,18 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
         "\"gemm_flops_per_second\": %.6e, \"floor_seconds\": %.6e, "
         "\"gemm_f32_flops_per_second\": %.6e, \"floor_f32_seconds\": %.6e, "
         "\"gemm_bf16_flops_per_second\": %.6e, \"floor_bf16_seconds\": "
-        "%.6e, \"step_over_floor\": %.4f, \"step_over_draft\": %.4f}\n",
+        "%.6e, \"step_over_floor\": %.4f, \"step_over_draft\": %.4f, "
+        "\"step_over_floor_median\": %.4f, \"fastest_floor_dtype\": \"%s\", "
+        "\"step_over_fastest_floor\": %.4f, "
+        "\"step_over_fastest_floor_median\": %.4f, \"ns_dtype_reason\": "
+        "%s}\n",
         o.specPath.c_str(), (long long)o.ranks, (long long)o.steps,
         (long long)o.repeats, oBest, oMed, dBest, dMed, oursBusiest,
         draftBusiest, nsDtype.c_str(), wireDtype.c_str(), rate, floor,
-        f32Rate, f32Floor, bf16Rate, bf16Floor,
-        floor > 0 ? oBest / floor : 0, dBest > 0 ? oBest / dBest : 0);
+        f32Rate, f32Floor, bf16Rate, bf16Floor, over(oBest, floor),
+        over(oBest, dBest), over(oMed, floor), fastestDtype,
+        over(oBest, fastestFloor), over(oMed, fastestFloor),
+        ::muon::json::quote(nsDtypeReason).c_str());
     return 0;
   }
   std::printf(
@@ -331,8 +357,12 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
       "GFLOP/s, the best single-thread sgemm rate of the model's shapes)\n"
       "  floor bf16     %8.1f ms  (the same at %.2f GFLOP/s, the best "
       "single-thread bf16 GEMM rate%s)\n"
-      "  step / floor   best %.3f  median %.3f  (the %s floor)\n"
-      "  step / draft   best %.3f  median %.3f\n",
+      "  step / floor   best %.3f  median %.3f  (the %s floor: what it "
+      "ran)\n"
+      "  step / fastest best %.3f  median %.3f  (the %s floor: the faster "
+      "product here)\n"
+      "  step / draft   best %.3f  median %.3f\n"
+      "  ns_dtype %s\n",
       o.specPath.c_str(), (long long)o.ranks, (long long)o.repeats,
       (long long)o.steps, nsDtype.c_str(), wireDtype.c_str(), oBest * 1e3,
       oMed * 1e3, oursBusiest / 1e9, dBest * 1e3, dMed * 1e3,
@@ -341,9 +371,11 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
       bench.nsProducts(runtime::DType::BF16).rfind("bf16 products", 0) != 0
           ? "; this CPU has no bf16 products: sgemm"
           : "",
-      floor > 0 ? oBest / floor : 0, floor > 0 ? oMed / floor : 0,
-      nsDtype.c_str(), dBest > 0 ? oBest / dBest : 0,
-      dMed > 0 ? oMed / dMed : 0);
+      over(oBest, floor), over(oMed, floor), nsDtype.c_str(),
+      over(oBest, fastestFloor), over(oMed, fastestFloor), fastestDtype,
+      over(oBest, dBest), over(oMed, dMed),
+      nsDtypeReason.empty() ? (nsDtype + " (the report says no more)").c_str()
+                            : nsDtypeReason.c_str());
   return 0;
 }
 

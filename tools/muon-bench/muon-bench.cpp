@@ -1,7 +1,7 @@
 //===- muon-bench.cpp - Measure Newton-Schulz and optimizer steps ---------===//
 //
 //   muon-bench ns --shapes 1024x1024,1024x4096 [--backend cpu|cuda]
-//                 [--ns-dtype f32|bf16] [--batch B] [--repeats R] [--json]
+//                 [--ns-dtype f32|bf16|auto] [--batch B] [--repeats R] [--json]
 //                 [--ns-coefficients jordan|polar_express] [--clock wall|cpu]
 //     Newton-Schulz seconds per shape (median after a warm-up) against the
 //     dense floor: the contract's flop count, ns_steps * (4 m^2 n + 2 m^3)
@@ -11,16 +11,17 @@
 //   muon-bench step PLAN [--backend cpu|cuda] [--steps N] [--json]
 //                   [--clock wall|cpu]
 //     Optimizer steps of a one-rank plan on synthetic gradients: step time
-//     (median after a warm-up) against the Newton-Schulz floor.
+//     (median after a warm-up) against the Newton-Schulz floor of the
+//     precision it ran and the faster floor here, and why it ran that one.
 //   muon-bench checkpoint --dir DIR [--mib N] [--repeats R] [--json]
 //     One rank's checkpoint save and load of N MiB of optimizer state
 //     (CheckpointIo.cpp): best and median seconds, the page cache dropped
 //     before each cold load.
 //   muon-bench step SPEC --ranks N [--steps N] [--repeats R] [--json]
 //                   [--ns-dtype auto|f32|bf16] [--wire-dtype f32|bf16]
-//     The compiled plan on N MPI ranks (through muon-run) against the f32
-//     and bf16 floors and against the seeds' draft design, interleaved in
-//     one sitting (DistributedStep.cpp).
+//     The compiled plan on N MPI ranks (through muon-run) against the floor
+//     of the precision it ran, the faster floor here and the seeds' draft
+//     design, interleaved in one sitting (DistributedStep.cpp).
 //   muon-bench orthogonalize --rows R --cols C --input F --output G
 //                            [--ns-dtype f32|bf16]
 //     Newton-Schulz on one matrix (raw f32 in and out), for numerics
@@ -44,6 +45,7 @@
 #include "muon/Support/Escape.h"
 #include "muon/Support/Format.h"
 #include "muon/Support/InputFile.h"
+#include "muon/Support/JsonWriter.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/NsCoefficients.h"
 
@@ -84,6 +86,9 @@ bool parseShapes(const std::string &text, std::vector<Shape> &shapes) {
 
 double seconds(double since) { return clockSeconds() - since; }
 
+/// a / b, 0 where b is not a time.
+double over(double a, double b) { return b > 0 ? a / b : 0; }
+
 /// --clock: "wall" or "cpu" (this process's CPU time; the CPU backend with
 /// one BLAS thread only, where it is the time the work itself took).
 std::optional<int> chooseClock(const std::string &clock,
@@ -104,8 +109,9 @@ int runNs(int argc, char **argv) {
   bool json = false;
   cli::Parser p("muon-bench ns", "Newton-Schulz against its dense floor");
   p.option("backend", backend, "cpu|cuda", "Device to measure (default cpu)");
-  p.option("ns-dtype", nsDtype, "f32|bf16",
-           "Element type Newton-Schulz runs in (default f32)");
+  p.option("ns-dtype", nsDtype, "f32|bf16|auto",
+           "Element type Newton-Schulz runs in (default f32; auto: what "
+           "ns_dtype auto is on this device, and why)");
   p.option("shapes", shapesText, "RxC,...",
            "Matrix shapes (default 1024x1024,2048x2048,1024x4096,4096x1024)");
   p.option("batch", batch, "n", "Same-shape matrices per call (default 1)");
@@ -125,8 +131,9 @@ int runNs(int argc, char **argv) {
   if (!parseShapes(shapesText, shapes))
     return fail("bad --shapes '" + shapesText +
                 "': expected ROWSxCOLS,... with sizes in [1, 65536]");
-  if (nsDtype != "f32" && nsDtype != "bf16")
-    return fail("unknown --ns-dtype '" + nsDtype + "'; expected f32 or bf16");
+  if (nsDtype != "f32" && nsDtype != "bf16" && nsDtype != "auto")
+    return fail("unknown --ns-dtype '" + nsDtype +
+                "'; expected f32, bf16 or auto");
   if (batch < 1 || batch > 4096 || nsSteps < 1 || nsSteps > 99 ||
       repeats < 1 || repeats > 1000 || threads < 1 || threads > 1024)
     return fail("--batch in [1, 4096], --ns-steps in [1, 99], --repeats in "
@@ -137,7 +144,13 @@ int runNs(int argc, char **argv) {
   if (!bench)
     return fail(error);
   runtime::Device &device = bench->device();
-  const DType dtype = nsDtype == "bf16" ? DType::BF16 : DType::F32;
+  const bool autoNs = nsDtype == "auto";
+  const DType dtype = autoNs               ? device.defaultNsDtype()
+                      : nsDtype == "bf16" ? DType::BF16
+                                          : DType::F32;
+  nsDtype = runtime::dtypeName(dtype);
+  const std::string reason =
+      autoNs ? device.defaultNsDtypeReason() : nsDtype + ": as asked";
   std::optional<std::vector<NsTriple>> table = nsPreset(preset, nsSteps);
   if (!table)
     return fail("unknown --ns-coefficients '" + preset + "'; expected " +
@@ -147,14 +160,17 @@ int runNs(int argc, char **argv) {
   abc.resize(static_cast<size_t>(nsSteps), abc.back());
 
   const std::string products = bench->nsProducts(dtype, abc);
+  // Only where they decided what runs (asking times the products).
+  const std::string rates = autoNs ? bench->productRates() : "";
   if (!json)
-    std::printf("Newton-Schulz on %s, %s, %lld step(s), batch %lld%s%s\n"
+    std::printf("Newton-Schulz on %s, %s, %lld step(s), batch %lld%s%s%s%s\n"
                 "%-11s %10s %10s %10s %10s %8s %8s\n",
                 bench->describe().c_str(), nsDtype.c_str(),
                 static_cast<long long>(nsSteps), static_cast<long long>(batch),
                 products.empty() ? "" : "\n  products: ", products.c_str(),
-                "shape", "NS ms", "TFLOP/s", "GEMM TF/s", "floor ms",
-                "NS/floor", "best");
+                autoNs ? "\n  ns_dtype auto chose " : "",
+                autoNs ? reason.c_str() : "", "shape", "NS ms", "TFLOP/s",
+                "GEMM TF/s", "floor ms", "NS/floor", "best");
   if (const std::string note = bench->note(); !note.empty())
     std::fprintf(stderr, "muon-bench: note: %s\n", note.c_str());
   std::mt19937 rng(1234);
@@ -219,11 +235,13 @@ int runNs(int argc, char **argv) {
                   "\"dense_flops\": %.6e, \"gemm_flops_per_second\": %.6e, "
                   "\"floor_seconds\": %.6e, \"floor_seconds_min\": %.6e, "
                   "\"ratio\": %.4f, \"ratio_best\": %.4f, \"products\": "
+                  "\"%s\", \"ns_dtype_reason\": %s, \"product_rates\": "
                   "\"%s\"}\n",
                   shape.c_str(), backend.c_str(), nsDtype.c_str(),
                   preset.c_str(), static_cast<long long>(batch),
                   static_cast<long long>(nsSteps), ns, nsBest, flops,
-                  gemmRate, floor, floorBest, ratio, ratioBest, products.c_str());
+                  gemmRate, floor, floorBest, ratio, ratioBest, products.c_str(),
+                  ::muon::json::quote(reason).c_str(), rates.c_str());
     else
       std::printf("%-11s %10.3f %10.3f %10.3f %10.3f %8.3f %8.3f\n",
                   shape.c_str(), ns * 1e3, flops / ns / 1e12, gemmRate / 1e12,
@@ -388,7 +406,8 @@ int runStep(int argc, char **argv) {
     }
   }
   // Both floors, f32 and bf16 (bf16 products where the device has them);
-  // the step is set against its own Newton-Schulz element type's.
+  // the step is set against its own Newton-Schulz element type's, and
+  // against the faster of the two: what the device's best choice allows.
   DType nsType = optimizer->nsDtype();
   double rates[2] = {0, 0}, floors[2] = {0, 0};
   for (DType t : {DType::F32, DType::BF16}) {
@@ -399,34 +418,46 @@ int runStep(int argc, char **argv) {
   }
   const double rate = rates[nsType == DType::BF16];
   const double floor = floors[nsType == DType::BF16];
+  const int fastest = fasterFloor(floors);
+  const DType fastestType = fastest ? DType::BF16 : DType::F32;
   double step = median(times);
+  const std::string &reason = optimizer->nsDtypeReason();
   if (json)
     std::printf("{\"plan\": \"%s\", \"backend\": \"%s\", \"ns_dtype\": \"%s\", "
                 "\"matrices\": %zu, \"step_seconds\": %.6e, "
                 "\"step_seconds_min\": %.6e, \"ns_flops\": %.6e, "
                 "\"gemm_flops_per_second\": %.6e, \"floor_seconds\": %.6e, "
                 "\"floor_f32_seconds\": %.6e, \"floor_bf16_seconds\": "
-                "%.6e, \"graphs\": %s, \"graph_replays\": %lld}\n",
+                "%.6e, \"graphs\": %s, \"graph_replays\": %lld, "
+                "\"step_over_floor\": %.4f, \"fastest_floor_dtype\": \"%s\", "
+                "\"step_over_fastest_floor\": %.4f, \"ns_dtype_reason\": "
+                "%s}\n",
                 planPath.c_str(), backend.c_str(),
                 runtime::dtypeName(nsType), plan.matrices.size(), step,
                 *std::min_element(times.begin(), times.end()), flops, rate,
                 floor, floors[0], floors[1], graphs ? "true" : "false",
-                static_cast<long long>(replayed));
+                static_cast<long long>(replayed), over(step, floor),
+                runtime::dtypeName(fastestType), over(step, floors[fastest]),
+                ::muon::json::quote(reason).c_str());
   else
     std::printf("%s on %s, ns_dtype %s: %zu Muon matrices, %.3f TFLOP of "
                 "Newton-Schulz per step\n"
+                "  ns_dtype %s\n"
                 "  step median %.2f ms (min %.2f) over %zu steps after "
                 "warm-up\n"
                 "  floor %.2f ms (%s GEMM %.2f TFLOP/s at %lldx%lld); "
                 "step/floor %.3f\n"
-                "  floors: f32 %.2f ms, bf16 %.2f ms\n",
+                "  floors: f32 %.2f ms, bf16 %.2f ms; step/fastest floor "
+                "%.3f (%s)\n",
                 planPath.c_str(), bench->describe().c_str(),
                 runtime::dtypeName(nsType), plan.matrices.size(), flops / 1e12,
-                step * 1e3, *std::min_element(times.begin(), times.end()) * 1e3,
+                reason.c_str(), step * 1e3,
+                *std::min_element(times.begin(), times.end()) * 1e3,
                 times.size(), floor * 1e3, runtime::dtypeName(nsType),
                 rate / 1e12, static_cast<long long>(bigM),
-                static_cast<long long>(bigN), floor > 0 ? step / floor : 0,
-                floors[0] * 1e3, floors[1] * 1e3);
+                static_cast<long long>(bigN), over(step, floor),
+                floors[0] * 1e3, floors[1] * 1e3, over(step, floors[fastest]),
+                runtime::dtypeName(fastestType));
   if (graphs && !json)
     std::printf("  step graphs: %lld of %lld steps replayed%s%s\n",
                 static_cast<long long>(replayed),
@@ -582,6 +613,14 @@ int main(int argc, char **argv) {
   // OpenBLAS's fast kernels on a CPU newer than it (its floors measure
   // what the tools run).
   ::muon::runtime::cpu::restartWithPreferredBlasKernels(argv);
+  // Rates given for ns_dtype auto's choice must be rates (muon-run, which
+  // step --ranks starts, refuses them too).
+  if (const char *rates =
+          std::getenv(::muon::runtime::cpu::kProductRatesVariable))
+    if (StatusOr<runtime::cpu::ProductRates> parsed =
+            runtime::cpu::parseProductRates(rates);
+        !parsed.ok())
+      return fail(parsed.status().message());
   const char *usage =
       "usage: muon-bench ns [options]     Newton-Schulz against its floor\n"
       "       muon-bench step PLAN [options]  optimizer steps of a plan\n"

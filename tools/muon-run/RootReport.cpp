@@ -215,6 +215,7 @@ int finishAtRoot(const Plan &plan, const RunFlags &flags,
   report.microBatches = flags.microBatches;
   report.skippedSteps = facts.skippedSteps;
   report.nsDtype = dtypeName(facts.nsDtype);
+  report.nsDtypeReason = facts.nsDtypeReason;
   report.backend = flags.backend;
   report.mpiProgress = facts.mpiProgress;
   const bool anyApplied =

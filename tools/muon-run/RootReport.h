@@ -33,6 +33,7 @@ struct Gathered {
 struct RunFacts {
   std::vector<int64_t> skippedSteps;
   runtime::DType nsDtype = runtime::DType::F32;
+  std::string nsDtypeReason; // Optimizer::nsDtypeReason
   std::string mpiProgress;
   std::vector<runtime::NonFiniteInjection> nonFinite;
 };

@@ -282,6 +282,7 @@ int Rank::run(const std::string &mpiProgress) {
     return 0;
   facts.skippedSteps = outcome.skipped;
   facts.nsDtype = optimizer->nsDtype();
+  facts.nsDtypeReason = optimizer->nsDtypeReason();
   return finishAtRoot(plan, flags, facts, gathered);
 }
 

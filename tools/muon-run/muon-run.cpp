@@ -70,12 +70,15 @@ struct Flags {
 
 /// "\n  Newton-Schulz: bf16 products, f32 accumulation (oneDNN ...)": what
 /// the ranks' Newton-Schulz runs on, the plan's ns_dtype ("auto" as the
-/// CPU backend means it here). The form may depend on a configuration's
-/// coefficients: where the configurations differ in it, each is named.
+/// CPU backend means it here, and why, on a line of its own). The form may
+/// depend on a configuration's coefficients: where the configurations
+/// differ in it, each is named.
 std::string cpuNewtonSchulz(const ::muon::Plan &plan) {
   using namespace ::muon::runtime;
-  const DType dtype = plan.ns.nsDtype == "auto"
-                          ? cpu::CpuDevice().defaultNsDtype()
+  const bool autoNs = plan.ns.nsDtype == "auto";
+  const cpu::CpuDevice device;
+  const DType dtype = autoNs
+                          ? device.defaultNsDtype()
                           : parseDType(plan.ns.nsDtype).value_or(DType::F32);
   std::vector<std::string> products;
   for (const ::muon::NewtonSchulzConfig &c : plan.ns.configs)
@@ -91,7 +94,9 @@ std::string cpuNewtonSchulz(const ::muon::Plan &plan) {
   }
   const std::string advice = cpu::blasKernelAdvice();
   return "\n  Newton-Schulz: " + described +
-         (plan.ns.nsDtype == "auto" ? " (ns_dtype auto)" : "") +
+         (autoNs ? " (ns_dtype auto)\n  ns_dtype auto chose " +
+                       device.defaultNsDtypeReason()
+                 : "") +
          (advice.empty() ? "" : "\n  note: " + advice);
 }
 
@@ -112,8 +117,10 @@ void declare(::muon::cli::Parser &p, Flags &f) {
            "else f32)");
   p.option("ns-dtype", f.nsDtype, "auto|f32|bf16",
            "Element type Newton-Schulz runs in (default: the model's "
-           "setting, else the backend's: on cpu bf16 where the CPU has "
-           "bf16 products (AVX512_BF16, AMX), else f32; bf16 on cuda)");
+           "setting, else the backend's: on cpu the faster here, bf16 where "
+           "its products (AVX512_BF16, AMX) run at least 1.3x sgemm's rate, "
+           "timed at start-up (or MUON_CPU_PRODUCT_RATES), else f32; bf16 "
+           "on cuda)");
   p.option("ns-form", f.nsForm, "auto|standard|gram",
            "Form of Newton-Schulz on cpu and cuda: auto (default: wide and "
            "tall matrices in the Gram form, the steps on the Gram matrix "
@@ -435,6 +442,12 @@ int main(int argc, char **argv) {
       setenv(cpu::kNsFormVariable, form.c_str(), 1);
       setenv("MUON_CUDA_NS_FORM", form.c_str(), 1);
     }
+    // Rates given for ns_dtype auto's choice must be rates.
+    if (const char *rates = std::getenv(cpu::kProductRatesVariable))
+      if (::muon::StatusOr<cpu::ProductRates> parsed =
+              cpu::parseProductRates(rates);
+          !parsed.ok())
+        return fail(parsed.status().message());
   }
   if (flags.planFormat != "json" && flags.planFormat != "binary")
     return fail("unknown --plan-format '" + flags.planFormat +
@@ -546,12 +559,13 @@ int main(int argc, char **argv) {
   compile.redundantBelow = placementBelow;
   compile.machine = placementMachine;
   // A run on the CPU: the wire follows Newton-Schulz's element type, which
-  // "auto" makes bf16 where this CPU has bf16 products (every rank compiles
-  // the same way on the same kind of machine; a rank that differs holds a
-  // different plan, which the start-up check refuses).
+  // "auto" makes the faster precision here (NsPrecision.h). The ranks take
+  // the rates this choice was made from, so that they choose alike (the
+  // executor runs rank 0's choice on every rank in any case).
   if (!flags.dryRun && flags.backend == "cpu") {
     compile.autoNsDtype = ::muon::runtime::dtypeName(
         ::muon::runtime::cpu::CpuDevice().defaultNsDtype());
+    ::muon::runtime::cpu::shareProductRates();
     if (parser.given("ns-dtype"))
       compile.nsDtypeFlag = flags.nsDtype;
   }

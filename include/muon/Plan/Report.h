@@ -72,6 +72,10 @@ struct Report {
   /// in a dry run of a model that leaves it to the device), or what the
   /// ranks of a real run used.
   std::string nsDtype = "auto";
+  /// A real run: why Newton-Schulz ran in nsDtype ("bf16: its products run
+  /// at 2.14x f32's here (...)", "f32: the plan's ns_dtype"); empty, and
+  /// absent from the JSON, in a dry run.
+  std::string nsDtypeReason;
   /// Where a real run's ranks computed ("cpu" or "cuda"); empty in a dry
   /// run.
   std::string backend;

@@ -24,7 +24,8 @@ from ._core import (  # noqa: E402
     CancelledError, DataLossError, DeadlineExceededError,
     FailedPreconditionError, InternalError, InvalidArgumentError, MuonError,
     MuonTypeError, NotFoundError, Optimizer, Plan, ResourceExhaustedError,
-    UnavailableError, UnimplementedError, compile_model, cpu_newton_schulz)
+    UnavailableError, UnimplementedError, compile_model, cpu_auto_ns_dtype,
+    cpu_newton_schulz)
 from . import _core  # noqa: E402
 from ._core import compile_spec as _compile_spec  # noqa: E402
 
@@ -35,8 +36,8 @@ __all__ = ["MuonError", "InvalidArgumentError", "FailedPreconditionError",
            "NotFoundError", "DataLossError", "ResourceExhaustedError",
            "UnavailableError", "DeadlineExceededError", "CancelledError",
            "UnimplementedError", "InternalError", "MuonTypeError", "Optimizer",
-           "Plan", "compile_model", "compile_spec", "cpu_newton_schulz",
-           "load_plan"]
+           "Plan", "compile_model", "compile_spec", "cpu_auto_ns_dtype",
+           "cpu_newton_schulz", "load_plan"]
 __version__ = _core.__version__  # the project's VERSION file
 
 

@@ -1393,6 +1393,21 @@ static void defineModule(nb::module_ &m) {
       "f32 accumulation (oneDNN ...); Gram form on wide and tall "
       "matrices', 'f32 products (OpenBLAS)', ...");
 
+  m.def(
+      "cpu_auto_ns_dtype",
+      [] {
+        const rt::cpu::CpuDevice device;
+        return nb::make_tuple(
+            std::string(rt::dtypeName(device.defaultNsDtype())),
+            device.defaultNsDtypeReason());
+      },
+      "(ns_dtype, reason): what ns_dtype 'auto' is on this CPU and why, by "
+      "the rates of the products each precision runs on, timed once per "
+      "process (or MUON_CPU_PRODUCT_RATES): ('bf16', 'bf16: its products "
+      "run at 2.14x f32's here (...)'), ('f32', 'f32: no bf16 products "
+      "here (...)'). muonc.torch runs it with ns_dtype='auto'; its default "
+      "on the CPU stays f32.");
+
   m.def("preferred_blas_kernels", &rt::cpu::preferredBlasKernels,
         "The OpenBLAS kernels this CPU's features call for ('SkylakeX', "
         "'Haswell', '' for none): the runtime's rule, which muonc._blas "
@@ -1444,6 +1459,12 @@ static void defineModule(nb::module_ &m) {
                    [](PyOptimizer &o) {
                      return std::string(rt::dtypeName(o.opt->nsDtype()));
                    })
+      .def_prop_ro(
+          "ns_dtype_reason",
+          [](PyOptimizer &o) { return o.opt->nsDtypeReason(); },
+          "Why Newton-Schulz runs in ns_dtype: 'f32: the plan's ns_dtype', "
+          "or for ns_dtype 'auto' the device's reason ('bf16: its products "
+          "run at 2.14x f32's here (...)').")
       .def("params", &PyOptimizer::params)
       .def("groups",
            [](PyOptimizer &o) {

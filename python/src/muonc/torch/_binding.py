@@ -422,14 +422,17 @@ def precisions(options, device):
     device's defaults: f32 on the CPU (in the Gram form where it pays: the
     fastest accurate choice there), bf16 on a GPU (torch.optim.Muon's
     precision, on tensor cores); bf16 exchanges with bf16 Newton-Schulz,
-    which rounds its input and output to bf16 anyway."""
+    which rounds its input and output to bf16 anyway. "auto" is left to
+    the engine's device ("" in the plan: on the CPU the faster precision
+    by its products' rates, rank 0's on every rank), after the wire is
+    compiled: f32 unless given."""
     ns_dtype = options["ns_dtype"]
     if ns_dtype is None:
         ns_dtype = "bf16" if device.type == "cuda" else "f32"
     wire_dtype = options["wire_dtype"]
     if wire_dtype is None:
         wire_dtype = "bf16" if ns_dtype == "bf16" else "f32"
-    return ns_dtype, wire_dtype
+    return ("" if ns_dtype == "auto" else ns_dtype), wire_dtype
 
 
 def _mpi_size(distributed):

@@ -2,6 +2,7 @@
 #include "muon/Runtime/Cpu/CpuDevice.h"
 
 #include "GramNewtonSchulz.h"
+#include "MirrorLower.h"
 #include "RoundBf16.h"
 #include "muon/Runtime/MatrixStep.h"
 
@@ -32,10 +33,6 @@ CpuNsKernel chooseNsKernel(DType precision, bool oneDnnBuilt, bool cpuBf16) {
   return precision == DType::BF16 && oneDnnBuilt && cpuBf16
              ? CpuNsKernel::OneDnnBf16
              : CpuNsKernel::Blas;
-}
-
-DType chooseDefaultNsDtype(bool oneDnnBuilt, bool cpuBf16) {
-  return oneDnnBuilt && cpuBf16 ? DType::BF16 : DType::F32;
 }
 
 bool oneDnnBuilt() {
@@ -121,9 +118,18 @@ CpuNsKernel CpuDevice::nsKernel(DType precision) const {
                         cpuHasBf16Products());
 }
 
-DType CpuDevice::defaultNsDtype() const {
-  return chooseDefaultNsDtype(oneDnnBuilt() && options.oneDnn,
-                              cpuHasBf16Products());
+NsPrecisionChoice CpuDevice::defaultNsPrecision() const {
+  if (options.oneDnn)
+    return processDefaultNsPrecision();
+  NsPrecisionFacts facts;
+  facts.isa = "this device's oneDnn option is off";
+  return chooseDefaultNsPrecision(facts);
+}
+
+DType CpuDevice::defaultNsDtype() const { return defaultNsPrecision().dtype; }
+
+std::string CpuDevice::defaultNsDtypeReason() const {
+  return defaultNsPrecision().reason;
 }
 
 Status CpuDevice::takeError() {
@@ -231,32 +237,6 @@ static void roundAll(float *x, int64_t n, bool toBf16) {
       x[i] = roundBf16(x[i]);
 }
 
-/// `ssyrk` writes only the lower triangle of the m x m A = X X^T. This pass
-/// rounds that triangle (bf16 runs), mirrors it into the upper one (the
-/// second ssyrk reads A as a general matrix) and copies it into B's lower
-/// triangle (the second ssyrk's beta term then adds b A): one pass instead
-/// of three. Square tiles keep both the row and the column walk in cache.
-static void mirrorLowerInto(float *s, float *copy, int64_t m, bool toBf16) {
-  constexpr int64_t kTile = 64;
-  for (int64_t i0 = 0; i0 < m; i0 += kTile) {
-    const int64_t i1 = std::min(m, i0 + kTile);
-    for (int64_t j0 = 0; j0 <= i0; j0 += kTile) {
-      const int64_t j1 = std::min(m, j0 + kTile);
-      for (int64_t i = i0; i < i1; ++i) {
-        float *row = s + i * m;
-        float *copyRow = copy + i * m;
-        const int64_t jEnd = std::min(j1, i + 1);
-        for (int64_t j = j0; j < jEnd; ++j) {
-          float v = toBf16 ? roundBf16(row[j]) : row[j];
-          row[j] = v;
-          copyRow[j] = v;
-          s[j * m + i] = v;
-        }
-      }
-    }
-  }
-}
-
 /// X / max(||X||, eps) in place, in bf16 with the input and the norm
 /// rounded to bf16 too. The Frobenius norm is accumulated in double: the
 /// same on every rank and in the reference, since they all run this code
@@ -331,7 +311,10 @@ void CpuDevice::standardSteps(float *x, int64_t rows, int64_t cols,
     // A = X X^T, lower triangle: m^2 n flops (a GEMM would take 2 m^2 n).
     cblas_ssyrk(CblasRowMajor, CblasLower, tall ? CblasTrans : CblasNoTrans,
                 M, N, 1.0f, cur, C, 0.0f, A, M);
-    mirrorLowerInto(A, B, m, toBf16);
+    // The next ssyrk reads A as a general matrix, and its beta term adds
+    // b A from B's lower triangle: A's triangle rounded (bf16), mirrored and
+    // copied into B's in one pass.
+    mirrorLower(A, m, B, toBf16);
     // B = c A A^T + b B = c A A + b A (A is symmetric), lower triangle:
     // m^3 flops instead of 2 m^3.
     cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, M, M, c, A, M, b, B,

@@ -1,5 +1,6 @@
 //===- GramNewtonSchulz.cpp - Newton-Schulz on the Gram matrix, BLAS -----===//
 #include "GramNewtonSchulz.h"
+#include "MirrorLower.h"
 #include "RoundBf16.h"
 
 #include "muon/Runtime/NsForm.h"
@@ -14,33 +15,10 @@
 namespace muon::runtime::cpu {
 namespace {
 
-/// Rounds the lower triangle of the m x m `s` to bf16 (bf16 runs: a
-/// product's one rounding of its f32 sums, before the mirror copies it).
-void roundLower(float *s, int64_t m) {
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j <= i; ++j)
-      s[i * m + j] = roundBf16(s[i * m + j]);
-}
-
 /// Rows of a block of the lower products below: wide enough for sgemm to
 /// run at its rate, narrow enough that the upper triangle it also computes
 /// (block / m of the work) stays small.
 constexpr int64_t kBlockRows = 64;
-
-/// Copies the lower triangle of the m x m `s` into its upper one (square
-/// tiles keep both walks in cache).
-void mirrorLower(float *s, int64_t m) {
-  constexpr int64_t kTile = 64;
-  for (int64_t i0 = 0; i0 < m; i0 += kTile) {
-    const int64_t i1 = std::min(m, i0 + kTile);
-    for (int64_t j0 = 0; j0 <= i0; j0 += kTile)
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t jEnd = std::min(std::min(m, j0 + kTile), i);
-        for (int64_t j = j0; j < jEnd; ++j)
-          s[j * m + i] = s[i * m + j];
-      }
-  }
-}
 
 /// c = a b for m x m a and b whose product is known to be symmetric (both
 /// are polynomials in the same R, so they commute): only the lower block
@@ -55,9 +33,7 @@ void symmetricProduct(const float *a, const float *b, float *c, int64_t m,
                 static_cast<int>(i1 - i0), static_cast<int>(i1), M, 1.0f,
                 a + i0 * m, M, b, M, 0.0f, c + i0 * m, M);
   }
-  if (toBf16)
-    roundLower(c, m);
-  mirrorLower(c, m);
+  mirrorLower(c, m, nullptr, toBf16);
 }
 
 } // namespace
@@ -109,9 +85,7 @@ int64_t GramNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
     // R = X X^T from the current X: the restart that drops R's errors.
     cblas_ssyrk(CblasRowMajor, CblasLower, tall ? CblasTrans : CblasNoTrans,
                 M, N, 1.0f, cur, C, 0.0f, r, M);
-    if (toBf16)
-      roundLower(r, m);
-    mirrorLower(r, m);
+    mirrorLower(r, m, nullptr, toBf16);
     for (int64_t step = start; step < end; ++step) {
       const float a = static_cast<float>(abc[step][0]),
                   b = static_cast<float>(abc[step][1]),

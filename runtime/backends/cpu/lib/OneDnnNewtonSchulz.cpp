@@ -97,17 +97,20 @@ OneDnnCpu oneDnnCpu() {
 // that neither the library nor its users link OpenMP themselves.
 static std::atomic<int> oneDnnThreads{0};
 
-static void applyThreads() {
+/// OpenMP's count for the calling thread's parallel regions, where `want`
+/// is positive and differs.
+static void setCallingThreadsOpenMp(int want) {
   using SetFn = void (*)(int);
   using GetFn = int (*)();
   static SetFn set =
       reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
   static GetFn get =
       reinterpret_cast<GetFn>(::dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-  const int want = oneDnnThreads.load();
   if (want > 0 && set && get && get() != want)
     set(want);
 }
+
+static void applyThreads() { setCallingThreadsOpenMp(oneDnnThreads.load()); }
 
 void setOneDnnThreads(int threads) {
   oneDnnThreads.store(threads);
@@ -454,10 +457,15 @@ bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
 
 bool OneDnnNewtonSchulz::gemm(const uint16_t *a, const uint16_t *b,
                               uint16_t *c, int64_t m, int64_t n, int64_t k,
-                              std::string &error) {
-  applyThreads();
+                              std::string &error, int threads) {
+  if (threads > 0)
+    setCallingThreadsOpenMp(threads);
+  else
+    applyThreads();
   try {
-    impl->run({m, n, k, false, 1.0f, 0.0f, oneDnnThreads.load()}, a, b, c);
+    impl->run({m, n, k, false, 1.0f, 0.0f,
+               threads > 0 ? threads : oneDnnThreads.load()},
+              a, b, c);
   } catch (const dnnl::error &e) {
     error = std::string("oneDNN: ") + e.what();
     return false;

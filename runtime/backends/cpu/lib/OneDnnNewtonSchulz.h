@@ -48,8 +48,11 @@ public:
 
   /// c = a b for row-major bf16 a (m x k) and b (k x n), f32 accumulation,
   /// c bf16: the plain product the benchmarks set Newton-Schulz against.
+  /// `threads` > 0 runs it on that many OpenMP threads, set for the calling
+  /// thread only (the rate probe's, NsPrecision.cpp); 0, on the process's
+  /// count (setOneDnnThreads).
   bool gemm(const uint16_t *a, const uint16_t *b, uint16_t *c, int64_t m,
-            int64_t n, int64_t k, std::string &error);
+            int64_t n, int64_t k, std::string &error, int threads = 0);
 
   /// Width of the Gram matrix's block columns (CpuDeviceOptions).
   void setTile(int64_t tile) { this->tile = tile; }

@@ -60,6 +60,9 @@ public:
   /// Whole batches: the workspace splits what does not fit.
   int64_t nsBatchLimit() const override;
   DType defaultNsDtype() const override { return DType::BF16; }
+  std::string defaultNsDtypeReason() const override {
+    return "bf16: tensor cores run its products at many times f32's rate";
+  }
   void synchronize() override;
   /// Step graphs: the compute stream's capture (StepGraph.h).
   bool beginRecording(std::string &why) override;

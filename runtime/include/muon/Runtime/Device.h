@@ -103,8 +103,10 @@ public:
   /// How many matrices one newtonSchulz call takes: 1 lets the executor
   /// advance exchanges between matrices (CPU); a GPU takes whole batches.
   virtual int64_t nsBatchLimit() const { return 1; }
-  /// The precision Newton-Schulz runs in when the plan says "auto".
+  /// The precision Newton-Schulz runs in when the plan says "auto", and
+  /// why, in words for reports ("" where the device says nothing).
   virtual DType defaultNsDtype() const { return DType::F32; }
+  virtual std::string defaultNsDtypeReason() const { return {}; }
   /// Waits for queued work (a device that runs everything at once need not).
   virtual void synchronize() {}
   /// Step graphs (ExecutorOptions::graphs). A device that can record the

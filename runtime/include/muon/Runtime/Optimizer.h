@@ -333,8 +333,11 @@ public:
   /// the current ones).
   const Plan &plan() const;
   /// The element type Newton-Schulz runs in: the plan's ns_dtype, "auto"
-  /// resolved to the device's default.
+  /// resolved to the device's default (rank 0's, on every rank); and why,
+  /// in words ("bf16: its products run at 2.14x f32's here (...)", "f32:
+  /// the plan's ns_dtype").
   DType nsDtype() const;
+  const std::string &nsDtypeReason() const;
 
 private:
   explicit Optimizer(std::unique_ptr<OptimizerState> state);

@@ -7,8 +7,8 @@
 // has bf16 dot products (AVX512_BF16, AMX), oneDNN matmuls with bf16
 // operands and f32 accumulation over the Gram matrix's lower block columns
 // (OneDnnNewtonSchulz.cpp); elsewhere the f32 BLAS products, each result
-// rounded to bf16. ns_dtype "auto" is bf16 where the CPU has the bf16
-// products, else f32. Wide and tall matrices can run in the Gram form
+// rounded to bf16. ns_dtype "auto" is the precision whose products run
+// faster here (NsPrecision.h). Wide and tall matrices can run in the Gram form
 // (NsForm, muon/Runtime/NsForm.h): by default where the coefficients keep
 // its accuracy (bf16 on oneDNN, f32 in GramNewtonSchulz.h). Bit-exact across ranks when every process runs with
 // the same thread count (setBlasThreads) on the same kind of CPU.
@@ -19,6 +19,7 @@
 
 #include "muon/Runtime/Device.h"
 #include "muon/Runtime/NsForm.h"
+#include "muon/Runtime/Cpu/NsPrecision.h"
 
 #include <memory>
 #include <string>
@@ -38,11 +39,8 @@ enum class CpuNsKernel {
 
 /// The choice for `precision`, given whether oneDNN is built in and whether
 /// the CPU has bf16 dot products: bf16 runs on oneDNN where both hold, f32
-/// always on BLAS.
+/// always on BLAS. (What ns_dtype "auto" is: NsPrecision.h.)
 CpuNsKernel chooseNsKernel(DType precision, bool oneDnnBuilt, bool cpuBf16);
-/// What ns_dtype "auto" means: bf16 where its products run at the bf16
-/// rate (as torch.optim.Muon and dion run Newton-Schulz), else f32.
-DType chooseDefaultNsDtype(bool oneDnnBuilt, bool cpuBf16);
 
 /// Whether this build has oneDNN, and whether this CPU has bf16 dot
 /// products as oneDNN sees it (DNNL_MAX_CPU_ISA=AVX512_CORE hides them).
@@ -114,12 +112,16 @@ public:
   int64_t newtonSchulz(float *x, int64_t count, int64_t rows, int64_t cols,
                        const std::vector<std::array<double, 3>> &abc,
                        double eps, DType precision) override;
+  /// ns_dtype "auto": the process's choice (NsPrecision.h); f32 where
+  /// this device may not use oneDNN (CpuDeviceOptions::oneDnn).
   DType defaultNsDtype() const override;
+  std::string defaultNsDtypeReason() const override;
   Status takeError() override;
   /// The kernel newtonSchulz runs for `precision` on this device.
   CpuNsKernel nsKernel(DType precision) const;
 
 private:
+  NsPrecisionChoice defaultNsPrecision() const;
   int64_t newtonSchulzOne(float *x, int64_t rows, int64_t cols,
                           const std::vector<std::array<double, 3>> &abc,
                           double eps, bool bf16);
