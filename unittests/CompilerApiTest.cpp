@@ -6,6 +6,7 @@
 // rank ends bit for bit where one device ends.
 //
 //===----------------------------------------------------------------------===//
+#include "StatusTesting.h"
 #include "GroupSettingValues.h"
 
 #include "muon/Compiler/Compile.h"
@@ -98,11 +99,12 @@ int64_t runLikeOneDevice(const Plan &plan) {
   for (std::thread &t : ranks)
     t.join();
   cpu::CpuDevice device;
-  std::vector<std::vector<float>> reference;
-  std::string error;
-  EXPECT_TRUE(runReference(plan, device, 3, 3, 1, {}, reference, error))
-      << error;
-  EXPECT_EQ(whole, reference);
+  StatusOr<std::vector<std::vector<float>>> reference =
+      runReference(plan, device, 3, 3, 1, {});
+  EXPECT_OK(reference);
+  if (reference.ok()) {
+    EXPECT_EQ(whole, *reference);
+  }
   return received;
 }
 
@@ -126,7 +128,11 @@ TEST(CompilerApi, DTensorConfigRunsLikeOneDevice) {
   DistributedConfig config = createDTensorConfig({{2, 2}, {"fsdp", "tp"}});
   Plan plan;
   std::string error;
-  ASSERT_TRUE(compile(model, &config, plan, error)) << error;
+  {
+    auto compiled = compile(model, &config);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+    plan = std::move(compiled).value();
+  }
   EXPECT_EQ(plan.worldSize, 4);
   EXPECT_TRUE(validatePlan(plan).ok());
   int64_t received = runLikeOneDevice(plan);
@@ -149,7 +155,11 @@ TEST(CompilerApi, AutoConfigStrategies) {
     groups.tpDimPerParam = {{0, 0}, {1, 1}, {2, 0}};
     DistributedConfig config = createAutoConfig(groups);
     Plan plan;
-    ASSERT_TRUE(compile(smallTransformer(), &config, plan, error)) << error;
+    {
+      auto compiled = compile(smallTransformer(), &config);
+      ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+      plan = std::move(compiled).value();
+    }
     runLikeOneDevice(plan);
   }
   // CP: the context-parallel ranks hold full replicas.
@@ -159,7 +169,11 @@ TEST(CompilerApi, AutoConfigStrategies) {
     groups.cp = {{0, 1}};
     DistributedConfig config = createAutoConfig(groups);
     Plan plan;
-    ASSERT_TRUE(compile(smallTransformer(), &config, plan, error)) << error;
+    {
+      auto compiled = compile(smallTransformer(), &config);
+      ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+      plan = std::move(compiled).value();
+    }
     runLikeOneDevice(plan);
   }
   // HSDP: shard + replicate.
@@ -170,7 +184,11 @@ TEST(CompilerApi, AutoConfigStrategies) {
     groups.replicate = {{0, 2}, {1, 3}};
     DistributedConfig config = createAutoConfig(groups);
     Plan plan;
-    ASSERT_TRUE(compile(smallTransformer(), &config, plan, error)) << error;
+    {
+      auto compiled = compile(smallTransformer(), &config);
+      ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+      plan = std::move(compiled).value();
+    }
     runLikeOneDevice(plan);
   }
   // EP: expert weights placed by id; and PP: parameters by stage.
@@ -188,7 +206,11 @@ TEST(CompilerApi, AutoConfigStrategies) {
     groups.numExperts = 4;
     DistributedConfig config = createAutoConfig(groups);
     Plan plan;
-    ASSERT_TRUE(compile(model, &config, plan, error)) << error;
+    {
+      auto compiled = compile(model, &config);
+      ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+      plan = std::move(compiled).value();
+    }
     runLikeOneDevice(plan);
   }
   {
@@ -201,7 +223,11 @@ TEST(CompilerApi, AutoConfigStrategies) {
     groups.ddp = {{0, 1}, {2, 3}};
     DistributedConfig config = createAutoConfig(groups);
     Plan plan;
-    ASSERT_TRUE(compile(model, &config, plan, error)) << error;
+    {
+      auto compiled = compile(model, &config);
+      ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+      plan = std::move(compiled).value();
+    }
     runLikeOneDevice(plan);
   }
 }
@@ -224,7 +250,11 @@ TEST(CompilerApi, AssignCallbackChoosesOwners) {
   };
   Plan plan;
   std::string error;
-  ASSERT_TRUE(compile(model, &config, plan, error)) << error;
+  {
+    auto compiled = compile(model, &config);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+    plan = std::move(compiled).value();
+  }
   ASSERT_EQ(seen.size(), 3u);
   EXPECT_EQ(seen[0].name, "wq");
   EXPECT_EQ(seen[0].holders, (std::vector<int64_t>{0, 1, 2, 3}));
@@ -236,7 +266,11 @@ TEST(CompilerApi, AssignCallbackChoosesOwners) {
   config.assignFn = [](const std::vector<MatrixInfo> &, int64_t) {
     return std::map<int64_t, std::vector<std::string>>{{0, {"wq"}}};
   };
-  EXPECT_FALSE(compile(model, &config, plan, error));
+  {
+    auto compiled = compile(model, &config);
+    EXPECT_FALSE(compiled.ok());
+    error = compiled.status().text();
+  }
   EXPECT_EQ(error, "parameter 'w_up': incomplete assignments: parameter "
                    "'w_up' is assigned to no rank");
 }
@@ -247,7 +281,11 @@ TEST(CompilerApi, ErrorsNameTheParameter) {
   DistributedConfig config = createDTensorConfig({{2}});
   Plan plan;
   std::string error;
-  EXPECT_FALSE(compile(model, &config, plan, error));
+  {
+    auto compiled = compile(model, &config);
+    EXPECT_FALSE(compiled.ok());
+    error = compiled.status().text();
+  }
   EXPECT_EQ(error, "parameter 'w_up' (placements[0]): S(2) is out of range "
                    "for a tensor of 2 dim(s)");
   // The same model as a spec: what muon-run reads.
@@ -271,7 +309,11 @@ TEST(CompilerApi, PerHeadMatricesSpreadAndRunLikeOneDevice) {
   std::vector<std::string> names;
   Plan plan;
   std::string error;
-  ASSERT_TRUE(compile(model, &config, plan, error)) << error;
+  {
+    auto compiled = compile(model, &config);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+    plan = std::move(compiled).value();
+  }
   EXPECT_TRUE(validatePlan(plan).ok());
   ASSERT_EQ(plan.matrices.size(), 9u);
   std::set<int64_t> qkvOwners, woOwners;
@@ -310,14 +352,22 @@ TEST(CompilerApi, PerHeadMatricesSpreadAndRunLikeOneDevice) {
   for (Param &p : whole.params)
     p.numHeads = 1, p.headSplitDim = 0;
   Plan wholePlan;
-  ASSERT_TRUE(compile(whole, &config, wholePlan, error)) << error;
+  {
+    auto compiled = compile(whole, &config);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+    wholePlan = std::move(compiled).value();
+  }
   EXPECT_LT(busiest, planLowerBounds(wholePlan).makespanFlops);
   int64_t received = runLikeOneDevice(plan);
   EXPECT_EQ(received, 3 * bounds.bytesReceived); // 3 steps at the bound
 
   // A count that does not divide the dim names the parameter and the key.
   model.params[1].numHeads = 5;
-  EXPECT_FALSE(compile(model, &config, plan, error));
+  {
+    auto compiled = compile(model, &config);
+    EXPECT_FALSE(compiled.ok());
+    error = compiled.status().text();
+  }
   EXPECT_EQ(error, "parameter 'wo' (num_heads): num_heads 5 does not divide "
                    "the columns (48) of the 16 x 48 matrix");
 }
@@ -327,7 +377,11 @@ TEST(CompilerApi, NewtonSchulzCoefficientPresets) {
   Plan plan;
   std::string error;
   // Default: Jordan's triple for every step.
-  ASSERT_TRUE(compile(smallTransformer(), &config, plan, error)) << error;
+  {
+    auto compiled = compile(smallTransformer(), &config);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+    plan = std::move(compiled).value();
+  }
   ASSERT_EQ(plan.ns.configs.size(), 1u);
   ASSERT_EQ(plan.ns.configs[0].coefficients.size(), 5u);
   EXPECT_EQ(plan.ns.configs[0].coefficients[4],
@@ -336,20 +390,32 @@ TEST(CompilerApi, NewtonSchulzCoefficientPresets) {
   Model model = smallTransformer();
   model.muon.ns.nsPreset = "polar_express";
   model.muon.ns.nsSteps = 6;
-  ASSERT_TRUE(compile(model, &config, plan, error)) << error;
+  {
+    auto compiled = compile(model, &config);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+    plan = std::move(compiled).value();
+  }
   std::optional<std::vector<NsTriple>> polar = nsPreset("polar_express", 6);
   ASSERT_TRUE(polar);
   EXPECT_EQ(plan.ns.configs[0].coefficients, *polar);
   EXPECT_EQ(plan.ns.configs[0].coefficients[0][0], 8.28721201814563 / 1.01);
   // An explicit table wins over the preset.
   model.muon.ns.nsCoefficients = {{1.5, -0.5, 0.0}};
-  ASSERT_TRUE(compile(model, &config, plan, error)) << error;
+  {
+    auto compiled = compile(model, &config);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+    plan = std::move(compiled).value();
+  }
   EXPECT_EQ(plan.ns.configs[0].coefficients,
             std::vector<NsTriple>(6, {1.5, -0.5, 0.0}));
   // An unknown preset is the spec's error.
   model.muon.ns.nsCoefficients.clear();
   model.muon.ns.nsPreset = "you";
-  EXPECT_FALSE(compile(model, &config, plan, error));
+  {
+    auto compiled = compile(model, &config);
+    EXPECT_FALSE(compiled.ok());
+    error = compiled.status().text();
+  }
   EXPECT_NE(error.find("unknown preset 'you'; expected a preset ('jordan', "
                        "'polar_express')"),
             std::string::npos)
@@ -386,7 +452,11 @@ TEST(CompilerApi, EveryGroupSettingReachesThePlan) {
     const std::string want = valueOf(s, changed);
     Plan plan;
     std::string error;
-    ASSERT_TRUE(compile(model, &config, plan, error)) << s.name << ": " << error;
+    {
+      auto compiled = compile(model, &config);
+      ASSERT_TRUE(compiled.ok()) << s.name << ": " << compiled.status().text();
+      plan = std::move(compiled).value();
+    }
     auto group = std::find_if(
         plan.groups.begin(), plan.groups.end(),
         [&](const PlanGroup &p) { return p.algorithm == s.algorithm; });

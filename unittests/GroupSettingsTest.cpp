@@ -7,6 +7,7 @@
 // A setting added to the table but forgotten by a format fails here.
 //
 //===----------------------------------------------------------------------===//
+#include "StatusTesting.h"
 #include "GroupSettingValues.h"
 #include "PlanModel.h"
 
@@ -52,7 +53,7 @@ TEST(GroupSettings, EverySettingSurvivesBothPlanFormats) {
     setOtherValidValue(s, g);
     const std::string want = valueOf(s, g);
     ASSERT_NE(want, before) << s.name;
-    EXPECT_EQ(checkSetting(s, g), "") << s.name;
+    EXPECT_OK(checkSetting(s, g)) << s.name;
     EXPECT_TRUE(validatePlan(plan).ok())
         << s.name << ": " << json::describe(validatePlan(plan));
 
@@ -82,7 +83,7 @@ TEST(GroupSettings, TheValidatorRefusesEveryNumberOutOfRange) {
       Plan plan = planModel();
       PlanGroup &g = plan.groups[groupOf(plan, s.algorithm)];
       setSettingValue(s, g, bad);
-      const std::string why = checkSetting(s, g);
+      const std::string why = checkSetting(s, g).message();
       EXPECT_NE(why, "") << s.name << " = " << bad;
       const std::string error = json::describe(validatePlan(plan));
       EXPECT_NE(error.find(s.errorField), std::string::npos)
@@ -96,7 +97,7 @@ TEST(GroupSettings, TheValidatorRefusesEveryNumberOutOfRange) {
   const GroupSetting *mode = findGroupSetting(kMuon, "weight_decay_mode");
   ASSERT_NE(mode, nullptr);
   setSettingName(*mode, g, "sometimes");
-  EXPECT_EQ(checkSetting(*mode, g),
+  EXPECT_EQ(checkSetting(*mode, g).message(),
             "unknown value \"sometimes\"; expected \"decoupled\", "
             "\"cautious\" or \"none\"");
 }
@@ -118,7 +119,7 @@ TEST(GroupSettings, AGroupHoldsItsAlgorithmsDefaults) {
     ASSERT_EQ(g.settings.size(), algorithms()[a].settings.size());
     for (const GroupSetting &s : algorithms()[a].settings) {
       EXPECT_TRUE(settingAtDefault(s, g)) << s.name;
-      EXPECT_EQ(checkSetting(s, g), "") << s.name << " (its default)";
+      EXPECT_OK(checkSetting(s, g)) << s.name << " (its default)";
     }
   }
   // torch's defaults, by name.

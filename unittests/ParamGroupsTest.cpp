@@ -75,7 +75,12 @@ Plan compileOn(const mc::Model &model, int64_t ranks) {
   mc::DistributedConfig config = mc::createDTensorConfig({{ranks}, {"dp"}});
   Plan plan;
   std::string error;
-  EXPECT_TRUE(mc::compile(model, &config, plan, error)) << error;
+  {
+    auto compiled = mc::compile(model, &config);
+    EXPECT_TRUE(compiled.ok()) << compiled.status().text();
+    if (compiled.ok())
+      plan = std::move(compiled).value();
+  }
   return plan;
 }
 
@@ -672,7 +677,11 @@ TEST(ParamGroups, EachGroupRunsItsOwnNewtonSchulz) {
     p.placements.clear();
   Plan plan;
   std::string error;
-  ASSERT_TRUE(mc::compile(model, nullptr, plan, error)) << error;
+  {
+    auto compiled = mc::compile(model, nullptr);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+    plan = std::move(compiled).value();
+  }
   ASSERT_EQ(plan.rounds.size(), 1u);
   ASSERT_EQ(plan.ns.configs.size(), 2u);
   EXPECT_EQ(plan.ns.configs[0], modelNsConfig(model, "jordan"));
@@ -733,7 +742,11 @@ TEST(ParamGroups, NewtonSchulzPrecisionIsThePlans) {
   mc::DistributedConfig config = mc::createDTensorConfig({{2}, {"dp"}});
   Plan plan;
   std::string error;
-  EXPECT_FALSE(mc::compile(model, &config, plan, error));
+  {
+    auto compiled = mc::compile(model, &config);
+    EXPECT_FALSE(compiled.ok());
+    error = compiled.status().text();
+  }
   EXPECT_NE(error.find("Muon groups 'jordan' and 'polar' differ in "
                        "'ns_dtype'; the Newton-Schulz precision is shared by "
                        "every Muon group"),

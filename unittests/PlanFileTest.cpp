@@ -1,4 +1,5 @@
 //===- PlanFileTest.cpp - Reading and validating plan files ---------------===//
+#include "StatusTesting.h"
 #include "PlanModel.h"
 
 #include "PlanRead.h"
@@ -31,7 +32,7 @@ Plan goodPlanModel() {
   }
   plan.exchanges = {gather, scatter};
   std::string error;
-  EXPECT_TRUE(schedulePlan(plan, {}, error)) << error;
+  EXPECT_OK(schedulePlan(plan, {}));
   return plan;
 }
 
@@ -207,7 +208,7 @@ TEST(PlanFile, ValidatorAcceptsWhatTheSchedulerBuilds) {
     options.async = mode != 3;
     options.prefetchCount = mode == 3 ? 0 : mode;
     std::string error;
-    ASSERT_TRUE(schedulePlan(plan, options, error)) << error;
+    ASSERT_OK(schedulePlan(plan, options));
     EXPECT_TRUE(validatePlan(plan).ok()) << json::describe(validatePlan(plan));
   }
 }

@@ -2,6 +2,7 @@
 #ifndef MUON_UNITTESTS_PLANMODEL_H
 #define MUON_UNITTESTS_PLANMODEL_H
 
+#include "StatusTesting.h"
 #include "muon/Plan/Plan.h"
 #include "muon/Plan/Validate.h"
 #include "muon/Planner/Schedule.h"
@@ -39,7 +40,7 @@ inline Plan planModel(int64_t maxRounds = 2) {
   std::string error;
   ScheduleOptions options;
   options.maxRounds = maxRounds;
-  EXPECT_TRUE(schedulePlan(plan, options, error)) << error;
+  EXPECT_OK(schedulePlan(plan, options));
   EXPECT_TRUE(validatePlan(plan).ok()) << json::describe(validatePlan(plan));
   return plan;
 }
@@ -90,7 +91,7 @@ inline Plan nsGroupsPlanModel(int64_t maxRounds = 1) {
   std::string error;
   ScheduleOptions options;
   options.maxRounds = maxRounds;
-  EXPECT_TRUE(schedulePlan(plan, options, error)) << error;
+  EXPECT_OK(schedulePlan(plan, options));
   EXPECT_TRUE(validatePlan(plan).ok()) << json::describe(validatePlan(plan));
   return plan;
 }

@@ -1,4 +1,5 @@
 //===- ScheduleTest.cpp - The schedule and its verifier -------------------===//
+#include "StatusTesting.h"
 #include "PlanModel.h"
 
 #include "muon/Planner/Schedule.h"
@@ -43,9 +44,9 @@ Plan smallPlan() {
 TEST(Schedule, PrefetchOneOverlapsTheNextGather) {
   Plan plan = smallPlan();
   std::string error;
-  ASSERT_TRUE(
-      schedulePlan(plan, {/*prefetch*/ 1, /*async*/ true, 8, 0}, error));
-  EXPECT_EQ(verifySchedule(plan), "");
+  ASSERT_OK(
+      schedulePlan(plan, {/*prefetch*/ 1, /*async*/ true, 8, 0}));
+  EXPECT_OK(verifySchedule(plan));
   ASSERT_EQ(plan.rounds.size(), 2u);
   // Two slots: gather 1 is in flight during NS 0, scatter 0 during NS 1;
   // momentum first, each round's update right after its scatter, AdamW
@@ -66,8 +67,8 @@ TEST(Schedule, PrefetchOneOverlapsTheNextGather) {
 TEST(Schedule, DebugOrderIsSequentialByOwner) {
   Plan plan = smallPlan();
   std::string error;
-  ASSERT_TRUE(schedulePlan(plan, {1, /*async*/ false, 8, 0}, error));
-  EXPECT_EQ(verifySchedule(plan), "");
+  ASSERT_OK(schedulePlan(plan, {1, /*async*/ false, 8, 0}));
+  EXPECT_OK(verifySchedule(plan));
   ASSERT_EQ(plan.rounds.size(), 2u);
   EXPECT_EQ(plan.rounds[0], (std::vector<int64_t>{0, 2})); // rank 0's
   EXPECT_EQ(plan.rounds[1], (std::vector<int64_t>{1, 3})); // rank 1's
@@ -76,8 +77,7 @@ TEST(Schedule, DebugOrderIsSequentialByOwner) {
 
 TEST(Schedule, BudgetTooSmallForOneMatrix) {
   Plan plan = smallPlan();
-  std::string error;
-  EXPECT_FALSE(schedulePlan(plan, {1, true, 8, /*budget*/ 32}, error));
+  const std::string error = failureText(schedulePlan(plan, {1, true, 8, /*budget*/ 32}));
   EXPECT_NE(error.find("matrix 'w0' alone needs 64"), std::string::npos)
       << error;
 }
@@ -85,7 +85,7 @@ TEST(Schedule, BudgetTooSmallForOneMatrix) {
 TEST(Schedule, SameShapeMatricesFormOneBatch) {
   Plan plan = smallPlan();
   std::string error;
-  ASSERT_TRUE(schedulePlan(plan, {0, true, /*rounds*/ 1, 0}, error));
+  ASSERT_OK(schedulePlan(plan, {0, true, /*rounds*/ 1, 0}));
   ASSERT_EQ(plan.nsBatches[0].size(), 1u);
   EXPECT_EQ(plan.nsBatches[0][0].matrices, (std::vector<int64_t>{0, 2}));
 }
@@ -119,15 +119,15 @@ TEST(Schedule, BatchesNeverMixNewtonSchulzConfigurations) {
 TEST(ScheduleVerifier, CatchesEveryKindOfViolation) {
   Plan good = smallPlan();
   std::string error;
-  ASSERT_TRUE(schedulePlan(good, {0, true, 1, 0}, error));
-  ASSERT_EQ(verifySchedule(good), "");
+  ASSERT_OK(schedulePlan(good, {0, true, 1, 0}));
+  ASSERT_OK(verifySchedule(good));
   // good.schedule: momentum, start 0, done 0, ns 0, start 1, done 1,
   // apply 0, adamw. Broken schedules start with momentum unless they test
   // it (`raw`).
   auto raw = [&](std::vector<ScheduleStep> s) {
     Plan p = good;
     p.schedule = std::move(s);
-    return verifySchedule(p);
+    return verifySchedule(p).message();
   };
   auto broken = [&](std::vector<ScheduleStep> s, int64_t limit = 1,
                     int64_t budget = 0) {
@@ -136,7 +136,7 @@ TEST(ScheduleVerifier, CatchesEveryKindOfViolation) {
     p.schedule = std::move(s);
     p.inflightLimit = limit;
     p.gatherBudgetBytes = budget;
-    return verifySchedule(p);
+    return verifySchedule(p).message();
   };
   EXPECT_NE(broken({{Kind::Done, 0}}).find("the gather of round 0 is done before it starts"),
             std::string::npos);
@@ -201,8 +201,8 @@ TEST(Schedule, AdamWRunsAfterItsReduction) {
   Exchange reduce{Exchange::Phase::Reduce, 0, {}, {{0, 1, 0, 1, 8}}};
   plan.exchanges.push_back(reduce);
   std::string error;
-  ASSERT_TRUE(schedulePlan(plan, {0, true, 1, 0}, error)) << error;
-  EXPECT_EQ(verifySchedule(plan), "");
+  ASSERT_OK(schedulePlan(plan, {0, true, 1, 0}));
+  EXPECT_OK(verifySchedule(plan));
   // Reduce is exchange 2 (after round 0's gather and scatter).
   ASSERT_EQ(plan.exchanges.size(), 3u);
   EXPECT_EQ(plan.exchanges[2].phase, Exchange::Phase::Reduce);
@@ -216,6 +216,6 @@ TEST(Schedule, AdamWRunsAfterItsReduction) {
   EXPECT_EQ(adamw, doneReduce + 1);
   // Moving AdamW before the reduction's done breaks the rules.
   std::swap(plan.schedule[adamw], plan.schedule[doneReduce]);
-  EXPECT_NE(verifySchedule(plan).find("AdamW before its gradients are reduced"),
+  EXPECT_NE(verifySchedule(plan).message().find("AdamW before its gradients are reduced"),
             std::string::npos);
 }

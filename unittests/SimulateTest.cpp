@@ -1,4 +1,5 @@
 //===- SimulateTest.cpp - The step simulator on hand-made plans -----------===//
+#include "StatusTesting.h"
 #include "muon/Simulate/Simulate.h"
 
 #include <gtest/gtest.h>
@@ -140,17 +141,16 @@ TEST(Simulate, ProfileFileErrorsNameThePath) {
     "inter_node": {"latency_seconds": -1, "bytes_per_second": 1},
     "matmul_flops_per_second": {"f32": 1, "bf16": 1}}}})";
   sim::Profile p;
-  std::string error;
-  EXPECT_FALSE(sim::parseProfile(text, "p.json", "a", p, error));
-  EXPECT_EQ(error, "p.json: profiles.a.inter_node.latency_seconds: must be >= 0");
+  EXPECT_EQ(sim::parseProfile(text, "p.json", "a", p).message(),
+            "p.json: profiles.a.inter_node.latency_seconds: must be >= 0");
   std::string good = text;
   good.replace(good.find("-1"), 2, "2e-6");
-  ASSERT_TRUE(sim::parseProfile(good, "p.json", "a", p, error)) << error;
+  ASSERT_OK(sim::parseProfile(good, "p.json", "a", p));
   EXPECT_EQ(p.ranksPerNode, 8);
   EXPECT_DOUBLE_EQ(p.interNode.latencySeconds, 2e-6);
   EXPECT_EQ(p.defaultNsDtype, "bf16");
-  EXPECT_FALSE(sim::parseProfile(good, "p.json", "b", p, error));
-  EXPECT_EQ(error, "p.json: profiles: no profile 'b'; the file has a");
+  EXPECT_EQ(failureText(sim::parseProfile(good, "p.json", "b", p)),
+            "p.json: profiles: no profile 'b'; the file has a");
 }
 
 namespace {

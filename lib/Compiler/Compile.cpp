@@ -255,49 +255,34 @@ std::string toSpec(const Model &model, const DistributedConfig *config) {
          "\n";
 }
 
-bool compile(const Model &model, const DistributedConfig *config, Plan &plan,
-             std::string &error) {
-  std::map<int64_t, std::vector<std::string>> assignments;
-  if (config)
-    assignments = config->assignments;
-  if (config && config->assignFn) {
-    if (!assignments.empty()) {
-      error = "a distributed config has assignments or an assign function, "
-              "not both";
-      return false;
-    }
-    // The callback sees the matrices and who holds them.
-    auto context = makeContext();
-    FirstError first(*context, &model);
-    auto module =
-        mlir::muon::importSpecDocument(specOf(model, config, {}), context.get());
-    if (!module) {
-      error = first.message;
-      return false;
-    }
-    auto modelOp = *module->getOps<mlir::muon::ModelOp>().begin();
-    mlir::FailureOr<mlir::muon::ModelLayout> layout =
-        mlir::muon::computeModelLayout(modelOp);
-    if (mlir::failed(layout)) {
-      error = first.message;
-      return false;
-    }
-    std::vector<MatrixInfo> matrices;
-    for (const mlir::muon::MuonMatrix &mm :
-         mlir::muon::collectMuonMatrices(modelOp, *layout))
-      matrices.push_back(
-          {mm.label, mm.rows, mm.cols, mm.nsFlops,
-           mlir::muon::matrixHolders(*layout, mm.param, mm.matrix)});
-    assignments = config->assignFn(matrices, layout->mesh.numDevices());
-  }
+namespace {
+
+/// The assignments `config`'s callback makes, which sees the matrices and
+/// who holds them.
+StatusOr<std::map<int64_t, std::vector<std::string>>>
+assignmentsOfCallback(const Model &model, const DistributedConfig &config) {
   auto context = makeContext();
   FirstError first(*context, &model);
-  auto module = mlir::muon::importSpecDocument(
-      specOf(model, config, assignments), context.get());
-  if (!module) {
-    error = first.message;
-    return false;
-  }
+  auto module =
+      mlir::muon::importSpecDocument(specOf(model, &config, {}), context.get());
+  if (!module)
+    return invalidArgument(first.message);
+  auto modelOp = *module->getOps<mlir::muon::ModelOp>().begin();
+  mlir::FailureOr<mlir::muon::ModelLayout> layout =
+      mlir::muon::computeModelLayout(modelOp);
+  if (mlir::failed(layout))
+    return invalidArgument(first.message);
+  std::vector<MatrixInfo> matrices;
+  for (const mlir::muon::MuonMatrix &mm :
+       mlir::muon::collectMuonMatrices(modelOp, *layout))
+    matrices.push_back(
+        {mm.label, mm.rows, mm.cols, mm.nsFlops,
+         mlir::muon::matrixHolders(*layout, mm.param, mm.matrix)});
+  return config.assignFn(matrices, layout->mesh.numDevices());
+}
+
+/// The compiler settings of `config` that a spec does not hold.
+mlir::muon::CompileOverrides overridesOf(const DistributedConfig *config) {
   mlir::muon::CompileOverrides overrides;
   if (config) {
     overrides.wireDtype = config->wireDtype;
@@ -308,35 +293,51 @@ bool compile(const Model &model, const DistributedConfig *config, Plan &plan,
       overrides.redundantBelow = config->redundantBelow;
     overrides.machine = config->placementMachine;
   }
-  mlir::FailureOr<Plan> compiled = mlir::muon::compileModule(*module, overrides);
-  if (mlir::failed(compiled)) {
-    error = first.message.empty() ? "the model does not compile"
-                                  : first.message;
-    return false;
-  }
-  plan = std::move(*compiled);
-  return true;
+  return overrides;
 }
 
-bool compileSpec(const std::string &spec, const std::string &wireDtype,
-                 Plan &plan, std::string &error) {
+} // namespace
+
+StatusOr<Plan> compile(const Model &model, const DistributedConfig *config) {
+  std::map<int64_t, std::vector<std::string>> assignments;
+  if (config)
+    assignments = config->assignments;
+  if (config && config->assignFn) {
+    if (!assignments.empty())
+      return invalidArgument("a distributed config has assignments or an "
+                             "assign function, not both");
+    MUON_ASSIGN_OR_RETURN(assignments, assignmentsOfCallback(model, *config));
+  }
+  auto context = makeContext();
+  FirstError first(*context, &model);
+  auto module = mlir::muon::importSpecDocument(
+      specOf(model, config, assignments), context.get());
+  if (!module)
+    return invalidArgument(first.message);
+  mlir::FailureOr<Plan> compiled =
+      mlir::muon::compileModule(*module, overridesOf(config));
+  if (mlir::failed(compiled))
+    return invalidArgument(first.message.empty() ? "the model does not compile"
+                                                 : first.message);
+  return std::move(*compiled);
+}
+
+StatusOr<Plan> compileSpec(const std::string &spec,
+                           const std::string &wireDtype) {
   auto context = makeContext();
   FirstError first(*context, nullptr);
   auto module = mlir::muon::importSpec(spec, context.get());
-  if (!module) {
-    error = first.message.empty() ? "the spec does not import" : first.message;
-    return false;
-  }
+  if (!module)
+    return invalidArgument(first.message.empty() ? "the spec does not import"
+                                                 : first.message);
   mlir::muon::CompileOverrides overrides;
   if (!wireDtype.empty())
     overrides.wireDtype = wireDtype;
   mlir::FailureOr<Plan> compiled = mlir::muon::compileModule(*module, overrides);
-  if (mlir::failed(compiled)) {
-    error = first.message.empty() ? "the spec does not compile" : first.message;
-    return false;
-  }
-  plan = std::move(*compiled);
-  return true;
+  if (mlir::failed(compiled))
+    return invalidArgument(first.message.empty() ? "the spec does not compile"
+                                                 : first.message);
+  return std::move(*compiled);
 }
 
 } // namespace muon::compiler

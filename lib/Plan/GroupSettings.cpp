@@ -162,6 +162,20 @@ std::vector<std::string_view> settingKeys(AlgorithmId algorithm) {
   return keys;
 }
 
+SharedJsonKey sharedJsonKey(const std::vector<GroupSetting> &settings,
+                            size_t i) {
+  const std::string_view key = settings[i].jsonKey;
+  SharedJsonKey shared;
+  shared.first = i == 0 || std::string_view(settings[i - 1].jsonKey) != key;
+  shared.count = 0;
+  for (; i + shared.count < settings.size() &&
+         std::string_view(settings[i + shared.count].jsonKey) == key;
+       ++shared.count)
+    shared.names += (shared.count ? ", " : "") +
+                    std::string(settings[i + shared.count].name);
+  return shared;
+}
+
 std::vector<SettingEntry> settingEntries(const PlanGroup &g, bool fixedOnly) {
   std::vector<SettingEntry> entries;
   const std::vector<GroupSetting> &settings = algorithmOf(g.algorithm).settings;
@@ -183,35 +197,37 @@ std::vector<SettingEntry> settingEntries(const PlanGroup &g, bool fixedOnly) {
   return entries;
 }
 
-std::string checkSetting(const GroupSetting &s, const PlanGroup &g) {
+Status checkSetting(const GroupSetting &s, const PlanGroup &g) {
   if (s.kind == GroupSetting::Kind::Name) {
     const std::string &v = settingName(s, g);
     for (size_t i = 0; i < s.nameCount; ++i)
       if (v == s.names[i])
-        return "";
-    return "unknown value \"" + v + "\"; expected " +
-           nameList(s.names, s.nameCount);
+        return okStatus();
+    return invalidArgument("unknown value \"" + v + "\"; expected " +
+           nameList(s.names, s.nameCount));
   }
   if (s.kind != GroupSetting::Kind::Number)
-    return "";
+    return okStatus();
   const double v = settingValue(s, g);
   const std::string got = format("%g", v);
   switch (s.range) {
   case GroupSetting::Range::NonNegative:
   case GroupSetting::Range::NonNegativeBelowOne:
     if (!std::isfinite(v) || v < 0)
-      return "expected a finite number >= 0, got " + got;
+      return invalidArgument("expected a finite number >= 0, got " + got);
     if (s.range == GroupSetting::Range::NonNegativeBelowOne && v >= 1)
-      return "expected a number in [0, 1), got " + got;
-    return "";
+      return invalidArgument("expected a number in [0, 1), got " + got);
+    return okStatus();
   case GroupSetting::Range::UnitInterval:
-    return v >= 0 && v < 1 ? "" : "expected a number in [0, 1), got " + got;
+    if (v >= 0 && v < 1)
+      return okStatus();
+    return invalidArgument("expected a number in [0, 1), got " + got);
   case GroupSetting::Range::Positive:
-    return std::isfinite(v) && v > 0 ? ""
-                                     : "expected a finite number > 0, got " +
-                                           got;
+    if (std::isfinite(v) && v > 0)
+      return okStatus();
+    return invalidArgument("expected a finite number > 0, got " + got);
   }
-  return "";
+  return okStatus();
 }
 
 } // namespace muon

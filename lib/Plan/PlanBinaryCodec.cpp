@@ -390,6 +390,96 @@ bool decodeSettingsTail(In &in, PlanGroup &g) {
 }
 } // namespace
 
+namespace {
+
+/// One group of the shared section (its algorithm's settings, its
+/// Newton-Schulz configuration among `configs` with `several`), onto
+/// `groups`; false (`in` says why) when the section is not a plan's.
+bool decodeGroup(In &in, size_t configs, bool several,
+                 std::vector<PlanGroup> &groups) {
+  std::string name = in.str("bytes of name");
+  const uint8_t algorithmByte = in.u8();
+  const uint8_t code = algorithmByte & ~kSettingsTail;
+  const std::optional<AlgorithmId> algorithm = algorithmWithBinaryCode(code);
+  if (in.ok() && !algorithm)
+    return in.fail("algorithm " + num(code) +
+                   " is not one this reader "
+                   "knows (" +
+                   knownAlgorithmCodes() + ")");
+  PlanGroup g(algorithm.value_or(kMuon));
+  g.name = std::move(name);
+  if (g.algorithm == kMuon) {
+    g.setNumber("lr", in.f64());
+    g.setNumber("weight_decay", in.f64());
+    g.setNumber("momentum", in.f64());
+    uint8_t flags = in.u8();
+    if (in.ok() && (flags >> 4) != 0)
+      return in.fail("Muon flags " + num(flags) +
+                     ": bits above 3 are not defined (bit 0 nesterov, "
+                     "bits 1-2 the weight-decay mode, bit 3 NorMuon)");
+    if (in.ok() && ((flags >> 1) & 3) >= kWeightDecayModes.size())
+      return in.fail("Muon flags " + num(flags) + ": weight-decay mode " +
+                     num((flags >> 1) & 3) +
+                     " is not 0 (decoupled), 1 (cautious) or 2 (none)");
+    g.setFlag("nesterov", flags & 1);
+    g.setText("weight_decay_mode",
+              std::string(kWeightDecayModes[((flags >> 1) & 3) % 3]));
+    g.setFlag("normuon", (flags & 8) != 0);
+    g.setText("adjust_lr", in.str("bytes of adjust_lr"));
+    if (g.flag("normuon"))
+      g.setNumber("normuon_beta2", in.f64());
+  } else if (g.algorithm == kAdamW) {
+    for (const char *setting :
+         {"lr", "beta1", "beta2", "eps", "weight_decay"})
+      g.setNumber(setting, in.f64());
+  }
+  // Checked against the configurations by the validator.
+  if (g.orthogonalizes() && several)
+    g.nsConfig =
+        in.below(static_cast<int64_t>(configs), "NS configuration");
+  if ((algorithmByte & kSettingsTail) && !decodeSettingsTail(in, g))
+    return false;
+  groups.push_back(std::move(g));
+  return true;
+}
+
+/// One parameter of the shared section, in one of `plan`'s groups, onto
+/// its parameters; false (`in` says why) when it is not a plan's.
+bool decodeParam(In &in, Plan &plan) {
+  PlanParam p;
+  p.name = in.str("bytes of name");
+  p.dtype = in.str("bytes of dtype");
+  uint64_t group = in.varint();
+  if (in.ok() && group >= plan.groups.size())
+    return in.fail("group " + num(static_cast<int64_t>(group)) +
+                   " is out of range (" + num(plan.groups.size()) +
+                   " groups)");
+  p.group = static_cast<int64_t>(group);
+  if (in.ok())
+    p.algorithm = plan.groups[p.group].algorithm;
+  p.layout.shape = in.ints("dims");
+  size_t dims = in.count("split entries");
+  for (size_t d = 0; d < dims && in.ok(); ++d)
+    p.layout.splitAxes.push_back(in.ints("split axes"));
+  p.layout.partialAxes = in.ints("partial axes");
+  uint64_t onlyWord = in.varint();
+  bool heads = onlyWord & kHeadsFlag;
+  size_t only = in.counted(onlyWord & ~kHeadsFlag, "only pairs", 2);
+  for (size_t k = 0; k < only && in.ok(); ++k) {
+    int64_t axis = in.svarint();
+    p.layout.only.push_back({axis, in.svarint()});
+  }
+  if (heads) {
+    // Checked against the shape by the validator (Validate.cpp).
+    p.layout.numHeads = in.below(limits::kMaxMatrices + 1, "num_heads");
+    p.layout.headSplitDim = in.below(2, "head_split_dim");
+  }
+  plan.params.push_back(std::move(p));
+  return true;
+}
+
+} // namespace
+
 /// Decodes the shared section of a file of format `version` into `plan`
 /// (settings, mesh, params, the exchanges' phases and rounds, the
 /// schedule), sizes rounds and exchanges, and returns the whole plan's
@@ -425,49 +515,8 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices,
   plan.groups.clear();
   for (size_t i = 0; i < groups && in.ok(); ++i) {
     in.item = json::index("groups", i);
-    std::string name = in.str("bytes of name");
-    const uint8_t algorithmByte = in.u8();
-    const uint8_t code = algorithmByte & ~kSettingsTail;
-    const std::optional<AlgorithmId> algorithm = algorithmWithBinaryCode(code);
-    if (in.ok() && !algorithm)
-      return in.fail("algorithm " + num(code) +
-                     " is not one this reader "
-                     "knows (" +
-                     knownAlgorithmCodes() + ")");
-    PlanGroup g(algorithm.value_or(kMuon));
-    g.name = std::move(name);
-    if (g.algorithm == kMuon) {
-      g.setNumber("lr", in.f64());
-      g.setNumber("weight_decay", in.f64());
-      g.setNumber("momentum", in.f64());
-      uint8_t flags = in.u8();
-      if (in.ok() && (flags >> 4) != 0)
-        return in.fail("Muon flags " + num(flags) +
-                       ": bits above 3 are not defined (bit 0 nesterov, "
-                       "bits 1-2 the weight-decay mode, bit 3 NorMuon)");
-      if (in.ok() && ((flags >> 1) & 3) >= kWeightDecayModes.size())
-        return in.fail("Muon flags " + num(flags) + ": weight-decay mode " +
-                       num((flags >> 1) & 3) +
-                       " is not 0 (decoupled), 1 (cautious) or 2 (none)");
-      g.setFlag("nesterov", flags & 1);
-      g.setText("weight_decay_mode",
-                std::string(kWeightDecayModes[((flags >> 1) & 3) % 3]));
-      g.setFlag("normuon", (flags & 8) != 0);
-      g.setText("adjust_lr", in.str("bytes of adjust_lr"));
-      if (g.flag("normuon"))
-        g.setNumber("normuon_beta2", in.f64());
-    } else if (g.algorithm == kAdamW) {
-      for (const char *setting :
-           {"lr", "beta1", "beta2", "eps", "weight_decay"})
-        g.setNumber(setting, in.f64());
-    }
-    // Checked against the configurations by the validator.
-    if (g.orthogonalizes() && several)
-      g.nsConfig =
-          in.below(static_cast<int64_t>(ns.configs.size()), "NS configuration");
-    if ((algorithmByte & kSettingsTail) && !decodeSettingsTail(in, g))
+    if (!decodeGroup(in, ns.configs.size(), several, plan.groups))
       return false;
-    plan.groups.push_back(std::move(g));
   }
   in.item = "params";
   size_t params = in.count("parameters", 6);
@@ -477,35 +526,8 @@ bool decodeShared(In &in, Plan &plan, int64_t &totalMatrices,
   plan.params.reserve(params);
   for (size_t i = 0; i < params && in.ok(); ++i) {
     in.item = json::index("params", i);
-    PlanParam p;
-    p.name = in.str("bytes of name");
-    p.dtype = in.str("bytes of dtype");
-    uint64_t group = in.varint();
-    if (in.ok() && group >= plan.groups.size())
-      return in.fail("group " + num(static_cast<int64_t>(group)) +
-                     " is out of range (" + num(plan.groups.size()) +
-                     " groups)");
-    p.group = static_cast<int64_t>(group);
-    if (in.ok())
-      p.algorithm = plan.groups[p.group].algorithm;
-    p.layout.shape = in.ints("dims");
-    size_t dims = in.count("split entries");
-    for (size_t d = 0; d < dims && in.ok(); ++d)
-      p.layout.splitAxes.push_back(in.ints("split axes"));
-    p.layout.partialAxes = in.ints("partial axes");
-    uint64_t onlyWord = in.varint();
-    bool heads = onlyWord & kHeadsFlag;
-    size_t only = in.counted(onlyWord & ~kHeadsFlag, "only pairs", 2);
-    for (size_t k = 0; k < only && in.ok(); ++k) {
-      int64_t axis = in.svarint();
-      p.layout.only.push_back({axis, in.svarint()});
-    }
-    if (heads) {
-      // Checked against the shape by the validator (Validate.cpp).
-      p.layout.numHeads = in.below(limits::kMaxMatrices + 1, "num_heads");
-      p.layout.headSplitDim = in.below(2, "head_split_dim");
-    }
-    plan.params.push_back(std::move(p));
+    if (!decodeParam(in, plan))
+      return false;
   }
   if (version != kPlanBinaryVersion) {
     in.item = "qk_clip";

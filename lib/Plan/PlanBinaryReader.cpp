@@ -150,6 +150,164 @@ Status loadSlice(Source &src, int64_t rank, Plan &slice, int64_t readLimit) {
   return okStatus();
 }
 
+/// The global section: every matrix's owner, the rounds, and each
+/// exchange's sizes (checked against what the rank sections can hold).
+Status decodeGlobal(std::string_view global, const Header &h,
+                    int64_t totalMatrices, Plan &plan) {
+  In in(global, h.globalOffset, "global section");
+  in.item = "matrices";
+  if (in.varint() != static_cast<uint64_t>(totalMatrices) && in.ok())
+    in.fail("expected " + num(totalMatrices) + " owners");
+  for (PlanMatrix &m : plan.matrices)
+    decodeOwner(m, in.svarint());
+  for (size_t r = 0; r < plan.rounds.size() && in.ok(); ++r) {
+    in.item = json::index("rounds", r);
+    size_t n = in.count("matrices");
+    for (size_t i = 0; i < n && in.ok(); ++i)
+      plan.rounds[r].push_back(in.below(totalMatrices, "matrix"));
+  }
+  for (size_t e = 0; e < plan.exchanges.size() && in.ok(); ++e) {
+    in.item = json::index("exchanges", e);
+    // Each transfer has two copies of at least 4 bytes in the sections.
+    uint64_t transfers = in.varint(), reductions = in.varint();
+    uint64_t room = (h.fileSize - h.sectionsBegin()) / 8;
+    if (in.ok() && (transfers > room || reductions > room))
+      in.fail("more transfers or reductions than the rank sections can "
+              "hold");
+    if (!in.ok())
+      break; // nothing is sized by a number that failed its check
+    plan.exchanges[e].transfers.resize(transfers);
+    plan.exchanges[e].reductions.resize(reductions);
+  }
+  in.item.clear();
+  if (!in.end()) {
+    return invalidArgument(in.error);
+  }
+  return okStatus();
+}
+
+/// Rank r's section (checked against its index entry and checksum): its
+/// transfers and reductions placed into the whole plan's exchanges (from
+/// the source's copy; the destination's copy is checked by the canonical
+/// comparison; `placed` counts each item's sources), its NS batches in
+/// whole-plan indices.
+Status placeRankSection(std::string_view bytes, const Header &h,
+                        const Geometry &geo, int64_t r, Plan &plan,
+                        std::vector<std::vector<char>> &placed) {
+  const char *e = bytes.data() + h.indexOffset + r * kIndexEntrySize;
+  uint64_t offset = getU64(e), size = getU64(e + 8), sum = getU64(e + 16);
+  if (offset < h.sectionsBegin() || offset > h.fileSize ||
+      size > h.fileSize - offset) {
+    return invalidArgument("rank " + num(r) +
+                           "'s index entry: its section is not inside "
+                           "the rank sections");
+  }
+  std::string_view section = bytes.substr(offset, size);
+  if (fnv1a(section.data(), section.size()) != sum) {
+    return dataLoss("rank " + num(r) +
+                    "'s section: checksum mismatch (the file is "
+                    "damaged)");
+  }
+  Plan slice;
+  slice.worldSize = plan.worldSize;
+  slice.rounds.assign(plan.rounds.size(), {});
+  slice.exchanges.resize(plan.exchanges.size());
+  for (size_t x = 0; x < plan.exchanges.size(); ++x)
+    slice.exchanges[x].phase = plan.exchanges[x].phase;
+  std::vector<std::vector<Item>> items;
+  In in(section, offset, "rank " + num(r) + "'s section");
+  if (!decodeSection(in, geo, r, slice, &items)) {
+    return invalidArgument(in.error);
+  }
+  const std::vector<int64_t> &ids = slice.matrixIds;
+  for (size_t x = 0; x < slice.exchanges.size(); ++x) {
+    Exchange &whole = plan.exchanges[x];
+    const Exchange &part = slice.exchanges[x];
+    std::string path =
+        "rank " + num(r) + "'s section, " + json::index("exchanges", x);
+    size_t nt = part.transfers.size();
+    for (size_t i = 0; i < items[x].size(); ++i) {
+      const Item &it = items[x][i];
+      bool transfer = i < nt;
+      size_t limit =
+          transfer ? whole.transfers.size() : whole.reductions.size();
+      if (static_cast<size_t>(it.index) >= limit) {
+        return invalidArgument(
+            path + ": " + (transfer ? "transfer" : "reduction") + " index " +
+            num(it.index) + " is out of range [0, " +
+            num(static_cast<int64_t>(limit)) + ")");
+      }
+      if (it.toMe)
+        continue;
+      size_t slot = transfer ? it.index : whole.transfers.size() + it.index;
+      if (placed[x][slot]++) {
+        return invalidArgument(path + ": " +
+                               (transfer ? "transfer " : "reduction ") +
+                               num(it.index) + " has two sources");
+      }
+      if (transfer) {
+        Transfer t = part.transfers[i];
+        t.matrix = ids[t.matrix];
+        whole.transfers[it.index] = t;
+      } else {
+        whole.reductions[it.index] = part.reductions[i - nt];
+      }
+    }
+  }
+  for (NsBatch &b : slice.nsBatches[r]) {
+    for (int64_t &k : b.matrices)
+      k = ids[k];
+    plan.nsMatrices[r].insert(plan.nsMatrices[r].end(), b.matrices.begin(),
+                              b.matrices.end());
+    plan.nsBatches[r].push_back(std::move(b));
+  }
+  return okStatus();
+}
+
+/// Every transfer and reduction of the plan came from some rank's section.
+Status checkEveryItemPlaced(const Plan &plan,
+                            const std::vector<std::vector<char>> &placed) {
+  for (size_t x = 0; x < placed.size(); ++x)
+    for (size_t i = 0; i < placed[x].size(); ++i)
+      if (!placed[x][i]) {
+        size_t nt = plan.exchanges[x].transfers.size();
+        return invalidArgument(
+            json::index("exchanges", x) + ": " +
+            (i < nt ? "transfer " + num(i) : "reduction " + num(i - nt)) +
+            " is in no rank's section");
+      }
+  return okStatus();
+}
+
+/// A valid plan has one encoding: anything else (a transfer's two copies
+/// that disagree, a section listing matrices its rank has nothing to do
+/// with, rounds in another order) is a damaged or forged file.
+Status checkCanonical(std::string_view bytes, const Header &h,
+                      const Plan &plan) {
+  std::string canonical = renderPlanBinary(plan);
+  if (canonical != bytes) {
+    size_t at = std::mismatch(canonical.begin(), canonical.end(), bytes.begin(),
+                              bytes.end())
+                    .first -
+                canonical.begin();
+    std::string where = "the header";
+    if (at >= h.sectionsBegin())
+      where = "a rank's section";
+    else if (at >= h.indexOffset)
+      where = "the rank index";
+    else if (at >= h.globalOffset)
+      where = "the global section";
+    else if (at >= h.sharedOffset)
+      where = "the shared section";
+    return dataLoss(
+        "the file is not the encoding of the plan it describes: " + where +
+        " differs from it at byte " + num(static_cast<int64_t>(at)) +
+        " (two copies of a transfer disagree, or a section holds what its "
+        "rank does not need)");
+  }
+  return okStatus();
+}
+
 /// parsePlanBinary's work, into `plan`.
 Status decodePlanBinary(std::string_view bytes, Plan &plan) {
   Header h;
@@ -181,37 +339,7 @@ Status decodePlanBinary(std::string_view bytes, Plan &plan) {
   }
   // The global section: owners, rounds, each exchange's sizes.
   plan.matrices = muonMatrices(plan.params, plan.groups, plan.ns);
-  {
-    In in(global, h.globalOffset, "global section");
-    in.item = "matrices";
-    if (in.varint() != static_cast<uint64_t>(totalMatrices) && in.ok())
-      in.fail("expected " + num(totalMatrices) + " owners");
-    for (PlanMatrix &m : plan.matrices)
-      decodeOwner(m, in.svarint());
-    for (size_t r = 0; r < plan.rounds.size() && in.ok(); ++r) {
-      in.item = json::index("rounds", r);
-      size_t n = in.count("matrices");
-      for (size_t i = 0; i < n && in.ok(); ++i)
-        plan.rounds[r].push_back(in.below(totalMatrices, "matrix"));
-    }
-    for (size_t e = 0; e < plan.exchanges.size() && in.ok(); ++e) {
-      in.item = json::index("exchanges", e);
-      // Each transfer has two copies of at least 4 bytes in the sections.
-      uint64_t transfers = in.varint(), reductions = in.varint();
-      uint64_t room = (h.fileSize - h.sectionsBegin()) / 8;
-      if (in.ok() && (transfers > room || reductions > room))
-        in.fail("more transfers or reductions than the rank sections can "
-                "hold");
-      if (!in.ok())
-        break; // nothing is sized by a number that failed its check
-      plan.exchanges[e].transfers.resize(transfers);
-      plan.exchanges[e].reductions.resize(reductions);
-    }
-    in.item.clear();
-    if (!in.end()) {
-      return invalidArgument(in.error);
-    }
-  }
+  MUON_RETURN_IF_ERROR(decodeGlobal(global, h, totalMatrices, plan));
   plan.nsMatrices.assign(plan.worldSize, {});
   plan.nsBatches.assign(plan.worldSize, {});
   std::vector<std::vector<char>> placed(plan.exchanges.size());
@@ -219,115 +347,14 @@ Status decodePlanBinary(std::string_view bytes, Plan &plan) {
     placed[e].assign(plan.exchanges[e].transfers.size() +
                          plan.exchanges[e].reductions.size(),
                      0);
-  // Each rank's section, one at a time: its transfers placed (from the
-  // source's copy; the destination's copy is checked by the canonical
-  // comparison below), its NS batches in whole-plan indices.
-  for (int64_t r = 0; r < plan.worldSize; ++r) {
-    const char *e = bytes.data() + h.indexOffset + r * kIndexEntrySize;
-    uint64_t offset = getU64(e), size = getU64(e + 8), sum = getU64(e + 16);
-    if (offset < h.sectionsBegin() || offset > h.fileSize ||
-        size > h.fileSize - offset) {
-      return invalidArgument("rank " + num(r) +
-                             "'s index entry: its section is not inside "
-                             "the rank sections");
-    }
-    std::string_view section = bytes.substr(offset, size);
-    if (fnv1a(section.data(), section.size()) != sum) {
-      return dataLoss("rank " + num(r) +
-                      "'s section: checksum mismatch (the file is "
-                      "damaged)");
-    }
-    Plan slice;
-    slice.worldSize = plan.worldSize;
-    slice.rounds.assign(plan.rounds.size(), {});
-    slice.exchanges.resize(plan.exchanges.size());
-    for (size_t x = 0; x < plan.exchanges.size(); ++x)
-      slice.exchanges[x].phase = plan.exchanges[x].phase;
-    std::vector<std::vector<Item>> items;
-    In in(section, offset, "rank " + num(r) + "'s section");
-    if (!decodeSection(in, geo, r, slice, &items)) {
-      return invalidArgument(in.error);
-    }
-    const std::vector<int64_t> &ids = slice.matrixIds;
-    for (size_t x = 0; x < slice.exchanges.size(); ++x) {
-      Exchange &whole = plan.exchanges[x];
-      const Exchange &part = slice.exchanges[x];
-      std::string path =
-          "rank " + num(r) + "'s section, " + json::index("exchanges", x);
-      size_t nt = part.transfers.size();
-      for (size_t i = 0; i < items[x].size(); ++i) {
-        const Item &it = items[x][i];
-        bool transfer = i < nt;
-        size_t limit =
-            transfer ? whole.transfers.size() : whole.reductions.size();
-        if (static_cast<size_t>(it.index) >= limit) {
-          return invalidArgument(
-              path + ": " + (transfer ? "transfer" : "reduction") + " index " +
-              num(it.index) + " is out of range [0, " +
-              num(static_cast<int64_t>(limit)) + ")");
-        }
-        if (it.toMe)
-          continue;
-        size_t slot = transfer ? it.index : whole.transfers.size() + it.index;
-        if (placed[x][slot]++) {
-          return invalidArgument(path + ": " +
-                                 (transfer ? "transfer " : "reduction ") +
-                                 num(it.index) + " has two sources");
-        }
-        if (transfer) {
-          Transfer t = part.transfers[i];
-          t.matrix = ids[t.matrix];
-          whole.transfers[it.index] = t;
-        } else {
-          whole.reductions[it.index] = part.reductions[i - nt];
-        }
-      }
-    }
-    for (NsBatch &b : slice.nsBatches[r]) {
-      for (int64_t &k : b.matrices)
-        k = ids[k];
-      plan.nsMatrices[r].insert(plan.nsMatrices[r].end(), b.matrices.begin(),
-                                b.matrices.end());
-      plan.nsBatches[r].push_back(std::move(b));
-    }
-  }
-  for (size_t x = 0; x < placed.size(); ++x)
-    for (size_t i = 0; i < placed[x].size(); ++i)
-      if (!placed[x][i]) {
-        size_t nt = plan.exchanges[x].transfers.size();
-        return invalidArgument(
-            json::index("exchanges", x) + ": " +
-            (i < nt ? "transfer " + num(i) : "reduction " + num(i - nt)) +
-            " is in no rank's section");
-      }
+  // Each rank's section, one at a time.
+  for (int64_t r = 0; r < plan.worldSize; ++r)
+    MUON_RETURN_IF_ERROR(placeRankSection(bytes, h, geo, r, plan, placed));
+  MUON_RETURN_IF_ERROR(checkEveryItemPlaced(plan, placed));
   if (Status bad = validatePlan(plan); !bad.ok()) {
     return invalidArgument(json::describe(bad));
   }
-  // A valid plan has one encoding: anything else (a transfer's two copies
-  // that disagree, a section listing matrices its rank has nothing to do
-  // with, rounds in another order) is a damaged or forged file.
-  std::string canonical = renderPlanBinary(plan);
-  if (canonical != bytes) {
-    size_t at = std::mismatch(canonical.begin(), canonical.end(), bytes.begin(),
-                              bytes.end())
-                    .first -
-                canonical.begin();
-    std::string where = "the header";
-    if (at >= h.sectionsBegin())
-      where = "a rank's section";
-    else if (at >= h.indexOffset)
-      where = "the rank index";
-    else if (at >= h.globalOffset)
-      where = "the global section";
-    else if (at >= h.sharedOffset)
-      where = "the shared section";
-    return dataLoss(
-        "the file is not the encoding of the plan it describes: " + where +
-        " differs from it at byte " + num(static_cast<int64_t>(at)) +
-        " (two copies of a transfer disagree, or a section holds what its "
-        "rank does not need)");
-  }
-  return okStatus();
+  return checkCanonical(bytes, h, plan);
 }
 
 } // namespace

@@ -22,6 +22,23 @@
 namespace muon {
 using namespace planbin;
 
+namespace {
+
+/// Every matrix's round and place in it, and whether every round lists its
+/// matrices ascending with every matrix in exactly one round (what the
+/// counting sort of a rank's matrices needs).
+struct RoundPlaces {
+  std::vector<int64_t> roundOf, posInRound;
+  bool ascending = true;
+};
+
+/// Each rank's reductions, by exchange, in order: (index in the exchange,
+/// whether the rank receives it). Reductions are few.
+using RankReductions =
+    std::vector<std::vector<std::vector<std::pair<int64_t, bool>>>>;
+
+} // namespace
+
 /// The writer's state: each rank's matrices, and per rank and exchange its
 /// encoded transfers so far (sections are exchange-major, transfers come in
 /// matrix order, so each (rank, exchange) keeps its own bytes until finish).
@@ -52,6 +69,14 @@ struct PlanBinaryWriter::State {
       v.resize(exchange + 1);
     return v[exchange];
   }
+
+  // encode()'s phases (below).
+  /// The ranks' sections' bytes, about: what encode reserves in memory.
+  uint64_t sectionBytesEstimate(const Plan &plan) const;
+  /// Rank r's section into `buffer`: its matrices, its NS batches, and per
+  /// exchange its transfers (moved out of the state) and reductions.
+  void encodeRank(const Plan &plan, int64_t r, const RoundPlaces &places,
+                  const RankReductions &reductions, std::string &buffer);
 };
 
 /// Where encode() puts the file: all of it in `buffer` (no descriptor), or
@@ -227,54 +252,50 @@ std::vector<RankFigures> PlanBinaryWriter::figures(const Plan &plan) const {
   return s->traffic.figures(plan);
 }
 
-bool PlanBinaryWriter::encode(const Plan &plan, FileOutput &out) {
-  State &st = *s;
-  int64_t world = plan.worldSize;
-  // `plan` is the finished plan, not necessarily the object begin() saw
-  // (buildPlan returns a copy); what the writer kept must fit it.
-  if (st.failed || static_cast<int64_t>(st.ranks.size()) != world)
-    return false;
-  std::vector<int64_t> counts(plan.exchanges.size(), 0);
-  for (size_t e = 0; e < plan.exchanges.size() && e < st.counts.size(); ++e)
-    counts[e] = st.counts[e];
-  if (st.counts.size() > plan.exchanges.size())
-    return false;
-  std::string shared = encodeShared(plan, plan.matrices.size());
+namespace {
+
+/// The global section: every matrix's owner, the rounds, and per exchange
+/// its transfer and reduction counts (`counts`: the transfers).
+std::string encodeGlobal(const Plan &plan, const std::vector<int64_t> &counts) {
   std::string global;
-  {
-    Out o(global);
-    o.varint(plan.matrices.size());
-    for (const PlanMatrix &m : plan.matrices)
-      o.svarint(encodedOwner(m));
-    for (const auto &round : plan.rounds) {
-      o.varint(round.size());
-      for (int64_t k : round)
-        o.varint(k);
-    }
-    for (size_t e = 0; e < plan.exchanges.size(); ++e) {
-      o.varint(counts[e]);
-      o.varint(plan.exchanges[e].reductions.size());
-    }
+  Out o(global);
+  o.varint(plan.matrices.size());
+  for (const PlanMatrix &m : plan.matrices)
+    o.svarint(encodedOwner(m));
+  for (const auto &round : plan.rounds) {
+    o.varint(round.size());
+    for (int64_t k : round)
+      o.varint(k);
   }
-  std::vector<int64_t> roundOf(plan.matrices.size(), 0),
-      posInRound(plan.matrices.size(), 0);
+  for (size_t e = 0; e < plan.exchanges.size(); ++e) {
+    o.varint(counts[e]);
+    o.varint(plan.exchanges[e].reductions.size());
+  }
+  return global;
+}
+
+RoundPlaces roundPlaces(const Plan &plan) {
+  RoundPlaces places;
+  places.roundOf.assign(plan.matrices.size(), 0);
+  places.posInRound.assign(plan.matrices.size(), 0);
   size_t inRounds = 0;
-  bool roundsAscending = true;
   for (size_t r = 0; r < plan.rounds.size(); ++r) {
     inRounds += plan.rounds[r].size();
-    roundsAscending = roundsAscending && std::is_sorted(plan.rounds[r].begin(),
-                                                        plan.rounds[r].end());
+    places.ascending = places.ascending &&
+                       std::is_sorted(plan.rounds[r].begin(),
+                                      plan.rounds[r].end());
     for (size_t i = 0; i < plan.rounds[r].size(); ++i) {
-      roundOf[plan.rounds[r][i]] = static_cast<int64_t>(r);
-      posInRound[plan.rounds[r][i]] = static_cast<int64_t>(i);
+      places.roundOf[plan.rounds[r][i]] = static_cast<int64_t>(r);
+      places.posInRound[plan.rounds[r][i]] = static_cast<int64_t>(i);
     }
   }
-  // The counting sort below needs every matrix in exactly one round.
-  roundsAscending = roundsAscending && !plan.rounds.empty() &&
-                    inRounds == plan.matrices.size();
-  // Reductions are few: each rank's, by exchange, in order.
-  std::vector<std::vector<std::vector<std::pair<int64_t, bool>>>> reductions(
-      world);
+  places.ascending = places.ascending && !plan.rounds.empty() &&
+                     inRounds == plan.matrices.size();
+  return places;
+}
+
+RankReductions reductionsByRank(const Plan &plan) {
+  RankReductions reductions(plan.worldSize);
   for (size_t e = 0; e < plan.exchanges.size(); ++e)
     for (size_t i = 0; i < plan.exchanges[e].reductions.size(); ++i) {
       const Reduction &red = plan.exchanges[e].reductions[i];
@@ -285,124 +306,104 @@ bool PlanBinaryWriter::encode(const Plan &plan, FileOutput &out) {
         list[e].push_back({static_cast<int64_t>(i), side == 1});
       }
     }
+  return reductions;
+}
 
-  // Room for the header, the shared and global sections and the index
-  // (complete only at the end), then each rank's section as it is made
-  // (each rank's transfer bytes freed as they are copied).
-  uint64_t sectionsBegin =
-      kHeaderSize + shared.size() + global.size() + world * kIndexEntrySize;
-  if (out.inMemory()) {
-    // Sized up front (the transfers' bytes, and a generous allowance for
-    // the rest of each section): growing a 280 MB string by doubling would
-    // touch twice that.
-    uint64_t estimate = sectionsBegin;
-    for (int64_t r = 0; r < world; ++r) {
-      estimate += 64 + 16 * st.ranks[r].local.size() +
-                  8 * plan.nsMatrices[r].size() + 8 * plan.exchanges.size();
-      for (const State::RankExchange &re : st.ranks[r].items)
-        estimate += re.bytes.size();
-    }
-    for (const Exchange &ex : plan.exchanges)
-      estimate += 2 * 16 * ex.reductions.size();
-    out.buffer.reserve(estimate);
+/// A rank's matrices (`ids`, ascending), each with its owner, then its
+/// local indices by (round, place in the round). Where every round lists
+/// its matrices ascending, as `ids` does (compiled plans), a stable counting
+/// sort by round gives that order: a comparison sort per rank was a tenth of
+/// finish() at 16,384 ranks.
+void writeRankMatrices(Out &o, const Plan &plan,
+                       const std::vector<int32_t> &ids,
+                       const RoundPlaces &places) {
+  o.varint(ids.size());
+  int64_t prev = -1;
+  for (int64_t k : ids) {
+    o.varint(k - prev - 1);
+    prev = k;
+    o.svarint(encodedOwner(plan.matrices[k]));
   }
-  out.buffer.append(sectionsBegin, '\0');
-  std::vector<std::array<uint64_t, 3>> index(world);
-  for (int64_t r = 0; r < world; ++r) {
-    uint64_t begin = out.position();
-    size_t first = out.buffer.size();
-    Out o(out.buffer);
-    const std::vector<int32_t> &ids = st.ranks[r].local;
-    o.varint(ids.size());
-    int64_t prev = -1;
-    for (int64_t k : ids) {
-      o.varint(k - prev - 1);
-      prev = k;
-      o.svarint(encodedOwner(plan.matrices[k]));
-    }
-    // Local indices by (round, place in the round). Where every round
-    // lists its matrices ascending, as `ids` does (compiled plans), a stable
-    // counting sort by round gives that order: a comparison sort per rank
-    // was a tenth of finish() at 16,384 ranks.
-    std::vector<int64_t> order(ids.size());
-    if (roundsAscending) {
-      std::vector<size_t> start(plan.rounds.size() + 1, 0);
-      for (int64_t k : ids)
-        ++start[roundOf[k] + 1];
-      for (size_t round = 0; round < plan.rounds.size(); ++round)
-        start[round + 1] += start[round];
-      for (size_t i = 0; i < ids.size(); ++i)
-        order[start[roundOf[ids[i]]]++] = static_cast<int64_t>(i);
-    } else {
-      for (size_t i = 0; i < ids.size(); ++i)
-        order[i] = static_cast<int64_t>(i);
-      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-        return std::pair(roundOf[ids[a]], posInRound[ids[a]]) <
-               std::pair(roundOf[ids[b]], posInRound[ids[b]]);
-      });
-    }
-    size_t at = 0;
-    for (size_t round = 0; round < plan.rounds.size(); ++round) {
-      size_t end = at;
-      while (end < order.size() &&
-             roundOf[ids[order[end]]] == static_cast<int64_t>(round))
-        ++end;
-      o.varint(end - at);
-      for (; at < end; ++at)
-        o.varint(order[at]);
-    }
-    auto local = [&](int64_t k) {
-      return std::lower_bound(ids.begin(), ids.end(), k) - ids.begin();
-    };
-    o.varint(plan.nsBatches[r].size());
-    for (const NsBatch &b : plan.nsBatches[r]) {
-      o.svarint(b.round);
-      o.svarint(b.rows);
-      o.svarint(b.cols);
-      if (severalNsConfigs(plan))
-        o.varint(b.config);
-      o.varint(b.matrices.size());
-      for (int64_t k : b.matrices)
-        o.varint(local(k));
-    }
-    std::vector<State::RankExchange> &mine = st.ranks[r].items;
-    for (size_t e = 0; e < plan.exchanges.size(); ++e) {
-      if (e < mine.size()) {
-        o.varint(mine[e].count);
-        out.buffer += mine[e].bytes;
-        std::string().swap(mine[e].bytes);
-      } else {
-        o.varint(0);
-      }
-      const std::vector<std::pair<int64_t, bool>> none;
-      const auto &reds = e < reductions[r].size() ? reductions[r][e] : none;
-      o.varint(reds.size());
-      int64_t last = -1;
-      for (auto [i, toMe] : reds) {
-        const Reduction &red = plan.exchanges[e].reductions[i];
-        o.varint(i - last - 1);
-        last = i;
-        o.u8(toMe ? kToMe : 0);
-        o.varint(toMe ? red.src : red.dst);
-        o.varint(red.param);
-        o.svarint(red.summand);
-        o.svarint(red.elements);
-      }
-    }
-    std::vector<State::RankExchange>().swap(mine);
-    index[r] = {begin, out.position() - begin,
-                fnv1a(out.buffer.data() + first, out.buffer.size() - first)};
-    if (!out.spill())
-      return false;
+  const std::vector<int64_t> &roundOf = places.roundOf;
+  std::vector<int64_t> order(ids.size());
+  if (places.ascending) {
+    std::vector<size_t> start(plan.rounds.size() + 1, 0);
+    for (int64_t k : ids)
+      ++start[roundOf[k] + 1];
+    for (size_t round = 0; round < plan.rounds.size(); ++round)
+      start[round + 1] += start[round];
+    for (size_t i = 0; i < ids.size(); ++i)
+      order[start[roundOf[ids[i]]]++] = static_cast<int64_t>(i);
+  } else {
+    for (size_t i = 0; i < ids.size(); ++i)
+      order[i] = static_cast<int64_t>(i);
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return std::pair(roundOf[ids[a]], places.posInRound[ids[a]]) <
+             std::pair(roundOf[ids[b]], places.posInRound[ids[b]]);
+    });
   }
+  size_t at = 0;
+  for (size_t round = 0; round < plan.rounds.size(); ++round) {
+    size_t end = at;
+    while (end < order.size() &&
+           roundOf[ids[order[end]]] == static_cast<int64_t>(round))
+      ++end;
+    o.varint(end - at);
+    for (; at < end; ++at)
+      o.varint(order[at]);
+  }
+}
 
+/// Rank r's NS batches, their matrices by local index.
+void writeRankBatches(Out &o, const Plan &plan, int64_t r,
+                      const std::vector<int32_t> &ids) {
+  auto local = [&](int64_t k) {
+    return std::lower_bound(ids.begin(), ids.end(), k) - ids.begin();
+  };
+  o.varint(plan.nsBatches[r].size());
+  for (const NsBatch &b : plan.nsBatches[r]) {
+    o.svarint(b.round);
+    o.svarint(b.rows);
+    o.svarint(b.cols);
+    if (severalNsConfigs(plan))
+      o.varint(b.config);
+    o.varint(b.matrices.size());
+    for (int64_t k : b.matrices)
+      o.varint(local(k));
+  }
+}
+
+/// The reductions a rank takes part in of exchange `e` (`reds`).
+void writeRankReductions(Out &o, const Plan &plan, size_t e,
+                         const std::vector<std::pair<int64_t, bool>> &reds) {
+  o.varint(reds.size());
+  int64_t last = -1;
+  for (auto [i, toMe] : reds) {
+    const Reduction &red = plan.exchanges[e].reductions[i];
+    o.varint(i - last - 1);
+    last = i;
+    o.u8(toMe ? kToMe : 0);
+    o.varint(toMe ? red.src : red.dst);
+    o.varint(red.param);
+    o.svarint(red.summand);
+    o.svarint(red.elements);
+  }
+}
+
+/// The file's prefix: the header, the shared and global sections and the
+/// index of the ranks' sections (offset, size, checksum), for a file of
+/// `fileBytes`.
+std::string
+encodePrefix(const Plan &plan, uint64_t fileBytes, const std::string &shared,
+             const std::string &global,
+             const std::vector<std::array<uint64_t, 3>> &index) {
   std::string head;
   head.append(kPlanBinaryMagic);
   Out o(head);
   o.u32(planBinaryVersion(plan));
   o.u32(kHeaderSize);
-  o.u64(world);
-  o.u64(out.position());
+  o.u64(plan.worldSize);
+  o.u64(fileBytes);
   o.u64(kHeaderSize);
   o.u64(shared.size());
   o.u64(kHeaderSize + shared.size());
@@ -421,7 +422,89 @@ bool PlanBinaryWriter::encode(const Plan &plan, FileOutput &out) {
     putU64(prefix, at + 8, size);
     putU64(prefix, at + 16, sum);
   }
-  return out.finish(prefix);
+  return prefix;
+}
+
+} // namespace
+
+uint64_t PlanBinaryWriter::State::sectionBytesEstimate(const Plan &plan) const {
+  // The transfers' bytes, and a generous allowance for the rest of each
+  // section.
+  uint64_t estimate = 0;
+  for (int64_t r = 0; r < plan.worldSize; ++r) {
+    estimate += 64 + 16 * ranks[r].local.size() +
+                8 * plan.nsMatrices[r].size() + 8 * plan.exchanges.size();
+    for (const RankExchange &re : ranks[r].items)
+      estimate += re.bytes.size();
+  }
+  for (const Exchange &ex : plan.exchanges)
+    estimate += 2 * 16 * ex.reductions.size();
+  return estimate;
+}
+
+void PlanBinaryWriter::State::encodeRank(const Plan &plan, int64_t r,
+                                         const RoundPlaces &places,
+                                         const RankReductions &reductions,
+                                         std::string &buffer) {
+  Out o(buffer);
+  const std::vector<int32_t> &ids = ranks[r].local;
+  writeRankMatrices(o, plan, ids, places);
+  writeRankBatches(o, plan, r, ids);
+  // Each exchange's transfers (each rank's bytes freed as they are
+  // copied), then its reductions.
+  std::vector<RankExchange> &mine = ranks[r].items;
+  const std::vector<std::pair<int64_t, bool>> none;
+  for (size_t e = 0; e < plan.exchanges.size(); ++e) {
+    if (e < mine.size()) {
+      o.varint(mine[e].count);
+      buffer += mine[e].bytes;
+      std::string().swap(mine[e].bytes);
+    } else {
+      o.varint(0);
+    }
+    writeRankReductions(o, plan, e,
+                        e < reductions[r].size() ? reductions[r][e] : none);
+  }
+  std::vector<RankExchange>().swap(mine);
+}
+
+bool PlanBinaryWriter::encode(const Plan &plan, FileOutput &out) {
+  State &st = *s;
+  int64_t world = plan.worldSize;
+  // `plan` is the finished plan, not necessarily the object begin() saw
+  // (buildPlan returns a copy); what the writer kept must fit it.
+  if (st.failed || static_cast<int64_t>(st.ranks.size()) != world)
+    return false;
+  std::vector<int64_t> counts(plan.exchanges.size(), 0);
+  for (size_t e = 0; e < plan.exchanges.size() && e < st.counts.size(); ++e)
+    counts[e] = st.counts[e];
+  if (st.counts.size() > plan.exchanges.size())
+    return false;
+  const std::string shared = encodeShared(plan, plan.matrices.size());
+  const std::string global = encodeGlobal(plan, counts);
+  const RoundPlaces places = roundPlaces(plan);
+  const RankReductions reductions = reductionsByRank(plan);
+
+  // Room for the header, the shared and global sections and the index
+  // (complete only at the end), then each rank's section as it is made.
+  uint64_t sectionsBegin =
+      kHeaderSize + shared.size() + global.size() + world * kIndexEntrySize;
+  // Sized up front in memory: growing a 280 MB string by doubling would
+  // touch twice that.
+  if (out.inMemory())
+    out.buffer.reserve(sectionsBegin + st.sectionBytesEstimate(plan));
+  out.buffer.append(sectionsBegin, '\0');
+  std::vector<std::array<uint64_t, 3>> index(world);
+  for (int64_t r = 0; r < world; ++r) {
+    uint64_t begin = out.position();
+    size_t first = out.buffer.size();
+    st.encodeRank(plan, r, places, reductions, out.buffer);
+    index[r] = {begin, out.position() - begin,
+                fnv1a(out.buffer.data() + first, out.buffer.size() - first)};
+    if (!out.spill())
+      return false;
+  }
+  return out.finish(encodePrefix(plan, out.position(), shared, global, index));
 }
 
 std::string PlanBinaryWriter::finish(const Plan &plan) {

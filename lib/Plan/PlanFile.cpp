@@ -15,11 +15,16 @@
 
 namespace muon {
 
-std::string renderPlan(const Plan &plan, bool withGroupSettings) {
-  // Streamed: a large plan (a million transfers) never exists as a tree.
-  std::string text;
-  json::Writer j(text);
-  j.beginObject();
+namespace {
+
+/// Whether the plan has several Newton-Schulz configurations: one is
+/// written flat, as before configurations existed, so such plans keep their
+/// bytes; several go in "configs", which the groups and the NS batches
+/// index.
+bool severalConfigs(const Plan &plan) { return plan.ns.configs.size() > 1; }
+
+/// The plan's settings and its mesh.
+void writeHead(json::Writer &j, const Plan &plan) {
   j.member("format", "muon-plan/1");
   j.member("world_size", plan.worldSize);
   j.member("wire_dtype", plan.wireDtype);
@@ -35,10 +40,10 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
   j.key("devices");
   j.integers(plan.mesh.devices);
   j.endObject();
-  // One configuration is written flat, as before configurations existed,
-  // so such plans keep their bytes; several go in "configs", which the
-  // groups and the NS batches index.
-  const bool severalConfigs = plan.ns.configs.size() > 1;
+}
+
+/// The Newton-Schulz configurations and the one precision.
+void writeNewtonSchulz(json::Writer &j, const Plan &plan) {
   auto writeConfig = [&](const NewtonSchulzConfig &c) {
     j.member("ns_steps", c.nsSteps);
     j.key("ns_coefficients");
@@ -54,7 +59,7 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
   };
   j.key("newton_schulz");
   j.beginObject();
-  if (severalConfigs) {
+  if (severalConfigs(plan)) {
     j.key("configs");
     j.beginArray();
     for (const NewtonSchulzConfig &c : plan.ns.configs) {
@@ -68,6 +73,11 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
   }
   j.member("ns_dtype", plan.ns.nsDtype);
   j.endObject();
+}
+
+/// The groups, each with its settings; without `withGroupSettings`
+/// (planHash: ranks must agree on the plan proper) only the fixed ones.
+void writeGroups(json::Writer &j, const Plan &plan, bool withGroupSettings) {
   j.key("groups");
   j.beginArray();
   for (const PlanGroup &g : plan.groups) {
@@ -75,7 +85,7 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     j.member("name", g.name);
     j.member("algorithm", algorithmName(g.algorithm));
     // Fixed by the plan: in the hashed text too.
-    if (g.orthogonalizes() && severalConfigs)
+    if (g.orthogonalizes() && severalConfigs(plan))
       j.member("ns_config", g.nsConfig);
     // Every setting of the group's algorithm (GroupSettings.h) that files
     // hold; without group settings (planHash: ranks must agree on the plan
@@ -99,6 +109,10 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     j.endObject();
   }
   j.endArray();
+}
+
+/// The parameters and their layouts.
+void writeParams(json::Writer &j, const Plan &plan) {
   j.key("params");
   j.beginArray();
   for (const PlanParam &p : plan.params) {
@@ -129,6 +143,9 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     j.endObject();
   }
   j.endArray();
+}
+
+void writeQkClip(json::Writer &j, const Plan &plan) {
   // Only with layers: plans without QK-clip stay byte-identical. The
   // threshold is part of it (ranks agree on it at start-up).
   if (!plan.qkClip.empty()) {
@@ -146,6 +163,9 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     }
     j.endArray();
   }
+}
+
+void writeMatrices(json::Writer &j, const Plan &plan) {
   j.key("matrices");
   j.beginArray();
   for (const PlanMatrix &m : plan.matrices) {
@@ -162,6 +182,10 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     j.endObject();
   }
   j.endArray();
+}
+
+/// The rounds and each exchange's transfers and reductions.
+void writeExchanges(json::Writer &j, const Plan &plan) {
   j.key("rounds");
   j.beginArray();
   for (const auto &r : plan.rounds)
@@ -187,6 +211,9 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     j.endObject();
   }
   j.endArray();
+}
+
+void writeSchedule(json::Writer &j, const Plan &plan) {
   j.key("schedule");
   j.beginArray();
   for (const ScheduleStep &s : plan.schedule) {
@@ -196,6 +223,10 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     j.endArray();
   }
   j.endArray();
+}
+
+/// Each rank's NS batches and its counts and offsets of every exchange.
+void writeRanks(json::Writer &j, const Plan &plan) {
   std::vector<std::vector<RankExchangeView>> views;
   for (const Exchange &ex : plan.exchanges)
     views.push_back(rankExchangeViews(ex, plan.worldSize));
@@ -210,7 +241,7 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
       for (const NsBatch &b : plan.nsBatches[r]) {
         j.beginObject();
         j.member("round", b.round);
-        if (severalConfigs)
+        if (severalConfigs(plan))
           j.member("config", b.config);
         j.member("rows", b.rows);
         j.member("cols", b.cols);
@@ -239,6 +270,24 @@ std::string renderPlan(const Plan &plan, bool withGroupSettings) {
     j.endObject();
   }
   j.endArray();
+}
+
+} // namespace
+
+std::string renderPlan(const Plan &plan, bool withGroupSettings) {
+  // Streamed: a large plan (a million transfers) never exists as a tree.
+  std::string text;
+  json::Writer j(text);
+  j.beginObject();
+  writeHead(j, plan);
+  writeNewtonSchulz(j, plan);
+  writeGroups(j, plan, withGroupSettings);
+  writeParams(j, plan);
+  writeQkClip(j, plan);
+  writeMatrices(j, plan);
+  writeExchanges(j, plan);
+  writeSchedule(j, plan);
+  writeRanks(j, plan);
   j.endObject();
   text += "\n";
   return text;
@@ -261,6 +310,20 @@ public:
   const Status &error() const { return rd.error(); }
 
 private:
+  // The phases of read, in the file's order; each false (or the reader
+  // failed) at the first problem.
+  bool readHead(const Value &root, Plan &plan);
+  bool readGroups(const Value &root, Plan &plan);
+  /// The Newton-Schulz configurations: one flat, or several in "configs".
+  void readNewtonSchulz(const Value &o, const std::string &p, Plan &plan);
+  void readConfig(const Value &o, const std::string &p, Plan &plan);
+  void readParams(const Value &root, Plan &plan);
+  void readMatrices(const Value &root, Plan &plan);
+  void readExchanges(const Value &root, Plan &plan);
+  bool readSchedule(const Value &root, Plan &plan);
+  bool readRanks(const Value &root, Plan &plan,
+                 std::vector<SliceTable> &tables);
+
   const Value *get(const Value &o, std::string_view k) {
     return json::Reader::get(o, k);
   }
@@ -321,17 +384,13 @@ private:
         return;
       }
       if (std::string_view(s.jsonKey) != s.name) {
-        if (i > 0 && std::string_view(settings[i - 1].jsonKey) == s.jsonKey)
+        const SharedJsonKey shared = sharedJsonKey(settings, i);
+        if (!shared.first)
           continue; // read with the first of its key
-        size_t n = 0;
-        std::string names;
-        for (; i + n < settings.size() &&
-               std::string_view(settings[i + n].jsonKey) == s.jsonKey;
-             ++n)
-          names += (n ? ", " : "") + std::string(settings[i + n].name);
+        const size_t n = shared.count;
         const Value *a = rd.array(v, path);
         if (a && a->size() != n)
-          rd.fail(path, "expected [" + names + "]");
+          rd.fail(path, "expected [" + shared.names + "]");
         for (size_t k = 0; a && k < n && rd.ok(); ++k)
           setSettingValue(settings[i + k], g,
                           rd.number(&(*a)[k], index(path, k)).value_or(0));
@@ -390,10 +449,21 @@ bool PlanReader::read(const Value &root, Plan &plan,
                      "newton_schulz", "groups", "params", "qk_clip",
                      "matrices", "rounds", "exchanges", "schedule", "ranks"}))
     return false;
+  plan = Plan();
+  if (!readHead(root, plan) || !readGroups(root, plan))
+    return false;
+  readParams(root, plan);
+  readMatrices(root, plan);
+  readExchanges(root, plan);
+  if (!readSchedule(root, plan))
+    return false;
+  return readRanks(root, plan, tables);
+}
+
+bool PlanReader::readHead(const Value &root, Plan &plan) {
   std::optional<std::string> format = rd.string(get(root, "format"), "format");
   if (format && *format != "muon-plan/1")
     rd.fail("format", "expected \"muon-plan/1\", got \"" + *format + "\"");
-  plan = Plan();
   plan.worldSize = rd.limited(get(root, "world_size"), "world_size", 1,
                               limits::kMaxWorldSize, "ranks")
                        .value_or(1);
@@ -414,6 +484,57 @@ bool PlanReader::read(const Value &root, Plan &plan,
     plan.mesh.shape = ints(get(*mesh, "shape"), "mesh.shape", 1);
     plan.mesh.devices = ints(get(*mesh, "devices"), "mesh.devices", 0);
   }
+  return true;
+}
+
+void PlanReader::readConfig(const Value &o, const std::string &p,
+                            Plan &plan) {
+  NewtonSchulzConfig c;
+  c.nsSteps = integer(o, p, "ns_steps", 1);
+  c.eps = number(o, p, "eps");
+  const Value *rowsV =
+      rd.array(get(o, "ns_coefficients"), key(p, "ns_coefficients"));
+  for (size_t i = 0; rowsV && i < rowsV->size() && rd.ok(); ++i) {
+    std::string path = index(key(p, "ns_coefficients"), i);
+    const Value *row = rd.array(&(*rowsV)[i], path);
+    if (row && row->size() != 3)
+      rd.fail(path, "expected [a, b, c]");
+    if (!rd.ok())
+      break;
+    std::array<double, 3> abc{};
+    for (size_t j = 0; j < 3; ++j)
+      abc[j] = rd.number(&(*row)[j], index(path, j)).value_or(0);
+    c.coefficients.push_back(abc);
+  }
+  plan.ns.configs.push_back(std::move(c));
+}
+
+void PlanReader::readNewtonSchulz(const Value &o, const std::string &p,
+                                  Plan &plan) {
+  plan.ns.configs.clear();
+  // Absent in plans written before ns_dtype existed: the device chooses.
+  plan.ns.nsDtype = rd.oneOf(get(o, "ns_dtype"), key(p, "ns_dtype"),
+                             {"auto", "f32", "bf16"})
+                        .value_or("auto");
+  // One configuration flat, or several in "configs" (never both).
+  if (!get(o, "configs")) {
+    readConfig(o, p, plan);
+    return;
+  }
+  for (std::string_view flat : {"ns_steps", "ns_coefficients", "eps"})
+    if (get(o, flat))
+      rd.fail(key(p, flat), "not allowed with \"configs\" (each "
+                            "configuration holds its own)");
+  if (rd.ok())
+    objects(o, p, "configs", {"ns_steps", "ns_coefficients", "eps"},
+            [&](const Value &c, const std::string &path) {
+              readConfig(c, path, plan);
+            });
+  if (rd.ok() && plan.ns.configs.empty())
+    rd.fail(key(p, "configs"), "expected at least one configuration");
+}
+
+bool PlanReader::readGroups(const Value &root, Plan &plan) {
   // Plans written before parameter groups have "optimizer" (the Newton-Schulz
   // settings and the "muon" group) and "adamw"; newer ones
   // "newton_schulz" and "groups".
@@ -426,54 +547,13 @@ bool PlanReader::read(const Value &root, Plan &plan,
   if (!rd.ok())
     return false;
   plan.groups = legacy ? defaultGroups() : std::vector<PlanGroup>();
-  auto readConfig = [&](const Value &o, const std::string &p) {
-    NewtonSchulzConfig c;
-    c.nsSteps = integer(o, p, "ns_steps", 1);
-    c.eps = number(o, p, "eps");
-    const Value *rowsV =
-        rd.array(get(o, "ns_coefficients"), key(p, "ns_coefficients"));
-    for (size_t i = 0; rowsV && i < rowsV->size() && rd.ok(); ++i) {
-      std::string path = index(key(p, "ns_coefficients"), i);
-      const Value *row = rd.array(&(*rowsV)[i], path);
-      if (row && row->size() != 3)
-        rd.fail(path, "expected [a, b, c]");
-      if (!rd.ok())
-        break;
-      std::array<double, 3> abc{};
-      for (size_t j = 0; j < 3; ++j)
-        abc[j] = rd.number(&(*row)[j], index(path, j)).value_or(0);
-      c.coefficients.push_back(abc);
-    }
-    plan.ns.configs.push_back(std::move(c));
-  };
-  // One configuration flat, or several in "configs" (never both).
-  auto readNewtonSchulz = [&](const Value &o, const std::string &p) {
-    plan.ns.configs.clear();
-    // Absent in plans written before ns_dtype existed: the device chooses.
-    plan.ns.nsDtype = rd.oneOf(get(o, "ns_dtype"), key(p, "ns_dtype"),
-                               {"auto", "f32", "bf16"})
-                          .value_or("auto");
-    if (!get(o, "configs")) {
-      readConfig(o, p);
-      return;
-    }
-    for (std::string_view flat : {"ns_steps", "ns_coefficients", "eps"})
-      if (get(o, flat))
-        rd.fail(key(p, flat), "not allowed with \"configs\" (each "
-                              "configuration holds its own)");
-    if (rd.ok())
-      objects(o, p, "configs", {"ns_steps", "ns_coefficients", "eps"},
-              readConfig);
-    if (rd.ok() && plan.ns.configs.empty())
-      rd.fail(key(p, "configs"), "expected at least one configuration");
-  };
   if (legacy) {
     if (const Value *o =
             object(root, "", "optimizer",
                    {"lr", "weight_decay", "momentum", "nesterov", "ns_steps",
                     "ns_coefficients", "eps", "adjust_lr", "ns_dtype",
                     "weight_decay_mode", "normuon", "normuon_beta2"})) {
-      readNewtonSchulz(*o, "optimizer");
+      readNewtonSchulz(*o, "optimizer", plan);
       readSettings(*o, "optimizer", plan.groups[0]);
     }
     if (const Value *o =
@@ -483,7 +563,7 @@ bool PlanReader::read(const Value &root, Plan &plan,
     if (const Value *o = object(
             root, "", "newton_schulz",
             {"ns_steps", "ns_coefficients", "eps", "ns_dtype", "configs"}))
-      readNewtonSchulz(*o, "newton_schulz");
+      readNewtonSchulz(*o, "newton_schulz", plan);
     // A group's keys: its name, its algorithm and the settings' JSON keys
     // (GroupSettings.h) of every algorithm, in registry order.
     std::vector<std::string_view> groupKeys = {"name", "algorithm",
@@ -535,7 +615,10 @@ bool PlanReader::read(const Value &root, Plan &plan,
   }
   if (!rd.ok())
     return false;
+  return true;
+}
 
+void PlanReader::readParams(const Value &root, Plan &plan) {
   objects(root, "", "params",
           {"name", "shape", "dtype", "group", "split", "partial", "only",
            "num_heads", "head_split_dim"},
@@ -588,6 +671,9 @@ bool PlanReader::read(const Value &root, Plan &plan,
               l.threshold = number(o, path, "threshold");
               plan.qkClip.push_back(std::move(l));
             });
+}
+
+void PlanReader::readMatrices(const Value &root, Plan &plan) {
   int64_t numParams = plan.params.size();
   objects(root, "", "matrices",
           {"param", "slice", "rows", "cols", "owner", "redundant",
@@ -608,6 +694,9 @@ bool PlanReader::read(const Value &root, Plan &plan,
             m.nsFlops = integer(o, path, "ns_flops", 0);
             plan.matrices.push_back(std::move(m));
           });
+}
+
+void PlanReader::readExchanges(const Value &root, Plan &plan) {
   plan.rounds = rows(get(root, "rounds"), "rounds", 0, "", 0);
   objects(
       root, "", "exchanges", {"phase", "round", "transfers", "reductions"},
@@ -640,6 +729,9 @@ bool PlanReader::read(const Value &root, Plan &plan,
         }
         plan.exchanges.push_back(std::move(ex));
       });
+}
+
+bool PlanReader::readSchedule(const Value &root, Plan &plan) {
   if (const Value *steps = rd.array(get(root, "schedule"), "schedule"))
     for (size_t i = 0; i < steps->size() && rd.ok(); ++i) {
       std::string path = index("schedule", i);
@@ -662,7 +754,11 @@ bool PlanReader::read(const Value &root, Plan &plan,
     }
   if (!rd.ok())
     return false;
+  return true;
+}
 
+bool PlanReader::readRanks(const Value &root, Plan &plan,
+                           std::vector<SliceTable> &tables) {
   const Value *ranks = rd.array(get(root, "ranks"), "ranks");
   if (ranks && static_cast<int64_t>(ranks->size()) != plan.worldSize)
     return rd.fail("ranks", "expected one entry per rank (" +

@@ -5,7 +5,7 @@
 
 namespace muon {
 
-std::string verifySchedule(const Plan &plan) {
+Status verifySchedule(const Plan &plan) {
   int64_t exchanges = plan.exchanges.size();
   int64_t rounds = plan.rounds.size();
   std::vector<int> started(exchanges, 0), finished(exchanges, 0);
@@ -34,9 +34,9 @@ std::string verifySchedule(const Plan &plan) {
   if (exchanges > 2 * rounds + 1 ||
       (reduceExchange >= 0 &&
        plan.exchanges[reduceExchange].phase != Exchange::Phase::Reduce))
-    return "expected 2 exchanges per round and at most one reduce, found " +
+    return invalidArgument("expected 2 exchanges per round and at most one reduce, found " +
            std::to_string(exchanges) + " exchanges for " +
-           std::to_string(rounds) + " rounds";
+           std::to_string(rounds) + " rounds");
   for (int64_t e = 0; e < exchanges; ++e) {
     const Exchange &ex = plan.exchanges[e];
     if (e == reduceExchange)
@@ -44,13 +44,13 @@ std::string verifySchedule(const Plan &plan) {
     bool gather = ex.phase == Exchange::Phase::Gather;
     if (ex.phase == Exchange::Phase::Reduce || ex.round != e / 2 ||
         gather != (e % 2 == 0))
-      return "exchange " + std::to_string(e) +
+      return invalidArgument("exchange " + std::to_string(e) +
              " is not the expected gather/scatter of round " +
-             std::to_string(e / 2);
+             std::to_string(e / 2));
     for (const Transfer &t : ex.transfers)
       if (roundOf[t.matrix] != ex.round)
-        return "exchange " + std::to_string(e) + " moves matrix '" +
-               plan.matrices[t.matrix].label() + "' of another round";
+        return invalidArgument("exchange " + std::to_string(e) + " moves matrix '" +
+               plan.matrices[t.matrix].label() + "' of another round");
   }
   int momentum = 0, adamw = 0;
   std::vector<int> applied(rounds, 0);
@@ -60,78 +60,78 @@ std::string verifySchedule(const Plan &plan) {
     if ((s.kind == ScheduleStep::Kind::Momentum ||
          s.kind == ScheduleStep::Kind::AdamW) &&
         s.index != 0)
-      return where(i) + ": " +
+      return invalidArgument(where(i) + ": " +
              (s.kind == ScheduleStep::Kind::Momentum ? "momentum" : "adamw") +
-             " takes index 0, got " + std::to_string(s.index);
+             " takes index 0, got " + std::to_string(s.index));
     if (s.kind == ScheduleStep::Kind::Momentum) {
       // (A gather started before it fails at that gather's start.)
       if (momentum++)
-        return where(i) + ": momentum runs twice";
+        return invalidArgument(where(i) + ": momentum runs twice");
       continue;
     }
     if (s.kind == ScheduleStep::Kind::ApplyUpdate) {
       if (s.index < 0 || s.index >= rounds)
-        return where(i) + ": update of unknown round " +
-               std::to_string(s.index);
+        return invalidArgument(where(i) + ": update of unknown round " +
+               std::to_string(s.index));
       if (!nsRuns[s.index] || (exchanges && !finished[2 * s.index + 1]))
-        return where(i) + ": update of round " + std::to_string(s.index) +
-               " before its scatter is done";
+        return invalidArgument(where(i) + ": update of round " + std::to_string(s.index) +
+               " before its scatter is done");
       if (applied[s.index]++)
-        return where(i) + ": update of round " + std::to_string(s.index) +
-               " applied twice";
+        return invalidArgument(where(i) + ": update of round " + std::to_string(s.index) +
+               " applied twice");
       continue;
     }
     if (s.kind == ScheduleStep::Kind::AdamW) {
       if (adamw++)
-        return where(i) + ": AdamW runs twice";
+        return invalidArgument(where(i) + ": AdamW runs twice");
       if (reduceExchange >= 0 && !finished[reduceExchange])
-        return where(i) + ": AdamW before its gradients are reduced";
+        return invalidArgument(where(i) + ": AdamW before its gradients are reduced");
       continue;
     }
     if (s.kind == ScheduleStep::Kind::NewtonSchulz) {
       if (s.index < 0 || s.index >= rounds)
-        return where(i) + ": NS of unknown round " + std::to_string(s.index);
+        return invalidArgument(where(i) + ": NS of unknown round " + std::to_string(s.index));
       if (exchanges && !finished[2 * s.index])
-        return where(i) + ": NS of round " + std::to_string(s.index) +
-               " before its gather is done";
+        return invalidArgument(where(i) + ": NS of round " + std::to_string(s.index) +
+               " before its gather is done");
       if (nsRuns[s.index]++)
-        return where(i) + ": NS of round " + std::to_string(s.index) +
-               " runs twice";
+        return invalidArgument(where(i) + ": NS of round " + std::to_string(s.index) +
+               " runs twice");
       continue;
     }
     if (s.index < 0 || s.index >= exchanges)
-      return where(i) + ": unknown exchange " + std::to_string(s.index) +
-             " (the model has " + std::to_string(rounds) + " rounds)";
+      return invalidArgument(where(i) + ": unknown exchange " + std::to_string(s.index) +
+             " (the model has " + std::to_string(rounds) + " rounds)");
     bool reduce = s.index == reduceExchange;
     bool gather = !reduce && s.index % 2 == 0;
     int64_t round = s.index / 2;
     if (s.kind == ScheduleStep::Kind::Start) {
       if (started[s.index]++)
-        return where(i) + ": " + name(s.index) + " starts twice";
+        return invalidArgument(where(i) + ": " + name(s.index) + " starts twice");
       if (gather && !momentum)
-        return where(i) + ": gather of round " + std::to_string(round) +
-               " starts before momentum";
+        return invalidArgument(where(i) + ": gather of round " + std::to_string(round) +
+               " starts before momentum");
       if (!gather && !reduce && !nsRuns[round])
-        return where(i) + ": scatter of round " + std::to_string(round) +
-               " starts before its NS";
+        return invalidArgument(where(i) + ": scatter of round " + std::to_string(round) +
+               " starts before its NS");
       if (++inflight > plan.inflightLimit)
-        return where(i) + ": " + std::to_string(inflight) +
+        return invalidArgument(where(i) + ": " + std::to_string(inflight) +
                " exchanges in flight, limit " +
-               std::to_string(plan.inflightLimit);
+               std::to_string(plan.inflightLimit));
       if (gather)
         for (int64_t r = 0; r < plan.worldSize; ++r) {
           memory[r] += bytes[round][r];
           if (plan.gatherBudgetBytes && memory[r] > plan.gatherBudgetBytes)
-            return where(i) + ": rank " + std::to_string(r) + " holds " +
+            return invalidArgument(where(i) + ": rank " + std::to_string(r) + " holds " +
                    std::to_string(memory[r]) +
                    " bytes of gathered matrices, budget " +
-                   std::to_string(plan.gatherBudgetBytes);
+                   std::to_string(plan.gatherBudgetBytes));
         }
     } else {
       if (!started[s.index])
-        return where(i) + ": " + name(s.index) + " is done before it starts";
+        return invalidArgument(where(i) + ": " + name(s.index) + " is done before it starts");
       if (finished[s.index]++)
-        return where(i) + ": " + name(s.index) + " is done twice";
+        return invalidArgument(where(i) + ": " + name(s.index) + " is done twice");
       --inflight;
       if (!gather && !reduce)
         for (int64_t r = 0; r < plan.worldSize; ++r)
@@ -140,18 +140,18 @@ std::string verifySchedule(const Plan &plan) {
   }
   for (int64_t e = 0; e < exchanges; ++e)
     if (!started[e] || !finished[e])
-      return name(e) + " is never " + (started[e] ? "done" : "started");
+      return invalidArgument(name(e) + " is never " + (started[e] ? "done" : "started"));
   for (int64_t r = 0; r < rounds; ++r) {
     if (!nsRuns[r])
-      return "NS of round " + std::to_string(r) + " never runs";
+      return invalidArgument("NS of round " + std::to_string(r) + " never runs");
     if (!applied[r])
-      return "the update of round " + std::to_string(r) + " is never applied";
+      return invalidArgument("the update of round " + std::to_string(r) + " is never applied");
   }
   if (!momentum)
-    return "momentum never runs";
+    return invalidArgument("momentum never runs");
   if (!adamw)
-    return "AdamW never runs";
-  return "";
+    return invalidArgument("AdamW never runs");
+  return okStatus();
 }
 
 } // namespace muon

@@ -237,10 +237,10 @@ bool Checker::newtonSchulz() {
         if (!std::isfinite(m.coefficients[i][j]))
           return fail(index(index(key(path, "ns_coefficients"), i), j),
                       "expected a finite number");
-    if (std::string why = nsCoefficientsProblem(m.coefficients, m.nsSteps,
-                                                plan.ns.nsDtype);
-        !why.empty() && nsLargestValue(plan.ns.nsDtype))
-      return fail(key(path, "ns_coefficients"), why);
+    if (Status why = checkNsCoefficients(m.coefficients, m.nsSteps,
+                                         plan.ns.nsDtype);
+        !why.ok() && nsLargestValue(plan.ns.nsDtype))
+      return fail(key(path, "ns_coefficients"), why.message());
   }
   const std::string &dtype = plan.ns.nsDtype;
   if (dtype != "auto" && dtype != "f32" && dtype != "bf16")
@@ -277,8 +277,8 @@ bool Checker::qkClip() {
 }
 
 bool Checker::mesh() {
-  if (std::string bad = checkMeshLimits(plan.mesh); !bad.empty())
-    return fail("mesh", bad);
+  if (::muon::Status bad = checkMeshLimits(plan.mesh); !bad.ok())
+    return fail("mesh", bad.message());
   if (plan.mesh.numDevices() != plan.worldSize)
     return fail("mesh.shape", "has " + num(plan.mesh.numDevices()) +
                                   " devices but world_size is " +
@@ -319,15 +319,14 @@ bool Checker::params() {
                                           "\"; expected \"f32\", \"bf16\" or "
                                           "\"f16\"");
     const ParamLayout &pl = p.layout;
-    if (std::string bad = checkShapeLimits(pl.shape, orth); !bad.empty())
-      return fail(key(path, "shape"), "parameter '" + p.name + "' " + bad);
+    if (::muon::Status bad = checkShapeLimits(pl.shape, orth); !bad.ok())
+      return fail(key(path, "shape"), "parameter '" + p.name + "' " + bad.message());
     if (pl.splitAxes.size() != pl.shape.size())
       return fail(key(path, "split"), "expected one entry per dim (" +
                                           num(pl.shape.size()) + ")");
-    if (std::string bad =
-            headsError(pl.shape, orth, pl.numHeads, pl.headSplitDim);
-        !bad.empty())
-      return fail(key(path, "num_heads"), "parameter '" + p.name + "': " + bad);
+    if (::muon::Status bad =
+            checkHeads(pl.shape, orth, pl.numHeads, pl.headSplitDim); !bad.ok())
+      return fail(key(path, "num_heads"), "parameter '" + p.name + "': " + bad.message());
     // Each mesh axis plays at most one role.
     std::vector<std::string> role(meshRank);
     auto claim = [&](int64_t axis, const std::string &at,
@@ -979,8 +978,8 @@ bool Checker::reductions() {
 }
 
 void Checker::schedule() {
-  if (std::string bad = verifySchedule(plan); !bad.empty())
-    fail("schedule", bad);
+  if (::muon::Status bad = verifySchedule(plan); !bad.ok())
+    fail("schedule", bad.message());
 }
 
 } // namespace
@@ -1051,8 +1050,8 @@ Status checkGroupSettings(const PlanGroup &group) {
         algorithmOf(group.algorithm).title + " has " + num(settings.size()));
   // The rules are the settings' own (GroupSettings.h), in its order.
   for (const GroupSetting &setting : settings)
-    if (std::string why = checkSetting(setting, group); !why.empty())
-      return invalidArgument(why, setting.errorField);
+    if (::muon::Status why = checkSetting(setting, group); !why.ok())
+      return invalidArgument(why.message(), setting.errorField);
   return okStatus();
 }
 

@@ -89,48 +89,42 @@ static void setOptions(Plan &plan, const ScheduleOptions &options) {
 
 /// The per-rank tables grow with ranks x exchanges: refuse before building
 /// them.
-static bool roundsWithinLimits(const Plan &plan, int64_t count, bool async,
-                               std::string &error) {
-  if (count > limits::kMaxRounds) {
-    error = std::string(async ? "the gather budget" :
-                                "the sequential debug order") +
-            " needs " + std::to_string(count) +
-            " rounds, above the limit of " +
-            limits::describe(limits::kMaxRounds) +
-            (async ? "; raise gather_budget_bytes"
-                   : " (one round per owning rank); use async");
-    return false;
-  }
-  if (plan.worldSize * (2 * count + 1) > limits::kMaxRankExchanges) {
-    error = std::to_string(plan.worldSize) + " ranks x " +
-            std::to_string(2 * count + 1) +
-            " exchanges is above the limit of " +
-            limits::describe(limits::kMaxRankExchanges) +
-            " for the plan's per-rank tables; lower max_rounds";
-    return false;
-  }
-  return true;
+static Status roundsWithinLimits(const Plan &plan, int64_t count,
+                                 bool async) {
+  if (count > limits::kMaxRounds)
+    return invalidArgument(
+        std::string(async ? "the gather budget"
+                          : "the sequential debug order") +
+        " needs " + std::to_string(count) + " rounds, above the limit of " +
+        limits::describe(limits::kMaxRounds) +
+        (async ? "; raise gather_budget_bytes"
+               : " (one round per owning rank); use async"));
+  if (plan.worldSize * (2 * count + 1) > limits::kMaxRankExchanges)
+    return invalidArgument(
+        std::to_string(plan.worldSize) + " ranks x " +
+        std::to_string(2 * count + 1) + " exchanges is above the limit of " +
+        limits::describe(limits::kMaxRankExchanges) +
+        " for the plan's per-rank tables; lower max_rounds");
+  return okStatus();
 }
 
-bool useRounds(Plan &plan, const ScheduleOptions &options,
-               std::vector<std::vector<int64_t>> rounds, std::string &error) {
+Status useRounds(Plan &plan, const ScheduleOptions &options,
+                 std::vector<std::vector<int64_t>> rounds) {
   setOptions(plan, options);
-  if (!roundsWithinLimits(plan, static_cast<int64_t>(rounds.size()),
-                          options.async, error))
-    return false;
+  MUON_RETURN_IF_ERROR(roundsWithinLimits(
+      plan, static_cast<int64_t>(rounds.size()), options.async));
   setRounds(plan, std::move(rounds));
-  return true;
+  return okStatus();
 }
 
-bool packRounds(Plan &plan, const ScheduleOptions &options,
-                std::string &error) {
+Status packRounds(Plan &plan, const ScheduleOptions &options) {
   setOptions(plan, options);
   if (!plan.distributed) {
     // Nothing moves: every rank runs its own NS batches in one round.
     std::vector<int64_t> all(plan.matrices.size());
     std::iota(all.begin(), all.end(), 0);
     setRounds(plan, {all});
-    return true;
+    return okStatus();
   }
   // Each matrix goes in one round, placed by the owner the plan names (a
   // redundant matrix's mirrors follow it into the same round).
@@ -141,13 +135,11 @@ bool packRounds(Plan &plan, const ScheduleOptions &options,
         owned[r].push_back(m);
   for (int64_t m = 0; m < static_cast<int64_t>(plan.matrices.size()); ++m)
     if (plan.gatherBudgetBytes &&
-        gatheredMatrixBytes(plan, m) > plan.gatherBudgetBytes) {
-      error = "gather buffer budget of " +
-              std::to_string(plan.gatherBudgetBytes) +
-              " bytes is too small: matrix '" + plan.matrices[m].label() +
-              "' alone needs " + std::to_string(gatheredMatrixBytes(plan, m));
-      return false;
-    }
+        gatheredMatrixBytes(plan, m) > plan.gatherBudgetBytes)
+      return invalidArgument(
+          "gather buffer budget of " + std::to_string(plan.gatherBudgetBytes) +
+          " bytes is too small: matrix '" + plan.matrices[m].label() +
+          "' alone needs " + std::to_string(gatheredMatrixBytes(plan, m)));
   std::vector<std::vector<int64_t>> rounds;
   if (!options.async) {
     rounds = ownerRounds(plan, owned, plan.gatherBudgetBytes);
@@ -164,11 +156,10 @@ bool packRounds(Plan &plan, const ScheduleOptions &options,
   rounds.erase(std::remove_if(rounds.begin(), rounds.end(),
                               [](auto &r) { return r.empty(); }),
                rounds.end());
-  if (!roundsWithinLimits(plan, static_cast<int64_t>(rounds.size()),
-                          options.async, error))
-    return false;
+  MUON_RETURN_IF_ERROR(roundsWithinLimits(
+      plan, static_cast<int64_t>(rounds.size()), options.async));
   setRounds(plan, std::move(rounds));
-  return true;
+  return okStatus();
 }
 
 void setRounds(Plan &plan, std::vector<std::vector<int64_t>> rounds) {
@@ -355,12 +346,10 @@ void sequenceSchedule(Plan &plan) {
     emit(ScheduleStep::Kind::AdamW, 0);
 }
 
-bool schedulePlan(Plan &plan, const ScheduleOptions &options,
-                  std::string &error) {
-  if (!packRounds(plan, options, error))
-    return false;
+Status schedulePlan(Plan &plan, const ScheduleOptions &options) {
+  MUON_RETURN_IF_ERROR(packRounds(plan, options));
   sequenceSchedule(plan);
-  return true;
+  return okStatus();
 }
 
 

@@ -144,20 +144,15 @@ const Value *profilesOf(json::Reader &rd, const Value &root) {
 
 } // namespace
 
-bool parseProfile(const std::string &text, const std::string &file,
-                  const std::string &name, Profile &profile,
-                  std::string &error) {
+Status parseProfile(const std::string &text, const std::string &file,
+                    const std::string &name, Profile &profile) {
   Value root;
-  if (Status bad = json::parse(text, root); !bad.ok()) {
-    error = file + ": " + json::describe(bad);
-    return false;
-  }
+  if (Status bad = json::parse(text, root); !bad.ok())
+    return invalidArgument(file + ": " + json::describe(bad));
   json::Reader rd;
   const Value *profiles = profilesOf(rd, root);
-  if (!profiles) {
-    error = file + ": " + json::describe(rd.error());
-    return false;
-  }
+  if (!profiles)
+    return invalidArgument(file + ": " + json::describe(rd.error()));
   // Every profile is checked, not only the one asked for: a file with a
   // broken entry is broken for everyone.
   for (auto it = profiles->begin(); it != profiles->end(); ++it) {
@@ -165,10 +160,8 @@ bool parseProfile(const std::string &text, const std::string &file,
     const Value *o = rd.object(&it.value(), path);
     Profile p;
     p.name = it.key();
-    if (!o || !readProfile(rd, *o, path, p)) {
-      error = file + ": " + json::describe(rd.error());
-      return false;
-    }
+    if (!o || !readProfile(rd, *o, path, p))
+      return invalidArgument(file + ": " + json::describe(rd.error()));
     if (it.key() == name)
       profile = p;
   }
@@ -176,12 +169,11 @@ bool parseProfile(const std::string &text, const std::string &file,
     std::string known;
     for (auto it = profiles->begin(); it != profiles->end(); ++it)
       known += (known.empty() ? "" : ", ") + it.key();
-    error = file + ": profiles: no profile '" + name + "'" +
-            (known.empty() ? std::string(" (the file has none)")
-                           : "; the file has " + known);
-    return false;
+    return invalidArgument(file + ": profiles: no profile '" + name + "'" +
+                           (known.empty() ? std::string(" (the file has none)")
+                                          : "; the file has " + known));
   }
-  return true;
+  return okStatus();
 }
 
 std::vector<std::string> profileNames(const std::string &text) {

@@ -93,9 +93,9 @@ void InputFile::close() {
 
 Status InputFile::open(const std::string &path, const std::string &what) {
   close();
-  auto fail = [&](StatusCode code, const std::string &why) {
+  auto fail = [&](StatusCode code, const std::string &reason) {
     close();
-    return Status(code, "cannot read " + what + " " + quoted(path) + ": " + why);
+    return Status(code, "cannot read " + what + " " + quoted(path) + ": " + reason);
   };
   descriptor =
       ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);

@@ -349,26 +349,26 @@ int64_t numMatrices(const std::vector<int64_t> &shape) {
   return n;
 }
 
-std::string headsError(const std::vector<int64_t> &shape, bool orthogonalized,
+Status checkHeads(const std::vector<int64_t> &shape, bool orthogonalized,
                        int64_t numHeads, int64_t headSplitDim) {
   if (numHeads < 1)
-    return "num_heads must be at least 1, got " + std::to_string(numHeads);
+    return invalidArgument("num_heads must be at least 1, got " + std::to_string(numHeads));
   if (headSplitDim != 0 && headSplitDim != 1)
-    return "head_split_dim must be 0 (rows) or 1 (columns) of the matrix, "
+    return invalidArgument("head_split_dim must be 0 (rows) or 1 (columns) of the matrix, "
            "got " +
-           std::to_string(headSplitDim);
+           std::to_string(headSplitDim));
   if (numHeads == 1 && headSplitDim == 0)
-    return "";
+    return okStatus();
   if (!orthogonalized || shape.size() < 2)
-    return "per-head Newton-Schulz needs a Muon parameter of 2 or more dims";
+    return invalidArgument("per-head Newton-Schulz needs a Muon parameter of 2 or more dims");
   int64_t size = shape[shape.size() - 2 + headSplitDim];
   if (size % numHeads != 0)
-    return "num_heads " + std::to_string(numHeads) + " does not divide " +
+    return invalidArgument("num_heads " + std::to_string(numHeads) + " does not divide " +
            (headSplitDim == 0 ? "the rows" : "the columns") + " (" +
            std::to_string(size) + ") of the " +
            std::to_string(shape[shape.size() - 2]) + " x " +
-           std::to_string(shape.back()) + " matrix";
-  return "";
+           std::to_string(shape.back()) + " matrix");
+  return okStatus();
 }
 
 int64_t nsFlops(int64_t m, int64_t n, int64_t nsSteps) {

@@ -7,68 +7,68 @@
 namespace muon {
 using namespace limits;
 
-std::string checkMeshLimits(const Mesh &mesh) {
+Status checkMeshLimits(const Mesh &mesh) {
   if (mesh.shape.empty())
-    return "a mesh needs at least one axis";
+    return invalidArgument("a mesh needs at least one axis");
   if (static_cast<int64_t>(mesh.shape.size()) > kMaxMeshAxes)
-    return "a mesh of " + std::to_string(mesh.shape.size()) +
-           " axes is above the limit of " + describe(kMaxMeshAxes);
+    return invalidArgument("a mesh of " + std::to_string(mesh.shape.size()) +
+           " axes is above the limit of " + describe(kMaxMeshAxes));
   for (size_t a = 0; a < mesh.shape.size(); ++a)
     if (mesh.shape[a] < 1)
-      return "mesh axis " + std::to_string(a) + " has size " +
-             std::to_string(mesh.shape[a]) + "; sizes must be at least 1";
+      return invalidArgument("mesh axis " + std::to_string(a) + " has size " +
+             std::to_string(mesh.shape[a]) + "; sizes must be at least 1");
   if (!boundedProduct(mesh.shape, kMaxWorldSize)) {
     std::string sizes;
     for (int64_t s : mesh.shape)
       sizes += (sizes.empty() ? "" : " x ") + std::to_string(s);
-    return "a mesh of " + sizes + " devices is above the limit of " +
-           describe(kMaxWorldSize) + " ranks";
+    return invalidArgument("a mesh of " + sizes + " devices is above the limit of " +
+           describe(kMaxWorldSize) + " ranks");
   }
   if (!mesh.devices.empty()) {
     int64_t world = mesh.numDevices();
     if (static_cast<int64_t>(mesh.devices.size()) != world)
-      return "the device table has " + std::to_string(mesh.devices.size()) +
-             " entries for " + std::to_string(world) + " devices";
+      return invalidArgument("the device table has " + std::to_string(mesh.devices.size()) +
+             " entries for " + std::to_string(world) + " devices");
     std::vector<bool> seen(world, false);
     for (size_t i = 0; i < mesh.devices.size(); ++i) {
       int64_t r = mesh.devices[i];
       if (r < 0 || r >= world)
-        return "the device table names rank " + std::to_string(r) +
-               ", outside the world of " + std::to_string(world) + " ranks";
+        return invalidArgument("the device table names rank " + std::to_string(r) +
+               ", outside the world of " + std::to_string(world) + " ranks");
       if (seen[r])
-        return "the device table names rank " + std::to_string(r) + " twice";
+        return invalidArgument("the device table names rank " + std::to_string(r) + " twice");
       seen[r] = true;
     }
   }
-  return "";
+  return okStatus();
 }
 
-std::string checkShapeLimits(const std::vector<int64_t> &shape,
+Status checkShapeLimits(const std::vector<int64_t> &shape,
                              bool orthogonalized) {
   if (static_cast<int64_t>(shape.size()) > kMaxTensorDims)
-    return "has " + std::to_string(shape.size()) +
-           " dims, above the limit of " + describe(kMaxTensorDims);
+    return invalidArgument("has " + std::to_string(shape.size()) +
+           " dims, above the limit of " + describe(kMaxTensorDims));
   for (size_t d = 0; d < shape.size(); ++d)
     if (shape[d] < 1)
-      return "has dim " + std::to_string(d) + " of size " +
-             std::to_string(shape[d]) + "; sizes must be at least 1";
+      return invalidArgument("has dim " + std::to_string(d) + " of size " +
+             std::to_string(shape[d]) + "; sizes must be at least 1");
   if (!boundedProduct(shape, kMaxParamElements))
-    return "has more elements than the limit of " +
-           describe(kMaxParamElements) + " per parameter";
+    return invalidArgument("has more elements than the limit of " +
+           describe(kMaxParamElements) + " per parameter");
   if (!orthogonalized)
-    return "";
+    return okStatus();
   if (shape.size() < 2)
-    return "has " + std::to_string(shape.size()) +
-           " dim(s) but Muon orthogonalizes matrices";
+    return invalidArgument("has " + std::to_string(shape.size()) +
+           " dim(s) but Muon orthogonalizes matrices");
   int64_t rows = shape[shape.size() - 2], cols = shape.back();
   if (!boundedProduct({rows, cols}, kMaxMatrixElements))
-    return "has " + std::to_string(rows) + " x " + std::to_string(cols) +
+    return invalidArgument("has " + std::to_string(rows) + " x " + std::to_string(cols) +
            " matrices, above the limit of " + describe(kMaxMatrixElements) +
-           " elements per Muon matrix";
+           " elements per Muon matrix");
   if (numMatrices(shape) > kMaxMatrices)
-    return "has " + std::to_string(numMatrices(shape)) +
-           " matrices, above the limit of " + describe(kMaxMatrices);
-  return "";
+    return invalidArgument("has " + std::to_string(numMatrices(shape)) +
+           " matrices, above the limit of " + describe(kMaxMatrices));
+  return okStatus();
 }
 
 namespace {

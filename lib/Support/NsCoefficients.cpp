@@ -106,16 +106,16 @@ std::optional<double> nsLargestValue(std::string_view dtype) {
   return std::nullopt;
 }
 
-std::string nsCoefficientsProblem(const std::vector<NsTriple> &table,
+Status checkNsCoefficients(const std::vector<NsTriple> &table,
                                   int64_t steps, std::string_view dtype) {
   const std::optional<double> largest = nsLargestValue(dtype);
   if (!largest)
-    return "unknown Newton-Schulz precision \"" + std::string(dtype) + "\"";
+    return invalidArgument("unknown Newton-Schulz precision \"" + std::string(dtype) + "\"");
   for (size_t i = 0; i < table.size(); ++i)
     for (double x : table[i])
       if (!std::isfinite(x))
-        return "step " + std::to_string(i) + "'s coefficients are not all "
-               "finite";
+        return invalidArgument("step " + std::to_string(i) + "'s coefficients are not all "
+               "finite");
   const double room = *largest / 16;
   double m = 1.0;
   const std::vector<double> bounds = nsSingularValueBounds(table, steps);
@@ -130,16 +130,16 @@ std::string nsCoefficientsProblem(const std::vector<NsTriple> &table,
       return std::string(text);
     };
     if (!(bounds[k] <= kNsBound))
-      return "step " + std::to_string(k) + " can take a singular value to " +
+      return invalidArgument("step " + std::to_string(k) + " can take a singular value to " +
              show(bounds[k]) + " (the iteration diverges; at most " +
-             show(kNsBound) + ")";
+             show(kNsBound) + ")");
     if (!(worst <= room))
-      return "step " + std::to_string(k) + "'s products can reach " +
+      return invalidArgument("step " + std::to_string(k) + "'s products can reach " +
              show(worst) + ", past what " + std::string(dtype) +
-             " holds (" + show(*largest) + ")";
+             " holds (" + show(*largest) + ")");
     m = bounds[k];
   }
-  return {};
+  return okStatus();
 }
 
 } // namespace muon

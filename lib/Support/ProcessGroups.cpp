@@ -10,14 +10,13 @@ namespace {
 
 /// Checks one kind is a partition of the world into equal groups; fills the
 /// group index and position of every rank.
-bool checkPartition(int64_t worldSize, const GroupKind &kind,
-                    std::vector<int64_t> &groupOf,
-                    std::vector<int64_t> &position, std::string &error) {
+Status checkPartition(int64_t worldSize, const GroupKind &kind,
+                      std::vector<int64_t> &groupOf,
+                      std::vector<int64_t> &position) {
   std::ostringstream os;
   if (kind.groups.empty()) {
     os << "'" << kind.name << "' has no groups";
-    error = os.str();
-    return false;
+    return invalidArgument(os.str());
   }
   groupOf.assign(worldSize, -1);
   position.assign(worldSize, -1);
@@ -29,29 +28,25 @@ bool checkPartition(int64_t worldSize, const GroupKind &kind,
          << " has " << group.size() << (group.size() == 1 ? " rank" : " ranks")
          << " but group 0 has " << size
          << "; the groups of a kind must have equal size";
-      error = os.str();
-      return false;
+      return invalidArgument(os.str());
     }
     for (size_t p = 0; p < group.size(); ++p) {
       int64_t r = group[p];
       if (r < 0 || r >= worldSize) {
         os << "'" << kind.name << "' group " << g << " names rank " << r
            << ", outside the world of " << worldSize << " ranks";
-        error = os.str();
-        return false;
+        return invalidArgument(os.str());
       }
       if (groupOf[r] == static_cast<int64_t>(g)) {
         os << "'" << kind.name << "' group " << g << " lists rank " << r
            << " twice";
-        error = os.str();
-        return false;
+        return invalidArgument(os.str());
       }
       if (groupOf[r] >= 0) {
         os << "'" << kind.name << "' groups are not a partition of the world: "
            << "rank " << r << " is in group " << groupOf[r] << " and group "
            << g;
-        error = os.str();
-        return false;
+        return invalidArgument(os.str());
       }
       groupOf[r] = g;
       position[r] = p;
@@ -61,27 +56,23 @@ bool checkPartition(int64_t worldSize, const GroupKind &kind,
     if (groupOf[r] < 0) {
       os << "'" << kind.name << "' groups are not a partition of the world: "
          << "rank " << r << " is in no group";
-      error = os.str();
-      return false;
+      return invalidArgument(os.str());
     }
-  return true;
+  return okStatus();
 }
 
 } // namespace
 
-std::optional<GroupGrid> buildGroupGrid(int64_t worldSize,
-                                        const std::vector<GroupKind> &kinds,
-                                        std::string &error) {
+StatusOr<GroupGrid> buildGroupGrid(int64_t worldSize,
+                                   const std::vector<GroupKind> &kinds) {
   std::ostringstream os;
-  if (worldSize < 1) {
-    error = "world_size must be at least 1";
-    return std::nullopt;
-  }
+  if (worldSize < 1)
+    return invalidArgument("world_size must be at least 1");
   size_t n = kinds.size();
   std::vector<std::vector<int64_t>> groupOf(n), position(n);
   for (size_t k = 0; k < n; ++k)
-    if (!checkPartition(worldSize, kinds[k], groupOf[k], position[k], error))
-      return std::nullopt;
+    MUON_RETURN_IF_ERROR(
+        checkPartition(worldSize, kinds[k], groupOf[k], position[k]));
 
   // Grid lines: all members of one group of kind k sit at the same position
   // on every other kind k2; otherwise the two kinds are not orthogonal.
@@ -99,8 +90,7 @@ std::optional<GroupGrid> buildGroupGrid(int64_t worldSize,
             os << "process groups '" << kinds[k].name << "' and '"
                << kinds[k2].name << "' are not orthogonal: both put ranks "
                << r0 << " and " << r << " in one group";
-            error = os.str();
-            return std::nullopt;
+            return invalidArgument(os.str());
           }
           os << "process groups '" << kinds[k].name << "' and '"
              << kinds[k2].name << "' are not orthogonal: " << kinds[k].name
@@ -110,8 +100,7 @@ std::optional<GroupGrid> buildGroupGrid(int64_t worldSize,
              << kinds[k2].name << " groups "
              << formatRanks(kinds[k2].groups[groupOf[k2][r0]]) << " and "
              << formatRanks(kinds[k2].groups[groupOf[k2][r]]);
-          error = os.str();
-          return std::nullopt;
+          return invalidArgument(os.str());
         }
       }
     }
@@ -126,8 +115,7 @@ std::optional<GroupGrid> buildGroupGrid(int64_t worldSize,
     os << " multiply to " << product << ", not world_size " << worldSize;
     if (n >= 2)
       os << " (two kinds group the same ranks together)";
-    error = os.str();
-    return std::nullopt;
+    return invalidArgument(os.str());
   }
   // With lines consistent and the sizes multiplying to the world, every
   // combination of positions exists, unless two ranks share all positions.
@@ -140,8 +128,7 @@ std::optional<GroupGrid> buildGroupGrid(int64_t worldSize,
       if (seen[linear] >= 0) {
         os << "process groups do not tell ranks " << seen[linear] << " and "
            << r << " apart: they sit at the same position in every group kind";
-        error = os.str();
-        return std::nullopt;
+        return invalidArgument(os.str());
       }
       seen[linear] = r;
     }

@@ -169,8 +169,8 @@ int main(int argc, char **argv) {
         mlir::muon::planFromModel(model, *layout);
     if (mlir::failed(plan))
       return 2;
-    if (std::string bad = ::muon::verifySchedule(*plan); !bad.empty()) {
-      model.emitError() << "the schedule breaks its rules: " << bad
+    if (::muon::Status bad = ::muon::verifySchedule(*plan); !bad.ok()) {
+      model.emitError() << "the schedule breaks its rules: " << bad.message()
                         << " (run muon-verify-schedule for the place)";
       return 2;
     }

@@ -12,9 +12,9 @@
 //   groups.tp = tpGroups;
 //   groups.tpDim = 0;
 //   auto config = muon::compiler::createAutoConfig(groups);
-//   muon::Plan plan;
-//   if (!muon::compiler::compile(model, &config, plan, error)) ...
-//   auto opt = muon::runtime::Optimizer::create(plan, comm, device, {}, error);
+//   muon::StatusOr<muon::Plan> plan = muon::compiler::compile(model, &config);
+//   if (!plan.ok()) ...   // plan.status().text() names what is at fault
+//   muon::runtime::Optimizer::create(*plan, comm, device, {}, opt);
 //
 // The description becomes a spec (muon-spec/1, `toSpec`), goes through the
 // importer, the verifier and the pass pipeline, and comes back as the plan
@@ -27,6 +27,7 @@
 
 #include "muon/Plan/Placement.h"
 #include "muon/Plan/Plan.h"
+#include "muon/Support/Status.h"
 
 #include <cstdint>
 #include <array>
@@ -194,19 +195,18 @@ struct AutoConfig {
 DistributedConfig createAutoConfig(const AutoConfig &config);
 
 /// Compiles `model` under `config` (null: no distributed config, the
-/// single-device algorithm on every holder) into `plan`. Returns false with
-/// `error` naming the parameter or setting at fault.
-bool compile(const Model &model, const DistributedConfig *config, Plan &plan,
-             std::string &error);
+/// single-device algorithm on every holder) into a plan. InvalidArgument
+/// naming the parameter or setting at fault.
+StatusOr<Plan> compile(const Model &model, const DistributedConfig *config);
 
 /// Compiles a spec document (muon-spec/1 JSON text, as muon-run and
-/// muon-translate read it; docs/spec-format.md) into `plan`, as `muon-run
+/// muon-translate read it; docs/spec-format.md) into a plan, as `muon-run
 /// SPEC` does. `wireDtype` ("f32", "bf16"), when not empty, sets the
 /// exchanges' element type (a compiler setting a spec does not hold; f32
-/// otherwise). Returns false with `error`: the first error, prefixed
-/// with its JSON path ("params[3].shape: ...").
-bool compileSpec(const std::string &spec, const std::string &wireDtype,
-                 Plan &plan, std::string &error);
+/// otherwise). InvalidArgument with the first error, prefixed with its
+/// JSON path ("params[3].shape: ...").
+StatusOr<Plan> compileSpec(const std::string &spec,
+                           const std::string &wireDtype = "");
 
 /// The spec (muon-spec/1) of a model and config, as muon-run and
 /// muon-translate read it.

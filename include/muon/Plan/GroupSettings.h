@@ -17,6 +17,7 @@
 #define MUON_PLAN_GROUPSETTINGS_H
 
 #include "muon/Plan/Plan.h"
+#include "muon/Support/Status.h"
 
 #include <array>
 #include <string>
@@ -149,9 +150,23 @@ struct SettingEntry {
 std::vector<SettingEntry> settingEntries(const PlanGroup &g,
                                          bool fixedOnly = false);
 
-/// "" or what is wrong with g's value of `s`: "expected a finite number
-/// >= 0, got -1", "unknown value \"x\"; expected \"a\" or \"b\"".
-std::string checkSetting(const GroupSetting &s, const PlanGroup &g);
+/// The settings of a table that share the JSON key of `settings[i]` (AdamW's
+/// "betas": beta1, beta2), which files hold as one array read and written
+/// with the first of them: whether `settings[i]` is that first one, how many
+/// share the key from `i` on, and their names for messages ("beta1,
+/// beta2"). A setting with a key of its own is a group of one.
+struct SharedJsonKey {
+  bool first = true;
+  size_t count = 1;
+  std::string names;
+};
+SharedJsonKey sharedJsonKey(const std::vector<GroupSetting> &settings,
+                            size_t i);
+
+/// Whether g's value of `s` is in its range or names; InvalidArgument
+/// saying what is wrong: "expected a finite number >= 0, got -1", "unknown
+/// value \"x\"; expected \"a\" or \"b\"".
+Status checkSetting(const GroupSetting &s, const PlanGroup &g);
 
 } // namespace muon
 

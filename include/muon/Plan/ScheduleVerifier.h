@@ -8,6 +8,7 @@
 #define MUON_PLAN_SCHEDULEVERIFIER_H
 
 #include "muon/Plan/Plan.h"
+#include "muon/Support/Status.h"
 
 #include <string>
 
@@ -16,8 +17,8 @@ namespace muon {
 /// Checks a schedule independently of how it was built: every exchange is
 /// started once and done once after its start; NS of round r runs after
 /// gather r is done and before scatter r starts; in-flight and memory limits
-/// hold at every point. Returns an empty string or the first violation.
-std::string verifySchedule(const Plan &plan);
+/// hold at every point. InvalidArgument with the first violation.
+Status verifySchedule(const Plan &plan);
 
 } // namespace muon
 

@@ -28,6 +28,7 @@
 
 #include "muon/Plan/Plan.h"
 #include "muon/Plan/ScheduleVerifier.h"
+#include "muon/Support/Status.h"
 
 #include <string>
 
@@ -42,16 +43,16 @@ struct ScheduleOptions {
 };
 
 /// Records the options (async, prefetch, in-flight limit, budget) in the plan
-/// and splits it into rounds (see above). Returns false with `error` set
-/// when the budget cannot be met (one matrix alone exceeds it).
-bool packRounds(Plan &plan, const ScheduleOptions &options,
-                std::string &error);
+/// and splits it into rounds (see above). InvalidArgument when the budget
+/// cannot be met (one matrix alone exceeds it) or the rounds exceed the
+/// limits.
+Status packRounds(Plan &plan, const ScheduleOptions &options);
 
 /// Records the options as packRounds does and uses the given rounds (the
-/// IR's) instead of packing its own; false with `error` when they are more
+/// IR's) instead of packing its own; InvalidArgument when they are more
 /// than the limits allow.
-bool useRounds(Plan &plan, const ScheduleOptions &options,
-               std::vector<std::vector<int64_t>> rounds, std::string &error);
+Status useRounds(Plan &plan, const ScheduleOptions &options,
+                 std::vector<std::vector<int64_t>> rounds);
 
 /// Uses the given rounds (each matrix in exactly one): re-buckets the
 /// transfers into exchanges 2r / 2r+1 and forms each rank's NS batches
@@ -63,8 +64,7 @@ void setRounds(Plan &plan, std::vector<std::vector<int64_t>> rounds);
 void sequenceSchedule(Plan &plan);
 
 /// packRounds, then sequenceSchedule.
-bool schedulePlan(Plan &plan, const ScheduleOptions &options,
-                  std::string &error);
+Status schedulePlan(Plan &plan, const ScheduleOptions &options);
 
 } // namespace muon
 

@@ -13,6 +13,8 @@
 #ifndef MUON_SIMULATE_PROFILE_H
 #define MUON_SIMULATE_PROFILE_H
 
+#include "muon/Support/Status.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -55,12 +57,11 @@ struct Profile {
   bool backgroundProgress = true;
 };
 
-/// Reads profile `name` from the "muon-profiles/1" text of `file`. On a
-/// problem returns false with `error` = "FILE: PATH: message" (an unknown
-/// name lists the profiles the file has).
-bool parseProfile(const std::string &text, const std::string &file,
-                  const std::string &name, Profile &profile,
-                  std::string &error);
+/// Reads profile `name` from the "muon-profiles/1" text of `file` into
+/// `profile`. On a problem, InvalidArgument "FILE: PATH: message" (an
+/// unknown name lists the profiles the file has).
+Status parseProfile(const std::string &text, const std::string &file,
+                    const std::string &name, Profile &profile);
 
 /// The profile names in a file (for messages); empty if it does not parse.
 std::vector<std::string> profileNames(const std::string &text);

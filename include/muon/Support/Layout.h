@@ -8,6 +8,8 @@
 #ifndef MUON_SUPPORT_LAYOUT_H
 #define MUON_SUPPORT_LAYOUT_H
 
+#include "muon/Support/Status.h"
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -181,10 +183,11 @@ std::string formatRanks(const std::vector<int64_t> &ranks);
 /// the leading (batch) dims; 1 for a 2-D tensor.
 int64_t numMatrices(const std::vector<int64_t> &shape);
 
-/// Why per-head Newton-Schulz (`numHeads` blocks along dim `headSplitDim` of
-/// the trailing matrix) does not fit a parameter of this shape and
-/// algorithm; "" when it does (and always for numHeads 1 with dim 0).
-std::string headsError(const std::vector<int64_t> &shape, bool orthogonalized,
+/// Whether per-head Newton-Schulz (`numHeads` blocks along dim
+/// `headSplitDim` of the trailing matrix) fits a parameter of this shape and
+/// algorithm (always for numHeads 1 with dim 0); InvalidArgument saying why
+/// not.
+Status checkHeads(const std::vector<int64_t> &shape, bool orthogonalized,
                        int64_t numHeads, int64_t headSplitDim);
 
 /// Newton-Schulz flops for one m x n matrix, as the report counts them:

@@ -12,6 +12,7 @@
 #define MUON_SUPPORT_MODELLIMITS_H
 
 #include "muon/Support/Layout.h"
+#include "muon/Support/Status.h"
 
 #include <cstdint>
 #include <string>
@@ -20,13 +21,15 @@
 namespace muon {
 
 /// Axis count, axis sizes, the world size and the device table of a mesh
-/// (a permutation of 0..N-1 when present). Empty string when fine.
-std::string checkMeshLimits(const Mesh &mesh);
+/// (a permutation of 0..N-1 when present). InvalidArgument saying which
+/// is past its limit.
+Status checkMeshLimits(const Mesh &mesh);
 
 /// Dim count, dim sizes and element counts of one parameter; parameters
 /// whose matrices are orthogonalized (Muon's) also their matrix size and
-/// count. Empty string when fine.
-std::string checkShapeLimits(const std::vector<int64_t> &shape,
+/// count. InvalidArgument saying which is past its limit ("has 3 dims,
+/// ...": the caller names the parameter).
+Status checkShapeLimits(const std::vector<int64_t> &shape,
                              bool orthogonalized);
 
 /// A size problem of a whole model; `param` is the parameter that passes

@@ -8,6 +8,8 @@
 #ifndef MUON_SUPPORT_NSCOEFFICIENTS_H
 #define MUON_SUPPORT_NSCOEFFICIENTS_H
 
+#include "muon/Support/Status.h"
+
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -54,13 +56,13 @@ std::vector<double> nsSingularValueBounds(const std::vector<NsTriple> &table,
 /// "bf16", 65504 for "f16"), or nullopt for another name.
 std::optional<double> nsLargestValue(std::string_view dtype);
 
-/// Why `table` cannot run `steps` Newton-Schulz steps in `dtype` without
-/// overflow, or an empty string where it can: every coefficient finite,
+/// Whether `table` can run `steps` Newton-Schulz steps in `dtype` without
+/// overflow (InvalidArgument saying why not): every coefficient finite,
 /// the singular values bounded by kNsBound at every step, and every
 /// intermediate product (X X^T, b A + c A^2, that times X) below a
 /// sixteenth of the element type's largest value. A table that passes
 /// cannot turn a finite input into a non-finite update.
-std::string nsCoefficientsProblem(const std::vector<NsTriple> &table,
+Status checkNsCoefficients(const std::vector<NsTriple> &table,
                                   int64_t steps, std::string_view dtype);
 
 /// The largest singular value a Newton-Schulz step may reach: orthogonal

@@ -12,6 +12,7 @@
 #define MUON_SUPPORT_PROCESSGROUPS_H
 
 #include "muon/Support/Layout.h"
+#include "muon/Support/Status.h"
 
 #include <optional>
 #include <string>
@@ -34,11 +35,10 @@ struct GroupGrid {
 };
 
 /// Checks that every kind partitions 0..worldSize-1 into equal groups and that
-/// the kinds are orthogonal; returns the grid, or sets `error` to a message
-/// naming the offending groups and returns nullopt.
-std::optional<GroupGrid> buildGroupGrid(int64_t worldSize,
-                                        const std::vector<GroupKind> &kinds,
-                                        std::string &error);
+/// the kinds are orthogonal; returns the grid, or InvalidArgument naming the
+/// offending groups.
+StatusOr<GroupGrid> buildGroupGrid(int64_t worldSize,
+                                   const std::vector<GroupKind> &kinds);
 
 } // namespace muon
 

@@ -100,6 +100,11 @@ private:
   /// of `param_groups` (which also has `name` and `algorithm`) at `path`.
   LogicalResult importOptimizer(const JsonValue &v, const std::string &path,
                                 bool inParamGroups);
+  /// A Muon group's `ns_coefficients` (`x`, of the group object `o`): a
+  /// preset resolved for the group's ns_steps, or a table of triples.
+  LogicalResult importNsCoefficients(const JsonValue &o, const JsonValue &x,
+                                     const std::string &path,
+                                     OperationState &state);
   LogicalResult importAdamW(const JsonValue &v, const std::string &path,
                             bool inParamGroups);
   /// A `param_groups` entry of any other algorithm: a muon.param_group
@@ -115,11 +120,41 @@ private:
   bool hasParamGroups = false;
   LogicalResult importDistributed(const JsonValue &v);
   LogicalResult importParams(const JsonValue &v, const JsonValue &root);
+  // importParams' phases: the names, then tp_dim_per_param, then each
+  // parameter (its shape, dtype, algorithm and group, layout).
+  LogicalResult importParamNames(const JsonValue &params);
+  LogicalResult importTpDims(const JsonValue &root, size_t count,
+                             std::vector<std::optional<int64_t>> &tpDim,
+                             std::optional<int64_t> &tpAll);
+  LogicalResult importParam(const JsonValue &p, size_t i,
+                            std::optional<int64_t> tpDim,
+                            std::optional<int64_t> tpAll);
+  FailureOr<SmallVector<int64_t>> importShape(const JsonValue &p,
+                                              const std::string &path);
+  FailureOr<Type> importDtype(const JsonValue &p, const std::string &path);
+  /// The parameter's algorithm (its optimizer or group's, else the default
+  /// for its rank) and group, as attributes of `state`.
+  FailureOr<::muon::AlgorithmId>
+  importParamAlgorithm(const JsonValue &p, const std::string &path,
+                       const std::string &paramName, int64_t rank,
+                       OperationState &state);
+  /// The process-group style's placement: tp_dim, stage, expert.
+  LogicalResult importProcessGroupPlacement(const JsonValue &p,
+                                            const std::string &path, size_t i,
+                                            int64_t rank,
+                                            std::optional<int64_t> tpGiven,
+                                            std::optional<int64_t> tpAll,
+                                            OperationState &state);
   LogicalResult importHeads(const JsonValue &p, const std::string &path,
                             ArrayRef<int64_t> shape, bool orthogonalized,
                             OperationState &state);
   LogicalResult importParamLayout(const JsonValue &p, const std::string &path,
                                   int64_t rank, OperationState &state);
+  /// A layout's `only`: (axis, coordinate) pairs sorted by axis, each on an
+  /// axis whose placement (`kind`) is replicated.
+  LogicalResult importOnly(const JsonValue &only, const std::string &opath,
+                           const std::vector<char> &kind,
+                           SmallVector<int64_t> &onlyPairs);
   /// Resolves a mesh axis given by name or index.
   std::optional<int64_t> resolveAxis(StringRef text, const std::string &path);
   std::optional<int64_t> resolveAxisValue(const JsonValue &v,
@@ -245,31 +280,26 @@ LogicalResult SpecImporter::importTableSettings(const JsonValue &o,
     // Settings that share a JSON key ("betas": [beta1, beta2]) are one
     // array, read with the first of them.
     if (std::string_view(s.jsonKey) != s.name) {
-      if (i > 0 && std::string_view(settings[i - 1].jsonKey) == s.jsonKey)
+      const ::muon::SharedJsonKey shared = ::muon::sharedJsonKey(settings, i);
+      if (!shared.first)
         continue;
       const JsonValue *x = get(o, s.jsonKey);
       if (!x)
         continue;
       const std::string at = key(path, s.jsonKey);
-      size_t n = 0;
-      std::string names;
-      for (; i + n < settings.size() &&
-             std::string_view(settings[i + n].jsonKey) == s.jsonKey;
-           ++n)
-        names += (n ? ", " : "") + std::string(settings[i + n].name);
       const JsonValue *a = getArray(*x, at);
       if (!a)
         return failure();
-      if (a->size() != n)
-        return fail(at, "expected [" + names + "]");
-      for (size_t k = 0; k < n; ++k) {
+      if (a->size() != shared.count)
+        return fail(at, "expected [" + shared.names + "]");
+      for (size_t k = 0; k < shared.count; ++k) {
         const GroupSetting &part = settings[i + k];
         std::optional<double> d = getNumber((*a)[k], index(at, k));
         if (!d)
           return failure();
         ::muon::setSettingValue(part, g, *d);
-        if (std::string why = ::muon::checkSetting(part, g); !why.empty())
-          return fail(index(at, k), why);
+        if (::muon::Status why = ::muon::checkSetting(part, g); !why.ok())
+          return fail(index(at, k), why.message());
         given.push_back(&part);
       }
       continue;
@@ -301,8 +331,8 @@ LogicalResult SpecImporter::importTableSettings(const JsonValue &o,
       break;
     }
     }
-    if (std::string why = ::muon::checkSetting(s, g); !why.empty())
-      return fail(at, why);
+    if (::muon::Status why = ::muon::checkSetting(s, g); !why.ok())
+      return fail(at, why.message());
     given.push_back(&s);
   }
   // A flag the op declares is not in g: read it from the object.
@@ -378,8 +408,8 @@ LogicalResult SpecImporter::importMesh(const JsonValue &v) {
   }
   ::muon::Mesh checked;
   checked.shape = meshShape;
-  if (std::string bad = ::muon::checkMeshLimits(checked); !bad.empty())
-    return fail("mesh.shape", bad);
+  if (::muon::Status bad = ::muon::checkMeshLimits(checked); !bad.ok())
+    return fail("mesh.shape", bad.message());
   axisNames.assign(meshShape.size(), "");
   if (const JsonValue *names = get(*mesh, "names")) {
     const JsonValue *list = getArray(*names, "mesh.names");
@@ -485,6 +515,66 @@ LogicalResult SpecImporter::importGroups(const JsonValue &root) {
   return success();
 }
 
+LogicalResult SpecImporter::importNsCoefficients(const JsonValue &o,
+                                                 const JsonValue &x,
+                                                 const std::string &path,
+                                                 OperationState &state) {
+  if (x.is_string()) {
+    // A preset resolves to its table here; the IR keeps the table. A preset
+    // with one triple per step resolves for ns_steps steps (default 5).
+    const std::string name = x.get<std::string>();
+    int64_t steps = 5;
+    if (const JsonValue *n = get(o, "ns_steps"))
+      steps = n->is_number_integer() ? n->get<int64_t>() : steps;
+    std::optional<std::vector<::muon::NsTriple>> preset =
+        ::muon::nsPreset(name, std::clamp<int64_t>(steps, 1, 99));
+    if (!preset)
+      return fail(key(path, "ns_coefficients"),
+                  "unknown preset '" + name + "'; expected a preset (" +
+                      ::muon::nsPresetList() +
+                      ") or a table of [a, b, c] triples");
+    // Out-of-range ns_steps: the verifier reports it, not a table mismatch.
+    if (steps >= 1 && steps <= 99) {
+      SmallVector<Attribute> table;
+      for (const ::muon::NsTriple &abc : *preset)
+        table.push_back(builder.getDenseF64ArrayAttr(abc));
+      state.addAttribute("ns_coefficients", builder.getArrayAttr(table));
+    }
+    return success();
+  }
+  const JsonValue *rows = getArray(x, key(path, "ns_coefficients"));
+  if (!rows)
+    return failure();
+  if (rows->empty())
+    return fail(key(path, "ns_coefficients"),
+                "expected at least one [a, b, c] triple");
+  if (static_cast<int64_t>(rows->size()) > limits::kMaxNsSteps)
+    return fail(key(path, "ns_coefficients"),
+                "has " + std::to_string(rows->size()) +
+                    " triples, more than the limit of " +
+                    std::to_string(limits::kMaxNsSteps) + " NS steps");
+  SmallVector<Attribute> table;
+  for (size_t i = 0; i < rows->size(); ++i) {
+    std::string rowPath = index(key(path, "ns_coefficients"), i);
+    const JsonValue *row = getArray((*rows)[i], rowPath);
+    if (!row)
+      return failure();
+    if (row->size() != 3)
+      return fail(rowPath, "expected an [a, b, c] triple, got " +
+                               std::to_string(row->size()) + " numbers");
+    SmallVector<double> abc;
+    for (size_t j = 0; j < 3; ++j) {
+      std::optional<double> d = getNumber((*row)[j], index(rowPath, j));
+      if (!d)
+        return failure();
+      abc.push_back(*d);
+    }
+    table.push_back(builder.getDenseF64ArrayAttr(abc));
+  }
+  state.addAttribute("ns_coefficients", builder.getArrayAttr(table));
+  return success();
+}
+
 LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
                                             const std::string &path,
                                             bool inParamGroups) {
@@ -536,59 +626,9 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
       return failure();
     state.addAttribute("ns_steps", builder.getI64IntegerAttr(*n));
   }
-  if (const JsonValue *x = get(*o, "ns_coefficients"); x && x->is_string()) {
-    // A preset resolves to its table here; the IR keeps the table. A preset
-    // with one triple per step resolves for ns_steps steps (default 5).
-    const std::string name = x->get<std::string>();
-    int64_t steps = 5;
-    if (const JsonValue *n = get(*o, "ns_steps"))
-      steps = n->is_number_integer() ? n->get<int64_t>() : steps;
-    std::optional<std::vector<::muon::NsTriple>> preset =
-        ::muon::nsPreset(name, std::clamp<int64_t>(steps, 1, 99));
-    if (!preset)
-      return fail(key(path, "ns_coefficients"),
-                  "unknown preset '" + name + "'; expected a preset (" +
-                      ::muon::nsPresetList() +
-                      ") or a table of [a, b, c] triples");
-    // Out-of-range ns_steps: the verifier reports it, not a table mismatch.
-    if (steps >= 1 && steps <= 99) {
-      SmallVector<Attribute> table;
-      for (const ::muon::NsTriple &abc : *preset)
-        table.push_back(builder.getDenseF64ArrayAttr(abc));
-      state.addAttribute("ns_coefficients", builder.getArrayAttr(table));
-    }
-  } else if (x) {
-    const JsonValue *rows = getArray(*x, key(path, "ns_coefficients"));
-    if (!rows)
-      return failure();
-    if (rows->empty())
-      return fail(key(path, "ns_coefficients"),
-                  "expected at least one [a, b, c] triple");
-    if (static_cast<int64_t>(rows->size()) > limits::kMaxNsSteps)
-      return fail(key(path, "ns_coefficients"),
-                  "has " + std::to_string(rows->size()) +
-                      " triples, more than the limit of " +
-                      std::to_string(limits::kMaxNsSteps) + " NS steps");
-    SmallVector<Attribute> table;
-    for (size_t i = 0; i < rows->size(); ++i) {
-      std::string rowPath = index(key(path, "ns_coefficients"), i);
-      const JsonValue *row = getArray((*rows)[i], rowPath);
-      if (!row)
-        return failure();
-      if (row->size() != 3)
-        return fail(rowPath, "expected an [a, b, c] triple, got " +
-                                 std::to_string(row->size()) + " numbers");
-      SmallVector<double> abc;
-      for (size_t j = 0; j < 3; ++j) {
-        std::optional<double> d = getNumber((*row)[j], index(rowPath, j));
-        if (!d)
-          return failure();
-        abc.push_back(*d);
-      }
-      table.push_back(builder.getDenseF64ArrayAttr(abc));
-    }
-    state.addAttribute("ns_coefficients", builder.getArrayAttr(table));
-  }
+  if (const JsonValue *x = get(*o, "ns_coefficients");
+      x && failed(importNsCoefficients(*o, *x, path, state)))
+    return failure();
   // The dialect's closed set, 'a', 'b' or 'c'.
   auto adjustLrNames = [] {
     std::string list;
@@ -959,6 +999,40 @@ LogicalResult SpecImporter::importAssignments(const JsonValue &v,
 }
 
 /// DTensor placements (`R`, `P`, `S(d)`), `split` and `only` of one param.
+LogicalResult SpecImporter::importOnly(const JsonValue &only,
+                                       const std::string &opath,
+                                       const std::vector<char> &kind,
+                                       SmallVector<int64_t> &onlyPairs) {
+  const JsonValue *o = getObject(only, opath);
+  if (!o)
+    return failure();
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  for (auto it = o->begin(); it != o->end(); ++it) {
+    std::string apath = key(opath, it.key());
+    std::optional<int64_t> axis = resolveAxis(it.key(), apath);
+    if (!axis)
+      return failure();
+    std::optional<int64_t> coord = getInt(it.value(), apath, 0);
+    if (!coord)
+      return failure();
+    if (*coord >= meshShape[*axis])
+      return fail(apath, "coordinate " + std::to_string(*coord) +
+                             " is out of range for mesh axis '" + it.key() +
+                             "' of size " + std::to_string(meshShape[*axis]));
+    if (kind[*axis] != 'R')
+      return fail(apath, "the parameter is restricted to this axis, so its "
+                         "placement on it must be \"R\"");
+    if (llvm::any_of(pairs, [&](auto pr) { return pr.first == *axis; }))
+      return fail(apath, "mesh axis '" + it.key() +
+                             "' is restricted twice (by name and by index)");
+    pairs.push_back({*axis, *coord});
+  }
+  llvm::sort(pairs);
+  for (auto [a, c] : pairs)
+    onlyPairs.append({a, c});
+  return success();
+}
+
 LogicalResult SpecImporter::importParamLayout(const JsonValue &p,
                                               const std::string &path,
                                               int64_t rank,
@@ -1070,36 +1144,9 @@ LogicalResult SpecImporter::importParamLayout(const JsonValue &p,
   for (size_t a = 0; a < meshRank; ++a)
     if (kind[a] == 'P')
       partial.push_back(a);
-  if (const JsonValue *only = get(p, "only")) {
-    std::string opath = key(path, "only");
-    const JsonValue *o = getObject(*only, opath);
-    if (!o)
-      return failure();
-    std::vector<std::pair<int64_t, int64_t>> pairs;
-    for (auto it = o->begin(); it != o->end(); ++it) {
-      std::string apath = key(opath, it.key());
-      std::optional<int64_t> axis = resolveAxis(it.key(), apath);
-      if (!axis)
-        return failure();
-      std::optional<int64_t> coord = getInt(it.value(), apath, 0);
-      if (!coord)
-        return failure();
-      if (*coord >= meshShape[*axis])
-        return fail(apath, "coordinate " + std::to_string(*coord) +
-                               " is out of range for mesh axis '" + it.key() +
-                               "' of size " + std::to_string(meshShape[*axis]));
-      if (kind[*axis] != 'R')
-        return fail(apath, "the parameter is restricted to this axis, so its "
-                           "placement on it must be \"R\"");
-      if (llvm::any_of(pairs, [&](auto pr) { return pr.first == *axis; }))
-        return fail(apath, "mesh axis '" + it.key() +
-                               "' is restricted twice (by name and by index)");
-      pairs.push_back({*axis, *coord});
-    }
-    llvm::sort(pairs);
-    for (auto [a, c] : pairs)
-      onlyPairs.append({a, c});
-  }
+  if (const JsonValue *only = get(p, "only");
+      only && failed(importOnly(*only, key(path, "only"), kind, onlyPairs)))
+    return failure();
   SmallVector<Attribute> split2;
   for (const auto &axes : splitAxes)
     split2.push_back(builder.getDenseI64ArrayAttr(axes));
@@ -1122,9 +1169,24 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
                               " parameters, above the limit of " +
                               limits::describe(limits::kMaxParams));
   // Names first: assignments and tp_dim_per_param refer to them.
+  if (failed(importParamNames(*params)))
+    return failure();
+  std::vector<std::optional<int64_t>> tpDim(params->size());
+  std::optional<int64_t> tpAll;
+  if (failed(importTpDims(root, params->size(), tpDim, tpAll)))
+    return failure();
   for (size_t i = 0; i < params->size(); ++i) {
+    std::optional<int64_t> tp = tpDim[i];
+    if (failed(importParam((*params)[i], i, tp, tpAll)))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult SpecImporter::importParamNames(const JsonValue &params) {
+  for (size_t i = 0; i < params.size(); ++i) {
     std::string path = index("params", i);
-    const JsonValue *p = getObject((*params)[i], path);
+    const JsonValue *p = getObject(params[i], path);
     if (!p)
       return failure();
     const JsonValue *n = get(*p, "name");
@@ -1142,10 +1204,13 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
                                          std::to_string(it->second) + "])");
     paramNames.push_back(*name);
   }
+  return success();
+}
 
-  // tp_dim_per_param: {"<param index>": dim} or one int for every matrix.
-  std::vector<std::optional<int64_t>> tpDim(params->size());
-  std::optional<int64_t> tpAll;
+LogicalResult
+SpecImporter::importTpDims(const JsonValue &root, size_t count,
+                           std::vector<std::optional<int64_t>> &tpDim,
+                           std::optional<int64_t> &tpAll) {
   if (const JsonValue *t = get(root, "tp_dim_per_param")) {
     if (t->is_number_integer()) {
       tpAll = getLimited(*t, "tp_dim_per_param", 0,
@@ -1159,9 +1224,9 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
       for (auto it = o->begin(); it != o->end(); ++it) {
         std::string tpath = key("tp_dim_per_param", it.key());
         std::optional<int64_t> i = parseDecimal(it.key());
-        if (!i || *i >= static_cast<int64_t>(params->size()))
+        if (!i || *i >= static_cast<int64_t>(count))
           return fail(tpath, "expected a parameter index in 0.." +
-                                 std::to_string(params->size() - 1) +
+                                 std::to_string(count - 1) +
                                  " as key, got '" + it.key() + "'");
         tpDim[*i] = getLimited(it.value(), tpath, 0,
                                limits::kMaxTensorDims - 1, "for a tensor dim");
@@ -1170,167 +1235,210 @@ LogicalResult SpecImporter::importParams(const JsonValue &v,
       }
     }
   }
+  return success();
+}
 
-  for (size_t i = 0; i < params->size(); ++i) {
-    std::string path = index("params", i);
-    const JsonValue &p = (*params)[i];
-    if (failed(checkKeys(
-            p, path,
-            processGroups
-                ? std::initializer_list<std::string_view>{"name", "shape",
-                                                          "dtype", "optimizer",
-                                                          "group", "stage",
-                                                          "expert", "num_heads",
-                                                          "head_split_dim"}
-                : std::initializer_list<std::string_view>{
-                      "name", "shape", "dtype", "optimizer", "group",
-                      "placements", "split", "only", "num_heads",
-                      "head_split_dim"})))
+FailureOr<SmallVector<int64_t>>
+SpecImporter::importShape(const JsonValue &p, const std::string &path) {
+  const JsonValue *s = get(p, "shape");
+  if (!s)
+    return fail(path, "missing key 'shape'");
+  std::string shapePath = key(path, "shape");
+  const JsonValue *dims = getArray(*s, shapePath);
+  if (!dims)
+    return failure();
+  if (static_cast<int64_t>(dims->size()) > limits::kMaxTensorDims)
+    return fail(shapePath, "has " + std::to_string(dims->size()) +
+                               " dims, above the limit of " +
+                               limits::describe(limits::kMaxTensorDims));
+  SmallVector<int64_t> shape;
+  for (size_t d = 0; d < dims->size(); ++d) {
+    std::optional<int64_t> size =
+        getLimited((*dims)[d], index(shapePath, d), 1,
+                   limits::kMaxParamElements, "elements per parameter");
+    if (!size)
       return failure();
-    const JsonValue *s = get(p, "shape");
-    if (!s)
-      return fail(path, "missing key 'shape'");
-    std::string shapePath = key(path, "shape");
-    const JsonValue *dims = getArray(*s, shapePath);
-    if (!dims)
-      return failure();
-    if (static_cast<int64_t>(dims->size()) > limits::kMaxTensorDims)
-      return fail(shapePath, "has " + std::to_string(dims->size()) +
-                                 " dims, above the limit of " +
-                                 limits::describe(limits::kMaxTensorDims));
-    SmallVector<int64_t> shape;
-    for (size_t d = 0; d < dims->size(); ++d) {
-      std::optional<int64_t> size =
-          getLimited((*dims)[d], index(shapePath, d), 1,
-                     limits::kMaxParamElements, "elements per parameter");
-      if (!size)
-        return failure();
-      shape.push_back(*size);
-    }
-    int64_t rank = shape.size();
-    Type elem = builder.getF32Type();
-    if (const JsonValue *d = get(p, "dtype")) {
-      std::optional<std::string> dtype = getString(*d, key(path, "dtype"));
-      if (!dtype)
-        return failure();
-      if (*dtype == "bf16")
-        elem = builder.getBF16Type();
-      else if (*dtype == "f16")
-        elem = builder.getF16Type();
-      else if (*dtype != "f32")
-        return fail(key(path, "dtype"), "unknown dtype '" + *dtype +
-                                            "'; expected f32, bf16 or f16");
-    }
-    OperationState state(at(path), ParamOp::getOperationName());
-    state.addAttribute(SymbolTable::getSymbolAttrName(),
-                       builder.getStringAttr(paramNames[i]));
-    state.addAttribute("tensor_type",
-                       TypeAttr::get(RankedTensorType::get(shape, elem)));
-    // The default for its rank: Muon for matrices, AdamW below.
-    ::muon::AlgorithmId algorithm = rank >= 2 ? ::muon::kMuon : ::muon::kAdamW;
-    std::optional<::muon::AlgorithmId> given;
-    if (const JsonValue *o = get(p, "optimizer")) {
-      std::string opath = key(path, "optimizer");
-      std::optional<std::string> name = getString(*o, opath);
-      if (!name)
-        return failure();
-      given = ::muon::findAlgorithm(*name);
-      if (!given)
-        return fail(opath, "unknown optimizer '" + *name + "'; expected " +
-                               ::muon::algorithmNames('\''));
-    }
-    std::optional<std::string> groupName;
-    if (const JsonValue *g = get(p, "group")) {
-      std::string gpath = key(path, "group");
-      groupName = getString(*g, gpath);
-      if (!groupName)
-        return failure();
-      auto it = groupAlgorithms.find(*groupName);
-      if (it == groupAlgorithms.end()) {
-        std::string names;
-        for (const auto &[n, at] : groupOrder)
-          names += (names.empty() ? "'" : ", '") + n + "'";
-        return fail(gpath, "no parameter group named '" + *groupName +
-                               "' (the groups are " + names + ")");
-      }
-      if (given && *given != it->second)
-        return fail(gpath, "group '" + *groupName + "' is a " +
-                               ::muon::algorithmName(it->second) +
-                               " group but " + key(path, "optimizer") +
-                               " is '" + ::muon::algorithmName(*given) + "'");
-      given = it->second;
-    }
-    if (given) {
-      const bool byGroup = groupName && !get(p, "optimizer");
-      if (::muon::algorithmOf(*given).orthogonalizes && rank < 2)
-        return fail(key(path, byGroup ? "group" : "optimizer"),
-                    "Muon orthogonalizes matrices but the parameter has " +
-                        std::to_string(rank) + " dim(s); use " +
-                        (byGroup ? "an AdamW group" : "'adamw'"));
-      algorithm = *given;
-      state.addAttribute("group", builder.getStringAttr(
-                                      ::muon::algorithmName(algorithm)));
-    }
-    const ::muon::Algorithm &mine = ::muon::algorithmOf(algorithm);
-    if (hasParamGroups) {
-      // The first group of the parameter's algorithm, unless it names one.
-      if (!groupName)
-        for (const auto &[n, at] : groupOrder)
-          if (groupAlgorithms[n] == algorithm) {
-            groupName = n;
-            break;
-          }
-      if (!groupName)
-        return fail(path, std::string("parameter '") + paramNames[i] +
-                              "' is a " + mine.title +
-                              " parameter but param_groups has no " +
-                              mine.name + " group");
-    } else if (algorithm != ::muon::kMuon && algorithm != ::muon::kAdamW) {
-      // Without param_groups a model has the two groups "muon" and "adamw".
-      return fail(key(path, "optimizer"),
-                  std::string("a ") + mine.title + " parameter needs a " +
-                      mine.name + " group in param_groups");
-    }
-    // Without param_groups, "muon" and "adamw" name the algorithm alone.
-    if (groupName && hasParamGroups)
-      state.addAttribute("param_group", builder.getStringAttr(*groupName));
-    if (std::string bad = ::muon::checkShapeLimits(
-            std::vector<int64_t>(shape.begin(), shape.end()),
-            mine.orthogonalizes);
-        !bad.empty())
-      return fail(shapePath, "parameter '" + paramNames[i] + "' " + bad);
-    if (failed(importHeads(p, path, shape, mine.orthogonalizes, state)))
-      return failure();
-    if (processGroups) {
-      std::optional<int64_t> tp = tpDim[i];
-      if (!tp && tpAll && rank >= 2)
-        tp = tpAll;
-      if (tp) {
-        if (*tp >= rank)
-          return fail(tpDim[i] ? key("tp_dim_per_param", std::to_string(i))
-                               : std::string("tp_dim_per_param"),
-                      "TP dim " + std::to_string(*tp) +
-                          " is out of range for parameter '" + paramNames[i] +
-                          "' of " + std::to_string(rank) + " dim(s)");
-        state.addAttribute("tp_dim", builder.getI64IntegerAttr(*tp));
-      }
-      for (StringRef k : {"stage", "expert"})
-        if (const JsonValue *x = get(p, k)) {
-          std::optional<int64_t> n =
-              k == "stage"
-                  ? getLimited(*x, key(path, k), 0, limits::kMaxWorldSize - 1,
-                               "for a pipeline stage")
-                  : getLimited(*x, key(path, k), 0, limits::kMaxExperts - 1,
-                               "for an expert id");
-          if (!n)
-            return failure();
-          state.addAttribute(k, builder.getI64IntegerAttr(*n));
-        }
-    } else if (failed(importParamLayout(p, path, rank, state))) {
-      return failure();
-    }
-    builder.create(state);
+    shape.push_back(*size);
   }
+  return shape;
+}
+
+FailureOr<Type> SpecImporter::importDtype(const JsonValue &p,
+                                          const std::string &path) {
+  Type elem = builder.getF32Type();
+  if (const JsonValue *d = get(p, "dtype")) {
+    std::optional<std::string> dtype = getString(*d, key(path, "dtype"));
+    if (!dtype)
+      return failure();
+    if (*dtype == "bf16")
+      elem = builder.getBF16Type();
+    else if (*dtype == "f16")
+      elem = builder.getF16Type();
+    else if (*dtype != "f32")
+      return fail(key(path, "dtype"), "unknown dtype '" + *dtype +
+                                          "'; expected f32, bf16 or f16");
+  }
+  return elem;
+}
+
+FailureOr<::muon::AlgorithmId>
+SpecImporter::importParamAlgorithm(const JsonValue &p, const std::string &path,
+                                   const std::string &paramName, int64_t rank,
+                                   OperationState &state) {
+  // The default for its rank: Muon for matrices, AdamW below.
+  ::muon::AlgorithmId algorithm = rank >= 2 ? ::muon::kMuon : ::muon::kAdamW;
+  std::optional<::muon::AlgorithmId> given;
+  if (const JsonValue *o = get(p, "optimizer")) {
+    std::string opath = key(path, "optimizer");
+    std::optional<std::string> name = getString(*o, opath);
+    if (!name)
+      return failure();
+    given = ::muon::findAlgorithm(*name);
+    if (!given)
+      return fail(opath, "unknown optimizer '" + *name + "'; expected " +
+                             ::muon::algorithmNames('\''));
+  }
+  std::optional<std::string> groupName;
+  if (const JsonValue *g = get(p, "group")) {
+    std::string gpath = key(path, "group");
+    groupName = getString(*g, gpath);
+    if (!groupName)
+      return failure();
+    auto it = groupAlgorithms.find(*groupName);
+    if (it == groupAlgorithms.end()) {
+      std::string names;
+      for (const auto &[n, at] : groupOrder)
+        names += (names.empty() ? "'" : ", '") + n + "'";
+      return fail(gpath, "no parameter group named '" + *groupName +
+                             "' (the groups are " + names + ")");
+    }
+    if (given && *given != it->second)
+      return fail(gpath, "group '" + *groupName + "' is a " +
+                             ::muon::algorithmName(it->second) +
+                             " group but " + key(path, "optimizer") +
+                             " is '" + ::muon::algorithmName(*given) + "'");
+    given = it->second;
+  }
+  if (given) {
+    const bool byGroup = groupName && !get(p, "optimizer");
+    if (::muon::algorithmOf(*given).orthogonalizes && rank < 2)
+      return fail(key(path, byGroup ? "group" : "optimizer"),
+                  "Muon orthogonalizes matrices but the parameter has " +
+                      std::to_string(rank) + " dim(s); use " +
+                      (byGroup ? "an AdamW group" : "'adamw'"));
+    algorithm = *given;
+    state.addAttribute("group", builder.getStringAttr(
+                                    ::muon::algorithmName(algorithm)));
+  }
+  const ::muon::Algorithm &mine = ::muon::algorithmOf(algorithm);
+  if (hasParamGroups) {
+    // The first group of the parameter's algorithm, unless it names one.
+    if (!groupName)
+      for (const auto &[n, at] : groupOrder)
+        if (groupAlgorithms[n] == algorithm) {
+          groupName = n;
+          break;
+        }
+    if (!groupName)
+      return fail(path, std::string("parameter '") + paramName +
+                            "' is a " + mine.title +
+                            " parameter but param_groups has no " +
+                            mine.name + " group");
+  } else if (algorithm != ::muon::kMuon && algorithm != ::muon::kAdamW) {
+    // Without param_groups a model has the two groups "muon" and "adamw".
+    return fail(key(path, "optimizer"),
+                std::string("a ") + mine.title + " parameter needs a " +
+                    mine.name + " group in param_groups");
+  }
+  // Without param_groups, "muon" and "adamw" name the algorithm alone.
+  if (groupName && hasParamGroups)
+    state.addAttribute("param_group", builder.getStringAttr(*groupName));
+  return algorithm;
+}
+
+LogicalResult
+SpecImporter::importProcessGroupPlacement(const JsonValue &p,
+                                          const std::string &path, size_t i,
+                                          int64_t rank,
+                                          std::optional<int64_t> tpGiven,
+                                          std::optional<int64_t> tpAll,
+                                          OperationState &state) {
+  std::optional<int64_t> tp = tpGiven;
+  if (!tp && tpAll && rank >= 2)
+    tp = tpAll;
+  if (tp) {
+    if (*tp >= rank)
+      return fail(tpGiven ? key("tp_dim_per_param", std::to_string(i))
+                          : std::string("tp_dim_per_param"),
+                  "TP dim " + std::to_string(*tp) +
+                      " is out of range for parameter '" + paramNames[i] +
+                      "' of " + std::to_string(rank) + " dim(s)");
+    state.addAttribute("tp_dim", builder.getI64IntegerAttr(*tp));
+  }
+  for (StringRef k : {"stage", "expert"})
+    if (const JsonValue *x = get(p, k)) {
+      std::optional<int64_t> n =
+          k == "stage"
+              ? getLimited(*x, key(path, k), 0, limits::kMaxWorldSize - 1,
+                           "for a pipeline stage")
+              : getLimited(*x, key(path, k), 0, limits::kMaxExperts - 1,
+                           "for an expert id");
+      if (!n)
+        return failure();
+      state.addAttribute(k, builder.getI64IntegerAttr(*n));
+    }
+  return success();
+}
+
+LogicalResult SpecImporter::importParam(const JsonValue &p, size_t i,
+                                        std::optional<int64_t> tpDim,
+                                        std::optional<int64_t> tpAll) {
+  std::string path = index("params", i);
+  if (failed(checkKeys(
+          p, path,
+          processGroups
+              ? std::initializer_list<std::string_view>{"name", "shape",
+                                                        "dtype", "optimizer",
+                                                        "group", "stage",
+                                                        "expert", "num_heads",
+                                                        "head_split_dim"}
+              : std::initializer_list<std::string_view>{
+                    "name", "shape", "dtype", "optimizer", "group",
+                    "placements", "split", "only", "num_heads",
+                    "head_split_dim"})))
+    return failure();
+  FailureOr<SmallVector<int64_t>> shape = importShape(p, path);
+  if (failed(shape))
+    return failure();
+  const int64_t rank = shape->size();
+  FailureOr<Type> elem = importDtype(p, path);
+  if (failed(elem))
+    return failure();
+  OperationState state(at(path), ParamOp::getOperationName());
+  state.addAttribute(SymbolTable::getSymbolAttrName(),
+                     builder.getStringAttr(paramNames[i]));
+  state.addAttribute("tensor_type",
+                     TypeAttr::get(RankedTensorType::get(*shape, *elem)));
+  FailureOr<::muon::AlgorithmId> algorithm =
+      importParamAlgorithm(p, path, paramNames[i], rank, state);
+  if (failed(algorithm))
+    return failure();
+  const ::muon::Algorithm &mine = ::muon::algorithmOf(*algorithm);
+  const std::string shapePath = key(path, "shape");
+  if (::muon::Status bad = ::muon::checkShapeLimits(
+          std::vector<int64_t>(shape->begin(), shape->end()),
+          mine.orthogonalizes); !bad.ok())
+    return fail(shapePath, "parameter '" + paramNames[i] + "' " + bad.message());
+  if (failed(importHeads(p, path, *shape, mine.orthogonalizes, state)))
+    return failure();
+  if (processGroups) {
+    if (failed(importProcessGroupPlacement(p, path, i, rank, tpDim, tpAll,
+                                           state)))
+      return failure();
+  } else if (failed(importParamLayout(p, path, rank, state))) {
+    return failure();
+  }
+  builder.create(state);
   return success();
 }
 
@@ -1364,10 +1472,9 @@ LogicalResult SpecImporter::importHeads(const JsonValue &p,
   if (!heads)
     return success();
   std::vector<int64_t> dims(shape.begin(), shape.end());
-  if (std::string bad =
-          ::muon::headsError(dims, orthogonalized, *heads, dim.value_or(0));
-      !bad.empty())
-    return fail(key(path, "num_heads"), bad); // the path names the parameter
+  if (::muon::Status bad =
+          ::muon::checkHeads(dims, orthogonalized, *heads, dim.value_or(0)); !bad.ok())
+    return fail(key(path, "num_heads"), bad.message()); // the path names the parameter
   state.addAttribute("num_heads", builder.getI64IntegerAttr(*heads));
   if (dim)
     state.addAttribute("head_split_dim", builder.getI64IntegerAttr(*dim));

@@ -94,23 +94,13 @@ static int64_t nsConfigIndex(::muon::NewtonSchulzSettings &ns,
   return static_cast<int64_t>(ns.configs.size()) - 1;
 }
 
-FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
-                                      StringRef wireDtype, bool withTransfers,
-                                      const std::vector<int64_t> *roundOf,
-                                      int64_t rounds,
-                                      ::muon::TransferSink *stream) {
-  Plan plan;
-  plan.worldSize = layout.mesh.numDevices();
-  plan.wireDtype = wireDtype.str();
-  plan.wireBytes = ::muon::wireDtypeBytes(plan.wireDtype);
-  if (!plan.wireBytes)
-    return model.emitError()
-           << "unknown wire dtype '" << wireDtype << "'; expected f32 or bf16";
-  plan.nsMatrices.resize(plan.worldSize);
-  plan.mesh = layout.mesh;
-  // Groups in declaration order; Muon or AdamW, when no op declares one,
-  // gets its default group, so that every parameter has one (the verifier
-  // requires a declared group for any other algorithm).
+namespace {
+
+/// The groups the model declares, in declaration order, with their
+/// Newton-Schulz configurations; Muon or AdamW, when no op declares one,
+/// gets its default group, so that every parameter has one (the verifier
+/// requires a declared group for any other algorithm).
+void addGroups(ModelOp model, Plan &plan) {
   plan.groups.clear();
   plan.ns.configs.clear();
   std::vector<bool> declared(::muon::algorithms().size(), false);
@@ -153,6 +143,11 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     plan.ns.configs.push_back(
         {5, std::vector<std::array<double, 3>>(5, {3.4445, -4.775, 2.0315}),
          1e-7});
+}
+
+/// The parameters, each in its named group (else the first of its
+/// algorithm's), and the QK-clip layers.
+void addParams(ModelOp model, const ModelLayout &layout, Plan &plan) {
   for (size_t i = 0; i < layout.params.size(); ++i) {
     ParamOp param = layout.params[i];
     ::muon::PlanParam pp;
@@ -160,7 +155,6 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     Type elem = param.getTensorType().getElementType();
     pp.dtype = elem.isBF16() ? "bf16" : elem.isF16() ? "f16" : "f32";
     pp.algorithm = param.getAlgorithm();
-    // The named group, else the first of the parameter's algorithm.
     pp.group = -1;
     if (std::optional<StringRef> name = param.getParamGroup())
       pp.group = ::muon::findGroup(plan.groups, *name);
@@ -180,6 +174,141 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     l.threshold = clip.getThreshold().convertToDouble();
     plan.qkClip.push_back(std::move(l));
   }
+}
+
+/// A piece's identity for the gather: its box and summand. Holders of the
+/// same key hold the same data; the owner needs one copy of each key it
+/// lacks.
+std::tuple<int64_t, int64_t, int64_t> pieceKey(const MatrixPiece &p) {
+  return std::make_tuple(p.rows.begin, p.cols.begin, p.summand);
+}
+
+/// The gather and scatter transfers of a plan's matrices, into one pair of
+/// exchanges or, with the rounds known, a pair per round (gather 2r,
+/// scatter 2r+1), or streamed to a sink; and what each rank has sent so
+/// far, which chooses the sender among replicas.
+class TransferWriter {
+public:
+  TransferWriter(const Plan &plan, bool bucketed, int64_t rounds,
+                 ::muon::TransferSink *stream)
+      : buckets(bucketed ? 2 * rounds : 2), sent(plan.worldSize, 0),
+        stream(stream) {
+    for (size_t e = 0; e < buckets.size(); ++e) {
+      buckets[e].phase =
+          e % 2 ? Exchange::Phase::Scatter : Exchange::Phase::Gather;
+      buckets[e].round = bucketed ? static_cast<int64_t>(e / 2) : 0;
+    }
+    if (stream)
+      stream->begin(plan);
+  }
+
+  /// Matrix k orthogonalized on `owner`: the owner gathers one copy of every
+  /// (piece, summand) of `sorted` (the pieces sorted by pieceKey then rank:
+  /// the replicas of a key adjacent) that it lacks, each from the replica
+  /// that has sent least (the first minimum: ties go to the lowest rank);
+  /// then every other holder in `holders` gets its new piece from the owner.
+  /// `pair` is the gather's exchange.
+  void gatherAndScatter(int64_t k, int64_t owner,
+                        const std::vector<MatrixPiece> &sorted,
+                        const std::vector<MatrixPiece> &holders, size_t pair) {
+    auto own = std::find_if(holders.begin(), holders.end(),
+                            [&](const MatrixPiece &p) { return p.rank == owner; });
+    assert(own != holders.end() && "verifier guarantees owners hold");
+    for (size_t i = 0; i < sorted.size();) {
+      size_t j = i;
+      while (j < sorted.size() && pieceKey(sorted[j]) == pieceKey(sorted[i]))
+        ++j;
+      if (pieceKey(sorted[i]) != pieceKey(*own)) {
+        const MatrixPiece &p = *std::min_element(
+            sorted.begin() + i, sorted.begin() + j,
+            [&](auto &a, auto &b) { return sent[a.rank] < sent[b.rank]; });
+        emit(pair, {p.rank, owner, k, p.rows, p.cols, p.summand});
+      }
+      i = j;
+    }
+    for (const MatrixPiece &p : holders)
+      if (p.rank != owner)
+        emit(pair + 1, {owner, p.rank, k, p.rows, p.cols, 0});
+  }
+
+  std::vector<Exchange> buckets;
+  std::vector<int64_t> sent;
+
+private:
+  void emit(size_t exchange, const Transfer &t) {
+    sent[t.src] += t.elements();
+    if (stream)
+      stream->add(static_cast<int64_t>(exchange), exchange % 2 == 0, t);
+    else
+      buckets[exchange].transfers.push_back(t);
+  }
+
+  ::muon::TransferSink *stream;
+};
+
+/// The pieces of a matrix sorted by pieceKey then rank, remade only when
+/// the piece cache computes a new list (matrices of a batched parameter in
+/// the same chunk of every batch dim share their pieces).
+class SortedPieces {
+public:
+  const std::vector<MatrixPiece> &
+  of(const std::vector<MatrixPiece> &pieces,
+     const ::muon::MatrixPieceCache &cache) {
+    if (version != cache.version()) {
+      sorted = pieces;
+      std::stable_sort(sorted.begin(), sorted.end(), [](auto &a, auto &b) {
+        return pieceKey(a) < pieceKey(b);
+      });
+      version = cache.version();
+    }
+    return sorted;
+  }
+
+private:
+  std::vector<MatrixPiece> sorted;
+  uint64_t version = 0;
+};
+
+/// A redundant matrix's transfers: once per replica, each replica's owner
+/// gathering its replica's pieces and scattering to its replica's holders
+/// (under DDP a replica is one rank, and nothing moves).
+void addReplicaTransfers(const ModelLayout &layout, const MuonMatrix &mm,
+                         int64_t k, int64_t owner,
+                         const std::vector<MatrixPiece> &pieces, size_t pair,
+                         Plan &plan, TransferWriter &writer) {
+  const ::muon::ParamLayout &pl = layout.layouts[mm.param];
+  std::map<int64_t, std::vector<MatrixPiece>> byReplica;
+  for (const MatrixPiece &p : pieces)
+    byReplica[::muon::replicaOwnerOf(layout.mesh, pl, owner, p.rank)]
+        .push_back(p);
+  for (auto &[o, mine] : byReplica) {
+    plan.nsMatrices[o].push_back(k);
+    std::vector<MatrixPiece> sorted = mine;
+    std::stable_sort(sorted.begin(), sorted.end(), [](auto &a, auto &b) {
+      return pieceKey(a) < pieceKey(b);
+    });
+    writer.gatherAndScatter(k, o, sorted, mine, pair);
+  }
+}
+
+} // namespace
+
+FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
+                                      StringRef wireDtype, bool withTransfers,
+                                      const std::vector<int64_t> *roundOf,
+                                      int64_t rounds,
+                                      ::muon::TransferSink *stream) {
+  Plan plan;
+  plan.worldSize = layout.mesh.numDevices();
+  plan.wireDtype = wireDtype.str();
+  plan.wireBytes = ::muon::wireDtypeBytes(plan.wireDtype);
+  if (!plan.wireBytes)
+    return model.emitError()
+           << "unknown wire dtype '" << wireDtype << "'; expected f32 or bf16";
+  plan.nsMatrices.resize(plan.worldSize);
+  plan.mesh = layout.mesh;
+  addGroups(model, plan);
+  addParams(model, layout, plan);
 
   std::vector<MuonMatrix> matrices = collectMuonMatrices(model, layout);
   std::vector<bool> redundantOf;
@@ -192,33 +321,13 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
   bool bucketed = roundOf && roundOf->size() == matrices.size() &&
                   std::all_of(roundOf->begin(), roundOf->end(),
                               [&](int64_t r) { return r >= 0 && r < rounds; });
-  std::vector<Exchange> buckets(bucketed ? 2 * rounds : 2);
-  for (size_t e = 0; e < buckets.size(); ++e) {
-    buckets[e].phase =
-        e % 2 ? Exchange::Phase::Scatter : Exchange::Phase::Gather;
-    buckets[e].round = bucketed ? static_cast<int64_t>(e / 2) : 0;
-  }
-  std::vector<int64_t> sent(plan.worldSize, 0);
   // Streamed only with the rounds known: the writer needs each transfer's
   // final exchange.
   if (!(stream && bucketed && distributed && withTransfers))
     stream = nullptr;
-  if (stream)
-    stream->begin(plan);
-  auto emit = [&](size_t exchange, const Transfer &t) {
-    if (stream)
-      stream->add(static_cast<int64_t>(exchange), exchange % 2 == 0, t);
-    else
-      buckets[exchange].transfers.push_back(t);
-  };
+  TransferWriter writer(plan, bucketed, rounds, stream);
   ::muon::MatrixPieceCache pieceCache(layout.mesh);
-  // The cached pieces sorted by (rows, cols, summand) then rank, remade
-  // only when the cache computes a new list.
-  std::vector<MatrixPiece> byKey;
-  uint64_t byKeyVersion = 0;
-  auto key = [](const MatrixPiece &p) {
-    return std::make_tuple(p.rows.begin, p.cols.begin, p.summand);
-  };
+  SortedPieces byKey;
   for (size_t k = 0; k < matrices.size(); ++k) {
     const MuonMatrix &mm = matrices[k];
     PlanMatrix pm;
@@ -228,11 +337,11 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     pm.rows = mm.rows;
     pm.cols = mm.cols;
     pm.nsFlops = mm.nsFlops;
+    if (distributed && owners[k] < 0)
+      return model.emitError() << "matrix '" << mm.label
+                               << "' has no owner; run muon-assign-owners "
+                                  "first";
     if (distributed && !withTransfers) {
-      if (owners[k] < 0)
-        return model.emitError() << "matrix '" << mm.label
-                                 << "' has no owner; run muon-assign-owners "
-                                    "first";
       pm.owner = owners[k];
       pm.redundant = redundantOf[k];
       if (pm.redundant)
@@ -246,7 +355,6 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
     }
     const std::vector<MatrixPiece> &pieces =
         pieceCache.pieces(layout.layouts[mm.param], mm.matrix);
-
     if (!distributed) {
       // Single-device algorithm on every rank: each holder (with the whole
       // matrix, as nothing is sharded) orthogonalizes it.
@@ -255,96 +363,23 @@ FailureOr<Plan> mlir::muon::buildPlan(ModelOp model, const ModelLayout &layout,
       plan.matrices.push_back(std::move(pm));
       continue;
     }
-    size_t pair = bucketed ? 2 * (*roundOf)[k] : 0;
-    int64_t owner = owners[k];
-    if (owner < 0)
-      return model.emitError() << "matrix '" << mm.label
-                               << "' has no owner; run muon-assign-owners "
-                                  "first";
+    const size_t pair = bucketed ? 2 * (*roundOf)[k] : 0;
+    const int64_t owner = owners[k];
     pm.owner = owner;
-    if (redundantOf[k]) {
-      // Once per replica: each replica's owner gathers its replica's
-      // pieces and scatters to its replica's holders (under DDP a replica
-      // is one rank, and nothing moves).
-      pm.redundant = true;
-      const ::muon::ParamLayout &pl = layout.layouts[mm.param];
-      std::map<int64_t, std::vector<MatrixPiece>> byReplica;
-      for (const MatrixPiece &p : pieces)
-        byReplica[::muon::replicaOwnerOf(layout.mesh, pl, owner, p.rank)]
-            .push_back(p);
-      for (auto &[o, mine] : byReplica) {
-        plan.nsMatrices[o].push_back(k);
-        auto own = std::find_if(mine.begin(), mine.end(),
-                                [&](auto &p) { return p.rank == o; });
-        assert(own != mine.end() && "a replica's owner mirrors the owner");
-        std::vector<MatrixPiece> sorted = mine;
-        std::stable_sort(sorted.begin(), sorted.end(),
-                         [&](auto &a, auto &b) { return key(a) < key(b); });
-        for (size_t i = 0; i < sorted.size();) {
-          size_t j = i;
-          while (j < sorted.size() && key(sorted[j]) == key(sorted[i]))
-            ++j;
-          if (key(sorted[i]) != key(*own)) {
-            const MatrixPiece &p = *std::min_element(
-                sorted.begin() + i, sorted.begin() + j,
-                [&](auto &a, auto &b) { return sent[a.rank] < sent[b.rank]; });
-            Transfer t{p.rank, o,      static_cast<int64_t>(k),
-                       p.rows, p.cols, p.summand};
-            sent[p.rank] += t.elements();
-            emit(pair, t);
-          }
-          i = j;
-        }
-        for (const MatrixPiece &p : mine)
-          if (p.rank != o) {
-            Transfer t{o, p.rank, static_cast<int64_t>(k), p.rows, p.cols, 0};
-            sent[o] += t.elements();
-            emit(pair + 1, t);
-          }
-      }
-      plan.matrices.push_back(std::move(pm));
-      continue;
+    pm.redundant = redundantOf[k];
+    if (pm.redundant) {
+      addReplicaTransfers(layout, mm, static_cast<int64_t>(k), owner, pieces,
+                          pair, plan, writer);
+    } else {
+      plan.nsMatrices[owner].push_back(k);
+      writer.gatherAndScatter(static_cast<int64_t>(k), owner,
+                              byKey.of(pieces, pieceCache), pieces, pair);
     }
-    plan.nsMatrices[owner].push_back(k);
-    auto ownPiece = std::find_if(pieces.begin(), pieces.end(),
-                                 [&](auto &p) { return p.rank == owner; });
-    assert(ownPiece != pieces.end() && "verifier guarantees owners hold");
-    // Gather: one copy of every (piece, summand) the owner lacks. Replicas
-    // of the same summand are adjacent after sorting by key then rank.
-    if (byKeyVersion != pieceCache.version()) {
-      byKey = pieces;
-      std::stable_sort(byKey.begin(), byKey.end(),
-                       [&](auto &a, auto &b) { return key(a) < key(b); });
-      byKeyVersion = pieceCache.version();
-    }
-    for (size_t i = 0; i < byKey.size();) {
-      size_t j = i;
-      while (j < byKey.size() && key(byKey[j]) == key(byKey[i]))
-        ++j;
-      if (key(byKey[i]) != key(*ownPiece)) {
-        // The first minimum: ties go to the lowest rank.
-        const MatrixPiece &p = *std::min_element(
-            byKey.begin() + i, byKey.begin() + j,
-            [&](auto &a, auto &b) { return sent[a.rank] < sent[b.rank]; });
-        Transfer t{p.rank, owner,  static_cast<int64_t>(k),
-                   p.rows, p.cols, p.summand};
-        sent[p.rank] += t.elements();
-        emit(pair, t);
-      }
-      i = j;
-    }
-    // Scatter: every other holder gets its new piece from the owner.
-    for (const MatrixPiece &p : pieces)
-      if (p.rank != owner) {
-        Transfer t{owner, p.rank, static_cast<int64_t>(k), p.rows, p.cols, 0};
-        sent[owner] += t.elements();
-        emit(pair + 1, t);
-      }
     plan.matrices.push_back(std::move(pm));
   }
   if (distributed) {
-    plan.exchanges = std::move(buckets);
-    Exchange reduce = adamwReductions(plan, sent);
+    plan.exchanges = std::move(writer.buckets);
+    Exchange reduce = adamwReductions(plan, writer.sent);
     if (!reduce.reductions.empty())
       plan.exchanges.push_back(std::move(reduce));
   }
@@ -411,11 +446,11 @@ FailureOr<Plan> mlir::muon::planFromModel(ModelOp model,
   if (failed(plan))
     return failure();
   ::muon::ScheduleOptions options = scheduleOptionsOf(model);
-  std::string error;
   // The IR's rounds, with the options recorded (packing rounds of its own
   // here would re-bucket every transfer once more, for nothing).
-  if (!::muon::useRounds(*plan, options, std::move(rounds), error))
-    return model.emitError() << error;
+  if (::muon::Status used = ::muon::useRounds(*plan, options, std::move(rounds));
+      !used.ok())
+    return model.emitError() << used.message();
 
   // The sequence from the IR, if there is one.
   bool hasReduce = !plan->exchanges.empty() &&

@@ -108,8 +108,8 @@ LogicalResult verifySettingAttrs(Operation *op, ::muon::AlgorithmId algorithm,
     if (!setFromAttr(*s, attr.getValue(), g))
       return op->emitError() << what << " '" << name << "' must be "
                              << kindName(s->kind);
-    if (std::string why = ::muon::checkSetting(*s, g); !why.empty())
-      return op->emitError() << what << " '" << name << "': " << why;
+    if (::muon::Status why = ::muon::checkSetting(*s, g); !why.ok())
+      return op->emitError() << what << " '" << name << "': " << why.message();
     if (s->onlyWith &&
         !flagOf(op, *::muon::findGroupSetting(algorithm, s->onlyWith)))
       return op->emitError() << what << " '" << name << "' is "

@@ -91,11 +91,10 @@ static FailureOr<ModelLayout> layoutFromGroups(ModelOp model) {
     axisOfKind[kind] = -1;
     kinds.push_back({kind.str(), g.getGroupsVector()});
   }
-  std::string error;
-  std::optional<GroupGrid> grid =
-      buildGroupGrid(*model.getWorldSize(), kinds, error);
-  if (!grid)
-    return groupOps.front().emitError() << error;
+  ::muon::StatusOr<GroupGrid> grid =
+      buildGroupGrid(*model.getWorldSize(), kinds);
+  if (!grid.ok())
+    return groupOps.front().emitError() << grid.status().message();
 
   ModelLayout layout;
   layout.mesh = grid->mesh;

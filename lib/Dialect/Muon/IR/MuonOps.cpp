@@ -315,6 +315,144 @@ static LogicalResult verifyParamGroups(ArrayRef<Operation *> groups,
   return success();
 }
 
+/// The model's sizes against the limits (the grid, world, experts and
+/// parameter count), checked before anything allocates per rank.
+static LogicalResult verifyModelSizes(ModelOp model, Operation *grid,
+                                      size_t numParams) {
+  namespace limits = ::muon::limits;
+  if (grid) {
+    std::optional<std::vector<int64_t>> shape =
+        shard_adapter::getGridShape(grid);
+    if (!shape)
+      return grid->emitError() << "the model's grid must have a static shape";
+    ::muon::Mesh mesh;
+    mesh.shape = *shape;
+    if (auto devices =
+            grid->getAttrOfType<DenseI64ArrayAttr>(MuonDialect::kDevicesAttr))
+      mesh.devices.assign(devices.asArrayRef().begin(),
+                          devices.asArrayRef().end());
+    if (::muon::Status bad = ::muon::checkMeshLimits(mesh); !bad.ok())
+      return grid->emitError() << bad.message();
+  }
+  if (std::optional<int64_t> world = model.getWorldSize();
+      world && (*world < 1 || *world > limits::kMaxWorldSize))
+    return model.emitError() << "world_size " << *world << " is outside [1, "
+                             << limits::describe(limits::kMaxWorldSize) << "]";
+  if (std::optional<int64_t> experts = model.getNumExperts();
+      experts && *experts > limits::kMaxExperts)
+    return model.emitError() << "num_experts " << *experts
+                             << " is above the limit of "
+                             << limits::describe(limits::kMaxExperts);
+  if (static_cast<int64_t>(numParams) > limits::kMaxParams)
+    return model.emitError() << "the model has " << numParams
+                             << " parameters, above the limit of "
+                             << limits::describe(limits::kMaxParams);
+  return success();
+}
+
+/// A model places its parameters either on a grid or by process groups;
+/// each parameter's attributes must match the one the model uses.
+static LogicalResult verifyPlacementKind(ModelOp model, Operation *grid,
+                                         ArrayRef<GroupOp> groups,
+                                         ArrayRef<ParamOp> params) {
+  if (!groups.empty()) {
+    if (grid)
+      return grid->emitError()
+             << "a model uses either a grid (DTensor style) or process "
+                "groups, not both";
+    if (!model.getWorldSize())
+      return model.emitError()
+             << "process groups need the model's 'world_size'";
+    for (ParamOp p : params)
+      if (p.getGrid())
+        return p.emitError() << "parameter '" << p.getSymName()
+                             << "' has a mesh layout but the model uses "
+                                "process groups";
+    return success();
+  }
+  for (StringRef attr : {"world_size", "fsdp_dim", "num_experts"})
+    if (model->hasAttr(attr))
+      return model.emitError()
+             << "'" << attr << "' is only meaningful with process groups";
+  if (!grid && !params.empty())
+    return ParamOp(params.front()).emitError()
+           << "the model has parameters but neither a grid nor process "
+              "groups";
+  for (ParamOp p : params) {
+    if (p.getTpDim() || p.getStage() || p.getExpert())
+      return p.emitError() << "parameter '" << p.getSymName()
+                           << "' has process-group attributes (tp_dim, "
+                              "stage, expert) but the model has no groups";
+    if (!p.getGrid())
+      return p.emitError() << "parameter '" << p.getSymName()
+                           << "' has no layout; expected 'on @"
+                           << shard_adapter::getGridName(grid) << "'";
+    if (*p.getGrid() != shard_adapter::getGridName(grid))
+      return p.emitError() << "parameter '" << p.getSymName()
+                           << "' is on grid @" << *p.getGrid()
+                           << " but the model's mesh is @"
+                           << shard_adapter::getGridName(grid);
+  }
+  return success();
+}
+
+/// The laid-out model against the per-rank memory and flop limits.
+static LogicalResult
+verifyLayoutLimits(ModelOp model, const ModelLayout &layout,
+                   ArrayRef<Operation *> optimizerGroups) {
+  std::vector<bool> orthogonalized;
+  for (ParamOp p : layout.params)
+    orthogonalized.push_back(p.isOrthogonalized());
+  // The most steps of any group bound every matrix's flops.
+  int64_t nsSteps = 5;
+  bool anyMuon = false;
+  for (Operation *op : optimizerGroups)
+    if (auto opt = dyn_cast<OptimizerOp>(op)) {
+      int64_t steps = static_cast<int64_t>(opt.getNsSteps());
+      nsSteps = anyMuon ? std::max(nsSteps, steps) : steps;
+      anyMuon = true;
+    }
+  ::muon::ModelLimitError error;
+  if (::muon::checkModelLimits(layout.mesh, layout.layouts, orthogonalized,
+                               nsSteps, error))
+    return success();
+  if (error.param < 0)
+    return model.emitError() << error.message;
+  ParamOp p = layout.params[error.param];
+  return p.emitError() << "parameter '" << p.getSymName()
+                       << "': " << error.message;
+}
+
+/// Without a distributed config nothing gathers a shard or sums a partial
+/// gradient, so every parameter must be whole and no assignment is given.
+static LogicalResult verifyWithoutDistributed(const ModelLayout &layout,
+                                              ArrayRef<AssignOp> assigns) {
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    const ParamLayout &pl = layout.layouts[i];
+    ParamOp p = layout.params[i];
+    for (size_t d = 0; d < pl.splitAxes.size(); ++d)
+      if (!pl.splitAxes[d].empty())
+        return p.emitError()
+               << "parameter '" << p.getSymName() << "' is sharded (dim " << d
+               << " split on mesh axis '"
+               << axisLabel(layout, pl.splitAxes[d].front())
+               << "') but there is no distributed config: Newton-Schulz "
+                  "on a shard gives a wrong update; add a distributed "
+                  "config";
+    if (pl.isPartial())
+      return p.emitError()
+             << "parameter '" << p.getSymName()
+             << "' has a partial gradient on mesh axis '"
+             << axisLabel(layout, pl.partialAxes.front())
+             << "' but there is no distributed config to sum it; add a "
+                "distributed config";
+  }
+  if (!assigns.empty())
+    return AssignOp(assigns.front()).emitError()
+           << "explicit assignments need a distributed config";
+  return success();
+}
+
 LogicalResult ModelOp::verifyRegions() {
   Operation *grid = nullptr;
   Operation *distributed = nullptr;
@@ -362,127 +500,17 @@ LogicalResult ModelOp::verifyRegions() {
 
   if (failed(verifyParamGroups(optimizerGroups, params)))
     return failure();
-
-  namespace limits = ::muon::limits;
   // Sizes first: the layout below allocates per rank.
-  if (grid) {
-    std::optional<std::vector<int64_t>> shape =
-        shard_adapter::getGridShape(grid);
-    if (!shape)
-      return grid->emitError() << "the model's grid must have a static shape";
-    ::muon::Mesh mesh;
-    mesh.shape = *shape;
-    if (auto devices =
-            grid->getAttrOfType<DenseI64ArrayAttr>(MuonDialect::kDevicesAttr))
-      mesh.devices.assign(devices.asArrayRef().begin(),
-                          devices.asArrayRef().end());
-    if (std::string bad = ::muon::checkMeshLimits(mesh); !bad.empty())
-      return grid->emitError() << bad;
-  }
-  if (std::optional<int64_t> world = getWorldSize();
-      world && (*world < 1 || *world > limits::kMaxWorldSize))
-    return emitError() << "world_size " << *world << " is outside [1, "
-                       << limits::describe(limits::kMaxWorldSize) << "]";
-  if (std::optional<int64_t> experts = getNumExperts();
-      experts && *experts > limits::kMaxExperts)
-    return emitError() << "num_experts " << *experts
-                       << " is above the limit of "
-                       << limits::describe(limits::kMaxExperts);
-  if (static_cast<int64_t>(params.size()) > limits::kMaxParams)
-    return emitError() << "the model has " << params.size()
-                       << " parameters, above the limit of "
-                       << limits::describe(limits::kMaxParams);
-
-  if (!groups.empty()) {
-    if (grid)
-      return grid->emitError()
-             << "a model uses either a grid (DTensor style) or process "
-                "groups, not both";
-    if (!getWorldSize())
-      return emitError() << "process groups need the model's 'world_size'";
-    for (ParamOp p : params)
-      if (p.getGrid())
-        return p.emitError() << "parameter '" << p.getSymName()
-                             << "' has a mesh layout but the model uses "
-                                "process groups";
-  } else {
-    for (StringRef attr : {"world_size", "fsdp_dim", "num_experts"})
-      if ((*this)->hasAttr(attr))
-        return emitError() << "'" << attr
-                           << "' is only meaningful with process groups";
-    if (!grid && !params.empty())
-      return params.front().emitError()
-             << "the model has parameters but neither a grid nor process "
-                "groups";
-    for (ParamOp p : params) {
-      if (p.getTpDim() || p.getStage() || p.getExpert())
-        return p.emitError() << "parameter '" << p.getSymName()
-                             << "' has process-group attributes (tp_dim, "
-                                "stage, expert) but the model has no groups";
-      if (!p.getGrid())
-        return p.emitError() << "parameter '" << p.getSymName()
-                             << "' has no layout; expected 'on @"
-                             << shard_adapter::getGridName(grid) << "'";
-      if (*p.getGrid() != shard_adapter::getGridName(grid))
-        return p.emitError()
-               << "parameter '" << p.getSymName() << "' is on grid @"
-               << *p.getGrid() << " but the model's mesh is @"
-               << shard_adapter::getGridName(grid);
-    }
-  }
+  if (failed(verifyModelSizes(*this, grid, params.size())) ||
+      failed(verifyPlacementKind(*this, grid, groups, params)))
+    return failure();
 
   FailureOr<ModelLayout> layout = computeModelLayout(*this);
-  if (failed(layout))
+  if (failed(layout) ||
+      failed(verifyLayoutLimits(*this, *layout, optimizerGroups)))
     return failure();
-  {
-    std::vector<bool> orthogonalized;
-    for (ParamOp p : layout->params)
-      orthogonalized.push_back(p.isOrthogonalized());
-    // The most steps of any group bound every matrix's flops.
-    int64_t nsSteps = 5;
-    bool anyMuon = false;
-    for (Operation *op : optimizerGroups)
-      if (auto opt = dyn_cast<OptimizerOp>(op)) {
-        int64_t steps = static_cast<int64_t>(opt.getNsSteps());
-        nsSteps = anyMuon ? std::max(nsSteps, steps) : steps;
-        anyMuon = true;
-      }
-    ::muon::ModelLimitError error;
-    if (!::muon::checkModelLimits(layout->mesh, layout->layouts,
-                                  orthogonalized, nsSteps, error)) {
-      if (error.param < 0)
-        return emitError() << error.message;
-      return layout->params[error.param].emitError()
-             << "parameter '" << layout->params[error.param].getSymName()
-             << "': " << error.message;
-    }
-  }
-
-  if (!distributed) {
-    for (size_t i = 0; i < layout->params.size(); ++i) {
-      const ParamLayout &pl = layout->layouts[i];
-      ParamOp p = layout->params[i];
-      for (size_t d = 0; d < pl.splitAxes.size(); ++d)
-        if (!pl.splitAxes[d].empty())
-          return p.emitError()
-                 << "parameter '" << p.getSymName() << "' is sharded (dim " << d
-                 << " split on mesh axis '"
-                 << axisLabel(*layout, pl.splitAxes[d].front())
-                 << "') but there is no distributed config: Newton-Schulz "
-                    "on a shard gives a wrong update; add a distributed "
-                    "config";
-      if (pl.isPartial())
-        return p.emitError()
-               << "parameter '" << p.getSymName()
-               << "' has a partial gradient on mesh axis '"
-               << axisLabel(*layout, pl.partialAxes.front())
-               << "' but there is no distributed config to sum it; add a "
-                  "distributed config";
-    }
-    if (!assigns.empty())
-      return assigns.front().emitError()
-             << "explicit assignments need a distributed config";
-  }
+  if (!distributed && failed(verifyWithoutDistributed(*layout, assigns)))
+    return failure();
   if (!assigns.empty() && failed(verifyAssignments(*layout, assigns)))
     return failure();
   if (!rounds.empty() && failed(verifyRounds(*layout, rounds)))
@@ -661,11 +689,10 @@ LogicalResult ParamOp::verify() {
   if (std::optional<StringRef> g = getGroup(); g && !::muon::findAlgorithm(*g))
     return error() << "names unknown algorithm '" << *g << "'; expected "
                    << ::muon::algorithmNames('\'');
-  if (std::string bad = ::muon::checkShapeLimits(
+  if (::muon::Status bad = ::muon::checkShapeLimits(
           std::vector<int64_t>(type.getShape().begin(), type.getShape().end()),
-          isOrthogonalized() && type.getRank() >= 2);
-      !bad.empty())
-    return error() << bad;
+          isOrthogonalized() && type.getRank() >= 2); !bad.ok())
+    return error() << bad.message();
   int64_t rank = type.getRank();
   if (isOrthogonalized() && rank < 2)
     return error() << "has " << rank
@@ -673,12 +700,11 @@ LogicalResult ParamOp::verify() {
                       "dims, leading dims being batch dims); use the adamw "
                       "group";
 
-  if (std::string bad = ::muon::headsError(
+  if (::muon::Status bad = ::muon::checkHeads(
           std::vector<int64_t>(type.getShape().begin(), type.getShape().end()),
           isOrthogonalized(), getNumHeads().value_or(1),
-          getHeadSplitDim().value_or(0));
-      !bad.empty())
-    return error() << bad;
+          getHeadSplitDim().value_or(0)); !bad.ok())
+    return error() << bad.message();
 
   bool hasLayout = getSplitAxesAttr() || getPartialAxesAttr() || getOnlyAttr();
   if (hasLayout && !getGridAttr())
@@ -845,9 +871,8 @@ LogicalResult OptimizerOp::verify() {
     }
     // The precision Newton-Schulz runs in is the distributed config's or
     // the device's; f32 and bf16 share one range, the only one there is.
-    if (std::string why = ::muon::nsCoefficientsProblem(triples, steps, "f32");
-        !why.empty())
-      return emitError() << "optimizer 'ns_coefficients': " << why;
+    if (::muon::Status why = ::muon::checkNsCoefficients(triples, steps, "f32"); !why.ok())
+      return emitError() << "optimizer 'ns_coefficients': " << why.message();
   }
   return success();
 }

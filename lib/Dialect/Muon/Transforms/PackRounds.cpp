@@ -26,9 +26,10 @@ struct PackRounds : mlir::muon::impl::PackRoundsBase<PackRounds> {
     FailureOr<::muon::Plan> plan = ownersPlanOf(model);
     if (failed(plan))
       return signalPassFailure();
-    std::string error;
-    if (!::muon::packRounds(*plan, scheduleOptionsOf(model), error)) {
-      model.emitError() << error;
+    if (::muon::Status packed =
+            ::muon::packRounds(*plan, scheduleOptionsOf(model));
+        !packed.ok()) {
+      model.emitError() << packed.message();
       return signalPassFailure();
     }
     // A parameter all of whose matrices share a round is named whole.

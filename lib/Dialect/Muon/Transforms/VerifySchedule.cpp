@@ -90,9 +90,10 @@ struct VerifySchedule : mlir::muon::impl::VerifyScheduleBase<VerifySchedule> {
     FailureOr<::muon::Plan> plan = ownersPlanOf(model);
     if (failed(plan))
       return signalPassFailure();
-    std::string error = ::muon::verifySchedule(*plan);
-    if (error.empty())
+    const ::muon::Status verified = ::muon::verifySchedule(*plan);
+    if (verified.ok())
       return markAllAnalysesPreserved();
+    std::string error = verified.message();
     // "schedule step N: ..." names the N-th op of the region.
     Operation *at = schedule;
     StringRef rest = error;

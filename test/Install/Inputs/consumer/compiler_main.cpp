@@ -13,12 +13,12 @@ int main() {
     if (p.shape.size() == 2)
       p.placements = {Placement::shard(0), Placement::shard(1)};
   DistributedConfig config = createDTensorConfig({{2, 2}, {"fsdp", "tp"}});
-  muon::Plan plan;
-  std::string error;
-  if (!compile(model, &config, plan, error)) {
-    std::fprintf(stderr, "%s\n", error.c_str());
+  muon::StatusOr<muon::Plan> compiled = compile(model, &config);
+  if (!compiled.ok()) {
+    std::fprintf(stderr, "%s\n", compiled.status().text().c_str());
     return 1;
   }
+  const muon::Plan &plan = *compiled;
   std::printf("compiler consumer: %lld ranks, %zu matrices, %zu exchanges\n",
               (long long)plan.worldSize, plan.matrices.size(),
               plan.exchanges.size());
