@@ -173,10 +173,11 @@ bool isWrittenFile(const std::string &bytes) {
 /// Every state of a checkpoint (sections as split), by identity; traps
 /// when it is not a sound checkpoint (the base must be).
 void recordBase(const std::vector<std::string> &sections) {
-  Manifest m;
-  std::string error;
-  if (!decodeManifest(sections[0], "base", model(), m, error))
-    fuzz::trap("the base checkpoint's manifest is refused: " + error);
+  StatusOr<Manifest> decoded = decodeManifest(sections[0], "base", model());
+  if (!decoded.ok())
+    fuzz::trap("the base checkpoint's manifest is refused: " +
+               decoded.status().message());
+  const Manifest &m = *decoded;
   auto record = [&](size_t file, const StateRef &ref, uint64_t identity) {
     if (file + 1 >= sections.size())
       fuzz::trap("the base checkpoint lacks a rank file");
@@ -198,7 +199,7 @@ void recordBase(const std::vector<std::string> &sections) {
 void readState(RankFileBytes &file, const Manifest &m, const StateRef &ref,
                uint64_t identity, bool asWritten, bool expectAccepted) {
   const int64_t chunks = chunkCount(ref.bytes, m.chunkBytes);
-  std::string data, error;
+  std::string data;
   int64_t read = 0;
   const ValueSink append = [&](const float *values, int64_t count) {
     data.append(reinterpret_cast<const char *>(values), count * 4);
@@ -219,33 +220,38 @@ void readState(RankFileBytes &file, const Manifest &m, const StateRef &ref,
       fuzz::trap("another state's bytes passed its keyed hashes" + where);
   };
   ValueCheck values;
-  if (readChunks(file, "f", ref, identity, m.chunkBytes, 0, chunks, append,
-                 "a state", read, error, &values))
+  if (Status whole = readChunks(file, "f", ref, identity, m.chunkBytes, 0,
+                                chunks, append, "a state", read, &values);
+      whole.ok())
     check(0, "a whole state");
   else if (expectAccepted)
-    fuzz::trap("a state of the base checkpoint is refused: " + error);
+    fuzz::trap("a state of the base checkpoint is refused: " +
+               whole.message());
   data.clear();
-  if (chunks > 1 &&
-      readChunks(file, "f", ref, identity, m.chunkBytes, chunks - 1, chunks,
-                 append, "a state", read, error))
+  if (chunks > 1 && readChunks(file, "f", ref, identity, m.chunkBytes,
+                               chunks - 1, chunks, append, "a state", read)
+                        .ok())
     check(chunks - 1, "a state's last chunk");
 }
 
 void check(const std::vector<std::string> &sections, bool expectAccepted) {
-  Manifest m;
-  std::string error;
-  if (!decodeManifest(sections[0], "checkpoint.json", model(), m, error)) {
+  StatusOr<Manifest> decoded =
+      decodeManifest(sections[0], "checkpoint.json", model());
+  if (!decoded.ok()) {
     if (expectAccepted)
-      fuzz::trap("the base manifest is refused: " + error);
+      fuzz::trap("the base manifest is refused: " +
+                 decoded.status().message());
     return;
   }
+  const Manifest &m = *decoded;
   for (size_t f = 0; f < m.files.size() && f + 1 < sections.size(); ++f) {
     MemoryBytes bytes(sections[f + 1]);
     const bool asWritten = isWrittenFile(sections[f + 1]);
     int64_t read = 0;
-    if (!checkRankFile(bytes, m.files[f].name, m, f, read, error)) {
+    if (Status header = checkRankFile(bytes, m.files[f].name, m, f, read);
+        !header.ok()) {
       if (expectAccepted)
-        fuzz::trap("a base rank file is refused: " + error);
+        fuzz::trap("a base rank file is refused: " + header.message());
       continue;
     }
     for (const SavedPiece &p : m.pieces)

@@ -22,6 +22,7 @@
 //===----------------------------------------------------------------------===//
 #include "CheckpointTestSupport.h"
 #include "OneRankOptimizer.h"
+#include "StatusTesting.h"
 
 #include "muon/Plan/GroupSettings.h"
 #include "muon/Runtime/CheckpointFormat.h"
@@ -310,10 +311,7 @@ TEST_F(CheckpointIntegrity, AFlippedBitInAnyKindOfManifestFieldIsRefused) {
 TEST_F(CheckpointIntegrity, EverySingleBitFlipOfAManifestIsRefused) {
   const World &w = worlds.back();
   const std::string manifest = readBytes(w.saved.dir + "/checkpoint.json");
-  checkpoint::Manifest decoded;
-  std::string error;
-  ASSERT_TRUE(checkpoint::decodeManifest(manifest, "m", w.plan, decoded, error))
-      << error;
+  ASSERT_OK(checkpoint::decodeManifest(manifest, "m", w.plan));
   std::string resealed = manifest;
   checkpoint::resealManifest(resealed);
   EXPECT_EQ(resealed, manifest);
@@ -322,9 +320,12 @@ TEST_F(CheckpointIntegrity, EverySingleBitFlipOfAManifestIsRefused) {
     for (int bit = 0; bit < 8; ++bit) {
       std::string damaged = manifest;
       damaged[at] = static_cast<char>(damaged[at] ^ (1 << bit));
-      if (checkpoint::decodeManifest(damaged, "m", w.plan, decoded, error))
+      StatusOr<checkpoint::Manifest> decoded =
+          checkpoint::decodeManifest(damaged, "m", w.plan);
+      if (decoded.ok())
         ++accepted;
-      byHash += error.find("manifest_hash") != std::string::npos;
+      byHash += decoded.status().message().find("manifest_hash") !=
+                std::string::npos;
     }
   EXPECT_EQ(accepted, 0);
   EXPECT_EQ(byHash, static_cast<int64_t>(manifest.size()) * 8);

@@ -7,6 +7,7 @@
 // state dicts of 4 ranks load on 2 as the checkpoint files do.
 //
 //===----------------------------------------------------------------------===//
+#include "StatusTesting.h"
 #include "CheckpointTestSupport.h"
 #include "OneRankOptimizer.h"
 #include "muon/Compiler/Compile.h"
@@ -263,8 +264,7 @@ TEST(CheckpointScale, SavedOn64RanksLoadsOn48ReadingOnlyWhatEachNeeds) {
   cpu::CpuDevice device;
   std::vector<std::vector<float>> reference;
   std::string error;
-  ASSERT_TRUE(runReference(plan64, device, 31, 3, 1, {}, reference, error))
-      << error;
+  ASSERT_OK_AND_ASSIGN(reference, runReference(plan64, device, 31, 3, 1, {}));
   for (size_t i = 0; i < plan48.params.size(); ++i)
     EXPECT_EQ(loaded.whole[i], reference[i]) << plan48.params[i].name;
 
@@ -363,8 +363,7 @@ TEST(StateDict, FourRankDictsLoadOnTwoRanksAsTheFilesDo) {
   cpu::CpuDevice device;
   std::vector<std::vector<float>> reference;
   std::string error;
-  ASSERT_TRUE(runReference(plan2, device, 31, 4, 1, {}, reference, error))
-      << error;
+  ASSERT_OK_AND_ASSIGN(reference, runReference(plan2, device, 31, 4, 1, {}));
   EXPECT_EQ(fromDicts.whole[0], reference[0]); // w
   EXPECT_EQ(fromDicts.whole[2], reference[2]); // b
   removeTree(dir);
@@ -747,8 +746,7 @@ TEST(NorMuon, FourAndTwoRanksEqualOneBitForBit) {
     cpu::CpuDevice device;
     std::vector<std::vector<float>> reference, muon;
     std::string error;
-    ASSERT_TRUE(runReference(plan, device, 31, 3, 1, {}, reference, error))
-        << error;
+    ASSERT_OK_AND_ASSIGN(reference, runReference(plan, device, 31, 3, 1, {}));
     EXPECT_EQ(r.whole, reference) << world << " ranks";
     // Zero redundancy: each matrix's rows are kept once, by its owner.
     std::map<std::pair<std::string, int64_t>, int> kept;
@@ -768,7 +766,7 @@ TEST(NorMuon, FourAndTwoRanksEqualOneBitForBit) {
       EXPECT_EQ(count, 1) << matrix.first << "[" << matrix.second << "]";
     // And the reference differs from Muon's: NorMuon ran.
     Plan muonPlan = compileFor(normuonModel(false), world);
-    ASSERT_TRUE(runReference(muonPlan, device, 31, 3, 1, {}, muon, error));
+    ASSERT_OK_AND_ASSIGN(muon, runReference(muonPlan, device, 31, 3, 1, {}));
     EXPECT_NE(muon[0], reference[0]);
   }
 }

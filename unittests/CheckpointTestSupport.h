@@ -33,7 +33,12 @@ inline Plan compileFor(const compiler::Model &model, int64_t world) {
       compiler::createDTensorConfig({{world}, {"fsdp"}});
   Plan plan;
   std::string error;
-  EXPECT_TRUE(compiler::compile(model, &config, plan, error)) << error;
+  {
+    auto compiled = compiler::compile(model, &config);
+    EXPECT_TRUE(compiled.ok()) << compiled.status().text();
+    if (compiled.ok())
+      plan = std::move(compiled).value();
+  }
   EXPECT_EQ(plan.worldSize, world);
   return plan;
 }

@@ -5,6 +5,7 @@
 // GPU (nothing is called). No fake here: this program links no cuBLAS.
 //
 //===----------------------------------------------------------------------===//
+#include "StatusTesting.h"
 #include "CublasLibrary.h"
 
 #include <gtest/gtest.h>
@@ -48,8 +49,7 @@ std::string soname() {
 
 TEST(CublasLibrary, OverrideThatDoesNotLoadIsNamed) {
   ScopedEnv env("MUON_CUBLAS_LIBRARY", "/nonexistent/libcublas.so.13");
-  std::string error;
-  EXPECT_EQ(cublas::open({}, error), nullptr);
+  const std::string error = failureText(cublas::open({}));
   EXPECT_NE(error.find("cannot load cuBLAS from '/nonexistent/libcublas.so.13' "
                        "(MUON_CUBLAS_LIBRARY): "),
             std::string::npos)
@@ -59,8 +59,7 @@ TEST(CublasLibrary, OverrideThatDoesNotLoadIsNamed) {
 TEST(CublasLibrary, ALibraryWithoutTheEntryPointsIsRefused) {
   // libm loads, and has no cuBLAS.
   ScopedEnv env("MUON_CUBLAS_LIBRARY", "libm.so.6");
-  std::string error;
-  EXPECT_EQ(cublas::open({}, error), nullptr);
+  const std::string error = failureText(cublas::open({}));
   EXPECT_EQ(error, "libm.so.6 has no cublasCreate_v2 (the CUDA backend needs "
                    "cuBLAS " + std::to_string(CUBLAS_VER_MAJOR) + ")");
 }
@@ -71,11 +70,12 @@ TEST(CublasLibrary, TheToolkitsResolvesEveryEntryPoint) {
   std::string dir = ::testing::TempDir() + "cublas-search";
   std::system(("mkdir -p " + dir).c_str());
   std::ofstream(dir + "/" + soname()) << "not a library\n";
-  std::string error;
-  std::unique_ptr<cublas::Library> l = cublas::open({dir}, error);
-  if (!l && error.find("cannot load " + soname()) == 0)
-    GTEST_SKIP() << "no cuBLAS here: " << error;
-  ASSERT_NE(l, nullptr) << error;
+  muon::StatusOr<std::unique_ptr<cublas::Library>> opened = cublas::open({dir});
+  if (!opened.ok() &&
+      opened.status().message().find("cannot load " + soname()) == 0)
+    GTEST_SKIP() << "no cuBLAS here: " << opened.status().message();
+  ASSERT_OK(opened);
+  std::unique_ptr<cublas::Library> l = std::move(opened).value();
   EXPECT_NE(l->file.find(soname()), std::string::npos) << l->file;
   EXPECT_EQ(l->file.find(dir), std::string::npos) << l->file;
 #define MUON_CUBLAS_EXPECT(name, type) EXPECT_NE(l->name, nullptr) << #name;

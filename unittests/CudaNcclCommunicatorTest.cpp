@@ -12,6 +12,7 @@
 // timing) waits for a GPU: test/Runtime/cuda-check.test and bench/gpu.
 //
 //===----------------------------------------------------------------------===//
+#include "StatusTesting.h"
 #include "FakeGpu/FakeGpu.h"
 #include "NcclCommunicator.h"
 
@@ -34,13 +35,13 @@ namespace {
 
 const nccl::Library &fakeNccl() {
   static std::unique_ptr<nccl::Library> library = [] {
-    std::string error;
-    auto l = nccl::open(MUON_FAKE_GPU_LIBRARY, true, error);
-    if (!l) {
-      std::fprintf(stderr, "loading the fake NCCL: %s\n", error.c_str());
+    auto l = nccl::open(MUON_FAKE_GPU_LIBRARY, true);
+    if (!l.ok()) {
+      std::fprintf(stderr, "loading the fake NCCL: %s\n",
+                   l.status().message().c_str());
       std::abort();
     }
-    return l;
+    return std::move(l).value();
   }();
   return *library;
 }
@@ -518,20 +519,19 @@ TEST_F(NcclCommunicatorTest, NcclFailuresAtSetUpAreNamed) {
 /// The loader names the file it could not load, or the entry point that
 /// file lacks.
 TEST(NcclLibrary, NamesWhatIsMissing) {
-  std::string error;
-  EXPECT_FALSE(nccl::open("/nonexistent/libnccl.so.2", true, error));
+  std::string error = failureText(nccl::open("/nonexistent/libnccl.so.2", true));
   EXPECT_EQ(error.rfind("cannot load NCCL from '/nonexistent/libnccl.so.2' "
                         "(MUON_NCCL_LIBRARY, instead of libnccl.so.2): ",
                         0),
             0u)
       << error;
-  EXPECT_FALSE(nccl::open("libnccl-not-installed.so.2", false, error));
+  error = failureText(nccl::open("libnccl-not-installed.so.2", false));
   EXPECT_EQ(error.rfind("cannot load libnccl-not-installed.so.2 (install NCCL "
                         "2 or point MUON_NCCL_LIBRARY at it): ",
                         0),
             0u)
       << error;
-  EXPECT_FALSE(nccl::open("libm.so.6", true, error));
+  error = failureText(nccl::open("libm.so.6", true));
   EXPECT_EQ(error, "libm.so.6 has no ncclGetUniqueId (the CUDA backend needs "
                    "NCCL 2.7 or newer)");
 }

@@ -77,7 +77,12 @@ const char *kTwoRankSpec = R"json({
 Plan compilePlan(const char *spec) {
   Plan plan;
   std::string error;
-  EXPECT_TRUE(compiler::compileSpec(spec, "", plan, error)) << error;
+  {
+    auto compiled = compiler::compileSpec(spec, "");
+    EXPECT_TRUE(compiled.ok()) << compiled.status().text();
+    if (compiled.ok())
+      plan = std::move(compiled).value();
+  }
   return plan;
 }
 

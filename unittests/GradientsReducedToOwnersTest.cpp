@@ -45,7 +45,12 @@ Plan ddpPlan() {
   mc::DistributedConfig config = mc::createDTensorConfig({{2}, {"dp"}});
   Plan plan;
   std::string error;
-  EXPECT_TRUE(mc::compile(model, &config, plan, error)) << error;
+  {
+    auto compiled = mc::compile(model, &config);
+    EXPECT_TRUE(compiled.ok()) << compiled.status().text();
+    if (compiled.ok())
+      plan = std::move(compiled).value();
+  }
   return plan;
 }
 

@@ -56,7 +56,12 @@ Plan meshPlan(bool withTiny = false) {
       mc::createDTensorConfig({{2, 2}, {"fsdp", "tp"}});
   Plan plan;
   std::string error;
-  EXPECT_TRUE(mc::compile(model, &config, plan, error)) << error;
+  {
+    auto compiled = mc::compile(model, &config);
+    EXPECT_TRUE(compiled.ok()) << compiled.status().text();
+    if (compiled.ok())
+      plan = std::move(compiled).value();
+  }
   return plan;
 }
 

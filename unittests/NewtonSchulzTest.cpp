@@ -312,14 +312,14 @@ TEST(OneDnnNewtonSchulz, Gemm) {
     a[i] = toBf16Bits(static_cast<float>(i % 7) - 3);
   for (int64_t i = 0; i < k * n; ++i)
     b[i] = toBf16Bits(static_cast<float>(i % 5) - 2);
-  std::string error;
   if (!haveOneDnnBf16()) {
-    EXPECT_FALSE(cpu::bf16Gemm(a.data(), b.data(), c.data(), m, n, k, error));
-    EXPECT_FALSE(error.empty());
-    GTEST_SKIP() << "UNSUPPORTED: no bf16 products here (" << error << ")";
+    const Status refused = cpu::bf16Gemm(a.data(), b.data(), c.data(), m, n, k);
+    EXPECT_FALSE(refused.ok());
+    GTEST_SKIP() << "UNSUPPORTED: no bf16 products here (" << refused.message()
+                 << ")";
   }
-  ASSERT_TRUE(cpu::bf16Gemm(a.data(), b.data(), c.data(), m, n, k, error))
-      << error;
+  const Status done = cpu::bf16Gemm(a.data(), b.data(), c.data(), m, n, k);
+  ASSERT_TRUE(done.ok()) << done.message();
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       float want = 0;

@@ -68,7 +68,12 @@ Plan compileFor(const Model &model, int64_t world) {
   DistributedConfig config = createDTensorConfig({{world}, {"fsdp"}});
   Plan plan;
   std::string error;
-  EXPECT_TRUE(compile(model, &config, plan, error)) << error;
+  {
+    auto compiled = compile(model, &config);
+    EXPECT_TRUE(compiled.ok()) << compiled.status().text();
+    if (compiled.ok())
+      plan = std::move(compiled).value();
+  }
   return plan;
 }
 
@@ -479,7 +484,11 @@ TEST(QkClip, PlansCarryTheLayersAndTheValidatorChecksThem) {
   bad.qkClip[1].numKvHeads = 5;
   Plan out;
   DistributedConfig config = createDTensorConfig({{2}, {"fsdp"}});
-  EXPECT_FALSE(compile(bad, &config, out, error));
+  {
+    auto compiled = compile(bad, &config);
+    EXPECT_FALSE(compiled.ok());
+    error = compiled.status().text();
+  }
   EXPECT_NE(error.find("qk_clip.layers[1].query"), std::string::npos) << error;
   EXPECT_NE(error.find("24 rows, not a multiple of its 5 heads"),
             std::string::npos)

@@ -1,4 +1,5 @@
 //===- RuntimeTest.cpp - Runtime kernels and the one-rank executor --------===//
+#include "StatusTesting.h"
 #include "muon/Plan/GroupSettings.h"
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/Validate.h"
@@ -497,7 +498,7 @@ Plan fsdpModel() {
     }
   plan.exchanges = {gather, scatter};
   std::string error;
-  EXPECT_TRUE(schedulePlan(plan, {}, error)) << error;
+  EXPECT_OK(schedulePlan(plan, {}));
   return plan;
 }
 
@@ -541,8 +542,7 @@ static void runFsdpOnThreads(bool staged) {
   CpuDevice device;
   std::vector<std::vector<float>> reference;
   std::string error;
-  ASSERT_TRUE(runReference(plan, device, 11, steps, 1, {}, reference, error))
-      << error;
+  ASSERT_OK_AND_ASSIGN(reference, runReference(plan, device, 11, steps, 1, {}));
   for (size_t i = 0; i < plan.params.size(); ++i)
     EXPECT_EQ(distributed[i], reference[i]) << plan.params[i].name;
 }
@@ -603,7 +603,7 @@ Plan replicatedModel() {
   scatter.transfers.push_back({0, 1, 0, {0, 8}, {0, 4}, 0});
   plan.exchanges = {gather, scatter};
   std::string error;
-  EXPECT_TRUE(schedulePlan(plan, {}, error)) << error;
+  EXPECT_OK(schedulePlan(plan, {}));
   return plan;
 }
 
@@ -649,8 +649,7 @@ TEST(Optimizer, AnExchangeThatMovesNothingIsNotRun) {
     CpuDevice device;
     std::vector<std::vector<float>> reference;
     std::string error;
-    ASSERT_TRUE(runReference(whole, device, 5, 2, 1, {}, reference, error))
-        << error;
+    ASSERT_OK_AND_ASSIGN(reference, runReference(whole, device, 5, 2, 1, {}));
     EXPECT_EQ(distributed[0], reference[0]);
   }
 }

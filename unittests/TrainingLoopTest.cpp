@@ -54,7 +54,12 @@ Plan compileOn(const mc::Model &model, std::vector<int64_t> mesh) {
                               : std::vector<std::string>{"dp"}});
   Plan plan;
   std::string error;
-  EXPECT_TRUE(mc::compile(model, &config, plan, error)) << error;
+  {
+    auto compiled = mc::compile(model, &config);
+    EXPECT_TRUE(compiled.ok()) << compiled.status().text();
+    if (compiled.ok())
+      plan = std::move(compiled).value();
+  }
   return plan;
 }
 
@@ -163,7 +168,11 @@ TEST(TrainingLoop, WorkingMemoryStaysWithinThePlansBound) {
   config.maxRounds = 4;
   Plan plan;
   std::string error;
-  ASSERT_TRUE(mc::compile(model, &config, plan, error)) << error;
+  {
+    auto compiled = mc::compile(model, &config);
+    ASSERT_TRUE(compiled.ok()) << compiled.status().text();
+    plan = std::move(compiled).value();
+  }
   ASSERT_GE(plan.rounds.size(), 3u);
   std::vector<StepCounters> counters(plan.worldSize);
   onEveryRank(plan, [&](int64_t r, Optimizer &opt, Device &device) {

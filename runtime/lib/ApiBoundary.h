@@ -4,8 +4,9 @@
 // it (std::bad_alloc of an allocation sized by a file, a library's error)
 // must not end the trainer's process, nor leave a collective call on one
 // rank while the others wait for it: the calls that read files or
-// allocate state run their bodies through these, which turn an exception
-// into a status or into the rank's error for the agreement that follows.
+// allocate state run their bodies through guardedCall, which turns an
+// exception into a status (for a collective call, the rank's outcome for
+// the agreement that follows).
 // Internal to the runtime.
 //
 //===----------------------------------------------------------------------===//
@@ -31,17 +32,6 @@ Status guardedCall(const std::string &what, Fn &&body) noexcept {
     return body();
   } catch (...) {
     return statusOfCurrentException(what);
-  }
-}
-
-/// Runs a rank's local part of a collective call: an exception it lets out
-/// becomes the rank's `error`, so that the rank still takes part in the
-/// agreement after it.
-template <typename Fn> void guardedLocalPart(std::string &error, Fn &&body) {
-  try {
-    body();
-  } catch (...) {
-    error = statusOfCurrentException("").message();
   }
 }
 

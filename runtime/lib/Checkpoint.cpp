@@ -63,18 +63,23 @@ std::string hexId(uint64_t id) {
   return text;
 }
 
-/// Every rank's outcome of its local part (`mine`, empty for success): ok
-/// when every rank succeeded. Otherwise a `code` status with this rank's
-/// own problem or, on a rank that had none, the first failing rank's, so
-/// that every rank's message says what went wrong and where (escaped: it
-/// quotes what files hold); a transport's failure as the transport says it.
-Status agree(Communicator &comm, const std::string &mine, StatusCode code,
+/// Every rank's outcome of its local part (`local`): ok when every rank
+/// succeeded. Otherwise a `code` status (the call's: what failed locally is
+/// reported as the call's kind of failure) with this rank's own problem or,
+/// on a rank that had none, the first failing rank's, so that every rank's
+/// message says what went wrong and where (escaped: it quotes what files
+/// hold); a transport's failure as the transport says it.
+Status agree(Communicator &comm, const Status &local, StatusCode code,
              double timeoutSeconds) {
+  // An empty text says success to the other ranks: a failure always has one.
+  const std::string mine = local.ok()                ? ""
+                           : local.message().empty() ? "unknown error"
+                                                     : local.message();
   MUON_ASSIGN_OR_RETURN(
       std::vector<std::vector<char>> all,
       comm.allGatherBytes(std::vector<char>(mine.begin(), mine.end()),
                           timeoutSeconds));
-  if (!mine.empty())
+  if (!local.ok())
     return Status(code, escapeBytes(mine));
   for (size_t r = 0; r < all.size(); ++r)
     if (!all[r].empty())
@@ -111,17 +116,15 @@ checkpoint::ValueSink appendTo(std::vector<float> &out) {
 
 /// Reads and decodes the manifest in `dir` (at most limits::
 /// kMaxTextFileBytes of a regular file).
-bool readManifest(const std::string &dir, const Plan &plan, Manifest &out,
-                  int64_t &bytesRead, std::string &error) {
+StatusOr<Manifest> readManifest(const std::string &dir, const Plan &plan,
+                                int64_t &bytesRead) {
   const std::string path = dir + "/" + checkpoint::kManifestName;
   StatusOr<std::string> text = readInputFile(
       path, limits::kMaxTextFileBytes, "the checkpoint manifest");
-  if (!text.ok()) {
-    error = "no checkpoint in '" + dir + "': " + text.status().message();
-    return false;
-  }
+  if (!text.ok())
+    return text.status().withContext("no checkpoint in '" + dir + "': ");
   bytesRead = static_cast<int64_t>(text->size());
-  return checkpoint::decodeManifest(*text, path, plan, out, error);
+  return checkpoint::decodeManifest(*text, path, plan);
 }
 
 /// Reads the saved states a load needs from the rank files of one
@@ -137,11 +140,11 @@ public:
   /// Of every source the cut uses (`used`), the overlap of its box with
   /// this rank's piece (`slots`), read, as a source of its own in
   /// `readOf` (whose data this reader keeps).
-  bool readPieces(const std::vector<ParamSlot> &slots,
-                  const std::vector<Source> &sources,
-                  const std::vector<const SavedPiece *> &pieceOf,
-                  const std::vector<std::vector<bool>> &used,
-                  std::vector<Source> &readOf, std::string &error) {
+  Status readPieces(const std::vector<ParamSlot> &slots,
+                    const std::vector<Source> &sources,
+                    const std::vector<const SavedPiece *> &pieceOf,
+                    const std::vector<std::vector<bool>> &used,
+                    std::vector<Source> &readOf) {
     std::map<size_t, std::vector<size_t>> byFile;
     for (size_t k = 0; k < sources.size(); ++k)
       if (std::find(used[k].begin(), used[k].end(), true) != used[k].end())
@@ -149,8 +152,7 @@ public:
     readOf.assign(sources.size(), Source());
     for (const auto &[file, list] : byFile) {
       InputFile opened;
-      if (!open(file, opened, error))
-        return false;
+      MUON_RETURN_IF_ERROR(open(file, opened));
       checkpoint::FileBytes bytes(opened);
       for (size_t k : list) {
         const Source &src = sources[k];
@@ -163,23 +165,22 @@ public:
           if (!used[k][s])
             continue;
           std::vector<float> &buffer = buffers.emplace_back();
-          if (!readOverlap(bytes, file, *pieceOf[k], s, r.box, buffer, error))
-            return false;
+          MUON_RETURN_IF_ERROR(
+              readOverlap(bytes, file, *pieceOf[k], s, r.box, buffer));
           r.data[s] = buffer.data();
           r.own[s] = &buffer;
         }
       }
     }
-    return true;
+    return okStatus();
   }
 
   /// The per-row states of the matrices this rank keeps them for
   /// (`rowSlots`), each read whole, from this rank's own file when it
   /// holds it; a matrix the checkpoint has none for is left to
   /// cutRowStates.
-  bool readRows(const std::vector<StepExecutor::RowSlot> &rowSlots,
-                int64_t rank, std::vector<RowStatePiece> &out,
-                std::string &error) {
+  Status readRows(const std::vector<StepExecutor::RowSlot> &rowSlots,
+                  int64_t rank, std::vector<RowStatePiece> &out) {
     std::map<std::tuple<int64_t, int64_t, int>, const SavedRows *> rowOf;
     for (bool own : {true, false})
       for (const SavedRows &row : manifest.rows)
@@ -194,8 +195,7 @@ public:
         continue;
       const SavedRows &row = *it->second;
       InputFile opened;
-      if (!open(row.file, opened, error))
-        return false;
+      MUON_RETURN_IF_ERROR(open(row.file, opened));
       checkpoint::FileBytes bytes(opened);
       RowStatePiece &saved = out.emplace_back();
       saved.param = m.param;
@@ -204,23 +204,21 @@ public:
       saved.values.reserve(row.rows);
       ++io.slotsRead;
       checkpoint::ValueCheck values{mustBeNonNegative(saved.state)};
-      if (!checkpoint::readChunks(
-              bytes, pathOf(row.file), row.ref,
-              checkpoint::rowStateIdentity(manifest, plan, row),
-              manifest.chunkBytes, 0,
-              checkpoint::chunkCount(row.ref.bytes, manifest.chunkBytes),
-              appendTo(saved.values),
-              "the " + saved.state + " state of " + m.label(), io.rankFileBytes,
-              error, &values))
-        return false;
-      if (values.first >= 0) {
-        error = what + ": " +
-                implausibleRow(saved.state, saved.param, saved.slice,
-                               values.first, values.value);
-        return false;
-      }
+      MUON_RETURN_IF_ERROR(checkpoint::readChunks(
+          bytes, pathOf(row.file), row.ref,
+          checkpoint::rowStateIdentity(manifest, plan, row),
+          manifest.chunkBytes, 0,
+          checkpoint::chunkCount(row.ref.bytes, manifest.chunkBytes),
+          appendTo(saved.values),
+          "the " + saved.state + " state of " + m.label(), io.rankFileBytes,
+          &values));
+      if (values.first >= 0)
+        return invalidArgument(what + ": " +
+                               implausibleRow(saved.state, saved.param,
+                                              saved.slice, values.first,
+                                              values.value));
     }
-    return true;
+    return okStatus();
   }
 
 private:
@@ -229,18 +227,16 @@ private:
   }
 
   /// Opens the manifest's file `file` and checks its header.
-  bool open(size_t file, InputFile &opened, std::string &error) {
+  Status open(size_t file, InputFile &opened) {
     const std::string path = pathOf(file);
-    if (Status s = opened.open(path, "checkpoint file"); !s.ok()) {
-      error = s.code() == StatusCode::NotFound
-                  ? "checkpoint file '" + path + "' is missing"
-                  : s.message();
-      return false;
-    }
+    if (Status s = opened.open(path, "checkpoint file"); !s.ok())
+      return s.code() == StatusCode::NotFound
+                 ? notFound("checkpoint file '" + path + "' is missing")
+                 : s;
     ++io.filesOpened;
     checkpoint::FileBytes bytes(opened);
     return checkpoint::checkRankFile(bytes, path, manifest, file,
-                                     io.rankFileBytes, error);
+                                     io.rankFileBytes);
   }
 
   /// Reads state `slot` of the saved `piece` where it overlaps `box` into
@@ -248,10 +244,9 @@ private:
   /// overlap is all of it; otherwise only the chunks that hold the
   /// overlap's runs, runs whose chunks touch in one read. Every value read
   /// is checked for sense as it is hashed (StateChecks.h).
-  bool readOverlap(checkpoint::FileBytes &bytes, size_t file,
-                   const SavedPiece &piece, int slot,
-                   const std::vector<Range> &box, std::vector<float> &out,
-                   std::string &error) {
+  Status readOverlap(checkpoint::FileBytes &bytes, size_t file,
+                     const SavedPiece &piece, int slot,
+                     const std::vector<Range> &box, std::vector<float> &out) {
     const checkpoint::StateRef &ref = piece.states[slot];
     const int64_t chunk = manifest.chunkBytes;
     const uint64_t identity =
@@ -267,21 +262,21 @@ private:
     // Names the first implausible value read, by its global index.
     auto sensible = [&] {
       if (values.first < 0)
-        return true;
-      error = what + ": " +
-              implausibleElement(slotName(slot), param, piece.box, values.first,
-                                 values.value);
-      return false;
+        return okStatus();
+      return invalidArgument(what + ": " +
+                             implausibleElement(slotName(slot), param,
+                                                piece.box, values.first,
+                                                values.value));
     };
     // The whole state: appended as it is verified (no zeroed buffer first).
     if (box == piece.box) {
       out.clear();
       out.reserve(elements);
-      return checkpoint::readChunks(bytes, pathOf(file), ref, identity, chunk,
-                                    0, checkpoint::chunkCount(ref.bytes, chunk),
-                                    appendTo(out), state, io.rankFileBytes,
-                                    error, &values) &&
-             sensible();
+      MUON_RETURN_IF_ERROR(checkpoint::readChunks(
+          bytes, pathOf(file), ref, identity, chunk, 0,
+          checkpoint::chunkCount(ref.bytes, chunk), appendTo(out), state,
+          io.rankFileBytes, &values));
+      return sensible();
     }
     out.resize(elements);
     runs.clear();
@@ -297,17 +292,16 @@ private:
       for (; last < runs.size() && runs[last][0] * 4 / chunk <= c1; ++last)
         c1 = std::max(c1, endChunk(last));
       scratch.clear();
-      if (!checkpoint::readChunks(bytes, pathOf(file), ref, identity, chunk, c0,
-                                  c1, appendTo(scratch), state,
-                                  io.rankFileBytes, error, &values) ||
-          !sensible())
-        return false;
+      MUON_RETURN_IF_ERROR(checkpoint::readChunks(
+          bytes, pathOf(file), ref, identity, chunk, c0, c1,
+          appendTo(scratch), state, io.rankFileBytes, &values));
+      MUON_RETURN_IF_ERROR(sensible());
       for (; next < last; ++next)
         std::memcpy(out.data() + runs[next][1],
                     scratch.data() + runs[next][0] - c0 * chunk / 4,
                     runs[next][2] * 4);
     }
-    return true;
+    return okStatus();
   }
 
   const std::string &dir;
@@ -335,20 +329,15 @@ Status OptimizerState::saveCheckpointFiles(const std::string &dir,
   const std::string path = dir + "/" + checkpoint::rankFileName(head.id, rank);
 
   // This rank's file, and its entry of the manifest's index.
-  std::string mine, index;
+  std::string index;
   bool wrote = false;
-  guardedLocalPart(mine, [&] {
-    if (dir.empty()) {
-      mine = "no checkpoint directory given (the path is empty)";
-      return;
-    }
+  const Status mine = guardedCall("", [&] {
+    if (dir.empty())
+      return invalidArgument(
+          "no checkpoint directory given (the path is empty)");
     StateDict local;
-    if (Status made = makeDirectories(dir); !made.ok()) {
-      mine = made.message();
-      return;
-    }
-    if (!stateDictImpl(withParameters, local, mine))
-      return;
+    MUON_RETURN_IF_ERROR(makeDirectories(dir));
+    MUON_RETURN_IF_ERROR(stateDictImpl(withParameters, local));
     checkpoint::RankFile file =
         checkpoint::encodeRankFile(plan, head, rank, local);
     index = file.index;
@@ -362,10 +351,8 @@ Status OptimizerState::saveCheckpointFiles(const std::string &dir,
     Status written = writeOutputs({}, {out});
     if (written.ok())
       written = syncDirectory(dir);
-    if (written.ok())
-      wrote = true;
-    else
-      mine = written.message();
+    wrote = written.ok();
+    return written;
   });
   // Rank 0 collects the index; then every rank wrote its file, or nobody's
   // counts.
@@ -387,23 +374,20 @@ Status OptimizerState::saveCheckpointFiles(const std::string &dir,
       !all.ok())
     return abandon(all);
   // The manifest makes the save complete.
-  std::string manifestError;
+  Status manifestWritten;
   if (rank == 0)
-    guardedLocalPart(manifestError, [&] {
+    manifestWritten = guardedCall("", [&] {
       std::vector<std::string> texts;
       for (const std::vector<char> &i : *indexes)
         texts.emplace_back(i.begin(), i.end());
       std::string text =
           checkpoint::encodeManifest(plan, head, executor->groups(), texts);
-      Status written =
-          writeOutput(dir + "/" + checkpoint::kManifestName, text);
-      if (written.ok())
-        written = syncDirectory(dir);
-      if (!written.ok())
-        manifestError = written.message();
+      MUON_RETURN_IF_ERROR(
+          writeOutput(dir + "/" + checkpoint::kManifestName, text));
+      return syncDirectory(dir);
     });
   if (Status all =
-          agree(comm, manifestError, localCode, options.timeoutSeconds);
+          agree(comm, manifestWritten, localCode, options.timeoutSeconds);
       !all.ok())
     return abandon(all);
   if (rank == 0)
@@ -413,89 +397,12 @@ Status OptimizerState::saveCheckpointFiles(const std::string &dir,
 
 Status OptimizerState::loadCheckpointFiles(const std::string &dir,
                                            bool withParameters) {
-  const Plan &plan = thePlan;
-  const int64_t rank = comm.rank();
   ioCounters = {};
   // Everything is read, checked and cut into `local` first; only when every
   // rank succeeded does anything change.
   StateDict local;
-  std::string mine;
-  guardedLocalPart(mine, [&] {
-    if (dir.empty()) {
-      mine = "no checkpoint directory given (the path is empty)";
-      return;
-    }
-    if (withParameters)
-      for (const ParamSlot &slot : slots)
-        if (slot.elements && !slot.bound) {
-          mine = "parameter '" + slot.name +
-                 "' is not bound, so its values cannot be loaded";
-          return;
-        }
-    Manifest manifest;
-    if (!readManifest(dir, plan, manifest, ioCounters.manifestBytes, mine))
-      return;
-    const std::string what = "the checkpoint in '" + dir + "'";
-    if (withParameters && !manifest.parameters) {
-      mine = what + " holds no parameter values";
-      return;
-    }
-    if (std::string bad = checkSavedGroups(manifest.groups); !bad.empty()) {
-      mine = what + ": " + bad;
-      return;
-    }
-    // This rank's own file first: a resume on the same layout finds all
-    // it needs there and opens nothing else.
-    std::vector<Source> sources;
-    std::vector<const SavedPiece *> pieceOf;
-    for (bool own : {true, false})
-      for (const SavedPiece &p : manifest.pieces)
-        if ((static_cast<int64_t>(p.file) == rank) == own) {
-          Source &s = sources.emplace_back();
-          s.param = p.param;
-          s.box = p.box;
-          s.summand = p.summand;
-          s.summands = p.summands;
-          s.step = p.step;
-          s.has = p.has;
-          pieceOf.push_back(&p);
-        }
-    // The cut on the index alone chooses what to read; the same cut on
-    // what was read, in the same order, copies.
-    std::vector<int64_t> splits;
-    std::vector<std::vector<bool>> used;
-    std::vector<Source> readOf;
-    StateReader reader(dir, plan, manifest, ioCounters);
-    if (!checkSplits(plan, sources, what, splits, mine) ||
-        !checkStepCounts(plan, sources, manifest.steps, what, mine) ||
-        !cut(plan, rank, slots, sources, splits, withParameters, what, nullptr,
-             &used, mine) ||
-        !reader.readPieces(slots, sources, pieceOf, used, readOf, mine))
-      return;
-    std::vector<Source> read;
-    for (Source &s : readOf)
-      if (s.param >= 0)
-        read.push_back(std::move(s));
-    // Every value read was checked as it was read; what the cut adds up
-    // (momentum onto summand 0 under another number of summands) is
-    // checked again: a sum of finite values may overflow.
-    auto summed = [&](const StatePiece &piece, const std::string &state) {
-      const int64_t i = static_cast<int64_t>(slotOf.at(piece.param));
-      const int slot = slotNamed(plan.params[i].algorithm, state);
-      return slot >= 0 && slot < valuesSlot() &&
-             elementSlots()[slot].perSummand && splits[i] &&
-             splits[i] != summandCount(plan, i);
-    };
-    std::vector<RowStatePiece> savedRows;
-    if (!cut(plan, rank, slots, read, splits, withParameters, what, &local,
-             nullptr, mine) ||
-        !checkStateValues(local, what, mine, summed) ||
-        !reader.readRows(executor->rowSlots(), rank, savedRows, mine) ||
-        !cutRowStates(savedRows, manifest.groups, what, local.rowStates, mine))
-      return;
-    local.steps = manifest.steps;
-    local.groups = manifest.groups;
-  });
+  const Status mine = guardedCall(
+      "", [&] { return readCheckpoint(dir, withParameters, local); });
   // All or nothing.
   // A checkpoint that does not fit is input like any other.
   if (Status all = agree(comm, mine, StatusCode::InvalidArgument,
@@ -504,6 +411,80 @@ Status OptimizerState::loadCheckpointFiles(const std::string &dir,
     return Status(all.code(), "loading a checkpoint: " + all.message() +
                                   "; nothing was changed");
   applyState(local, withParameters);
+  return okStatus();
+}
+
+Status OptimizerState::readCheckpoint(const std::string &dir,
+                                      bool withParameters, StateDict &local) {
+  const Plan &plan = thePlan;
+  const int64_t rank = comm.rank();
+  if (dir.empty())
+    return invalidArgument("no checkpoint directory given (the path is empty)");
+  if (withParameters)
+    for (const ParamSlot &slot : slots)
+      if (slot.elements && !slot.bound)
+        return failedPrecondition(
+            "parameter '" + slot.name +
+            "' is not bound, so its values cannot be loaded");
+  MUON_ASSIGN_OR_RETURN(const Manifest manifest,
+                        readManifest(dir, plan, ioCounters.manifestBytes));
+  const std::string what = "the checkpoint in '" + dir + "'";
+  if (withParameters && !manifest.parameters)
+    return invalidArgument(what + " holds no parameter values");
+  MUON_RETURN_IF_ERROR(
+      checkSavedGroups(manifest.groups).withContext(what + ": "));
+  // This rank's own file first: a resume on the same layout finds all
+  // it needs there and opens nothing else.
+  std::vector<Source> sources;
+  std::vector<const SavedPiece *> pieceOf;
+  for (bool own : {true, false})
+    for (const SavedPiece &p : manifest.pieces)
+      if ((static_cast<int64_t>(p.file) == rank) == own) {
+        Source &s = sources.emplace_back();
+        s.param = p.param;
+        s.box = p.box;
+        s.summand = p.summand;
+        s.summands = p.summands;
+        s.step = p.step;
+        s.has = p.has;
+        pieceOf.push_back(&p);
+      }
+  // The cut on the index alone chooses what to read; the same cut on
+  // what was read, in the same order, copies.
+  std::vector<int64_t> splits;
+  std::vector<std::vector<bool>> used;
+  std::vector<Source> readOf;
+  StateReader reader(dir, plan, manifest, ioCounters);
+  MUON_RETURN_IF_ERROR(checkSplits(plan, sources, what, splits));
+  MUON_RETURN_IF_ERROR(
+      checkStepCounts(plan, sources, manifest.steps, what));
+  MUON_RETURN_IF_ERROR(cut(plan, rank, slots, sources, splits, withParameters,
+                           what, nullptr, &used));
+  MUON_RETURN_IF_ERROR(
+      reader.readPieces(slots, sources, pieceOf, used, readOf));
+  std::vector<Source> read;
+  for (Source &s : readOf)
+    if (s.param >= 0)
+      read.push_back(std::move(s));
+  // Every value read was checked as it was read; what the cut adds up
+  // (momentum onto summand 0 under another number of summands) is
+  // checked again: a sum of finite values may overflow.
+  auto summed = [&](const StatePiece &piece, const std::string &state) {
+    const int64_t i = static_cast<int64_t>(slotOf.at(piece.param));
+    const int slot = slotNamed(plan.params[i].algorithm, state);
+    return slot >= 0 && slot < valuesSlot() &&
+           elementSlots()[slot].perSummand && splits[i] &&
+           splits[i] != summandCount(plan, i);
+  };
+  std::vector<RowStatePiece> savedRows;
+  MUON_RETURN_IF_ERROR(cut(plan, rank, slots, read, splits, withParameters,
+                           what, &local, nullptr));
+  MUON_RETURN_IF_ERROR(checkStateValues(local, what, summed));
+  MUON_RETURN_IF_ERROR(reader.readRows(executor->rowSlots(), rank, savedRows));
+  MUON_RETURN_IF_ERROR(
+      cutRowStates(savedRows, manifest.groups, what, local.rowStates));
+  local.steps = manifest.steps;
+  local.groups = manifest.groups;
   return okStatus();
 }
 

@@ -370,8 +370,7 @@ size_t hashLineAt(std::string_view text) {
 /// Checks the manifest_hash line against the bytes before it. A manifest
 /// without the line is refused, by its version when it is of an older
 /// format.
-bool checkIntegrity(std::string_view text, const std::string &name,
-                    std::string &error) {
+Status checkIntegrity(std::string_view text, const std::string &name) {
   size_t at = hashLineAt(text);
   if (at == std::string_view::npos) {
     json::Value old;
@@ -380,32 +379,27 @@ bool checkIntegrity(std::string_view text, const std::string &name,
         old.contains("format") && old["format"].is_string())
       format = old["format"].get<std::string>();
     if (format == "muon-checkpoint/1" || format == "muon-checkpoint/2")
-      error = name + ": the checkpoint is in the older format " + format +
-              " (without a manifest checksum or chunk identities); this "
-              "runtime reads " +
-              kFormat +
-              " only: load it with the runtime that saved it and save it "
-              "again";
-    else
-      error = name + " is damaged or not a checkpoint manifest: it does not "
-                     "end with its manifest_hash line";
-    return false;
+      return invalidArgument(
+          name + ": the checkpoint is in the older format " + format +
+          " (without a manifest checksum or chunk identities); this "
+          "runtime reads " +
+          kFormat +
+          " only: load it with the runtime that saved it and save it again");
+    return dataLoss(name + " is damaged or not a checkpoint manifest: it "
+                           "does not end with its manifest_hash line");
   }
   std::string_view line = text.substr(at);
   uint64_t stored = 0;
   if (line.size() != kHashLine.size() + 16 + kHashLineEnd.size() ||
       line.substr(kHashLine.size() + 16) != kHashLineEnd ||
-      !parseHex(line.substr(kHashLine.size(), 16), stored)) {
-    error = name + " is damaged: its manifest_hash line is not 16 hex digits "
-                   "followed by the end of the manifest";
-    return false;
-  }
-  if (fnv1a(text.substr(0, at)) != stored) {
-    error = name + " is damaged: its content does not match its "
-                   "manifest_hash (it was changed after it was written)";
-    return false;
-  }
-  return true;
+      !parseHex(line.substr(kHashLine.size(), 16), stored))
+    return dataLoss(name + " is damaged: its manifest_hash line is not 16 "
+                           "hex digits followed by the end of the manifest");
+  if (fnv1a(text.substr(0, at)) != stored)
+    return dataLoss(name + " is damaged: its content does not match its "
+                           "manifest_hash (it was changed after it was "
+                           "written)");
+  return okStatus();
 }
 
 /// Reads a parsed manifest against a plan; the first error sticks.
@@ -417,14 +411,15 @@ public:
       paramIndex[plan.params[i].name] = static_cast<int64_t>(i);
   }
 
-  bool read(const json::Value &manifest, std::string &error) {
+  /// InvalidArgument with the first problem, named in full or at its JSON
+  /// path.
+  Status read(const json::Value &manifest) {
     const json::Value *root = rd.object(&manifest, "");
     if (root && readHead(*root) && readModel(*root) && readGroups(*root))
       readFiles(*root);
     if (problem.empty() && !rd.ok())
       problem = name + ": " + json::describe(rd.error());
-    error = problem;
-    return problem.empty();
+    return problem.empty() ? okStatus() : invalidArgument(problem);
   }
 
 private:
@@ -652,9 +647,8 @@ private:
       }
       source.has[slot] = piece.has[slot] = true;
     }
-    std::string why;
-    if (!statecut::checkSource(plan, source, pp, why)) {
-      fail(name + ": " + why);
+    if (Status bad = statecut::checkSource(plan, source, pp); !bad.ok()) {
+      fail(name + ": " + bad.message());
       return;
     }
     int64_t bytes = 4;
@@ -705,17 +699,15 @@ private:
 
 } // namespace
 
-bool decodeManifest(std::string_view text, const std::string &name,
-                    const Plan &plan, Manifest &out, std::string &error) {
-  out = Manifest();
-  if (!checkIntegrity(text, name, error))
-    return false;
+StatusOr<Manifest> decodeManifest(std::string_view text,
+                                  const std::string &name, const Plan &plan) {
+  MUON_RETURN_IF_ERROR(checkIntegrity(text, name));
   json::Value manifest;
-  if (Status bad = json::parse(text, manifest); !bad.ok()) {
-    error = name + ": " + json::describe(bad);
-    return false;
-  }
-  return ManifestReader(plan, name, out).read(manifest, error);
+  if (Status bad = json::parse(text, manifest); !bad.ok())
+    return dataLoss(name + ": " + json::describe(bad));
+  Manifest out;
+  MUON_RETURN_IF_ERROR(ManifestReader(plan, name, out).read(manifest));
+  return out;
 }
 
 void resealManifest(std::string &text) {
@@ -729,28 +721,25 @@ void resealManifest(std::string &text) {
 // Reading rank files
 //===----------------------------------------------------------------------===//
 
-bool MemoryBytes::read(void *to, int64_t count, int64_t offset,
-                       std::string &error) {
+Status MemoryBytes::read(void *to, int64_t count, int64_t offset) {
   const int64_t size = this->size();
-  if (count < 0 || offset < 0 || offset > size || count > size - offset) {
-    error = "the file ends at byte " + std::to_string(size) + ", before " +
-            std::to_string(offset) + " + " + std::to_string(count);
-    return false;
-  }
+  if (count < 0 || offset < 0 || offset > size || count > size - offset)
+    return dataLoss("the file ends at byte " + std::to_string(size) +
+                    ", before " + std::to_string(offset) + " + " +
+                    std::to_string(count));
   std::memcpy(to, bytes.data() + offset, static_cast<size_t>(count));
-  return true;
+  return okStatus();
 }
 
-bool checkRankFile(RankFileBytes &file, const std::string &name,
-                   const Manifest &manifest, size_t index, int64_t &bytesRead,
-                   std::string &error) {
-  auto bad = [&](const std::string &why) {
-    error = "checkpoint file '" + name + "' is damaged or foreign: " + why;
-    return false;
+Status checkRankFile(RankFileBytes &file, const std::string &name,
+                     const Manifest &manifest, size_t index,
+                     int64_t &bytesRead) {
+  auto bad = [&](const std::string &reason) {
+    return dataLoss("checkpoint file '" + name +
+                    "' is damaged or foreign: " + reason);
   };
   char prefix[kPrefixBytes];
-  std::string why;
-  if (!file.read(prefix, kPrefixBytes, 0, why) ||
+  if (!file.read(prefix, kPrefixBytes, 0).ok() ||
       std::memcmp(prefix, kMagic, 8) != 0)
     return bad("it does not start like a muon checkpoint file");
   bytesRead += kPrefixBytes;
@@ -769,9 +758,11 @@ bool checkRankFile(RankFileBytes &file, const std::string &name,
       kPrefixBytes + static_cast<int64_t>(headerBytes) + 8 > file.size())
     return bad("its header length is out of range");
   std::string header(headerBytes + 8, '\0');
-  if (!file.read(header.data(), static_cast<int64_t>(header.size()),
-                 kPrefixBytes, why))
-    return bad("its header cannot be read: " + why);
+  if (Status read = file.read(header.data(),
+                              static_cast<int64_t>(header.size()),
+                              kPrefixBytes);
+      !read.ok())
+    return bad("its header cannot be read: " + read.message());
   bytesRead += static_cast<int64_t>(header.size());
   uint64_t hash;
   std::memcpy(&hash, header.data() + headerBytes, 8);
@@ -798,35 +789,35 @@ bool checkRankFile(RankFileBytes &file, const std::string &name,
       h.value("chunk_bytes", nlohmann::json()) != manifest.chunkBytes)
     return bad("its header's format, model, plan, world size, steps or "
                "chunk size differ from the manifest's");
-  return true;
+  return okStatus();
 }
 
-bool readChunks(RankFileBytes &file, const std::string &name,
-                const StateRef &ref, uint64_t identity, int64_t chunkBytes,
-                int64_t c0, int64_t c1, const ValueSink &sink,
-                const std::string &what, int64_t &bytesRead, std::string &error,
-                ValueCheck *values) {
+Status readChunks(RankFileBytes &file, const std::string &name,
+                  const StateRef &ref, uint64_t identity, int64_t chunkBytes,
+                  int64_t c0, int64_t c1, const ValueSink &sink,
+                  const std::string &what, int64_t &bytesRead,
+                  ValueCheck *values) {
   auto damaged = [&] {
     if (values)
       values->first = -1; // damaged data: its values say nothing
-    error = "checkpoint file '" + name + "' is damaged: " + what +
-            " does not match its checksum";
-    return false;
+    return dataLoss("checkpoint file '" + name + "' is damaged: " + what +
+                    " does not match its checksum");
+  };
+  auto unreadable = [&](const Status &read) {
+    return read.withContext("cannot read checkpoint file '" + name + "': ");
   };
   const int64_t chunks = chunkCount(ref.bytes, chunkBytes);
-  if (c0 < 0 || c0 > c1 || c1 > chunks) {
-    error = "checkpoint file '" + name + "': chunks " + std::to_string(c0) +
-            " to " + std::to_string(c1) + " of " + what + " asked for, of " +
-            std::to_string(chunks);
-    return false;
-  }
+  if (c0 < 0 || c0 > c1 || c1 > chunks)
+    return invalidArgument("checkpoint file '" + name + "': chunks " +
+                           std::to_string(c0) + " to " + std::to_string(c1) +
+                           " of " + what + " asked for, of " +
+                           std::to_string(chunks));
   std::vector<uint64_t> table(c1 - c0);
-  std::string why;
-  if (!file.read(table.data(), static_cast<int64_t>(table.size()) * 8,
-                 ref.table + c0 * 8, why)) {
-    error = "cannot read checkpoint file '" + name + "': " + why;
-    return false;
-  }
+  if (Status read = file.read(table.data(),
+                              static_cast<int64_t>(table.size()) * 8,
+                              ref.table + c0 * 8);
+      !read.ok())
+    return unreadable(read);
   bytesRead += static_cast<int64_t>(table.size()) * 8;
   if (c0 == 0 && c1 == chunks &&
       fnv1a(table.data(), table.size() * 8) != ref.tableHash)
@@ -844,10 +835,8 @@ bool readChunks(RankFileBytes &file, const std::string &name,
     const int64_t from = c * chunkBytes,
                   bytes = std::min((c + n) * chunkBytes, ref.bytes) - from;
     char *at = reinterpret_cast<char *>(block.data());
-    if (!file.read(at, bytes, ref.offset + from, why)) {
-      error = "cannot read checkpoint file '" + name + "': " + why;
-      return false;
-    }
+    if (Status read = file.read(at, bytes, ref.offset + from); !read.ok())
+      return unreadable(read);
     bytesRead += bytes;
     hashChunks(at, bytes, chunkBytes, identity, c, hashes.data());
     if (!std::equal(hashes.begin(), hashes.begin() + n,
@@ -863,7 +852,7 @@ bool readChunks(RankFileBytes &file, const std::string &name,
     }
     sink(block.data(), bytes / 4);
   }
-  return true;
+  return okStatus();
 }
 
 } // namespace muon::runtime::checkpoint

@@ -61,11 +61,6 @@ HostStagedCommunicator::start(const AllToAllV &exchange) {
   return pending;
 }
 
-void HostStagedCommunicator::abort(int exitCode) {
-  inner.abort(exitCode);
-  std::_Exit(exitCode); // not reached: the inner transport ends the process
-}
-
 Status HostStagedCommunicator::wait(PendingExchange &pending,
                                     double timeoutSeconds) {
   auto it = staged.find(pending.id);

@@ -11,6 +11,7 @@
 #ifndef MUON_RUNTIME_LIB_OPTIMIZERSTATE_H
 #define MUON_RUNTIME_LIB_OPTIMIZERSTATE_H
 
+#include "StateCut.h"
 #include "muon/Runtime/Optimizer.h"
 
 namespace muon::runtime {
@@ -81,14 +82,23 @@ private:
                            std::unique_ptr<OptimizerState> &out);
   Status saveCheckpointFiles(const std::string &dir, bool withParameters);
   Status loadCheckpointFiles(const std::string &dir, bool withParameters);
-  bool stateDictImpl(bool withParameters, StateDict &dict,
-                     std::string &error) const;
-  bool loadStateDictImpl(const StateDict &dict, bool withParameters,
-                         std::string &error);
+  /// A load's local part: this rank's state cut from the checkpoint in
+  /// `dir` into `local`, every byte read checked.
+  Status readCheckpoint(const std::string &dir, bool withParameters,
+                        StateDict &local);
+  Status stateDictImpl(bool withParameters, StateDict &dict) const;
+  Status loadStateDictImpl(const StateDict &dict, bool withParameters);
+  /// A state dict's pieces (`sources`, checked one by one) checked as a
+  /// whole and cut into this rank's `local` state, its row states and
+  /// values checked; `splits` gets checkSplits'. `what` names the dict.
+  Status checkCutState(const std::vector<statecut::Source> &sources,
+                       const StateDict &dict, const std::string &what,
+                       bool withParameters, std::vector<int64_t> &splits,
+                       StateDict &local) const;
   /// The groups of a state dict or checkpoint, checked against this
   /// optimizer's (each known by name, of the same algorithm, with sound
-  /// settings): empty when they fit.
-  std::string checkSavedGroups(const std::vector<PlanGroup> &saved) const;
+  /// settings): InvalidArgument saying which does not fit.
+  Status checkSavedGroups(const std::vector<PlanGroup> &saved) const;
   void applySavedGroups(const std::vector<PlanGroup> &saved);
 
   Plan thePlan;
@@ -110,10 +120,9 @@ private:
   /// for, in rowStateMatrices order) from `saved`, checked: each names a
   /// known parameter, matrix and state and has the matrix's rows; a matrix
   /// without one gets zeros unless `savedGroups` has its group as NorMuon.
-  bool cutRowStates(const std::vector<RowStatePiece> &saved,
+  Status cutRowStates(const std::vector<RowStatePiece> &saved,
                     const std::vector<PlanGroup> &savedGroups,
-                    const std::string &what, std::vector<RowStatePiece> &out,
-                    std::string &error) const;
+                    const std::string &what, std::vector<RowStatePiece> &out) const;
 };
 
 } // namespace muon::runtime

@@ -102,22 +102,19 @@ std::string implausibleRow(const std::string &state, const std::string &param,
          problemWith(value);
 }
 
-bool checkStepCounts(const Plan &plan, const std::vector<Source> &sources,
-                     int64_t steps, const std::string &what,
-                     std::string &error) {
+Status checkStepCounts(const Plan &plan, const std::vector<Source> &sources,
+                     int64_t steps, const std::string &what) {
   if (steps < 0) {
-    error = what + ": the optimizer's step count is " + std::to_string(steps);
-    return false;
+    return invalidArgument(what + ": the optimizer's step count is " + std::to_string(steps));
   }
   // Per parameter, the first piece that carries AdamW's step.
   std::map<int64_t, const Source *> stepOf;
   for (const Source &s : sources) {
     const std::string &name = plan.params[s.param].name;
     if (s.step < 0 || s.step > steps) {
-      error = what + ": the piece " + boxText(s.box) + " of '" + name +
+      return invalidArgument(what + ": the piece " + boxText(s.box) + " of '" + name +
               "' has step " + std::to_string(s.step) + ", outside [0, " +
-              std::to_string(steps) + "] (the optimizer's step count)";
-      return false;
+              std::to_string(steps) + "] (the optimizer's step count)");
     }
     bool carries = false;
     for (int slot = 0; slot < valuesSlot(); ++slot)
@@ -126,19 +123,17 @@ bool checkStepCounts(const Plan &plan, const std::vector<Source> &sources,
       continue;
     auto [it, first] = stepOf.emplace(s.param, &s);
     if (!first && it->second->step != s.step) {
-      error =
-          what + ": the pieces of '" + name +
+      return invalidArgument(what + ": the pieces of '" + name +
           "' disagree on its step count: " + std::to_string(it->second->step) +
           " in " + boxText(it->second->box) + ", " + std::to_string(s.step) +
-          " in " + boxText(s.box);
-      return false;
+          " in " + boxText(s.box));
     }
   }
-  return true;
+  return okStatus();
 }
 
-bool checkStateValues(
-    const StateDict &local, const std::string &what, std::string &error,
+Status checkStateValues(
+    const StateDict &local, const std::string &what,
     const std::function<bool(const StatePiece &, const std::string &)> &only) {
   for (const StatePiece &piece : local.pieces)
     for (const auto &[name, data] : piece.states) {
@@ -149,23 +144,21 @@ bool checkStateValues(
                            mustBeNonNegative(name));
       if (e < 0)
         continue;
-      error = what + ": " +
-              implausibleElement(name, piece.param, piece.box, e, data[e]);
-      return false;
+      return invalidArgument(what + ": " +
+              implausibleElement(name, piece.param, piece.box, e, data[e]));
     }
   if (only)
-    return true;
+    return okStatus();
   for (const RowStatePiece &row : local.rowStates) {
     int64_t e = firstImplausible(row.values.data(),
                                  static_cast<int64_t>(row.values.size()),
                                  mustBeNonNegative(row.state));
     if (e < 0)
       continue;
-    error = what + ": " +
-            implausibleRow(row.state, row.param, row.slice, e, row.values[e]);
-    return false;
+    return invalidArgument(what + ": " +
+            implausibleRow(row.state, row.param, row.slice, e, row.values[e]));
   }
-  return true;
+  return okStatus();
 }
 
 } // namespace muon::runtime::statecut

@@ -26,9 +26,8 @@ namespace muon::runtime::statecut {
 /// negative, each piece's step in [0, steps], and one step on every piece
 /// of a parameter that carries AdamW's step (ElementSlot::carriesStep).
 /// `what` names the set ("the state dict").
-bool checkStepCounts(const Plan &plan, const std::vector<Source> &sources,
-                     int64_t steps, const std::string &what,
-                     std::string &error);
+Status checkStepCounts(const Plan &plan, const std::vector<Source> &sources,
+                     int64_t steps, const std::string &what);
 
 /// Whether values of the state slot (or per-row state) called `state` must
 /// not be below zero: a second moment (ElementSlot::nonNegative,
@@ -56,8 +55,8 @@ std::string implausibleRow(const std::string &state, const std::string &param,
 /// the state is a second moment. With `only`, the piece states it accepts
 /// (and no row states). The error names the state, the parameter and the
 /// element by its global index, after `what`.
-bool checkStateValues(
-    const StateDict &local, const std::string &what, std::string &error,
+Status checkStateValues(
+    const StateDict &local, const std::string &what,
     const std::function<bool(const StatePiece &, const std::string &)> &only =
         nullptr);
 

@@ -113,12 +113,11 @@ std::string boxText(const std::vector<Range> &box) {
   return text + "]";
 }
 
-bool checkSource(const Plan &plan, const Source &source,
-                 const std::string &where, std::string &error) {
+Status checkSource(const Plan &plan, const Source &source,
+                 const std::string &where) {
   const PlanParam &param = plan.params[source.param];
-  auto bad = [&](const std::string &why) {
-    error = where + ": " + why;
-    return false;
+  auto bad = [&](const std::string &reason) {
+    return invalidArgument(where + ": " + reason);
   };
   if (source.box.size() != param.layout.shape.size())
     return bad("a box of " + std::to_string(source.box.size()) +
@@ -141,12 +140,11 @@ bool checkSource(const Plan &plan, const Source &source,
                  param.name + "', " +
                  (param.algorithm == kAdamW ? "an " : "a ") + algorithm.title +
                  " parameter");
-  return true;
+  return okStatus();
 }
 
-bool checkSplits(const Plan &plan, const std::vector<Source> &sources,
-                 const std::string &what, std::vector<int64_t> &splits,
-                 std::string &error) {
+Status checkSplits(const Plan &plan, const std::vector<Source> &sources,
+                 const std::string &what, std::vector<int64_t> &splits) {
   splits.assign(plan.params.size(), 0);
   for (const Source &s : sources)
     for (int slot = 0; slot < valuesSlot(); ++slot) {
@@ -154,21 +152,20 @@ bool checkSplits(const Plan &plan, const std::vector<Source> &sources,
         continue;
       int64_t &split = splits[s.param];
       if (split && split != s.summands) {
-        error = what + " has inconsistent " + elementSlots()[slot].name +
+        return invalidArgument(what + " has inconsistent " + elementSlots()[slot].name +
                 " for '" + plan.params[s.param].name + "': split into " +
                 std::to_string(split) + " and " + std::to_string(s.summands) +
-                " summands";
-        return false;
+                " summands");
       }
       split = s.summands;
     }
-  return true;
+  return okStatus();
 }
 
-bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
+Status cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
          const std::vector<Source> &sources, const std::vector<int64_t> &splits,
          bool withParameters, const std::string &what, StateDict *local,
-         std::vector<std::vector<bool>> *used, std::string &error) {
+         std::vector<std::vector<bool>> *used) {
   // The sources of each parameter, in order: no scan of every source for
   // every piece.
   std::vector<std::vector<size_t>> byParam(plan.params.size());
@@ -235,10 +232,9 @@ bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
       return data.data();
     };
     auto uncovered = [&](int state, const std::string &note) {
-      error = what + " does not cover the " + slotName(state) + " of rank " +
+      return invalidArgument(what + " does not cover the " + slotName(state) + " of rank " +
               std::to_string(rank) + "'s piece " + boxText(slot.box) + " of '" +
-              slot.name + "'" + note;
-      return false;
+              slot.name + "'" + note);
     };
     // Covers `state` by writing. When the first source it would come from
     // has exactly the piece's box and storage to give, the piece takes
@@ -272,8 +268,7 @@ bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
       }
       int64_t saved = splits[i];
       if (!saved) {
-        error = what + " has no " + kind.name + " for '" + slot.name + "'";
-        return false;
+        return invalidArgument(what + " has no " + kind.name + " for '" + slot.name + "'");
       }
       if (saved == summandCount(plan, i)) {
         if (!take(state, slot.summand))
@@ -291,7 +286,7 @@ bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
     if (withParameters && !take(valuesSlot(), -1))
       return uncovered(valuesSlot(), "");
   }
-  return true;
+  return okStatus();
 }
 
 } // namespace muon::runtime::statecut

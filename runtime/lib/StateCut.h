@@ -104,15 +104,14 @@ std::string boxText(const std::vector<Range> &box);
 /// Checks one piece against the model: a box inside the parameter's
 /// shape, a summand in range, states its group keeps.
 /// `where` names the piece in `error`.
-bool checkSource(const Plan &plan, const Source &source,
-                 const std::string &where, std::string &error);
+Status checkSource(const Plan &plan, const Source &source,
+                 const std::string &where);
 /// Checks what only the whole set shows: every parameter's per-summand
 /// slots (ElementSlot::perSummand: momentum) are split into one number of
 /// summands, which `splits` gets per parameter (0: none saved). `what`
 /// names the set.
-bool checkSplits(const Plan &plan, const std::vector<Source> &sources,
-                 const std::string &what, std::vector<int64_t> &splits,
-                 std::string &error);
+Status checkSplits(const Plan &plan, const std::vector<Source> &sources,
+                 const std::string &what, std::vector<int64_t> &splits);
 
 /// Cuts the state of every local piece (`slots`, a rank's parameters) out
 /// of `sources`, tried in order: an element an earlier source covered is
@@ -129,10 +128,10 @@ bool checkSplits(const Plan &plan, const std::vector<Source> &sources,
 /// it was. With `used`
 /// (one entry per source), the (source, state) pairs that contribute are
 /// marked; without `local` the sources need no data.
-bool cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
+Status cut(const Plan &plan, int64_t rank, const std::vector<ParamSlot> &slots,
          const std::vector<Source> &sources, const std::vector<int64_t> &splits,
          bool withParameters, const std::string &what, StateDict *local,
-         std::vector<std::vector<bool>> *used, std::string &error);
+         std::vector<std::vector<bool>> *used);
 
 } // namespace muon::runtime::statecut
 

@@ -27,39 +27,38 @@ namespace muon::runtime {
 using namespace statecut;
 
 Status OptimizerState::stateDict(bool withParameters, StateDict &dict) const {
-  return guardedCall("taking a state dict", [&] {
-    std::string error;
-    if (!stateDictImpl(withParameters, dict, error))
-      return failedPrecondition(error);
-    return okStatus();
-  });
+  return guardedCall("taking a state dict",
+                     [&] { return stateDictImpl(withParameters, dict); });
 }
 
 Status OptimizerState::loadStateDict(const StateDict &dict,
                                      bool withParameters) {
   return guardedCall("loading a state dict", [&] {
-    std::string error;
-    if (!loadStateDictImpl(dict, withParameters, error))
-      return invalidArgument(escapeBytes(error));
+    const Status loaded = loadStateDictImpl(dict, withParameters);
+    if (!loaded.ok())
+      return invalidArgument(escapeBytes(loaded.message()));
     return okStatus();
   });
 }
 
-std::string
+Status
 OptimizerState::checkSavedGroups(const std::vector<PlanGroup> &saved) const {
   for (const PlanGroup &g : saved) {
     const PlanGroup *mine = group(g.name);
     if (!mine)
-      return "group '" + g.name + "' is not a group of this model";
+      return invalidArgument("group '" + g.name +
+                             "' is not a group of this model");
     if (mine->algorithm != g.algorithm)
-      return "group '" + g.name + "' is " +
-             (validAlgorithm(g.algorithm) ? algorithmName(g.algorithm)
-                                          : "an unknown algorithm") +
-             " there but " + algorithmName(mine->algorithm) + " here";
+      return invalidArgument(
+          "group '" + g.name + "' is " +
+          (validAlgorithm(g.algorithm) ? algorithmName(g.algorithm)
+                                       : "an unknown algorithm") +
+          " there but " + algorithmName(mine->algorithm) + " here");
     if (Status bad = checkGroupSettings(g); !bad.ok())
-      return "group '" + g.name + "': " + bad.location() + ": " + bad.message();
+      return invalidArgument("group '" + g.name + "': " + bad.location() +
+                             ": " + bad.message());
   }
-  return "";
+  return okStatus();
 }
 
 void OptimizerState::applySavedGroups(const std::vector<PlanGroup> &saved) {
@@ -67,8 +66,7 @@ void OptimizerState::applySavedGroups(const std::vector<PlanGroup> &saved) {
     executor->setGroup(findGroup(executor->groups(), g.name), g);
 }
 
-bool OptimizerState::stateDictImpl(bool withParameters, StateDict &dict,
-                                   std::string &error) const {
+Status OptimizerState::stateDictImpl(bool withParameters, StateDict &dict) const {
   StateDict out;
   out.steps = steps;
   out.groups = executor->groups();
@@ -77,9 +75,8 @@ bool OptimizerState::stateDictImpl(bool withParameters, StateDict &dict,
     if (!slot.elements)
       continue;
     if (withParameters && !slot.bound) {
-      error = "parameter '" + slot.name +
-              "' is not bound, so its values cannot be read";
-      return false;
+      return failedPrecondition("parameter '" + slot.name +
+                                "' is not bound, so its values cannot be read");
     }
     StatePiece &piece = out.pieces.emplace_back();
     piece.param = slot.name;
@@ -115,14 +112,13 @@ bool OptimizerState::stateDictImpl(bool withParameters, StateDict &dict,
                       executor->rowState(slot.matrix, slot.step), m.rows * 4);
   }
   dict = std::move(out);
-  return true;
+  return okStatus();
 }
 
-bool OptimizerState::cutRowStates(const std::vector<RowStatePiece> &saved,
+Status OptimizerState::cutRowStates(const std::vector<RowStatePiece> &saved,
                                   const std::vector<PlanGroup> &savedGroups,
                                   const std::string &what,
-                                  std::vector<RowStatePiece> &out,
-                                  std::string &error) const {
+                                  std::vector<RowStatePiece> &out) const {
   const Plan &plan = thePlan;
   // Every saved row state names a matrix of this model, by parameter and
   // slice, and has its rows.
@@ -135,33 +131,28 @@ bool OptimizerState::cutRowStates(const std::vector<RowStatePiece> &saved,
                         row.param + "' slice " + std::to_string(row.slice) +
                         ")";
     if (matrixStepOfState(row.state) < 0) {
-      error = where + ": unknown state '" + row.state + "' (expected " +
-              matrixStateNames() + ")";
-      return false;
+      return invalidArgument(where + ": unknown state '" + row.state + "' (expected " +
+              matrixStateNames() + ")");
     }
     auto it = slotOf.find(row.param);
     if (it == slotOf.end()) {
-      error = where + ": no parameter '" + row.param + "' in this model";
-      return false;
+      return invalidArgument(where + ": no parameter '" + row.param + "' in this model");
     }
     const PlanParam &p = plan.params[it->second];
     const std::vector<int64_t> &shape = p.layout.shape;
     if (!p.orthogonalized() || shape.size() < 2) {
-      error = where + ": '" + row.param + "' is not a Muon matrix";
-      return false;
+      return invalidArgument(where + ": '" + row.param + "' is not a Muon matrix");
     }
     // Matrices by index: batch slices times heads (ParamLayout::numMatrices).
     int64_t slices = p.layout.numMatrices();
     if (row.slice < 0 || row.slice >= slices) {
-      error = where + ": slice out of range; '" + row.param + "' has " +
-              std::to_string(slices) + " matrices";
-      return false;
+      return invalidArgument(where + ": slice out of range; '" + row.param + "' has " +
+              std::to_string(slices) + " matrices");
     }
     int64_t rows = p.layout.matrixRows();
     if (static_cast<int64_t>(row.values.size()) != rows) {
-      error = where + ": " + std::to_string(row.values.size()) +
-              " values; the matrix has " + std::to_string(rows) + " rows";
-      return false;
+      return invalidArgument(where + ": " + std::to_string(row.values.size()) +
+              " values; the matrix has " + std::to_string(rows) + " rows");
     }
     bySlice.emplace(std::make_tuple(row.param, row.slice, row.state), &row);
   }
@@ -181,19 +172,17 @@ bool OptimizerState::cutRowStates(const std::vector<RowStatePiece> &saved,
     const std::string &group = plan.groups[plan.params[m.paramIndex].group].name;
     for (const PlanGroup &g : savedGroups)
       if (g.name == group && step.enabled(g)) {
-        error = what + ": no " + step.state + " state for matrix " +
+        return invalidArgument(what + ": no " + step.state + " state for matrix " +
                 m.label() + ", though its group '" + group + "' was " +
-                step.title + " when saved";
-        return false;
+                step.title + " when saved");
       }
     row.values.assign(m.rows, 0.0f); // the step starts here
   }
-  return true;
+  return okStatus();
 }
 
-bool OptimizerState::loadStateDictImpl(const StateDict &dict,
-                                       bool withParameters,
-                                       std::string &error) {
+Status OptimizerState::loadStateDictImpl(const StateDict &dict,
+                                         bool withParameters) {
   const Plan &plan = thePlan;
   // Everything is checked and cut into a staging dict first; the state
   // changes only when all of it fits.
@@ -202,9 +191,9 @@ bool OptimizerState::loadStateDictImpl(const StateDict &dict,
   std::unordered_map<std::string, int64_t> paramIndex;
   for (size_t i = 0; i < plan.params.size(); ++i)
     paramIndex[plan.params[i].name] = static_cast<int64_t>(i);
-  auto fail = [&](const std::string &why) {
-    error = "loading a state dict: " + why + "; nothing was changed";
-    return false;
+  auto fail = [&](const std::string &reason) {
+    return invalidArgument("loading a state dict: " + reason +
+                           "; nothing was changed");
   };
   for (size_t k = 0; k < dict.pieces.size(); ++k) {
     const StatePiece &piece = dict.pieces[k];
@@ -228,9 +217,8 @@ bool OptimizerState::loadStateDictImpl(const StateDict &dict,
       s.has[slot] = true;
       s.data[slot] = data.data();
     }
-    std::string why;
-    if (!checkSource(plan, s, where, why))
-      return fail(why);
+    if (Status bad = checkSource(plan, s, where); !bad.ok())
+      return fail(bad.message());
     int64_t elements = 1;
     for (const Range &r : piece.box)
       elements *= r.size();
@@ -245,23 +233,35 @@ bool OptimizerState::loadStateDictImpl(const StateDict &dict,
       if (slot.elements && !slot.bound)
         return fail("parameter '" + slot.name +
                     "' is not bound, so its values cannot be loaded");
-  if (std::string bad = checkSavedGroups(dict.groups); !bad.empty())
-    return fail(bad);
+  if (Status bad = checkSavedGroups(dict.groups); !bad.ok())
+    return fail(bad.message());
   std::vector<int64_t> splits;
   StateDict local;
-  std::string why;
   const std::string what = "the state dict";
-  if (!checkSplits(plan, sources, what, splits, why) ||
-      !checkStepCounts(plan, sources, dict.steps, what, why) ||
-      !cut(plan, comm.rank(), slots, sources, splits, withParameters, what,
-           &local, nullptr, why) ||
-      !cutRowStates(dict.rowStates, dict.groups, what, local.rowStates, why) ||
-      !checkStateValues(local, what, why))
-    return fail(why);
+  if (Status bad = checkCutState(sources, dict, what, withParameters, splits,
+                                 local);
+      !bad.ok())
+    return fail(bad.message());
   local.steps = dict.steps;
   local.groups = dict.groups;
   applyState(local, withParameters);
-  return true;
+  return okStatus();
+}
+
+Status OptimizerState::checkCutState(const std::vector<Source> &sources,
+                                     const StateDict &dict,
+                                     const std::string &what,
+                                     bool withParameters,
+                                     std::vector<int64_t> &splits,
+                                     StateDict &local) const {
+  const Plan &plan = thePlan;
+  MUON_RETURN_IF_ERROR(checkSplits(plan, sources, what, splits));
+  MUON_RETURN_IF_ERROR(checkStepCounts(plan, sources, dict.steps, what));
+  MUON_RETURN_IF_ERROR(cut(plan, comm.rank(), slots, sources, splits,
+                           withParameters, what, &local, nullptr));
+  MUON_RETURN_IF_ERROR(
+      cutRowStates(dict.rowStates, dict.groups, what, local.rowStates));
+  return checkStateValues(local, what);
 }
 
 void OptimizerState::applyState(const StateDict &local, bool withParameters) {

@@ -106,6 +106,6 @@ struct HostLaunch {
 using Launcher = HostLaunch;
 #include "KernelLaunches.inc"
 
-bool kernelsLoadable(std::string &) { return true; }
+Status kernelsLoadable() { return okStatus(); }
 
 } // namespace muon::runtime::cuda

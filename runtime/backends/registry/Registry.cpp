@@ -3,6 +3,7 @@
 
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/HostStagedCommunicator.h"
+#include "muon/Runtime/LayeredCommunicator.h"
 
 #include <cstdlib>
 #include <map>
@@ -12,41 +13,17 @@ namespace muon::runtime {
 namespace {
 
 /// "mpi": the base communicator under a handle the caller owns.
-class BorrowedCommunicator final : public Communicator {
+class BorrowedCommunicator final : public LayeredCommunicator {
 public:
-  explicit BorrowedCommunicator(Communicator &base) : base(base) {}
-  int64_t rank() const override { return base.rank(); }
-  int64_t size() const override { return base.size(); }
+  explicit BorrowedCommunicator(Communicator &base)
+      : LayeredCommunicator(base) {}
   StatusOr<PendingExchange> start(const AllToAllV &x) override {
-    return base.start(x);
+    return inner.start(x);
   }
-  Status wait(PendingExchange &p, double t) override { return base.wait(p, t); }
-  void progress() override { base.progress(); }
-  StatusOr<std::vector<uint64_t>> allGather(uint64_t v, double t) override {
-    return base.allGather(v, t);
+  Status wait(PendingExchange &p, double t) override {
+    return inner.wait(p, t);
   }
-  StatusOr<int64_t> allReduceMin(int64_t v, double t) override {
-    return base.allReduceMin(v, t);
-  }
-  StatusOr<std::vector<uint64_t>> allGatherWords(const std::vector<uint64_t> &m,
-                                                 double t) override {
-    return base.allGatherWords(m, t);
-  }
-  StatusOr<std::vector<std::vector<char>>>
-  gatherToRoot(const std::vector<char> &b, double t) override {
-    return base.gatherToRoot(b, t);
-  }
-  StatusOr<std::vector<std::vector<char>>>
-  allGatherBytes(const std::vector<char> &b, double t) override {
-    return base.allGatherBytes(b, t);
-  }
-  [[noreturn]] void abort(int code) override {
-    base.abort(code);
-    std::abort(); // not reached: the base's abort does not return either
-  }
-
-private:
-  Communicator &base;
+  void progress() override { inner.progress(); }
 };
 
 /// The CPU device, with its options (Backends.h).

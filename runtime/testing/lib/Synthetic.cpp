@@ -223,37 +223,28 @@ Plan referencePlan(const Plan &plan) {
   ScheduleOptions options;
   options.prefetchCount = 0;
   options.maxRounds = 1;
-  std::string error;
-  schedulePlan(ref, options, error); // no budget: cannot fail
+  (void)schedulePlan(ref, options); // no budget: cannot fail
   return ref;
 }
 
-bool runReference(const Plan &plan, Device &device, uint64_t seed,
-                  int64_t steps, int64_t microBatches,
-                  const std::vector<NonFiniteInjection> &faults,
-                  std::vector<std::vector<float>> &values,
-                  std::string &error) {
+StatusOr<std::vector<std::vector<float>>>
+runReference(const Plan &plan, Device &device, uint64_t seed, int64_t steps,
+             int64_t microBatches,
+             const std::vector<NonFiniteInjection> &faults) {
   SingleRankCommunicator self;
   std::unique_ptr<Optimizer> optimizer;
-  if (Status s =
-          Optimizer::create(referencePlan(plan), self, device, {}, optimizer);
-      !s.ok()) {
-    error = s.message();
-    return false;
-  }
+  MUON_RETURN_IF_ERROR(
+      Optimizer::create(referencePlan(plan), self, device, {}, optimizer));
   SyntheticModel model(*optimizer, device, seed, summandCounts(plan));
   for (int64_t s = 0; s < steps; ++s) {
     model.makeGradients(s, microBatches, faults);
     StepResult result;
-    if (Status s = optimizer->step(result); !s.ok()) {
-      error = s.message();
-      return false;
-    }
+    MUON_RETURN_IF_ERROR(optimizer->step(result));
   }
-  values.clear();
+  std::vector<std::vector<float>> values;
   for (size_t i = 0; i < plan.params.size(); ++i)
     values.push_back(model.values(i));
-  return true;
+  return values;
 }
 
 } // namespace muon::runtime

@@ -211,12 +211,10 @@ int64_t CpuDevice::newtonSchulz(float *x, int64_t count, int64_t rows,
     const bool gram =
         usesGramNewtonSchulz(options, DType::BF16, rows, cols, abc);
     for (int64_t i = 0; i < count; ++i) {
-      std::string message;
-      if (!oneDnn->run(x + i * rows * cols, rows, cols, abc, eps, gram,
-                       message) &&
-          error.ok())
-        error = Status(StatusCode::Internal,
-                       "cpu Newton-Schulz (bf16): " + message);
+      if (Status ran = oneDnn->run(x + i * rows * cols, rows, cols, abc, eps,
+                                   gram);
+          !ran.ok() && error.ok())
+        error = internalError("cpu Newton-Schulz (bf16): " + ran.message());
       // The contract's dense count (Device.h).
       flops += static_cast<int64_t>(abc.size()) *
                (4 * m * m * n + 2 * m * m * m);
@@ -424,19 +422,19 @@ void restartWithPreferredBlasKernels(char **argv) {
   unsetenv("OPENBLAS_CORETYPE");
 }
 
-bool bf16Gemm(const uint16_t *a, const uint16_t *b, uint16_t *c, int64_t m,
-              int64_t n, int64_t k, std::string &error) {
+Status bf16Gemm(const uint16_t *a, const uint16_t *b, uint16_t *c, int64_t m,
+                int64_t n, int64_t k) {
 #ifdef MUON_HAVE_ONEDNN
   if (cpuHasBf16Products()) {
     static OneDnnNewtonSchulz products;
-    return products.gemm(a, b, c, m, n, k, error);
+    return products.gemm(a, b, c, m, n, k);
   }
-  error = "this CPU has no bf16 products (oneDNN runs " + oneDnnCpu().isa +
-          ")";
+  return unimplemented("this CPU has no bf16 products (oneDNN runs " +
+                       oneDnnCpu().isa + ")");
 #else
-  error = "built without oneDNN (MUON_ONEDNN=OFF): no bf16 products";
+  return unimplemented(
+      "built without oneDNN (MUON_ONEDNN=OFF): no bf16 products");
 #endif
-  return false;
 }
 
 } // namespace muon::runtime::cpu

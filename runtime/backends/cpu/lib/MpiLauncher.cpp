@@ -54,8 +54,8 @@ PrivateDir::PrivateDir(const std::string &prefix) {
   if (mkdtemp(name.data()))
     dir = name.data();
   else
-    why = "cannot create a temporary directory in '" + root +
-          "': " + std::strerror(errno);
+    created = unavailable("cannot create a temporary directory in '" + root +
+                          "': " + std::strerror(errno));
 }
 
 PrivateDir::~PrivateDir() {

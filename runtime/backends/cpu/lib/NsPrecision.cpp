@@ -77,7 +77,7 @@ constexpr int64_t kProbeSide = 384;
 constexpr int kProbeRuns = 5;
 
 /// The probe's body, on the calling thread (a thread of its own).
-ProductRates timeProducts(std::string &error) {
+StatusOr<ProductRates> timeProducts() {
   const int64_t n = kProbeSide;
   // Values in [-1, 1) from a fixed LCG: never zeros, which run faster.
   std::vector<float> a(n * n), b(n * n), c(n * n);
@@ -103,9 +103,8 @@ ProductRates timeProducts(std::string &error) {
                 a.data(), N, b.data(), N, 0.0f, c.data(), N);
     const double f32 = threadSeconds() - start;
     start = threadSeconds();
-    if (!products.gemm(a16.data(), b16.data(), c16.data(), n, n, n, error,
-                       /*threads=*/1))
-      return {};
+    MUON_RETURN_IF_ERROR(products.gemm(a16.data(), b16.data(), c16.data(), n,
+                                       n, n, /*threads=*/1));
     const double bf16 = threadSeconds() - start;
     if (run == 0)
       continue;
@@ -117,7 +116,7 @@ ProductRates timeProducts(std::string &error) {
   rates.f32 = f32Best > 0 ? flops / f32Best : 0;
   rates.bf16 = bf16Best > 0 ? flops / bf16Best : 0;
   if (rates.f32 <= 0 || rates.bf16 <= 0)
-    error = "the thread CPU clock did not advance";
+    return unavailable("the thread CPU clock did not advance");
   return rates;
 }
 #endif
@@ -146,10 +145,11 @@ NsPrecisionFacts gatherFacts() {
     // it); a library measures instead and says so.
     facts.ratesSource = parsed.status().message() + "; ";
   }
-  std::string error;
-  facts.rates = measureProductRates(error);
-  facts.ratesSource += error.empty() ? "measured on one thread"
-                                     : "not measured: " + error;
+  StatusOr<ProductRates> measured = measureProductRates();
+  facts.rates = measured.ok() ? *measured : ProductRates();
+  facts.ratesSource += measured.ok()
+                           ? "measured on one thread"
+                           : "not measured: " + measured.status().message();
   return facts;
 }
 
@@ -225,21 +225,20 @@ std::string formatProductRates(const ProductRates &rates) {
   return text;
 }
 
-ProductRates measureProductRates(std::string &error) {
+StatusOr<ProductRates> measureProductRates() {
 #ifdef MUON_HAVE_ONEDNN
-  if (!oneDnnCpu().bf16) {
-    error = "oneDNN runs " + oneDnnCpu().isa + ": no bf16 products";
-    return {};
-  }
+  if (!oneDnnCpu().bf16)
+    return unimplemented("oneDNN runs " + oneDnnCpu().isa +
+                         ": no bf16 products");
   // A thread of its own: its CPU clock is the probe's alone, and the
   // OpenMP count oneDNN's product runs on is set for it only.
-  ProductRates rates;
-  std::thread probe([&] { rates = timeProducts(error); });
+  StatusOr<ProductRates> rates = unavailable("the probe did not run");
+  std::thread probe([&] { rates = timeProducts(); });
   probe.join();
   return rates;
 #else
-  error = "built without oneDNN (MUON_ONEDNN=OFF): no bf16 products";
-  return {};
+  return unimplemented(
+      "built without oneDNN (MUON_ONEDNN=OFF): no bf16 products");
 #endif
 }
 

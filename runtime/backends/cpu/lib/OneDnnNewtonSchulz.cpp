@@ -297,12 +297,45 @@ bool OneDnnNewtonSchulz::gramPays(int64_t m, int64_t n, int64_t steps,
   return runtime::gramPays(DType::BF16, m, n, steps, blockedHalf(m, tile));
 }
 
-bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
-                             const std::vector<std::array<double, 3>> &abc,
-                             double eps, bool gram, std::string &error) {
+/// X = bf16(x); X = bf16(X / max(bf16(||X||_F), eps)), as the f32-product
+/// path (CpuDevice.cpp) computes it, the norm summed in double (here in
+/// eight interleaved partial sums, which keeps the pass at memory speed).
+/// A wide matrix lands in `out`; a tall one is converted in place order
+/// into `rounded`, then transposed into `out`.
+static void normalizeIntoBf16(const float *x, int64_t rows, int64_t cols,
+                              double eps, uint16_t *rounded, uint16_t *out) {
+  const int64_t elements = rows * cols;
+  const bool tall = rows > cols;
+  double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= elements; i += 8)
+    for (int k = 0; k < 8; ++k) {
+      rounded[i + k] = toBf16Bits(x[i + k]);
+      const double v = fromBf16Bits(rounded[i + k]);
+      partial[k] += v * v;
+    }
+  for (; i < elements; ++i) {
+    rounded[i] = toBf16Bits(x[i]);
+    const double v = fromBf16Bits(rounded[i]);
+    partial[0] += v * v;
+  }
+  const double sumSq = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+                       ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+  float norm = roundToBf16(static_cast<float>(std::sqrt(sumSq)));
+  norm = std::max(norm, static_cast<float>(eps));
+  uint16_t *scaled = tall ? rounded : out;
+  for (int64_t e = 0; e < elements; ++e)
+    scaled[e] = toBf16Bits(fromBf16Bits(rounded[e]) / norm);
+  if (tall)
+    transposeBf16(rounded, out, rows, cols);
+}
+
+Status OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
+                               const std::vector<std::array<double, 3>> &abc,
+                               double eps, bool gram) {
   const int64_t elements = rows * cols;
   if (elements == 0)
-    return true;
+    return okStatus();
   Impl &s = *impl;
   const bool tall = rows > cols;
   const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
@@ -322,34 +355,7 @@ bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
     packed += (m - j0) * std::min(t, m - j0);
   s.block.resize(packed);
 
-  // X = bf16(x); X = bf16(X / max(bf16(||X||_F), eps)), as the
-  // f32-product path (CpuDevice.cpp) computes it, the norm summed in double
-  // (here in eight interleaved partial sums, which keeps the pass at memory
-  // speed). A tall matrix is converted in place order, then transposed.
-  uint16_t *rounded = s.next.data();
-  double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= elements; i += 8)
-    for (int k = 0; k < 8; ++k) {
-      rounded[i + k] = toBf16Bits(x[i + k]);
-      const double v = fromBf16Bits(rounded[i + k]);
-      partial[k] += v * v;
-    }
-  for (; i < elements; ++i) {
-    rounded[i] = toBf16Bits(x[i]);
-    const double v = fromBf16Bits(rounded[i]);
-    partial[0] += v * v;
-  }
-  const double sumSq = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
-                       ((partial[4] + partial[5]) + (partial[6] + partial[7]));
-  float norm = roundToBf16(static_cast<float>(std::sqrt(sumSq)));
-  norm = std::max(norm, static_cast<float>(eps));
-  // Wide: into X. Tall: in place, then transposed into X.
-  uint16_t *scaled = tall ? rounded : s.x.data();
-  for (int64_t e = 0; e < elements; ++e)
-    scaled[e] = toBf16Bits(fromBf16Bits(rounded[e]) / norm);
-  if (tall)
-    transposeBf16(rounded, s.x.data(), rows, cols);
+  normalizeIntoBf16(x, rows, cols, eps, s.next.data(), s.x.data());
 
   applyThreads();
   const int threads = oneDnnThreads.load();
@@ -442,8 +448,7 @@ bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
       start += length;
     }
   } catch (const dnnl::error &e) {
-    error = std::string("oneDNN: ") + e.what();
-    return false;
+    return internalError(std::string("oneDNN: ") + e.what());
   }
   const uint16_t *result = X;
   if (tall) {
@@ -452,12 +457,12 @@ bool OneDnnNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
   }
   for (int64_t e = 0; e < elements; ++e)
     x[e] = fromBf16Bits(result[e]);
-  return true;
+  return okStatus();
 }
 
-bool OneDnnNewtonSchulz::gemm(const uint16_t *a, const uint16_t *b,
-                              uint16_t *c, int64_t m, int64_t n, int64_t k,
-                              std::string &error, int threads) {
+Status OneDnnNewtonSchulz::gemm(const uint16_t *a, const uint16_t *b,
+                                uint16_t *c, int64_t m, int64_t n, int64_t k,
+                                int threads) {
   if (threads > 0)
     setCallingThreadsOpenMp(threads);
   else
@@ -467,10 +472,9 @@ bool OneDnnNewtonSchulz::gemm(const uint16_t *a, const uint16_t *b,
                threads > 0 ? threads : oneDnnThreads.load()},
               a, b, c);
   } catch (const dnnl::error &e) {
-    error = std::string("oneDNN: ") + e.what();
-    return false;
+    return internalError(std::string("oneDNN: ") + e.what());
   }
-  return true;
+  return okStatus();
 }
 
 } // namespace muon::runtime::cpu

@@ -13,6 +13,8 @@
 #ifndef MUON_RUNTIME_CPU_ONEDNNNEWTONSCHULZ_H
 #define MUON_RUNTIME_CPU_ONEDNNNEWTONSCHULZ_H
 
+#include "muon/Support/Status.h"
+
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -40,19 +42,18 @@ public:
 
   /// Device::newtonSchulz's BF16 contract on one rows x cols matrix in
   /// place, with `gram` in Gram phases (kGramPhaseSteps steps each, an odd
-  /// last step in the standard form). Returns false with `error` when
-  /// oneDNN fails.
-  bool run(float *x, int64_t rows, int64_t cols,
-           const std::vector<std::array<double, 3>> &abc, double eps,
-           bool gram, std::string &error);
+  /// last step in the standard form). Internal when oneDNN fails.
+  Status run(float *x, int64_t rows, int64_t cols,
+             const std::vector<std::array<double, 3>> &abc, double eps,
+             bool gram);
 
   /// c = a b for row-major bf16 a (m x k) and b (k x n), f32 accumulation,
   /// c bf16: the plain product the benchmarks set Newton-Schulz against.
   /// `threads` > 0 runs it on that many OpenMP threads, set for the calling
   /// thread only (the rate probe's, NsPrecision.cpp); 0, on the process's
   /// count (setOneDnnThreads).
-  bool gemm(const uint16_t *a, const uint16_t *b, uint16_t *c, int64_t m,
-            int64_t n, int64_t k, std::string &error, int threads = 0);
+  Status gemm(const uint16_t *a, const uint16_t *b, uint16_t *c, int64_t m,
+              int64_t n, int64_t k, int threads = 0);
 
   /// Width of the Gram matrix's block columns (CpuDeviceOptions).
   void setTile(int64_t tile) { this->tile = tile; }

@@ -33,30 +33,29 @@ std::string soname() {
   return "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
 }
 
-/// Points every entry of `l` into `handle`; false with `error` naming the
-/// first one missing.
-bool resolve(void *handle, Library &l, std::string &error) {
+/// Points every entry of `l` into `handle`; Unavailable naming the first
+/// one missing.
+Status resolve(void *handle, Library &l) {
 #define MUON_CUBLAS_RESOLVE(name, type)                                        \
   l.name = reinterpret_cast<type>(dlsym(handle, #name));                       \
-  if (!l.name) {                                                               \
-    error = l.file + " has no " #name " (the CUDA backend needs cuBLAS " +     \
-            std::to_string(CUBLAS_VER_MAJOR) + ")";                            \
-    return false;                                                              \
-  }
+  if (!l.name)                                                                 \
+    return unavailable(l.file + " has no " #name                               \
+                                " (the CUDA backend needs cuBLAS " +           \
+                       std::to_string(CUBLAS_VER_MAJOR) + ")");
   MUON_CUBLAS_ENTRY_POINTS(MUON_CUBLAS_RESOLVE)
 #undef MUON_CUBLAS_RESOLVE
-  return true;
+  return okStatus();
 }
 
-std::string dlopenError() {
+std::string dlopenMessage() {
   const char *why = dlerror();
   return why ? why : "unknown dlopen error";
 }
 
 /// The steps of CublasLibrary.h after the override: a handle, with `file`
-/// set, or nullptr with `error`.
-void *search(const std::vector<std::string> &directories, std::string &file,
-             std::string &error) {
+/// set, or Unavailable saying what was tried.
+StatusOr<void *> search(const std::vector<std::string> &directories,
+                        std::string &file) {
   const std::string name = soname();
   // 2. Already in the process: load nothing, share it.
   if (void *handle = dlopen(name.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
@@ -91,17 +90,15 @@ void *search(const std::vector<std::string> &directories, std::string &file,
     // A file that is there but does not load (no libcublasLt beside it)
     // says more than dlopen's search missing the name.
     if (!isPath)
-      nameWhy = dlopenError();
+      nameWhy = dlopenMessage();
     else if (fileWhy.empty())
-      fileWhy = dlopenError();
+      fileWhy = dlopenMessage();
   }
-  error = "cannot load " + name + " (cuBLAS " +
-          std::to_string(CUBLAS_VER_MAJOR) +
-          "; install the nvidia-cublas wheel or the CUDA toolkit, or point "
-          "MUON_CUBLAS_LIBRARY at it): " +
-          (fileWhy.empty() ? nameWhy : fileWhy) + "; also looked in " +
-          searched;
-  return nullptr;
+  return unavailable(
+      "cannot load " + name + " (cuBLAS " + std::to_string(CUBLAS_VER_MAJOR) +
+      "; install the nvidia-cublas wheel or the CUDA toolkit, or point "
+      "MUON_CUBLAS_LIBRARY at it): " +
+      (fileWhy.empty() ? nameWhy : fileWhy) + "; also looked in " + searched);
 }
 
 } // namespace
@@ -114,27 +111,25 @@ void addSearchDirectory(const std::string &directory) {
   searchDirectories.push_back(directory);
 }
 
-std::unique_ptr<Library> open(const std::vector<std::string> &directories,
-                              std::string &error) {
+StatusOr<std::unique_ptr<Library>>
+open(const std::vector<std::string> &directories) {
   std::string file;
   void *handle = nullptr;
   const char *chosen = std::getenv("MUON_CUBLAS_LIBRARY");
   if (chosen && *chosen) {
     handle = dlopen(chosen, RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      error = std::string("cannot load cuBLAS from '") + chosen +
-              "' (MUON_CUBLAS_LIBRARY): " + dlopenError();
-      return nullptr;
-    }
+    if (!handle)
+      return unavailable(std::string("cannot load cuBLAS from '") + chosen +
+                         "' (MUON_CUBLAS_LIBRARY): " + dlopenMessage());
     file = chosen;
-  } else if (!(handle = search(directories, file, error))) {
-    return nullptr;
+  } else {
+    MUON_ASSIGN_OR_RETURN(handle, search(directories, file));
   }
   auto loaded = std::make_unique<Library>();
   loaded->file = file;
-  if (!resolve(handle, *loaded, error)) {
+  if (Status resolved = resolve(handle, *loaded); !resolved.ok()) {
     dlclose(handle);
-    return nullptr;
+    return resolved;
   }
   // Where it really came from, for messages and reports.
   Dl_info info;
@@ -144,14 +139,15 @@ std::unique_ptr<Library> open(const std::vector<std::string> &directories,
   return loaded;
 }
 
-const Library *load(std::string &error) {
+StatusOr<const Library *> load() {
   if (const Library *l = ready.load(std::memory_order_acquire))
     return l;
   std::lock_guard<std::mutex> lock(mutex);
-  if (!library)
-    library = open(searchDirectories, error);
+  if (!library) {
+    MUON_ASSIGN_OR_RETURN(library, open(searchDirectories));
+  }
   ready.store(library.get(), std::memory_order_release);
-  return library.get();
+  return static_cast<const Library *>(library.get());
 }
 
 const Library &api() { return *ready.load(std::memory_order_acquire); }

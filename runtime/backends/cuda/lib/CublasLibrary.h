@@ -19,6 +19,8 @@
 #ifndef MUON_RUNTIME_CUDA_CUBLASLIBRARY_H
 #define MUON_RUNTIME_CUDA_CUBLASLIBRARY_H
 
+#include "muon/Support/Status.h"
+
 #include <cublas_v2.h>
 
 #include <memory>
@@ -70,10 +72,10 @@ struct Library {
   std::string file; // what was loaded
 };
 
-/// cuBLAS found as above, with `directories` for step 3; nullptr with
-/// `error` naming what was tried and why it failed. Never unloaded.
-std::unique_ptr<Library> open(const std::vector<std::string> &directories,
-                              std::string &error);
+/// cuBLAS found as above, with `directories` for step 3; Unavailable
+/// naming what was tried and why it failed. Never unloaded.
+StatusOr<std::unique_ptr<Library>>
+open(const std::vector<std::string> &directories);
 
 /// Adds a directory searched for libcublas.so.<major> (step 3 above).
 /// Takes effect for a load not yet made.
@@ -81,7 +83,7 @@ void addSearchDirectory(const std::string &directory);
 
 /// open() with addSearchDirectory's directories, once per process (a
 /// failure is tried again at the next call). Thread-safe.
-const Library *load(std::string &error);
+StatusOr<const Library *> load();
 
 /// The library load() returned; only after it succeeded (a CudaDevice
 /// exists).

@@ -89,17 +89,13 @@ std::string describeNewtonSchulz(const Device &device, DType precision,
 /// `order` (CudaDevice::orderAfter or orderBefore) on a device from
 /// createDevice.
 static Status orderStreams(Device &device, void *stream,
-                           bool (CudaDevice::*order)(cudaStream_t,
-                                                     std::string &)) {
+                           Status (CudaDevice::*order)(cudaStream_t)) {
   auto *gpu = dynamic_cast<CudaDevice *>(&device);
   if (!gpu)
     return invalidArgument(std::string("stream order needs a device from "
                                        "cuda::createDevice, not the ") +
                            device.name() + " device");
-  std::string error;
-  if (!(gpu->*order)(static_cast<cudaStream_t>(stream), error))
-    return invalidArgument(error);
-  return okStatus();
+  return (gpu->*order)(static_cast<cudaStream_t>(stream));
 }
 
 Status waitForStream(Device &device, void *stream) {
@@ -112,13 +108,11 @@ Status streamWaitsForDevice(Device &device, void *stream) {
 
 StatusOr<std::unique_ptr<Communicator>>
 createNcclCommunicator(Communicator &bootstrap, Device &device) {
-  std::string loadError;
-  const nccl::Library *library = nccl::load(loadError);
-  Status local;
+  StatusOr<const nccl::Library *> loaded = nccl::load();
+  const nccl::Library *library = loaded.ok() ? *loaded : nullptr;
+  Status local = loaded.status();
   auto *gpu = dynamic_cast<CudaDevice *>(&device);
-  if (!library)
-    local = unavailable(loadError);
-  else if (!gpu)
+  if (local.ok() && !gpu)
     local = invalidArgument(
         std::string("NCCL needs a device from cuda::createDevice, not the ") +
         device.name() + " device");

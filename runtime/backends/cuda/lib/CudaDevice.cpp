@@ -20,46 +20,40 @@ namespace muon::runtime::cuda {
 namespace {
 
 /// A non-negative integer from the environment: `fallback` when unset,
-/// false with `error` when it is not one.
-bool integerFromEnv(const char *name, int64_t fallback, int64_t &value,
-                    std::string &error) {
+/// InvalidArgument when it is not one.
+StatusOr<int64_t> integerFromEnv(const char *name, int64_t fallback) {
   const char *text = std::getenv(name);
-  value = fallback;
   if (!text || !*text)
-    return true;
+    return fallback;
   errno = 0;
   char *end = nullptr;
   long long parsed = std::strtoll(text, &end, 10);
-  if (errno || *end || parsed < 0) {
-    error = std::string(name) + " must be a non-negative integer, not '" +
-            text + "'";
-    return false;
-  }
-  value = parsed;
-  return true;
+  if (errno || *end || parsed < 0)
+    return invalidArgument(std::string(name) +
+                           " must be a non-negative integer, not '" + text +
+                           "'");
+  return static_cast<int64_t>(parsed);
 }
 
-bool newtonSchulzOptionsFromEnv(NewtonSchulzOptions &options,
-                                std::string &error) {
-  int64_t grouped = options.grouped ? 1 : 0;
-  if (!integerFromEnv("MUON_CUDA_SYMMETRIC_MIN", options.symmetricMin,
-                      options.symmetricMin, error) ||
-      !integerFromEnv("MUON_CUDA_SYMMETRIC_TILE", 0, options.tile, error) ||
-      !integerFromEnv("MUON_CUDA_GROUPED_GEMM", grouped, grouped, error))
-    return false;
-  if (grouped > 1) {
-    error = "MUON_CUDA_GROUPED_GEMM must be 0 or 1";
-    return false;
-  }
+Status newtonSchulzOptionsFromEnv(NewtonSchulzOptions &options) {
+  MUON_ASSIGN_OR_RETURN(
+      options.symmetricMin,
+      integerFromEnv("MUON_CUDA_SYMMETRIC_MIN", options.symmetricMin));
+  MUON_ASSIGN_OR_RETURN(options.tile,
+                        integerFromEnv("MUON_CUDA_SYMMETRIC_TILE", 0));
+  MUON_ASSIGN_OR_RETURN(
+      const int64_t grouped,
+      integerFromEnv("MUON_CUDA_GROUPED_GEMM", options.grouped ? 1 : 0));
+  if (grouped > 1)
+    return invalidArgument("MUON_CUDA_GROUPED_GEMM must be 0 or 1");
   options.grouped = grouped == 1;
   NsForm form;
   if (const char *value = std::getenv(kNsFormVariable);
-      value && *value && !parseNsForm(value, form)) {
-    error = std::string(kNsFormVariable) + " must be auto, standard or gram, "
-            "not '" + value + "'";
-    return false;
-  }
-  return true;
+      value && *value && !parseNsForm(value, form))
+    return invalidArgument(std::string(kNsFormVariable) +
+                           " must be auto, standard or gram, not '" + value +
+                           "'");
+  return okStatus();
 }
 
 /// Teardown tolerates a CUDA runtime that is already unloading (a device
@@ -93,8 +87,7 @@ CudaDevice::create(int ordinal, const DeviceOptions &deviceOptions) {
         ") is too old: the CUDA backend needs compute capability 8.0 or "
         "newer (bf16 GEMMs; kernels built for sm_80 and sm_90)");
   NewtonSchulzOptions options;
-  if (!newtonSchulzOptionsFromEnv(options, error))
-    return invalidArgument(error);
+  MUON_RETURN_IF_ERROR(newtonSchulzOptionsFromEnv(options));
   options.form = deviceOptions.nsForm;
 
   int previous = -1;
@@ -111,8 +104,8 @@ CudaDevice::create(int ordinal, const DeviceOptions &deviceOptions) {
                            std::to_string(props.multiProcessorCount) +
                            " SMs, " + memory;
   bool ok = [&] {
-    if (!kernelsLoadable(error)) {
-      error = "GPU " + std::to_string(ordinal) + ": " + error;
+    if (Status loadable = kernelsLoadable(); !loadable.ok()) {
+      error = "GPU " + std::to_string(ordinal) + ": " + loadable.message();
       return false;
     }
     // A blocking stream: ordered after the trainer's work on the legacy
@@ -153,12 +146,13 @@ CudaDevice::create(int ordinal, const DeviceOptions &deviceOptions) {
                "allocating pinned host memory"))
       return false;
     // cuBLAS is loaded with the first device (CublasLibrary.h).
-    std::string why;
-    const cublas::Library *blas = cublas::load(why);
-    if (!blas) {
-      error = "GPU " + std::to_string(ordinal) + ": " + why;
+    StatusOr<const cublas::Library *> loaded = cublas::load();
+    if (!loaded.ok()) {
+      error = "GPU " + std::to_string(ordinal) + ": " +
+              loaded.status().message();
       return false;
     }
+    const cublas::Library *blas = *loaded;
     cublasStatus_t status = blas->cublasCreate(&device->blas);
     if (status == CUBLAS_STATUS_SUCCESS)
       status = blas->cublasSetStream(device->blas, device->computeStream);
@@ -415,8 +409,8 @@ Status CudaDevice::takeError() {
 }
 
 /// `wait` waits for what `record` holds now, through the device's event.
-static bool orderStreams(int gpu, cudaEvent_t &event, cudaStream_t record,
-                         cudaStream_t wait, std::string &error) {
+static Status orderStreams(int gpu, cudaEvent_t &event, cudaStream_t record,
+                           cudaStream_t wait) {
   CurrentDevice current(gpu);
   cudaError_t status = cudaSuccess;
   const char *what = "cudaEventCreateWithFlags";
@@ -431,19 +425,19 @@ static bool orderStreams(int gpu, cudaEvent_t &event, cudaStream_t record,
     status = cudaStreamWaitEvent(wait, event, 0);
   }
   if (status == cudaSuccess)
-    return true;
+    return okStatus();
   (void)cudaGetLastError(); // not sticky: the device stays usable
-  error = "GPU " + std::to_string(gpu) + ": ordering with the caller's "
-          "stream: " + what + ": " + describe(status);
-  return false;
+  return invalidArgument("GPU " + std::to_string(gpu) +
+                         ": ordering with the caller's stream: " + what +
+                         ": " + describe(status));
 }
 
-bool CudaDevice::orderAfter(cudaStream_t other, std::string &error) {
-  return orderStreams(gpu, orderEvent, other, computeStream, error);
+Status CudaDevice::orderAfter(cudaStream_t other) {
+  return orderStreams(gpu, orderEvent, other, computeStream);
 }
 
-bool CudaDevice::orderBefore(cudaStream_t other, std::string &error) {
-  return orderStreams(gpu, orderEvent, computeStream, other, error);
+Status CudaDevice::orderBefore(cudaStream_t other) {
+  return orderStreams(gpu, orderEvent, computeStream, other);
 }
 
 void CudaDevice::synchronize() {
@@ -453,22 +447,23 @@ void CudaDevice::synchronize() {
   MUON_CUDA_CHECK(cudaStreamSynchronize(computeStream));
 }
 
-bool CudaDevice::beginRecording(std::string &why) {
+Status CudaDevice::beginRecording() {
   CurrentDevice current(gpu);
   if (!graph)
     graph = std::make_unique<StepGraph>(StreamMemory{computeStream, pool},
                                         blas);
-  if (!graph->beginRecording(why))
-    return false;
+  MUON_RETURN_IF_ERROR(graph->beginRecording());
   ns->setRecording(true);
   recordedWorkspace = ns->generation();
-  return true;
+  return okStatus();
 }
 
-bool CudaDevice::endRecording(std::string &why) {
+Status CudaDevice::endRecording() {
   CurrentDevice current(gpu);
   ns->setRecording(false);
-  return graph && graph->endRecording(why);
+  if (!graph)
+    return failedPrecondition("no recording");
+  return graph->endRecording();
 }
 
 void CudaDevice::beginReplayCheck() {
@@ -476,16 +471,14 @@ void CudaDevice::beginReplayCheck() {
     graph->beginCheck();
 }
 
-bool CudaDevice::endReplayCheck(std::string &why) {
-  if (!graph) {
-    why = "no recording";
-    return false;
-  }
+Status CudaDevice::endReplayCheck() {
+  if (!graph)
+    return failedPrecondition("no recording");
   // The graph names the Newton-Schulz workspace it was recorded with.
   if (ns->generation() != recordedWorkspace)
     graph->fail("the Newton-Schulz workspace was reallocated since the "
                 "recording");
-  return graph->endCheck(why);
+  return graph->endCheck();
 }
 
 void CudaDevice::replay() {

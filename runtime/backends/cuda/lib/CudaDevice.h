@@ -26,7 +26,7 @@
 
 namespace muon::runtime::cuda {
 
-class CudaDevice final : public Device {
+class CudaDevice final : public Device, private StepGraphRecorder {
 public:
   /// The device on GPU `ordinal` (which must exist): FailedPrecondition
   /// for a GPU too old, InvalidArgument for a MUON_CUDA_* value it cannot
@@ -65,12 +65,7 @@ public:
   }
   void synchronize() override;
   /// Step graphs: the compute stream's capture (StepGraph.h).
-  bool beginRecording(std::string &why) override;
-  bool endRecording(std::string &why) override;
-  void beginReplayCheck() override;
-  bool endReplayCheck(std::string &why) override;
-  void replay() override;
-  void dropRecording() override;
+  StepGraphRecorder *stepGraphs() override { return this; }
   /// The first CUDA or cuBLAS failure since the last call (CudaSupport.h).
   Status takeError() override;
 
@@ -79,9 +74,9 @@ public:
   /// an event, without a host wait: orderAfter(s) makes the device's work
   /// queued from now on start after what `s` holds now; orderBefore(s)
   /// makes work queued on `s` from now on start after the device's so far.
-  /// False with `error` when CUDA refuses (a stream of another GPU, ...).
-  bool orderAfter(cudaStream_t other, std::string &error);
-  bool orderBefore(cudaStream_t other, std::string &error);
+  /// InvalidArgument when CUDA refuses (a stream of another GPU, ...).
+  Status orderAfter(cudaStream_t other);
+  Status orderBefore(cudaStream_t other);
 
   int ordinal() const { return gpu; }
   cudaStream_t stream() const { return computeStream; }
@@ -97,6 +92,13 @@ public:
 
 private:
   explicit CudaDevice(int ordinal) : gpu(ordinal) {}
+  // StepGraphRecorder.
+  Status beginRecording() override;
+  Status endRecording() override;
+  void beginReplayCheck() override;
+  Status endReplayCheck() override;
+  void replay() override;
+  void dropRecording() override;
   /// While a step graph records or checks: notes the call (`key`); false
   /// when the caller must not queue it (checking). True outside graphs.
   bool noted(const CallKey &key);

@@ -93,18 +93,18 @@ struct CudaLaunch {
 using Launcher = CudaLaunch;
 #include "KernelLaunches.inc"
 
-bool kernelsLoadable(std::string &error) {
+Status kernelsLoadable() {
   cudaFuncAttributes attributes;
   cudaError_t status = cudaFuncGetAttributes(
       &attributes,
       threadsKernel<kernels::ElementStepKernel<MomentumOp, DType::F32,
                                                 DType::F32>>);
   if (status == cudaSuccess)
-    return true;
+    return okStatus();
   (void)cudaGetLastError(); // not sticky: clear it for the caller
-  error = "this build's kernels do not run on this GPU (" + describe(status) +
-          "; MuonRuntimeCuda is built for sm_80 and sm_90)";
-  return false;
+  return unavailable("this build's kernels do not run on this GPU (" +
+                     describe(status) +
+                     "; MuonRuntimeCuda is built for sm_80 and sm_90)");
 }
 
 } // namespace muon::runtime::cuda

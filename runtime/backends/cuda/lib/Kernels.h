@@ -28,7 +28,7 @@ namespace muon::runtime::cuda {
 
 /// Whether this build holds kernels that run on the current GPU (the
 /// library is built for sm_80 and sm_90). False with `error`.
-bool kernelsLoadable(std::string &error);
+Status kernelsLoadable();
 
 /// Sets `*nonFinite` (device memory) to 1 when one of `n` values is NaN or
 /// infinite; leaves it alone otherwise.

@@ -17,6 +17,8 @@
 
 #include "CudaSupport.h"
 
+#include "muon/Runtime/LayeredCommunicator.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -32,11 +34,13 @@ namespace {
 /// answer in well under this.
 constexpr double kSetupTimeoutSeconds = 300;
 
-class NcclCommunicator final : public Communicator {
+/// The exchanges on NCCL; everything else through the bootstrap (MPI)
+/// communicator it is layered over (`inner`).
+class NcclCommunicator final : public LayeredCommunicator {
 public:
   NcclCommunicator(Communicator &bootstrap, const NcclPlacement &gpu,
                    const nccl::Library &nccl)
-      : bootstrap(bootstrap), gpu(gpu), nccl(nccl) {}
+      : LayeredCommunicator(bootstrap), gpu(gpu), nccl(nccl) {}
   ~NcclCommunicator() override;
 
   /// Local set-up: the communication stream, and NCCL's id on rank 0.
@@ -45,40 +49,12 @@ public:
   /// communicator and exchanges a byte with every peer.
   Status connect();
 
-  int64_t rank() const override { return bootstrap.rank(); }
-  int64_t size() const override { return bootstrap.size(); }
   StatusOr<PendingExchange> start(const AllToAllV &exchange) override;
   Status wait(PendingExchange &pending, double timeoutSeconds) override;
   void progress() override {} // NCCL moves data on the GPU by itself
   /// NCCL's sends and receives are stream work (NCCL supports capture).
   bool recordable() const override { return true; }
   Status waitForReplay(double timeoutSeconds) override;
-  StatusOr<std::vector<uint64_t>> allGather(uint64_t value,
-                                            double timeoutSeconds) override {
-    return bootstrap.allGather(value, timeoutSeconds);
-  }
-  StatusOr<int64_t> allReduceMin(int64_t value,
-                                 double timeoutSeconds) override {
-    return bootstrap.allReduceMin(value, timeoutSeconds);
-  }
-  StatusOr<std::vector<uint64_t>>
-  allGatherWords(const std::vector<uint64_t> &mine,
-                 double timeoutSeconds) override {
-    return bootstrap.allGatherWords(mine, timeoutSeconds);
-  }
-  StatusOr<std::vector<std::vector<char>>>
-  gatherToRoot(const std::vector<char> &bytes, double timeoutSeconds) override {
-    return bootstrap.gatherToRoot(bytes, timeoutSeconds);
-  }
-  StatusOr<std::vector<std::vector<char>>>
-  allGatherBytes(const std::vector<char> &bytes,
-                 double timeoutSeconds) override {
-    return bootstrap.allGatherBytes(bytes, timeoutSeconds);
-  }
-  [[noreturn]] void abort(int exitCode) override {
-    bootstrap.abort(exitCode);
-    std::_Exit(exitCode); // not reached: the bootstrap's abort ends us
-  }
 
 private:
   /// Marks the communicator broken after a failure: every later exchange
@@ -97,7 +73,6 @@ private:
   bool recording() const;
   Status validate(const AllToAllV &x) const;
 
-  Communicator &bootstrap;
   NcclPlacement gpu;
   const nccl::Library &nccl;
   nccl::UniqueId id = {};
@@ -159,7 +134,7 @@ Status NcclCommunicator::connect() {
   std::memcpy(words, id.internal, sizeof(words));
   for (int w = 0; w < kWords; ++w) {
     StatusOr<std::vector<uint64_t>> values =
-        bootstrap.allGather(words[w], kSetupTimeoutSeconds);
+        inner.allGather(words[w], kSetupTimeoutSeconds);
     if (!values.ok())
       return values.status().withContext("sharing NCCL's id: ");
     words[w] = values->at(0);

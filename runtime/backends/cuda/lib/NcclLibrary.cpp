@@ -28,66 +28,70 @@ std::string Library::version() const {
          "." + std::to_string(code % 100);
 }
 
-/// Points `slot` at `symbol`; false with `error` naming it.
+/// Points `slot` at `symbol`; Unavailable naming it.
 template <typename F>
-static bool resolve(void *handle, const char *symbol, F &slot,
-                    const std::string &file, std::string &error) {
+static Status resolve(void *handle, const char *symbol, F &slot,
+                      const std::string &file) {
   void *address = dlsym(handle, symbol);
-  if (!address) {
-    error = file + " has no " + symbol + " (the CUDA backend needs NCCL 2.7 " +
-            "or newer)";
-    return false;
-  }
+  if (!address)
+    return unavailable(file + " has no " + symbol +
+                       " (the CUDA backend needs NCCL 2.7 or newer)");
   slot = reinterpret_cast<F>(address);
-  return true;
+  return okStatus();
 }
 
-std::unique_ptr<Library> open(const std::string &file, bool overridden,
-                              std::string &error) {
+/// Every entry point the transport calls, into `l`.
+static Status resolveAll(void *handle, Library &l, const std::string &file) {
+  MUON_RETURN_IF_ERROR(resolve(handle, "ncclGetUniqueId", l.getUniqueId, file));
+  MUON_RETURN_IF_ERROR(
+      resolve(handle, "ncclCommInitRank", l.commInitRank, file));
+  MUON_RETURN_IF_ERROR(resolve(handle, "ncclCommDestroy", l.commDestroy, file));
+  MUON_RETURN_IF_ERROR(resolve(handle, "ncclCommAbort", l.commAbort, file));
+  MUON_RETURN_IF_ERROR(
+      resolve(handle, "ncclCommGetAsyncError", l.commGetAsyncError, file));
+  MUON_RETURN_IF_ERROR(
+      resolve(handle, "ncclGetErrorString", l.getErrorString, file));
+  MUON_RETURN_IF_ERROR(resolve(handle, "ncclGroupStart", l.groupStart, file));
+  MUON_RETURN_IF_ERROR(resolve(handle, "ncclGroupEnd", l.groupEnd, file));
+  MUON_RETURN_IF_ERROR(resolve(handle, "ncclSend", l.send, file));
+  return resolve(handle, "ncclRecv", l.recv, file);
+}
+
+StatusOr<std::unique_ptr<Library>> open(const std::string &file,
+                                        bool overridden) {
   void *handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char *why = dlerror();
-    error = overridden ? "cannot load NCCL from '" + file +
-                             "' (MUON_NCCL_LIBRARY, instead of libnccl.so.2): "
-                       : "cannot load " + file +
-                             " (install NCCL 2 or point MUON_NCCL_LIBRARY at "
-                             "it): ";
-    error += why ? why : "unknown dlopen error";
-    return nullptr;
+    return unavailable(
+        (overridden ? "cannot load NCCL from '" + file +
+                          "' (MUON_NCCL_LIBRARY, instead of libnccl.so.2): "
+                    : "cannot load " + file +
+                          " (install NCCL 2 or point MUON_NCCL_LIBRARY at "
+                          "it): ") +
+        (why ? why : "unknown dlopen error"));
   }
   auto library = std::make_unique<Library>();
   library->file = file;
-  Library &l = *library;
-  if (!resolve(handle, "ncclGetUniqueId", l.getUniqueId, file, error) ||
-      !resolve(handle, "ncclCommInitRank", l.commInitRank, file, error) ||
-      !resolve(handle, "ncclCommDestroy", l.commDestroy, file, error) ||
-      !resolve(handle, "ncclCommAbort", l.commAbort, file, error) ||
-      !resolve(handle, "ncclCommGetAsyncError", l.commGetAsyncError, file,
-               error) ||
-      !resolve(handle, "ncclGetErrorString", l.getErrorString, file, error) ||
-      !resolve(handle, "ncclGroupStart", l.groupStart, file, error) ||
-      !resolve(handle, "ncclGroupEnd", l.groupEnd, file, error) ||
-      !resolve(handle, "ncclSend", l.send, file, error) ||
-      !resolve(handle, "ncclRecv", l.recv, file, error)) {
+  if (Status resolved = resolveAll(handle, *library, file); !resolved.ok()) {
     dlclose(handle);
-    return nullptr;
+    return resolved;
   }
-  std::string ignored;
-  if (!resolve(handle, "ncclGetVersion", l.getVersion, file, ignored))
-    l.getVersion = nullptr;
+  if (!resolve(handle, "ncclGetVersion", library->getVersion, file).ok())
+    library->getVersion = nullptr;
   return library;
 }
 
-const Library *load(std::string &error) {
+StatusOr<const Library *> load() {
   static std::mutex mutex;
   static std::unique_ptr<Library> loaded; // never unloaded
   std::lock_guard<std::mutex> lock(mutex);
   if (!loaded) {
     const char *chosen = std::getenv("MUON_NCCL_LIBRARY");
     const bool overridden = chosen && *chosen;
-    loaded = open(overridden ? chosen : "libnccl.so.2", overridden, error);
+    MUON_ASSIGN_OR_RETURN(
+        loaded, open(overridden ? chosen : "libnccl.so.2", overridden));
   }
-  return loaded.get();
+  return static_cast<const Library *>(loaded.get());
 }
 
 } // namespace muon::runtime::cuda::nccl

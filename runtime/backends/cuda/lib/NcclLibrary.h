@@ -11,6 +11,8 @@
 #ifndef MUON_RUNTIME_CUDA_NCCLLIBRARY_H
 #define MUON_RUNTIME_CUDA_NCCLLIBRARY_H
 
+#include "muon/Support/Status.h"
+
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -56,16 +58,16 @@ struct Library {
 };
 
 /// The NCCL library in `file` (a name dlopen searches for, or a path),
-/// never unloaded (NCCL keeps threads); nullptr with `error` naming the file
-/// and dlerror's text, or the missing entry point. `overridden`: the file
-/// came from MUON_NCCL_LIBRARY, which the error then says.
-std::unique_ptr<Library> open(const std::string &file, bool overridden,
-                              std::string &error);
+/// never unloaded (NCCL keeps threads); Unavailable naming the file and
+/// dlerror's text, or the missing entry point. `overridden`: the file came
+/// from MUON_NCCL_LIBRARY, which the failure then says.
+StatusOr<std::unique_ptr<Library>> open(const std::string &file,
+                                        bool overridden);
 
 /// NCCL, loaded once per process and never unloaded (it keeps threads):
-/// libnccl.so.2, or the file MUON_NCCL_LIBRARY names. nullptr with `error`
-/// (the file and dlerror's text, or the missing entry point).
-const Library *load(std::string &error);
+/// libnccl.so.2, or the file MUON_NCCL_LIBRARY names. Unavailable as open
+/// says it (the file and dlerror's text, or the missing entry point).
+StatusOr<const Library *> load();
 
 } // namespace muon::runtime::cuda::nccl
 

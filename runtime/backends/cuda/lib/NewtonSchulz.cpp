@@ -128,9 +128,9 @@ std::string NewtonSchulzRunner::lastPath() const {
   return std::string(path) + (lastGram ? ", Gram form" : "");
 }
 
-void NewtonSchulzRunner::failRecording(const std::string &why) {
+void NewtonSchulzRunner::failRecording(const std::string &reason) {
   if (captureFailure.empty())
-    captureFailure = "Newton-Schulz: " + why;
+    captureFailure = "Newton-Schulz: " + reason;
 }
 
 bool NewtonSchulzRunner::reserve(int64_t bytes) {

@@ -181,7 +181,7 @@ private:
   /// All tiles of `call` over `count` matrices.
   void gemmTiles(const TiledCall &call, float alpha, float beta, int64_t count,
                  DType precision, DType cType);
-  void failRecording(const std::string &why);
+  void failRecording(const std::string &reason);
 
   StreamMemory memory;
   cudaStream_t stream;

@@ -77,41 +77,35 @@ bool StepGraph::growArena(int64_t slots) {
   return true;
 }
 
-bool StepGraph::beginRecording(std::string &why) {
+Status StepGraph::beginRecording() {
   drop();
   if (!blasWorkspace) {
     if (cudaMalloc(&blasWorkspace, kBlasWorkspaceBytes) != cudaSuccess) {
       (void)cudaGetLastError();
       blasWorkspace = nullptr;
-      why = "no room on the GPU for cuBLAS's workspace";
-      return false;
+      return unavailable("no room on the GPU for cuBLAS's workspace");
     }
     cublasStatus_t status =
         cublas::api().cublasSetWorkspace(blas, blasWorkspace, kBlasWorkspaceBytes);
-    if (status != CUBLAS_STATUS_SUCCESS) {
-      why = "cublasSetWorkspace: " + describe(status);
-      return false;
-    }
+    if (status != CUBLAS_STATUS_SUCCESS)
+      return unavailable("cublasSetWorkspace: " + describe(status));
   }
-  if (!growArena(std::max(kFirstArenaSlots, 2 * slotsUsed))) {
-    why = "no room for the step's scalar slots";
-    return false;
-  }
+  if (!growArena(std::max(kFirstArenaSlots, 2 * slotsUsed)))
+    return unavailable("no room for the step's scalar slots");
   // Relaxed: the executor's allocations while recording are cudaMalloc's,
   // which the other capture modes forbid.
   cudaError_t status =
       cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
-    why = "cudaStreamBeginCapture: " + describe(status);
-    return false;
+    return unavailable("cudaStreamBeginCapture: " + describe(status));
   }
   current = Mode::Recording;
   slotsUsed = 0;
-  return true;
+  return okStatus();
 }
 
-bool StepGraph::endRecording(std::string &why) {
+Status StepGraph::endRecording() {
   current = Mode::Idle;
   cudaError_t status = cudaStreamEndCapture(stream, &graph);
   if (status != cudaSuccess) {
@@ -128,13 +122,13 @@ bool StepGraph::endRecording(std::string &why) {
     }
   }
   if (failure.empty())
-    return true;
-  why = failure;
+    return okStatus();
+  Status why = unavailable(failure);
   // What failed inside the capture is the recording's, not the step's:
   // the step runs again without it.
   (void)takeFailure();
   drop();
-  return false;
+  return why;
 }
 
 void StepGraph::beginCheck() {
@@ -143,15 +137,14 @@ void StepGraph::beginCheck() {
   failure.clear();
 }
 
-bool StepGraph::endCheck(std::string &why) {
+Status StepGraph::endCheck() {
   current = Mode::Idle;
   if (failure.empty() && checked != calls.size())
     fail("the step made " + std::to_string(checked) + " of the recording's " +
          std::to_string(calls.size()) + " calls");
   if (failure.empty())
-    return true;
-  why = failure;
-  return false;
+    return okStatus();
+  return failedPrecondition(failure);
 }
 
 void StepGraph::replay() {
@@ -195,9 +188,9 @@ void StepGraph::drop() {
   failure.clear();
 }
 
-void StepGraph::fail(const std::string &why) {
+void StepGraph::fail(const std::string &reason) {
   if (failure.empty())
-    failure = why;
+    failure = reason;
 }
 
 bool StepGraph::note(const CallKey &key) {

@@ -30,6 +30,7 @@
 #define MUON_RUNTIME_CUDA_STEPGRAPH_H
 
 #include "Memory.h"
+#include "muon/Support/Status.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -98,10 +99,13 @@ public:
   Mode mode() const { return current; }
   bool active() const { return current != Mode::Idle; }
 
-  bool beginRecording(std::string &why);
-  bool endRecording(std::string &why);
+  /// Fails (Unavailable) where CUDA or cuBLAS refuses, saying why.
+  Status beginRecording();
+  /// Fails with the first call that could not be recorded.
+  Status endRecording();
   void beginCheck();
-  bool endCheck(std::string &why);
+  /// Fails (FailedPrecondition) with the check's first difference.
+  Status endCheck();
   void replay();
   void drop();
 
@@ -131,7 +135,7 @@ public:
   bool release(void *memory);
   /// A call that cannot be recorded (it reaches the host) or a check's
   /// difference: the recording or the check fails with `why` (the first).
-  void fail(const std::string &why);
+  void fail(const std::string &reason);
 
 private:
   static constexpr size_t kSlotBytes = 64;

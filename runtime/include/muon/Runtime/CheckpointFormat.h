@@ -169,9 +169,10 @@ std::string encodeManifest(const Plan &plan, const CheckpointHead &head,
 /// the first parameter that differs), the groups' settings, and every
 /// indexed file, piece and row state (a known parameter, a box inside it,
 /// states of its group, byte ranges and chunk tables inside their file's
-/// size). False with `error` naming the file and the JSON path.
-bool decodeManifest(std::string_view text, const std::string &name,
-                    const Plan &plan, Manifest &out, std::string &error);
+/// size). DataLoss for a damaged manifest, InvalidArgument for one that
+/// does not fit, naming the file and the JSON path.
+StatusOr<Manifest> decodeManifest(std::string_view text,
+                                  const std::string &name, const Plan &plan);
 /// Rewrites the manifest's manifest_hash to match its content (appending
 /// the line if it is missing), as someone who edits a manifest would:
 /// tests and fuzzers that want their edits to reach the checks behind the
@@ -183,9 +184,8 @@ class RankFileBytes {
 public:
   virtual ~RankFileBytes() = default;
   virtual int64_t size() const = 0;
-  /// Exactly `bytes` bytes at `offset`; false with `error` saying why.
-  virtual bool read(void *to, int64_t bytes, int64_t offset,
-                    std::string &error) = 0;
+  /// Exactly `bytes` bytes at `offset`; fails saying why.
+  virtual Status read(void *to, int64_t bytes, int64_t offset) = 0;
 };
 
 /// An open rank file.
@@ -193,12 +193,8 @@ class FileBytes : public RankFileBytes {
 public:
   explicit FileBytes(const InputFile &file) : file(file) {}
   int64_t size() const override { return file.size(); }
-  bool read(void *to, int64_t bytes, int64_t offset,
-            std::string &error) override {
-    Status read = file.readAt(to, bytes, offset);
-    if (!read.ok())
-      error = read.message();
-    return read.ok();
+  Status read(void *to, int64_t bytes, int64_t offset) override {
+    return file.readAt(to, bytes, offset);
   }
 
 private:
@@ -210,8 +206,7 @@ class MemoryBytes : public RankFileBytes {
 public:
   explicit MemoryBytes(std::string_view bytes) : bytes(bytes) {}
   int64_t size() const override { return static_cast<int64_t>(bytes.size()); }
-  bool read(void *to, int64_t count, int64_t offset,
-            std::string &error) override;
+  Status read(void *to, int64_t count, int64_t offset) override;
 
 private:
   std::string_view bytes;
@@ -221,10 +216,11 @@ private:
 /// called `name` in messages): a muon checkpoint file of this version, of
 /// the size the manifest says, whose header matches its hash and says the
 /// same checkpoint id, rank, world size, model, plan, steps and chunk size
-/// as the manifest. Counts what it reads in `bytesRead`.
-bool checkRankFile(RankFileBytes &file, const std::string &name,
-                   const Manifest &manifest, size_t index, int64_t &bytesRead,
-                   std::string &error);
+/// as the manifest (DataLoss otherwise). Counts what it reads in
+/// `bytesRead`.
+Status checkRankFile(RankFileBytes &file, const std::string &name,
+                     const Manifest &manifest, size_t index,
+                     int64_t &bytesRead);
 
 /// What readChunks checks of the f32 values it reads besides their hashes,
 /// block by block while they are in cache (a load's plausibility rules:
@@ -246,14 +242,15 @@ using ValueSink = std::function<void(const float *values, int64_t count)>;
 /// to `sink` in blocks of about 1 MiB as they are verified (each block is
 /// read, hashed, checked and handed on while it is in cache: a load makes
 /// one pass over memory). `what` names the state ("the momentum state of
-/// 'w' [0:2, 0:4]") in `error`; on a failure, what was handed on is to be
-/// dropped. Counts what it reads. With `values`, also checks the values
-/// read (`values->first` then says whether one broke the rules).
-bool readChunks(RankFileBytes &file, const std::string &name,
-                const StateRef &ref, uint64_t identity, int64_t chunkBytes,
-                int64_t c0, int64_t c1, const ValueSink &sink,
-                const std::string &what, int64_t &bytesRead, std::string &error,
-                ValueCheck *values = nullptr);
+/// 'w' [0:2, 0:4]") in the failure (DataLoss for a damaged chunk); on a
+/// failure, what was handed on is to be dropped. Counts what it reads. With
+/// `values`, also checks the values read (`values->first` then says
+/// whether one broke the rules).
+Status readChunks(RankFileBytes &file, const std::string &name,
+                  const StateRef &ref, uint64_t identity, int64_t chunkBytes,
+                  int64_t c0, int64_t c1, const ValueSink &sink,
+                  const std::string &what, int64_t &bytesRead,
+                  ValueCheck *values = nullptr);
 
 } // namespace muon::runtime::checkpoint
 

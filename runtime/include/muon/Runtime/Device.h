@@ -50,6 +50,38 @@ struct BoxCopy {
 
 struct MatrixStep;
 
+/// Step graphs (ExecutorOptions::graphs): recording a step's device work
+/// once and replaying it. A device that can offers one through
+/// Device::stepGraphs().
+///
+/// Recording: between beginRecording and endRecording the operations are
+/// recorded, not run; Device::allocate() hands out memory that lives as long
+/// as the recording, release() keeps it. Any operation that must reach the
+/// host (copyToHost, allFinite, synchronize, ...) makes the recording fail.
+/// endRecording fails, saying why, when something could not be recorded:
+/// nothing ran, and dropRecording() forgets it.
+///
+/// Checking: between beginReplayCheck and endReplayCheck every operation is
+/// compared with the recorded one at its place (the same operation, memory,
+/// sizes, types, Newton-Schulz's steps) and not run; allocate() returns
+/// what the recording's did. The scalars that may change from one step to
+/// the next (the learning rate, weight decay, AdamW's bias corrections) are
+/// taken from the checked calls for the next replay. endReplayCheck fails
+/// at the first difference, naming it.
+class StepGraphRecorder {
+public:
+  virtual ~StepGraphRecorder() = default;
+  virtual Status beginRecording() = 0;
+  virtual Status endRecording() = 0;
+  virtual void beginReplayCheck() = 0;
+  virtual Status endReplayCheck() = 0;
+  /// Queues the recorded work with the scalars of the last recording or
+  /// check, as the recorded operations would have queued it.
+  virtual void replay() = 0;
+  /// Forgets the recording and frees its memory (after queued work).
+  virtual void dropRecording() = 0;
+};
+
 class Device {
 public:
   virtual ~Device() = default;
@@ -109,41 +141,10 @@ public:
   virtual std::string defaultNsDtypeReason() const { return {}; }
   /// Waits for queued work (a device that runs everything at once need not).
   virtual void synchronize() {}
-  /// Step graphs (ExecutorOptions::graphs). A device that can record the
-  /// work queued on it into a graph (a GPU's stream capture) and replay it
-  /// overrides these; the default records nothing.
-  ///
-  /// Recording: between beginRecording and endRecording the operations are
-  /// recorded, not run; allocate() hands out memory that lives as long as
-  /// the recording, release() keeps it. Any operation that must reach the
-  /// host (copyToHost, allFinite, synchronize, ...) makes the recording
-  /// fail. endRecording is false, with `why`, when something could not be
-  /// recorded: nothing ran, and dropRecording() forgets it.
-  virtual bool beginRecording(std::string &why) {
-    why = std::string("the ") + name() + " device records no step graphs";
-    return false;
-  }
-  virtual bool endRecording(std::string &why) {
-    why = "no recording";
-    return false;
-  }
-  /// Checking: between beginReplayCheck and endReplayCheck every operation
-  /// is compared with the recorded one at its place (the same operation,
-  /// memory, sizes, types, Newton-Schulz's steps) and not run; allocate()
-  /// returns what the recording's did. The scalars that may change from
-  /// one step to the next (the learning rate, weight decay, AdamW's bias
-  /// corrections) are taken from the checked calls for the next replay.
-  /// endReplayCheck is false, with `why`, at the first difference.
-  virtual void beginReplayCheck() {}
-  virtual bool endReplayCheck(std::string &why) {
-    why = "no recording";
-    return false;
-  }
-  /// Queues the recorded work with the scalars of the last recording or
-  /// check, as the recorded operations would have queued it.
-  virtual void replay() {}
-  /// Forgets the recording and frees its memory (after queued work).
-  virtual void dropRecording() {}
+  /// Step graphs (ExecutorOptions::graphs): the device's recorder, where
+  /// it can record the work queued on it into a graph and replay it (a
+  /// GPU's stream capture); nullptr where it records none.
+  virtual StepGraphRecorder *stepGraphs() { return nullptr; }
 
   /// The first error the device met since the last call, and clears it.
   /// Operations have no error path of their own (a GPU reports many

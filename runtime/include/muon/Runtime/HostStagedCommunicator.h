@@ -12,49 +12,24 @@
 #ifndef MUON_RUNTIME_HOSTSTAGEDCOMMUNICATOR_H
 #define MUON_RUNTIME_HOSTSTAGEDCOMMUNICATOR_H
 
-#include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Device.h"
+#include "muon/Runtime/LayeredCommunicator.h"
 
 #include <map>
 #include <vector>
 
 namespace muon::runtime {
 
-class HostStagedCommunicator final : public Communicator {
+class HostStagedCommunicator final : public LayeredCommunicator {
 public:
   /// `inner` moves host memory; `device` owns the exchanges' buffers. Both
   /// outlive this communicator.
   HostStagedCommunicator(Communicator &inner, Device &device)
-      : inner(inner), device(device) {}
+      : LayeredCommunicator(inner), device(device) {}
 
-  int64_t rank() const override { return inner.rank(); }
-  int64_t size() const override { return inner.size(); }
   StatusOr<PendingExchange> start(const AllToAllV &exchange) override;
   Status wait(PendingExchange &pending, double timeoutSeconds) override;
   void progress() override { inner.progress(); }
-  StatusOr<std::vector<uint64_t>> allGather(uint64_t value,
-                                            double timeoutSeconds) override {
-    return inner.allGather(value, timeoutSeconds);
-  }
-  StatusOr<int64_t> allReduceMin(int64_t value,
-                                 double timeoutSeconds) override {
-    return inner.allReduceMin(value, timeoutSeconds);
-  }
-  StatusOr<std::vector<uint64_t>>
-  allGatherWords(const std::vector<uint64_t> &mine,
-                 double timeoutSeconds) override {
-    return inner.allGatherWords(mine, timeoutSeconds);
-  }
-  StatusOr<std::vector<std::vector<char>>>
-  gatherToRoot(const std::vector<char> &bytes, double timeoutSeconds) override {
-    return inner.gatherToRoot(bytes, timeoutSeconds);
-  }
-  StatusOr<std::vector<std::vector<char>>>
-  allGatherBytes(const std::vector<char> &bytes,
-                 double timeoutSeconds) override {
-    return inner.allGatherBytes(bytes, timeoutSeconds);
-  }
-  [[noreturn]] void abort(int exitCode) override;
   HostCopies hostCopies() const override { return copied; }
 
 private:
@@ -67,7 +42,6 @@ private:
     PendingExchange innerPending;
   };
 
-  Communicator &inner;
   Device &device;
   std::map<int64_t, Staged> staged;
   /// Exchanges whose start or wait failed: their transfers may still be in

@@ -270,8 +270,8 @@ private:
   Status recordAndReplay();
   /// runSchedule, then the per-step buffers released.
   Status runScheduleOnce();
-  /// Why this step cannot use a graph ("" when it can).
-  std::string graphObstacle() const;
+  /// Whether this step can use a graph; FailedPrecondition saying why not.
+  Status checkGraphsUsable() const;
   /// What a pass over the schedule changes on the host, put back before
   /// the step runs again after a failed recording or check.
   struct HostSnapshot {
@@ -297,6 +297,12 @@ private:
   /// rank's list `mine`: what the next steps keep while no list changes.
   void settleMissingGradients(const std::vector<int64_t> &mine,
                               std::vector<bool> none);
+  /// The agreement before any state changes (StepAgreement.cpp): one
+  /// all-gather of every rank's status word, refused when a rank has
+  /// unbound storage or other group settings; the step's parameters
+  /// without a gradient into `skipped`; the first non-finite gradient
+  /// into `result` (the step is then skipped). Collective.
+  Status agreeBeforeStep(StepResult &result);
   /// The parameters without a gradient on every rank that holds them, into
   /// `skipped`, from every rank's `mine`, when some rank's list changed
   /// since the last agreement; refused when a parameter has a gradient on

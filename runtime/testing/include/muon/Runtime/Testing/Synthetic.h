@@ -95,11 +95,11 @@ std::vector<int64_t> summandCounts(const Plan &plan);
 Plan referencePlan(const Plan &plan);
 
 /// Runs the single-device reference of `plan` for `steps` steps of the
-/// synthetic problem on `device`; `values` gets every parameter, whole.
-bool runReference(const Plan &plan, Device &device, uint64_t seed,
-                  int64_t steps, int64_t microBatches,
-                  const std::vector<NonFiniteInjection> &faults,
-                  std::vector<std::vector<float>> &values, std::string &error);
+/// synthetic problem on `device`: every parameter, whole.
+StatusOr<std::vector<std::vector<float>>>
+runReference(const Plan &plan, Device &device, uint64_t seed, int64_t steps,
+             int64_t microBatches,
+             const std::vector<NonFiniteInjection> &faults);
 
 } // namespace muon::runtime
 

@@ -176,9 +176,9 @@ void restartWithPreferredBlasKernels(char **argv);
 
 /// c = a b, row-major bf16 a (m x k) and b (k x n), f32 accumulation, bf16
 /// c, on the products bf16 Newton-Schulz uses: the rate benchmarks set it
-/// against. False with `error` where this process has no bf16 products.
-bool bf16Gemm(const uint16_t *a, const uint16_t *b, uint16_t *c, int64_t m,
-              int64_t n, int64_t k, std::string &error);
+/// against. Unimplemented where this process has no bf16 products.
+Status bf16Gemm(const uint16_t *a, const uint16_t *b, uint16_t *c, int64_t m,
+                int64_t n, int64_t k);
 
 } // namespace muon::runtime::cpu
 

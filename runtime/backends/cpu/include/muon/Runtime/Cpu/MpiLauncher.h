@@ -12,6 +12,8 @@
 #ifndef MUON_RUNTIME_CPU_MPILAUNCHER_H
 #define MUON_RUNTIME_CPU_MPILAUNCHER_H
 
+#include "muon/Support/Status.h"
+
 #include <csignal>
 #include <string>
 #include <vector>
@@ -26,12 +28,13 @@ public:
   ~PrivateDir();
   PrivateDir(const PrivateDir &) = delete;
   PrivateDir &operator=(const PrivateDir &) = delete;
-  /// Empty when it could not be created (`error` says why).
+  /// Empty when it could not be created (`status` says why).
   const std::string &path() const { return dir; }
-  const std::string &error() const { return why; }
+  const Status &status() const { return created; }
 
 private:
-  std::string dir, why;
+  std::string dir;
+  Status created;
 };
 
 /// Blocks SIGINT, SIGTERM and SIGHUP while alive, so that they are taken

@@ -87,8 +87,8 @@ std::string formatProductRates(const ProductRates &rates);
 /// Times sgemm and oneDNN's bf16 product on one thread (a thread of its
 /// own, its CPU time, the best of a few 384 x 384 x 384 products each,
 /// interleaved; about 10 ms). Where oneDNN has no bf16 products, or the
-/// build has no oneDNN, rates.bf16 stays 0 and `error` says why.
-ProductRates measureProductRates(std::string &error);
+/// build has no oneDNN, Unimplemented says why.
+StatusOr<ProductRates> measureProductRates();
 
 /// This process's facts: read once, on first use; the rates from
 /// kProductRatesVariable where it is set and valid, else measured (only
