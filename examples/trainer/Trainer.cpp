@@ -19,15 +19,17 @@
 #include "CharModel.h"
 
 #include "muon/Plan/Plan.h"
+#include "muon/Runtime/Backends.h"
+#include "muon/Runtime/BuiltBackends.h"
 #include "muon/Runtime/Communicator.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
-#include "muon/Runtime/Cpu/MpiCommunicator.h"
 #include "muon/Runtime/Cpu/MpiLauncher.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Support/Fnv.h"
 #include "muon/Support/InputFile.h"
 #include "muon/Support/Limits.h"
 
+#include <mpi.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -379,10 +381,13 @@ int train(const Options &o, Communicator &comm, DataParallel &dp) {
     return fail(data.status().message());
   const std::vector<int> text = trainer::encode(*data);
 
-  // The optimizer, from the plan compiled ahead of time for this layout.
-  cpu::CpuDevice device;
+  // The optimizer, from the plan compiled ahead of time for this layout, on
+  // the CPU opened by name (one BLAS thread: the ranks share the cores).
+  std::unique_ptr<Device> device;
+  if (Status s = createDevice("cpu", {{"blas_threads", "1"}}, device); !s.ok())
+    return fail(s.message());
   std::unique_ptr<Optimizer> opt;
-  if (Status s = Optimizer::load(o.plan, comm, device, {}, opt); !s.ok())
+  if (Status s = Optimizer::load(o.plan, comm, *device, {}, opt); !s.ok())
     return fail(s.message());
   const muon::Plan &plan = opt->plan();
   const std::vector<trainer::ParamShape> &shapes = trainer::paramShapes();
@@ -528,18 +533,22 @@ int main(int argc, char **argv) {
     }
     return checkGradients(trainer::encode(*data), o.seed);
   }
-  cpu::setBlasThreads(1);
+  registerBuiltBackends();
   if (o.ranks == 1) {
-    SingleRankCommunicator comm;
+    std::unique_ptr<Communicator> comm;
+    if (Status s = createProcessGroup("single", {}, comm); !s.ok()) {
+      std::fprintf(stderr, "muon-train-example: %s\n", s.message().c_str());
+      return 2;
+    }
     DataParallel dp(0, 1);
-    return train(o, comm, dp);
+    return train(o, *comm, dp);
   }
   if (!cpu::launchedByMpirun()) {
     // Run this program on its ranks.
     cpu::EndingSignalsBlocked blocked;
     cpu::PrivateDir dir("muon-train");
     if (dir.path().empty()) {
-      std::fprintf(stderr, "muon-train-example: %s\n", dir.error().c_str());
+      std::fprintf(stderr, "muon-train-example: %s\n", dir.status().message().c_str());
       return 2;
     }
     std::vector<std::string> command = {cpu::selfPath()};
@@ -566,11 +575,19 @@ int main(int argc, char **argv) {
                    "started %d\n",
                    o.layout.c_str(), o.ranks, size);
   } else {
-    // The optimizer gets a communicator of its own (a duplicate of the
-    // world): its traffic never mixes with the trainer's.
-    MpiCommunicator comm(MPI_COMM_WORLD);
-    DataParallel dp(rank, size);
-    code = train(o, comm, dp);
+    // The optimizer gets a communicator of its own (MPI's process group
+    // over a duplicate of the world): its traffic never mixes with the
+    // trainer's.
+    std::unique_ptr<Communicator> comm;
+    Status s = createProcessGroup(
+        "mpi", {{"comm", std::to_string(MPI_Comm_c2f(MPI_COMM_WORLD))}}, comm);
+    if (s.ok()) {
+      DataParallel dp(rank, size);
+      code = train(o, *comm, dp);
+    } else {
+      std::fprintf(stderr, "muon-train-example: rank %d: %s\n", rank,
+                   s.message().c_str());
+    }
   }
   MPI_Finalize();
   return code;

@@ -4,7 +4,7 @@
 #include "muon/Plan/Algorithm.h"
 #include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Communicator.h"
-#include "muon/Runtime/Cpu/MpiBackend.h"
+#include "muon/Runtime/BuiltBackends.h"
 #include "muon/Runtime/Optimizer.h"
 
 #include <cstring>
@@ -57,8 +57,7 @@ Status openRanks(const muon_options &options,
                  std::unique_ptr<Communicator> &out) {
   if (options.mpi_comm < 0)
     return createProcessGroup("single", {}, out);
-  static const bool registered = (cpu::registerMpiBackend(), true);
-  (void)registered;
+  registerBuiltBackends();
   return createProcessGroup(
       "mpi", {{"comm", std::to_string(options.mpi_comm)}}, out);
 }

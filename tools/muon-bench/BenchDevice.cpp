@@ -1,6 +1,8 @@
 //===- BenchDevice.cpp - A device to measure, with its GEMM rate ----------===//
 #include "BenchDevice.h"
 
+#include "muon/Runtime/Backends.h"
+#include "muon/Runtime/BuiltBackends.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #ifdef MUON_HAVE_CUDA
 #include "muon/Runtime/Cuda/CudaBackend.h"
@@ -34,10 +36,9 @@ namespace {
 
 class CpuBench final : public BenchDevice {
 public:
-  explicit CpuBench(int threads) : threads(threads) {
-    runtime::cpu::setBlasThreads(threads);
-  }
-  runtime::Device &device() override { return cpu; }
+  CpuBench(std::unique_ptr<runtime::Device> cpu, int threads)
+      : threads(threads), cpu(std::move(cpu)) {}
+  runtime::Device &device() override { return *cpu; }
   std::string describe() const override {
     return "cpu (" + std::string(runtime::cpu::blasName()) + ", " +
            std::to_string(threads) + " thread" +
@@ -86,9 +87,9 @@ public:
     for (int r = 0; r <= repeats; ++r) {
       const double start = clockSeconds();
       if (bf16) {
-        std::string error;
         if (!runtime::cpu::bf16Gemm(a16.data(), b16.data(), c16.data(), m, n,
-                                    k, error))
+                                    k)
+                 .ok())
           return 0;
       } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
@@ -106,7 +107,7 @@ public:
 
 private:
   int threads;
-  runtime::cpu::CpuDevice cpu;
+  std::unique_ptr<runtime::Device> cpu;
 };
 
 #ifdef MUON_HAVE_CUDA
@@ -137,35 +138,34 @@ private:
 
 } // namespace
 
-std::unique_ptr<BenchDevice> openBenchDevice(const std::string &backend,
-                                             int blasThreads,
-                                             std::string &error) {
-  if (backend == "cpu")
-    return std::make_unique<CpuBench>(blasThreads);
+StatusOr<std::unique_ptr<BenchDevice>>
+openBenchDevice(const std::string &backend, int blasThreads) {
+  runtime::registerBuiltBackends();
+  std::unique_ptr<runtime::Device> device;
+  if (backend == "cpu") {
+    // The BLAS threads are the process's: the device's option sets them.
+    MUON_RETURN_IF_ERROR(runtime::createDevice(
+        "cpu", {{"blas_threads", std::to_string(blasThreads)}}, device));
+    return std::unique_ptr<BenchDevice>(
+        std::make_unique<CpuBench>(std::move(device), blasThreads));
+  }
 #ifdef MUON_HAVE_CUDA
   if (backend == "cuda") {
     StatusOr<int> gpus = runtime::cuda::deviceCount();
-    if (!gpus.ok()) {
-      error = "--backend cuda: no usable GPU here (" + gpus.status().message() +
-              ")";
-      return nullptr;
-    }
-    StatusOr<std::unique_ptr<runtime::Device>> gpu =
-        runtime::cuda::createDevice(0);
-    if (!gpu.ok()) {
-      error = gpu.status().text();
-      return nullptr;
-    }
-    return std::make_unique<CudaBench>(std::move(gpu).value());
+    if (!gpus.ok())
+      return unavailable("--backend cuda: no usable GPU here (" +
+                         gpus.status().message() + ")");
+    MUON_RETURN_IF_ERROR(runtime::createDevice("cuda:0", device));
+    return std::unique_ptr<BenchDevice>(
+        std::make_unique<CudaBench>(std::move(device)));
   }
 #else
-  if (backend == "cuda") {
-    error = "--backend cuda: this muon-bench is built without the CUDA backend";
-    return nullptr;
-  }
+  if (backend == "cuda")
+    return unimplemented(
+        "--backend cuda: this muon-bench is built without the CUDA backend");
 #endif
-  error = "unknown --backend '" + backend + "'; expected cpu or cuda";
-  return nullptr;
+  return invalidArgument("unknown --backend '" + backend +
+                         "'; expected cpu or cuda");
 }
 
 } // namespace muon::bench

@@ -6,6 +6,8 @@
 #include "muon/Support/Statistics.h"
 
 #include <array>
+#include "muon/Support/Status.h"
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,11 +63,10 @@ void useCpuClock(bool cpu);
 /// Seconds on the chosen clock, from an arbitrary origin.
 double clockSeconds();
 
-/// "cpu" or "cuda"; null with `error` when the backend is not built in or
-/// has no device here.
-std::unique_ptr<BenchDevice> openBenchDevice(const std::string &backend,
-                                             int blasThreads,
-                                             std::string &error);
+/// "cpu" or "cuda", opened by name (muon/Runtime/Backends.h) as a trainer
+/// does; fails when the backend is not built in or has no device here.
+StatusOr<std::unique_ptr<BenchDevice>>
+openBenchDevice(const std::string &backend, int blasThreads);
 
 using muon::median;
 

@@ -18,6 +18,7 @@
 
 #include "BenchCommand.h"
 
+#include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"
@@ -135,13 +136,18 @@ int runCheckpointIo(int argc, char **argv) {
   NewtonSchulzConfig &ns = plan.ns.configs[0];
   ns.coefficients.assign(ns.nsSteps, {3.4445, -4.775, 2.0315});
   plan = runtime::referencePlan(plan);
-  runtime::SingleRankCommunicator comm;
-  runtime::cpu::CpuDevice device;
-  std::string error;
+  // One rank on the CPU, opened by name as a trainer does.
+  std::unique_ptr<runtime::Communicator> comm;
+  std::unique_ptr<runtime::Device> device;
   std::unique_ptr<runtime::Optimizer> opt;
-  error = runtime::Optimizer::create(plan, comm, device, {}, opt).message();
-  if (!opt)
-    return fail(error);
+  if (Status s = runtime::createProcessGroup("single", {}, comm); !s.ok())
+    return fail(s.message());
+  if (Status s = runtime::createDevice("cpu", device); !s.ok())
+    return fail(s.message());
+  if (Status s = runtime::Optimizer::create(plan, *comm, *device, {}, opt);
+      !s.ok())
+    return fail(s.message());
+  std::string error;
   // Pseudo-random state (not zeros, which a disk or file system may store
   // specially), through the state dict.
   uint64_t stateBytes = 0, digestSaved = 0;

@@ -77,18 +77,13 @@ int runCommand(const std::vector<std::string> &argv) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-bool readJson(const std::string &path, json &value, std::string &error) {
-  StatusOr<std::string> text = readInputFile(path, limits::kMaxTextFileBytes);
-  if (!text.ok()) {
-    error = text.status().message();
-    return false;
-  }
-  value = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) {
-    error = "'" + path + "' is not JSON";
-    return false;
-  }
-  return true;
+StatusOr<json> readJson(const std::string &path) {
+  MUON_ASSIGN_OR_RETURN(std::string text,
+                        readInputFile(path, limits::kMaxTextFileBytes));
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded())
+    return invalidArgument("'" + path + "' is not JSON");
+  return value;
 }
 
 /// A Muon parameter of a spec: its name and the shape of each of its
@@ -98,20 +93,16 @@ struct MuonParam {
   int64_t rows = 0, cols = 0;
 };
 
-/// The spec's Muon parameters in spec order (2-D and more, not AdamW), or
-/// an empty list with `error` set when `spec` is not a model spec.
-/// Malformed entries are skipped: muon-run names what is wrong with them.
-std::vector<MuonParam> muonParamsOf(const json &spec, std::string &error) {
+/// The spec's Muon parameters in spec order (2-D and more, not AdamW);
+/// InvalidArgument when `spec` is not a model spec or has none. Malformed
+/// entries are skipped: muon-run names what is wrong with them.
+StatusOr<std::vector<MuonParam>> muonParamsOf(const json &spec) {
   if (!spec.is_object() ||
-      spec.value("format", std::string()) != "muon-spec/1") {
-    error = "not a muon-spec/1 model (the draft design is compiled from a "
-            "spec, not from a plan)";
-    return {};
-  }
-  if (!spec.contains("params") || !spec["params"].is_array()) {
-    error = "the spec has no 'params' array";
-    return {};
-  }
+      spec.value("format", std::string()) != "muon-spec/1")
+    return invalidArgument("not a muon-spec/1 model (the draft design is "
+                           "compiled from a spec, not from a plan)");
+  if (!spec.contains("params") || !spec["params"].is_array())
+    return invalidArgument("the spec has no 'params' array");
   std::vector<MuonParam> params;
   for (const json &p : spec["params"]) {
     if (!p.is_object() || !p.contains("name") || !p["name"].is_string() ||
@@ -127,7 +118,7 @@ std::vector<MuonParam> muonParamsOf(const json &spec, std::string &error) {
                       cols.get<int64_t>()});
   }
   if (params.empty())
-    error = "the spec has no Muon parameters";
+    return invalidArgument("the spec has no Muon parameters");
   return params;
 }
 
@@ -158,10 +149,9 @@ struct RunFigures {
   std::string nsDtypeReason; // "" from a report that has none
 };
 
-bool runFigures(const std::string &path, RunFigures &f, std::string &error) {
-  json r;
-  if (!readJson(path, r, error))
-    return false;
+StatusOr<RunFigures> runFigures(const std::string &path) {
+  MUON_ASSIGN_OR_RETURN(const json r, readJson(path));
+  RunFigures f;
   try {
     f.median = r.at("step_seconds").at("median").get<double>();
     f.min = r.at("step_seconds").at("min").get<double>();
@@ -172,10 +162,10 @@ bool runFigures(const std::string &path, RunFigures &f, std::string &error) {
       f.busiestFlops =
           std::max(f.busiestFlops, rank.at("ns_flops").get<double>());
   } catch (const json::exception &e) {
-    error = "report '" + path + "' lacks step figures: " + e.what();
-    return false;
+    return invalidArgument("report '" + path +
+                           "' lacks step figures: " + e.what());
   }
-  return true;
+  return f;
 }
 
 double best(const std::vector<double> &v) {
@@ -189,13 +179,14 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
     std::fprintf(stderr, "muon-bench: %s\n", message.c_str());
     return 2;
   };
-  std::string error;
-  json spec;
-  if (!readJson(o.specPath, spec, error))
-    return fail(error);
-  std::vector<MuonParam> params = muonParamsOf(spec, error);
-  if (params.empty())
-    return fail(o.specPath + ": " + error);
+  StatusOr<json> read = readJson(o.specPath);
+  if (!read.ok())
+    return fail(read.status().message());
+  const json &spec = *read;
+  StatusOr<std::vector<MuonParam>> muonParams = muonParamsOf(spec);
+  if (!muonParams.ok())
+    return fail(o.specPath + ": " + muonParams.status().message());
+  const std::vector<MuonParam> &params = *muonParams;
   json draft;
   const int64_t largest = makeDraftSpec(spec, params, o.ranks, draft);
 
@@ -265,9 +256,10 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
     int rc = runCommand(ours);
     if (rc != 0)
       return fail(format("muon-run on %s exited with %d", o.specPath.c_str(), rc));
-    RunFigures a, b;
-    if (!runFigures(oursReport, a, error))
-      return fail(error);
+    StatusOr<RunFigures> oursFigures = runFigures(oursReport);
+    if (!oursFigures.ok())
+      return fail(oursFigures.status().message());
+    const RunFigures &a = *oursFigures;
     // The draft on the same wire, one parameter per round.
     const int64_t wireBytes = a.wireDtype == "bf16" ? 2 : 4;
     std::vector<std::string> drafted = common(draftPath, draftReport);
@@ -282,8 +274,10 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
           "round-robin over the Muon parameters, so every rank must hold "
           "every one, as under FSDP or TP)",
           rc));
-    if (!runFigures(draftReport, b, error))
-      return fail(error);
+    StatusOr<RunFigures> draftFigures = runFigures(draftReport);
+    if (!draftFigures.ok())
+      return fail(draftFigures.status().message());
+    const RunFigures &b = *draftFigures;
     nsDtype = a.nsDtype;
     wireDtype = a.wireDtype;
     nsDtypeReason = a.nsDtypeReason;

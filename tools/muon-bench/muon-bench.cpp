@@ -38,6 +38,7 @@
 
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"
@@ -139,10 +140,11 @@ int runNs(int argc, char **argv) {
     return fail("--batch in [1, 4096], --ns-steps in [1, 99], --repeats in "
                 "[1, 1000], --blas-threads in [1, 1024]");
   std::string error;
-  std::unique_ptr<BenchDevice> bench =
-      openBenchDevice(backend, static_cast<int>(threads), error);
-  if (!bench)
-    return fail(error);
+  StatusOr<std::unique_ptr<BenchDevice>> opened =
+      openBenchDevice(backend, static_cast<int>(threads));
+  if (!opened.ok())
+    return fail(opened.status().message());
+  std::unique_ptr<BenchDevice> bench = std::move(opened).value();
   runtime::Device &device = bench->device();
   const bool autoNs = nsDtype == "auto";
   const DType dtype = autoNs               ? device.defaultNsDtype()
@@ -317,10 +319,11 @@ int runStep(int argc, char **argv) {
       return fail("--ranks times steps by muon-run's wall clock; --clock cpu "
                   "is for one-rank plans");
     std::string error;
-    std::unique_ptr<BenchDevice> bench =
-        openBenchDevice(backend, static_cast<int>(threads), error);
-    if (!bench)
-      return fail(error);
+    StatusOr<std::unique_ptr<BenchDevice>> opened =
+        openBenchDevice(backend, static_cast<int>(threads));
+    if (!opened.ok())
+      return fail(opened.status().message());
+    std::unique_ptr<BenchDevice> bench = std::move(opened).value();
     DistributedStepOptions o;
     o.specPath = planPath;
     o.ranks = ranks;
@@ -354,17 +357,21 @@ int runStep(int argc, char **argv) {
                        static_cast<long long>(plan.worldSize)));
   if (!nsDtype.empty())
     plan.ns.nsDtype = nsDtype;
-  std::unique_ptr<BenchDevice> bench =
-      openBenchDevice(backend, static_cast<int>(threads), error);
-  if (!bench)
-    return fail(error);
+  StatusOr<std::unique_ptr<BenchDevice>> opened =
+      openBenchDevice(backend, static_cast<int>(threads));
+  if (!opened.ok())
+    return fail(opened.status().message());
+  std::unique_ptr<BenchDevice> bench = std::move(opened).value();
   runtime::Device &device = bench->device();
-  runtime::SingleRankCommunicator self;
+  std::unique_ptr<runtime::Communicator> self;
+  if (muon::Status s = runtime::createProcessGroup("single", {}, self);
+      !s.ok())
+    return fail(s.message());
   std::unique_ptr<runtime::Optimizer> optimizer;
   runtime::OptimizerOptions options;
   options.graphs = graphs;
   if (muon::Status s =
-          runtime::Optimizer::create(plan, self, device, options, optimizer);
+          runtime::Optimizer::create(plan, *self, device, options, optimizer);
       !s.ok())
     return fail(s.message());
   runtime::SyntheticModel model(*optimizer, device, 1,
@@ -513,9 +520,11 @@ int runOrthogonalize(int argc, char **argv) {
       return fail(format("'%s' is not %lld f32 values", input.c_str(),
                          static_cast<long long>(elements)));
   }
-  std::unique_ptr<BenchDevice> bench = openBenchDevice(backend, 1, error);
-  if (!bench)
-    return fail(error);
+  StatusOr<std::unique_ptr<BenchDevice>> opened =
+      openBenchDevice(backend, 1);
+  if (!opened.ok())
+    return fail(opened.status().message());
+  std::unique_ptr<BenchDevice> bench = std::move(opened).value();
   runtime::Device &device = bench->device();
   runtime::DeviceBuffer x(device, elements * 4);
   if (!x.ok())

@@ -2,6 +2,7 @@
 #include "Backend.h"
 
 #include "muon/Runtime/Backends.h"
+#include "muon/Runtime/BuiltBackends.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #ifdef MUON_HAVE_CUDA
 #include "muon/Runtime/Cuda/CudaBackend.h"
@@ -19,28 +20,33 @@ bool haveCuda() {
 #endif
 }
 
-bool checkBackend(const Plan &plan, const RunFlags &flags,
-                  std::string &error) {
+Status checkBackend(const Plan &plan, const RunFlags &flags) {
   if (flags.backend != "cuda")
-    return true;
+    return okStatus();
 #ifdef MUON_HAVE_CUDA
   StatusOr<int> gpus = runtime::cuda::deviceCount();
-  if (!gpus.ok()) {
-    error =
-        "--backend cuda: no usable GPU here (" + gpus.status().message() + ")";
-    return false;
-  }
+  if (!gpus.ok())
+    return unavailable("--backend cuda: no usable GPU here (" +
+                       gpus.status().message() + ")");
   if (flags.transport == "nccl" && plan.worldSize > *gpus)
-    error = "--transport nccl needs a GPU per rank: " +
-            std::to_string(plan.worldSize) + " ranks but " +
-            std::to_string(*gpus) + " GPU(s) here (use --transport host)";
-  return error.empty();
+    return failedPrecondition(
+        "--transport nccl needs a GPU per rank: " +
+        std::to_string(plan.worldSize) + " ranks but " +
+        std::to_string(*gpus) + " GPU(s) here (use --transport host)");
+  return okStatus();
 #else
   (void)plan;
-  error = "--backend cuda: this muon-run is built without the CUDA backend "
-          "(no CUDA toolkit was found when it was configured)";
-  return false;
+  return unimplemented("--backend cuda: this muon-run is built without the "
+                       "CUDA backend (no CUDA toolkit was found when it was "
+                       "configured)");
 #endif
+}
+
+NsChoice cpuAutoNsDtype() {
+  std::unique_ptr<runtime::Device> cpu;
+  if (!runtime::createDevice("cpu", cpu).ok())
+    return {};
+  return {cpu->defaultNsDtype(), cpu->defaultNsDtypeReason()};
 }
 
 runtime::NsForm rankNsForm(const RunFlags &flags) {
@@ -64,10 +70,8 @@ static int localEnv(const char *name, int fallback) {
 Status openBackend(const RunFlags &flags, runtime::Communicator &mpi,
                    RankBackend &backend) {
   // Devices and transports come from the runtime's registry, as for any
-  // program that embeds it; this build adds the CUDA backend when it has it.
-#ifdef MUON_HAVE_CUDA
-  runtime::cuda::registerBackend();
-#endif
+  // program that embeds it, with every backend this build links.
+  runtime::registerBuiltBackends();
   auto transport = [&](const std::string &kind, const char *description) {
     MUON_RETURN_IF_ERROR(runtime::createCommunicator(kind, mpi, *backend.device,
                                                      backend.transport));

@@ -18,13 +18,21 @@ namespace muon::tool {
 bool haveCuda();
 
 /// Launcher side, before any rank starts: whether `flags.backend` can run
-/// here (the CUDA backend built in and a GPU visible). False with `error`.
-bool checkBackend(const Plan &plan, const RunFlags &flags, std::string &error);
+/// here (the CUDA backend built in and a GPU visible); fails saying why not.
+Status checkBackend(const Plan &plan, const RunFlags &flags);
 
 /// The form of Newton-Schulz the ranks' devices run (what --ns-form set
 /// in the environment for `flags.backend`): the single-device reference
 /// runs the same one.
 runtime::NsForm rankNsForm(const RunFlags &flags);
+
+/// What ns_dtype "auto" is on this machine's CPU, and why (the CPU device
+/// opened by name asked; f32 where it cannot be opened).
+struct NsChoice {
+  runtime::DType dtype = runtime::DType::F32;
+  std::string reason;
+};
+NsChoice cpuAutoNsDtype();
 
 /// A rank's device and the communicator its exchanges go through.
 struct RankBackend {

@@ -95,7 +95,7 @@ int launchRanks(const Plan &plan, const RunFlags &flags) {
   // sharing one session base race when one of them cleans it up).
   std::optional<runtime::cpu::PrivateDir> dir(std::in_place, "muon-run");
   if (dir->path().empty()) {
-    printError(dir->error());
+    printError(dir->status().message());
     return 2;
   }
   // Binary: each rank reads only its own part (PlanBinary.h).

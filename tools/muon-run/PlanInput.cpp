@@ -11,20 +11,6 @@
 
 namespace muon::tool {
 
-/// The whole file at `path` (a regular file: a FIFO, a directory or a
-/// device is refused), at most `limit` bytes; false with `error` naming it
-/// and the reason.
-static bool readInput(const std::string &path, int64_t limit, std::string &text,
-                      std::string &error) {
-  StatusOr<std::string> read = readInputFile(path, limit, "input file");
-  if (!read.ok()) {
-    error = read.status().message();
-    return false;
-  }
-  text = std::move(read).value();
-  return true;
-}
-
 int64_t rankFromEnvironment() {
   // mpirun (OpenMPI, MPICH, PMIx) tells each process its rank before
   // MPI_Init, which is what lets a rank load its part before it starts.
@@ -37,7 +23,7 @@ int64_t rankFromEnvironment() {
 
 bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
               bool &isPlanFile, int64_t sliceRank) {
-  std::string text, error;
+  std::string text;
   // A binary plan: a rank of a run reads only its part; anyone else reads
   // and checks the whole.
   if (looksLikePlanBinary(readInputPrefix(path, kPlanBinaryProbeSize))) {
@@ -59,11 +45,13 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
       plan = std::move(slice).value();
       return true;
     }
-    if (!readInput(path, limits::kMaxBinaryPlanFileBytes, text, error)) {
-      printError(error);
+    StatusOr<std::string> read =
+        readInputFile(path, limits::kMaxBinaryPlanFileBytes, "input file");
+    if (!read.ok()) {
+      printError(read.status().message());
       return false;
     }
-    StatusOr<Plan> whole = parsePlanBinary(text);
+    StatusOr<Plan> whole = parsePlanBinary(*read);
     if (!whole.ok()) {
       printError(path + ": " + whole.status().text());
       return false;
@@ -71,10 +59,13 @@ bool loadPlan(const std::string &path, const CompileFlags &flags, Plan &plan,
     plan = std::move(whole).value();
     return true;
   }
-  if (!readInput(path, limits::kMaxTextFileBytes, text, error)) {
-    printError(error);
+  StatusOr<std::string> read =
+      readInputFile(path, limits::kMaxTextFileBytes, "input file");
+  if (!read.ok()) {
+    printError(read.status().message());
     return false;
   }
+  text = std::move(read).value();
   // A plan file names its format first; a spec is another JSON object; IR
   // never starts with '{'.
   size_t first = text.find_first_not_of(" \t\r\n");

@@ -19,8 +19,8 @@
 namespace muon::tool {
 using namespace muon::runtime;
 
-std::string rankError(int64_t rank, const std::string &error) {
-  return "rank " + std::to_string(rank) + ": " + error;
+std::string rankError(int64_t rank, const std::string &message) {
+  return "rank " + std::to_string(rank) + ": " + message;
 }
 
 std::string rankError(int64_t rank, const Status &status) {
@@ -115,9 +115,10 @@ std::vector<double> slowestRankSteps(const std::vector<RankRun> &runs) {
 /// The whole plan's simulation on the asked profile, into the report.
 bool simulateInto(const Plan &plan, const RunFlags &flags, Report &report) {
   sim::Profile profile;
-  std::string file, error;
-  if (!loadProfile(flags.simulate, flags.profilesFile, profile, file, error)) {
-    fail(error);
+  std::string file;
+  if (Status s = loadProfile(flags.simulate, flags.profilesFile, profile, file);
+      !s.ok()) {
+    fail(s.message());
     return false;
   }
   // A rank holds only its part of a binary plan; the simulation walks every
@@ -234,13 +235,13 @@ int finishAtRoot(const Plan &plan, const RunFlags &flags,
 
   std::optional<Verification> verification;
   if (flags.verify) {
-    std::string error;
-    verification.emplace();
-    if (!verifyAgainstReference(plan, flags, facts.nsDtype, facts.nonFinite,
-                                gathered.pieces, *verification, error)) {
-      fail("single-device reference: " + error);
+    StatusOr<Verification> verified = verifyAgainstReference(
+        plan, flags, facts.nsDtype, facts.nonFinite, gathered.pieces);
+    if (!verified.ok()) {
+      fail("single-device reference: " + verified.status().message());
       return kRunFailed;
     }
+    verification = std::move(verified).value();
     report.verified = verification->verified;
     report.maxAbsDiff = verification->maxAbsDiff;
     for (const std::string &f : verification->failures)

@@ -47,7 +47,7 @@ inline constexpr int kRunFailed = 3;
 
 /// "rank R: <error>" as muon-run prints it; a status that is a timeout
 /// also names the flag that sets it.
-std::string rankError(int64_t rank, const std::string &error);
+std::string rankError(int64_t rank, const std::string &message);
 std::string rankError(int64_t rank, const Status &status);
 
 } // namespace muon::tool

@@ -16,7 +16,8 @@ static bool parseIndex(const std::string &text, int64_t &value) {
   return true;
 }
 
-bool parseFault(const std::string &text, Fault &fault, std::string &error) {
+StatusOr<Fault> parseFault(const std::string &text) {
+  Fault fault;
   std::vector<std::string> parts;
   size_t begin = 0;
   while (true) {
@@ -45,11 +46,12 @@ bool parseFault(const std::string &text, Fault &fault, std::string &error) {
     ok = parseIndex(parts[1], fault.rank);
   }
   if (!ok)
-    error = "bad --inject '" + text +
-            "': expected nan:PARAM:STEP, die:RANK:STEP, stall:RANK:STEP, "
-            "corrupt:RANK:STEP, plan-mismatch:RANK or die-at-end:RANK (steps "
-            "count from 0)";
-  return ok;
+    return invalidArgument(
+        "bad --inject '" + text +
+        "': expected nan:PARAM:STEP, die:RANK:STEP, stall:RANK:STEP, "
+        "corrupt:RANK:STEP, plan-mismatch:RANK or die-at-end:RANK (steps "
+        "count from 0)");
+  return fault;
 }
 
 Report reportOf(const Plan &plan) {

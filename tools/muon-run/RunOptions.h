@@ -81,9 +81,9 @@ struct RunFlags {
 /// Parses "nan:PARAM:STEP", "die:RANK:STEP", "stall:RANK:STEP",
 /// "corrupt:RANK:STEP" (a silently wrong update, which --verify must catch),
 /// "plan-mismatch:RANK" or "die-at-end:RANK" (a rank that dies after its
-/// last step, once rank 0 has what it needs for the report). Returns false
-/// with `error` set.
-bool parseFault(const std::string &text, Fault &fault, std::string &error);
+/// last step, once rank 0 has what it needs for the report);
+/// InvalidArgument naming the flag's forms.
+StatusOr<Fault> parseFault(const std::string &text);
 
 /// The plan's own figures with the compiler's lower bounds: the start of
 /// every report muon-run writes.

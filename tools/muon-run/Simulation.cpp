@@ -15,19 +15,18 @@ std::string defaultProfilesFile() {
   return bin + "/../share/muon/profiles.json";
 }
 
-bool loadProfile(const std::string &name, std::string file,
-                 sim::Profile &profile, std::string &fileUsed,
-                 std::string &error) {
+Status loadProfile(const std::string &name, std::string file,
+                   sim::Profile &profile, std::string &fileUsed) {
   fileUsed = file.empty() ? defaultProfilesFile() : file;
   StatusOr<std::string> text =
       readInputFile(fileUsed, limits::kMaxTextFileBytes, "the profiles file");
-  if (!text.ok()) {
-    error = text.status().message();
-    if (file.empty())
-      error += " (installed with muon-run; pass --profiles FILE)";
-    return false;
-  }
-  return sim::parseProfile(*text, fileUsed, name, profile, error);
+  if (!text.ok())
+    return Status(text.status().code(),
+                  text.status().message() +
+                      (file.empty()
+                           ? " (installed with muon-run; pass --profiles FILE)"
+                           : ""));
+  return sim::parseProfile(*text, fileUsed, name, profile);
 }
 
 void addSimulation(const Plan &plan, const sim::Profile &profile,

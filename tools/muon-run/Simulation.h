@@ -15,11 +15,11 @@ namespace muon::tool {
 /// has the same layout).
 std::string defaultProfilesFile();
 
-/// Reads profile `name` from `file` (empty: the default file). Returns
-/// false with `error` naming the file and the JSON path.
-bool loadProfile(const std::string &name, std::string file,
-                 sim::Profile &profile, std::string &fileUsed,
-                 std::string &error);
+/// Reads profile `name` from `file` (empty: the default file) into
+/// `profile`, the file read into `fileUsed`; fails naming the file and the
+/// JSON path.
+Status loadProfile(const std::string &name, std::string file,
+                   sim::Profile &profile, std::string &fileUsed);
 
 /// Simulates the plan on the profile and puts the prediction into
 /// `report` (the lower bounds must be there already). With `events`, the

@@ -3,7 +3,7 @@
 #include "Backend.h"
 #include "RankRun.h"
 
-#include "muon/Runtime/Cpu/CpuDevice.h"
+#include "muon/Runtime/Backends.h"
 #include "muon/Support/Format.h"
 
 #include <algorithm>
@@ -132,33 +132,32 @@ Verification compare(const Plan &plan,
 
 } // namespace
 
-bool verifyAgainstReference(const Plan &plan, const RunFlags &flags,
-                            DType nsDtype,
-                            const std::vector<NonFiniteInjection> &nonFinite,
-                            const std::vector<std::vector<char>> &pieces,
-                            Verification &out, std::string &error) {
+StatusOr<Verification> verifyAgainstReference(
+    const Plan &plan, const RunFlags &flags, DType nsDtype,
+    const std::vector<NonFiniteInjection> &nonFinite,
+    const std::vector<std::vector<char>> &pieces) {
   // The reference runs on the CPU, with the Newton-Schulz precision the
   // ranks used (a plan's "auto" means the ranks' device's default).
   Plan referenced = plan;
   referenced.ns.nsDtype = dtypeName(nsDtype);
-  // The form the ranks' devices ran (a GPU's Gram form is the CPU's).
-  cpu::CpuDeviceOptions referenceOptions;
-  referenceOptions.nsForm = rankNsForm(flags);
-  cpu::CpuDevice cpuDevice(referenceOptions);
-  std::vector<std::vector<float>> reference, initial;
-  if (!runReference(referenced, cpuDevice, flags.seed, flags.steps,
-                    flags.microBatches, nonFinite, reference, error) ||
-      !runReference(referenced, cpuDevice, flags.seed, 0, 1, {}, initial,
-                    error))
-    return false;
+  // The form the ranks' devices ran (a GPU's Gram form is the CPU's), on
+  // the CPU opened by name.
+  std::unique_ptr<Device> cpu;
+  MUON_RETURN_IF_ERROR(createDevice(
+      "cpu", {{"ns_form", nsFormName(rankNsForm(flags))}}, cpu));
+  MUON_ASSIGN_OR_RETURN(std::vector<std::vector<float>> reference,
+                        runReference(referenced, *cpu, flags.seed,
+                                     flags.steps, flags.microBatches,
+                                     nonFinite));
+  MUON_ASSIGN_OR_RETURN(std::vector<std::vector<float>> initial,
+                        runReference(referenced, *cpu, flags.seed, 0, 1, {}));
   // Bit-exact on the CPU unless a tolerance is given; a GPU's result is
   // compared relative to the reference's update.
   double updateRelative = flags.backend == "cuda" && !flags.toleranceGiven
                               ? updateRelativeTolerance(nsDtype)
                               : 0;
-  out = compare(plan, reference, initial, pieces, flags.tolerance,
-                updateRelative, flags.steps, nsDtype);
-  return true;
+  return compare(plan, reference, initial, pieces, flags.tolerance,
+                 updateRelative, flags.steps, nsDtype);
 }
 
 } // namespace muon::tool

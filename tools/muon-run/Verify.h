@@ -28,13 +28,12 @@ struct Verification {
 
 /// Runs the reference of `plan` for the run's steps (Newton-Schulz in
 /// `nsDtype`, the ranks' precision) and compares `pieces` (each rank's
-/// values, gathered at rank 0) with it. False with `error` when the
-/// reference does not run.
-bool verifyAgainstReference(
+/// values, gathered at rank 0) with it. Fails when the reference does not
+/// run.
+StatusOr<Verification> verifyAgainstReference(
     const Plan &plan, const RunFlags &flags, runtime::DType nsDtype,
     const std::vector<runtime::NonFiniteInjection> &nonFinite,
-    const std::vector<std::vector<char>> &pieces, Verification &out,
-    std::string &error);
+    const std::vector<std::vector<char>> &pieces);
 
 } // namespace muon::tool
 

@@ -14,7 +14,7 @@
 
 #include "muon/Plan/Trace.h"
 #include "muon/Runtime/Backends.h"
-#include "muon/Runtime/Cpu/MpiBackend.h"
+#include "muon/Runtime/BuiltBackends.h"
 #include "muon/Runtime/Optimizer.h"
 #include "muon/Runtime/Testing/Synthetic.h"
 #include "muon/Support/Format.h"
@@ -310,7 +310,7 @@ int runWorker(Plan plan, const RunFlags &flags, bool planLoaded) {
   // The launcher's ranks, with progress as --mpi-progress says once there
   // is a plan to run. A failure here is the same on every rank (the same
   // flags and MPI), so each reports it and leaves.
-  cpu::registerMpiBackend();
+  registerBuiltBackends();
   std::unique_ptr<Communicator> ranks;
   BackendOptions rankOptions;
   if (planLoaded)

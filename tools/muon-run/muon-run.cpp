@@ -76,9 +76,9 @@ struct Flags {
 std::string cpuNewtonSchulz(const ::muon::Plan &plan) {
   using namespace ::muon::runtime;
   const bool autoNs = plan.ns.nsDtype == "auto";
-  const cpu::CpuDevice device;
+  const ::muon::tool::NsChoice choice = ::muon::tool::cpuAutoNsDtype();
   const DType dtype = autoNs
-                          ? device.defaultNsDtype()
+                          ? choice.dtype
                           : parseDType(plan.ns.nsDtype).value_or(DType::F32);
   std::vector<std::string> products;
   for (const ::muon::NewtonSchulzConfig &c : plan.ns.configs)
@@ -95,7 +95,7 @@ std::string cpuNewtonSchulz(const ::muon::Plan &plan) {
   const std::string advice = cpu::blasKernelAdvice();
   return "\n  Newton-Schulz: " + described +
          (autoNs ? " (ns_dtype auto)\n  ns_dtype auto chose " +
-                       device.defaultNsDtypeReason()
+                       choice.reason
                  : "") +
          (advice.empty() ? "" : "\n  note: " + advice);
 }
@@ -252,10 +252,11 @@ static int dryRunReport(const ::muon::Plan &plan, ::muon::TransferSink *stream,
   std::vector<::muon::TraceEvent> events;
   if (!flags.simulate.empty()) {
     ::muon::sim::Profile profile;
-    std::string file, error;
-    if (!::muon::tool::loadProfile(flags.simulate, flags.profilesFile,
-                                   profile, file, error))
-      return fail(error);
+    std::string file;
+    if (::muon::Status s = ::muon::tool::loadProfile(
+            flags.simulate, flags.profilesFile, profile, file);
+        !s.ok())
+      return fail(s.message());
     ::muon::tool::addSimulation(plan, profile, file, report,
                                 flags.traceFile.empty() ? nullptr : &events);
   }
@@ -397,10 +398,11 @@ int main(int argc, char **argv) {
                                   : flags.placementProfile;
     if (!name.empty()) {
       ::muon::sim::Profile profile;
-      std::string file, error;
-      if (!::muon::tool::loadProfile(name, flags.profilesFile, profile, file,
-                                     error))
-        return fail(error);
+      std::string file;
+      if (::muon::Status s = ::muon::tool::loadProfile(
+              name, flags.profilesFile, profile, file);
+          !s.ok())
+        return fail(s.message());
       std::string dtype = parser.given("ns-dtype") && flags.nsDtype != "auto"
                               ? flags.nsDtype
                               : profile.defaultNsDtype;
@@ -540,11 +542,11 @@ int main(int argc, char **argv) {
   run.planFile = flags.inputFilename;
   run.profilesFile = flags.profilesFile;
   for (const std::string &text : flags.inject) {
-    ::muon::tool::Fault fault;
-    std::string error;
-    if (!::muon::tool::parseFault(text, fault, error))
-      return fail(error);
-    run.faults.push_back(fault);
+    ::muon::StatusOr<::muon::tool::Fault> fault =
+        ::muon::tool::parseFault(text);
+    if (!fault.ok())
+      return fail(fault.status().message());
+    run.faults.push_back(*fault);
     run.faultSpecs.push_back(text);
   }
 
@@ -563,8 +565,8 @@ int main(int argc, char **argv) {
   // the rates this choice was made from, so that they choose alike (the
   // executor runs rank 0's choice on every rank in any case).
   if (!flags.dryRun && flags.backend == "cpu") {
-    compile.autoNsDtype = ::muon::runtime::dtypeName(
-        ::muon::runtime::cpu::CpuDevice().defaultNsDtype());
+    compile.autoNsDtype =
+        ::muon::runtime::dtypeName(::muon::tool::cpuAutoNsDtype().dtype);
     ::muon::runtime::cpu::shareProductRates();
     if (parser.given("ns-dtype"))
       compile.nsDtypeFlag = flags.nsDtype;
@@ -625,19 +627,17 @@ int main(int argc, char **argv) {
     return fail(format("--ranks %lld but the model's mesh has %lld devices",
                        static_cast<long long>(flags.ranks),
                        static_cast<long long>(plan.worldSize)));
-  {
-    std::string error;
-    if (!::muon::tool::checkBackend(plan, run, error))
-      return fail(error);
-  }
+  if (::muon::Status usable = ::muon::tool::checkBackend(plan, run);
+      !usable.ok())
+    return fail(usable.message());
   // A bad profile fails before any rank starts; the ranks read the same
   // file (rank 0 sets its prediction against the measured step).
   if (!run.simulate.empty()) {
     ::muon::sim::Profile profile;
-    std::string error;
-    if (!::muon::tool::loadProfile(run.simulate, run.profilesFile, profile,
-                                   run.profilesFile, error))
-      return fail(error);
+    if (::muon::Status s = ::muon::tool::loadProfile(
+            run.simulate, run.profilesFile, profile, run.profilesFile);
+        !s.ok())
+      return fail(s.message());
   }
   if (!flags.planFile.empty()) {
     if (::muon::Status bad =
