@@ -12,6 +12,7 @@ config.test_exec_root = os.path.join(config.muon_obj_root, "test")
 config.excludes = ["Inputs", "Utils", "spec", "ir", "plan", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
 
 config.substitutions.append(("%muon_obj_root", config.muon_obj_root))
+config.substitutions.append(("%muon_src_root", config.muon_src_root))
 config.substitutions.append(("%examples", os.path.join(config.muon_src_root, "examples")))
 config.substitutions.append(("%spec_docs", os.path.join(config.muon_src_root, "test", "Target", "Spec", "Inputs")))
 
