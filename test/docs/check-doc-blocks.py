@@ -15,7 +15,12 @@ says otherwise where needed:
            test/docs/setups.py's NAME, which makes the model, data and
            helpers the text around the block speaks of).
   c++/cpp  compiled against the installed package (BUILD/install,
-           find_package(Muon)), linked where it has a main.
+           find_package(Muon)), linked where it has a main; `run` runs
+           it (on one rank) with a plan of examples/single-device.json as
+           its argument. A fragment (no #include, no main) is compiled as
+           a function's body after test/docs/cpp_context.h, which declares
+           the trainer's names the text speaks of; `continues` appends it
+           to the file's previous C++ block (same function).
   sh       bash -n; each muon-* tool's flags in its --help; make's targets
            in the Makefile; the scripts and files it runs exist.
   mlir     parsed and verified by muon-opt; `continues` adds its ops to
@@ -285,24 +290,56 @@ def check_cmake_blocks(blocks, build, work):
     return errors
 
 
-def check_cpp_blocks(blocks, build, work):
+def cpp_sources(blocks):
+    """({block: its translation unit}, {continuation: its head}): a
+    complete block as it is, a fragment inside a function after
+    cpp_context.h; one that `continues` is appended to the file's previous
+    block, its head, and checked with it."""
+    sources, heads, previous = {}, {}, {}
+    for b in blocks:
+        complete = re.search(r"^\s*#include|\bint main\s*\(", b.text, re.M)
+        if "continues" in b.words and b.path in previous and \
+                "} // doc block\n" in sources[previous[b.path]]:
+            head = heads[b] = previous[b.path]
+            sources[head] = sources[head].replace(
+                "} // doc block\n", b.text + "} // doc block\n")
+            continue
+        if complete:
+            sources[b] = b.text
+        else:
+            compiler = ('#include "muon/Compiler/Compile.h"\n'
+                        if "muon::compiler" in b.text else "")
+            sources[b] = ('#include "cpp_context.h"\n' + compiler +
+                          "void docBlock() {\n" + b.text +
+                          "} // doc block\n")
+        previous[b.path] = b
+    return sources, heads
+
+
+def check_cpp_blocks(blocks, root, build, work):
     """One CMake project over the installed package: each C++ block an
-    object, linked into an executable where it has a main; {block:
-    errors}."""
+    object, linked into an executable where it has a main (and run where
+    it says `run`); {block: errors}."""
     lines = ["cmake_minimum_required(VERSION 3.20)", "project(docblocks CXX)",
              "set(CMAKE_CXX_STANDARD 17)", "find_package(Muon REQUIRED)"]
     names = {}
+    sources, heads = cpp_sources(blocks)
     for n, b in enumerate(blocks):
+        if b in heads:
+            continue
         name = f"block{n}"
         names[name] = b
         with open(os.path.join(work, name + ".cpp"), "w") as f:
-            f.write(b.text)
-        program = re.search(r"\bint main\s*\(", b.text)
+            f.write(sources[b])
+        program = re.search(r"\bint main\s*\(", sources[b])
         libs = "Muon::Runtime" + (" Muon::Compiler" if "muon/Compiler" in
-                                  b.text else "")
+                                  sources[b] else "")
         lines += [f"add_executable({name} {name}.cpp)" if program else
                   f"add_library({name} OBJECT {name}.cpp)",
+                  f"target_include_directories({name} PRIVATE {HERE})",
                   f"target_link_libraries({name} PRIVATE {libs})"]
+    if any("Muon::Compiler" in line for line in lines):
+        lines[3] = "find_package(Muon REQUIRED COMPONENTS Compiler)"
     with open(os.path.join(work, "CMakeLists.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     out = os.path.join(work, "out")
@@ -316,7 +353,36 @@ def check_cpp_blocks(blocks, build, work):
                                capture_output=True, text=True, timeout=600)
         if built.returncode:
             errors[b] = ["does not compile: " + tail(built.stdout)]
+        elif "run" in b.words:
+            failure = run_cpp_block(os.path.join(out, name), root, build,
+                                    work)
+            if failure:
+                errors[b] = [failure]
+    for b, head in heads.items():  # a continuation fails with its head
+        if head in errors:
+            errors[b] = [f"with {head.where}: " + e for e in errors[head]]
     return errors
+
+
+def run_cpp_block(program, root, build, work):
+    """Runs a C++ block's program with a plan of the 1-rank example as its
+    argument; the failure, or None."""
+    plan = os.path.join(work, "single-device.plan.json")
+    if not os.path.exists(plan):
+        done = subprocess.run(
+            [os.path.join(build, "bin", "muon-run"),
+             os.path.join(root, "examples", "single-device.json"),
+             "--dry-run", "--plan", plan],
+            capture_output=True, text=True, timeout=300)
+        if done.returncode:
+            return "muon-run could not compile its plan: " + tail(
+                done.stdout + done.stderr)
+    ran = subprocess.run([program, plan], capture_output=True, text=True,
+                         timeout=300)
+    if ran.returncode:
+        return (f"runs and fails (exit {ran.returncode}): " +
+                tail(ran.stdout + ran.stderr))
+    return None
 
 
 def tail(text, lines=6):
@@ -376,7 +442,7 @@ def main():
         cpp = [b for b in blocks if b.language == "c++"]
         if cpp:
             os.makedirs(os.path.join(work, "cpp"))
-            failures.update(check_cpp_blocks(cpp, build,
+            failures.update(check_cpp_blocks(cpp, root, build,
                                              os.path.join(work, "cpp")))
     python = [b for b in blocks if b.language == "python"]
     if python:
