@@ -77,8 +77,10 @@ Algorithm adamw() {
           number("weight_decay", 0.01, NonNegative),
       },
       {
-          // The bias correction counts each piece's steps.
-          {"exp_avg", nullptr, /*perSummand=*/false, /*carriesStep=*/true},
+          // The bias correction counts each piece's steps; the update is
+          // exp_avg over sqrt(exp_avg_sq).
+          {"exp_avg", nullptr, /*perSummand=*/false, /*carriesStep=*/true,
+           /*nonNegative=*/false, /*dividedBy=*/"exp_avg_sq"},
           // A second moment: never below zero.
           {"exp_avg_sq", nullptr, /*perSummand=*/false,
            /*carriesStep=*/false, /*nonNegative=*/true},

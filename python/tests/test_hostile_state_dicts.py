@@ -65,7 +65,7 @@ def mutations(saved, rng, count):
                         entry(d, i).__setitem__("step", v)))
         elif kind == 2:  # a tensor's values or shape
             how = rng.choice(["nan", "inf", "negative", "shape", "int",
-                              "complex", "scalar"])
+                              "complex", "scalar", "huge"])
 
             def tensor(d, i=i, how=how):
                 e = entry(d, i)
@@ -77,6 +77,8 @@ def mutations(saved, rng, count):
                     t.view(-1)[-1] = float("inf")
                 elif how == "negative":
                     t.view(-1)[0] = -1.0
+                elif how == "huge":  # finite, and as large as float32 goes
+                    t.view(-1)[0] = 3e38
                 elif how == "shape":
                     t = torch.zeros(t.shape[0] + 1, *t.shape[1:])
                 elif how == "int":

@@ -242,6 +242,10 @@ def test_a_plan_file_with_edited_coefficients_is_refused(tmp_path):
 
 # --- one process: state dicts ---------------------------------------------------
 
+def first_adamw_entry(d):
+    return next(e for e in d["state"].values() if "exp_avg" in e)
+
+
 def steps_alike(model, opt, twin_model, twin, s):
     """One step of both on the same batch: equal parameters bit for bit."""
     x, y = batch(100 + s)
@@ -266,6 +270,10 @@ def steps_alike(model, opt, twin_model, twin, s):
     (lambda d: d["param_groups"][0].__setitem__(
         "ns_coefficients", (3.4445, -1e308, 2.0315)), ValueError,
      r"ns_coefficients step 0 can take a singular value to 1e\+308"),
+    # Finite, but no run makes it, and AdamW's next update would overflow.
+    (lambda d: first_adamw_entry(d)["exp_avg"].view(-1).__setitem__(0, 3e38),
+     ValueError, r"the exp_avg state of '[^']+' at \[0(, 0)?\] is 3e\+38, "
+     r"beyond what its exp_avg_sq \([^)]*\) allows"),
 ])
 def test_a_bad_state_dict_is_refused_and_changes_nothing(mutate, error,
                                                           match):

@@ -65,6 +65,73 @@ std::string problemWith(float v) {
                                     : " (it must be finite)");
 }
 
+/// The slot a state called `state` is divided by the square root of
+/// (ElementSlot::dividedBy), or null.
+const char *divisorOf(const std::string &state) {
+  for (const ElementSlot &slot : elementSlots())
+    if (state == slot.name && slot.dividedBy)
+      return slot.dividedBy;
+  return nullptr;
+}
+
+/// The first element of `moment` beyond what its second moment `second`
+/// allows (kFirstMomentRatio), or -1.
+int64_t firstBeyondItsSecondMoment(const std::vector<float> &moment,
+                                   const std::vector<float> &second) {
+  // In blocks, as firstImplausibleBy: a branchless pass that vectorizes,
+  // and a search only in a block with a bad value.
+  constexpr int64_t kBlock = 1024;
+  const int64_t count =
+      static_cast<int64_t>(std::min(moment.size(), second.size()));
+  auto beyond = [&](int64_t i) {
+    return std::fabs(moment[i]) >
+           static_cast<float>(kFirstMomentRatio) * std::sqrt(second[i]) +
+               static_cast<float>(kFirstMomentFloor);
+  };
+  for (int64_t start = 0; start < count; start += kBlock) {
+    const int64_t end = std::min(count, start + kBlock);
+    bool any = false;
+    for (int64_t i = start; i < end; ++i)
+      any |= beyond(i);
+    if (!any)
+      continue;
+    for (int64_t i = start; i < end; ++i)
+      if (beyond(i))
+        return i;
+  }
+  return -1;
+}
+
+/// A piece's first moments against their second moments (the values are
+/// finite and the second moments not negative by then); with `only`, the
+/// pairs it accepts both of. InvalidArgument naming the first one beyond.
+Status checkFirstMoments(
+    const StatePiece &piece, const std::string &what,
+    const std::function<bool(const StatePiece &, const std::string &)> &only) {
+  for (const auto &[name, data] : piece.states) {
+    const char *divisor = divisorOf(name);
+    auto second = divisor ? piece.states.find(divisor) : piece.states.end();
+    if (second == piece.states.end() ||
+        (only && !(only(piece, name) && only(piece, second->first))))
+      continue;
+    int64_t e = firstBeyondItsSecondMoment(data, second->second);
+    if (e < 0)
+      continue;
+    char text[160];
+    std::snprintf(text, sizeof(text),
+                  " is %g, beyond what its %s (%g) allows: no run makes "
+                  "|%s| above %g sqrt(%s) + %g, and the next update would "
+                  "overflow",
+                  static_cast<double>(data[e]), divisor,
+                  static_cast<double>(second->second[e]), name.c_str(),
+                  kFirstMomentRatio, divisor, kFirstMomentFloor);
+    return invalidArgument(what + ": the " + name + " state of '" +
+                           piece.param + "' at " + elementText(piece.box, e) +
+                           text);
+  }
+  return okStatus();
+}
+
 } // namespace
 
 bool mustBeNonNegative(const std::string &state) {
@@ -147,6 +214,9 @@ Status checkStateValues(
       return invalidArgument(what + ": " +
               implausibleElement(name, piece.param, piece.box, e, data[e]));
     }
+  for (const StatePiece &piece : local.pieces)
+    if (Status s = checkFirstMoments(piece, what, only); !s.ok())
+      return s;
   if (only)
     return okStatus();
   for (const RowStatePiece &row : local.rowStates) {

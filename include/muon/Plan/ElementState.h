@@ -44,10 +44,26 @@ struct ElementSlot {
   /// A second moment (a running mean of squares): a loaded value below
   /// zero is damage, refused like a NaN (every slot must be finite).
   bool nonNegative = false;
+  /// A first moment that the step divides by the square root of another
+  /// slot of its algorithm, named here (AdamW's exp_avg by exp_avg_sq):
+  /// no run makes one beyond kFirstMomentRatio x sqrt(that slot) +
+  /// kFirstMomentFloor (StateChecks), and a loaded one that is would make
+  /// the next update overflow. Null: none.
+  const char *dividedBy = nullptr;
 
   /// Filled by the registry (algorithms()): the algorithm that keeps it.
   AlgorithmId algorithm = kMuon;
 };
+
+/// The bound a first moment keeps against its second (dividedBy). In a run
+/// whose beta1 is below sqrt(beta2), each step scales |m| / sqrt(v) by at
+/// most beta1 / sqrt(beta2) and adds at most (1 - beta1) / sqrt(1 - beta2),
+/// so the ratio stays below (1 - beta1) / sqrt(1 - beta2) / (1 - beta1 /
+/// sqrt(beta2)): 32 at torch's betas, 100 at (0.99, 0.9999). The floor
+/// covers second moments that underflow to 0 in float32 (gradients below
+/// 4e-23), whose first moments stay below it.
+inline constexpr double kFirstMomentRatio = 1e4;
+inline constexpr double kFirstMomentFloor = 1e-20;
 
 /// Every slot of every algorithm, in registry order: the order state
 /// dicts list them, and each algorithm's the order its steps take them.
