@@ -49,6 +49,25 @@ count_pytest() {
   [ "$2" -ne 0 ] && [ "$2" -ne 5 ] && [ -z "$f" ] && failed=$((failed + 1))
 }
 
+# Every code block of README.md and docs/ (test/docs/check-doc-blocks.py),
+# its Python with the interpreter $1: each failing block counts as a
+# failure, the others as passes.
+check_doc_blocks() {
+  local out rc checked bad
+  echo "== code blocks of README.md and docs/ (test/docs/check-doc-blocks.py)"
+  out=$(mktemp)
+  python3 "$root/test/docs/check-doc-blocks.py" "$root" "$(cd "$build" && pwd)" --python "$1" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  checked=$(grep -Eo '^[0-9]+ blocks checked' "$out" | grep -Eo '^[0-9]+' || true)
+  bad=$(grep -Eo ', [0-9]+ failed$' "$out" | grep -Eo '[0-9]+' || true)
+  if [ -n "$checked" ] && [ -n "$bad" ]; then
+    passed=$((passed + checked - bad))
+    failed=$((failed + bad))
+  fi
+  [ "$rc" -ne 0 ] && [ -z "$bad" ] && failed=$((failed + 1))
+  rm -f "$out"
+}
+
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv_python=$(cd "$build" && pwd)/venv/bin/python
 # A build with the CUDA backend has the extension over the fake GPU too
@@ -70,6 +89,7 @@ if [ -n "$wheel" ]; then
        "$root/python/tests" --ignore="$root/python/tests/test_fake_gpu.py") 2>&1 |
       tee "$out"
     count_pytest "$out" "${PIPESTATUS[0]}"
+    check_doc_blocks "$scratch/venv/bin/python"
   else
     failed=$((failed + 1))
   fi
@@ -88,6 +108,7 @@ if [ -x "$venv_python" ]; then
    "$venv_python" -m pytest -q -p no:cacheprovider "${python_tests[@]}") 2>&1 | tee "$out"
   count_pytest "$out" "${PIPESTATUS[0]}"
   rm -f "$out"
+  [ -z "$wheel" ] && check_doc_blocks "$venv_python"
 else
   echo "no $build/venv (make python): Python tests not run"
   failed=$((failed + 1))

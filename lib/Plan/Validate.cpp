@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <tuple>
 
 namespace muon {
@@ -1061,6 +1063,35 @@ Status checkGroupSettings(const PlanGroup &group) {
   for (const GroupSetting &setting : settings)
     if (std::string why = checkSetting(setting, group); !why.empty())
       return invalidArgument(why, setting.errorField);
+  return checkStepBounds(group);
+}
+
+Status checkStepBounds(const PlanGroup &group) {
+  // A step moves a parameter by at most lr x scale x (Newton-Schulz's
+  // bounded update, or AdamW's, Lion's unit one) and multiplies it by
+  // 1 - lr x weight_decay: within these bounds no step of finite inputs
+  // overflows float32, and none grows the parameters geometrically.
+  const std::vector<GroupSetting> &settings =
+      algorithmOf(group.algorithm).settings;
+  auto value = [&](const char *name) -> std::optional<double> {
+    for (const GroupSetting &s : settings)
+      if (std::string_view(s.name) == name)
+        return settingValue(s, group);
+    return std::nullopt;
+  };
+  for (const char *rate : {"lr", "extra_scale_factor"})
+    if (std::optional<double> v = value(rate); v && *v > kMaxStepRate)
+      return invalidArgument(format("%g is beyond %g: a step would move the "
+                                    "parameters past what float32 holds",
+                                    *v, kMaxStepRate),
+                             rate);
+  std::optional<double> lr = value("lr"), decay = value("weight_decay");
+  if (lr && decay && *lr * *decay > 2)
+    return invalidArgument(
+        format("lr x weight_decay is %g, above 2: every step would multiply "
+               "the parameters by more than 1 in size, until they overflow",
+               *lr * *decay),
+        "weight_decay");
   return okStatus();
 }
 

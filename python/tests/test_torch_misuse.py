@@ -7,6 +7,7 @@ non-finite parameters."""
 import copy
 import json
 import os
+import re
 import time
 
 import pytest
@@ -177,6 +178,25 @@ def test_a_string_lr_is_torchs_type_error():
         Muon([w], lr=float("nan"))
     with pytest.raises(ValueError, match="momentum 1.5 is above 1"):
         Muon([w], momentum=1.5)
+
+
+@pytest.mark.parametrize("kw,says", [
+    ({"lr": 1e38}, "1e+38 is beyond 1e+10"),
+    ({"lr": 1.0, "weight_decay": 3.0}, "lr x weight_decay is 3, above 2"),
+    ({"extra_scale_factor": 1e30}, "1e+30 is beyond 1e+10")])
+def test_steps_that_would_overflow_are_refused(kw, says):
+    # Finite but absurd: a step would write non-finite parameters (torch
+    # would), at once or after the parameters grow geometrically.
+    w = torch.nn.Parameter(torch.randn(8, 4))
+    with pytest.raises(ValueError, match=re.escape(says)):
+        Muon([w], **kw)
+    opt = Muon([w])
+    w.grad = torch.randn(8, 4)
+    before = w.detach().clone()
+    opt.param_groups[0].update(kw)
+    with pytest.raises(ValueError, match=re.escape(says)):
+        opt.step()
+    assert torch.equal(before, w)
 
 
 @pytest.mark.parametrize("coefficients", [

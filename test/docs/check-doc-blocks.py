@@ -15,7 +15,12 @@ says otherwise where needed:
            test/docs/setups.py's NAME, which makes the model, data and
            helpers the text around the block speaks of).
   c++/cpp  compiled against the installed package (BUILD/install,
-           find_package(Muon)), linked where it has a main.
+           find_package(Muon)), linked where it has a main; `run` runs
+           it (on one rank) with a plan of examples/single-device.json as
+           its argument. A fragment (no #include, no main) is compiled as
+           a function's body after test/docs/cpp_context.h, which declares
+           the trainer's names the text speaks of; `continues` appends it
+           to the file's previous C++ block (same function).
   sh       bash -n; each muon-* tool's flags in its --help; make's targets
            in the Makefile; the scripts and files it runs exist.
   mlir     parsed and verified by muon-opt; `continues` adds its ops to
@@ -24,8 +29,12 @@ says otherwise where needed:
            syntax, naming symbols the text around it defines) is parsed
            inside a model without the verifier: its ops and their syntax
            must be muon-opt's; `invalid` must be refused.
-  json     parsed; `spec` imported by muon-translate --import-spec.
-  cmake    configured against the installed package.
+  json     parsed; `fragment`: members of an object or elements of a list
+           (a spec's lines); `spec` imported by muon-translate
+           --import-spec.
+  cmake    configured against the installed package (lines of a
+           consumer's CMakeLists.txt: in a project with an executable
+           `trainer` where the block has no project() of its own).
   text     not code (output, a table, grammar): not checked.
 
 An unlabelled block is an error: label it. Exit 0 when every block passes;
@@ -221,9 +230,23 @@ def check_mlir(block, root, build, previous):
     return []
 
 
-def check_json(block, root, build):
+def parses(text):
     try:
-        json.loads(block.text)
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
+
+
+def check_json(block, root, build):
+    text = block.text
+    if "fragment" in block.words:
+        # Members of an object, or elements of a list, as a spec shows them.
+        body = text.strip().rstrip(",")
+        text = next((t for t in ("{" + body + "}", "[" + body + "]")
+                     if parses(t)), body)
+    try:
+        json.loads(text)
     except ValueError as e:
         return [f"not JSON: {e}"]
     if "spec" in block.words:
@@ -235,56 +258,131 @@ def check_json(block, root, build):
     return []
 
 
-def cmake_project(blocks, build, work):
-    """One CMake project over the installed package: each C++ block an
-    object (linked into an executable where it has a main), each cmake
-    block's text in a subdirectory; {block: errors}."""
-    prefix = os.path.join(build, "install")
-    lines = ["cmake_minimum_required(VERSION 3.20)", "project(docblocks CXX)",
-             "set(CMAKE_CXX_STANDARD 17)", "find_package(Muon REQUIRED)"]
-    names = {}
-    for n, b in enumerate(blocks):
-        name = f"block{n}"
-        names[name] = b
-        if b.language == "cmake":
-            os.makedirs(os.path.join(work, name), exist_ok=True)
-            with open(os.path.join(work, name, "CMakeLists.txt"), "w") as f:
-                f.write(b.text)
-            with open(os.path.join(work, name, "main.cpp"), "w") as f:
-                f.write("int main() { return 0; }\n")
-            lines.append(f"add_subdirectory({name})")
-            continue
-        with open(os.path.join(work, name + ".cpp"), "w") as f:
-            f.write(b.text)
-        kind = "add_executable" if re.search(r"\bint main\s*\(", b.text) \
-            else "add_library"
-        extra = "" if kind == "add_executable" else " OBJECT"
-        libs = "Muon::Runtime" + (" Muon::Compiler" if "muon/Compiler" in
-                                  b.text else "")
-        lines += [f"{kind}({name}{extra} {name}.cpp)",
-                  f"target_link_libraries({name} PRIVATE {libs})"]
-    with open(os.path.join(work, "CMakeLists.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    out = os.path.join(work, "out")
-    done = subprocess.run(
-        ["cmake", "-S", work, "-B", out, "-G", "Ninja",
-         f"-DCMAKE_PREFIX_PATH={prefix}",
+def configure(source, build, binary):
+    return subprocess.run(
+        ["cmake", "-S", source, "-B", binary, "-G", "Ninja",
+         f"-DCMAKE_PREFIX_PATH={os.path.join(build, 'install')}",
          "-DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir",
          "-DLLVM_DIR=/usr/lib/llvm-22/lib/cmake/llvm"],
         capture_output=True, text=True, timeout=600)
+
+
+def check_cmake_blocks(blocks, build, work):
+    """Each cmake block configured as a project's CMakeLists.txt (its
+    sources: a main.cpp) against the installed package; {block: errors}."""
+    errors = {}
+    for n, b in enumerate(blocks):
+        source = os.path.join(work, f"cmake{n}")
+        os.makedirs(source, exist_ok=True)
+        text = b.text
+        if not re.search(r"^\s*project\(", text, re.M):
+            # A consumer's lines: in a project with a target `trainer`.
+            text = ("cmake_minimum_required(VERSION 3.20)\n"
+                    "project(trainer CXX)\n"
+                    "add_executable(trainer main.cpp)\n") + text
+        with open(os.path.join(source, "CMakeLists.txt"), "w") as f:
+            f.write(text)
+        with open(os.path.join(source, "main.cpp"), "w") as f:
+            f.write("int main() { return 0; }\n")
+        done = configure(source, build, os.path.join(source, "out"))
+        if done.returncode:
+            errors[b] = ["cmake: " + tail(done.stdout + done.stderr)]
+    return errors
+
+
+def cpp_sources(blocks):
+    """({block: its translation unit}, {continuation: its head}): a
+    complete block as it is, a fragment inside a function after
+    cpp_context.h; one that `continues` is appended to the file's previous
+    block, its head, and checked with it."""
+    sources, heads, previous = {}, {}, {}
+    for b in blocks:
+        complete = re.search(r"^\s*#include|\bint main\s*\(", b.text, re.M)
+        if "continues" in b.words and b.path in previous and \
+                "} // doc block\n" in sources[previous[b.path]]:
+            head = heads[b] = previous[b.path]
+            sources[head] = sources[head].replace(
+                "} // doc block\n", b.text + "} // doc block\n")
+            continue
+        if complete:
+            sources[b] = b.text
+        else:
+            compiler = ('#include "muon/Compiler/Compile.h"\n'
+                        if "muon::compiler" in b.text else "")
+            sources[b] = ('#include "cpp_context.h"\n' + compiler +
+                          "void docBlock() {\n" + b.text +
+                          "} // doc block\n")
+        previous[b.path] = b
+    return sources, heads
+
+
+def check_cpp_blocks(blocks, root, build, work):
+    """One CMake project over the installed package: each C++ block an
+    object, linked into an executable where it has a main (and run where
+    it says `run`); {block: errors}."""
+    lines = ["cmake_minimum_required(VERSION 3.20)", "project(docblocks CXX)",
+             "set(CMAKE_CXX_STANDARD 17)", "find_package(Muon REQUIRED)"]
+    names = {}
+    sources, heads = cpp_sources(blocks)
+    for n, b in enumerate(blocks):
+        if b in heads:
+            continue
+        name = f"block{n}"
+        names[name] = b
+        with open(os.path.join(work, name + ".cpp"), "w") as f:
+            f.write(sources[b])
+        program = re.search(r"\bint main\s*\(", sources[b])
+        libs = "Muon::Runtime" + (" Muon::Compiler" if "muon/Compiler" in
+                                  sources[b] else "")
+        lines += [f"add_executable({name} {name}.cpp)" if program else
+                  f"add_library({name} OBJECT {name}.cpp)",
+                  f"target_include_directories({name} PRIVATE {HERE})",
+                  f"target_link_libraries({name} PRIVATE {libs})"]
+    if any("Muon::Compiler" in line for line in lines):
+        lines[3] = "find_package(Muon REQUIRED COMPONENTS Compiler)"
+    with open(os.path.join(work, "CMakeLists.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    out = os.path.join(work, "out")
+    done = configure(work, build, out)
     if done.returncode:
         return {b: ["cmake: " + tail(done.stdout + done.stderr)]
                 for b in blocks}
     errors = {}
     for name, b in names.items():
-        target = [] if b.language == "cmake" else ["--target", name]
-        if b.language == "cmake":
-            continue  # configured above
-        built = subprocess.run(["cmake", "--build", out] + target,
+        built = subprocess.run(["cmake", "--build", out, "--target", name],
                                capture_output=True, text=True, timeout=600)
         if built.returncode:
             errors[b] = ["does not compile: " + tail(built.stdout)]
+        elif "run" in b.words:
+            failure = run_cpp_block(os.path.join(out, name), root, build,
+                                    work)
+            if failure:
+                errors[b] = [failure]
+    for b, head in heads.items():  # a continuation fails with its head
+        if head in errors:
+            errors[b] = [f"with {head.where}: " + e for e in errors[head]]
     return errors
+
+
+def run_cpp_block(program, root, build, work):
+    """Runs a C++ block's program with a plan of the 1-rank example as its
+    argument; the failure, or None."""
+    plan = os.path.join(work, "single-device.plan.json")
+    if not os.path.exists(plan):
+        done = subprocess.run(
+            [os.path.join(build, "bin", "muon-run"),
+             os.path.join(root, "examples", "single-device.json"),
+             "--dry-run", "--plan", plan],
+            capture_output=True, text=True, timeout=300)
+        if done.returncode:
+            return "muon-run could not compile its plan: " + tail(
+                done.stdout + done.stderr)
+    ran = subprocess.run([program, plan], capture_output=True, text=True,
+                         timeout=300)
+    if ran.returncode:
+        return (f"runs and fails (exit {ran.returncode}): " +
+                tail(ran.stdout + ran.stderr))
+    return None
 
 
 def tail(text, lines=6):
@@ -338,10 +436,14 @@ def main():
                 model[b.path] = b.text
         if errs:
             failures[b] = errs
-    compiled = [b for b in blocks if b.language in ("c++", "cmake")]
-    if compiled:
-        with tempfile.TemporaryDirectory() as work:
-            failures.update(cmake_project(compiled, build, work))
+    with tempfile.TemporaryDirectory() as work:
+        cmake = [b for b in blocks if b.language == "cmake"]
+        failures.update(check_cmake_blocks(cmake, build, work))
+        cpp = [b for b in blocks if b.language == "c++"]
+        if cpp:
+            os.makedirs(os.path.join(work, "cpp"))
+            failures.update(check_cpp_blocks(cpp, root, build,
+                                             os.path.join(work, "cpp")))
     python = [b for b in blocks if b.language == "python"]
     if python:
         failures.update(check_python(python, root, args.python))

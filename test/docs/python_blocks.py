@@ -218,11 +218,22 @@ def run_block(text, where, words):
         exec(compile(text, where, "exec"), namespace)
 
 
+def source_of(text):
+    """A block's code: an interpreter session's input lines (">>> ",
+    "... ") where it shows one, else the block."""
+    lines = text.splitlines()
+    if not any(l.startswith(">>> ") for l in lines):
+        return text
+    return "\n".join(l[4:] for l in lines
+                     if l.startswith((">>> ", "... "))) + "\n"
+
+
 def main():
     blocks = json.load(sys.stdin)
     results = []
     for b in blocks:
         errors = []
+        b["text"] = source_of(b["text"])
         try:
             errors += check_static(b["text"], b["where"])
             if not errors and "run" in b["words"]:

@@ -45,6 +45,13 @@ Status validatePlan(const Plan &plan);
 /// every group, and what a trainer's new settings must pass.
 Status checkGroupSettings(const PlanGroup &group);
 
+/// The largest lr (and extra_scale_factor) a group may take.
+inline constexpr double kMaxStepRate = 1e10;
+/// The bounds that keep every step of finite inputs finite: lr and
+/// extra_scale_factor at most kMaxStepRate, lr x weight_decay at most 2
+/// (checkGroupSettings checks them too).
+Status checkStepBounds(const PlanGroup &group);
+
 /// A QK-clip layer against its parameters' shapes (null: no such
 /// parameter): both exist and are 2-D, num_heads >= 1 divides the query's
 /// rows, num_kv_heads >= 1 divides num_heads and the key's rows, the

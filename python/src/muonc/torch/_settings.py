@@ -162,6 +162,12 @@ def _number(value, what):
     return number
 
 
+# The bounds that keep every step of finite inputs finite (the runtime's
+# checkStepBounds, muon/Plan/Validate.h): lr and extra_scale_factor at most
+# MAX_STEP_RATE, lr x weight_decay at most 2.
+MAX_STEP_RATE = 1e10
+
+
 def check_lr(lr):
     if isinstance(lr, torch.Tensor) and lr.numel() != 1:
         raise InvalidArgumentError("Tensor lr must be 1-element")
@@ -169,6 +175,24 @@ def check_lr(lr):
     if not 0.0 <= number:
         raise InvalidArgumentError(
             f"Learning rate should be >= 0 but is: {lr}")
+    if number > MAX_STEP_RATE:
+        raise InvalidArgumentError(
+            f"invalid argument: lr {lr} is beyond {MAX_STEP_RATE:g}: a step "
+            "would move the parameters past what float32 holds")
+
+
+def check_decay_product(group):
+    """lr x weight_decay at most 2: above it every step multiplies the
+    parameters by more than 1 in size, until they overflow."""
+    if "weight_decay" not in group:
+        return
+    product = _number(group["lr"], "lr") * _number(group["weight_decay"],
+                                                    "weight_decay")
+    if product > 2.0:
+        raise InvalidArgumentError(
+            f"invalid argument: lr x weight_decay is {product:g}, above 2: "
+            "every step would multiply the parameters by more than 1 in "
+            "size, until they overflow")
 
 
 def check_muon_numbers(momentum, weight_decay):
@@ -250,6 +274,7 @@ def check_muon_group(group, ns_dtype=None):
     check_decay_mode(group["weight_decay_mode"])
     check_normuon(group["normuon"], group["normuon_beta2"])
     check_ns(group, ns_dtype)
+    check_decay_product(group)
     for x in SETTINGS:
         if x["algorithm"] != "muon" or torch_key(x) not in group:
             continue
@@ -278,6 +303,7 @@ def check_element_group(group):
             raise InvalidArgumentError(
                 f"invalid argument: {x['json_key']} {value!r} is not one of "
                 + ", ".join(repr(n) for n in x["names"]))
+    check_decay_product(group)
 
 
 def _check_flag(key, value):
@@ -304,6 +330,11 @@ def _check_table_number(setting, value):
     for i, v in enumerate(values):
         what = key if len(values) == 1 else f"{key}[{i}]"
         number = _number(v, what)
+        if key == "extra_scale_factor" and number > MAX_STEP_RATE:
+            raise InvalidArgumentError(
+                f"invalid argument: {what} {v!r} is beyond "
+                f"{MAX_STEP_RATE:g}: a step would move the parameters past "
+                "what float32 holds")
         if number < 0.0 or (key == "betas" and number >= 1.0) or (
                 key == "eps" and number == 0.0):
             bound = {"betas": "in [0, 1)", "eps": "> 0 (with 0 a zero "
