@@ -451,7 +451,7 @@ bool PlanReader::read(const Value &root, Plan &plan,
     plan.ns.configs.clear();
     // Absent in plans written before ns_dtype existed: the device chooses.
     plan.ns.nsDtype = rd.oneOf(get(o, "ns_dtype"), key(p, "ns_dtype"),
-                               {"auto", "f32", "bf16"})
+                               {"auto", "f32", "bf16", "f16"})
                           .value_or("auto");
     if (!get(o, "configs")) {
       readConfig(o, p);

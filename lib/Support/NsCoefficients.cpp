@@ -135,8 +135,9 @@ std::string nsCoefficientsProblem(const std::vector<NsTriple> &table,
              show(kNsBound) + ")";
     if (!(worst <= room))
       return "step " + std::to_string(k) + "'s products can reach " +
-             show(worst) + ", past what " + std::string(dtype) +
-             " holds (" + show(*largest) + ")";
+             show(worst) + ", past " + show(room) + ", a sixteenth of what " +
+             std::string(dtype) + " holds (" + show(*largest) +
+             "; the rest is the margin for rounding and sums)";
     m = bounds[k];
   }
   return {};

@@ -843,9 +843,10 @@ LogicalResult OptimizerOp::verify() {
                            << " must be an (a, b, c) triple";
       triples.push_back({triple[0], triple[1], triple[2]});
     }
-    // The precision Newton-Schulz runs in is the distributed config's or
-    // the device's; f32 and bf16 share one range, the only one there is.
-    if (std::string why = ::muon::nsCoefficientsProblem(triples, steps, "f32");
+    // The group's precision: f16's range is 65504, f32's and bf16's (and
+    // auto's, which is one of them) 3.4e38.
+    if (std::string why = ::muon::nsCoefficientsProblem(
+            triples, steps, stringifyNsDtype(getNsDtype()).str());
         !why.empty())
       return emitError() << "optimizer 'ns_coefficients': " << why;
   }
