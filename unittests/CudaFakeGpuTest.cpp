@@ -146,16 +146,18 @@ double referenceEntry(const std::vector<float> &a, const std::vector<float> &b,
 
 /// Strided batched products with every transpose combination, leading
 /// dimensions above the minimum and padded batch strides, against double
-/// arithmetic: f32 within a few roundings of the k-term sum; bf16 results
-/// (bf16 operands) within one bf16 rounding of the exact value.
+/// arithmetic: f32 within a few roundings of the k-term sum; bf16 and f16
+/// results (operands of their type) within one rounding of the exact value
+/// (2^-8 and 2^-11 relative), and every f16 result an f16 value.
 TEST_F(FakeGpuTest, ProductsFollowOpFlagsAndLeadingDimensions) {
   std::mt19937 rng(7);
   const int m = 13, n = 9, k = 21, batch = 3;
-  for (bool bf16 : {false, true})
+  for (DType precision : {DType::F32, DType::BF16, DType::F16})
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
-        SCOPED_TRACE(std::string(bf16 ? "bf16" : "f32") + (ta ? " T" : " N") +
+        SCOPED_TRACE(std::string(dtypeName(precision)) + (ta ? " T" : " N") +
                      (tb ? "T" : "N"));
+        const bool half = precision != DType::F32;
         const int lda = (ta ? k : m) + 3, ldb = (tb ? n : k) + 2, ldc = m + 1;
         const int64_t strideA = lda * (ta ? m : k) + 8;
         const int64_t strideB = ldb * (tb ? k : n) + 8;
@@ -163,42 +165,49 @@ TEST_F(FakeGpuTest, ProductsFollowOpFlagsAndLeadingDimensions) {
         std::vector<float> a = randomFloats(strideA * batch, rng);
         std::vector<float> b = randomFloats(strideB * batch, rng);
         std::vector<float> c = randomFloats(strideC * batch, rng);
-        if (bf16)
-          for (std::vector<float> *v : {&a, &b, &c})
-            for (float &x : *v)
-              x = roundToBf16(x);
+        for (std::vector<float> *v : {&a, &b, &c})
+          for (float &x : *v)
+            x = roundTo(precision, x);
         const float alpha = 0.75f, beta = -0.5f;
         std::vector<uint16_t> a16, b16, c16;
         void *da, *db, *dc;
-        if (bf16) {
-          for (float x : a)
-            a16.push_back(toBf16Bits(x));
-          for (float x : b)
-            b16.push_back(toBf16Bits(x));
-          for (float x : c)
-            c16.push_back(toBf16Bits(x));
+        if (half) {
+          auto bits = [&](const std::vector<float> &v) {
+            std::vector<uint16_t> out;
+            for (float x : v)
+              out.push_back(precision == DType::BF16 ? toBf16Bits(x)
+                                                     : toF16Bits(x));
+            return out;
+          };
+          a16 = bits(a), b16 = bits(b), c16 = bits(c);
           da = device(a16), db = device(b16), dc = device(c16);
         } else {
           da = device(a), db = device(b), dc = device(c);
         }
-        const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+        const cudaDataType type = precision == DType::BF16  ? CUDA_R_16BF
+                                  : precision == DType::F16 ? CUDA_R_16F
+                                                            : CUDA_R_32F;
         ASSERT_EQ(cublasGemmStridedBatchedEx(
                       blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                       tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, da,
                       type, lda, strideA, db, type, ldb, strideB, &beta, dc,
                       type, ldc, strideC, batch,
-                      bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC,
+                      half ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC,
                       CUBLAS_GEMM_DEFAULT),
                   CUBLAS_STATUS_SUCCESS);
         std::vector<float> got(c.size());
-        if (bf16) {
+        if (half) {
           std::vector<uint16_t> bits =
               download(static_cast<uint16_t *>(dc), c.size());
           for (size_t i = 0; i < bits.size(); ++i)
-            got[i] = fromBf16Bits(bits[i]);
+            got[i] = precision == DType::BF16 ? fromBf16Bits(bits[i])
+                                              : fromF16Bits(bits[i]);
         } else {
           got = download(static_cast<float *>(dc), c.size());
         }
+        const double rounding = precision == DType::BF16  ? 1.0 / 256
+                                : precision == DType::F16 ? 1.0 / 2048
+                                                          : 0.0;
         for (int p = 0; p < batch; ++p)
           for (int j = 0; j < n; ++j)
             for (int i = 0; i < ldc; ++i) {
@@ -212,9 +221,11 @@ TEST_F(FakeGpuTest, ProductsFollowOpFlagsAndLeadingDimensions) {
               const double want =
                   alpha * referenceEntry(ap, bp, ta, tb, lda, ldb, i, j, k) +
                   beta * static_cast<double>(c[at]);
-              const double slack = bf16 ? std::fabs(want) / 256 + 1e-6 : 1e-5;
+              const double slack =
+                  half ? std::fabs(want) * rounding + 1e-6 : 1e-5;
               EXPECT_NEAR(got[at], want, slack) << "C(" << i << ", " << j
                                                 << ") of matrix " << p;
+              EXPECT_EQ(got[at], roundTo(precision, got[at]));
             }
         // Padding between the batch's matrices: untouched.
         for (int p = 0; p + 1 < batch; ++p)
@@ -277,21 +288,22 @@ TEST_F(FakeGpuTest, RefusesWhatCublasRefuses) {
                  CUDA_R_32F, f32),
             CUBLAS_STATUS_INVALID_VALUE);
   expectMisuse("transpose");
-  EXPECT_EQ(gemm(blas, N, N, 8, 8, 8, 8, 8, 8, CUDA_R_16F, CUBLAS_COMPUTE_32F),
+  EXPECT_EQ(gemm(blas, N, N, 8, 8, 8, 8, 8, 8, CUDA_R_64F, CUBLAS_COMPUTE_32F),
             CUBLAS_STATUS_NOT_SUPPORTED);
   expectMisuse("types");
   EXPECT_EQ(gemm(blas, N, N, 8, 8, 8, 8, 8, 8, CUDA_R_32F, CUBLAS_COMPUTE_16F),
             CUBLAS_STATUS_NOT_SUPPORTED);
   expectMisuse("types");
 
-  // bf16 results need the backend's math mode.
+  // bf16 and f16 results need the backend's math mode.
   cublasHandle_t plain = nullptr;
   ASSERT_EQ(cublasCreate(&plain), CUBLAS_STATUS_SUCCESS);
   ASSERT_EQ(cublasSetStream(plain, stream), CUBLAS_STATUS_SUCCESS);
-  EXPECT_EQ(gemm(plain, N, N, 8, 8, 8, 8, 8, 8, CUDA_R_16BF,
-                 CUBLAS_COMPUTE_32F),
-            CUBLAS_STATUS_INVALID_VALUE);
-  expectMisuse("reduced-precision");
+  for (cudaDataType half : {CUDA_R_16BF, CUDA_R_16F}) {
+    EXPECT_EQ(gemm(plain, N, N, 8, 8, 8, 8, 8, 8, half, CUBLAS_COMPUTE_32F),
+              CUBLAS_STATUS_INVALID_VALUE);
+    expectMisuse("reduced-precision");
+  }
   ASSERT_EQ(cublasDestroy(plain), CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(gemm(plain, N, N, 8, 8, 8, 8, 8, 8, CUDA_R_32F, f32),
             CUBLAS_STATUS_NOT_INITIALIZED);

@@ -26,6 +26,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -51,7 +52,7 @@ const Coefficients kLargeA = {{8.2872, -23.5959, 17.3004},
 class Emulation {
 public:
   Emulation(int64_t rows, int64_t cols, DType precision)
-      : rows(rows), cols(cols), m(std::min(rows, cols)),
+      : rows(rows), cols(cols), m(std::min(rows, cols)), precision(precision),
         bf16(precision == DType::BF16), tall(rows > cols) {}
 
   /// Newton-Schulz on one matrix, as CudaDevice runs it in `gram` form.
@@ -65,10 +66,10 @@ public:
       return x;
     }
     size_t at = 0;
-    for (int64_t length :
-         gramPhases(bf16 ? DType::BF16 : DType::F32, steps)) {
-      x = length == 1 && bf16 ? standardStep(x, abc[at])
-                              : gramPhase(x, &abc[at], length);
+    for (int64_t length : gramPhases(precision, steps)) {
+      x = length == 1 && roundsToHalf(precision)
+              ? standardStep(x, abc[at])
+              : gramPhase(x, &abc[at], length);
       at += static_cast<size_t>(length);
     }
     return x;
@@ -77,14 +78,15 @@ public:
 private:
   using Square = std::vector<float>; // (i, j) at i + j * m
 
-  float round(float v) const { return bf16 ? roundToBf16(v) : v; }
+  float round(float v) const { return roundTo(precision, v); }
   float x(const std::vector<float> &X, int64_t r, int64_t c) const {
     return X[r * cols + c];
   }
 
   /// The norm as the sum-of-squares kernels reduce it: parts of the
   /// matrix, 256 strided partial sums per part, a halving tree, the parts
-  /// added in order.
+  /// added in order. bf16 rounds the input and the norm first; f16 rounds
+  /// only the quotient.
   void normalize(std::vector<float> &X, float eps) const {
     const int64_t n = rows * cols;
     const int parts = cuda::kernels::sumSquaresParts(n);
@@ -220,6 +222,7 @@ private:
   }
 
   int64_t rows, cols, m;
+  DType precision;
   bool bf16, tall;
 };
 
@@ -355,7 +358,7 @@ const PathCase kPaths[] = {
 };
 
 /// Bit for bit against the emulation, in both forms, every product path,
-/// f32 and bf16, each matrix of a batch.
+/// f32, bf16 and f16, each matrix of a batch.
 TEST_F(CudaNewtonSchulzTest, BothFormsMatchTheFakesArithmeticBitForBit) {
   std::mt19937 rng(38);
   for (const PathCase &p : kPaths) {
@@ -365,7 +368,7 @@ TEST_F(CudaNewtonSchulzTest, BothFormsMatchTheFakesArithmeticBitForBit) {
       std::unique_ptr<Device> gpu = gpuWithForm(form);
       ASSERT_TRUE(gpu);
       for (const Shape &s : kShapes)
-        for (DType precision : {DType::F32, DType::BF16}) {
+        for (DType precision : {DType::F32, DType::BF16, DType::F16}) {
           const std::vector<float> x = gaussian(s.count * s.rows * s.cols, rng);
           std::string path;
           const int64_t kernelsBefore =
@@ -437,7 +440,7 @@ TEST_F(CudaNewtonSchulzTest, FormsAreChosenAsOnTheCpu) {
   for (const Case &c : cases) {
     std::unique_ptr<Device> gpu = gpuWithForm(c.form);
     ASSERT_TRUE(gpu);
-    for (DType precision : {DType::F32, DType::BF16}) {
+    for (DType precision : {DType::F32, DType::BF16, DType::F16}) {
       std::string path;
       onGpu(*gpu, wide, 1, 24, 96, *c.abc, precision, &path);
       EXPECT_EQ(path.find("Gram") != std::string::npos, c.wideGram)
@@ -446,7 +449,7 @@ TEST_F(CudaNewtonSchulzTest, FormsAreChosenAsOnTheCpu) {
       onGpu(*gpu, square, 1, 32, 32, *c.abc, precision, &path);
       EXPECT_EQ(path.find("Gram"), std::string::npos) << path;
       // The CPU decides the same for these shapes, in bf16 on oneDNN and
-      // on BLAS alike.
+      // on BLAS alike, and in f16.
       cpu::CpuDeviceOptions cpuOptions;
       cpuOptions.nsForm = c.form;
       EXPECT_EQ(cpu::usesGramNewtonSchulz(cpuOptions, precision, 24, 96,
@@ -472,8 +475,8 @@ TEST_F(CudaNewtonSchulzTest, FormsAreChosenAsOnTheCpu) {
 }
 
 /// The GPU's Gram form against the CPU backend's (its own summation
-/// orders): f32 within 1e-5 and bf16 within 2e-2 relative, the limits of
-/// the standard form's check (muon-cuda-check); the measured distances are
+/// orders): f32 within 1e-5, bf16 within 2e-2 and f16 within 5e-3
+/// relative, the limits of muon-cuda-check; the measured distances are
 /// printed.
 TEST_F(CudaNewtonSchulzTest, GramFormAgreesWithTheCpusGramForm) {
   std::mt19937 rng(11);
@@ -484,7 +487,7 @@ TEST_F(CudaNewtonSchulzTest, GramFormAgreesWithTheCpusGramForm) {
   ASSERT_TRUE(gpu);
   const Shape shapes[] = {{2, 48, 192}, {2, 192, 48}, {1, 64, 256}};
   for (const Shape &s : shapes)
-    for (DType precision : {DType::F32, DType::BF16}) {
+    for (DType precision : {DType::F32, DType::BF16, DType::F16}) {
       if (!cpu::usesGramNewtonSchulz(cpuOptions, precision, s.rows, s.cols,
                                      kJordan))
         continue; // bf16 on a CPU without bf16 products: standard only
@@ -500,8 +503,43 @@ TEST_F(CudaNewtonSchulzTest, GramFormAgreesWithTheCpusGramForm) {
                   dtypeName(precision), static_cast<long long>(s.count),
                   static_cast<long long>(s.rows),
                   static_cast<long long>(s.cols), relative);
-      EXPECT_LT(relative, precision == DType::BF16 ? 2e-2 : 1e-5);
+      EXPECT_LT(relative, precision == DType::BF16   ? 2e-2
+                          : precision == DType::F16 ? 5e-3
+                                                    : 1e-5);
     }
+}
+
+/// f16 on the GPU against its own f32, in both forms: within 1e-2 (the
+/// CPU's bound, GramNewtonSchulzTest's kF16Bound) and below 0.35 of bf16's
+/// distance from f32 on the same input (f16 keeps 3 more bits: products
+/// that rounded as bf16 would fail it). Measured distances are printed.
+TEST_F(CudaNewtonSchulzTest, F16IsCloserToF32ThanBf16) {
+  std::mt19937 rng(16);
+  for (NsForm form : {NsForm::Standard, NsForm::Gram}) {
+    std::unique_ptr<Device> gpu = gpuWithForm(form);
+    ASSERT_TRUE(gpu);
+    for (const Shape &s : {Shape{2, 48, 192}, Shape{2, 192, 48},
+                           Shape{1, 64, 64}}) {
+      const std::vector<float> x = gaussian(s.count * s.rows * s.cols, rng);
+      const std::vector<float> f32 =
+          onGpu(*gpu, x, s.count, s.rows, s.cols, kJordan, DType::F32);
+      const std::vector<float> f16 =
+          onGpu(*gpu, x, s.count, s.rows, s.cols, kJordan, DType::F16);
+      const std::vector<float> bf16 =
+          onGpu(*gpu, x, s.count, s.rows, s.cols, kJordan, DType::BF16);
+      const double f16Distance = relativeDifference(f16, f32);
+      const double bf16Distance = relativeDifference(bf16, f32);
+      std::printf("[ measured ] %s form %lld x %lldx%lld: f16 against f32 "
+                  "%.2e, bf16 against f32 %.2e\n",
+                  nsFormName(form), static_cast<long long>(s.count),
+                  static_cast<long long>(s.rows),
+                  static_cast<long long>(s.cols), f16Distance, bf16Distance);
+      EXPECT_LT(f16Distance, 1e-2);
+      EXPECT_LT(f16Distance, 0.35 * bf16Distance);
+      for (float v : f16)
+        ASSERT_EQ(v, roundToF16(v));
+    }
+  }
 }
 
 /// A batch of same-shape matrices (one NsBatch: the layers' wq, ...) is one

@@ -30,6 +30,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 using namespace muon;
@@ -329,6 +330,96 @@ INSTANTIATE_TEST_SUITE_P(
       return caseName(info) + (info.param.oneDnn ? "_onednn" : "_blas");
     });
 
+/// f16 (on BLAS everywhere: f32 products rounded to f16) in both forms,
+/// against the iteration in double, against f32 Newton-Schulz (what a run
+/// verified with --ns-dtype f16 is compared with), and against bf16's
+/// error on the same input. Bounds: kF16Bound against double and against
+/// f32, the Gram form within kF16JordanRatio (Jordan's) or kF16Ratio of
+/// the standard form's error, and each f16 error below kF16OverBf16 of
+/// bf16's (f16 keeps 3 more bits: an f16 run that rounded as bf16 fails
+/// it). Measured (printed): standard 1.3-1.6e-3 Gaussian, 4.8-5.0e-3
+/// skewed (bf16 1.2-1.35e-2 and 5.1-5.5e-2); the Gram form 0.81-0.95x the
+/// standard form's error with Jordan's, 1.13-1.76x with Polar Express's;
+/// f16 over bf16 0.09-0.22. f16's distance from f32 equals its distance
+/// from double to 3 digits.
+constexpr double kF16Bound = 1e-2, kF16JordanRatio = 1.2, kF16Ratio = 3.0,
+                 kF16OverBf16 = 0.35;
+
+class GramNewtonSchulzF16 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GramNewtonSchulzF16, AgainstDoubleF32AndBf16) {
+  const Case c = GetParam();
+  std::optional<std::vector<NsTriple>> table = nsPreset(c.preset, 5);
+  ASSERT_TRUE(table);
+  std::vector<std::array<double, 3>> abc = *table;
+  abc.resize(5, abc.back());
+  const bool jordan = std::string(c.preset) == "jordan";
+  const std::vector<float> input = testMatrix(c.rows, c.cols, c.skewed, 7);
+  const std::vector<double> reference =
+      referenceNewtonSchulz(input, c.rows, c.cols, abc);
+
+  CpuDeviceOptions autoOptions, gramOptions, standardOptions;
+  autoOptions.nsForm = NsForm::Auto;
+  gramOptions.nsForm = NsForm::Gram;
+  standardOptions.nsForm = NsForm::Standard;
+  ASSERT_EQ(CpuDevice(autoOptions).nsKernel(DType::F16),
+            cpu::CpuNsKernel::Blas);
+  ASSERT_EQ(
+      cpu::usesGramNewtonSchulz(autoOptions, DType::F16, c.rows, c.cols, abc),
+      jordan);
+  ASSERT_TRUE(
+      cpu::usesGramNewtonSchulz(gramOptions, DType::F16, c.rows, c.cols, abc));
+  CpuDevice autoDevice(autoOptions), gramDevice(gramOptions),
+      standardDevice(standardOptions);
+  auto run = [&](CpuDevice &device, DType precision) {
+    std::vector<float> x = input;
+    device.newtonSchulz(x.data(), 1, c.rows, c.cols, abc, 1e-7, precision);
+    EXPECT_TRUE(device.takeError().ok());
+    return x;
+  };
+  const std::vector<float> gram = run(gramDevice, DType::F16),
+                           standard = run(standardDevice, DType::F16),
+                           automatic = run(autoDevice, DType::F16),
+                           f32 = run(standardDevice, DType::F32),
+                           bf16 = run(standardDevice, DType::BF16);
+  for (size_t i = 0; i < gram.size(); ++i) {
+    ASSERT_EQ(gram[i], roundToF16(gram[i])) << i;
+    ASSERT_EQ(standard[i], roundToF16(standard[i])) << i;
+  }
+  EXPECT_NE(gram, standard); // the Gram form ran
+  EXPECT_EQ(automatic, jordan ? gram : standard);
+
+  const double gramError = relativeError(gram, reference);
+  const double standardError = relativeError(standard, reference);
+  const double bf16Error = relativeError(bf16, reference);
+  const std::vector<double> f32Wide(f32.begin(), f32.end());
+  const double gramToF32 = relativeError(gram, f32Wide);
+  const double standardToF32 = relativeError(standard, f32Wide);
+  std::printf("[ measured ] f16 %lldx%lld %s %s: against double standard "
+              "%.2e, Gram %.2e (bf16 standard %.2e); against f32 standard "
+              "%.2e, Gram %.2e\n",
+              static_cast<long long>(c.rows), static_cast<long long>(c.cols),
+              c.preset, c.skewed ? "skewed" : "gaussian", standardError,
+              gramError, bf16Error, standardToF32, gramToF32);
+  EXPECT_LT(gramError, kF16Bound);
+  EXPECT_LT(standardError, kF16Bound);
+  EXPECT_LT(gramToF32, kF16Bound);
+  EXPECT_LT(standardToF32, kF16Bound);
+  EXPECT_LT(gramError,
+            (jordan ? kF16JordanRatio : kF16Ratio) * standardError);
+  EXPECT_LT(standardError, kF16OverBf16 * bf16Error);
+  EXPECT_LT(gramError, kF16OverBf16 * bf16Error);
+  // Deterministic, on this device and on another one.
+  EXPECT_EQ(run(gramDevice, DType::F16), gram);
+  CpuDevice elsewhere(gramOptions);
+  EXPECT_EQ(run(elsewhere, DType::F16), gram);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GramNewtonSchulzF16,
+                         ::testing::ValuesIn(casesOf(
+                             {{160, 480}, {480, 160}, {192, 480}, {128, 384}})),
+                         caseName);
+
 /// Where the bf16 Gram form runs: by default (auto, with coefficients
 /// whose every a is at most 4) and with gram, on wide and tall matrices
 /// from 2:3 on at 5 steps (the run's flops at most 0.92 of the standard
@@ -368,6 +459,17 @@ TEST(GramNewtonSchulzBf16, Choice) {
     EXPECT_FALSE(cpu::usesGramNewtonSchulz(*o, DType::BF16, 768, 3072, polar));
   for (const CpuDeviceOptions *o : {&gram, &blasGram})
     EXPECT_TRUE(cpu::usesGramNewtonSchulz(*o, DType::BF16, 768, 3072, polar));
+  // f16 runs the same phases on BLAS with the same model: the same choice
+  // as bf16 on every shape.
+  for (const CpuDeviceOptions &on : {automatic, gram, standard, blas})
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{768, 3072},
+                              {3072, 768},
+                              {768, 1536},
+                              {1024, 1280},
+                              {2048, 2048}})
+      EXPECT_EQ(usesWithJordan(on, DType::F16, rows, cols, 5),
+                usesWithJordan(on, DType::BF16, rows, cols, 5))
+          << rows << "x" << cols;
 }
 
 /// Where the f32 Gram form runs: 5 steps from 3:5 on (it does at most 0.8

@@ -6,7 +6,7 @@
 // columns, where the CPU has AVX512_BF16 or AMX). This checks both against
 // the plain dense algorithm written here with three sgemm products per
 // iteration, as the CPU backend ran it before, for square, wide and tall
-// shapes, f32 and bf16, and both coefficient presets; the oneDNN kernel
+// shapes, f32, bf16 and f16 (kF16Bound), and both coefficient presets; the oneDNN kernel
 // with block columns narrower than the matrices (several blocks and a
 // partial last one), bit for bit the same from one call to the next; and
 // the choice between the kernels, which needs no particular CPU.
@@ -27,6 +27,8 @@
 // 2%).
 //
 //===----------------------------------------------------------------------===//
+#include "RoundHalf.h"
+
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Support/NsCoefficients.h"
 
@@ -34,7 +36,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 using namespace muon;
@@ -60,18 +64,19 @@ std::vector<float> randomMatrix(int64_t rows, int64_t cols, unsigned seed) {
   return x;
 }
 
-void roundAll(std::vector<float> &x, bool bf16) {
-  if (bf16)
-    for (float &v : x)
-      v = roundToBf16(v);
+void roundAll(std::vector<float> &x, DType precision) {
+  for (float &v : x)
+    v = roundTo(precision, v);
 }
 
 /// The dense algorithm of Device::newtonSchulz's contract, one plain sgemm
 /// per product: A = X X^T, B = c A A + b A, X = a X + B X (on the
-/// transpose for a tall matrix), rounding every product to bf16 when asked.
+/// transpose for a tall matrix), rounding every product to `precision`
+/// (bf16: the input and the norm too; f16: the normalized input).
 void denseNewtonSchulz(std::vector<float> &x, int64_t rows, int64_t cols,
                        const std::vector<std::array<double, 3>> &abc,
-                       double eps, bool bf16) {
+                       double eps, DType precision) {
+  const bool bf16 = precision == DType::BF16;
   const bool tall = rows > cols;
   const int m = static_cast<int>(tall ? cols : rows);
   const int n = static_cast<int>(tall ? rows : cols);
@@ -80,7 +85,8 @@ void denseNewtonSchulz(std::vector<float> &x, int64_t rows, int64_t cols,
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       (tall ? w[c * rows + r] : w[r * cols + c]) = x[r * cols + c];
-  roundAll(w, bf16);
+  if (bf16)
+    roundAll(w, precision);
   double sumSq = 0;
   for (float v : w)
     sumSq += double(v) * v;
@@ -90,22 +96,22 @@ void denseNewtonSchulz(std::vector<float> &x, int64_t rows, int64_t cols,
   norm = std::max(norm, static_cast<float>(eps));
   for (float &v : w)
     v /= norm;
-  roundAll(w, bf16);
+  roundAll(w, precision);
   std::vector<float> A(size_t(m) * m), B(size_t(m) * m), next(w.size());
   for (const std::array<double, 3> &k : abc) {
     const float a = float(k[0]), b = float(k[1]), c = float(k[2]);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, m, n, 1.0f,
                 w.data(), n, w.data(), n, 0.0f, A.data(), m);
-    roundAll(A, bf16);
+    roundAll(A, precision);
     B = A;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, c,
                 A.data(), m, A.data(), m, b, B.data(), m);
-    roundAll(B, bf16);
+    roundAll(B, precision);
     next = w;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, m, 1.0f,
                 B.data(), m, w.data(), n, a, next.data(), n);
     w = next;
-    roundAll(w, bf16);
+    roundAll(w, precision);
   }
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
@@ -123,9 +129,16 @@ double relativeError(const std::vector<float> &x,
   return std::sqrt(diff / norm);
 }
 
+/// f16 against the dense f16 result: f16 rounds to 11 bits where bf16
+/// rounds to 8, so an order difference flips a rounding by a step 8 times
+/// smaller (measured: at most 1.1e-3; against f32 1.5-1.7e-3, 5.5e-3 for
+/// the 1 x 33 row with Polar Express's, where bf16 is 1.1-1.8e-2 and
+/// 1.2e-1).
+constexpr double kF16Bound = 3e-3;
+
 struct Case {
   int64_t rows, cols;
-  bool bf16;
+  DType precision;
   const char *preset;
   bool oneDnn = false; // bf16 on oneDNN (else on BLAS)
   int64_t tile = 64;   // oneDNN's block column width
@@ -147,33 +160,38 @@ TEST_P(SymmetricNewtonSchulz, MatchesDense) {
   options.bf16Tile = c.tile;
   options.nsForm = cpu::NsForm::Standard; // the Gram form: GramNewtonSchulzTest
   CpuDevice device(options);
-  ASSERT_EQ(device.nsKernel(c.bf16 ? DType::BF16 : DType::F32),
+  ASSERT_EQ(device.nsKernel(c.precision),
             c.oneDnn ? CpuNsKernel::OneDnnBf16 : CpuNsKernel::Blas);
   std::vector<float> sym = randomMatrix(c.rows, c.cols, 11), dense = sym;
-  int64_t flops =
-      device.newtonSchulz(sym.data(), 1, c.rows, c.cols, abc, 1e-7,
-                          c.bf16 ? DType::BF16 : DType::F32);
-  denseNewtonSchulz(dense, c.rows, c.cols, abc, 1e-7, c.bf16);
+  int64_t flops = device.newtonSchulz(sym.data(), 1, c.rows, c.cols, abc,
+                                      1e-7, c.precision);
+  denseNewtonSchulz(dense, c.rows, c.cols, abc, 1e-7, c.precision);
   // The count is still the contract's dense one.
   const int64_t m = std::min(c.rows, c.cols), n = std::max(c.rows, c.cols);
   EXPECT_EQ(flops, 5 * (4 * m * m * n + 2 * m * m * m));
   for (size_t i = 0; i < sym.size(); ++i) {
     ASSERT_TRUE(std::isfinite(sym[i])) << i;
-    if (c.bf16) {
-      ASSERT_EQ(sym[i], roundToBf16(sym[i])) << i;
-    }
+    ASSERT_EQ(sym[i], roundTo(c.precision, sym[i])) << i;
   }
   const double relative = relativeError(sym, dense);
-  EXPECT_LT(relative, c.oneDnn ? 2e-2 : c.bf16 ? 1e-2 : 5e-5)
-      << c.rows << "x" << c.cols << " " << c.preset;
-  if (c.bf16) {
-    // Both bf16 results are as close to the f32 one: the symmetric
+  const double bound = c.oneDnn                        ? 2e-2
+                       : c.precision == DType::BF16 ? 1e-2
+                       : c.precision == DType::F16  ? kF16Bound
+                                                    : 5e-5;
+  EXPECT_LT(relative, bound) << c.rows << "x" << c.cols << " " << c.preset;
+  if (c.precision != DType::F32) {
+    // Both half results are as close to the f32 one: the symmetric
     // products lose nothing the dense ones keep.
     std::vector<float> f32 = randomMatrix(c.rows, c.cols, 11);
-    denseNewtonSchulz(f32, c.rows, c.cols, abc, 1e-7, false);
+    denseNewtonSchulz(f32, c.rows, c.cols, abc, 1e-7, DType::F32);
     const double symToF32 = relativeError(sym, f32);
     const double denseToF32 = relativeError(dense, f32);
     EXPECT_LT(symToF32, 1.1 * denseToF32);
+    std::printf("[ measured ] %s %lldx%lld %s: against the dense %s %.2e, "
+                "against f32 %.2e\n",
+                dtypeName(c.precision), static_cast<long long>(c.rows),
+                static_cast<long long>(c.cols), c.preset,
+                dtypeName(c.precision), relative, symToF32);
   }
 }
 
@@ -185,18 +203,18 @@ std::vector<Case> cases() {
                             {72, 200},
                             {200, 72},
                             {1, 33}})
-    for (bool bf16 : {false, true})
+    for (DType precision : {DType::F32, DType::BF16, DType::F16})
       for (const char *preset : {"jordan", "polar_express"}) {
-        all.push_back({rows, cols, bf16, preset});
+        all.push_back({rows, cols, precision, preset});
         // oneDNN with 32-wide block columns: 3 to 7 of them (1 for 1 x 33),
         // the last one partial.
-        if (bf16)
-          all.push_back({rows, cols, bf16, preset, true, 32});
+        if (precision == DType::BF16)
+          all.push_back({rows, cols, precision, preset, true, 32});
       }
   // One block column (the default width covers the matrix), and the
   // default width over several.
-  all.push_back({48, 100, true, "jordan", true, 64});
-  all.push_back({300, 200, true, "jordan", true, 64});
+  all.push_back({48, 100, DType::BF16, "jordan", true, 64});
+  all.push_back({300, 200, DType::BF16, "jordan", true, 64});
   return all;
 }
 
@@ -204,8 +222,8 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, SymmetricNewtonSchulz, ::testing::ValuesIn(cases()),
     [](const ::testing::TestParamInfo<Case> &info) {
       const Case &c = info.param;
-      return std::to_string(c.rows) + "x" + std::to_string(c.cols) +
-             (c.bf16 ? "_bf16_" : "_f32_") + c.preset +
+      return std::to_string(c.rows) + "x" + std::to_string(c.cols) + "_" +
+             dtypeName(c.precision) + "_" + c.preset +
              (c.oneDnn ? "_onednn" + std::to_string(c.tile) : "");
     });
 
@@ -253,6 +271,8 @@ TEST(CpuNsKernel, Choice) {
   EXPECT_EQ(chooseNsKernel(DType::BF16, true, false), CpuNsKernel::Blas);
   EXPECT_EQ(chooseNsKernel(DType::BF16, false, true), CpuNsKernel::Blas);
   EXPECT_EQ(chooseNsKernel(DType::F32, true, true), CpuNsKernel::Blas);
+  // f16 on BLAS everywhere: oneDNN 2.x has no f16 products on the CPU.
+  EXPECT_EQ(chooseNsKernel(DType::F16, true, true), CpuNsKernel::Blas);
   // This process: the device agrees with the choice for what is here.
   const bool here = haveOneDnnBf16();
   CpuDevice device;
@@ -270,6 +290,9 @@ TEST(CpuNsKernel, Choice) {
                            : "f32 products rounded to bf16"),
             std::string::npos)
       << bf16;
+  EXPECT_EQ(cpu::describeNewtonSchulz(DType::F16, cpu::NsForm::Standard),
+            std::string("f32 products rounded to f16 (") + cpu::blasKernels() +
+                "; the CPU backend has no f16 kernel)");
   // f32 takes the Gram form by default too (ns_form auto, Jordan's steps).
   EXPECT_EQ(cpu::describeNewtonSchulz(DType::F32, cpu::NsForm::Standard),
             std::string("f32 products (") + cpu::blasKernels() + ")");
@@ -327,6 +350,41 @@ TEST(OneDnnNewtonSchulz, Gemm) {
         want += fromBf16Bits(a[i * k + l]) * fromBf16Bits(b[l * n + j]);
       EXPECT_EQ(fromBf16Bits(c[i * n + j]), want) << i << "," << j;
     }
+}
+
+/// The CPU's branchless roundings (RoundHalf.h) give DType.h's bits: on
+/// every exponent with the low bits around each rounding point (ties
+/// included), on every tie and its neighbours among f16's subnormals, at
+/// f16's overflow, on infinities and NaNs, and on a stride through all
+/// 2^32 patterns.
+TEST(RoundHalf, SameBitsAsDType) {
+  auto check = [](uint32_t bits) {
+    float v;
+    std::memcpy(&v, &bits, 4);
+    const float f16 = cpu::roundF16(v), wantF16 = roundToF16(v);
+    const float bf16 = cpu::roundBf16(v), wantBf16 = roundToBf16(v);
+    ASSERT_EQ(0, std::memcmp(&f16, &wantF16, 4)) << std::hex << bits;
+    ASSERT_EQ(0, std::memcmp(&bf16, &wantBf16, 4)) << std::hex << bits;
+  };
+  const uint32_t lows[] = {0,      1,      0xFFF,  0x1000, 0x1001, 0x1FFF,
+                           0x2000, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x10000};
+  for (uint32_t high = 0; high < (1u << 16); ++high)
+    for (uint32_t low : lows)
+      check((high << 16) ^ low);
+  for (uint32_t j = 0; j < 1024; ++j) {
+    const float tie = (static_cast<float>(j) + 0.5f) * 5.9604644775390625e-8f;
+    uint32_t bits;
+    std::memcpy(&bits, &tie, 4);
+    for (uint32_t near : {bits - 1, bits, bits + 1})
+      for (uint32_t sign : {0u, 0x80000000u})
+        check(near | sign);
+  }
+  for (uint32_t bits : {0x477FE000u, 0x477FEFFFu, 0x477FF000u, 0x477FF001u,
+                        0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F800001u,
+                        0xFFFFFFFFu, 0x00000001u, 0x80000000u})
+    check(bits);
+  for (uint64_t bits = 0; bits < (uint64_t(1) << 32); bits += 9973)
+    check(static_cast<uint32_t>(bits));
 }
 
 } // namespace

@@ -1,11 +1,91 @@
 # bench/gpu/env.sh: sourced by the scripts of bench/gpu on the lent GPU
 # machine: unpacks the carried Debian packages (OpenMPI, OpenBLAS) and sets
-# the paths the bundle's programs need. Sets src, bundle, out, py, torch_ld.
+# the paths the bundle's programs need. Sets src, bundle, out, root (a
+# scratch directory the caller removes), py, torch_ld, muonc_path and
+# muonc_ld. With BACKEND=cpu (run.sh's dry run on a development machine)
+# there is no bundle: the build's tools (MUON_BIN, default build/bin) and
+# PYTHON (with torch and muonc installed), and an empty bundle directory
+# for the plans the dry run compiles.
 src=$(cd "$(dirname "$0")/../.." && pwd)
-bundle="$src/gpu-bundle"
+bundle=${BUNDLE:-$src/gpu-bundle}
 out=${OUT:-$src/gpu-out}
 mkdir -p "$out"
 root=$(mktemp -d)
+
+# check_bundle DIR [MUON_RUN]: what bundle.sh build leaves in DIR and
+# run.sh reads, one line per problem ("bundle DIR: ..."), nothing when
+# all is there; status 1 on a problem. With MUON_RUN, each plan is also
+# read and validated by it (--dry-run).
+check_bundle() {
+  local dir=$1 muon_run=${2:-} problems=0 f
+  if [ ! -d "$dir" ]; then
+    echo "bundle $dir: no such directory (bash bench/gpu/bundle.sh build)"
+    return 1
+  fi
+  for f in bin/muon-run bin/muon-bench bin/muon-cuda-check; do
+    [ -x "$dir/$f" ] ||
+      { echo "bundle $dir: $f missing or not executable"; problems=1; }
+  done
+  for f in debs.tar.gz plans/llama3-8b-L8.plan.json plans/demo-4.plan.json; do
+    [ -s "$dir/$f" ] ||
+      { echo "bundle $dir: $f missing or empty"; problems=1; }
+  done
+  if [ -s "$dir/debs.tar.gz" ] &&
+    ! tar -tzf "$dir/debs.tar.gz" 2>/dev/null | grep 'bin/mpirun.openmpi$' >/dev/null; then
+    echo "bundle $dir: debs.tar.gz has no usr/bin/mpirun.openmpi"
+    problems=1
+  fi
+  # muonc is optional (the bridge is then not run); when there, it must
+  # hold the package and its extension.
+  if [ -f "$dir/muonc.tar.xz" ] && ! "${py:-python3}" - "$dir/muonc.tar.xz" <<'PY'
+import re, sys, tarfile
+try:
+    names = tarfile.open(sys.argv[1]).getnames()
+except (OSError, tarfile.TarError) as e:
+    sys.exit(f"bundle: muonc.tar.xz: {e}")
+need = ["muonc/__init__.py", r"muonc/_core\.cpython-312-.*\.so"]
+missing = [n for n in need if not any(re.fullmatch(n, x) for x in names)]
+if missing:
+    sys.exit("bundle: muonc.tar.xz lacks " + ", ".join(missing))
+PY
+  then
+    problems=1
+  fi
+  if [ -n "$muon_run" ]; then
+    for f in "$dir"/plans/*.plan.json; do
+      [ -f "$f" ] || continue
+      "$muon_run" "$f" --dry-run --quiet > /dev/null 2>"$root/plan.err" ||
+        { echo "bundle $dir: ${f#$dir/} does not load: $(head -1 "$root/plan.err")"
+          problems=1; }
+    done
+  fi
+  return $problems
+}
+
+if [ "${BACKEND:-cuda}" = cpu ]; then
+  export PATH="${MUON_BIN:-$src/build/bin}:$PATH"
+  py=${PYTHON:-python3}
+  torch_ld=${LD_LIBRARY_PATH:-}
+  muonc_path= muonc_ld=
+  # The bundle a GPU call would carry, checked where there is one (BUNDLE,
+  # default gpu-bundle/); the dry run's own plans go elsewhere.
+  bundle_check="not checked: no $bundle (bash bench/gpu/bundle.sh build)"
+  if [ -e "$bundle" ]; then
+    if problems=$(check_bundle "$bundle" muon-run); then
+      bundle_check="complete: $bundle"
+    else
+      bundle_check="FAIL"$'\n'"$problems"
+    fi
+  fi
+  bundle="$root/bundle"
+  mkdir -p "$bundle/plans"
+  echo "cpu (dry run of bench/gpu/run.sh)" > "$out/gpu.txt"
+  return 0
+fi
+if ! check_bundle "$bundle" >&2; then
+  echo "bench/gpu: the bundle is incomplete: run bash bench/gpu/bundle.sh build and carry gpu-bundle" >&2
+  exit 1
+fi
 # The machine's own library path, for PyTorch (which must not pick up the
 # carried Debian libraries or another cuBLAS ahead of its wheels').
 torch_ld=${LD_LIBRARY_PATH:-}

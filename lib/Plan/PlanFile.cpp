@@ -514,7 +514,7 @@ void PlanReader::readNewtonSchulz(const Value &o, const std::string &p,
   plan.ns.configs.clear();
   // Absent in plans written before ns_dtype existed: the device chooses.
   plan.ns.nsDtype = rd.oneOf(get(o, "ns_dtype"), key(p, "ns_dtype"),
-                             {"auto", "f32", "bf16"})
+                             {"auto", "f32", "bf16", "f16"})
                         .value_or("auto");
   // One configuration flat, or several in "configs" (never both).
   if (!get(o, "configs")) {

@@ -53,6 +53,10 @@ public:
       qkClip();
     return err;
   }
+  Status newtonSchulzSettings() {
+    newtonSchulz();
+    return err;
+  }
 
 private:
   bool fail(const std::string &path, const std::string &message) {
@@ -245,10 +249,10 @@ bool Checker::newtonSchulz() {
       return fail(key(path, "ns_coefficients"), why.message());
   }
   const std::string &dtype = plan.ns.nsDtype;
-  if (dtype != "auto" && dtype != "f32" && dtype != "bf16")
+  if (dtype != "auto" && dtype != "f32" && dtype != "bf16" && dtype != "f16")
     return fail("newton_schulz.ns_dtype",
                 "unknown value \"" + dtype +
-                    "\"; expected \"auto\", \"f32\" or \"bf16\"");
+                    "\"; expected \"auto\", \"f32\", \"bf16\" or \"f16\"");
   return true;
 }
 
@@ -989,6 +993,10 @@ void Checker::schedule() {
 Status validatePlan(const Plan &plan) { return Checker(plan).run(); }
 
 Status validatePlanHeader(const Plan &plan) { return Checker(plan).header(); }
+
+Status checkNewtonSchulz(const Plan &plan) {
+  return Checker(plan).newtonSchulzSettings();
+}
 
 Status validatePlanSlice(const Plan &plan) {
   if (!plan.isSlice())

@@ -77,13 +77,18 @@ bool readProfile(json::Reader &rd, const Value &o, const std::string &path,
     return false;
   std::string ratesPath = json::key(path, "matmul_flops_per_second");
   const Value *rates = rd.object(get("matmul_flops_per_second"), ratesPath);
-  if (!rates || !rd.knownKeys(*rates, ratesPath, {"f32", "bf16"}))
+  if (!rates || !rd.knownKeys(*rates, ratesPath, {"f32", "bf16", "f16"}))
     return false;
   std::optional<double> f32 = positive(
       rd, json::Reader::get(*rates, "f32"), json::key(ratesPath, "f32"));
   std::optional<double> bf16 = positive(
       rd, json::Reader::get(*rates, "bf16"), json::key(ratesPath, "bf16"));
   if (!f32 || !bf16)
+    return false;
+  std::optional<double> f16 = bf16;
+  if (const Value *x = json::Reader::get(*rates, "f16"))
+    f16 = positive(rd, x, json::key(ratesPath, "f16"));
+  if (!f16)
     return false;
   if (const Value *e = get("matmul_efficiency")) {
     std::string at = json::key(path, "matmul_efficiency");
@@ -96,6 +101,7 @@ bool readProfile(json::Reader &rd, const Value &o, const std::string &path,
   }
   p.f32FlopsPerSecond = *f32 * p.matmulEfficiency;
   p.bf16FlopsPerSecond = *bf16 * p.matmulEfficiency;
+  p.f16FlopsPerSecond = *f16 * p.matmulEfficiency;
   if (const Value *d = get("default_ns_dtype")) {
     std::optional<std::string> s =
         rd.oneOf(d, json::key(path, "default_ns_dtype"), {"f32", "bf16"});

@@ -359,8 +359,7 @@ struct Walker {
 double nsFlopsPerSecond(const Plan &plan, const Profile &profile) {
   std::string dtype =
       plan.ns.nsDtype == "auto" ? profile.defaultNsDtype : plan.ns.nsDtype;
-  return dtype == "bf16" ? profile.bf16FlopsPerSecond
-                         : profile.f32FlopsPerSecond;
+  return profile.flopsPerSecond(dtype);
 }
 
 Result simulate(const Plan &plan, const Profile &profile,

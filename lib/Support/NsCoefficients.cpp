@@ -134,9 +134,11 @@ Status checkNsCoefficients(const std::vector<NsTriple> &table,
              show(bounds[k]) + " (the iteration diverges; at most " +
              show(kNsBound) + ")");
     if (!(worst <= room))
-      return invalidArgument("step " + std::to_string(k) + "'s products can reach " +
-             show(worst) + ", past what " + std::string(dtype) +
-             " holds (" + show(*largest) + ")");
+      return invalidArgument(
+          "step " + std::to_string(k) + "'s products can reach " +
+          show(worst) + ", past " + show(room) + ", a sixteenth of what " +
+          std::string(dtype) + " holds (" + show(*largest) +
+          "; the rest is the margin for rounding and sums)");
     m = bounds[k];
   }
   return okStatus();

@@ -48,7 +48,7 @@ def use_backend(gpu):
         (lambda d: None)
 
 
-def train(gpu, rank, world, dtype):
+def train(gpu, rank, world, dtype, ns_dtype="f32"):
     use_backend(gpu)
     torch.manual_seed(0)
     model = TinyTransformer().to(dtype)
@@ -60,19 +60,21 @@ def train(gpu, rank, world, dtype):
     config = mt.create_dtensor_config(model) if world > 1 else None
     opt = mt.Muon([{"params": muon}, {"params": adamw, "use_muon": False,
                                       "lr": 3e-3}], lr=0.02,
-                  distributed_config=config, ns_dtype="f32")
+                  distributed_config=config, ns_dtype=ns_dtype)
     assert opt.engine.device == ("cuda:0" if gpu else "cpu"), opt.engine.device
+    assert opt.engine.ns_dtype == ns_dtype, opt.engine.ns_dtype
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
     counters = []
     for s in range(STEPS):
         x, y = batch(s, n=4 * world)
         opt.zero_grad(set_to_none=False)  # the gradients stay where they are
-        if dtype == torch.bfloat16:
+        if dtype == torch.bfloat16 or ns_dtype != "f32":
             # Gradients that do not depend on the parameters (the same on
             # every rank): in bf16 a last-bit difference of a weight (f32
             # Newton-Schulz summed in another order, then rounded) would
             # change the next gradients by far more than the backends
-            # differ.
+            # differ; so would an f16 rounding flipped by the order of a
+            # product's sum.
             g = torch.Generator().manual_seed(100 + s)
             for p in model.parameters():
                 p.grad.copy_(0.01 * torch.randn(p.shape, generator=g))
@@ -109,9 +111,13 @@ def main():
             dist.init_process_group("gloo", rank=rank, world_size=world)
     report = {}
     try:
-        for name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
-            want, want_state, owners, _ = train(False, rank, world, dtype)
-            got, got_state, gpu_owners, run = train(True, rank, world, dtype)
+        for name, dtype, ns_dtype in (("f32", torch.float32, "f32"),
+                                      ("bf16", torch.bfloat16, "f32"),
+                                      ("f16_ns", torch.float32, "f16")):
+            want, want_state, owners, _ = train(False, rank, world, dtype,
+                                                ns_dtype)
+            got, got_state, gpu_owners, run = train(True, rank, world, dtype,
+                                                    ns_dtype)
             report[name] = {
                 "params": max(rel(a, b) for a, b in zip(got, want)),
                 "state": max(rel(a[k], b[k]) for a, b in

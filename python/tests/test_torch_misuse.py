@@ -217,6 +217,25 @@ def test_newton_schulz_coefficients_that_could_overflow_are_refused(
     assert torch.equal(before, w) and torch.isfinite(w).all()
 
 
+def test_coefficients_past_f16s_range_are_refused_for_f16():
+    # One step of (3000, -6000, 3000) keeps singular values below 858 but
+    # its products reach 9e3, past a sixteenth of f16's 65504: refused for
+    # ns_dtype="f16" (at construction, and at the step when set later),
+    # run in f32.
+    w = torch.nn.Parameter(torch.randn(8, 4))
+    wide = (3000.0, -6000.0, 3000.0)
+    with pytest.raises(ValueError, match="a sixteenth of what f16 holds"):
+        Muon([w], ns_coefficients=wide, ns_steps=1, ns_dtype="f16")
+    Muon([w], ns_coefficients=wide, ns_steps=1, ns_dtype="f32")
+    opt = Muon([w], ns_steps=1, ns_dtype="f16")
+    opt.param_groups[0]["ns_coefficients"] = wide
+    w.grad = torch.randn(8, 4)
+    before = w.detach().clone()
+    with pytest.raises(ValueError, match="a sixteenth of what f16 holds"):
+        opt.step()
+    assert torch.equal(before, w)
+
+
 def test_bounded_published_coefficients_pass():
     # Jordan's, Polar Express's first step, and a table that grows then
     # shrinks stay within the bound.

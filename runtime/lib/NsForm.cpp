@@ -37,7 +37,7 @@ std::vector<int64_t> gramPhases(DType precision, int64_t steps) {
   std::vector<int64_t> phases;
   for (int64_t start = 0; start < steps;) {
     const int64_t length =
-        precision == DType::BF16 ? 2 : (start == 0 ? 2 : 3);
+        roundsToHalf(precision) ? 2 : (start == 0 ? 2 : 3);
     phases.push_back(std::min(length, steps - start));
     start += phases.back();
   }
@@ -59,7 +59,7 @@ bool gramPays(DType precision, int64_t m, int64_t n, int64_t steps,
   for (int64_t length : gramPhases(precision, steps))
     gram += half * (2.0 * n + 2.0 * m * (length + 3.0 * (length - 1))) +
             2.0 * n;
-  const double margin = precision == DType::BF16 ? 0.92 : 0.8;
+  const double margin = roundsToHalf(precision) ? 0.92 : 0.8;
   return gram <= margin * static_cast<double>(steps) * standardStep;
 }
 

@@ -47,6 +47,16 @@ public:
   std::string note() const override {
     return runtime::cpu::blasKernelAdvice();
   }
+  std::string
+  lastNsForm(int64_t rows, int64_t cols, runtime::DType dtype,
+             const std::vector<std::array<double, 3>> &abc) const override {
+    // The device's options are the defaults (the form from
+    // MUON_CPU_NS_FORM), and its choice is a function of them.
+    return runtime::cpu::usesGramNewtonSchulz(
+               runtime::cpu::CpuDeviceOptions(), dtype, rows, cols, abc)
+               ? "gram"
+               : "standard";
+  }
   std::string productRates() const override {
     const runtime::cpu::NsPrecisionFacts &facts =
         runtime::cpu::processNsPrecisionFacts();
@@ -123,6 +133,14 @@ public:
   nsProducts(runtime::DType dtype,
              const std::vector<std::array<double, 3>> &abc) const override {
     return runtime::cuda::describeNewtonSchulz(*gpu, dtype, abc);
+  }
+  std::string lastNsForm(int64_t, int64_t, runtime::DType,
+                         const std::vector<std::array<double, 3>> &)
+      const override {
+    return runtime::cuda::lastNewtonSchulzPath(*gpu).find("Gram form") !=
+                   std::string::npos
+               ? "gram"
+               : "standard";
   }
   double gemmSeconds(int64_t m, int64_t n, int64_t k, runtime::DType dtype,
                      int repeats) override {

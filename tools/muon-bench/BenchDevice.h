@@ -30,6 +30,11 @@ public:
              const std::vector<std::array<double, 3>> &abc = {}) const {
     return {};
   }
+  /// The form the last newtonSchulz call on a rows x cols matrix in `dtype`
+  /// with the steps `abc` took: "gram" or "standard".
+  virtual std::string
+  lastNsForm(int64_t rows, int64_t cols, runtime::DType dtype,
+             const std::vector<std::array<double, 3>> &abc) const = 0;
   /// What would make this device faster here, as a sentence ("" when
   /// nothing): on the CPU, OpenBLAS's generic kernels on a CPU it does
   /// not know (runtime::cpu::blasKernelAdvice).
@@ -38,11 +43,12 @@ public:
   /// MUON_CPU_PRODUCT_RATES writes them ("" where the choice needed none:
   /// a CPU without bf16 products, a GPU).
   virtual std::string productRates() const { return {}; }
-  /// Median seconds of one (m x k) x (k x n) product in `dtype` (f32 or
-  /// bf16 operands, f32 accumulation; no TF32), after a warm-up, on
+  /// Median seconds of one (m x k) x (k x n) product in `dtype` (f32, bf16
+  /// or f16 operands, f32 accumulation; no TF32), after a warm-up, on
   /// random data. On the CPU, bf16 is the bf16 products Newton-Schulz
   /// uses (oneDNN) where the CPU has them, else sgemm (what bf16
-  /// Newton-Schulz then runs).
+  /// Newton-Schulz then runs), and f16 is sgemm (what f16 Newton-Schulz
+  /// runs there).
   virtual double gemmSeconds(int64_t m, int64_t n, int64_t k,
                              runtime::DType dtype, int repeats) = 0;
 };

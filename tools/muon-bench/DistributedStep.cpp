@@ -303,8 +303,9 @@ int runDistributedStep(const DistributedStepOptions &o, BenchDevice &bench) {
       *std::max_element(bf16Rates.begin(), bf16Rates.end());
   const double f32Floor = f32Rate > 0 ? oursBusiest / f32Rate : 0;
   const double bf16Floor = bf16Rate > 0 ? oursBusiest / bf16Rate : 0;
-  // The run's own: the element type its Newton-Schulz ran in; and the
-  // faster of the two, what the best choice on this CPU allows.
+  // The run's own: the element type its Newton-Schulz ran in (f16 runs
+  // f32 BLAS products on the CPU: f32's); and the faster of the two, what
+  // the best choice on this CPU allows.
   const bool bf16 = nsDtype == "bf16";
   const double rate = bf16 ? bf16Rate : f32Rate;
   const double floor = bf16 ? bf16Floor : f32Floor;

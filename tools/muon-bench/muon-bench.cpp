@@ -1,13 +1,15 @@
 //===- muon-bench.cpp - Measure Newton-Schulz and optimizer steps ---------===//
 //
 //   muon-bench ns --shapes 1024x1024,1024x4096 [--backend cpu|cuda]
-//                 [--ns-dtype f32|bf16|auto] [--batch B] [--repeats R] [--json]
+//                 [--ns-dtype f32|bf16|f16|auto] [--floor-dtype f32|bf16|f16]
+//                 [--batch B] [--repeats R] [--json]
 //                 [--ns-coefficients jordan|polar_express] [--clock wall|cpu]
 //     Newton-Schulz seconds per shape (median after a warm-up) against the
 //     dense floor: the contract's flop count, ns_steps * (4 m^2 n + 2 m^3)
 //     per matrix, at the rate of a plain matrix product of the same size
 //     in the same element type (bf16: the CPU's bf16 products where it has
-//     them) measured in the same run.
+//     them), or in --floor-dtype's (f16 Newton-Schulz against the bf16
+//     floor), measured in the same run.
 //   muon-bench step PLAN [--backend cpu|cuda] [--steps N] [--json]
 //                   [--clock wall|cpu]
 //     Optimizer steps of a one-rank plan on synthetic gradients: step time
@@ -18,12 +20,12 @@
 //     (CheckpointIo.cpp): best and median seconds, the page cache dropped
 //     before each cold load.
 //   muon-bench step SPEC --ranks N [--steps N] [--repeats R] [--json]
-//                   [--ns-dtype auto|f32|bf16] [--wire-dtype f32|bf16]
+//                   [--ns-dtype auto|f32|bf16|f16] [--wire-dtype f32|bf16]
 //     The compiled plan on N MPI ranks (through muon-run) against the floor
 //     of the precision it ran, the faster floor here and the seeds' draft
 //     design, interleaved in one sitting (DistributedStep.cpp).
 //   muon-bench orthogonalize --rows R --cols C --input F --output G
-//                            [--ns-dtype f32|bf16]
+//                            [--ns-dtype f32|bf16|f16]
 //     Newton-Schulz on one matrix (raw f32 in and out), for numerics
 //     comparisons (bench/ns-numerics.py).
 //
@@ -38,6 +40,7 @@
 
 #include "muon/Plan/PlanBinary.h"
 #include "muon/Plan/PlanFile.h"
+#include "muon/Plan/Validate.h"
 #include "muon/Runtime/Backends.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Optimizer.h"
@@ -46,6 +49,7 @@
 #include "muon/Support/Escape.h"
 #include "muon/Support/Format.h"
 #include "muon/Support/InputFile.h"
+#include "muon/Support/Json.h"
 #include "muon/Support/JsonWriter.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/NsCoefficients.h"
@@ -62,6 +66,7 @@
 using namespace muon;
 using namespace muon::bench;
 using runtime::DType;
+using runtime::parseDType;
 
 namespace {
 
@@ -104,15 +109,18 @@ std::optional<int> chooseClock(const std::string &clock,
 
 int runNs(int argc, char **argv) {
   std::string backend = "cpu", nsDtype = "f32", preset = "jordan",
-              clock = "wall",
+              clock = "wall", floorDtype,
               shapesText = "1024x1024,2048x2048,1024x4096,4096x1024";
   int64_t batch = 1, nsSteps = 5, repeats = 5, threads = 1;
   bool json = false;
   cli::Parser p("muon-bench ns", "Newton-Schulz against its dense floor");
   p.option("backend", backend, "cpu|cuda", "Device to measure (default cpu)");
-  p.option("ns-dtype", nsDtype, "f32|bf16|auto",
+  p.option("ns-dtype", nsDtype, "f32|bf16|f16|auto",
            "Element type Newton-Schulz runs in (default f32; auto: what "
            "ns_dtype auto is on this device, and why)");
+  p.option("floor-dtype", floorDtype, "f32|bf16|f16",
+           "Element type of the plain product the floor is timed in "
+           "(default: Newton-Schulz's)");
   p.option("shapes", shapesText, "RxC,...",
            "Matrix shapes (default 1024x1024,2048x2048,1024x4096,4096x1024)");
   p.option("batch", batch, "n", "Same-shape matrices per call (default 1)");
@@ -132,9 +140,12 @@ int runNs(int argc, char **argv) {
   if (!parseShapes(shapesText, shapes))
     return fail("bad --shapes '" + shapesText +
                 "': expected ROWSxCOLS,... with sizes in [1, 65536]");
-  if (nsDtype != "f32" && nsDtype != "bf16" && nsDtype != "auto")
+  if (nsDtype != "auto" && !parseDType(nsDtype))
     return fail("unknown --ns-dtype '" + nsDtype +
-                "'; expected f32, bf16 or auto");
+                "'; expected f32, bf16, f16 or auto");
+  if (!floorDtype.empty() && !parseDType(floorDtype))
+    return fail("unknown --floor-dtype '" + floorDtype +
+                "'; expected f32, bf16 or f16");
   if (batch < 1 || batch > 4096 || nsSteps < 1 || nsSteps > 99 ||
       repeats < 1 || repeats > 1000 || threads < 1 || threads > 1024)
     return fail("--batch in [1, 4096], --ns-steps in [1, 99], --repeats in "
@@ -147,10 +158,10 @@ int runNs(int argc, char **argv) {
   std::unique_ptr<BenchDevice> bench = std::move(opened).value();
   runtime::Device &device = bench->device();
   const bool autoNs = nsDtype == "auto";
-  const DType dtype = autoNs               ? device.defaultNsDtype()
-                      : nsDtype == "bf16" ? DType::BF16
-                                          : DType::F32;
+  const DType dtype =
+      autoNs ? device.defaultNsDtype() : *parseDType(nsDtype);
   nsDtype = runtime::dtypeName(dtype);
+  const DType floorType = floorDtype.empty() ? dtype : *parseDType(floorDtype);
   const std::string reason =
       autoNs ? device.defaultNsDtypeReason() : nsDtype + ": as asked";
   std::optional<std::vector<NsTriple>> table = nsPreset(preset, nsSteps);
@@ -160,15 +171,20 @@ int runNs(int argc, char **argv) {
   // One triple per iteration, as the plan file holds it.
   std::vector<std::array<double, 3>> abc = *table;
   abc.resize(static_cast<size_t>(nsSteps), abc.back());
+  if (Status why = checkNsCoefficients(abc, nsSteps, nsDtype); !why.ok())
+    return fail("--ns-coefficients " + preset + " in " + nsDtype + ": " +
+                why.message());
 
   const std::string products = bench->nsProducts(dtype, abc);
   // Only where they decided what runs (asking times the products).
   const std::string rates = autoNs ? bench->productRates() : "";
   if (!json)
-    std::printf("Newton-Schulz on %s, %s, %lld step(s), batch %lld%s%s%s%s\n"
+    std::printf("Newton-Schulz on %s, %s, %lld step(s), batch %lld, floor "
+                "in %s%s%s%s%s\n"
                 "%-11s %10s %10s %10s %10s %8s %8s\n",
                 bench->describe().c_str(), nsDtype.c_str(),
                 static_cast<long long>(nsSteps), static_cast<long long>(batch),
+                runtime::dtypeName(floorType),
                 products.empty() ? "" : "\n  products: ", products.c_str(),
                 autoNs ? "\n  ns_dtype auto chose " : "",
                 autoNs ? reason.c_str() : "", "shape", "NS ms", "TFLOP/s",
@@ -198,7 +214,7 @@ int runNs(int argc, char **argv) {
     for (int64_t r = 0; r <= repeats; ++r) {
       const double gemm = bench->gemmSeconds(
           static_cast<int64_t>(m), static_cast<int64_t>(n),
-          static_cast<int64_t>(m), dtype, 1);
+          static_cast<int64_t>(m), floorType, 1);
       // Fresh random input every run (never zeros: they run faster).
       for (float &v : host)
         v = u(rng);
@@ -229,20 +245,24 @@ int runNs(int argc, char **argv) {
     const double ratioBest = floorBest > 0 ? nsBest / floorBest : 0;
     std::string shape = format("%lldx%lld", static_cast<long long>(s.rows),
                                static_cast<long long>(s.cols));
+    const std::string form = bench->lastNsForm(s.rows, s.cols, dtype, abc);
     if (json)
       std::printf("{\"shape\": \"%s\", \"backend\": \"%s\", \"ns_dtype\": "
-                  "\"%s\", \"ns_coefficients\": \"%s\", \"batch\": %lld, "
+                  "\"%s\", \"ns_form\": \"%s\", "
+                  "\"ns_coefficients\": \"%s\", \"batch\": %lld, "
                   "\"ns_steps\": %lld, "
                   "\"ns_seconds\": %.6e, \"ns_seconds_min\": %.6e, "
-                  "\"dense_flops\": %.6e, \"gemm_flops_per_second\": %.6e, "
+                  "\"dense_flops\": %.6e, \"floor_dtype\": \"%s\", "
+                  "\"gemm_flops_per_second\": %.6e, "
                   "\"floor_seconds\": %.6e, \"floor_seconds_min\": %.6e, "
                   "\"ratio\": %.4f, \"ratio_best\": %.4f, \"products\": "
                   "\"%s\", \"ns_dtype_reason\": %s, \"product_rates\": "
                   "\"%s\"}\n",
                   shape.c_str(), backend.c_str(), nsDtype.c_str(),
-                  preset.c_str(), static_cast<long long>(batch),
+                  form.c_str(), preset.c_str(), static_cast<long long>(batch),
                   static_cast<long long>(nsSteps), ns, nsBest, flops,
-                  gemmRate, floor, floorBest, ratio, ratioBest, products.c_str(),
+                  runtime::dtypeName(floorType), gemmRate, floor, floorBest,
+                  ratio, ratioBest, products.c_str(),
                   ::muon::json::quote(reason).c_str(), rates.c_str());
     else
       std::printf("%-11s %10.3f %10.3f %10.3f %10.3f %8.3f %8.3f\n",
@@ -273,7 +293,7 @@ int runStep(int argc, char **argv) {
   p.option("mpi-progress", mpiProgress, "auto|thread|calls",
            "With --ranks: forwarded to muon-run");
   p.option("backend", backend, "cpu|cuda", "Device to measure (default cpu)");
-  p.option("ns-dtype", nsDtype, "auto|f32|bf16",
+  p.option("ns-dtype", nsDtype, "auto|f32|bf16|f16",
            "Override the plan's Newton-Schulz element type (with --ranks: "
            "forwarded to muon-run)");
   std::string wireDtype;
@@ -305,10 +325,9 @@ int runStep(int argc, char **argv) {
       mpiProgress != "thread" && mpiProgress != "calls")
     return fail("unknown --mpi-progress '" + mpiProgress +
                 "'; expected auto, thread or calls");
-  if (!nsDtype.empty() && nsDtype != "auto" && nsDtype != "f32" &&
-      nsDtype != "bf16")
+  if (!nsDtype.empty() && nsDtype != "auto" && !parseDType(nsDtype))
     return fail("unknown --ns-dtype '" + nsDtype +
-                "'; expected auto, f32 or bf16");
+                "'; expected auto, f32, bf16 or f16");
   if (!wireDtype.empty() && wireDtype != "f32" && wireDtype != "bf16")
     return fail("unknown --wire-dtype '" + wireDtype +
                 "'; expected f32 or bf16");
@@ -350,13 +369,18 @@ int runStep(int argc, char **argv) {
   if (!parsed.ok())
     return fail(planPath + ": " + escapeBytes(parsed.status().text()));
   Plan plan = std::move(parsed).value();
+  if (!nsDtype.empty()) {
+    plan.ns.nsDtype = nsDtype;
+    // The coefficients again, for this precision (f16 holds up to 65504).
+    if (muon::Status s = checkNewtonSchulz(plan); !s.ok())
+      return fail(planPath + ": with --ns-dtype " + nsDtype + ": " +
+                  ::muon::json::describe(s));
+  }
   if (plan.worldSize != 1)
     return fail(format("%s is a plan for %lld ranks; muon-bench step runs "
                        "one-rank plans (give a spec and --ranks N for more)",
                        planPath.c_str(),
                        static_cast<long long>(plan.worldSize)));
-  if (!nsDtype.empty())
-    plan.ns.nsDtype = nsDtype;
   StatusOr<std::unique_ptr<BenchDevice>> opened =
       openBenchDevice(backend, static_cast<int>(threads));
   if (!opened.ok())
@@ -413,18 +437,23 @@ int runStep(int argc, char **argv) {
     }
   }
   // Both floors, f32 and bf16 (bf16 products where the device has them);
-  // the step is set against its own Newton-Schulz element type's, and
-  // against the faster of the two: what the device's best choice allows.
+  // the step is set against its own Newton-Schulz element type's (f16's
+  // timed on its own), and against the faster of f32's and bf16's: what
+  // the device's best default allows.
   DType nsType = optimizer->nsDtype();
+  auto rateIn = [&](DType t) {
+    const double gemm = bench->gemmSeconds(bigM, bigN, bigM, t, 3);
+    return gemm > 0 ? 2.0 * bigM * bigM * bigN / gemm : 0.0;
+  };
   double rates[2] = {0, 0}, floors[2] = {0, 0};
   for (DType t : {DType::F32, DType::BF16}) {
     const int i = t == DType::BF16;
-    double gemm = bench->gemmSeconds(bigM, bigN, bigM, t, 3);
-    rates[i] = gemm > 0 ? 2.0 * bigM * bigM * bigN / gemm : 0;
+    rates[i] = rateIn(t);
     floors[i] = rates[i] > 0 ? flops / rates[i] : 0;
   }
-  const double rate = rates[nsType == DType::BF16];
-  const double floor = floors[nsType == DType::BF16];
+  const double rate =
+      nsType == DType::F16 ? rateIn(DType::F16) : rates[nsType == DType::BF16];
+  const double floor = rate > 0 ? flops / rate : 0;
   const int fastest = fasterFloor(floors);
   const DType fastestType = fastest ? DType::BF16 : DType::F32;
   double step = median(times);
@@ -489,7 +518,7 @@ int runOrthogonalize(int argc, char **argv) {
   p.option("rows", rows, "n", "Rows");
   p.option("cols", cols, "n", "Columns");
   p.option("backend", backend, "cpu|cuda", "Device (default cpu)");
-  p.option("ns-dtype", nsDtype, "f32|bf16", "Element type (default f32)");
+  p.option("ns-dtype", nsDtype, "f32|bf16|f16", "Element type (default f32)");
   p.option("ns-steps", nsSteps, "n", "Iterations (default 5)");
   p.option("ns-coefficients", preset, "jordan|polar_express",
            "Coefficient preset (default jordan)");
@@ -500,14 +529,18 @@ int runOrthogonalize(int argc, char **argv) {
       rows > (1 << 16) || cols > (1 << 16) || nsSteps < 1 || nsSteps > 99)
     return fail("--input, --output, --rows and --cols in [1, 65536] are "
                 "needed, --ns-steps in [1, 99]");
-  if (nsDtype != "f32" && nsDtype != "bf16")
-    return fail("unknown --ns-dtype '" + nsDtype + "'; expected f32 or bf16");
+  if (!parseDType(nsDtype))
+    return fail("unknown --ns-dtype '" + nsDtype +
+                "'; expected f32, bf16 or f16");
   std::optional<std::vector<NsTriple>> table = nsPreset(preset, nsSteps);
   if (!table)
     return fail("unknown --ns-coefficients '" + preset + "'; expected " +
                 nsPresetList());
   std::vector<std::array<double, 3>> abc = *table;
   abc.resize(static_cast<size_t>(nsSteps), abc.back());
+  if (Status why = checkNsCoefficients(abc, nsSteps, nsDtype); !why.ok())
+    return fail("--ns-coefficients " + preset + " in " + nsDtype + ": " +
+                why.message());
   const int64_t elements = rows * cols;
   std::vector<float> host(elements);
   std::string error;
@@ -529,7 +562,7 @@ int runOrthogonalize(int argc, char **argv) {
   runtime::DeviceBuffer x(device, elements * 4);
   if (!x.ok())
     return fail("the device has no room for the matrix");
-  const DType dtype = nsDtype == "bf16" ? DType::BF16 : DType::F32;
+  const DType dtype = *parseDType(nsDtype);
   device.copyToDevice(x.data(), host.data(), elements * 4);
   device.newtonSchulz(x.floats(), 1, rows, cols, abc, eps, dtype);
   device.copyToHost(host.data(), x.data(), elements * 4);

@@ -25,10 +25,12 @@
 #include "muon/Plan/Placement.h"
 #include "muon/Plan/PlanFile.h"
 #include "muon/Plan/Report.h"
+#include "muon/Plan/Validate.h"
 #include "muon/Runtime/Cpu/CpuDevice.h"
 #include "muon/Runtime/Cpu/MpiLauncher.h"
 #include "muon/Support/CommandLine.h"
 #include "muon/Support/Format.h"
+#include "muon/Support/Json.h"
 #include "muon/Support/Limits.h"
 #include "muon/Support/OutputFile.h"
 
@@ -115,12 +117,13 @@ void declare(::muon::cli::Parser &p, Flags &f) {
            "Element type the exchanges carry (default: the model's "
            "setting, else in a run on cpu Newton-Schulz's element type, "
            "else f32)");
-  p.option("ns-dtype", f.nsDtype, "auto|f32|bf16",
+  p.option("ns-dtype", f.nsDtype, "auto|f32|bf16|f16",
            "Element type Newton-Schulz runs in (default: the model's "
            "setting, else the backend's: on cpu the faster here, bf16 where "
            "its products (AVX512_BF16, AMX) run at least 1.3x sgemm's rate, "
            "timed at start-up (or MUON_CPU_PRODUCT_RATES), else f32; bf16 "
-           "on cuda)");
+           "on cuda); f16 normalizes in f32, then runs f16 products with "
+           "f32 accumulation (f32 products rounded to f16 on cpu)");
   p.option("ns-form", f.nsForm, "auto|standard|gram",
            "Form of Newton-Schulz on cpu and cuda: auto (default: wide and "
            "tall matrices in the Gram form, the steps on the Gram matrix "
@@ -406,9 +409,7 @@ int main(int argc, char **argv) {
       std::string dtype = parser.given("ns-dtype") && flags.nsDtype != "auto"
                               ? flags.nsDtype
                               : profile.defaultNsDtype;
-      placementMachine.nsFlopsPerSecond = dtype == "bf16"
-                                              ? profile.bf16FlopsPerSecond
-                                              : profile.f32FlopsPerSecond;
+      placementMachine.nsFlopsPerSecond = profile.flopsPerSecond(dtype);
       placementMachine.latencySeconds = profile.intraNode.latencySeconds;
       placementMachine.bytesPerSecond = profile.intraNode.bytesPerSecond;
       placementMachine.interLatencySeconds = profile.interNode.latencySeconds;
@@ -421,9 +422,10 @@ int main(int argc, char **argv) {
     return fail("unknown --wire-dtype '" + flags.wireDtype +
                 "'; expected f32 or bf16");
   if (parser.given("ns-dtype") && flags.nsDtype != "auto" &&
-      flags.nsDtype != "f32" && flags.nsDtype != "bf16")
+      flags.nsDtype != "f32" && flags.nsDtype != "bf16" &&
+      flags.nsDtype != "f16")
     return fail("unknown --ns-dtype '" + flags.nsDtype +
-                "'; expected auto, f32 or bf16");
+                "'; expected auto, f32, bf16 or f16");
   {
     // Given, the flag sets the environment every rank and the reference
     // read (CpuDeviceOptions); else a value already there must be known.
@@ -601,9 +603,14 @@ int main(int argc, char **argv) {
       return 2;
     return ::muon::tool::runWorker(std::move(plan), run, /*planLoaded=*/false);
   }
-  // A run setting, not a compile one: it changes no exchange.
-  if (parser.given("ns-dtype"))
+  // A run setting, not a compile one: it changes no exchange. The
+  // coefficients are checked again for it (f16 holds up to 65504 only).
+  if (parser.given("ns-dtype")) {
     plan.ns.nsDtype = flags.nsDtype;
+    if (::muon::Status s = ::muon::checkNewtonSchulz(plan); !s.ok())
+      return fail(flags.inputFilename + ": with --ns-dtype " + flags.nsDtype +
+                  ": " + ::muon::json::describe(s));
+  }
   for (const ::muon::tool::Fault &f : run.faults)
     if (f.rank >= plan.worldSize)
       return fail(format("--inject names rank %lld but the plan has %lld "

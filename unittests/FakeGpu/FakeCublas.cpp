@@ -3,9 +3,10 @@
 // The cuBLAS calls of the CUDA backend's Newton-Schulz, as reference
 // arithmetic on host memory: column-major C = alpha op(A) op(B) + beta C
 // per product, op(A)(i, l) times op(B)(l, j) summed for l = 0, 1, ... in
-// f32 (bf16 operands are exact in f32, so their products are too), then
-// alpha and beta applied in f32 and the result rounded to C's type once
-// (bf16: round to nearest even). With beta = 0, C is not read, as cuBLAS
+// f32 (bf16 and f16 operands are exact in f32, and so are their pairwise
+// products: 16 and 22 significant bits), then alpha and beta applied in f32
+// and the result rounded to C's type once, to nearest even (bf16; f16, as
+// cuBLAS converts, values from 65520 on becoming infinity). With beta = 0, C is not read, as cuBLAS
 // documents. The summation order is not cuBLAS's (nor OpenBLAS's): results
 // agree with a GPU's to rounding, not bit for bit.
 //
@@ -40,7 +41,9 @@
 
 using namespace muon::fakegpu;
 using muon::runtime::fromBf16Bits;
+using muon::runtime::fromF16Bits;
 using muon::runtime::toBf16Bits;
+using muon::runtime::toF16Bits;
 
 namespace {
 
@@ -60,7 +63,9 @@ struct Types {
   cublasComputeType_t compute;
 };
 
-int width(cudaDataType type) { return type == CUDA_R_16BF ? 2 : 4; }
+int width(cudaDataType type) {
+  return type == CUDA_R_16BF || type == CUDA_R_16F ? 2 : 4;
+}
 
 const char *typeName(cudaDataType type) {
   switch (type) {
@@ -76,8 +81,8 @@ const char *typeName(cudaDataType type) {
 }
 
 /// The combinations cublasGemmEx and its batched forms take that the fake
-/// computes: f32 operands and result, or bf16 operands with a bf16 or f32
-/// result, accumulated in f32.
+/// computes: f32 operands and result, or bf16 (f16) operands with a bf16
+/// (f16) or f32 result, accumulated in f32.
 bool supported(const Types &t) {
   const bool f32Compute = t.compute == CUBLAS_COMPUTE_32F ||
                           t.compute == CUBLAS_COMPUTE_32F_PEDANTIC;
@@ -85,14 +90,19 @@ bool supported(const Types &t) {
     return false;
   if (t.a == CUDA_R_32F && t.b == CUDA_R_32F && t.c == CUDA_R_32F)
     return true;
-  return t.a == CUDA_R_16BF && t.b == CUDA_R_16BF &&
-         (t.c == CUDA_R_16BF || t.c == CUDA_R_32F);
+  const bool half = t.a == CUDA_R_16BF || t.a == CUDA_R_16F;
+  return half && t.b == t.a && (t.c == t.a || t.c == CUDA_R_32F);
+}
+
+bool halfType(cudaDataType type) {
+  return type == CUDA_R_16BF || type == CUDA_R_16F;
 }
 
 /// Whether the configured cuBLAS takes this grouped call. "Documented":
-/// cuBLAS 12.5+'s table for cublasGemmGroupedBatchedEx lists f32 and bf16
-/// operands with CUBLAS_COMPUTE_32F (and TF32 and f64 variants), and not
-/// CUBLAS_COMPUTE_32F_PEDANTIC, which the backend's f32 products ask for.
+/// cuBLAS 12.5+'s table for cublasGemmGroupedBatchedEx lists f32, bf16 and
+/// f16 operands with CUBLAS_COMPUTE_32F and the same result type (and TF32
+/// and f64 variants), and not CUBLAS_COMPUTE_32F_PEDANTIC, which the
+/// backend's f32 products ask for.
 bool groupedTakes(GroupedSupport support, const Types &t) {
   switch (support) {
   case GroupedSupport::All:
@@ -101,21 +111,33 @@ bool groupedTakes(GroupedSupport support, const Types &t) {
     return false;
   case GroupedSupport::Documented:
     return t.compute == CUBLAS_COMPUTE_32F && t.a == t.b && t.b == t.c &&
-           (t.a == CUDA_R_32F || t.a == CUDA_R_16BF);
+           (t.a == CUDA_R_32F || halfType(t.a));
   }
   return false;
 }
 
 float load(const void *p, cudaDataType type, int64_t i) {
-  return type == CUDA_R_16BF ? fromBf16Bits(static_cast<const uint16_t *>(p)[i])
-                             : static_cast<const float *>(p)[i];
+  switch (type) {
+  case CUDA_R_16BF:
+    return fromBf16Bits(static_cast<const uint16_t *>(p)[i]);
+  case CUDA_R_16F:
+    return fromF16Bits(static_cast<const uint16_t *>(p)[i]);
+  default:
+    return static_cast<const float *>(p)[i];
+  }
 }
 
 void store(void *p, cudaDataType type, int64_t i, float value) {
-  if (type == CUDA_R_16BF)
+  switch (type) {
+  case CUDA_R_16BF:
     static_cast<uint16_t *>(p)[i] = toBf16Bits(value);
-  else
+    return;
+  case CUDA_R_16F:
+    static_cast<uint16_t *>(p)[i] = toF16Bits(value);
+    return;
+  default:
     static_cast<float *>(p)[i] = value;
+  }
 }
 
 /// The reference product. op(A) is packed column-major first, so that the
@@ -317,12 +339,13 @@ cublasStatus_t checkCall(State &s, const char *call, cublasContext *handle,
                  call, static_cast<long long>(products));
     return CUBLAS_STATUS_EXECUTION_FAILED;
   }
-  if (t.c == CUDA_R_16BF &&
+  if (halfType(t.c) &&
       !(handle->mathMode & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION))
     return refuse(CUBLAS_STATUS_INVALID_VALUE,
-                  "bf16 results with reduced-precision reductions allowed "
-                  "(the backend's numerics need "
-                  "CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)");
+                  std::string(typeName(t.c)) +
+                      " results with reduced-precision reductions allowed "
+                      "(the backend's numerics need "
+                      "CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)");
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -113,8 +113,9 @@ struct NewtonSchulzConfig {
 struct NewtonSchulzSettings {
   /// At least one; a plan whose groups all agree has exactly one.
   std::vector<NewtonSchulzConfig> configs = {NewtonSchulzConfig()};
-  /// The element type Newton-Schulz runs in: "f32", "bf16", or "auto" (the
-  /// device's default: f32 on the CPU, bf16 on CUDA).
+  /// The element type Newton-Schulz runs in: "f32", "bf16", "f16", or
+  /// "auto" (the device's default: on the CPU f32 or bf16 by its products'
+  /// rates, bf16 on CUDA; never f16).
   std::string nsDtype = "auto";
 };
 

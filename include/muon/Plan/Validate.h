@@ -62,6 +62,13 @@ Status checkQkClipLayer(const QkClipLayer &layer,
                         const std::vector<int64_t> *queryShape,
                         const std::vector<int64_t> *keyShape);
 
+/// The plan's Newton-Schulz settings (each configuration's steps,
+/// coefficients and eps, and the precision: coefficients under which the
+/// iteration could overflow it are refused), as validatePlan checks them:
+/// what a run that sets another ns_dtype (muon-run --ns-dtype f16) checks
+/// again.
+Status checkNewtonSchulz(const Plan &plan);
+
 /// The checks of the parts every rank reads whole (settings, mesh,
 /// parameters): what must hold before anything indexes with them.
 Status validatePlanHeader(const Plan &plan);

@@ -37,8 +37,17 @@ struct Profile {
   Link intraNode; // NVLink, or shared memory on one CPU node
   Link interNode; // InfiniBand
   /// Dense matrix-multiply rate per rank, per Newton-Schulz element type,
-  /// already times `matmulEfficiency`.
-  double f32FlopsPerSecond = 0, bf16FlopsPerSecond = 0;
+  /// already times `matmulEfficiency`. f16's is optional in a profile and
+  /// defaults to bf16's (a GPU's tensor cores run both at one rate; a CPU
+  /// profile gives its f32 rate, since f16 runs on f32 BLAS there).
+  double f32FlopsPerSecond = 0, bf16FlopsPerSecond = 0, f16FlopsPerSecond = 0;
+  /// The rate of Newton-Schulz's products in `nsDtype` ("f32", "bf16",
+  /// "f16"; anything else f32's).
+  double flopsPerSecond(const std::string &nsDtype) const {
+    return nsDtype == "bf16"  ? bf16FlopsPerSecond
+           : nsDtype == "f16" ? f16FlopsPerSecond
+                              : f32FlopsPerSecond;
+  }
   double matmulEfficiency = 1;
   /// What Newton-Schulz runs in when the plan says "auto" (the device's
   /// default: "bf16" on a GPU, "f32" on the CPU).

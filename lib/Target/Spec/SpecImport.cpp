@@ -670,7 +670,8 @@ LogicalResult SpecImporter::importOptimizer(const JsonValue &v,
     std::optional<NsDtype> dtype = symbolizeNsDtype(*s);
     if (!dtype || *dtype == NsDtype::Auto)
       return fail(key(path, "ns_dtype"),
-                  "unknown ns_dtype '" + *s + "'; expected 'f32' or 'bf16'");
+                  "unknown ns_dtype '" + *s +
+                      "'; expected 'f32', 'bf16' or 'f16'");
     state.addAttribute("ns_dtype", NsDtypeAttr::get(ctx, *dtype));
   }
   builder.create(state);

@@ -140,9 +140,9 @@ muon.model @m {
 
 muon.model @m {
   shard.grid @mesh(shape = 2)
-  // expected-error @+2 {{expected ::mlir::muon::NsDtype to be one of: auto, f32, bf16}}
+  // expected-error @+2 {{expected ::mlir::muon::NsDtype to be one of: auto, f32, bf16, f16}}
   // expected-error @+1 {{failed to parse Muon_NsDtypeAttr parameter 'value'}}
-  muon.optimizer {ns_dtype = #muon.ns_dtype<f16>}
+  muon.optimizer {ns_dtype = #muon.ns_dtype<f64>}
 }
 
 // -----

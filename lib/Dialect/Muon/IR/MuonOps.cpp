@@ -869,9 +869,11 @@ LogicalResult OptimizerOp::verify() {
                            << " must be an (a, b, c) triple";
       triples.push_back({triple[0], triple[1], triple[2]});
     }
-    // The precision Newton-Schulz runs in is the distributed config's or
-    // the device's; f32 and bf16 share one range, the only one there is.
-    if (::muon::Status why = ::muon::checkNsCoefficients(triples, steps, "f32"); !why.ok())
+    // The group's precision: f16's range is 65504, f32's and bf16's (and
+    // auto's, which is one of them) 3.4e38.
+    if (::muon::Status why = ::muon::checkNsCoefficients(
+            triples, steps, stringifyNsDtype(getNsDtype()).str());
+        !why.ok())
       return emitError() << "optimizer 'ns_coefficients': " << why.message();
   }
   return success();

@@ -117,19 +117,18 @@ void defineDevices(nb::module_ &m) {
         rt::DType dtype;
         if (nsDtype == "auto")
           dtype = rt::cpu::CpuDevice().defaultNsDtype();
-        else if (std::optional<rt::DType> d = rt::parseDType(nsDtype);
-                 d && (*d == rt::DType::F32 || *d == rt::DType::BF16))
+        else if (std::optional<rt::DType> d = rt::parseDType(nsDtype))
           dtype = *d;
         else
           throw StatusError(muon::StatusCode::InvalidArgument,
                             "ns_dtype '" + nsDtype +
-                                "': expected 'auto', 'f32' or 'bf16'");
+                                "': expected 'auto', 'f32', 'bf16' or 'f16'");
         return rt::cpu::describeNewtonSchulz(dtype, form);
       },
       "ns_dtype"_a, "ns_form"_a = "auto",
-      "What the CPU's Newton-Schulz in ns_dtype ('auto', 'f32', 'bf16') "
-      "runs on with ns_form, as muon-run's summary says it: 'bf16 products, "
-      "f32 accumulation (oneDNN ...); Gram form on wide and tall "
+      "What the CPU's Newton-Schulz in ns_dtype ('auto', 'f32', 'bf16', "
+      "'f16') runs on with ns_form, as muon-run's summary says it: 'bf16 "
+      "products, f32 accumulation (oneDNN ...); Gram form on wide and tall "
       "matrices', 'f32 products (OpenBLAS)', ...");
 
   m.def(

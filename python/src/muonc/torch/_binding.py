@@ -422,7 +422,9 @@ def precisions(options, device):
     device's defaults: f32 on the CPU (in the Gram form where it pays: the
     fastest accurate choice there), bf16 on a GPU (torch.optim.Muon's
     precision, on tensor cores); bf16 exchanges with bf16 Newton-Schulz,
-    which rounds its input and output to bf16 anyway. "auto" is left to
+    which rounds its input and output to bf16 anyway, f32 with f16
+    Newton-Schulz, which normalizes its f32 input before rounding it
+    (docs/decisions.md). "auto" is left to
     the engine's device ("" in the plan: on the CPU the faster precision
     by its products' rates, rank 0's on every rank), after the wire is
     compiled: f32 unless given."""

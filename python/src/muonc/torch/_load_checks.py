@@ -24,9 +24,10 @@ __all__ = ["check_groups", "check_piece_dicts", "check_pieces",
            "check_torch_state"]
 
 
-def check_groups(saved, mine):
+def check_groups(saved, mine, ns_dtype=None):
     """The saved groups (`saved`, each already merged over this
-    optimizer's values) against this optimizer's (`mine`), in order."""
+    optimizer's values) against this optimizer's (`mine`), in order; a
+    Muon group's coefficients for the optimizer's `ns_dtype`."""
     for index, (g, m) in enumerate(zip(saved, mine)):
         where = f"param_groups[{index}] ('{m['name']}')"
         algorithm = g.get("algorithm", m["algorithm"])
@@ -54,7 +55,7 @@ def check_groups(saved, mine):
             if m["algorithm"] in ELEMENTWISE:
                 check_element_group(merged)
             else:
-                check_muon_group(merged)
+                check_muon_group(merged, ns_dtype)
         except (ValueError, TypeError) as error:
             raise type(error)(f"{where}: {error}") from None
 

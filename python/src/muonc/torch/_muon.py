@@ -32,7 +32,7 @@ from ._settings import (ALGORITHMS, DEFAULT_NS_COEFFICIENTS, ELEMENTWISE,
                         check_muon_numbers, check_normuon, element_defaults,
                         plan_settings, table_settings, torch_key)
 
-_NS_DTYPES = ("f32", "bf16", "auto")
+_NS_DTYPES = ("f32", "bf16", "f16", "auto")
 _NS_FORMS = ("auto", "standard", "gram")
 _WIRE_DTYPES = ("f32", "bf16")
 
@@ -75,9 +75,13 @@ class Muon(torch.optim.Optimizer):
     mpirun), or None: "mpi" under mpirun, else "torch". ``wire_dtype``:
     the exchanges' element type, "f32" (default) or "bf16" (half the
     bytes; with ``ns_dtype="bf16"`` it loses nothing); by default bf16
-    with bf16 Newton-Schulz, else f32. ``ns_dtype``: the precision of
-    Newton-Schulz's products, "f32", "bf16" (as torch.optim.Muon) or "auto"
-    (the device's choice); by default f32 on the CPU and bf16 on a GPU.
+    with bf16 Newton-Schulz, else f32 (f16 Newton-Schulz too: it
+    normalizes the f32 input before rounding it). ``ns_dtype``: the
+    precision of Newton-Schulz's products, "f32", "bf16" (as
+    torch.optim.Muon), "f16" (normalized in f32, then f16 products with f32
+    accumulation: 3 more bits than bf16, coefficients checked against f16's
+    range) or "auto" (the device's choice); by default f32 on the CPU and
+    bf16 on a GPU.
     ``ns_form``: the form its steps run in on the CPU: "auto" (default: the
     Gram form on wide and tall matrices where it pays and the coefficients
     keep it accurate, in f32 about twice f32's rounding error, far below
@@ -205,7 +209,8 @@ class Muon(torch.optim.Optimizer):
                    for x in items]
         tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
         _resolve_algorithm(param_group, tensors)
-        _check_group({**self.defaults, **param_group}, tensors)
+        _check_group({**self.defaults, **param_group}, tensors,
+                     self._options["ns_dtype"])
         param_group.setdefault("name", f"group{len(self.param_groups)}")
         super().add_param_group(param_group)
         if self._constructed and self._engine is None:
@@ -413,7 +418,7 @@ class Muon(torch.optim.Optimizer):
         settings that changed since the last step."""
         for group in self.param_groups:
             if group["algorithm"] == "muon":
-                check_muon_group(group)
+                check_muon_group(group, self._options["ns_dtype"])
             else:
                 check_lr(group["lr"])
         if any(plan_settings(g) != self._plan_settings.get(g["name"])
@@ -620,7 +625,8 @@ class Muon(torch.optim.Optimizer):
             group.update({k: v for k, v in g.items() if k not in
                           ("params", "param_names", "name", "muonc_steps")})
             groups.append(group)
-        _load_checks.check_groups(groups, self.param_groups)
+        _load_checks.check_groups(groups, self.param_groups,
+                                   self._options["ns_dtype"])
         self._load_all_or_nothing(
             groups, lambda: _state.load_dicts(self, dicts, groups))
         self.param_groups[:] = groups
@@ -670,7 +676,8 @@ class Muon(torch.optim.Optimizer):
             # fill in a flag an older state lacks.
             for k, v in mine.items():
                 g.setdefault(k, v)
-        _load_checks.check_groups(groups, self.param_groups)
+        _load_checks.check_groups(groups, self.param_groups,
+                                   self._options["ns_dtype"])
         _load_checks.check_torch_state(self, state, groups)
         steps = next((g["muonc_steps"] for g in groups if "muonc_steps" in g),
                      None)
@@ -745,7 +752,8 @@ def _checked_options(*, ns_dtype, wire_dtype, ns_form, communicator,
     """The constructor's options that are not group settings, checked."""
     if ns_dtype is not None and ns_dtype not in _NS_DTYPES:
         raise InvalidArgumentError(f"invalid argument: ns_dtype {ns_dtype!r}: "
-                                   "expected 'f32', 'bf16' or 'auto'")
+                                   "expected 'f32', 'bf16', 'f16' or "
+                                   "'auto'")
     if wire_dtype is not None and wire_dtype not in _WIRE_DTYPES:
         raise InvalidArgumentError(f"invalid argument: wire_dtype "
                                    f"{wire_dtype!r}: expected 'f32' or "
@@ -807,13 +815,14 @@ def _resolve_algorithm(group, tensors):
             group.setdefault(key, value)
 
 
-def _check_group(group, tensors):
+def _check_group(group, tensors, ns_dtype):
     """torch's checks of a group (`group` with the defaults filled in)
-    before it is added: its settings, and a Muon group's parameters' dims."""
+    before it is added: its settings (a Muon group's coefficients for the
+    optimizer's `ns_dtype`), and a Muon group's parameters' dims."""
     if group["algorithm"] in ELEMENTWISE:
         check_lr(group["lr"])
         return
-    check_muon_group(group)
+    check_muon_group(group, ns_dtype)
     for p in tensors:
         if p.ndim == 2:
             continue

@@ -3,7 +3,7 @@
 
 #include "GramNewtonSchulz.h"
 #include "MirrorLower.h"
-#include "RoundBf16.h"
+#include "RoundHalf.h"
 #include "muon/Runtime/MatrixStep.h"
 
 #ifdef MUON_HAVE_ONEDNN
@@ -29,6 +29,10 @@ namespace muon::runtime::cpu {
 class OneDnnNewtonSchulz {};
 #endif
 
+// f16 always runs on BLAS: oneDNN 2.x, which OneDnnNewtonSchulz.cpp is
+// written against, lists no x86 ISA with f16 products (its dnnl_cpu_isa_t
+// ends at avx512_core_amx; avx512_core_fp16 came later), and 2.6.3 makes no
+// f16 matmul on an AVX512_BF16 CPU at all (docs/runtime.md).
 CpuNsKernel chooseNsKernel(DType precision, bool oneDnnBuilt, bool cpuBf16) {
   return precision == DType::BF16 && oneDnnBuilt && cpuBf16
              ? CpuNsKernel::OneDnnBf16
@@ -67,6 +71,9 @@ std::string describeNewtonSchulz(DType precision, NsForm form,
            cpu.isa + ")" + gramNote;
 #endif
   }
+  if (precision == DType::F16)
+    return "f32 products rounded to f16 (" + blas +
+           "; the CPU backend has no f16 kernel)" + gramNote;
   if (precision != DType::BF16)
     return "f32 products (" + blas + ")" + gramNote;
 #ifdef MUON_HAVE_ONEDNN
@@ -106,7 +113,7 @@ bool usesGramNewtonSchulz(const CpuDeviceOptions &options, DType precision,
                      cpuHasBf16Products()) == CpuNsKernel::OneDnnBf16)
     return OneDnnNewtonSchulz::gramPays(m, n, steps, options.bf16Tile);
 #endif
-  // f32, and bf16 on f32 BLAS products (GramNewtonSchulz.cpp).
+  // f32, and bf16 and f16 on f32 BLAS products (GramNewtonSchulz.cpp).
   return GramNewtonSchulz::pays(precision, m, n, steps);
 }
 
@@ -224,48 +231,46 @@ int64_t CpuDevice::newtonSchulz(float *x, int64_t count, int64_t rows,
 #endif
   for (int64_t i = 0; i < count; ++i)
     flops += newtonSchulzOne(x + i * rows * cols, rows, cols, abc, eps,
-                             precision == DType::BF16);
+                             precision);
   return flops;
 }
 
-/// Rounds every value to bf16 (a no-op for f32 runs).
-static void roundAll(float *x, int64_t n, bool toBf16) {
-  if (toBf16)
-    for (int64_t i = 0; i < n; ++i)
-      x[i] = roundBf16(x[i]);
-}
-
-/// X / max(||X||, eps) in place, in bf16 with the input and the norm
-/// rounded to bf16 too. The Frobenius norm is accumulated in double: the
-/// same on every rank and in the reference, since they all run this code
-/// on the same values. The bf16 rounding of the input is fused into the
-/// same pass.
-static void normalize(float *x, int64_t elements, double eps, bool toBf16) {
+/// X / max(||X||, eps) in place, the result rounded to `precision`. bf16
+/// rounds the input and the norm to bf16 too, as torch.optim.Muon does;
+/// f16 normalizes in f32 and rounds once, at the end: f16's range
+/// (6e-8 to 65504) would flush small gradients' momentum to zero, or
+/// overflow large ones, before the division brings them to the unit
+/// ball. The Frobenius norm is accumulated in double: the same on every
+/// rank and in the reference, since they all run this code on the same
+/// values. The bf16 rounding of the input is fused into the same pass.
+static void normalize(float *x, int64_t elements, double eps,
+                      DType precision) {
+  const bool bf16 = precision == DType::BF16;
   double sumSq = 0;
   for (int64_t i = 0; i < elements; ++i) {
-    float v = toBf16 ? roundBf16(x[i]) : x[i];
+    float v = bf16 ? roundBf16(x[i]) : x[i];
     x[i] = v;
     sumSq += static_cast<double>(v) * v;
   }
   float norm = static_cast<float>(std::sqrt(sumSq));
-  if (toBf16)
+  if (bf16)
     norm = roundBf16(norm);
   norm = std::max(norm, static_cast<float>(eps));
-  for (int64_t i = 0; i < elements; ++i) {
-    float v = x[i] / norm;
-    x[i] = toBf16 ? roundBf16(v) : v;
-  }
+  for (int64_t i = 0; i < elements; ++i)
+    x[i] = x[i] / norm;
+  roundValues(x, elements, precision);
 }
 
 int64_t CpuDevice::newtonSchulzOne(
     float *x, int64_t rows, int64_t cols,
-    const std::vector<std::array<double, 3>> &abc, double eps, bool toBf16) {
+    const std::vector<std::array<double, 3>> &abc, double eps,
+    DType precision) {
   const int64_t elements = rows * cols;
   if (elements == 0)
     return 0;
-  normalize(x, elements, eps, toBf16);
-  // The Gram form's phases, then (bf16's odd last step) standard steps.
-  const DType precision = toBf16 ? DType::BF16 : DType::F32;
+  normalize(x, elements, eps, precision);
+  // The Gram form's phases, then (bf16's and f16's odd last step) standard
+  // steps.
   size_t first = 0;
   if (usesGramNewtonSchulz(options, precision, rows, cols, abc)) {
     if (!gramForm)
@@ -273,7 +278,7 @@ int64_t CpuDevice::newtonSchulzOne(
     first = static_cast<size_t>(gramForm->run(x, rows, cols, abc, precision));
   }
   if (first < abc.size())
-    standardSteps(x, rows, cols, abc, first, toBf16);
+    standardSteps(x, rows, cols, abc, first, precision);
   // The contract's dense count (Device.h), 4 m^2 n + 2 m^3 a step,
   // whichever form ran.
   const int64_t side = std::min(rows, cols);
@@ -283,7 +288,7 @@ int64_t CpuDevice::newtonSchulzOne(
 
 void CpuDevice::standardSteps(float *x, int64_t rows, int64_t cols,
                               const std::vector<std::array<double, 3>> &abc,
-                              size_t first, bool toBf16) {
+                              size_t first, DType precision) {
   const int64_t elements = rows * cols;
   // X is m x n with m <= n; a tall matrix is the transpose of one, read
   // through the BLAS side and transpose flags (no copies): A = X^T X and
@@ -310,9 +315,9 @@ void CpuDevice::standardSteps(float *x, int64_t rows, int64_t cols,
     cblas_ssyrk(CblasRowMajor, CblasLower, tall ? CblasTrans : CblasNoTrans,
                 M, N, 1.0f, cur, C, 0.0f, A, M);
     // The next ssyrk reads A as a general matrix, and its beta term adds
-    // b A from B's lower triangle: A's triangle rounded (bf16), mirrored and
-    // copied into B's in one pass.
-    mirrorLower(A, m, B, toBf16);
+    // b A from B's lower triangle: A's triangle rounded (bf16, f16),
+    // mirrored and copied into B's in one pass.
+    mirrorLower(A, m, B, precision);
     // B = c A A^T + b B = c A A + b A (A is symmetric), lower triangle:
     // m^3 flops instead of 2 m^3.
     cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, M, M, c, A, M, b, B,
@@ -325,14 +330,12 @@ void CpuDevice::standardSteps(float *x, int64_t rows, int64_t cols,
     // of X but moves a X into the f32 sum, which in bf16 flips noticeably
     // more roundings against torch's order for no measurable gain;
     // docs/performance.md.)
-    if (toBf16)
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j <= i; ++j)
-          B[i * m + j] = roundBf16(B[i * m + j]);
+    for (int64_t i = 0; i < m; ++i)
+      roundValues(B + i * m, i + 1, precision);
     std::memcpy(out, cur, static_cast<size_t>(elements) * sizeof(float));
     cblas_ssymm(CblasRowMajor, tall ? CblasRight : CblasLeft, CblasLower, R,
                 C, 1.0f, B, M, cur, C, a, out, C);
-    roundAll(out, elements, toBf16);
+    roundValues(out, elements, precision);
     std::swap(cur, out);
   }
   if (cur != x)

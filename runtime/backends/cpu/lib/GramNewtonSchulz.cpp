@@ -1,7 +1,7 @@
 //===- GramNewtonSchulz.cpp - Newton-Schulz on the Gram matrix, BLAS -----===//
 #include "GramNewtonSchulz.h"
 #include "MirrorLower.h"
-#include "RoundBf16.h"
+#include "RoundHalf.h"
 
 #include "muon/Runtime/NsForm.h"
 
@@ -23,9 +23,9 @@ constexpr int64_t kBlockRows = 64;
 /// c = a b for m x m a and b whose product is known to be symmetric (both
 /// are polynomials in the same R, so they commute): only the lower block
 /// triangle is multiplied (about m^3 flops instead of 2 m^3), rounded to
-/// bf16 in bf16 runs, then mirrored, so c is exactly symmetric.
+/// `rounding` (bf16 or f16 runs), then mirrored, so c is exactly symmetric.
 void symmetricProduct(const float *a, const float *b, float *c, int64_t m,
-                      bool toBf16) {
+                      DType rounding) {
   const int M = static_cast<int>(m);
   for (int64_t i0 = 0; i0 < m; i0 += kBlockRows) {
     const int64_t i1 = std::min(m, i0 + kBlockRows);
@@ -33,7 +33,7 @@ void symmetricProduct(const float *a, const float *b, float *c, int64_t m,
                 static_cast<int>(i1 - i0), static_cast<int>(i1), M, 1.0f,
                 a + i0 * m, M, b, M, 0.0f, c + i0 * m, M);
   }
-  mirrorLower(c, m, nullptr, toBf16);
+  mirrorLower(c, m, nullptr, rounding);
 }
 
 } // namespace
@@ -43,12 +43,12 @@ bool GramNewtonSchulz::pays(DType precision, int64_t m, int64_t n,
   if (m <= 0)
     return false;
   // f32: syrk and symm do half a full product's flops (the lower products'
-  // 64-row blocks a little more, which f32's margin covers). bf16: the
-  // lower products' blocks counted, as oneDNN's block columns of the same
-  // width are, so that both kernels choose alike.
+  // 64-row blocks a little more, which f32's margin covers). bf16 and
+  // f16: the lower products' blocks counted, as oneDNN's block columns of
+  // the same width are, so that both bf16 kernels choose alike (and f16,
+  // whose products are the same BLAS calls, with them).
   return gramPays(precision, m, n, steps,
-                  precision == DType::BF16 ? blockedHalf(m, kBlockRows)
-                                           : 0.5);
+                  roundsToHalf(precision) ? blockedHalf(m, kBlockRows) : 0.5);
 }
 
 bool GramNewtonSchulz::keepsAccuracy(
@@ -62,7 +62,7 @@ int64_t GramNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
   // X is m x n with m <= n; a tall matrix is the transpose of one, read
   // through the BLAS side and transpose flags, as the standard form does.
   const bool tall = rows > cols;
-  const bool toBf16 = precision == DType::BF16;
+  const bool half = roundsToHalf(precision);
   const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
   const int64_t elements = rows * cols;
   const int R = static_cast<int>(rows), C = static_cast<int>(cols);
@@ -78,24 +78,24 @@ int64_t GramNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
   int64_t start = 0;
   for (int64_t length : gramPhases(precision,
                                    static_cast<int64_t>(abc.size()))) {
-    // bf16's odd last step is a standard one: the caller's.
-    if (length == 1 && toBf16)
+    // bf16's and f16's odd last step is a standard one: the caller's.
+    if (length == 1 && half)
       break;
     const int64_t end = start + length;
     // R = X X^T from the current X: the restart that drops R's errors.
     cblas_ssyrk(CblasRowMajor, CblasLower, tall ? CblasTrans : CblasNoTrans,
                 M, N, 1.0f, cur, C, 0.0f, r, M);
-    mirrorLower(r, m, nullptr, toBf16);
+    mirrorLower(r, m, nullptr, precision);
     for (int64_t step = start; step < end; ++step) {
       const float a = static_cast<float>(abc[step][0]),
                   b = static_cast<float>(abc[step][1]),
                   c = static_cast<float>(abc[step][2]);
       // H = a I + b R + c R^2 in f32, R^2 = R R^T by syrk (lower
-      // triangle). bf16 sums (b R + a I) + c R^2 and rounds once, as oneDNN
-      // and the GPU do; f32 keeps (c R^2 + b R) + a, b R through syrk's beta
+      // triangle). bf16 and f16 sum (b R + a I) + c R^2 and round once, as
+      // oneDNN and the GPU do; f32 keeps (c R^2 + b R) + a, b R through syrk's beta
       // term (after 10 steps of test_torch_single's model 9.1e-7 from
       // torch.optim.Muon's f32 iteration; the other order measured 1.01e-6).
-      if (toBf16) {
+      if (half) {
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j <= i; ++j)
             t[i * m + j] = b * r[i * m + j];
@@ -111,29 +111,27 @@ int64_t GramNewtonSchulz::run(float *x, int64_t rows, int64_t cols,
           t[i * m + i] += a;
       }
       for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j <= i; ++j)
-          h[i * m + j] = toBf16 ? roundBf16(t[i * m + j]) : t[i * m + j];
-      mirrorLower(h, m);
+        std::memcpy(h + i * m, t + i * m,
+                    static_cast<size_t>(i + 1) * sizeof(float));
+      mirrorLower(h, m, nullptr, precision);
       // Q <- H Q (Q = H on a phase's first step).
       if (step == start) {
         std::memcpy(q, h, static_cast<size_t>(m * m) * sizeof(float));
       } else {
-        symmetricProduct(h, q, t, m, toBf16);
+        symmetricProduct(h, q, t, m, precision);
         std::swap(q, t);
       }
       // R <- H R H, the next step's Gram matrix (not after the phase's
       // last step: the restart recomputes it from X).
       if (step + 1 < end) {
-        symmetricProduct(h, r, t, m, toBf16);
-        symmetricProduct(h, t, r, m, toBf16);
+        symmetricProduct(h, r, t, m, precision);
+        symmetricProduct(h, t, r, m, precision);
       }
     }
     // X <- Q X (X Q for tall): ssymm reads Q's lower triangle.
     cblas_ssymm(CblasRowMajor, tall ? CblasRight : CblasLeft, CblasLower, R,
                 C, 1.0f, q, M, cur, C, 0.0f, out, C);
-    if (toBf16)
-      for (int64_t i = 0; i < elements; ++i)
-        out[i] = roundBf16(out[i]);
+    roundValues(out, elements, precision);
     std::swap(cur, out);
     start = end;
   }

@@ -10,13 +10,14 @@
 // Newton-Schulz").
 //
 // f32 BLAS products. In bf16 (on CPUs without bf16 products, where the
-// standard form also emulates bf16 on f32 products) every product's f32
-// result is rounded to bf16 once, at the points where the GPU
-// (backends/cuda: GramNewtonSchulz.cpp) and oneDNN (OneDnnNewtonSchulz.cpp)
-// round theirs: R, each H (from (b R + a I) + c R R summed in f32), Q, R's
-// two updates and X. The operands are then bf16 values, so each product is
-// a bf16 product with f32 sums, as the contract's BF16 semantics say
-// (Device.h); only the order of the sums is BLAS's.
+// standard form also emulates bf16 on f32 products) and in f16 (on every
+// CPU: CpuDevice.h) every product's f32 result is rounded to the half type
+// once, at the points where the GPU (backends/cuda: GramNewtonSchulz.cpp)
+// and oneDNN (OneDnnNewtonSchulz.cpp) round theirs: R, each H (from
+// (b R + a I) + c R R summed in f32), Q, R's two updates and X. The
+// operands are then bf16 (f16) values, whose pairwise products f32 holds
+// exactly, so each product is a bf16 (f16) product with f32 sums, as the
+// contract says (Device.h); only the order of the sums is BLAS's.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_CPU_GRAMNEWTONSCHULZ_H
@@ -36,8 +37,8 @@ public:
   /// margin that survives its smaller products: `steps` steps in
   /// `precision` on an m x n matrix, m <= n (gramPays in
   /// muon/Runtime/NsForm.h; f32 with syrk's half-cost symmetric products,
-  /// bf16 with oneDNN's model at its default block width, so that a CPU
-  /// with bf16 products and one without choose the same form).
+  /// bf16 and f16 with oneDNN's model at its default block width, so that
+  /// a CPU with bf16 products and one without choose the same form).
   static bool pays(DType precision, int64_t m, int64_t n, int64_t steps);
 
   /// Whether a Gram form stays in its precision's accuracy class with these
@@ -48,9 +49,9 @@ public:
   static bool keepsAccuracy(const std::vector<std::array<double, 3>> &abc);
 
   /// The steps `abc` on x (rows x cols, row-major, already normalized and,
-  /// in bf16, rounded to it), in place, in `precision`'s Gram phases.
-  /// Returns how many steps ran: all of them, but for bf16's odd last
-  /// step, which is a standard one and the caller's to run.
+  /// in bf16 or f16, rounded to it), in place, in `precision`'s Gram
+  /// phases. Returns how many steps ran: all of them, but for bf16's and
+  /// f16's odd last step, which is a standard one and the caller's to run.
   int64_t run(float *x, int64_t rows, int64_t cols,
               const std::vector<std::array<double, 3>> &abc,
               DType precision);

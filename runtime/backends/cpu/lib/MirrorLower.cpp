@@ -10,7 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "MirrorLower.h"
-#include "RoundBf16.h"
+#include "RoundHalf.h"
 
 #include <algorithm>
 #include <cstring>
@@ -20,7 +20,7 @@ namespace {
 
 constexpr int64_t kBlock = 16;
 
-template <bool kRound, bool kCopy>
+template <DType kRounding, bool kCopy>
 void mirrorBlocks(float *s, int64_t m, float *copy) {
   float block[kBlock][kBlock];
   for (int64_t i0 = 0; i0 < m; i0 += kBlock) {
@@ -33,8 +33,8 @@ void mirrorBlocks(float *s, int64_t m, float *copy) {
         float *row = s + (i0 + r) * m + j0;
         float *copyRow = kCopy ? copy + (i0 + r) * m + j0 : nullptr;
         for (int64_t c = 0; c < kBlock; ++c) {
-          const float v = kRound ? roundBf16(row[c]) : row[c];
-          if (kRound)
+          const float v = roundAs<kRounding>(row[c]);
+          if (kRounding != DType::F32)
             row[c] = v;
           if (kCopy)
             copyRow[c] = v;
@@ -48,7 +48,7 @@ void mirrorBlocks(float *s, int64_t m, float *copy) {
     // The diagonal block, one value at a time (its columns are short).
     for (int64_t i = i0; i < i0 + rows; ++i)
       for (int64_t j = i0; j <= i; ++j) {
-        const float v = kRound ? roundBf16(s[i * m + j]) : s[i * m + j];
+        const float v = roundAs<kRounding>(s[i * m + j]);
         s[i * m + j] = v;
         if (kCopy)
           copy[i * m + j] = v;
@@ -57,15 +57,23 @@ void mirrorBlocks(float *s, int64_t m, float *copy) {
   }
 }
 
+template <DType kRounding>
+void mirrorBlocksRounded(float *s, int64_t m, float *copy) {
+  copy ? mirrorBlocks<kRounding, true>(s, m, copy)
+       : mirrorBlocks<kRounding, false>(s, m, nullptr);
+}
+
 } // namespace
 
-void mirrorLower(float *s, int64_t m, float *copy, bool toBf16) {
-  if (toBf16)
-    copy ? mirrorBlocks<true, true>(s, m, copy)
-         : mirrorBlocks<true, false>(s, m, nullptr);
-  else
-    copy ? mirrorBlocks<false, true>(s, m, copy)
-         : mirrorBlocks<false, false>(s, m, nullptr);
+void mirrorLower(float *s, int64_t m, float *copy, DType rounding) {
+  switch (rounding) {
+  case DType::BF16:
+    return mirrorBlocksRounded<DType::BF16>(s, m, copy);
+  case DType::F16:
+    return mirrorBlocksRounded<DType::F16>(s, m, copy);
+  case DType::F32:
+    return mirrorBlocksRounded<DType::F32>(s, m, copy);
+  }
 }
 
 } // namespace muon::runtime::cpu

@@ -80,10 +80,17 @@ std::string describeNewtonSchulz(const Device &device, DType precision,
   const NsForm form = gpu ? gpu->nsForm() : NsForm::Standard;
   const bool gram = form == NsForm::Gram ||
                     (form == NsForm::Auto && gramKeepsAccuracy(abc));
-  return std::string(precision == DType::BF16
-                         ? "bf16 products, f32 accumulation (cuBLAS)"
-                         : "f32 products (cuBLAS, no TF32)") +
+  const char *products =
+      precision == DType::BF16   ? "bf16 products, f32 accumulation (cuBLAS)"
+      : precision == DType::F16 ? "f16 products, f32 accumulation (cuBLAS)"
+                                : "f32 products (cuBLAS, no TF32)";
+  return std::string(products) +
          (gram ? "; Gram form on wide and tall matrices" : "");
+}
+
+std::string lastNewtonSchulzPath(const Device &device) {
+  const auto *gpu = dynamic_cast<const CudaDevice *>(&device);
+  return gpu ? gpu->lastNewtonSchulzPath() : std::string();
 }
 
 /// `order` (CudaDevice::orderAfter or orderBefore) on a device from

@@ -156,7 +156,8 @@ CudaDevice::create(int ordinal, const DeviceOptions &deviceOptions) {
     cublasStatus_t status = blas->cublasCreate(&device->blas);
     if (status == CUBLAS_STATUS_SUCCESS)
       status = blas->cublasSetStream(device->blas, device->computeStream);
-    // BF16 results: reductions across a split K stay in f32, never in bf16.
+    // BF16 and F16 results: reductions across a split K stay in f32, never
+    // in the 16-bit type.
     if (status == CUBLAS_STATUS_SUCCESS)
       status = blas->cublasSetMathMode(
           device->blas, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);

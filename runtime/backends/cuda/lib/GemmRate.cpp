@@ -40,7 +40,7 @@ StatusOr<double> gemmSeconds(Device &device, int64_t m, int64_t n, int64_t k,
       repeats < 1)
     return invalidArgument(
         "gemmSeconds: sizes must be in 1..2^31-1 and repeats at least 1");
-  const DType precision = dtype == DType::BF16 ? DType::BF16 : DType::F32;
+  const DType precision = dtype;
   const int64_t width = dtypeBytes(precision);
   DeviceBuffer a(device, m * k * width), b(device, k * n * width),
       c(device, m * n * width);

@@ -6,7 +6,8 @@
 // batched GEMM (or the lower tiles) for the whole chunk:
 //   R = X X^T (X^T X for tall X)
 //   per step:  F = b R + a I (f32, polynomialBase), F += c R R (the product
-//              in f32 on top of F), H = F rounded once (bf16; f32's H is F)
+//              in f32 on top of F), H = F rounded once (bf16, f16; f32's H
+//              is F)
 //              Q = H on the first step, else Q <- H Q
 //              R <- H (H R), but after the last step
 //   X <- Q X (X Q for tall X): the phase's one m x n product, beta 0
@@ -27,7 +28,7 @@ namespace muon::runtime::cuda {
 void NewtonSchulzRunner::gramPhase(const Chunk &chunk, Slot from,
                                    const std::array<double, 3> *steps,
                                    int64_t length) {
-  const bool bf16 = chunk.precision == DType::BF16;
+  const bool half = roundsToHalf(chunk.precision);
   const Slot to = from == Slot::X0 ? Slot::X1 : Slot::X0;
   Slot r = Slot::Gram, h = Slot::Poly, q = Slot::Product, t = Slot::Scratch;
   gramMatrix(chunk, from, r, /*mirror=*/true);
@@ -37,15 +38,15 @@ void NewtonSchulzRunner::gramPhase(const Chunk &chunk, Slot from,
                 c = static_cast<float>(steps[step][2]);
     // H (the first straight into Q), summed in f32 and rounded once.
     const Slot polynomial = step == 0 ? q : h;
-    const Slot sum = bf16 ? Slot::PolyF32 : polynomial;
+    const Slot sum = half ? Slot::PolyF32 : polynomial;
     launchPolynomialBase(stream, chunk.at(r), chunk.precision,
                          reinterpret_cast<float *>(chunk.at(sum)), chunk.count,
                          chunk.m, chunk.layout.squareStride, a, b);
     symmetricProduct(chunk, c, r, r, 1.0f, sum, /*mirror=*/true);
-    if (bf16)
-      launchRoundToBf16(stream, reinterpret_cast<const float *>(chunk.at(sum)),
+    if (half)
+      launchRoundToHalf(stream, reinterpret_cast<const float *>(chunk.at(sum)),
                         reinterpret_cast<uint16_t *>(chunk.at(polynomial)),
-                        chunk.count, chunk.m * chunk.m,
+                        chunk.precision, chunk.count, chunk.m * chunk.m,
                         chunk.layout.squareStride);
     if (step != 0) {
       symmetricProduct(chunk, 1.0f, polynomial, q, 0.0f, t, /*mirror=*/true);

@@ -268,6 +268,8 @@ struct FinishNorms {
   }
 };
 
+/// bf16 rounds x before the division (torch.optim.Muon's order); f16 and
+/// f32 divide x as it is.
 template <DType Out> struct Normalize {
   const float *x;
   int64_t count, elements;
@@ -300,7 +302,7 @@ template <DType In> struct CopyOut {
 /// The Gram form's H = a I + b R + c R R starts as F = b R + a I in f32
 /// (the product then adds c R R on top, and H is F rounded once): per
 /// element of `count` column-major m x m matrices `stride` elements apart,
-/// R's values (F32, or BF16 bits) in, F's out. The expression is
+/// R's values (F32, or BF16 or F16 bits) in, F's out. The expression is
 /// OneDnnNewtonSchulz.cpp's, term for term.
 template <DType R> struct PolynomialBase {
   const void *r;
@@ -318,9 +320,10 @@ template <DType R> struct PolynomialBase {
   }
 };
 
-/// out = bf16(in) per element of `count` matrices of `elements` values,
-/// `stride` elements apart in both (round to nearest even, NaNs quiet).
-struct RoundMatricesToBf16 {
+/// out = Half(in) per element of `count` matrices of `elements` values,
+/// `stride` elements apart in both (round to nearest even, NaNs quiet; f16
+/// beyond 65504 to infinity).
+template <DType Half> struct RoundMatricesToHalf {
   const float *in;
   uint16_t *out;
   int64_t count, elements, stride;
@@ -328,7 +331,7 @@ struct RoundMatricesToBf16 {
     const int64_t total = count * elements;
     for (int64_t i = t.first(); i < total; i += t.stride()) {
       const int64_t index = i / elements * stride + i % elements;
-      out[index] = toBf16Bits(in[index]);
+      storeElement<Half>(out, index, in[index]);
     }
   }
 };
@@ -663,14 +666,12 @@ void normalize(Launch &launch, const float *x, int64_t count,
       {x, bytesOf(total, DType::F32)},
       {norms, bytesOf(count, DType::F32)},
       {out, stridedBytes(count, outStride, elements, outType)}};
-  if (outType == DType::BF16)
+  withType(outType, [&](auto type) {
     launch(elementwiseGeometry(total),
-           Normalize<DType::BF16>{x, count, elements, norms, out, outStride},
+           Normalize<decltype(type)::value>{x, count, elements, norms, out,
+                                            outStride},
            "normalizeKernel", spans);
-  else
-    launch(elementwiseGeometry(total),
-           Normalize<DType::F32>{x, count, elements, norms, out, outStride},
-           "normalizeKernel", spans);
+  });
 }
 
 template <typename Launch>
@@ -682,14 +683,11 @@ void copyOut(Launch &launch, const void *in, int64_t inStride, DType inType,
   const std::initializer_list<Span> spans = {
       {in, stridedBytes(count, inStride, elements, inType)},
       {out, bytesOf(total, DType::F32)}};
-  if (inType == DType::BF16)
+  withType(inType, [&](auto type) {
     launch(elementwiseGeometry(total),
-           CopyOut<DType::BF16>{in, inStride, out, count, elements},
+           CopyOut<decltype(type)::value>{in, inStride, out, count, elements},
            "copyOutKernel", spans);
-  else
-    launch(elementwiseGeometry(total),
-           CopyOut<DType::F32>{in, inStride, out, count, elements},
-           "copyOutKernel", spans);
+  });
 }
 
 template <typename Launch>
@@ -730,18 +728,24 @@ void polynomialBase(Launch &launch, const void *r, DType rType, float *f,
   });
 }
 
-/// out = bf16(in) over `count` matrices of `elements` values, `stride`
-/// elements apart.
+/// out = `type`(in) (BF16 or F16) over `count` matrices of `elements`
+/// values, `stride` elements apart: roundToBf16Kernel, roundToF16Kernel.
 template <typename Launch>
-void roundToBf16(Launch &launch, const float *in, uint16_t *out,
+void roundToHalf(Launch &launch, const float *in, uint16_t *out, DType type,
                  int64_t count, int64_t elements, int64_t stride) {
   if (count <= 0 || elements <= 0)
     return;
-  launch(elementwiseGeometry(count * elements),
-         RoundMatricesToBf16{in, out, count, elements, stride},
-         "roundToBf16Kernel",
-         {{in, stridedBytes(count, stride, elements, DType::F32)},
-          {out, stridedBytes(count, stride, elements, DType::BF16)}});
+  const std::initializer_list<Span> spans = {
+      {in, stridedBytes(count, stride, elements, DType::F32)},
+      {out, stridedBytes(count, stride, elements, type)}};
+  if (type == DType::F16)
+    launch(elementwiseGeometry(count * elements),
+           RoundMatricesToHalf<DType::F16>{in, out, count, elements, stride},
+           "roundToF16Kernel", spans);
+  else
+    launch(elementwiseGeometry(count * elements),
+           RoundMatricesToHalf<DType::BF16>{in, out, count, elements, stride},
+           "roundToBf16Kernel", spans);
 }
 
 /// NorMuon's step on one rows x cols matrix: `sums` holds 2 * rows

@@ -68,30 +68,33 @@ void launchSumSquares(cudaStream_t stream, const float *x, int64_t count,
 void launchFinishNorms(cudaStream_t stream, const double *partials,
                        int64_t count, int parts, float eps, bool inBf16,
                        float *norms);
-/// out = x / norms[matrix]: f32, or with outType BF16 bf16(bf16(x) / norm)
-/// as bf16 bits; matrix i of `out` starts at i * outStride.
+/// out = x / norms[matrix]: f32, with outType BF16 bf16(bf16(x) / norm) as
+/// bf16 bits, with F16 f16(x / norm) as f16 bits; matrix i of `out`
+/// starts at i * outStride.
 void launchNormalize(cudaStream_t stream, const float *x, int64_t count,
                      int64_t elements, const float *norms, void *out,
                      int64_t outStride, DType outType);
-/// Matrices `inStride` apart (f32, or bf16 widened to f32) into `out`, one
-/// after another.
+/// Matrices `inStride` apart (f32, or bf16 or f16 widened to f32) into
+/// `out`, one after another.
 void launchCopyOut(cudaStream_t stream, const void *in, int64_t inStride,
                    DType inType, float *out, int64_t count, int64_t elements);
 /// Copies the lower triangle of each column-major m x m matrix (`stride`
-/// elements apart) onto its strict upper triangle (F32 or BF16 elements).
+/// elements apart) onto its strict upper triangle (F32, BF16 or F16
+/// elements).
 void launchMirrorLower(cudaStream_t stream, void *matrices, int64_t count,
                        int64_t m, int64_t stride, DType type);
 
 /// The Gram form's polynomial H = a I + b R + c R R before its product:
 /// f = b r + a I over `count` column-major m x m matrices `stride`
-/// elements apart, r in `rType` (F32, or BF16 bits), f in f32.
+/// elements apart, r in `rType` (F32, or BF16 or F16 bits), f in f32.
 void launchPolynomialBase(cudaStream_t stream, const void *r, DType rType,
                           float *f, int64_t count, int64_t m, int64_t stride,
                           float a, float b);
-/// out = bf16(in) (bits) over `count` matrices of `elements` values,
-/// `stride` elements apart in both.
-void launchRoundToBf16(cudaStream_t stream, const float *in, uint16_t *out,
-                       int64_t count, int64_t elements, int64_t stride);
+/// out = `type`(in) (BF16 or F16 bits) over `count` matrices of
+/// `elements` values, `stride` elements apart in both.
+void launchRoundToHalf(cudaStream_t stream, const float *in, uint16_t *out,
+                       DType type, int64_t count, int64_t elements,
+                       int64_t stride);
 
 /// The kernels of a registered per-matrix step (MatrixStep.h), found by the
 /// step's name: the bytes of device scratch one call on a rows x cols

@@ -41,7 +41,15 @@ int toInt(int64_t value, const char *what) {
 }
 
 cudaDataType_t dataType(DType type) {
-  return type == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  switch (type) {
+  case DType::BF16:
+    return CUDA_R_16BF;
+  case DType::F16:
+    return CUDA_R_16F;
+  case DType::F32:
+    break;
+  }
+  return CUDA_R_32F;
 }
 
 } // namespace
@@ -49,8 +57,8 @@ cudaDataType_t dataType(DType type) {
 cudaDataType_t gemmDataType(DType precision) { return dataType(precision); }
 
 cublasComputeType_t gemmComputeType(DType precision) {
-  return precision == DType::BF16 ? CUBLAS_COMPUTE_32F
-                                  : CUBLAS_COMPUTE_32F_PEDANTIC;
+  return roundsToHalf(precision) ? CUBLAS_COMPUTE_32F
+                                 : CUBLAS_COMPUTE_32F_PEDANTIC;
 }
 
 NewtonSchulzRunner::NewtonSchulzRunner(StreamMemory memory, cublasHandle_t blas,
@@ -93,8 +101,9 @@ NewtonSchulzRunner::layoutFor(int64_t count, int64_t rows, int64_t cols,
   if (gram) {
     place(Slot::Product, squareBytes);
     place(Slot::Scratch, squareBytes);
-    // bf16's H is rounded from an f32 sum; f32's is computed in place.
-    if (precision == DType::BF16)
+    // bf16's and f16's H is rounded from an f32 sum; f32's is computed in
+    // place.
+    if (roundsToHalf(precision))
       place(Slot::PolyF32, alignUp(count * layout.squareStride * 4));
   }
   layout.partials = at;
@@ -118,10 +127,8 @@ bool NewtonSchulzRunner::usesGramForm(
   // A symmetric product over T x T tiles computes T (T + 1) / 2 of them.
   const int64_t tiles = m > 0 ? (m + tileFor(m) - 1) / tileFor(m) : 1;
   const double half = (tiles + 1.0) / (2.0 * tiles);
-  return runtime::usesGramForm(options.form,
-                               precision == DType::BF16 ? DType::BF16
-                                                        : DType::F32,
-                               rows, cols, abc, half);
+  return runtime::usesGramForm(options.form, precision, rows, cols, abc,
+                               half);
 }
 
 std::string NewtonSchulzRunner::lastPath() const {
@@ -347,7 +354,6 @@ int64_t NewtonSchulzRunner::run(float *x, int64_t count, int64_t rows,
                                 double eps, DType precision) {
   if (count <= 0 || rows <= 0 || cols <= 0)
     return 0;
-  precision = precision == DType::BF16 ? DType::BF16 : DType::F32;
   toInt(rows, "rows");
   toInt(cols, "cols");
   const int64_t m = gramSide(rows, cols), n = std::max(rows, cols);
@@ -419,12 +425,12 @@ void NewtonSchulzRunner::runChunk(const Chunk &chunk,
       current = next(current);
     }
   } else {
-    // Phases as the CPU runs them (NsForm.h); in bf16 an odd last step is
-    // a standard one.
+    // Phases as the CPU runs them (NsForm.h); in bf16 and f16 an odd last
+    // step is a standard one.
     size_t at = 0;
     for (int64_t length : gramPhases(chunk.precision,
                                      static_cast<int64_t>(abc.size()))) {
-      if (length == 1 && chunk.precision == DType::BF16)
+      if (length == 1 && roundsToHalf(chunk.precision))
         standardStep(chunk, current, abc[at]);
       else
         gramPhase(chunk, current, &abc[at], length);

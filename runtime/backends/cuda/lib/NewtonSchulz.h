@@ -3,10 +3,10 @@
 // Newton-Schulz on a batch of same-shape matrices (Device::newtonSchulz):
 // every product is one cuBLAS call for the whole batch, transposes are op
 // flags (SymmetricTiles.h). F32 runs f32 operands with
-// CUBLAS_COMPUTE_32F_PEDANTIC (no TF32); BF16 runs bf16 operands and
-// results with CUBLAS_COMPUTE_32F and no reduced-precision split-K
-// reductions, so each product rounds to bf16 once, as the CPU device
-// emulates it. From a Gram side of `symmetricMin` on, the symmetric
+// CUBLAS_COMPUTE_32F_PEDANTIC (no TF32); BF16 and F16 run bf16 (f16)
+// operands and results with CUBLAS_COMPUTE_32F and no reduced-precision
+// split-K reductions, so each product rounds to its type once, as the CPU
+// device emulates it. F16 normalizes in f32 (Device.h). From a Gram side of `symmetricMin` on, the symmetric
 // products compute only their lower tiles, issued together (one grouped
 // GEMM, or one batched GEMM per tile shape where cuBLAS refuses the grouped
 // one), then mirror them.
@@ -47,7 +47,7 @@
 namespace muon::runtime::cuda {
 
 /// The operand and result type of Newton-Schulz's products in `precision`
-/// (BF16, else F32), and the compute type: f32 accumulation, and for F32
+/// (BF16, F16 or F32), and the compute type: f32 accumulation, and for F32
 /// nothing faster (TF32 would keep 10 mantissa bits).
 cudaDataType_t gemmDataType(DType precision);
 cublasComputeType_t gemmComputeType(DType precision);
@@ -160,7 +160,8 @@ private:
   void runChunk(const Chunk &chunk,
                 const std::vector<std::array<double, 3>> &abc, float eps,
                 bool gram);
-  /// X = x / max(||x||, eps) into X0 (bf16: of bf16(x), the norm rounded).
+  /// X = x / max(||x||, eps) into X0 (bf16: of bf16(x), the norm rounded;
+  /// f16: the f32 quotient rounded once).
   void normalize(const Chunk &chunk, float eps);
   /// One standard step from `from` into the other X.
   void standardStep(const Chunk &chunk, Slot from,

@@ -29,6 +29,10 @@
 //    product; after five iterations that is 0.2% to 0.7% (measured the same
 //    way), so 2e-2 leaves room while still catching a wrong product, a
 //    missing rounding or a transposed operand (those are off by O(1)).
+//  - F16, at most 5e-3, against the CPU's f32 BLAS products rounded to f16
+//    at the same points: an order difference flips an f16 rounding, 8
+//    times finer than bf16's (measured on the fake GPU: at most 9.7e-4,
+//    bf16 8.0e-3).
 //  - Both forms (muon/Runtime/NsForm.h): the standard steps against the
 //    CPU's standard form, and the Gram form's phases against the CPU's Gram
 //    form (f32; bf16 on oneDNN's bf16 products or, on CPUs without them,
@@ -36,7 +40,8 @@
 //    same limits. Where the two backends' flop models choose different
 //    forms for a shape, the line says so; in bf16 the forms round at other
 //    points (measured up to 4.0e-2 apart), so the limit there is 1e-1,
-//    still ten times below a wrong or transposed product's O(1).
+//    still ten times below a wrong or transposed product's O(1); in f16
+//    2e-2 (measured 2.0e-3).
 // Each configuration of the symmetric path (MUON_CUDA_SYMMETRIC_MIN,
 // MUON_CUDA_SYMMETRIC_TILE, MUON_CUDA_GROUPED_GEMM) gets a device of its
 // own, so small shapes exercise multi-tile plans with short last tiles, and
@@ -447,6 +452,21 @@ double relativeDifference(const float *got, const float *want, int64_t count,
   return worst;
 }
 
+/// The largest relative difference from the CPU that passes (the header's
+/// limits): f32 1e-5; bf16 2e-2 and f16 5e-3 in the same form, 1e-1 and
+/// 2e-2 where the two backends run different forms.
+double nsTolerance(DType precision, bool otherForms) {
+  switch (precision) {
+  case DType::BF16:
+    return otherForms ? 1e-1 : 2e-2;
+  case DType::F16:
+    return otherForms ? 2e-2 : 5e-3;
+  case DType::F32:
+    break;
+  }
+  return 1e-5;
+}
+
 void checkNewtonSchulz(Tally &tally, CudaDevice &gpu, NsForm form,
                        std::mt19937 &rng, const NsCase &shape, DType precision,
                        const std::vector<std::array<double, 3>> &abc) {
@@ -495,12 +515,10 @@ void checkNewtonSchulz(Tally &tally, CudaDevice &gpu, NsForm form,
                                image.begin() + guard + total);
   const std::string path = gpu.lastNewtonSchulzPath();
   const bool gpuGram = path.find("Gram") != std::string::npos;
-  // bf16 in two forms (each backend's flop model may choose differently
-  // near the boundary) rounds at other points.
-  const bool otherRoundings = precision == DType::BF16 && gpuGram != cpuGram;
-  const double tolerance = precision == DType::BF16
-                               ? (otherRoundings ? 1e-1 : 2e-2)
-                               : 1e-5;
+  // bf16 and f16 in two forms (each backend's flop model may choose
+  // differently near the boundary) round at other points.
+  const bool otherRoundings = roundsToHalf(precision) && gpuGram != cpuGram;
+  const double tolerance = nsTolerance(precision, otherRoundings);
   const double relative =
       relativeDifference(got + guard, want.data(), shape.count, elements);
   std::string what =
@@ -592,7 +610,7 @@ void checkNewtonSchulzConfigs(Tally &tally, int ordinal, std::mt19937 &rng,
       std::unique_ptr<Device> device = std::move(made).value();
       auto &gpu = static_cast<CudaDevice &>(*device);
       for (const NsCase &shape : config.shapes)
-        for (DType precision : {DType::F32, DType::BF16})
+        for (DType precision : {DType::F32, DType::BF16, DType::F16})
           checkNewtonSchulz(tally, gpu, form, rng, shape, precision, kQuintic);
     }
   }
@@ -602,7 +620,7 @@ void checkNewtonSchulzConfigs(Tally &tally, int ordinal, std::mt19937 &rng,
 }
 
 void checkNewtonSchulzEdges(Tally &tally, CudaDevice &gpu, std::mt19937 &rng) {
-  for (DType precision : {DType::F32, DType::BF16})
+  for (DType precision : {DType::F32, DType::BF16, DType::F16})
     checkNewtonSchulz(tally, gpu, NsForm::Auto, rng, {2, 20, 30}, precision,
                       {});
   // An empty batch does nothing and counts nothing.

@@ -2,7 +2,7 @@
 //
 // The element types of parameter and gradient storage (a spec's `dtype`)
 // and of the wire: f32, bf16 and f16. Optimizer state is f32 on every
-// device, Newton-Schulz f32 or bf16 (the plan's ns_dtype); values are
+// device, Newton-Schulz f32, bf16 or f16 (the plan's ns_dtype); values are
 // converted on load and rounded to nearest even on store, the same way on
 // every rank and in the reference.
 //

@@ -127,6 +127,11 @@ public:
   ///    X = bf16(X / max(bf16(||X||_F), eps)); per (a, b, c):
   ///    A = bf16(X X^T), B = bf16(c A A + b A), X = bf16(a X + B X), with
   ///    f32 accumulation inside each product and its epilogue; x = X.
+  ///  - F16: X = f16(x / max(||x||_F, eps)), the norm and the division in
+  ///    f32 (f16's range would flush or overflow unnormalized values); per
+  ///    (a, b, c): A = f16(X X^T), B = f16(c A A + b A),
+  ///    X = f16(a X + B X), with f32 accumulation inside each product and
+  ///    its epilogue; x = X.
   /// At most nsBatchLimit() matrices per call.
   virtual int64_t newtonSchulz(float *x, int64_t count, int64_t rows,
                                int64_t cols,

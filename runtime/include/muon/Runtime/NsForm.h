@@ -6,8 +6,8 @@
 // H = a I + b R + c R R, Q <- H Q and R <- H R H on m x m matrices and
 // touches X once, X <- Q X; phases restart from X. On wide and tall
 // matrices that is fewer flops; R carries rounding errors the standard form
-// drops every step, so phases are short (bf16: 2 steps, an odd last one
-// standard; f32: 2, then 3) and only coefficients with every a <= 4 may
+// drops every step, so phases are short (bf16 and f16: 2 steps, an odd
+// last one standard; f32: 2, then 3) and only coefficients with every a <= 4 may
 // take it by default (docs/performance.md, "Gram Newton-Schulz").
 //
 // The CPU (backends/cpu: GramNewtonSchulz.cpp in f32, OneDnnNewtonSchulz.cpp
@@ -52,17 +52,26 @@ const char *nsFormName(NsForm form);
 inline constexpr double kGramMaxA = 4.0;
 bool gramKeepsAccuracy(const std::vector<std::array<double, 3>> &abc);
 
-/// The Gram form's phases for `steps` steps in `precision` (BF16, else
-/// F32), in order. BF16: phases of 2, an odd last step a phase of 1 that
-/// runs as a standard step. F32: 2 first (the first steps' large a grow R's
-/// errors most), then 3; a last phase of 1 runs in the Gram form.
+/// Whether Newton-Schulz in `precision` rounds every product to a 16-bit
+/// type (BF16, F16). Both run the Gram form alike: H summed in f32 and
+/// rounded once, phases of 2 steps, the same margin (f16's 11 bits lie
+/// between bf16's 8 and f32's 24, and its products cost a GPU what bf16's
+/// do).
+inline bool roundsToHalf(DType precision) {
+  return precision == DType::BF16 || precision == DType::F16;
+}
+
+/// The Gram form's phases for `steps` steps in `precision`, in order.
+/// BF16 and F16: phases of 2, an odd last step a phase of 1 that runs as a
+/// standard step. F32: 2 first (the first steps' large a grow R's errors
+/// most), then 3; a last phase of 1 runs in the Gram form.
 std::vector<int64_t> gramPhases(DType precision, int64_t steps);
 
 /// Whether the Gram form's phases do clearly fewer flops than `steps`
 /// standard steps on an m x n matrix (m <= n), where a symmetric m x m
 /// product costs `half` of a full one (0.5: BLAS's syrk; (1 + T/m) / 2 for
 /// lower tiles or block columns of width T; 1: full products). "Clearly":
-/// at most 0.8 of them in f32, 0.92 in bf16, the margins the CPU measured
+/// at most 0.8 of them in f32, 0.92 in bf16 and f16, the margins the CPU measured
 /// for its smaller products' lower rate (docs/performance.md).
 bool gramPays(DType precision, int64_t m, int64_t n, int64_t steps,
               double half);

@@ -72,12 +72,14 @@ def Muon_WireDtypeAttr : EnumAttr<Muon_Dialect, Muon_WireDtype, "wire_dtype"> {
 }
 
 // Written as `#muon.ns_dtype<bf16>`; `auto` leaves the choice to the
-// device that runs the plan (bf16 on CUDA; on the CPU bf16 where it has
-// bf16 products, else f32).
+// device that runs the plan (bf16 on CUDA; on the CPU the precision whose
+// products run faster there, bf16 or f32). `f16` is never a default: it
+// runs where a plan names it.
 def Muon_NsDtype : Muon_Enum<"NsDtype", "the element type Newton-Schulz runs in", [
   I32EnumAttrCase<"Auto", 0, "auto">,
   I32EnumAttrCase<"F32", 1, "f32">,
-  I32EnumAttrCase<"BF16", 2, "bf16">]>;
+  I32EnumAttrCase<"BF16", 2, "bf16">,
+  I32EnumAttrCase<"F16", 3, "f16">]>;
 def Muon_NsDtypeAttr : EnumAttr<Muon_Dialect, Muon_NsDtype, "ns_dtype"> {
   let assemblyFormat = "`<` $value `>`";
 }

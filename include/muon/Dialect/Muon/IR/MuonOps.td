@@ -162,7 +162,9 @@ def Muon_OptimizerOp : Muon_Op<"optimizer", [HasParent<"ModelOp">]> {
     update and the parameter agree in sign, arXiv 2510.12402) or `none`.
     `ns_dtype` is the
     element type Newton-Schulz runs in: `f32`, `bf16` (torch.optim.Muon's
-    choice) or `auto` (the running device's default).
+    choice), `f16` (normalized in f32, then f16 products with f32
+    accumulation; coefficients whose products could pass 65504 are
+    refused) or `auto` (the running device's default).
 
     The settings added since (`normuon`, `normuon_beta2`, ...) are not
     declared here: each row of the settings table

@@ -7,11 +7,14 @@
 // has bf16 dot products (AVX512_BF16, AMX), oneDNN matmuls with bf16
 // operands and f32 accumulation over the Gram matrix's lower block columns
 // (OneDnnNewtonSchulz.cpp); elsewhere the f32 BLAS products, each result
-// rounded to bf16. ns_dtype "auto" is the precision whose products run
-// faster here (NsPrecision.h). Wide and tall matrices can run in the Gram form
-// (NsForm, muon/Runtime/NsForm.h): by default where the coefficients keep
-// its accuracy (bf16 on oneDNN, f32 in GramNewtonSchulz.h). Bit-exact across ranks when every process runs with
-// the same thread count (setBlasThreads) on the same kind of CPU.
+// rounded to bf16. f16: the f32 BLAS products, each result rounded to f16
+// (the input normalized in f32 first). ns_dtype "auto" is the precision
+// whose products run faster here (NsPrecision.h; never f16). Wide and tall
+// matrices can run in the Gram form (NsForm, muon/Runtime/NsForm.h): by
+// default where the coefficients keep its accuracy (bf16 on oneDNN, f32,
+// bf16 and f16 in GramNewtonSchulz.h). Bit-exact across ranks when every
+// process runs with the same thread count (setBlasThreads) on the same
+// kind of CPU.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MUON_RUNTIME_CPU_CPUDEVICE_H
@@ -31,7 +34,8 @@ class OneDnnNewtonSchulz;
 
 /// How Newton-Schulz runs its products on the CPU.
 enum class CpuNsKernel {
-  /// BLAS f32 products (for bf16, every product's result rounded to bf16).
+  /// BLAS f32 products (for bf16 and f16, every product's result rounded to
+  /// that type).
   Blas,
   /// oneDNN bf16 products with f32 accumulation.
   OneDnnBf16,
@@ -39,7 +43,7 @@ enum class CpuNsKernel {
 
 /// The choice for `precision`, given whether oneDNN is built in and whether
 /// the CPU has bf16 dot products: bf16 runs on oneDNN where both hold, f32
-/// always on BLAS. (What ns_dtype "auto" is: NsPrecision.h.)
+/// and f16 always on BLAS. (What ns_dtype "auto" is: NsPrecision.h.)
 CpuNsKernel chooseNsKernel(DType precision, bool oneDnnBuilt, bool cpuBf16);
 
 /// Whether this build has oneDNN, and whether this CPU has bf16 dot
@@ -124,12 +128,12 @@ private:
   NsPrecisionChoice defaultNsPrecision() const;
   int64_t newtonSchulzOne(float *x, int64_t rows, int64_t cols,
                           const std::vector<std::array<double, 3>> &abc,
-                          double eps, bool bf16);
+                          double eps, DType precision);
   /// The steps abc[first:] in the standard form on the normalized x, with
-  /// symmetric BLAS products (in bf16, each result rounded to bf16).
+  /// symmetric BLAS products (in bf16 and f16, each result rounded to it).
   void standardSteps(float *x, int64_t rows, int64_t cols,
                      const std::vector<std::array<double, 3>> &abc,
-                     size_t first, bool bf16);
+                     size_t first, DType precision);
 
   std::vector<float> gram, poly, next; // Newton-Schulz workspace
   CpuDeviceOptions options;

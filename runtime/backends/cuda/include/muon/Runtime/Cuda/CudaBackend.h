@@ -105,13 +105,19 @@ std::string describeDevice(const Device &device);
 /// What Newton-Schulz in `precision` with the steps `abc` runs on a device
 /// from createDevice, for summaries, as the CPU's describeNewtonSchulz says
 /// it: "bf16 products, f32 accumulation (cuBLAS); Gram form on wide and
-/// tall matrices", "f32 products (cuBLAS, no TF32)".
+/// tall matrices", "f16 products, f32 accumulation (cuBLAS)", "f32 products
+/// (cuBLAS, no TF32)".
 std::string describeNewtonSchulz(const Device &device, DType precision,
                                  const std::vector<std::array<double, 3>> &abc);
 
+/// How the last newtonSchulz call on `device` (from createDevice) ran its
+/// products: "full", "grouped" or "batched per tile shape", with ", Gram
+/// form" after it when it took the Gram form; empty for another device.
+std::string lastNewtonSchulzPath(const Device &device);
+
 /// Seconds of one (m x k) x (k x n) cuBLAS product on `device` (from
-/// createDevice) as Newton-Schulz runs its products in `dtype` (BF16: bf16
-/// operands and result, f32 accumulation; otherwise f32 without TF32), on
+/// createDevice) as Newton-Schulz runs its products in `dtype` (BF16, F16:
+/// bf16 or f16 operands and result, f32 accumulation; F32 without TF32), on
 /// random data: the median of `repeats` runs after one to warm up, timed
 /// with events on the device's stream. InvalidArgument for another device
 /// or sizes beyond cuBLAS's int range, ResourceExhausted without room on
