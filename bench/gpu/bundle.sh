@@ -20,6 +20,7 @@
 # `bash bench/gpu/run.sh` there (see docs/performance.md). Everything that
 # travels must stay under 64 MiB: the bundle is about 45 MB.
 #
+# JOBS: the compile jobs (default: every core; JOBS=2 on a shared machine).
 # GPU_PYTHON: a Python 3.12 with its headers (default: python3.12 on PATH,
 # else pyenv's 3.12); without one, the bundle has no muonc and run.sh's
 # bridge step says so.
@@ -34,7 +35,7 @@ rm -rf "$out" && mkdir -p "$out/bin" "$out/plans"
 # library, and its ranks' Newton-Schulz runs on the GPU.
 cmake -G Ninja -S "$src" -B "$gpu" -DMUON_RUNTIME_ONLY=ON \
   -DMUON_ENABLE_CUDA=ON -DMUON_ONEDNN=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C "$gpu" muon-run muon-bench muon-cuda-check >/dev/null
+ninja -C "$gpu" -j "${JOBS:-$(nproc)}" muon-run muon-bench muon-cuda-check >/dev/null
 grep -q "MUON_HAVE_CUDA:INTERNAL=ON" "$gpu/CMakeCache.txt" || {
   echo "bundle.sh: the CUDA backend is not in build-gpu (no CUDA toolkit?)" >&2
   exit 1
@@ -102,7 +103,7 @@ else
     -DPython_EXECUTABLE="$full/gpu-py/bin/python" \
     -DCMAKE_PREFIX_PATH="$full/install" -DCMAKE_BUILD_TYPE=Release \
     -DMUONC_STATIC_LLVM=ON >/dev/null
-  cmake --build "$full/gpu-py-build" --target _core muonc_mpi >/dev/null
+  cmake --build "$full/gpu-py-build" -j "${JOBS:-$(nproc)}" --target _core muonc_mpi >/dev/null
   core=$(ls "$full"/gpu-py-build/_core.cpython-312-*.so)
   # What the extension loads must be on the machine (cuBLAS, C and C++
   # runtimes), in debs.tar.gz (MPI, OpenBLAS) or in the archive (oneDNN).
