@@ -13,7 +13,7 @@
 
 #include "muon/Runtime/Backends.h"
 #include "muon/Runtime/CheckpointFormat.h"
-#include "muon/Runtime/Cpu/MpiBackend.h"
+#include "muon/Runtime/BuiltBackends.h"
 #include "muon/Runtime/Optimizer.h"
 
 #include <cstdint>
